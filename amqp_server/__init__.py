@@ -1,0 +1,1 @@
+"""amqp_server."""
