@@ -1,0 +1,51 @@
+"""Fixtures shared by every interop test: a real broker reached over TCP."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from interop_tests.broker_process import BrokerProcess, external_broker, launch
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the whole session; tests keep apart by using unique names."""
+    external = external_broker()
+    if external is not None:
+        yield external
+        return
+    process = launch(tmp_path_factory.mktemp("broker"))
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start dedicated brokers (own config, own data dir) that a test may kill or restart."""
+    started: list[BrokerProcess] = []
+
+    def start(config_text: str | None = None, extra_args: tuple[str, ...] = ()) -> BrokerProcess:
+        workdir = tmp_path / f"broker{len(started)}"
+        kwargs = {"extra_args": extra_args}
+        if config_text is not None:
+            kwargs["config_text"] = config_text
+        process = launch(workdir, **kwargs)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """Names that no other test uses, so tests can share one broker."""
+    token = uuid.uuid4().hex[:8]
+    return lambda prefix: f"{prefix}-{token}"
