@@ -1,0 +1,23 @@
+"""Exchange types by name, as exchange.declare names them."""
+
+from __future__ import annotations
+
+from .direct import DirectExchange
+from .errors import UnknownExchangeType
+from .exchange import Exchange
+from .fanout import FanoutExchange
+from .headers import HeadersExchange
+from .topic import TopicExchange
+
+EXCHANGE_TYPES: dict[str, type[Exchange]] = {
+    cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
+}
+
+
+def create_exchange(type_name: str, name: str, **kwargs) -> Exchange:
+    """A new exchange of the named type; raises UnknownExchangeType for any other name."""
+    try:
+        cls = EXCHANGE_TYPES[type_name]
+    except KeyError:
+        raise UnknownExchangeType(type_name) from None
+    return cls(name, **kwargs)
