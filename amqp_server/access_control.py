@@ -1,0 +1,173 @@
+"""Runtime users and permissions with RabbitMQ's semantics.
+
+- A permission is three regular expressions (configure, write, read) per user
+  per vhost, matched as an unanchored search like Erlang's ``re:run``; the
+  empty pattern permits nothing. Patterns are compiled once, when set.
+- A user may open a vhost when it has any permission entry there.
+- A user listed in ``loopback_users`` may only log in from a loopback address.
+- The default exchange (name "") is checked under the name "amq.default".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
+
+from amqp_server.auth import SUPPORTED_MECHANISMS, SaslError, hash_password, parse_sasl_response, verify_password
+from amqp_server.config import ConfigError, PermissionConfig
+
+if TYPE_CHECKING:
+    from amqp_server.config import ServerConfig
+
+PERMISSION_KINDS = ("configure", "write", "read")
+
+
+class AuthenticationFailed(Exception):
+    """Login refused. ``reason`` is for the broker log; ``reply_text`` is what
+    RabbitMQ tells the client in the 403 ACCESS_REFUSED connection.close."""
+
+    def __init__(self, reason: str, mechanism: str = "PLAIN") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.mechanism = mechanism
+
+    @property
+    def reply_text(self) -> str:
+        return (
+            f"ACCESS_REFUSED - Login was refused using authentication mechanism {self.mechanism}. "
+            "For details see the broker logfile."
+        )
+
+
+class UnsupportedMechanism(AuthenticationFailed):
+    """The client chose a SASL mechanism the broker does not offer.
+    RabbitMQ answers this with 503 COMMAND_INVALID rather than 403."""
+
+    @property
+    def reply_text(self) -> str:
+        return f"COMMAND_INVALID - unknown authentication mechanism '{self.mechanism}'"
+
+
+@dataclass
+class User:
+    name: str
+    password_hash: str
+    tags: list[str] = field(default_factory=list)
+
+
+class _CompiledPermission:
+    """One user's patterns on one vhost, compiled once. None means "permits nothing"."""
+
+    __slots__ = ("config", "_patterns")
+
+    def __init__(self, config: PermissionConfig) -> None:
+        self.config = config
+        self._patterns: dict[str, re.Pattern[str] | None] = {
+            kind: re.compile(getattr(config, kind)) if getattr(config, kind) else None for kind in PERMISSION_KINDS
+        }
+
+    def permits(self, kind: str, resource: str) -> bool:
+        pattern = self._patterns[kind]
+        return pattern is not None and pattern.search(resource) is not None
+
+
+class AccessControl:
+    """The broker's user database and permission checks (in memory)."""
+
+    def __init__(self, loopback_users: Iterable[str] = ("guest",)) -> None:
+        self.loopback_users = frozenset(loopback_users)
+        self._users: dict[str, User] = {}
+        self._permissions: dict[tuple[str, str], _CompiledPermission] = {}
+
+    @classmethod
+    def from_config(cls, config: ServerConfig) -> AccessControl:
+        access = cls(config.loopback_users)
+        for user in config.users:
+            access.add_user(user.name, user.password_hash, user.tags)
+        for p in config.permissions:
+            if access.user(p.user) is None:
+                raise ConfigError(f"permissions for user {p.user!r}: no such user")
+            access.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
+        return access
+
+    # ---- users ----
+
+    def add_user(self, name: str, password_hash: str, tags: Iterable[str] = ()) -> User:
+        """Add a user; raises ValueError if it already exists (like rabbitmqctl add_user)."""
+        if name in self._users:
+            raise ValueError(f"user {name!r} already exists")
+        user = User(name, password_hash, list(tags))
+        self._users[name] = user
+        return user
+
+    def delete_user(self, name: str) -> None:
+        """Remove a user and all its permissions; raises KeyError if unknown."""
+        if name not in self._users:
+            raise KeyError(f"no such user {name!r}")
+        del self._users[name]
+        for key in [k for k in self._permissions if k[0] == name]:
+            del self._permissions[key]
+
+    def change_password(self, name: str, password: str) -> None:
+        """Set a new plain-text password (stored hashed); raises KeyError if unknown."""
+        user = self._users.get(name)
+        if user is None:
+            raise KeyError(f"no such user {name!r}")
+        user.password_hash = hash_password(password)
+
+    def user(self, name: str) -> User | None:
+        return self._users.get(name)
+
+    def users(self) -> list[User]:
+        return list(self._users.values())
+
+    # ---- permissions ----
+
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
+        """Grant (or replace) a user's patterns on a vhost.
+        Raises KeyError for an unknown user, ValueError for an invalid pattern."""
+        if user not in self._users:
+            raise KeyError(f"no such user {user!r}")
+        config = PermissionConfig(user, vhost, configure, write, read)
+        try:
+            compiled = _CompiledPermission(config)
+        except re.error as err:
+            raise ValueError(f"invalid permission pattern for user {user!r} on vhost {vhost!r}: {err}") from err
+        self._permissions[(user, vhost)] = compiled
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        self._permissions.pop((user, vhost), None)
+
+    def permissions(self) -> list[PermissionConfig]:
+        return [p.config for p in self._permissions.values()]
+
+    # ---- checks ----
+
+    def authenticate(self, mechanism: str, response: bytes | str, peer_is_loopback: bool) -> User:
+        """Return the user a connection.start-ok response logs in as, or raise AuthenticationFailed."""
+        if mechanism not in SUPPORTED_MECHANISMS:
+            raise UnsupportedMechanism(f"unknown authentication mechanism {mechanism!r}", mechanism)
+        try:
+            name, password = parse_sasl_response(mechanism, response)
+        except SaslError as err:
+            raise AuthenticationFailed(f"{mechanism} login refused: {err}", mechanism) from err
+        user = self._users.get(name)
+        if user is None:
+            raise AuthenticationFailed(f"{mechanism} login refused: user '{name}' - invalid credentials", mechanism)
+        if not verify_password(user.password_hash, password):
+            raise AuthenticationFailed(f"{mechanism} login refused: user '{name}' - invalid credentials", mechanism)
+        if name in self.loopback_users and not peer_is_loopback:
+            raise AuthenticationFailed(f"user '{name}' can only connect via localhost", mechanism)
+        return user
+
+    def can_access_vhost(self, user: User, vhost: str) -> bool:
+        return (user.name, vhost) in self._permissions and user.name in self._users
+
+    def is_permitted(self, user: User, vhost: str, kind: str, resource: str) -> bool:
+        """May ``user`` do ``kind`` ("configure", "write" or "read") on the
+        exchange or queue named ``resource`` in ``vhost``?"""
+        permission = self._permissions.get((user.name, vhost))
+        if permission is None:
+            return False
+        return permission.permits(kind, resource or "amq.default")

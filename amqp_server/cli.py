@@ -1,0 +1,44 @@
+"""The ``amqp-server`` command: read the configuration, set up logging, run the broker.
+
+Exit codes: 2 for an invalid configuration (message on stderr), otherwise
+whatever ``run_server`` returns once SIGINT/SIGTERM stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Sequence
+
+from amqp_server.config import ConfigError, load_config
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# Room for subcommands: "amqp-server ctl ..." will be dispatched on args[0]
+# before the broker flags are parsed. None exist yet.
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config = load_config(args)
+    except ConfigError as err:
+        print(f"amqp-server: configuration error: {err}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_level)
+    logging.getLogger(__name__).info(
+        "starting on %s:%d, data dir %s%s",
+        config.host,
+        config.port,
+        config.data_dir,
+        f", config file {config.config_file}" if config.config_file else "",
+    )
+    # Imported here so the configuration and CLI stay testable without the network side.
+    from amqp_server.server import run_server
+
+    return run_server(config)
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr with timestamp, level and logger name at ``level`` ("info", ...)."""
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)

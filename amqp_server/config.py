@@ -1,0 +1,393 @@
+"""Broker configuration: defaults, a TOML file, environment variables and flags.
+
+Precedence for every setting: command-line flag > environment variable >
+configuration file > built-in default. ``load_config`` returns a validated
+``ServerConfig`` or raises ``ConfigError`` naming the offending key.
+docs/configuration.md is the user-facing reference for all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, NoReturn, Sequence
+
+from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
+
+DEFAULT_USER = "guest"
+DEFAULT_VHOST = "/"
+FULL_ACCESS = ".*"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+FRAME_MIN_SIZE = 4096
+MAX_MESSAGE_SIZE_LIMIT = 512 * 1024 * 1024  # RabbitMQ's hard ceiling for max_message_size
+
+ENV_HOST = "AMQP_SERVER_HOST"
+ENV_PORT = "AMQP_SERVER_PORT"
+ENV_DATA_DIR = "AMQP_SERVER_DATA_DIR"
+ENV_CONFIG = "AMQP_SERVER_CONFIG"
+ENV_LOG_LEVEL = "AMQP_SERVER_LOG_LEVEL"
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and its source."""
+
+
+@dataclass
+class UserConfig:
+    name: str
+    password_hash: str
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PermissionConfig:
+    user: str
+    vhost: str
+    configure: str
+    write: str
+    read: str
+
+
+@dataclass
+class LimitsConfig:
+    channel_max: int = 2047
+    frame_max: int = 131072
+    heartbeat: int = 60
+    max_message_size: int = 134217728
+    max_connections: int = 0  # 0 = unlimited
+
+
+def _default_users() -> list[UserConfig]:
+    return [UserConfig(DEFAULT_USER, hash_password(DEFAULT_USER), ["administrator"])]
+
+
+def _default_permissions() -> list[PermissionConfig]:
+    return [PermissionConfig(DEFAULT_USER, DEFAULT_VHOST, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)]
+
+
+@dataclass
+class ServerConfig:
+    """Everything the broker needs to start. ``ServerConfig()`` is a usable default:
+    guest/guest (administrator, full permissions on "/"), vhost "/"."""
+
+    host: str = "0.0.0.0"
+    port: int = 5672
+    data_dir: Path = Path("data")
+    log_level: str = "info"
+    loopback_users: list[str] = field(default_factory=lambda: [DEFAULT_USER])
+    users: list[UserConfig] = field(default_factory=_default_users)
+    vhosts: list[str] = field(default_factory=lambda: [DEFAULT_VHOST])
+    permissions: list[PermissionConfig] = field(default_factory=_default_permissions)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    metrics_port: int = 15692
+    management_port: int = 15672
+    config_file: Path | None = None  # the TOML file read, if any
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    # Turn usage errors into ConfigError so load_config never exits the process.
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message} (see --help)")
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """The broker's command-line flags. Unset flags are None so lower layers show through."""
+    parser = _ArgumentParser(
+        prog="amqp-server",
+        description="A RabbitMQ-compatible AMQP 0-9-1 message broker.",
+        epilog="Precedence: flag > environment variable > config file > default. "
+        "See docs/configuration.md.",
+    )
+    parser.add_argument("--host", help=f"address to listen on (env {ENV_HOST}; default 0.0.0.0)")
+    parser.add_argument("--port", help=f"AMQP port (env {ENV_PORT}; default 5672)")
+    parser.add_argument("--data-dir", help=f"directory for persistent state (env {ENV_DATA_DIR}; default ./data)")
+    parser.add_argument("--config", metavar="FILE", help=f"TOML configuration file (env {ENV_CONFIG})")
+    parser.add_argument("--log-level", help=f"one of {', '.join(LOG_LEVELS)} (env {ENV_LOG_LEVEL}; default info)")
+    parser.add_argument("--metrics-port", help="Prometheus metrics port (default 15692, 0 disables)")
+    parser.add_argument("--management-port", help="management HTTP port (default 15672, 0 disables)")
+    return parser
+
+
+def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> ServerConfig:
+    """Build a validated ServerConfig from flags (``argv``, default sys.argv[1:]),
+    ``environ`` (default os.environ) and the TOML file they name."""
+    args = build_arg_parser().parse_args(argv)
+    env = os.environ if environ is None else environ
+
+    config_file = _first_set((args.config, "--config"), (env.get(ENV_CONFIG), ENV_CONFIG))
+    document: dict[str, Any] = {}
+    if config_file is not None:
+        document = _read_toml(Path(config_file[0]).expanduser(), config_file[1])
+    config = _from_document(document, str(config_file[0]) if config_file else "")
+    if config_file is not None:
+        config.config_file = Path(config_file[0]).expanduser().resolve()
+
+    overrides: list[tuple[str, str | None, str]] = [
+        ("host", env.get(ENV_HOST), ENV_HOST),
+        ("port", env.get(ENV_PORT), ENV_PORT),
+        ("data_dir", env.get(ENV_DATA_DIR), ENV_DATA_DIR),
+        ("log_level", env.get(ENV_LOG_LEVEL), ENV_LOG_LEVEL),
+        ("host", args.host, "--host"),
+        ("port", args.port, "--port"),
+        ("data_dir", args.data_dir, "--data-dir"),
+        ("log_level", args.log_level, "--log-level"),
+        ("metrics_port", args.metrics_port, "--metrics-port"),
+        ("management_port", args.management_port, "--management-port"),
+    ]
+    for key, value, source in overrides:
+        if value is None or value == "":  # an empty variable counts as unset
+            continue
+        setattr(config, key, _SERVER_KEYS[key](_coerce_text(key, value, source), source))
+
+    config.data_dir = Path(config.data_dir).expanduser().resolve()
+    return config
+
+
+def _first_set(*candidates: tuple[str | None, str]) -> tuple[str, str] | None:
+    for value, source in candidates:
+        if value:
+            return value, source
+    return None
+
+
+def _read_toml(path: Path, source: str) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} (from {source}) does not exist") from None
+    except OSError as err:
+        raise ConfigError(f"config file {path} cannot be read: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
+
+
+def _coerce_text(key: str, value: str, source: str) -> Any:
+    """Flags and environment variables are text; ports must become integers."""
+    if key.endswith("port"):
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{source} must be an integer, got {value!r}") from None
+    return value
+
+
+# ---- validators: each takes (value, where) and returns the clean value ----
+
+def _fail(where: str, message: str) -> NoReturn:
+    raise ConfigError(f"{where} {message}")
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        _fail(where, f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def _nonempty_string(value: Any, where: str) -> str:
+    if not _string(value, where):
+        _fail(where, "must not be empty")
+    return value
+
+
+def _int_between(low: int, high: int | None) -> Callable[[Any, str], int]:
+    def check(value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(where, f"must be an integer, got {type(value).__name__}")
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            _fail(where, f"must be {bound}, got {value}")
+        return value
+    return check
+
+
+def _string_list(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        _fail(where, "must be a list of strings")
+    return list(value)
+
+
+def _tags(value: Any, where: str) -> list[str]:
+    # RabbitMQ exports before 3.9 wrote tags as one comma-separated string.
+    if isinstance(value, str):
+        return [t.strip() for t in value.split(",") if t.strip()]
+    return _string_list(value, where)
+
+
+def _log_level(value: Any, where: str) -> str:
+    level = _string(value, where).lower()
+    if level not in LOG_LEVELS:
+        _fail(where, f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return level
+
+
+def _path(value: Any, where: str) -> Path:
+    return Path(_nonempty_string(value, where))
+
+
+def _regex(value: Any, where: str) -> str:
+    try:
+        re.compile(_string(value, where))
+    except re.error as err:
+        _fail(where, f"is not a valid regular expression: {err}")
+    return value
+
+
+_PORT = _int_between(0, 65535)
+
+_SERVER_KEYS: dict[str, Callable[[Any, str], Any]] = {
+    "host": _nonempty_string,
+    "port": _PORT,
+    "data_dir": _path,
+    "log_level": _log_level,
+    "loopback_users": _string_list,
+    "metrics_port": _PORT,
+    "management_port": _PORT,
+}
+
+_LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {
+    "channel_max": _int_between(0, 65535),
+    "frame_max": _int_between(FRAME_MIN_SIZE, 2**32 - 1),
+    "heartbeat": _int_between(0, 65535),
+    "max_message_size": _int_between(1, MAX_MESSAGE_SIZE_LIMIT),
+    "max_connections": _int_between(0, None),
+}
+
+_SECTIONS = ("server", "limits", "users", "vhosts", "permissions")
+
+
+# ---- the TOML document ----
+
+def _from_document(doc: dict[str, Any], file_name: str) -> ServerConfig:
+    prefix = f"{file_name}: " if file_name else ""
+    try:
+        return _parse_document(doc)
+    except ConfigError as err:
+        raise ConfigError(f"{prefix}{err}") from None
+
+
+def _parse_document(doc: dict[str, Any]) -> ServerConfig:
+    _reject_unknown(doc, _SECTIONS, "top level has")
+    config = ServerConfig()
+
+    server = _table(doc.get("server", {}), "[server]")
+    _reject_unknown(server, _SERVER_KEYS, "[server] has")
+    for key, value in server.items():
+        setattr(config, key, _SERVER_KEYS[key](value, f"[server] {key}"))
+
+    limits = _table(doc.get("limits", {}), "[limits]")
+    _reject_unknown(limits, _LIMIT_KEYS, "[limits] has")
+    for key, value in limits.items():
+        setattr(config.limits, key, _LIMIT_KEYS[key](value, f"[limits] {key}"))
+
+    vhosts = _parse_vhosts(_array_of_tables(doc.get("vhosts", []), "vhosts"))
+    users = _parse_users(_array_of_tables(doc.get("users", []), "users"))
+    permissions = _parse_permissions(_array_of_tables(doc.get("permissions", []), "permissions"))
+
+    config.vhosts = vhosts or [DEFAULT_VHOST]
+    if users:
+        config.users = users
+    config.permissions = permissions
+    if not users and not permissions:
+        # Nothing configured: the development default, guest with full access to every vhost.
+        config.permissions = [
+            PermissionConfig(DEFAULT_USER, v, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS) for v in config.vhosts
+        ]
+    _check_references(config)
+    return config
+
+
+def _reject_unknown(table: Mapping[str, Any], known: Sequence[str] | Mapping[str, Any], where: str) -> None:
+    unknown = [k for k in table if k not in known]
+    if unknown:
+        raise ConfigError(f"{where} unknown key {unknown[0]!r} (known: {', '.join(known)})")
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        _fail(where, "must be a table")
+    return value
+
+
+def _array_of_tables(value: Any, name: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        _fail(f"[[{name}]]", "must be an array of tables")
+    return value
+
+
+def _parse_vhosts(entries: list[dict[str, Any]]) -> list[str]:
+    names: list[str] = []
+    for i, entry in enumerate(entries):
+        where = f"vhosts[{i}]"
+        _reject_unknown(entry, ("name",), f"{where} has")
+        if "name" not in entry:
+            _fail(where, "is missing 'name'")
+        name = _nonempty_string(entry["name"], f"{where} name")
+        if name in names:
+            _fail(where, f"repeats vhost {name!r}")
+        names.append(name)
+    return names
+
+
+_USER_KEYS = ("name", "password_hash", "password", "hashing_algorithm", "tags")
+
+
+def _parse_users(entries: list[dict[str, Any]]) -> list[UserConfig]:
+    users: list[UserConfig] = []
+    for i, entry in enumerate(entries):
+        where = f"users[{i}]"
+        _reject_unknown(entry, _USER_KEYS, f"{where} has")
+        if "name" not in entry:
+            _fail(where, "is missing 'name'")
+        name = _nonempty_string(entry["name"], f"{where} name")
+        where = f"users[{i}] ({name})"
+        if any(u.name == name for u in users):
+            _fail(where, "is defined twice")
+        algorithm = entry.get("hashing_algorithm", HASHING_ALGORITHM)
+        if algorithm != HASHING_ALGORITHM:
+            _fail(f"{where} hashing_algorithm", f"must be {HASHING_ALGORITHM!r}, got {algorithm!r}")
+        if ("password" in entry) == ("password_hash" in entry):
+            _fail(where, "must set exactly one of 'password_hash' or 'password'")
+        if "password" in entry:
+            password_hash = hash_password(_string(entry["password"], f"{where} password"))
+        else:
+            password_hash = _string(entry["password_hash"], f"{where} password_hash")
+            if not is_valid_password_hash(password_hash):
+                _fail(f"{where} password_hash", "is not a rabbit_password_hashing_sha256 hash "
+                      "(base64 of 4 salt bytes + 32 digest bytes)")
+        tags = _tags(entry.get("tags", []), f"{where} tags")
+        users.append(UserConfig(name, password_hash, tags))
+    return users
+
+
+_PERMISSION_KEYS = ("user", "vhost", "configure", "write", "read")
+
+
+def _parse_permissions(entries: list[dict[str, Any]]) -> list[PermissionConfig]:
+    permissions: list[PermissionConfig] = []
+    for i, entry in enumerate(entries):
+        where = f"permissions[{i}]"
+        _reject_unknown(entry, _PERMISSION_KEYS, f"{where} has")
+        missing = [k for k in _PERMISSION_KEYS if k not in entry]
+        if missing:
+            _fail(where, f"is missing {missing[0]!r}")
+        user = _nonempty_string(entry["user"], f"{where} user")
+        vhost = _nonempty_string(entry["vhost"], f"{where} vhost")
+        patterns = [_regex(entry[k], f"{where} {k}") for k in ("configure", "write", "read")]
+        if any(p.user == user and p.vhost == vhost for p in permissions):
+            _fail(where, f"repeats permissions for user {user!r} on vhost {vhost!r}")
+        permissions.append(PermissionConfig(user, vhost, *patterns))
+    return permissions
+
+
+def _check_references(config: ServerConfig) -> None:
+    user_names = {u.name for u in config.users}
+    for i, p in enumerate(config.permissions):
+        if p.user not in user_names:
+            _fail(f"permissions[{i}] user", f"names user {p.user!r} that is not defined in [[users]]")
+        if p.vhost not in config.vhosts:
+            _fail(f"permissions[{i}] vhost", f"names vhost {p.vhost!r} that is not defined in [[vhosts]]")

@@ -1,0 +1,43 @@
+"""Crash-safe whole-file replacement."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that after a crash the file holds
+    either the old or the new content, never a mix.
+
+    The data goes to a temporary file in the same directory (so the rename
+    stays on one file system), is flushed and fsynced, renamed over ``path``,
+    and then the directory is fsynced so the rename itself is durable.
+    The parent directory must exist. New files are created with mode 0600.
+    """
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    if os.name != "posix":  # Windows cannot open a directory to fsync it.
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
