@@ -1,0 +1,259 @@
+"""Handlers for the channel, basic, tx and confirm methods (publish and ack have fast paths in channel.py).
+
+Each handler takes the channel and the decoded pamqp method, replies through the connection,
+and raises AMQPError with RabbitMQ's code and text when it refuses.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from amqp_server import codec, errors
+from amqp_server.errors import AMQPError
+from amqp_server.publisher_confirms import PublisherConfirms
+from amqp_server.reply_to import REPLY_QUEUE
+from queues.consumer import Consumer
+from queues.unacked_store import Unacked
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+
+
+def reply(channel: "Channel", method: Any) -> None:
+    channel.connection.send_method(channel.id, method)
+
+
+def queue_name_or_last(channel: "Channel", name: str) -> str:
+    """An empty queue name means the queue last declared on this channel (AMQP shortcut)."""
+    if name:
+        return name
+    if not channel.last_queue_name:
+        raise AMQPError(errors.NOT_FOUND, "no previously declared queue")
+    return channel.last_queue_name
+
+
+# -- channel class -------------------------------------------------------------------------
+
+
+def channel_flow(channel: "Channel", method: commands.Channel.Flow) -> None:
+    channel.flow_active = bool(method.active)
+    reply(channel, commands.Channel.FlowOk(active=channel.flow_active))
+    if channel.flow_active:
+        channel.dispatch_all()
+
+
+def channel_close(channel: "Channel", method: commands.Channel.Close) -> None:
+    channel.connection.close_channel(channel)
+    reply(channel, commands.Channel.CloseOk())
+
+
+def channel_open(channel: "Channel", method: commands.Channel.Open) -> None:
+    raise AMQPError(errors.CHANNEL_ERROR, "second 'channel.open' seen")
+
+
+# -- basic class ---------------------------------------------------------------------------
+
+
+def basic_qos(channel: "Channel", method: commands.Basic.Qos) -> None:
+    if method.global_:
+        channel.global_prefetch_count = method.prefetch_count
+    else:
+        channel.prefetch_count = method.prefetch_count
+        # RabbitMQ applies a new per-consumer limit only to later consumers; applying it to the
+        # running ones too is what Celery's dynamic prefetch needs (rabbitmq-server#11948).
+        for consumer in channel.consumers.values():
+            consumer.prefetch_count = method.prefetch_count
+    reply(channel, commands.Basic.QosOk())
+    channel.dispatch_all()
+
+
+def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
+    connection = channel.connection
+    tag = method.consumer_tag or _unique_tag(channel)
+    if tag in channel.consumers or tag == channel.reply_consumer_tag:
+        raise AMQPError(errors.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+    if method.queue == REPLY_QUEUE:
+        _consume_replies(channel, method, tag)
+        return
+    queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
+    connection.check_permission("read", "queue", queue.name)
+    if queue.has_exclusive_consumer() or (method.exclusive and queue.consumer_count):
+        raise AMQPError(
+            errors.ACCESS_REFUSED, f"{errors.resource('queue', queue.name, channel.vhost.name)} in exclusive use"
+        )
+    arguments = method.arguments or {}
+    priority = arguments.get("x-priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise AMQPError(
+            errors.PRECONDITION_FAILED, f"invalid arg 'x-priority' for {errors.resource('queue', queue.name, channel.vhost.name)}"
+        )
+    consumer = Consumer(
+        tag,
+        queue,
+        channel,
+        no_ack=method.no_ack,
+        exclusive=method.exclusive,
+        priority=priority,
+        prefetch_count=channel.prefetch_count,
+        arguments=arguments,
+    )
+    channel.consumers[tag] = consumer
+    if not method.nowait:
+        reply(channel, commands.Basic.ConsumeOk(consumer_tag=tag))
+    queue.add_consumer(consumer)
+
+
+def _unique_tag(channel: "Channel") -> str:
+    return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+def _consume_replies(channel: "Channel", method: commands.Basic.Consume, tag: str) -> None:
+    if not method.no_ack:
+        raise AMQPError(errors.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+    if channel.reply_key is not None:
+        raise AMQPError(errors.PRECONDITION_FAILED, "reply consumer already set")
+    channel.reply_key = channel.connection.broker.reply_registry.register(channel)
+    channel.reply_consumer_tag = tag
+    if not method.nowait:
+        reply(channel, commands.Basic.ConsumeOk(consumer_tag=tag))
+
+
+def basic_cancel(channel: "Channel", method: commands.Basic.Cancel) -> None:
+    tag = method.consumer_tag
+    if tag == channel.reply_consumer_tag and channel.reply_key is not None:
+        channel.connection.broker.reply_registry.unregister(channel.reply_key)
+        channel.reply_key = channel.reply_consumer_tag = None
+    consumer = channel.consumers.pop(tag, None)
+    if not method.nowait:
+        reply(channel, commands.Basic.CancelOk(consumer_tag=tag))
+    if consumer is not None:
+        consumer.queue.remove_consumer(consumer)
+
+
+def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
+    connection = channel.connection
+    queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
+    connection.check_permission("read", "queue", queue.name)
+    entry = queue.get(method.no_ack)
+    if entry is None:
+        connection.broker.stats.get_empty += 1
+        reply(channel, commands.Basic.GetEmpty())
+        return
+    tag = channel.next_delivery_tag
+    channel.next_delivery_tag = tag + 1
+    if not method.no_ack:
+        channel.unacked.add(tag, Unacked(entry, queue, None))
+    message = entry.message
+    frames = [
+        connection.method_frame(
+            channel.id,
+            commands.Basic.GetOk(
+                delivery_tag=tag,
+                redelivered=entry.redelivered,
+                exchange=message.exchange,
+                routing_key=message.routing_key,
+                message_count=queue.message_count,
+            ),
+        )
+    ]
+    codec.content_frames(frames, channel.id, message.raw_header, message.body, connection.max_body_frame)
+    connection.send_frames(frames)
+    queue.after_get(entry)
+    connection.broker.stats.get += 1
+
+
+def basic_nack(channel: "Channel", method: commands.Basic.Nack) -> None:
+    channel._settle("nack", method.delivery_tag, method.multiple, method.requeue)
+
+
+def basic_reject(channel: "Channel", method: commands.Basic.Reject) -> None:
+    channel._settle("reject", method.delivery_tag, False, method.requeue)
+
+
+def basic_ack(channel: "Channel", method: commands.Basic.Ack) -> None:
+    channel._settle("ack", method.delivery_tag, method.multiple, False)
+
+
+def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
+    if not method.requeue:
+        raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
+    channel._apply_settlement("nack", channel.unacked.pop_all(), True)
+    reply(channel, commands.Basic.RecoverOk())
+
+
+def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync) -> None:
+    if not method.requeue:
+        raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
+    channel._apply_settlement("nack", channel.unacked.pop_all(), True)
+
+
+# -- confirm and tx ------------------------------------------------------------------------
+
+
+def confirm_select(channel: "Channel", method: commands.Confirm.Select) -> None:
+    if channel.transactional:
+        raise AMQPError(errors.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+    if channel.confirms is None:
+        channel.confirms = PublisherConfirms()
+    if not method.nowait:
+        reply(channel, commands.Confirm.SelectOk())
+
+
+def tx_select(channel: "Channel", method: commands.Tx.Select) -> None:
+    if channel.confirms is not None:
+        raise AMQPError(errors.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+    channel.transactional = True
+    reply(channel, commands.Tx.SelectOk())
+
+
+def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
+    if not channel.transactional:
+        raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
+    publishes, channel.tx_publishes = channel.tx_publishes, []
+    settlements, channel.tx_settlements = channel.tx_settlements, []
+    for exchange, message, mandatory in publishes:
+        channel._route(exchange, message, mandatory)
+    for kind, tag, multiple, requeue in settlements:
+        # Tags were checked when the ack arrived; one settled twice in a tx is settled once.
+        channel._apply_settlement(kind, _take_if_present(channel, tag, multiple), requeue)
+    reply(channel, commands.Tx.CommitOk())
+
+
+def _take_if_present(channel: "Channel", tag: int, multiple: bool) -> list:
+    if multiple:
+        return channel.unacked.pop_up_to(tag)
+    taken = channel.unacked.pop(tag)
+    return [taken] if taken is not None else []
+
+
+def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:
+    if not channel.transactional:
+        raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
+    channel.tx_publishes.clear()
+    channel.tx_settlements.clear()
+    reply(channel, commands.Tx.RollbackOk())
+
+
+METHOD_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {
+    commands.Channel.Open: channel_open,
+    commands.Channel.Flow: channel_flow,
+    commands.Channel.Close: channel_close,
+    commands.Basic.Qos: basic_qos,
+    commands.Basic.Consume: basic_consume,
+    commands.Basic.Cancel: basic_cancel,
+    commands.Basic.Get: basic_get,
+    commands.Basic.Ack: basic_ack,
+    commands.Basic.Nack: basic_nack,
+    commands.Basic.Reject: basic_reject,
+    commands.Basic.Recover: basic_recover,
+    commands.Basic.RecoverAsync: basic_recover_async,
+    commands.Confirm.Select: confirm_select,
+    commands.Tx.Select: tx_select,
+    commands.Tx.Commit: tx_commit,
+    commands.Tx.Rollback: tx_rollback,
+}

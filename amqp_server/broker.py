@@ -1,0 +1,155 @@
+"""The broker: vhosts, users and permissions, connections, and the definitions they persist.
+
+This is the object every connection shares. It holds no socket and no event loop, so unit
+tests build one and drive connections by feeding bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.access_control import AccessControl
+from amqp_server.broker_stats import BrokerStats
+from amqp_server.config import LimitsConfig, ServerConfig
+from amqp_server.reply_to import ReplyRegistry
+from amqp_server.vhost import VirtualHost
+from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
+
+if TYPE_CHECKING:
+    from amqp_server.connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, config: ServerConfig | None = None, store: DefinitionStore | None = None) -> None:
+        config = config or ServerConfig()
+        self.config = config
+        self.limits: LimitsConfig = config.limits
+        self.max_message_size = config.limits.max_message_size
+        self.node_name = f"amqp-server@{socket.gethostname()}"
+        self.cluster_name = self.node_name
+        self.access = AccessControl.from_config(config)
+        self.vhosts: dict[str, VirtualHost] = {}
+        self.connections: set[Connection] = set()
+        self.stats = BrokerStats()
+        self.reply_registry = ReplyRegistry()
+        self.store: DefinitionStore = store or MemoryDefinitionStore()
+        self._restoring = False
+        self._restore(config)
+
+    # -- vhosts ------------------------------------------------------------------------
+
+    def add_vhost(self, name: str) -> VirtualHost:
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = VirtualHost(name, on_durable_change=self.save_definitions)
+            self.save_definitions()
+        return vhost
+
+    def delete_vhost(self, name: str) -> None:
+        vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return
+        for connection in [c for c in self.connections if c.vhost is vhost]:
+            connection.close_by_broker(320, f"vhost '{name}' is deleted")
+        for queue in list(vhost.queues.values()):
+            vhost.delete_queue(queue)
+        self.save_definitions()
+
+    # -- connections -------------------------------------------------------------------
+
+    def connection_opened(self, connection: "Connection") -> None:
+        self.connections.add(connection)
+        self.stats.connections_opened += 1
+
+    def connection_closed(self, connection: "Connection") -> None:
+        if connection in self.connections:
+            self.connections.discard(connection)
+            self.stats.connections_closed += 1
+
+    # -- definitions -------------------------------------------------------------------
+
+    def _restore(self, config: ServerConfig) -> None:
+        """Stored definitions first, then the config file's users, vhosts and permissions on top."""
+        self._restoring = True
+        try:
+            stored = self.store.load()
+            for user in stored.get("users", []):
+                if self.access.user(user["name"]) is None:
+                    tags = user.get("tags") or []
+                    self.access.add_user(user["name"], user["password_hash"], tags)
+            for vhost in stored.get("vhosts", []):
+                self.add_vhost(vhost["name"])
+            for name in config.vhosts:
+                self.add_vhost(name)
+            configured = {(p.user, p.vhost) for p in config.permissions}
+            for permission in stored.get("permissions", []):
+                key = (permission["user"], permission["vhost"])
+                if key not in configured and self.access.user(permission["user"]) and permission["vhost"] in self.vhosts:
+                    self.access.set_permissions(
+                        permission["user"], permission["vhost"],
+                        permission["configure"], permission["write"], permission["read"],
+                    )
+            self._restore_topology(stored)
+        finally:
+            self._restoring = False
+        self.save_definitions()
+
+    def _restore_topology(self, stored: dict[str, Any]) -> None:
+        for exchange in stored.get("exchanges", []):
+            vhost = self.vhosts.get(exchange["vhost"])
+            if vhost is None or exchange["name"] in vhost.exchanges:
+                continue
+            vhost.declare_exchange(
+                exchange["name"], exchange["type"], durable=True,
+                auto_delete=exchange.get("auto_delete", False), internal=exchange.get("internal", False),
+                arguments=exchange.get("arguments") or {},
+            )
+        for queue in stored.get("queues", []):
+            vhost = self.vhosts.get(queue["vhost"])
+            if vhost is None or queue["name"] in vhost.queues:
+                continue
+            vhost.declare_queue(
+                queue["name"], connection=None, durable=True,
+                auto_delete=queue.get("auto_delete", False), arguments=queue.get("arguments") or {},
+            )
+        for binding in stored.get("bindings", []):
+            vhost = self.vhosts.get(binding["vhost"])
+            if vhost is None:
+                continue
+            source = vhost.exchanges.get(binding["source"])
+            pool = vhost.queues if binding["destination_type"] == "queue" else vhost.exchanges
+            destination = pool.get(binding["destination"])
+            if source is None or destination is None:
+                log.warning("dropping stored binding with a missing end: %s", binding)
+                continue
+            vhost.bind(source, destination, binding["routing_key"], binding.get("arguments") or {})
+
+    def definitions(self) -> dict[str, Any]:
+        """Every durable definition in RabbitMQ's export shape."""
+        exported: dict[str, Any] = {
+            "users": [
+                {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": HASHING_ALGORITHM, "tags": list(u.tags)}
+                for u in self.access.users()
+            ],
+            "vhosts": [{"name": name} for name in self.vhosts],
+            "permissions": [
+                {"user": p.user, "vhost": p.vhost, "configure": p.configure, "write": p.write, "read": p.read}
+                for p in self.access.permissions()
+            ],
+            "queues": [],
+            "exchanges": [],
+            "bindings": [],
+        }
+        for vhost in self.vhosts.values():
+            for key, entries in vhost.durable_definitions().items():
+                exported[key].extend(entries)
+        return exported
+
+    def save_definitions(self) -> None:
+        if self._restoring:
+            return
+        self.store.save(self.definitions())

@@ -1,0 +1,409 @@
+"""One AMQP connection as a sans-I/O state machine: `receive_data(bytes)` in, `take_output()` out.
+
+The connection runs the handshake (protocol header, start/start-ok, tune/tune-ok, open),
+multiplexes channels, and turns errors into RabbitMQ's closes: a soft error closes the channel
+it happened on, a hard error the connection. It never touches a socket or a clock: the asyncio
+shell in server.py feeds it bytes, writes what it produces, and handles heartbeat timing.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pamqp import commands
+
+from amqp_server import codec, errors
+from amqp_server.access_control import AuthenticationFailed, User
+from amqp_server.channel import CLOSING as CHANNEL_CLOSING
+from amqp_server.channel import Channel
+from amqp_server.errors import AMQPError
+from amqp_server.vhost import VirtualHost
+from queues.queue import Queue
+
+log = logging.getLogger(__name__)
+
+PRODUCT = "amqp-server"
+VERSION = "0.1.0"
+# What the client may rely on; each is implemented and covered by interop tests.
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+MECHANISMS = "PLAIN AMQPLAIN"
+# AMQP 0-9-1 sets 4096 as the smallest frame_max a peer must accept. RabbitMQ 4.1 raised its
+# minimum to 8192 and broke amqplib < 0.10.7, which asks for 4096; we accept it.
+FRAME_MIN_SIZE = 4096
+
+AWAIT_HEADER = "await-header"
+AWAIT_START_OK = "await-start-ok"
+AWAIT_TUNE_OK = "await-tune-ok"
+AWAIT_OPEN = "await-open"
+OPEN = "open"
+CLOSING = "closing"  # connection.close sent, waiting for close-ok
+CLOSED = "closed"
+
+_CHANNEL_OPEN = 0x0014000A
+_CONNECTION_CLOSE = 0x000A0032
+_CONNECTION_CLOSE_OK = 0x000A0033
+
+
+class Connection:
+    """See the module docstring. `on_output` is called when output becomes available."""
+
+    def __init__(self, broker: Any, peer_host: str = "", peer_port: int = 0, on_output: Callable[[], None] | None = None) -> None:
+        self.broker = broker
+        self.peer = f"{peer_host}:{peer_port}"
+        self.peer_is_loopback = peer_host.startswith("127.") or peer_host in ("::1", "localhost")
+        self.on_output = on_output or (lambda: None)
+        self.state = AWAIT_HEADER
+        limits = broker.limits
+        self.reader = codec.FrameReader(limits.frame_max)
+        self.frame_max = limits.frame_max
+        self.max_body_frame = self.frame_max - codec.FRAME_OVERHEAD
+        self.channel_max = limits.channel_max
+        self.heartbeat = limits.heartbeat
+        self.client_properties: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self.user: User | None = None
+        self.vhost: VirtualHost | None = None
+        self.channels: dict[int, Channel] = {}
+        self.exclusive_queues: list[Queue] = []
+        self.write_paused = False
+        self.close_when_flushed = False  # the shell closes the socket after the next write
+        self._out: list[bytes] = []
+        self._confirm_channels: set[Channel] = set()
+        self._input_broken = False
+
+    @property
+    def name(self) -> str:
+        user = self.user.name if self.user else "?"
+        return f"{self.peer} ({user})"
+
+    # -- bytes in ----------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        if self.state == CLOSED or self._input_broken:
+            return
+        self.reader.feed(data)
+        if self.state == AWAIT_HEADER:
+            header = self.reader.take_protocol_header()
+            if header is None:
+                return
+            if header != codec.PROTOCOL_HEADER:
+                # Spec 4.2.2: answer with the protocol we speak, then close.
+                self._write(codec.PROTOCOL_HEADER)
+                self._finish()
+                return
+            self._send_start()
+        try:
+            for frame_type, channel_id, payload in self.reader.frames():
+                try:
+                    self._handle_frame(frame_type, channel_id, payload)
+                except AMQPError as error:
+                    self._connection_error(error)
+                if self.state == CLOSED:
+                    return
+        except AMQPError as error:  # framing itself is broken: nothing after this can be read
+            self._input_broken = True
+            self._connection_error(error)
+            self._finish()
+
+    def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
+        if self.state == CLOSING:
+            if frame_type == codec.FRAME_METHOD and channel_id == 0:
+                index = codec.method_index(payload)
+                if index == _CONNECTION_CLOSE_OK:
+                    self._finish()
+                elif index == _CONNECTION_CLOSE:
+                    self.send_method(0, commands.Connection.CloseOk())
+                    self._finish()
+            return
+        if frame_type == codec.FRAME_HEARTBEAT:
+            if channel_id != 0:
+                raise AMQPError(errors.UNEXPECTED_FRAME, f"heartbeat frame on channel {channel_id}")
+            return
+        if frame_type not in (codec.FRAME_METHOD, codec.FRAME_HEADER, codec.FRAME_BODY):
+            raise AMQPError(errors.FRAME_ERROR, f"unknown frame type {frame_type}")
+        if channel_id == 0:
+            if frame_type != codec.FRAME_METHOD:
+                raise AMQPError(errors.UNEXPECTED_FRAME, f"content frame of type {frame_type} on channel 0")
+            self._handle_connection_method(payload)
+            return
+        if self.state != OPEN:
+            raise AMQPError(errors.CHANNEL_ERROR, f"channel {channel_id} used before connection.open")
+        channel = self.channels.get(channel_id)
+        if channel is None:
+            if frame_type == codec.FRAME_METHOD and codec.method_index(payload) == _CHANNEL_OPEN:
+                self._open_channel(channel_id)
+                return
+            raise AMQPError(errors.CHANNEL_ERROR, "expected 'channel.open'")
+        try:
+            if frame_type == codec.FRAME_METHOD:
+                channel.handle_method(payload)
+            elif frame_type == codec.FRAME_HEADER:
+                channel.handle_header(payload)
+            else:
+                channel.handle_body(payload)
+        except AMQPError as error:
+            if error.is_hard:
+                raise
+            self._channel_error(channel, error)
+
+    # -- connection class --------------------------------------------------------------
+
+    def _send_start(self) -> None:
+        self.send_method(
+            0,
+            commands.Connection.Start(
+                version_major=0,
+                version_minor=9,
+                server_properties={
+                    "product": PRODUCT,
+                    "version": VERSION,
+                    "platform": f"Python {sys.version.split()[0]}",
+                    "copyright": "The amqp-server authors",
+                    "information": "Licensed under the Apache License 2.0",
+                    "cluster_name": self.broker.cluster_name,
+                    "capabilities": dict(CAPABILITIES),
+                },
+                mechanisms=MECHANISMS,
+                locales="en_US",
+            ),
+        )
+        self.state = AWAIT_START_OK
+
+    def _handle_connection_method(self, payload: bytes) -> None:
+        try:
+            method = codec.decode_method(payload)
+        except KeyError:
+            index = codec.method_index(payload)
+            raise AMQPError(errors.COMMAND_INVALID, "unknown method", index >> 16, index & 0xFFFF) from None
+        expected = {
+            AWAIT_START_OK: commands.Connection.StartOk,
+            AWAIT_TUNE_OK: commands.Connection.TuneOk,
+            AWAIT_OPEN: commands.Connection.Open,
+        }.get(self.state)
+        if expected is not None and not isinstance(method, expected):
+            raise AMQPError(errors.COMMAND_INVALID, f"expected '{expected.name.lower()}'")
+        if isinstance(method, commands.Connection.StartOk):
+            self._on_start_ok(method)
+        elif isinstance(method, commands.Connection.TuneOk):
+            self._on_tune_ok(method)
+        elif isinstance(method, commands.Connection.Open):
+            self._on_open(method)
+        elif isinstance(method, commands.Connection.Close):
+            log.info("closing AMQP connection %s: client requested close", self.name)
+            self._release()
+            self.send_method(0, commands.Connection.CloseOk())
+            self._finish()
+        elif isinstance(method, commands.Connection.CloseOk):
+            self._finish()
+        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
+            pass  # a client telling us it is blocked has no effect on a broker
+        else:
+            raise AMQPError(errors.COMMAND_INVALID, f"{method.name} not allowed", *_ids(method))
+
+    def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
+        self.client_properties = method.client_properties or {}
+        capabilities = self.client_properties.get("capabilities")
+        self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+        try:
+            self.user = self.broker.access.authenticate(method.mechanism, method.response, self.peer_is_loopback)
+        except AuthenticationFailed as failure:
+            log.warning("login refused for connection %s: %s", self.peer, failure.reason)
+            if self.client_capabilities.get("authentication_failure_close"):
+                code = errors.COMMAND_INVALID if failure.reply_text.startswith("COMMAND_INVALID") else errors.ACCESS_REFUSED
+                self.send_method(0, commands.Connection.Close(code, failure.reply_text, 10, 11))
+                self.state = CLOSING
+                self.close_when_flushed = True
+            else:
+                self._finish()
+            return
+        self.send_method(
+            0,
+            commands.Connection.Tune(channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat),
+        )
+        self.state = AWAIT_TUNE_OK
+
+    def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
+        frame_max = method.frame_max or self.frame_max
+        if frame_max < FRAME_MIN_SIZE:
+            raise AMQPError(errors.NOT_ALLOWED, f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size", 10, 31)
+        if frame_max > self.frame_max:
+            raise AMQPError(errors.NOT_ALLOWED, f"frame_max={frame_max} > {self.frame_max} max size", 10, 31)
+        channel_max = method.channel_max or self.channel_max
+        if channel_max > self.channel_max:
+            raise AMQPError(
+                errors.NOT_ALLOWED, f"channel_max={channel_max} > {self.channel_max} max size", 10, 31
+            )
+        self.frame_max = frame_max
+        self.max_body_frame = frame_max - codec.FRAME_OVERHEAD
+        self.reader.max_frame_size = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = method.heartbeat
+        self.state = AWAIT_OPEN
+
+    def _on_open(self, method: commands.Connection.Open) -> None:
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        if vhost is None:
+            raise AMQPError(errors.NOT_ALLOWED, f"vhost {method.virtual_host} not found", 10, 40)
+        if not self.broker.access.can_access_vhost(self.user, vhost.name):
+            raise AMQPError(
+                errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{self.user.name}'", 10, 40
+            )
+        self.vhost = vhost
+        self.state = OPEN
+        self.broker.connection_opened(self)
+        log.info(
+            "connection %s: user '%s' authenticated and granted access to vhost '%s' (client %s)",
+            self.peer, self.user.name, vhost.name, self.client_properties.get("product", "unknown"),
+        )
+        self.send_method(0, commands.Connection.OpenOk())
+
+    # -- channels ----------------------------------------------------------------------
+
+    def _open_channel(self, channel_id: int) -> None:
+        if channel_id > self.channel_max:
+            raise AMQPError(
+                errors.NOT_ALLOWED,
+                f"number of channels opened ({len(self.channels)}) has reached the negotiated "
+                f"channel_max ({self.channel_max})",
+                20,
+                10,
+            )
+        channel = Channel(self, channel_id)
+        self.channels[channel_id] = channel
+        self.broker.stats.channels_opened += 1
+        self.send_method(channel_id, commands.Channel.OpenOk())
+
+    def close_channel(self, channel: Channel) -> None:
+        """The client closed the channel (channel.close): release it at once."""
+        self.channels.pop(channel.id, None)
+        self._confirm_channels.discard(channel)
+        channel.release()
+        self.broker.stats.channels_closed += 1
+
+    def channel_finished(self, channel: Channel) -> None:
+        """close-ok arrived for a channel we closed: its number may be reused."""
+        self.channels.pop(channel.id, None)
+
+    def _channel_error(self, channel: Channel, error: AMQPError) -> None:
+        log.warning("channel error on connection %s, channel %d: %s", self.name, channel.id, error.reply_text)
+        self._confirm_channels.discard(channel)
+        if channel.confirms is not None and channel.confirms.has_pending:
+            channel.flush_confirms()
+        channel.release()
+        channel.state = CHANNEL_CLOSING
+        self.broker.stats.channels_closed += 1
+        self.send_method(
+            channel.id, commands.Channel.Close(error.code, error.reply_text, error.class_id, error.method_id)
+        )
+
+    def check_permission(self, kind: str, resource_kind: str, name: str) -> None:
+        """403 unless the user may `kind` (configure/write/read) the named resource."""
+        if not self.broker.access.is_permitted(self.user, self.vhost.name, kind, name):
+            raise errors.access_refused(resource_kind, name, self.vhost.name, self.user.name)
+
+    # -- bytes out ---------------------------------------------------------------------
+
+    def method_frame(self, channel_id: int, method: Any) -> bytes:
+        return codec.method_frame(channel_id, method)
+
+    def send_method(self, channel_id: int, method: Any) -> None:
+        self._write(codec.method_frame(channel_id, method))
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        if not self._out:
+            self.on_output()
+        self._out.extend(frames)
+
+    def _write(self, data: bytes) -> None:
+        if not self._out:
+            self.on_output()
+        self._out.append(data)
+
+    def confirms_pending(self, channel: Channel) -> None:
+        """`channel` has publisher confirms to send; they go out with the next write."""
+        if not self._confirm_channels:
+            self.on_output()
+        self._confirm_channels.add(channel)
+
+    def take_output(self) -> bytes:
+        """Everything to write now (confirms collected since the last call included)."""
+        if self._confirm_channels:
+            for channel in self._confirm_channels:
+                channel.flush_confirms()
+            self._confirm_channels.clear()
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out.clear()
+        return data
+
+    def resume_deliveries(self) -> None:
+        """The socket drained: consumers on this connection may receive again."""
+        self.write_paused = False
+        for channel in list(self.channels.values()):
+            channel.dispatch_all()
+
+    # -- closing -----------------------------------------------------------------------
+
+    def _connection_error(self, error: AMQPError) -> None:
+        if self.state in (CLOSING, CLOSED):
+            return
+        log.warning("closing AMQP connection %s: %s", self.name, error.reply_text)
+        self._release()
+        self.send_method(0, commands.Connection.Close(error.code, error.reply_text, error.class_id, error.method_id))
+        self.state = CLOSING
+
+    def close_by_broker(self, code: int, text: str) -> None:
+        """Close from the broker side (shutdown, management request)."""
+        self._connection_error(AMQPError(code, text))
+
+    def heartbeat_missed(self) -> None:
+        log.warning("closing AMQP connection %s: missed heartbeats from client, timeout: %ds", self.name, self.heartbeat)
+        self._release()
+        self._finish()
+
+    def transport_closed(self) -> None:
+        """The socket is gone (client vanished or we closed it)."""
+        if self.state not in (CLOSED, CLOSING) and self.state != AWAIT_HEADER:
+            log.info("connection %s closed by peer without connection.close", self.name)
+        self._release()
+        self.state = CLOSED
+
+    def _finish(self) -> None:
+        self.state = CLOSED
+        self.close_when_flushed = True
+        self.on_output()
+
+    def _release(self) -> None:
+        """Give back everything this connection held: channels, consumers, exclusive queues."""
+        channels = list(self.channels.values())
+        self.channels.clear()
+        self._confirm_channels.clear()
+        for channel in channels:
+            if channel.state != CHANNEL_CLOSING:
+                channel.release()
+                self.broker.stats.channels_closed += 1
+        for queue in self.exclusive_queues:
+            queue_vhost = self.broker.vhosts.get(queue.vhost)
+            if queue_vhost is not None:
+                queue_vhost.delete_queue(queue)
+        self.exclusive_queues.clear()
+        if self.vhost is not None:
+            self.broker.connection_closed(self)
+            self.vhost = None
+
+
+def _ids(method: Any) -> tuple[int, int]:
+    return method.index >> 16, method.index & 0xFFFF

@@ -1,0 +1,177 @@
+"""Handlers for the exchange and queue classes: declare, delete, bind, unbind, purge.
+
+Permissions follow RabbitMQ: configure on the declared or deleted resource; for bindings,
+write on the destination and read on the source exchange; read to purge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from amqp_server import errors
+from amqp_server.basic_methods import queue_name_or_last, reply
+from amqp_server.errors import AMQPError
+from amqp_server.vhost import generate_queue_name
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+
+MAX_NAME_LENGTH = 255
+
+
+def exchange_declare(channel: "Channel", method: commands.Exchange.Declare) -> None:
+    name = method.exchange
+    if not method.passive:
+        channel.connection.check_permission("configure", "exchange", name or "amq.default")
+    channel.vhost.declare_exchange(
+        name,
+        method.exchange_type,
+        passive=method.passive,
+        durable=method.durable,
+        auto_delete=method.auto_delete,
+        internal=method.internal,
+        arguments=method.arguments,
+    )
+    if not method.nowait:
+        reply(channel, commands.Exchange.DeclareOk())
+
+
+def exchange_delete(channel: "Channel", method: commands.Exchange.Delete) -> None:
+    channel.connection.check_permission("configure", "exchange", method.exchange or "amq.default")
+    channel.vhost.delete_exchange(method.exchange, method.if_unused)
+    if not method.nowait:
+        reply(channel, commands.Exchange.DeleteOk())
+
+
+def exchange_bind(channel: "Channel", method: commands.Exchange.Bind) -> None:
+    _exchange_binding(channel, method, bind=True)
+    if not method.nowait:
+        reply(channel, commands.Exchange.BindOk())
+
+
+def exchange_unbind(channel: "Channel", method: commands.Exchange.Unbind) -> None:
+    _exchange_binding(channel, method, bind=False)
+    if not method.nowait:
+        reply(channel, commands.Exchange.UnbindOk())
+
+
+def _exchange_binding(channel: "Channel", method: Any, bind: bool) -> None:
+    connection = channel.connection
+    vhost = channel.vhost
+    connection.check_permission("write", "exchange", method.destination or "amq.default")
+    connection.check_permission("read", "exchange", method.source or "amq.default")
+    if not bind and (method.destination not in vhost.exchanges or method.source not in vhost.exchanges):
+        return  # unbinding something that is not there is not an error
+    destination = vhost.exchange(method.destination)
+    source = vhost.exchange(method.source)
+    if destination is vhost.default_exchange:
+        raise errors.default_exchange_refused()
+    (vhost.bind if bind else vhost.unbind)(source, destination, method.routing_key, method.arguments or {})
+
+
+def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
+    connection = channel.connection
+    name = method.queue
+    if not name and method.passive:
+        name = queue_name_or_last(channel, name)
+    server_named = not name
+    if server_named:
+        name = generate_queue_name()
+    if len(name.encode()) > MAX_NAME_LENGTH:
+        raise AMQPError(errors.PRECONDITION_FAILED, "queue name too long")
+    if not method.passive:
+        connection.check_permission("configure", "queue", name)
+    queue, created = channel.vhost.declare_queue(
+        name,
+        connection=connection,
+        passive=method.passive,
+        durable=method.durable,
+        exclusive=method.exclusive,
+        auto_delete=method.auto_delete,
+        arguments=method.arguments,
+        server_named=server_named,
+    )
+    if created:
+        connection.broker.stats.queues_created += 1
+        if queue.exclusive:
+            connection.exclusive_queues.append(queue)
+    connection.broker.stats.queues_declared += 1
+    channel.last_queue_name = queue.name
+    if not method.nowait:
+        reply(
+            channel,
+            commands.Queue.DeclareOk(
+                queue=queue.name, message_count=queue.message_count, consumer_count=queue.consumer_count
+            ),
+        )
+
+
+def queue_bind(channel: "Channel", method: commands.Queue.Bind) -> None:
+    _queue_binding(channel, method, bind=True)
+    if not method.nowait:
+        reply(channel, commands.Queue.BindOk())
+
+
+def queue_unbind(channel: "Channel", method: commands.Queue.Unbind) -> None:
+    _queue_binding(channel, method, bind=False)
+    reply(channel, commands.Queue.UnbindOk())
+
+
+def _queue_binding(channel: "Channel", method: Any, bind: bool) -> None:
+    connection = channel.connection
+    vhost = channel.vhost
+    queue_name = queue_name_or_last(channel, method.queue)
+    # An empty routing key with an empty queue name means the last declared queue's name.
+    routing_key = method.routing_key or (channel.last_queue_name if not method.queue else "")
+    connection.check_permission("write", "queue", queue_name)
+    connection.check_permission("read", "exchange", method.exchange or "amq.default")
+    if not bind and (queue_name not in vhost.queues or method.exchange not in vhost.exchanges):
+        return
+    queue = vhost.queue(queue_name, connection)
+    exchange = vhost.exchange(method.exchange)
+    (vhost.bind if bind else vhost.unbind)(exchange, queue, routing_key, method.arguments or {})
+
+
+def queue_purge(channel: "Channel", method: commands.Queue.Purge) -> None:
+    connection = channel.connection
+    queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
+    connection.check_permission("read", "queue", queue.name)
+    count = queue.purge()
+    if not method.nowait:
+        reply(channel, commands.Queue.PurgeOk(message_count=count))
+
+
+def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
+    connection = channel.connection
+    vhost = channel.vhost
+    name = queue_name_or_last(channel, method.queue)
+    connection.check_permission("configure", "queue", name)
+    queue = vhost.queues.get(name)
+    count = 0
+    if queue is not None:
+        vhost.queue(name, connection)  # 405 if another connection owns it
+        if method.if_unused and queue.consumer_count:
+            raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} in use")
+        if method.if_empty and queue.message_count:
+            raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} not empty")
+        count = queue.message_count
+        vhost.delete_queue(queue)
+        connection.broker.stats.queues_deleted += 1
+    if not method.nowait:
+        reply(channel, commands.Queue.DeleteOk(message_count=count))
+
+
+DECLARATION_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {
+    commands.Exchange.Declare: exchange_declare,
+    commands.Exchange.Delete: exchange_delete,
+    commands.Exchange.Bind: exchange_bind,
+    commands.Exchange.Unbind: exchange_unbind,
+    commands.Queue.Declare: queue_declare,
+    commands.Queue.Bind: queue_bind,
+    commands.Queue.Unbind: queue_unbind,
+    commands.Queue.Purge: queue_purge,
+    commands.Queue.Delete: queue_delete,
+}

@@ -1,0 +1,147 @@
+"""AMQP errors as RabbitMQ reports them: a reply code, its name, and the text clients grep for.
+
+A soft error (3xx/4xx) closes only the channel it happened on; a hard error (5xx) closes the
+whole connection. Client code matches on these exact strings (for example
+"NOT_FOUND - no queue 'q' in vhost '/'"), so every text here is copied from RabbitMQ.
+"""
+
+from __future__ import annotations
+
+REPLY_SUCCESS = 200
+CONTENT_TOO_LARGE = 311
+NO_ROUTE = 312
+NO_CONSUMERS = 313
+CONNECTION_FORCED = 320
+INVALID_PATH = 402
+ACCESS_REFUSED = 403
+NOT_FOUND = 404
+RESOURCE_LOCKED = 405
+PRECONDITION_FAILED = 406
+FRAME_ERROR = 501
+SYNTAX_ERROR = 502
+COMMAND_INVALID = 503
+CHANNEL_ERROR = 504
+UNEXPECTED_FRAME = 505
+RESOURCE_ERROR = 506
+NOT_ALLOWED = 530
+NOT_IMPLEMENTED = 540
+INTERNAL_ERROR = 541
+
+REPLY_NAMES = {
+    CONTENT_TOO_LARGE: "CONTENT_TOO_LARGE",
+    NO_ROUTE: "NO_ROUTE",
+    NO_CONSUMERS: "NO_CONSUMERS",
+    CONNECTION_FORCED: "CONNECTION_FORCED",
+    INVALID_PATH: "INVALID_PATH",
+    ACCESS_REFUSED: "ACCESS_REFUSED",
+    NOT_FOUND: "NOT_FOUND",
+    RESOURCE_LOCKED: "RESOURCE_LOCKED",
+    PRECONDITION_FAILED: "PRECONDITION_FAILED",
+    FRAME_ERROR: "FRAME_ERROR",
+    SYNTAX_ERROR: "SYNTAX_ERROR",
+    COMMAND_INVALID: "COMMAND_INVALID",
+    CHANNEL_ERROR: "CHANNEL_ERROR",
+    UNEXPECTED_FRAME: "UNEXPECTED_FRAME",
+    RESOURCE_ERROR: "RESOURCE_ERROR",
+    NOT_ALLOWED: "NOT_ALLOWED",
+    NOT_IMPLEMENTED: "NOT_IMPLEMENTED",
+    INTERNAL_ERROR: "INTERNAL_ERROR",
+}
+
+HARD_ERRORS = frozenset(
+    {
+        CONNECTION_FORCED, INVALID_PATH, FRAME_ERROR, SYNTAX_ERROR, COMMAND_INVALID,
+        CHANNEL_ERROR, UNEXPECTED_FRAME, RESOURCE_ERROR, NOT_ALLOWED, NOT_IMPLEMENTED,
+        INTERNAL_ERROR,
+    }
+)
+
+
+class AMQPError(Exception):
+    """A protocol error with RabbitMQ's reply code and text.
+
+    `class_id`/`method_id` name the method that caused it (0 when no method did).
+    Whether the channel or the connection closes follows from the code.
+    """
+
+    def __init__(self, code: int, explanation: str, class_id: int = 0, method_id: int = 0) -> None:
+        super().__init__(explanation)
+        self.code = code
+        self.explanation = explanation
+        self.class_id = class_id
+        self.method_id = method_id
+
+    @property
+    def reply_text(self) -> str:
+        return f"{REPLY_NAMES[self.code]} - {self.explanation}"
+
+    @property
+    def is_hard(self) -> bool:
+        return self.code in HARD_ERRORS
+
+    def __str__(self) -> str:
+        return self.reply_text
+
+
+def resource(kind: str, name: str, vhost: str) -> str:
+    """RabbitMQ's way of naming a resource in error texts: "queue 'q' in vhost '/'"."""
+    return f"{kind} '{name}' in vhost '{vhost}'"
+
+
+def not_found(kind: str, name: str, vhost: str) -> AMQPError:
+    return AMQPError(NOT_FOUND, f"no {resource(kind, name, vhost)}")
+
+
+def access_refused(kind: str, name: str, vhost: str, user: str) -> AMQPError:
+    return AMQPError(ACCESS_REFUSED, f"access to {resource(kind, name, vhost)} refused for user '{user}'")
+
+
+def resource_locked(queue: str, vhost: str) -> AMQPError:
+    return AMQPError(
+        RESOURCE_LOCKED,
+        f"cannot obtain exclusive access to locked {resource('queue', queue, vhost)}. It could be "
+        "originally declared on another connection or the exclusive property value does not match "
+        "that of the original declaration.",
+    )
+
+
+def reserved_prefix(kind: str, name: str) -> AMQPError:
+    return AMQPError(ACCESS_REFUSED, f"{kind} name '{name}' contains reserved prefix 'amq.*'")
+
+
+def default_exchange_refused() -> AMQPError:
+    return AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+
+
+def amqp_type_name(value: object) -> str:
+    """The AMQP field type RabbitMQ names in inequivalent-argument errors."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, (str, bytes)):
+        return "longstr"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+def describe_argument(value: object) -> str:
+    if value is None:
+        return "none"
+    shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if isinstance(shown, bool):
+        shown = str(shown).lower()
+    return f"the value '{shown}' of type '{amqp_type_name(value)}'"
+
+
+def inequivalent(field: str, kind: str, name: str, vhost: str, received: str, current: str) -> AMQPError:
+    return AMQPError(
+        PRECONDITION_FAILED,
+        f"inequivalent arg '{field}' for {resource(kind, name, vhost)}: "
+        f"received {received} but current is {current}",
+    )

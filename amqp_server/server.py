@@ -1,0 +1,203 @@
+"""The asyncio shell around the sans-I/O connections: sockets, write batching, heartbeats, signals.
+
+Each socket gets an `AMQPProtocol` that feeds bytes to its `Connection` and writes what the
+connection produces at most once per event-loop iteration, so everything produced while
+handling a batch of input (deliveries to many consumers, confirms) leaves in one write.
+One ticker task checks heartbeats and close deadlines for all connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+
+from amqp_server.broker import Broker
+from amqp_server.config import ServerConfig
+from amqp_server.connection import AWAIT_HEADER, CLOSED, CLOSING, OPEN, Connection
+from amqp_server.errors import CONNECTION_FORCED
+from amqp_server import codec
+from persistence.definitions import FileDefinitionStore
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.25
+# RabbitMQ's handshake_timeout: a client must finish the handshake in 10 s.
+HANDSHAKE_TIMEOUT_S = 10.0
+# How long we wait for close-ok after sending connection.close before dropping the socket.
+CLOSE_OK_TIMEOUT_S = 3.0
+# Pause deliveries to a consumer whose socket buffer holds more than this.
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+
+class AMQPProtocol(asyncio.Protocol):
+    def __init__(self, broker: Broker, registry: set["AMQPProtocol"]) -> None:
+        self.broker = broker
+        self.registry = registry
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.connection: Connection | None = None
+        self._flush_scheduled = False
+        now = time.monotonic()
+        self.started_at = now
+        self.last_read = now
+        self.last_write = now
+        self.closing_since: float | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername") or ("", 0)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush)
+        self.registry.add(self)
+        log.debug("accepting AMQP connection %s", self.connection.peer)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        self.connection.receive_data(data)
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        data = self.connection.take_output()
+        if data:
+            transport.write(data)
+            self.last_write = time.monotonic()
+        if self.connection.close_when_flushed:
+            transport.close()
+
+    def pause_writing(self) -> None:
+        self.connection.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.connection.resume_deliveries()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.registry.discard(self)
+        self.connection.transport_closed()
+        self.transport = None
+
+    def tick(self, now: float) -> None:
+        """Heartbeats, handshake timeout and close-ok timeout for this connection."""
+        connection = self.connection
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        state = connection.state
+        if state == CLOSING:
+            if self.closing_since is None:
+                self.closing_since = now
+            elif now - self.closing_since > CLOSE_OK_TIMEOUT_S:
+                transport.close()
+            return
+        if state == CLOSED:
+            transport.close()
+            return
+        if state != OPEN:
+            if now - self.started_at > HANDSHAKE_TIMEOUT_S:
+                log.warning("closing connection %s: handshake timeout", connection.peer)
+                transport.close()
+            return
+        heartbeat = connection.heartbeat
+        if not heartbeat:
+            return
+        if now - self.last_read > 2 * heartbeat:
+            connection.heartbeat_missed()
+            self._flush()
+            transport.close()
+        elif now - self.last_write >= heartbeat / 2:
+            transport.write(codec.HEARTBEAT_FRAME)
+            self.last_write = now
+
+
+class AMQPServer:
+    """Listens, accepts, and runs the ticker; `stop()` closes every connection politely."""
+
+    def __init__(self, broker: Broker, host: str, port: int) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.protocols: set[AMQPProtocol] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._ticker: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: AMQPProtocol(self.broker, self.protocols), self.host, self.port, reuse_address=True, backlog=1024
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ticker = asyncio.create_task(self._tick_forever())
+        log.info("AMQP listener started on %s:%d", self.host, self.port)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            now = time.monotonic()
+            for protocol in list(self.protocols):
+                try:
+                    protocol.tick(now)
+                except Exception:  # one broken connection must not stop heartbeats for the rest
+                    log.exception("heartbeat check failed for a connection")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for protocol in list(self.protocols):
+            connection = protocol.connection
+            if connection.state not in (CLOSED, CLOSING, AWAIT_HEADER):
+                connection.close_by_broker(CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'")
+            protocol._flush()
+            if protocol.transport is not None:
+                protocol.transport.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+    """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives)."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    broker = Broker(config, FileDefinitionStore(config.data_dir))
+    server = AMQPServer(broker, config.host, config.port)
+    await server.start()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, stop.set)
+        except (NotImplementedError, RuntimeError):  # not on the main thread
+            pass
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    log.info("stopping: closing %d connections", len(server.protocols))
+    await server.stop()
+
+
+def run_server(config: ServerConfig) -> int:
+    """Run the broker in this process until SIGINT/SIGTERM; returns the exit code."""
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    log.info("starting amqp-server (data dir %s, event loop %s)", config.data_dir, "uvloop" if uvloop else "asyncio")
+    if uvloop is not None:
+        uvloop.run(serve(config))
+    else:
+        asyncio.run(serve(config))
+    log.info("stopped")
+    return 0

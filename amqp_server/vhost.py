@@ -1,0 +1,393 @@
+"""A virtual host: its exchanges, queues and bindings, and routing across them.
+
+Every declare, delete and bind goes through here, so the RabbitMQ rules (reserved names,
+equivalence, exclusivity, auto-delete) live in one place. Permissions are the channel's job:
+this module knows nothing about users.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable, Collection
+from typing import Any
+
+from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
+from exchanges.exchange import Exchange
+from queues.message import Message
+from queues.queue import Queue
+
+from amqp_server import errors
+from amqp_server.errors import AMQPError
+
+DEFAULT_EXCHANGE = ""
+# Predeclared in every vhost, as RabbitMQ does (rabbit_vhost.erl).
+STANDARD_EXCHANGES = (
+    ("amq.direct", "direct", False),
+    ("amq.fanout", "fanout", False),
+    ("amq.topic", "topic", False),
+    ("amq.headers", "headers", False),
+    ("amq.match", "headers", False),
+    ("amq.rabbitmq.trace", "topic", True),
+)
+# Queue arguments that must match on redeclaration (rabbit_amqqueue:declare_args()).
+EQUIVALENT_QUEUE_ARGUMENTS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+)
+EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange",)
+SUPPORTED_QUEUE_TYPES = ("classic", "quorum")
+
+
+def flag(value: bool) -> str:
+    return "'true'" if value else "'false'"
+
+
+def generate_queue_name() -> str:
+    """A server-named queue: "amq.gen-" and 22 URL-safe characters, as RabbitMQ names them."""
+    return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+class VirtualHost:
+    """The exchanges, queues and bindings of one vhost.
+
+    `on_durable_change` is called after any change to durable definitions, so the broker can
+    save them through its definition store.
+    """
+
+    def __init__(self, name: str, on_durable_change: Callable[[], None] | None = None) -> None:
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        self.on_durable_change = on_durable_change or (lambda: None)
+        # destination (queue or exchange) -> {source exchange: number of bindings}, for cleanup on delete.
+        self._bound_to: dict[object, dict[Exchange, int]] = {}
+        self.default_exchange = create_exchange("direct", DEFAULT_EXCHANGE, durable=True)
+        self.exchanges[DEFAULT_EXCHANGE] = self.default_exchange
+        for exchange_name, type_name, internal in STANDARD_EXCHANGES:
+            self.exchanges[exchange_name] = create_exchange(
+                type_name, exchange_name, durable=True, internal=internal
+            )
+
+    # -- lookups -----------------------------------------------------------------------
+
+    def exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise errors.not_found("exchange", name, self.name)
+        return exchange
+
+    def queue(self, name: str, connection: object | None = None) -> Queue:
+        """The queue named `name`; 404 if missing, 405 if another connection owns it exclusively."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise errors.not_found("queue", name, self.name)
+        if connection is not None and queue.exclusive_owner not in (None, connection):
+            raise errors.resource_locked(name, self.name)
+        return queue
+
+    # -- exchanges ---------------------------------------------------------------------
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> Exchange:
+        if name == DEFAULT_EXCHANGE:
+            raise errors.default_exchange_refused()
+        if passive:
+            return self.exchange(name)
+        if name.startswith("amq."):
+            raise errors.reserved_prefix("exchange", name)
+        arguments = arguments or {}
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            self._check_exchange_equivalence(existing, type_name, durable, auto_delete, internal, arguments)
+            return existing
+        try:
+            exchange = create_exchange(
+                type_name, name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
+            )
+        except UnknownExchangeType:
+            raise AMQPError(errors.COMMAND_INVALID, f"unknown exchange type '{type_name}'") from None
+        self.exchanges[name] = exchange
+        if durable:
+            self.on_durable_change()
+        return exchange
+
+    def _check_exchange_equivalence(
+        self, existing: Exchange, type_name: str, durable: bool, auto_delete: bool, internal: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        def refuse(field: str, received: str, current: str) -> AMQPError:
+            return errors.inequivalent(field, "exchange", existing.name, self.name, received, current)
+
+        if existing.type_name != type_name:
+            raise refuse("type", f"'{type_name}'", f"'{existing.type_name}'")
+        if existing.durable != durable:
+            raise refuse("durable", flag(durable), flag(existing.durable))
+        if existing.auto_delete != auto_delete:
+            raise refuse("auto_delete", flag(auto_delete), flag(existing.auto_delete))
+        if existing.internal != internal:
+            raise refuse("internal", flag(internal), flag(existing.internal))
+        self._check_arguments("exchange", existing.name, existing.arguments, arguments, EQUIVALENT_EXCHANGE_ARGUMENTS)
+
+    def _check_arguments(
+        self, kind: str, name: str, current: dict[str, Any], received: dict[str, Any], keys: Collection[str]
+    ) -> None:
+        for key in keys:
+            have, want = current.get(key), received.get(key)
+            if have != want:
+                raise errors.inequivalent(
+                    key, kind, name, self.name, errors.describe_argument(want), errors.describe_argument(have)
+                )
+
+    def delete_exchange(self, name: str, if_unused: bool = False) -> None:
+        if name == DEFAULT_EXCHANGE:
+            raise errors.default_exchange_refused()
+        if name.startswith("amq."):
+            raise errors.reserved_prefix("exchange", name)
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and exchange.binding_count():
+            raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('exchange', name, self.name)} in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        for destination, _key, _args in exchange.bindings():
+            self._bound_to.get(destination, {}).pop(exchange, None)
+        # Bindings where this exchange is the destination go too.
+        for source in self._bound_to.pop(exchange, {}):
+            source.unbind_destination(exchange)
+            self._maybe_auto_delete_exchange(source)
+        if exchange.durable:
+            self.on_durable_change()
+
+    # -- queues ------------------------------------------------------------------------
+
+    def declare_queue(
+        self,
+        name: str,
+        *,
+        connection: object,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        server_named: bool = False,
+    ) -> tuple[Queue, bool]:
+        """Declare (or check) a queue; returns the queue and whether it was created."""
+        if passive:
+            return self.queue(name, connection), False
+        arguments = arguments or {}
+        if name.startswith("amq.") and not server_named:
+            raise errors.reserved_prefix("queue", name)
+        existing = self.queues.get(name)
+        if existing is not None:
+            if existing.exclusive_owner not in (None, connection) or existing.exclusive != exclusive:
+                raise errors.resource_locked(name, self.name)
+            self._check_queue_equivalence(existing, durable, auto_delete, arguments)
+            return existing, False
+        self._validate_queue_arguments(name, arguments)
+        queue = Queue(
+            name,
+            self.name,
+            durable=durable,
+            exclusive_owner=connection if exclusive else None,
+            auto_delete=auto_delete,
+            arguments=arguments,
+        )
+        queue.on_unused = self.delete_queue
+        self.queues[name] = queue
+        if durable:
+            self.on_durable_change()
+        return queue, True
+
+    def _check_queue_equivalence(
+        self, existing: Queue, durable: bool, auto_delete: bool, arguments: dict[str, Any]
+    ) -> None:
+        if existing.durable != durable:
+            raise errors.inequivalent(
+                "durable", "queue", existing.name, self.name, flag(durable), flag(existing.durable)
+            )
+        if existing.auto_delete != auto_delete:
+            raise errors.inequivalent(
+                "auto_delete", "queue", existing.name, self.name, flag(auto_delete), flag(existing.auto_delete)
+            )
+        self._check_arguments("queue", existing.name, existing.arguments, arguments, EQUIVALENT_QUEUE_ARGUMENTS)
+
+    def _validate_queue_arguments(self, name: str, arguments: dict[str, Any]) -> None:
+        queue_type = arguments.get("x-queue-type")
+        if isinstance(queue_type, bytes):
+            queue_type = queue_type.decode()
+        if queue_type is not None and queue_type not in SUPPORTED_QUEUE_TYPES:
+            raise AMQPError(
+                errors.PRECONDITION_FAILED,
+                f"invalid arg 'x-queue-type' for {errors.resource('queue', name, self.name)}: "
+                f"{{unsupported_queue_type,<<\"{queue_type}\">>}}",
+            )
+
+    def delete_queue(self, queue: Queue) -> None:
+        """Remove a queue, its bindings and its consumers (who are told by their channels)."""
+        if self.queues.get(queue.name) is not queue:
+            return
+        del self.queues[queue.name]
+        for consumer in queue.delete():
+            consumer.sink.consumer_cancelled(consumer)
+        for source in self._bound_to.pop(queue, {}):
+            source.unbind_destination(queue)
+            self._maybe_auto_delete_exchange(source)
+        if queue.durable:
+            self.on_durable_change()
+
+    # -- bindings ----------------------------------------------------------------------
+
+    def bind(self, source: Exchange, destination: Queue | Exchange, routing_key: str, arguments: dict[str, Any]) -> None:
+        if source is self.default_exchange:
+            raise errors.default_exchange_refused()
+        try:
+            created = source.bind(destination, routing_key, arguments)
+        except InvalidBindingArguments as error:
+            raise AMQPError(errors.PRECONDITION_FAILED, str(error)) from None
+        if created:
+            sources = self._bound_to.setdefault(destination, {})
+            sources[source] = sources.get(source, 0) + 1
+            if source.durable and destination.durable:
+                self.on_durable_change()
+
+    def unbind(self, source: Exchange, destination: Queue | Exchange, routing_key: str, arguments: dict[str, Any]) -> None:
+        if source is self.default_exchange:
+            raise errors.default_exchange_refused()
+        if not source.unbind(destination, routing_key, arguments):
+            return
+        self._forget_binding(destination, source)
+        if source.durable and destination.durable:
+            self.on_durable_change()
+        self._maybe_auto_delete_exchange(source)
+
+    def _forget_binding(self, destination: object, source: Exchange) -> None:
+        sources = self._bound_to.get(destination)
+        if sources is None or source not in sources:
+            return
+        sources[source] -= 1
+        if not sources[source]:
+            del sources[source]
+            if not sources:
+                del self._bound_to[destination]
+
+    def _maybe_auto_delete_exchange(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and not exchange.binding_count() and self.exchanges.get(exchange.name) is exchange:
+            self._remove_exchange(exchange)
+
+    def bindings(self) -> list[tuple[Exchange, Queue | Exchange, str, dict[str, Any]]]:
+        """Every explicit binding (the default exchange's implicit ones are not listed)."""
+        return [
+            (exchange, destination, key, args)
+            for exchange in self.exchanges.values()
+            if exchange is not self.default_exchange
+            for destination, key, args in exchange.bindings()
+        ]
+
+    # -- routing -----------------------------------------------------------------------
+
+    def route(self, exchange: Exchange, message: Message, routing_keys: Collection[str] | None = None) -> Collection[Queue]:
+        """The queues a message published to `exchange` reaches.
+
+        Follows exchange-to-exchange bindings and alternate exchanges (each exchange whose own
+        bindings match nothing hands the message to its alternate exchange), visiting each
+        exchange once. `routing_keys` replaces the message's key (sender-selected CC/BCC).
+        """
+        if routing_keys is None:
+            if exchange is self.default_exchange:
+                queue = self.queues.get(message.routing_key)
+                return (queue,) if queue is not None else ()
+            routing_keys = (message.routing_key,)
+        found: dict[Queue, None] = {}
+        self._route_into(exchange, message, routing_keys, found, set())
+        return found.keys()
+
+    def _route_into(
+        self, exchange: Exchange, message: Message, keys: Collection[str], found: dict[Queue, None], visited: set[Exchange]
+    ) -> None:
+        visited.add(exchange)
+        matched = False
+        if exchange is self.default_exchange:
+            for key in keys:
+                queue = self.queues.get(key)
+                if queue is not None:
+                    found[queue] = None
+                    matched = True
+        else:
+            headers = message.headers if exchange.needs_headers else None
+            for key in keys:
+                for destination in exchange.route(key, headers):
+                    matched = True
+                    if isinstance(destination, Queue):
+                        found[destination] = None
+                    elif destination not in visited:
+                        self._route_into(destination, message, keys, found, visited)
+        if not matched and exchange.alternate_exchange is not None:
+            alternate = self.exchanges.get(exchange.alternate_exchange)
+            if alternate is not None and alternate not in visited:
+                self._route_into(alternate, message, keys, found, visited)
+
+    # -- definitions -------------------------------------------------------------------
+
+    def durable_definitions(self) -> dict[str, list[dict[str, Any]]]:
+        """Durable exchanges, queues and bindings in RabbitMQ's definitions-export shape."""
+        exchanges = [
+            {
+                "name": exchange.name,
+                "vhost": self.name,
+                "type": exchange.type_name,
+                "durable": True,
+                "auto_delete": exchange.auto_delete,
+                "internal": exchange.internal,
+                "arguments": exchange.arguments,
+            }
+            for exchange in self.exchanges.values()
+            if exchange.durable and exchange.name and not exchange.name.startswith("amq.")
+        ]
+        queues = [
+            {
+                "name": queue.name,
+                "vhost": self.name,
+                "durable": True,
+                "auto_delete": queue.auto_delete,
+                "arguments": queue.arguments,
+            }
+            for queue in self.queues.values()
+            if queue.durable and not queue.exclusive
+        ]
+        bindings = [
+            {
+                "source": source.name,
+                "vhost": self.name,
+                "destination": destination.name,
+                "destination_type": "queue" if isinstance(destination, Queue) else "exchange",
+                "routing_key": key,
+                "arguments": args,
+            }
+            for source, destination, key, args in self.bindings()
+            if source.durable and destination.durable
+        ]
+        return {"exchanges": exchanges, "queues": queues, "bindings": bindings}

@@ -1,0 +1,59 @@
+"""A consumer: one basic.consume on one queue, with its own prefetch limit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from queues.queue import Queue
+    from queues.queue_entry import QueueEntry
+
+
+class DeliverySink(Protocol):
+    """What a consumer delivers into (a channel); the queue never sees the network."""
+
+    def can_deliver(self) -> bool:
+        """False while the channel is at its global prefetch, flow-stopped, or its socket is full."""
+
+    def deliver(self, consumer: "Consumer", entry: "QueueEntry") -> None:
+        """Send the message to the client and track it as unacked unless no_ack."""
+
+    def consumer_cancelled(self, consumer: "Consumer") -> None:
+        """The broker cancelled this consumer (its queue was deleted)."""
+
+
+class Consumer:
+    """A subscription of one channel to one queue.
+
+    `prefetch_count` is the per-consumer limit (basic.qos global=false, 0 = none); `unacked`
+    counts its deliveries not yet acked. Both limits apply at once with the channel's global one.
+    """
+
+    __slots__ = ("tag", "queue", "sink", "no_ack", "exclusive", "priority", "prefetch_count", "unacked", "arguments")
+
+    def __init__(
+        self,
+        tag: str,
+        queue: "Queue",
+        sink: DeliverySink,
+        *,
+        no_ack: bool,
+        exclusive: bool = False,
+        priority: int = 0,
+        prefetch_count: int = 0,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.tag = tag
+        self.queue = queue
+        self.sink = sink
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.priority = priority
+        self.prefetch_count = prefetch_count
+        self.unacked = 0
+        self.arguments = arguments or {}
+
+    def has_capacity(self) -> bool:
+        if not self.no_ack and self.prefetch_count and self.unacked >= self.prefetch_count:
+            return False
+        return self.sink.can_deliver()

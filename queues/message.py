@@ -1,0 +1,137 @@
+"""A published message, kept as the raw bytes that arrived.
+
+The content header (class, weight, body size, property flags and property list) and the body
+stay exactly as the publisher sent them and go out to consumers unchanged. Properties are
+decoded only when a feature needs a field, and then once per message, not once per queue.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any
+
+from pamqp import commands
+
+BasicProperties = commands.Basic.Properties
+
+# Property flag bits of class basic, in the order of the AMQP 0-9-1 spec.
+FLAG_CONTENT_TYPE = 1 << 15
+FLAG_CONTENT_ENCODING = 1 << 14
+FLAG_HEADERS = 1 << 13
+FLAG_DELIVERY_MODE = 1 << 12
+FLAG_PRIORITY = 1 << 11
+FLAG_CORRELATION_ID = 1 << 10
+FLAG_REPLY_TO = 1 << 9
+FLAG_EXPIRATION = 1 << 8
+FLAG_MESSAGE_ID = 1 << 7
+FLAG_TIMESTAMP = 1 << 6
+FLAG_TYPE = 1 << 5
+FLAG_USER_ID = 1 << 4
+FLAG_APP_ID = 1 << 3
+
+_header_prefix = struct.Struct(">HHQ")
+_flags = struct.Struct(">H")
+CONTENT_HEADER_PREFIX_SIZE = _header_prefix.size  # class, weight, body size
+
+
+class Message:
+    """One published message: routing information, raw content header, body.
+
+    One instance is shared by every queue the message is routed to, so it must not hold
+    per-queue state (see QueueEntry for that).
+    """
+
+    __slots__ = (
+        "exchange",
+        "routing_key",
+        "raw_header",
+        "body",
+        "published_at",
+        "_routing_raw",
+        "_properties",
+    )
+
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        raw_header: bytes,
+        body: bytes,
+        routing_raw: bytes | None = None,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.raw_header = raw_header
+        self.body = body
+        self.published_at = time.time()
+        self._routing_raw = routing_raw
+        self._properties: BasicProperties | None = None
+
+    @property
+    def body_size(self) -> int:
+        return len(self.body)
+
+    @property
+    def property_flags(self) -> int:
+        return _flags.unpack_from(self.raw_header, CONTENT_HEADER_PREFIX_SIZE)[0]
+
+    @property
+    def routing_raw(self) -> bytes:
+        """Exchange and routing key as two AMQP short strings, as basic.deliver carries them."""
+        if self._routing_raw is None:
+            exchange = self.exchange.encode()
+            key = self.routing_key.encode()
+            self._routing_raw = bytes((len(exchange),)) + exchange + bytes((len(key),)) + key
+        return self._routing_raw
+
+    @property
+    def properties(self) -> BasicProperties:
+        """The decoded basic properties (decoded on first use, then cached)."""
+        if self._properties is None:
+            self._properties = decode_properties(self.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
+        return self._properties
+
+    @property
+    def headers(self) -> dict[str, Any] | None:
+        if not self.property_flags & FLAG_HEADERS:
+            return None
+        return self.properties.headers
+
+    @property
+    def is_persistent(self) -> bool:
+        if not self.property_flags & FLAG_DELIVERY_MODE:
+            return False
+        return self.properties.delivery_mode == 2
+
+    def with_properties(self, properties: BasicProperties, routing_key: str | None = None) -> "Message":
+        """A copy of this message with other properties (and optionally another routing key)."""
+        raw_properties = properties.marshal()
+        raw_header = _header_prefix.pack(60, 0, len(self.body)) + raw_properties
+        copy = Message(
+            self.exchange,
+            self.routing_key if routing_key is None else routing_key,
+            raw_header,
+            self.body,
+        )
+        copy.published_at = self.published_at
+        copy._properties = decode_properties(raw_properties)
+        return copy
+
+
+def decode_properties(raw: bytes) -> BasicProperties:
+    """Decode a property-flags + property-list block with pamqp."""
+    flags = 0
+    offset = 0
+    word_index = 0
+    while True:
+        word = _flags.unpack_from(raw, offset)[0]
+        offset += 2
+        flags |= word << (word_index * 16)
+        if not word & 1:
+            break
+        word_index += 1
+    properties = BasicProperties()
+    properties.unmarshal(flags, raw[offset:])
+    return properties
+

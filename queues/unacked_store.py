@@ -1,0 +1,68 @@
+"""A channel's deliveries that await an ack, by delivery tag."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from queues.consumer import Consumer
+    from queues.queue import Queue
+    from queues.queue_entry import QueueEntry
+
+
+class Unacked(NamedTuple):
+    entry: "QueueEntry"
+    queue: "Queue"
+    consumer: "Consumer | None"  # None for basic.get
+
+
+class UnackedStore:
+    """Delivery tag -> unacked delivery, oldest first.
+
+    Tags only grow, so an OrderedDict keeps them sorted and `multiple` acks pop from the front
+    in O(1) per message.
+    """
+
+    __slots__ = ("_by_tag",)
+
+    def __init__(self) -> None:
+        self._by_tag: OrderedDict[int, Unacked] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_tag)
+
+    def __contains__(self, tag: int) -> bool:
+        return tag in self._by_tag
+
+    def add(self, tag: int, unacked: Unacked) -> None:
+        self._by_tag[tag] = unacked
+
+    def pop(self, tag: int) -> Unacked | None:
+        return self._by_tag.pop(tag, None)
+
+    def pop_up_to(self, tag: int) -> list[Unacked]:
+        """Remove and return every delivery with a tag <= `tag` (tag 0: all of them)."""
+        by_tag = self._by_tag
+        if tag == 0:
+            return self.pop_all()
+        taken = []
+        while by_tag:
+            first = next(iter(by_tag))
+            if first > tag:
+                break
+            taken.append(by_tag.popitem(last=False)[1])
+        return taken
+
+    def has_tag_above(self, tag: int) -> bool:
+        return bool(self._by_tag) and next(reversed(self._by_tag)) > tag
+
+    def pop_all(self) -> list[Unacked]:
+        taken = list(self._by_tag.values())
+        self._by_tag.clear()
+        return taken
+
+    def pop_consumer(self, consumer: "Consumer") -> list[Unacked]:
+        """Remove the deliveries of one consumer (a server-side consumer cancel)."""
+        tags = [tag for tag, unacked in self._by_tag.items() if unacked.consumer is consumer]
+        return [self._by_tag.pop(tag) for tag in tags]
