@@ -60,6 +60,8 @@ def channel_open(channel: "Channel", method: commands.Channel.Open) -> None:
 
 
 def basic_qos(channel: "Channel", method: commands.Basic.Qos) -> None:
+    if method.prefetch_size:
+        raise AMQPError(errors.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
     if method.global_:
         channel.global_prefetch_count = method.prefetch_count
     else:

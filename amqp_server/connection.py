@@ -222,7 +222,7 @@ class Connection:
             log.warning("login refused for connection %s: %s", self.peer, failure.reason)
             if self.client_capabilities.get("authentication_failure_close"):
                 code = errors.COMMAND_INVALID if failure.reply_text.startswith("COMMAND_INVALID") else errors.ACCESS_REFUSED
-                self.send_method(0, commands.Connection.Close(code, failure.reply_text, 10, 11))
+                self.send_method(0, commands.Connection.Close(code, failure.reply_text, 0, 0))
                 self.state = CLOSING
                 self.close_when_flushed = True
             else:

@@ -145,3 +145,18 @@ def inequivalent(field: str, kind: str, name: str, vhost: str, received: str, cu
         f"inequivalent arg '{field}' for {resource(kind, name, vhost)}: "
         f"received {received} but current is {current}",
     )
+
+
+def inequivalent_argument(key: str, kind: str, name: str, vhost: str, received: object, current: object) -> AMQPError:
+    """406 for an x-argument that differs on redeclaration, worded as RabbitMQ 3.x words it."""
+    if received is not None and current is not None:
+        return inequivalent(key, kind, name, vhost, f"'{_plain(received)}'", f"'{_plain(current)}'")
+    return inequivalent(key, kind, name, vhost, describe_argument(received), describe_argument(current))
+
+
+def _plain(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

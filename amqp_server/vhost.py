@@ -113,13 +113,13 @@ class VirtualHost:
             raise errors.default_exchange_refused()
         if passive:
             return self.exchange(name)
-        if name.startswith("amq."):
-            raise errors.reserved_prefix("exchange", name)
         arguments = arguments or {}
         existing = self.exchanges.get(name)
         if existing is not None:
             self._check_exchange_equivalence(existing, type_name, durable, auto_delete, internal, arguments)
             return existing
+        if name.startswith("amq."):
+            raise errors.reserved_prefix("exchange", name)
         try:
             exchange = create_exchange(
                 type_name, name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
@@ -154,15 +154,15 @@ class VirtualHost:
         for key in keys:
             have, want = current.get(key), received.get(key)
             if have != want:
-                raise errors.inequivalent(
-                    key, kind, name, self.name, errors.describe_argument(want), errors.describe_argument(have)
-                )
+                raise errors.inequivalent_argument(key, kind, name, self.name, want, have)
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
         if name == DEFAULT_EXCHANGE:
             raise errors.default_exchange_refused()
-        if name.startswith("amq."):
-            raise errors.reserved_prefix("exchange", name)
+        if name.startswith("amq.") and name in self.exchanges:
+            raise AMQPError(
+                errors.ACCESS_REFUSED, f"deletion of system {errors.resource('exchange', name, self.name)} not allowed"
+            )
         exchange = self.exchanges.get(name)
         if exchange is None:
             return
