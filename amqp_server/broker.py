@@ -15,6 +15,7 @@ from amqp_server.broker_stats import BrokerStats
 from amqp_server.config import LimitsConfig, ServerConfig
 from amqp_server.reply_to import ReplyRegistry
 from amqp_server.vhost import VirtualHost
+from queues.timers import Timers
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class Broker:
         self.connections: set[Connection] = set()
         self.stats = BrokerStats()
         self.reply_registry = ReplyRegistry()
+        self.timers = Timers()
         self.store: DefinitionStore = store or MemoryDefinitionStore()
         self._restoring = False
         self._restore(config)
@@ -45,7 +47,7 @@ class Broker:
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, on_durable_change=self.save_definitions)
+            vhost = self.vhosts[name] = VirtualHost(name, on_durable_change=self.save_definitions, timers=self.timers)
             self.save_definitions()
         return vhost
 

@@ -227,6 +227,7 @@ class Channel:
         broker = self.connection.broker
         confirms = self.confirms
         seq = confirms.take_seq() if confirms is not None else 0
+        accepted = True
         if exchange is self.vhost.default_exchange and is_reply_key(message.routing_key):
             delivered = broker.reply_registry.deliver(message)
             queues: Any = ()
@@ -237,7 +238,8 @@ class Channel:
             queues = self.vhost.route(exchange, message, routing_keys)
             delivered = False
             for queue in queues:
-                queue.publish(message)
+                if not queue.publish(message):
+                    accepted = False  # a queue at its length limit with x-overflow reject-publish
                 delivered = True
         if delivered:
             broker.stats.routed += 1
@@ -247,7 +249,7 @@ class Channel:
         else:
             broker.stats.dropped += 1
         if confirms is not None:
-            confirms.resolve(seq)
+            confirms.resolve(seq, accepted)
             self.connection.confirms_pending(self)
 
     def _send_return(self, message: Message) -> None:

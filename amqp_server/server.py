@@ -20,6 +20,7 @@ from amqp_server.connection import AWAIT_HEADER, CLOSED, CLOSING, OPEN, Connecti
 from amqp_server.errors import CONNECTION_FORCED
 from amqp_server import codec
 from persistence.definitions import FileDefinitionStore
+from queues.timers import Timers
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class AMQPServer:
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.create_task(self._tick_forever())
+        self._timer_driver = asyncio.create_task(drive_timers(self.broker.timers))
         log.info("AMQP listener started on %s:%d", self.host, self.port)
 
     async def _tick_forever(self) -> None:
@@ -157,6 +159,7 @@ class AMQPServer:
             self._server.close()
         if self._ticker is not None:
             self._ticker.cancel()
+            self._timer_driver.cancel()
         for protocol in list(self.protocols):
             connection = protocol.connection
             if connection.state not in (CLOSED, CLOSING, AWAIT_HEADER):
@@ -166,6 +169,25 @@ class AMQPServer:
                 protocol.transport.close()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+async def drive_timers(timers: Timers) -> None:
+    """The one task that services every delay in the broker (see queues.timers)."""
+    wake = asyncio.Event()
+    timers.on_earlier_deadline = lambda when: wake.set()
+    while True:
+        deadline = timers.next_deadline()
+        if deadline is None:
+            await wake.wait()
+        else:
+            delay = deadline - time.time()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(wake.wait(), delay)
+                except TimeoutError:
+                    pass
+        wake.clear()
+        timers.run_due()
 
 
 async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.exchange import Exchange
+from queues import dead_letter
+from queues.arguments import InvalidArgument
 from queues.message import Message
 from queues.queue import Queue
+from queues.queue_entry import QueueEntry
+from queues.timers import Timers
 
 from amqp_server import errors
 from amqp_server.errors import AMQPError
@@ -46,7 +51,6 @@ EQUIVALENT_QUEUE_ARGUMENTS = (
     "x-delivery-limit",
 )
 EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange",)
-SUPPORTED_QUEUE_TYPES = ("classic", "quorum")
 
 
 def flag(value: bool) -> str:
@@ -65,8 +69,11 @@ class VirtualHost:
     save them through its definition store.
     """
 
-    def __init__(self, name: str, on_durable_change: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, name: str, on_durable_change: Callable[[], None] | None = None, timers: Timers | None = None
+    ) -> None:
         self.name = name
+        self.timers = timers if timers is not None else Timers()
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.on_durable_change = on_durable_change or (lambda: None)
@@ -206,17 +213,26 @@ class VirtualHost:
             if existing.exclusive_owner not in (None, connection) or existing.exclusive != exclusive:
                 raise errors.resource_locked(name, self.name)
             self._check_queue_equivalence(existing, durable, auto_delete, arguments)
+            existing.touch()
             return existing, False
-        self._validate_queue_arguments(name, arguments)
-        queue = Queue(
-            name,
-            self.name,
-            durable=durable,
-            exclusive_owner=connection if exclusive else None,
-            auto_delete=auto_delete,
-            arguments=arguments,
-        )
+        try:
+            queue = Queue(
+                name,
+                self.name,
+                durable=durable,
+                exclusive_owner=connection if exclusive else None,
+                auto_delete=auto_delete,
+                arguments=arguments,
+                timers=self.timers,
+                dead_letterer=self.dead_letter,
+            )
+        except InvalidArgument as error:
+            raise AMQPError(
+                errors.PRECONDITION_FAILED,
+                f"invalid arg '{error.key}' for {errors.resource('queue', name, self.name)}: {error.reason}",
+            ) from None
         queue.on_unused = self.delete_queue
+        queue.on_unused_expired = self.delete_queue
         self.queues[name] = queue
         if durable:
             self.on_durable_change()
@@ -234,17 +250,6 @@ class VirtualHost:
                 "auto_delete", "queue", existing.name, self.name, flag(auto_delete), flag(existing.auto_delete)
             )
         self._check_arguments("queue", existing.name, existing.arguments, arguments, EQUIVALENT_QUEUE_ARGUMENTS)
-
-    def _validate_queue_arguments(self, name: str, arguments: dict[str, Any]) -> None:
-        queue_type = arguments.get("x-queue-type")
-        if isinstance(queue_type, bytes):
-            queue_type = queue_type.decode()
-        if queue_type is not None and queue_type not in SUPPORTED_QUEUE_TYPES:
-            raise AMQPError(
-                errors.PRECONDITION_FAILED,
-                f"invalid arg 'x-queue-type' for {errors.resource('queue', name, self.name)}: "
-                f"{{unsupported_queue_type,<<\"{queue_type}\">>}}",
-            )
 
     def delete_queue(self, queue: Queue) -> None:
         """Remove a queue, its bindings and its consumers (who are told by their channels)."""
@@ -349,6 +354,28 @@ class VirtualHost:
             alternate = self.exchanges.get(exchange.alternate_exchange)
             if alternate is not None and alternate not in visited:
                 self._route_into(alternate, message, keys, found, visited)
+
+    def dead_letter(self, queue: Queue, entries: list[QueueEntry], reason: str) -> None:
+        """Republish messages that left `queue` for `reason` to its dead-letter exchange.
+
+        A missing dead-letter exchange drops them, as in RabbitMQ; so does a cycle (see
+        queues.dead_letter.is_cycle).
+        """
+        settings = queue.settings
+        exchange = self.exchanges.get(settings.dead_letter_exchange or "")
+        if exchange is None:
+            return
+        now = time.time()
+        for entry in entries:
+            message = dead_letter.dead_lettered(entry.message, queue.name, reason, now)
+            keys = (
+                (settings.dead_letter_routing_key,)
+                if settings.dead_letter_routing_key is not None
+                else tuple(dead_letter.routing_keys_of(entry.message))
+            )
+            for target in self.route(exchange, message, keys):
+                if not dead_letter.is_cycle(message, target.name):
+                    target.publish(message)
 
     # -- definitions -------------------------------------------------------------------
 

@@ -8,14 +8,22 @@ priority, until messages or room run out. No task or future is created per messa
 
 from __future__ import annotations
 
+import heapq
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from queues import dead_letter
+from queues.arguments import QueueArguments
 from queues.consumer import Consumer
-from queues.message import Message
-from queues.queue_entry import QueueEntry
+from queues.message import FLAG_EXPIRATION, Message
+from queues.queue_entry import GONE, READY, QueueEntry
 from queues.ready_messages import ReadyMessages
+from queues.timers import Timer, Timers
+
+# Called to dead-letter entries that left `queue` for `reason` (set by the vhost, which routes).
+DeadLetterer = Callable[["Queue", list[QueueEntry], str], None]
 
 
 class QueueStats:
@@ -49,24 +57,37 @@ class Queue:
         exclusive_owner: object | None = None,
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
+        timers: Timers | None = None,
+        dead_letterer: DeadLetterer | None = None,
     ) -> None:
+        """Raises queues.arguments.InvalidArgument for x-arguments RabbitMQ would refuse."""
         self.name = name
         self.vhost = vhost
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
+        self.settings = QueueArguments.parse(self.arguments)
+        self.timers = timers if timers is not None else Timers()
+        self.dead_letterer = dead_letterer
         self.ready = ReadyMessages()
         self.unacked_count = 0
         self.stats = QueueStats()
         self.deleted = False
         # Called with the queue when an auto-delete queue loses its last consumer.
         self.on_unused: Callable[[Queue], None] | None = None
+        # Called with the queue when its x-expires time passes without use.
+        self.on_unused_expired: Callable[[Queue], None] | None = None
         self._next_seq = 1
         self._groups: list[tuple[int, deque[Consumer]]] = []
         self._consumer_count = 0
         self._had_consumers = False
         self._dispatching = False
+        # (expires_at, seq, entry) of ready messages that can expire; one timer for the earliest.
+        self._expiry_heap: list[tuple[float, int, QueueEntry]] = []
+        self._expiry_timer: Timer | None = None
+        self._unused_timer: Timer | None = None
+        self.touch()
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} vhost={self.vhost!r}>"
@@ -89,14 +110,105 @@ class Queue:
 
     # -- messages in -------------------------------------------------------------------
 
-    def publish(self, message: Message) -> None:
-        """Enqueue a routed message and deliver it if a consumer has room."""
-        entry = QueueEntry(message, self._next_seq)
+    def publish(self, message: Message) -> bool:
+        """Enqueue a routed message and deliver it if a consumer has room.
+
+        Returns False when the queue refused it (x-overflow reject-publish at its length
+        limit): the publisher then gets a basic.nack.
+        """
+        settings = self.settings
+        limited = settings.max_length is not None or settings.max_length_bytes is not None
+        if limited and settings.overflow != "drop-head" and self._over_limit(1, len(message.body)):
+            if settings.overflow == "reject-publish-dlx":
+                self._dead_letter([QueueEntry(message, 0)], dead_letter.MAXLEN)
+            return False
+        expires_at = self._expiry_of(message)
+        entry = QueueEntry(message, self._next_seq, expires_at)
         self._next_seq += 1
         self.ready.append(entry)
         self.stats.published += 1
+        if expires_at:
+            self._track_expiry(entry)
         if self._consumer_count:
-            self.dispatch()
+            # Judge expiry at publish time: a TTL of 0 still reaches a consumer that has room.
+            self.dispatch(message.published_at)
+        if limited:
+            self._drop_head_over_limit()
+        return True
+
+    # -- length limits -----------------------------------------------------------------
+
+    def _over_limit(self, extra_messages: int, extra_bytes: int) -> bool:
+        settings = self.settings
+        if settings.max_length is not None and len(self.ready) + extra_messages > settings.max_length:
+            return True
+        limit = settings.max_length_bytes
+        return limit is not None and self.ready.bytes + extra_bytes > limit
+
+    def _drop_head_over_limit(self) -> None:
+        dropped = []
+        while self.ready and self._over_limit(0, 0):
+            entry = self.ready.pop()
+            entry.state = GONE
+            dropped.append(entry)
+        self._dead_letter(dropped, dead_letter.MAXLEN)
+
+    # -- expiry ------------------------------------------------------------------------
+
+    def _expiry_of(self, message: Message) -> float:
+        ttl_ms = self.settings.message_ttl_ms
+        if message.property_flags & FLAG_EXPIRATION:
+            try:
+                per_message = int(message.properties.expiration)
+            except (TypeError, ValueError):
+                per_message = None
+            if per_message is not None and (ttl_ms is None or per_message < ttl_ms):
+                ttl_ms = per_message
+        if ttl_ms is None:
+            return 0.0
+        return message.published_at + ttl_ms / 1000.0
+
+    def _track_expiry(self, entry: QueueEntry) -> None:
+        heap = self._expiry_heap
+        heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
+        if heap[0][2] is entry:
+            if self._expiry_timer is not None:
+                self._expiry_timer.cancel()
+            self._expiry_timer = self.timers.call_at(entry.expires_at, self.expire_due)
+
+    def expire_due(self, now: float | None = None) -> int:
+        """Remove (or dead-letter) every ready message whose TTL has passed; returns how many."""
+        now = time.time() if now is None else now
+        heap = self._expiry_heap
+        expired = []
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)[2]
+            if entry.state == READY:
+                self.ready.remove(entry)
+                expired.append(entry)
+        self._expiry_timer = None
+        if heap and not self.deleted:
+            self._expiry_timer = self.timers.call_at(heap[0][0], self.expire_due)
+        self._dead_letter(expired, dead_letter.EXPIRED)
+        return len(expired)
+
+    def _pop_live(self, now: float) -> QueueEntry | None:
+        """Pop the next ready message, expiring any at the head whose time has come."""
+        ready = self.ready
+        while ready:
+            entry = ready.pop()
+            if entry.expires_at and entry.expires_at < now:
+                entry.state = GONE
+                self._dead_letter([entry], dead_letter.EXPIRED)
+                continue
+            return entry
+        return None
+
+    # -- dead-lettering ----------------------------------------------------------------
+
+    def _dead_letter(self, entries: list[QueueEntry], reason: str) -> None:
+        if entries and self.dead_letterer is not None and self.settings.dead_letter_exchange is not None:
+            self.dead_letterer(self, entries, reason)
 
     # -- consumers ---------------------------------------------------------------------
 
@@ -122,28 +234,40 @@ class Queue:
                 break
         else:
             return
+        if not self._consumer_count:
+            self.touch()
         if self.auto_delete and self._had_consumers and not self._consumer_count and self.on_unused:
             self.on_unused(self)
 
     def has_exclusive_consumer(self) -> bool:
         return any(consumer.exclusive for consumer in self.consumers())
 
-    def dispatch(self) -> None:
-        """Deliver ready messages to consumers with room, in fair (round-robin) order."""
+    def dispatch(self, now: float | None = None) -> None:
+        """Deliver ready messages to consumers with room, in fair (round-robin) order.
+
+        Messages whose TTL passed before `now` (default: the current time) are expired instead.
+        """
         if self._dispatching or self.deleted:
             return
         self._dispatching = True
         try:
             ready = self.ready
             stats = self.stats
+            if self._expiry_heap:
+                now = time.time() if now is None else now
+            else:
+                now = 0.0
             while ready:
                 consumer = self._next_consumer()
                 if consumer is None:
                     return
-                entry = ready.pop()
+                entry = self._pop_live(now) if now else ready.pop()
+                if entry is None:
+                    return
                 if entry.delivery_count:
                     stats.redelivered += 1
                 if consumer.no_ack:
+                    entry.state = GONE
                     stats.delivered_no_ack += 1
                 else:
                     consumer.unacked += 1
@@ -153,6 +277,11 @@ class Queue:
                 entry.delivery_count += 1
         finally:
             self._dispatching = False
+        # (expires_at, seq, entry) of ready messages that can expire; one timer for the earliest.
+        self._expiry_heap: list[tuple[float, int, QueueEntry]] = []
+        self._expiry_timer: Timer | None = None
+        self._unused_timer: Timer | None = None
+        self.touch()
 
     def _next_consumer(self) -> Consumer | None:
         for _priority, group in self._groups:
@@ -167,14 +296,17 @@ class Queue:
 
     def get(self, no_ack: bool) -> QueueEntry | None:
         """basic.get: the next ready message, or None."""
-        if not self.ready:
+        self.touch()
+        entry = self._pop_live(time.time()) if self.ready else None
+        if entry is None:
             self.stats.get_empty += 1
             return None
-        entry = self.ready.pop()
         self.stats.get += 1
         if entry.delivery_count:
             self.stats.redelivered += 1
-        if not no_ack:
+        if no_ack:
+            entry.state = GONE
+        else:
             self.unacked_count += 1
         return entry
 
@@ -186,6 +318,7 @@ class Queue:
     def settle(self, entry: QueueEntry, consumer: Consumer | None) -> None:
         """An unacked delivery is done with (acked, or rejected without requeue)."""
         self.unacked_count -= 1
+        entry.state = GONE
         if consumer is not None:
             consumer.unacked -= 1
 
@@ -194,8 +327,9 @@ class Queue:
         self.stats.acked += 1
 
     def reject(self, entry: QueueEntry, consumer: Consumer | None) -> None:
-        """Rejected without requeue: the message leaves the queue."""
+        """Rejected without requeue: the message leaves the queue (to its dead-letter exchange)."""
         self.settle(entry, consumer)
+        self._dead_letter([entry], dead_letter.REJECTED)
 
     def requeue(self, entries: Iterable[tuple[QueueEntry, Consumer | None]]) -> None:
         """Put unacked deliveries back at their original positions, then dispatch."""
@@ -205,15 +339,40 @@ class Queue:
                 self.ready.put_back(entry)
         self.dispatch()
 
+    # -- queue expiry (x-expires) ------------------------------------------------------
+
+    def touch(self) -> None:
+        """The queue was used (declared, consumed from, polled): restart its x-expires clock."""
+        expires_ms = self.settings.expires_ms
+        if expires_ms is None or self.deleted:
+            return
+        if self._unused_timer is not None:
+            self._unused_timer.cancel()
+        self._unused_timer = self.timers.call_later(expires_ms / 1000.0, self._expire_if_unused)
+
+    def _expire_if_unused(self) -> None:
+        self._unused_timer = None
+        if self.deleted:
+            return
+        if self._consumer_count:
+            return  # consumers keep it alive; removing the last one restarts the clock
+        if self.on_unused_expired is not None:
+            self.on_unused_expired(self)
+
     # -- administration ----------------------------------------------------------------
 
     def purge(self) -> int:
         """Drop every ready message; return how many there were."""
+        self._expiry_heap.clear()
         return len(self.ready.clear())
 
     def delete(self) -> list[Consumer]:
         """Mark deleted and return the consumers that must be told (basic.cancel)."""
         self.deleted = True
+        for timer in (self._expiry_timer, self._unused_timer):
+            if timer is not None:
+                timer.cancel()
+        self._expiry_heap.clear()
         consumers = self.consumers()
         self._groups.clear()
         self._consumer_count = 0

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 from queues.message import Message
 
+READY = 0
+UNACKED = 1
+GONE = 2  # acked, dropped, expired or dead-lettered
+
 
 class QueueEntry:
     """A message as one queue holds it.
 
     `seq` is the queue's own sequence number (its position: requeued messages go back by it);
-    `delivery_count` counts deliveries from this queue, so redelivered is `delivery_count > 0`.
+    `delivery_count` counts deliveries from this queue, so redelivered is `delivery_count > 0`;
+    `expires_at` is the wall-clock time (seconds) the message expires, 0 for never.
     """
 
-    __slots__ = ("message", "seq", "delivery_count")
+    __slots__ = ("message", "seq", "delivery_count", "expires_at", "state")
 
-    def __init__(self, message: Message, seq: int) -> None:
+    def __init__(self, message: Message, seq: int, expires_at: float = 0.0) -> None:
         self.message = message
         self.seq = seq
         self.delivery_count = 0
+        self.expires_at = expires_at
+        self.state = READY
 
     @property
     def redelivered(self) -> bool:
