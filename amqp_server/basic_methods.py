@@ -41,10 +41,10 @@ def queue_name_or_last(channel: "Channel", name: str) -> str:
 
 
 def channel_flow(channel: "Channel", method: commands.Channel.Flow) -> None:
-    channel.flow_active = bool(method.active)
-    reply(channel, commands.Channel.FlowOk(active=channel.flow_active))
-    if channel.flow_active:
-        channel.dispatch_all()
+    # RabbitMQ does not let a client stop deliveries with channel.flow (basic.qos does that).
+    if not method.active:
+        raise AMQPError(errors.NOT_IMPLEMENTED, "active=false")
+    reply(channel, commands.Channel.FlowOk(active=True))
 
 
 def channel_close(channel: "Channel", method: commands.Channel.Close) -> None:

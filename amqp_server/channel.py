@@ -8,6 +8,7 @@ classes are in `declarations.py`; this file keeps what runs per message.
 from __future__ import annotations
 
 import logging
+import struct
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,6 @@ class Channel:
         self.next_delivery_tag = 1
         self.prefetch_count = 0  # basic.qos global=false: per consumer
         self.global_prefetch_count = 0  # basic.qos global=true: the whole channel
-        self.flow_active = True
         self.confirms: PublisherConfirms | None = None
         self.transactional = False
         self.tx_publishes: list[tuple["Exchange", Message, bool]] = []
@@ -80,37 +80,34 @@ class Channel:
     def handle_method(self, payload: bytes) -> None:
         """Handle one method frame; AMQPError for anything RabbitMQ would refuse."""
         index = codec.method_index(payload)
-        if self._pending is not None:
+        pending = self._pending
+        if pending is not None:
+            expected = "content header for class 60" if pending.raw_header is None else "content body"
+            kind = "content header" if pending.raw_header is None else "content body"
             raise AMQPError(
-                errors.UNEXPECTED_FRAME,
-                f"expected content header for class 60, got non content header frame instead",
+                errors.UNEXPECTED_FRAME, f"expected {expected}, got non {kind} frame instead", 60, 40
             )
         if self.state == CLOSING:
             self._handle_while_closing(index, payload)
             return
-        if index == codec.PUBLISH_METHOD:
-            self._on_publish(payload)
-            return
-        if index == codec.ACK_METHOD:
-            tag, multiple = codec.decode_ack(payload)
-            self._settle("ack", tag, multiple, False)
-            return
+        try:
+            if index == codec.PUBLISH_METHOD:
+                self._on_publish(payload)
+                return
+            if index == codec.ACK_METHOD:
+                tag, multiple = codec.decode_ack(payload)
+                self._settle("ack", tag, multiple, False)
+                return
+        except (IndexError, struct.error, UnicodeDecodeError):
+            raise codec.cannot_decode(payload) from None
         if index == codec.ACCESS_REQUEST_METHOD:
             # Kept by RabbitMQ for very old clients: always granted, ticket 1 (pamqp 4 lacks the class).
             self.connection.send_frames([codec.access_request_ok_frame(self.id)])
             return
-        try:
-            method = codec.decode_method(payload)
-        except KeyError:
-            raise AMQPError(errors.COMMAND_INVALID, "unknown method", index >> 16, index & 0xFFFF) from None
+        method = codec.decode_method(payload)
         handler = METHOD_HANDLERS.get(type(method)) or DECLARATION_HANDLERS.get(type(method))
         if handler is None:
-            raise AMQPError(
-                errors.COMMAND_INVALID,
-                f"{method.name} not allowed on a channel",
-                index >> 16,
-                index & 0xFFFF,
-            )
+            raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", index >> 16, index & 0xFFFF)
         try:
             handler(self, method)
         except AMQPError as error:
@@ -277,7 +274,7 @@ class Channel:
     # -- delivering (the DeliverySink a consumer uses) ---------------------------------
 
     def can_deliver(self) -> bool:
-        if not self.flow_active or self.connection.write_paused or self.state != OPEN:
+        if self.connection.write_paused or self.state != OPEN:
             return False
         return not self.global_prefetch_count or len(self.unacked) < self.global_prefetch_count
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pamqp import commands, frame as pamqp_frame
 from pamqp.base import Frame as Method
 
-from amqp_server.errors import FRAME_ERROR, AMQPError
+from amqp_server.errors import COMMAND_INVALID, FRAME_ERROR, AMQPError
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD = 1
@@ -99,11 +99,27 @@ def method_frame(channel: int, method: Method) -> bytes:
 
 
 def decode_method(payload: bytes) -> Method:
-    """Decode a method payload with pamqp; KeyError for an unknown class/method id."""
+    """Decode a method payload with pamqp.
+
+    Raises AMQPError as RabbitMQ does: 503 for a class/method id that does not exist,
+    501 for arguments that cannot be decoded.
+    """
     index = _method_index.unpack_from(payload)[0]
-    method = commands.INDEX_MAPPING[index]()
-    method.unmarshal(payload[4:])
+    method_class = commands.INDEX_MAPPING.get(index)
+    if method_class is None:
+        raise AMQPError(COMMAND_INVALID, "unknown method", index >> 16, index & 0xFFFF)
+    method = method_class()
+    try:
+        method.unmarshal(payload[4:])
+    except (IndexError, ValueError, struct.error, UnicodeDecodeError):
+        raise cannot_decode(payload) from None
     return method
+
+
+def cannot_decode(payload: bytes) -> AMQPError:
+    index = _method_index.unpack_from(payload)[0]
+    shown = ",".join(str(byte) for byte in payload[4:36])
+    return AMQPError(FRAME_ERROR, f"cannot decode <<{shown}>>", index >> 16, index & 0xFFFF)
 
 
 def method_index(payload: bytes) -> int:

@@ -140,11 +140,18 @@ class Connection:
             return
         if self.state != OPEN:
             raise AMQPError(errors.CHANNEL_ERROR, f"channel {channel_id} used before connection.open")
+        if frame_type == codec.FRAME_METHOD and codec.method_index(payload) >> 16 == 10:
+            # A connection-class method belongs on channel 0 only.
+            index = codec.method_index(payload)
+            raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", index >> 16, index & 0xFFFF)
         channel = self.channels.get(channel_id)
         if channel is None:
-            if frame_type == codec.FRAME_METHOD and codec.method_index(payload) == _CHANNEL_OPEN:
-                self._open_channel(channel_id)
-                return
+            if frame_type == codec.FRAME_METHOD:
+                index = codec.method_index(payload)
+                if index == _CHANNEL_OPEN:
+                    self._open_channel(channel_id)
+                    return
+                raise AMQPError(errors.CHANNEL_ERROR, "expected 'channel.open'", index >> 16, index & 0xFFFF)
             raise AMQPError(errors.CHANNEL_ERROR, "expected 'channel.open'")
         try:
             if frame_type == codec.FRAME_METHOD:
@@ -182,11 +189,11 @@ class Connection:
         self.state = AWAIT_START_OK
 
     def _handle_connection_method(self, payload: bytes) -> None:
-        try:
-            method = codec.decode_method(payload)
-        except KeyError:
-            index = codec.method_index(payload)
-            raise AMQPError(errors.COMMAND_INVALID, "unknown method", index >> 16, index & 0xFFFF) from None
+        method = codec.decode_method(payload)
+        if method.index >> 16 != 10:
+            raise AMQPError(
+                errors.CHANNEL_ERROR, "unexpected method in connection state running", *_ids(method)
+            )
         expected = {
             AWAIT_START_OK: commands.Connection.StartOk,
             AWAIT_TUNE_OK: commands.Connection.TuneOk,
@@ -272,13 +279,12 @@ class Connection:
     # -- channels ----------------------------------------------------------------------
 
     def _open_channel(self, channel_id: int) -> None:
-        if channel_id > self.channel_max:
+        # RabbitMQ counts open channels rather than checking the channel number.
+        if len(self.channels) >= self.channel_max:
             raise AMQPError(
                 errors.NOT_ALLOWED,
                 f"number of channels opened ({len(self.channels)}) has reached the negotiated "
                 f"channel_max ({self.channel_max})",
-                20,
-                10,
             )
         channel = Channel(self, channel_id)
         self.channels[channel_id] = channel

@@ -367,12 +367,9 @@ class VirtualHost:
             return
         now = time.time()
         for entry in entries:
-            message = dead_letter.dead_lettered(entry.message, queue.name, reason, now)
-            keys = (
-                (settings.dead_letter_routing_key,)
-                if settings.dead_letter_routing_key is not None
-                else tuple(dead_letter.routing_keys_of(entry.message))
-            )
+            new_key = settings.dead_letter_routing_key
+            message = dead_letter.dead_lettered(entry.message, queue.name, reason, now, new_key)
+            keys = (new_key,) if new_key is not None else tuple(dead_letter.routing_keys_of(entry.message))
             for target in self.route(exchange, message, keys):
                 if not dead_letter.is_cycle(message, target.name):
                     target.publish(message)

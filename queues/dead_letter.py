@@ -30,8 +30,13 @@ def routing_keys_of(message: Message) -> list[str]:
     return keys
 
 
-def dead_lettered(message: Message, queue_name: str, reason: str, now: float) -> Message:
-    """A copy of `message` with x-death updated for leaving `queue_name` for `reason`."""
+def dead_lettered(
+    message: Message, queue_name: str, reason: str, now: float, routing_key: str | None = None
+) -> Message:
+    """A copy of `message` with x-death updated for leaving `queue_name` for `reason`.
+
+    With `routing_key` (the queue's x-dead-letter-routing-key) the copy carries that key.
+    """
     properties = message.properties
     headers: dict[str, Any] = dict(properties.headers or {})
     deaths = [dict(entry) for entry in headers.get("x-death") or [] if isinstance(entry, dict)]
@@ -62,7 +67,7 @@ def dead_lettered(message: Message, queue_name: str, reason: str, now: float) ->
     headers["x-last-death-exchange"] = message.exchange
     properties.headers = headers
     properties.expiration = None
-    return message.with_properties(properties)
+    return message.with_properties(properties, routing_key)
 
 
 def is_cycle(message: Message, target_queue: str) -> bool:
