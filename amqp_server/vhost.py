@@ -18,7 +18,7 @@ from exchanges.exchange import Exchange
 from queues import dead_letter
 from queues.arguments import InvalidArgument
 from queues.message import Message
-from queues.queue import Queue
+from queues.queue import Queue, QueueStats
 from queues.queue_entry import QueueEntry
 from queues.timers import Timers
 
@@ -74,6 +74,8 @@ class VirtualHost:
     ) -> None:
         self.name = name
         self.timers = timers if timers is not None else Timers()
+        # Counters of deleted queues, so vhost-wide totals never go backwards.
+        self.retired_queue_stats = QueueStats()
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.on_durable_change = on_durable_change or (lambda: None)
@@ -256,6 +258,7 @@ class VirtualHost:
         if self.queues.get(queue.name) is not queue:
             return
         del self.queues[queue.name]
+        self.retired_queue_stats.add(queue.stats)
         for consumer in queue.delete():
             consumer.sink.consumer_cancelled(consumer)
         for source in self._bound_to.pop(queue, {}):
@@ -415,3 +418,11 @@ class VirtualHost:
             if source.durable and destination.durable
         ]
         return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
+
+    def queue_stats_total(self) -> QueueStats:
+        """Counters summed over every queue this vhost has had, deleted ones included."""
+        total = QueueStats()
+        total.add(self.retired_queue_stats)
+        for queue in self.queues.values():
+            total.add(queue.stats)
+        return total

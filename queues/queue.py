@@ -29,16 +29,19 @@ DeadLetterer = Callable[["Queue", list[QueueEntry], str], None]
 class QueueStats:
     """Plain integer counters, read at scrape time (no library call per message)."""
 
-    __slots__ = ("published", "delivered", "delivered_no_ack", "redelivered", "acked", "get", "get_empty")
+    __slots__ = (
+        "published", "delivered", "delivered_no_ack", "redelivered", "acked", "get", "get_no_ack", "get_empty",
+        "dead_lettered_expired", "dead_lettered_rejected", "dead_lettered_maxlen", "dead_lettered_delivery_limit",
+    )
 
     def __init__(self) -> None:
-        self.published = 0
-        self.delivered = 0
-        self.delivered_no_ack = 0
-        self.redelivered = 0
-        self.acked = 0
-        self.get = 0
-        self.get_empty = 0
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def add(self, other: "QueueStats") -> None:
+        """Fold another queue's counters into these (a deleted queue's history stays counted)."""
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class Queue:
@@ -207,7 +210,12 @@ class Queue:
     # -- dead-lettering ----------------------------------------------------------------
 
     def _dead_letter(self, entries: list[QueueEntry], reason: str) -> None:
-        if entries and self.dead_letterer is not None and self.settings.dead_letter_exchange is not None:
+        """Entries left the queue for `reason`: count them, and republish them if there is a DLX."""
+        if not entries:
+            return
+        counter = "dead_lettered_" + reason
+        setattr(self.stats, counter, getattr(self.stats, counter) + len(entries))
+        if self.dead_letterer is not None and self.settings.dead_letter_exchange is not None:
             self.dead_letterer(self, entries, reason)
 
     # -- consumers ---------------------------------------------------------------------
@@ -305,6 +313,7 @@ class Queue:
         if entry.delivery_count:
             self.stats.redelivered += 1
         if no_ack:
+            self.stats.get_no_ack += 1
             entry.state = GONE
         else:
             self.unacked_count += 1
