@@ -1,0 +1,511 @@
+"""The append-only segment files of one durable queue.
+
+``QueueStore`` appends message records and state records (delivered, acked,
+dropped, ...) to the queue's newest segment (the *tail*), batching them in
+memory and writing each batch with one ``os.write``. It keeps a compact index
+from sequence number to (segment, offset) for random reads, rolls over to a
+new segment past ``segment_size``, and removes segments (or moves them to the
+archive) once nothing in them is needed any more. Durability is the job of a
+``GroupCommitter``: the store implements its ``Syncable`` protocol.
+
+Promises:
+  * ``recover()`` must be called once before anything else; it returns what
+    is still in the queue (see queue_recovery) and repairs damaged tails.
+  * A message's sequence number must be above every earlier one.
+  * A record reaches the OS at the latest on the next ``flush()``,
+    ``prepare_sync()`` or ``read_message()`` of it, or once the buffer holds
+    ``write_buffer_size`` bytes; ``on_dirty(store)`` is called when the buffer
+    stops being empty so the owner can schedule a flush.
+  * A segment is removed only when every message in it is settled and every
+    older segment its state records talk about is already removed, so
+    recovery never forgets that a message it still has was settled.
+  * Not thread-safe: use it from the event loop thread only.
+
+docs/queue-files.md describes the files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from bisect import bisect_right
+from pathlib import Path
+from typing import Callable
+
+from persistence.group_commit import SyncJob
+from persistence.queue_recovery import Recovery, highest_message_seq, replay_segments
+from persistence.record_format import (
+    MessageRecord,
+    MessageState,
+    Reason,
+    RecordType,
+    decode_payload,
+    encode_message,
+    encode_state,
+)
+from persistence.segment_file import HEADER_SIZE, SUFFIX, CorruptRecord, encode_header, read_record, segment_file_name
+from persistence.segment_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry
+from persistence.segment_layout import ensure_queue_directory, fsync_directory, queue_path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
+DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
+DEFAULT_DRAIN_ROLLOVER_SIZE = 1024 * 1024
+_MAX_SEGMENT_SIZE = 0xFFFF_FFFF  # offsets are kept as u32
+_RUNTIME_STATE = {
+    MessageState.DELIVERED: DELIVERED,
+    MessageState.REQUEUED: READY,
+    MessageState.WAITING_RETRY: WAITING_RETRY,
+}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class QueueStore:
+    """Segment files of one queue directory; see the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        vhost: str,
+        queue: str,
+        *,
+        archive_directory: Path | None = None,
+        archive: bool = False,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
+        drain_rollover_size: int = DEFAULT_DRAIN_ROLLOVER_SIZE,
+        on_dirty: Callable[["QueueStore"], None] | None = None,
+        sync_directory: Callable[[Path], None] = fsync_directory,
+    ) -> None:
+        if not HEADER_SIZE < segment_size <= _MAX_SEGMENT_SIZE:
+            raise ValueError(f"segment_size must be in {HEADER_SIZE + 1}..{_MAX_SEGMENT_SIZE}")
+        if archive and archive_directory is None:
+            raise ValueError("archive=True needs an archive_directory")
+        self.directory = Path(directory)
+        self.vhost = vhost
+        self.queue = queue
+        self.archive_directory = archive_directory
+        self.archive = archive
+        self.segment_size = segment_size
+        self.write_buffer_size = write_buffer_size
+        self.drain_rollover_size = drain_rollover_size
+        self.on_dirty = on_dirty
+        self._sync_directory = sync_directory
+        self._segments: list[SegmentEntry] = []
+        self._segment_ids: list[int] = []
+        self._tail: SegmentEntry | None = None
+        self._tail_fd: int | None = None
+        self._buffer = bytearray()
+        self._last_seq = 0
+        self._next_segment_floor = 1  # a new segment's id is at least this
+        self._read_fd: tuple[int, int] | None = None  # (segment id, fd) of the last sealed segment read
+        self._unsynced_paths: set[str] = set()  # sealed segments written since the last sync round
+        self._dir_dirty = False
+        self._deleted_not_durable: set[int] = set()  # removed segments whose removal is not fsynced yet
+        self._recovered = False
+        self._closed = False
+        self._failed: OSError | None = None
+
+    @classmethod
+    def for_queue(cls, data_dir: Path, vhost: str, queue: str, *, archive: bool = False, **options) -> "QueueStore":
+        """The store of queue ``queue`` in ``vhost`` under ``data_dir`` (layout in segment_layout)."""
+        return cls(
+            queue_path(data_dir, vhost, queue),
+            vhost,
+            queue,
+            archive_directory=queue_path(data_dir, vhost, queue, archive=True),
+            archive=archive,
+            **options,
+        )
+
+    # ---- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> Recovery:
+        """Open the queue directory (creating it if new) and return the messages still in the queue."""
+        if self._recovered:
+            raise RuntimeError("recover() was already called")
+        ensure_queue_directory(self.directory, self.vhost, self.queue)
+        segments, recovery, last_seq, highest_id = replay_segments(self.directory)
+        self._segments = segments
+        self._segment_ids = [s.segment_id for s in segments]
+        self._last_seq = last_seq
+        floor = max(last_seq + 1, highest_id, 1)
+        if not segments and self.archive_directory is not None and self.archive_directory.is_dir():
+            # Keep sequence numbers unique across the queue's history, archive included.
+            floor = max(floor, highest_message_seq(self.archive_directory) + 1)
+        self._next_segment_floor = floor
+        recovery.next_seq = floor
+        if segments:
+            self._tail = segments[-1]
+            self._tail_fd = os.open(self._tail.path, os.O_RDWR | os.O_APPEND)
+        self._recovered = True
+        self._collect_garbage()
+        return recovery
+
+    # ---- appending ------------------------------------------------------------------------
+
+    def append_message(
+        self, seq: int, published_at_ms: int, exchange: str, routing_key: str, raw_properties: bytes, body: bytes
+    ) -> None:
+        """Append a message record; ``raw_properties`` are the content header's property flags + list."""
+        self._check_writable()
+        if seq < self.next_seq:
+            raise ValueError(f"sequence number {seq} is below next_seq ({self.next_seq})")
+        head, body = encode_message(seq, published_at_ms, exchange, routing_key, raw_properties, body)
+        size = len(head) + len(body)
+        tail = self._tail
+        if tail is None or (
+            tail.size + len(self._buffer) + size > self.segment_size
+            and tail.size + len(self._buffer) > tail.header_length
+            and tail.segment_id != seq
+        ):
+            tail = self._roll_over(seq)
+        was_empty = not self._buffer
+        offset = tail.size + len(self._buffer)
+        self._buffer += head
+        self._buffer += body
+        tail.add(seq, offset)
+        self._last_seq = seq
+        self._after_append(was_empty)
+
+    def append_state(
+        self,
+        seq: int,
+        state: MessageState | str,
+        at_ms: int,
+        *,
+        delivery_count: int = 0,
+        due_at_ms: int = 0,
+        reason: Reason | str = Reason.UNSPECIFIED,
+    ) -> bool:
+        """Record what happened to message ``seq``. Returns False (and writes nothing) when the
+        message was already settled. Raises KeyError for a sequence number the store does not hold.
+
+        ``delivery_count`` goes with delivered, requeued and waiting_retry; ``due_at_ms`` with
+        waiting_retry; ``reason`` ("rejected", "expired", "maxlen", "delivery_limit") with
+        dropped and dead_lettered. Use ``purge()`` rather than the "purged" state."""
+        self._check_writable()
+        state = MessageState(state)
+        if state is MessageState.PURGED:
+            raise ValueError("use purge() to purge a queue")
+        if isinstance(reason, str):
+            reason = Reason[reason.upper()]
+        found = self._locate(seq)
+        if found is None:
+            raise KeyError(f"message {seq} is not in this queue store")
+        entry, i = found
+        if entry.states[i] == SETTLED:
+            return False
+        tail = self._tail
+        assert tail is not None
+        was_empty = not self._buffer
+        self._buffer += encode_state(
+            state, seq, at_ms, delivery_count=delivery_count, due_at_ms=due_at_ms, reason=reason
+        )
+        if entry is not tail:
+            tail.refs.add(entry.segment_id)
+        if state.settles:
+            entry.settle(i)
+            if entry.live == 0:
+                self._collect_garbage()
+        else:
+            entry.states[i] = _RUNTIME_STATE[state]
+        self._after_append(was_empty)
+        return True
+
+    def purge(self, at_ms: int | None = None) -> int:
+        """Settle every message that is ready or waiting for a retry (not those with consumers),
+        free the segments that leaves unneeded, and return how many were purged."""
+        self._check_writable()
+        purged = 0
+        for entry in self._segments:
+            states = entry.states
+            for i in range(len(states)):
+                if states[i] in (READY, WAITING_RETRY):
+                    entry.settle(i)
+                    purged += 1
+        if purged == 0:
+            return 0
+        tail = self._tail
+        assert tail is not None
+        was_empty = not self._buffer
+        self._buffer += encode_state(MessageState.PURGED, self._last_seq, _now_ms() if at_ms is None else at_ms)
+        tail.refs.update(s.segment_id for s in self._segments if s is not tail)
+        self._after_append(was_empty)
+        self._collect_garbage(force_tail_reset=True)
+        return purged
+
+    def _after_append(self, was_empty: bool) -> None:
+        if len(self._buffer) >= self.write_buffer_size:
+            self.flush()
+        elif was_empty and self.on_dirty is not None:
+            self.on_dirty(self)
+
+    def flush(self) -> None:
+        """Write the buffered records to the tail segment with one os.write (more only if the OS
+        writes part of it). On failure the file is cut back and the buffer kept for a retry."""
+        if not self._buffer or self._tail_fd is None:
+            return
+        tail = self._tail
+        assert tail is not None
+        view = memoryview(self._buffer)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.write(self._tail_fd, view[written:])
+        except OSError:
+            view.release()
+            try:
+                os.ftruncate(self._tail_fd, tail.size)  # no torn record may stay in the middle of the file
+            except OSError as err:
+                self._failed = err
+            raise
+        view.release()
+        tail.size += written
+        self._buffer.clear()
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def read_message(self, seq: int) -> MessageRecord:
+        """The stored message ``seq`` (settled or not, while its segment exists); KeyError if unknown."""
+        found = self._locate(seq)
+        if found is None:
+            raise KeyError(f"message {seq} is not in this queue store")
+        entry, i = found
+        offset = entry.offsets[i]
+        if entry is self._tail:
+            if offset >= entry.size:
+                self.flush()
+            fd = self._tail_fd
+        else:
+            fd = self._sealed_read_fd(entry)
+        assert fd is not None
+        rtype, payload = read_record(fd, offset, str(entry.path))
+        record = decode_payload(rtype, payload)
+        if rtype != RecordType.MESSAGE or not isinstance(record, MessageRecord) or record.seq != seq:
+            raise CorruptRecord(f"{entry.path}: offset {offset} does not hold message {seq}")
+        return record
+
+    def _sealed_read_fd(self, entry: SegmentEntry) -> int:
+        if self._read_fd is not None and self._read_fd[0] == entry.segment_id:
+            return self._read_fd[1]
+        self._close_read_fd()
+        fd = os.open(entry.path, os.O_RDONLY)
+        self._read_fd = (entry.segment_id, fd)
+        return fd
+
+    def _close_read_fd(self) -> None:
+        if self._read_fd is not None:
+            os.close(self._read_fd[1])
+            self._read_fd = None
+
+    def _locate(self, seq: int) -> tuple[SegmentEntry, int] | None:
+        k = bisect_right(self._segment_ids, seq) - 1
+        if k < 0:
+            return None
+        entry = self._segments[k]
+        i = entry.index_of(seq)
+        return None if i is None else (entry, i)
+
+    # ---- facts ----------------------------------------------------------------------------
+
+    @property
+    def message_count(self) -> int:
+        """Messages not yet settled (ready, with a consumer, or waiting for a retry)."""
+        return sum(s.live for s in self._segments)
+
+    @property
+    def next_seq(self) -> int:
+        return max(self._last_seq + 1, self._next_segment_floor)
+
+    @property
+    def segment_ids(self) -> list[int]:
+        return list(self._segment_ids)
+
+    def disk_bytes(self) -> int:
+        return sum(s.size for s in self._segments) + len(self._buffer)
+
+    # ---- group commit (Syncable) ----------------------------------------------------------
+
+    def prepare_sync(self) -> SyncJob:
+        """Flush, and hand over what must be fsynced for everything written so far to be durable."""
+        if self._failed is not None:
+            raise self._failed
+        self.flush()
+        job = SyncJob(token=frozenset(self._deleted_not_durable))
+        if self._tail_fd is not None:
+            job.fds.append(os.dup(self._tail_fd))
+        if self._unsynced_paths:
+            job.paths = sorted(self._unsynced_paths)
+            self._unsynced_paths.clear()
+        if self._dir_dirty:
+            job.directories.append(str(self.directory))
+            self._dir_dirty = False
+        return job
+
+    def sync_done(self, job: SyncJob, error: OSError | None) -> None:
+        if error is not None:
+            # After a failed fsync the kernel may have dropped the dirty pages: nothing written
+            # since can be trusted to reach the disk, so stop accepting writes (fail-stop).
+            self._failed = error
+            log.error("fsync failed in %s: %s; the queue store stops accepting writes", self.directory, error)
+            return
+        assert isinstance(job.token, frozenset)
+        self._deleted_not_durable -= job.token
+
+    # ---- rolling over and removing segments -----------------------------------------------
+
+    def _roll_over(self, first_seq: int) -> SegmentEntry:
+        """Seal the tail (if any) and start a new segment named ``first_seq``."""
+        self.flush()
+        if self._tail is not None and self._tail_fd is not None:
+            os.close(self._tail_fd)
+            self._unsynced_paths.add(str(self._tail.path))
+        path = self.directory / segment_file_name(first_seq)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        header = encode_header(first_seq, _now_ms())
+        os.write(fd, header)
+        entry = SegmentEntry(first_seq, path, HEADER_SIZE, len(header))
+        self._segments.append(entry)
+        self._segment_ids.append(first_seq)
+        self._tail, self._tail_fd = entry, fd
+        self._dir_dirty = True
+        self._next_segment_floor = max(self._next_segment_floor, first_seq)
+        return entry
+
+    def _collect_garbage(self, force_tail_reset: bool = False) -> None:
+        while True:
+            present = set(self._segment_ids)
+            removable = [
+                s for s in self._segments if s is not self._tail and s.live == 0 and not (s.refs & present)
+            ]
+            if not removable:
+                if self._reset_drained_tail(force_tail_reset):
+                    continue  # the old tail is now sealed and removable
+                return
+            self._make_removals_durable_before(removable)
+            for entry in removable:
+                self._remove_segment(entry)
+
+    def _make_removals_durable_before(self, entries: list[SegmentEntry]) -> None:
+        """Removing a segment drops the state records in it; if the segments those records are
+        about were removed but the removals are not yet durable, a crash could bring those
+        messages back without their states. So fsync the directory first (rare: the group
+        commit's rounds usually made the removals durable already)."""
+        if any(entry.refs & self._deleted_not_durable for entry in entries):
+            self._sync_directory(self.directory)
+            self._deleted_not_durable.clear()
+
+    def _reset_drained_tail(self, force: bool) -> bool:
+        """When every message in the tail is settled and it holds at least ``drain_rollover_size``
+        bytes (or ``force``), free its space: start a new tail (the old one becomes removable), or,
+        for a tail without messages and no archive, cut it back to its header. True if it rolled."""
+        tail = self._tail
+        if tail is None or tail.live != 0 or tail.refs & set(self._segment_ids):
+            return False
+        used = tail.size + len(self._buffer)
+        if used <= tail.header_length or (not force and used < self.drain_rollover_size):
+            return False
+        self._make_removals_durable_before([tail])
+        if tail.message_count:
+            self._roll_over(self._last_seq + 1)
+            return True
+        if not self.archive and self._tail_fd is not None:
+            self._buffer.clear()  # nothing in it is needed: everything it refers to is gone
+            os.ftruncate(self._tail_fd, tail.header_length)
+            tail.size = tail.header_length
+            tail.refs.clear()
+        return False
+
+    def _remove_segment(self, entry: SegmentEntry) -> None:
+        if self._read_fd is not None and self._read_fd[0] == entry.segment_id:
+            self._close_read_fd()
+        if self.archive:
+            self._move_to_archive(entry.path)
+        else:
+            entry.path.unlink(missing_ok=True)
+        k = self._segments.index(entry)
+        del self._segments[k]
+        del self._segment_ids[k]
+        self._unsynced_paths.discard(str(entry.path))
+        self._deleted_not_durable.add(entry.segment_id)
+        self._dir_dirty = True
+
+    def _move_to_archive(self, path: Path) -> None:
+        assert self.archive_directory is not None
+        ensure_queue_directory(self.archive_directory, self.vhost, self.queue)
+        target = self.archive_directory / path.name
+        n = 1
+        while target.exists():  # only if the archive was edited by hand: keep both
+            target = self.archive_directory / f"{path.name.removesuffix(SUFFIX)}.{n}{SUFFIX}"
+            n += 1
+        try:
+            os.rename(path, target)
+        except OSError:
+            shutil.move(str(path), str(target))
+
+    # ---- closing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, fsync and close the files (blocking; for shutdown)."""
+        if self._closed:
+            return
+        try:
+            if self._failed is None:
+                self.flush()
+                if self._tail_fd is not None:
+                    os.fsync(self._tail_fd)
+                for path in self._unsynced_paths:
+                    _fsync_path(path)
+                if self._dir_dirty:
+                    self._sync_directory(self.directory)
+        finally:
+            self._release_fds()
+
+    def delete(self) -> None:
+        """Remove the queue's files (the queue was deleted). With archive on, its segments move to
+        the archive first, so their history stays readable."""
+        if self.archive and self._failed is None:
+            self.flush()  # the archive keeps the whole history
+        self._release_fds()
+        self._buffer.clear()
+        if self.archive and self.directory.is_dir():
+            for entry in self._segments:
+                if entry.path.exists():
+                    self._move_to_archive(entry.path)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        if self.directory.parent.is_dir():
+            self._sync_directory(self.directory.parent)
+        self._segments, self._segment_ids = [], []
+
+    def _release_fds(self) -> None:
+        self._closed = True
+        self._close_read_fd()
+        if self._tail_fd is not None:
+            os.close(self._tail_fd)
+            self._tail_fd = None
+
+    def _check_writable(self) -> None:
+        if not self._recovered:
+            raise RuntimeError("call recover() before writing")
+        if self._closed:
+            raise RuntimeError("the queue store is closed")
+        if self._failed is not None:
+            raise OSError(self._failed.errno, f"queue store failed earlier: {self._failed}")
+
+
+def _fsync_path(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

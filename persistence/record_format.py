@@ -1,0 +1,261 @@
+"""Encoding and decoding of the records in a queue segment file (format 1).
+
+Every record is framed the same way, all integers big-endian::
+
+    length   u32   bytes that follow this field (crc + type + payload), >= 5
+    crc      u32   CRC-32 (zlib/IEEE, poly 0x04C11DB7 reflected) of type + payload
+    type     u8    RecordType
+    payload  length - 5 bytes
+
+A message record's payload holds the per-queue sequence number, the publish
+time, exchange, routing key, the AMQP basic properties exactly as received
+(property flags + property list) and the body. A state record's payload
+starts with the sequence number of the message it is about and the time it
+happened, followed by fields that depend on the type. Bytes after the fields
+described here belong to fields added later in format 1 and are ignored;
+unknown record types are skipped. docs/queue-files.md is the contract.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from typing import NamedTuple
+
+RECORD_HEAD = struct.Struct(">IIB")  # length, crc, type
+LENGTH = struct.Struct(">I")
+MIN_RECORD_LENGTH = 5  # crc + type, an empty payload
+MAX_RECORD_LENGTH = 0xFFFF_FFFF
+
+_MESSAGE_FIXED = struct.Struct(">BQQ")  # type, seq, published_at_ms
+_U8 = struct.Struct(">B")
+_U32 = struct.Struct(">I")
+_SEQ_AT = struct.Struct(">QQ")
+_MAX_U63 = (1 << 63) - 1
+
+
+class RecordType(enum.IntEnum):
+    MESSAGE = 0x01
+    DELIVERED = 0x10
+    ACKED = 0x11
+    DROPPED = 0x12
+    DEAD_LETTERED = 0x13
+    EXPIRED = 0x14
+    REQUEUED = 0x15
+    WAITING_RETRY = 0x16
+    PURGED = 0x17
+
+
+class MessageState(str, enum.Enum):
+    """What a state record says happened to a message (value = name used in the API and docs)."""
+
+    DELIVERED = "delivered"
+    ACKED = "acked"
+    DROPPED = "dropped"
+    DEAD_LETTERED = "dead_lettered"
+    EXPIRED = "expired"
+    REQUEUED = "requeued"
+    WAITING_RETRY = "waiting_retry"
+    PURGED = "purged"
+
+    @property
+    def settles(self) -> bool:
+        """True when a message in this state has left the queue for good."""
+        return self in _SETTLING
+
+
+_SETTLING = frozenset({MessageState.ACKED, MessageState.DROPPED, MessageState.DEAD_LETTERED, MessageState.EXPIRED})
+
+
+class Reason(enum.IntEnum):
+    """Why a message was dropped or dead-lettered (names as in RabbitMQ's x-death "reason")."""
+
+    UNSPECIFIED = 0
+    REJECTED = 1
+    EXPIRED = 2
+    MAXLEN = 3
+    DELIVERY_LIMIT = 4
+
+
+STATE_OF_TYPE: dict[int, MessageState] = {
+    RecordType.DELIVERED: MessageState.DELIVERED,
+    RecordType.ACKED: MessageState.ACKED,
+    RecordType.DROPPED: MessageState.DROPPED,
+    RecordType.DEAD_LETTERED: MessageState.DEAD_LETTERED,
+    RecordType.EXPIRED: MessageState.EXPIRED,
+    RecordType.REQUEUED: MessageState.REQUEUED,
+    RecordType.WAITING_RETRY: MessageState.WAITING_RETRY,
+    RecordType.PURGED: MessageState.PURGED,
+}
+TYPE_OF_STATE: dict[MessageState, int] = {state: rtype for rtype, state in STATE_OF_TYPE.items()}
+
+# Fields after seq + at_ms, per state record type.
+_STATE_EXTRA: dict[int, struct.Struct] = {
+    RecordType.DELIVERED: struct.Struct(">I"),  # delivery_count
+    RecordType.ACKED: struct.Struct(""),
+    RecordType.DROPPED: struct.Struct(">B"),  # reason
+    RecordType.DEAD_LETTERED: struct.Struct(">B"),  # reason
+    RecordType.EXPIRED: struct.Struct(""),
+    RecordType.REQUEUED: struct.Struct(">I"),  # delivery_count
+    RecordType.WAITING_RETRY: struct.Struct(">IQ"),  # delivery_count, due_at_ms
+    RecordType.PURGED: struct.Struct(""),
+}
+_STATE_RECORD: dict[int, struct.Struct] = {
+    rtype: struct.Struct(">IIBQQ" + extra.format.lstrip(">")) for rtype, extra in _STATE_EXTRA.items()
+}
+
+
+class MalformedRecord(ValueError):
+    """A record whose CRC is right but whose payload does not fit its type (a writer bug)."""
+
+
+class MessageRecord(NamedTuple):
+    seq: int
+    published_at_ms: int
+    exchange: str
+    routing_key: str
+    raw_properties: bytes
+    body: bytes
+
+
+class StateRecord(NamedTuple):
+    seq: int
+    state: MessageState
+    at_ms: int
+    delivery_count: int = 0
+    due_at_ms: int = 0
+    reason: Reason = Reason.UNSPECIFIED
+
+
+class UnknownRecord(NamedTuple):
+    """A record of a type this reader does not know; its CRC was valid."""
+
+    record_type: int
+    payload: bytes
+
+
+def encode_message(
+    seq: int, published_at_ms: int, exchange: str, routing_key: str, raw_properties: bytes, body: bytes
+) -> tuple[bytes, bytes]:
+    """The message record as (everything before the body, body), to be written back to back.
+
+    Returning the body separately lets the caller append it to its write
+    buffer without building one more copy of it.
+    """
+    exchange_b = exchange.encode("utf-8")
+    routing_key_b = routing_key.encode("utf-8")
+    if len(exchange_b) > 255 or len(routing_key_b) > 255:
+        raise ValueError("exchange and routing key are AMQP short strings: at most 255 bytes of UTF-8")
+    _check_u63("seq", seq)
+    _check_u63("published_at_ms", published_at_ms)
+    prefix = b"".join(
+        (
+            _MESSAGE_FIXED.pack(RecordType.MESSAGE, seq, published_at_ms),
+            _U8.pack(len(exchange_b)),
+            exchange_b,
+            _U8.pack(len(routing_key_b)),
+            routing_key_b,
+            _U32.pack(len(raw_properties)),
+            raw_properties,
+            _U32.pack(len(body)),
+        )
+    )
+    length = 4 + len(prefix) + len(body)
+    if length > MAX_RECORD_LENGTH:
+        raise ValueError(f"message record of {length} bytes exceeds the 4 GiB record limit")
+    crc = zlib.crc32(body, zlib.crc32(prefix))
+    return LENGTH.pack(length) + _U32.pack(crc) + prefix, body
+
+
+def encode_state(
+    state: MessageState,
+    seq: int,
+    at_ms: int,
+    *,
+    delivery_count: int = 0,
+    due_at_ms: int = 0,
+    reason: Reason = Reason.UNSPECIFIED,
+) -> bytes:
+    """A complete state record."""
+    rtype = TYPE_OF_STATE[state]
+    _check_u63("seq", seq)
+    _check_u63("at_ms", at_ms)
+    extra: tuple[int, ...]
+    if rtype in (RecordType.DELIVERED, RecordType.REQUEUED):
+        extra = (delivery_count,)
+    elif rtype == RecordType.WAITING_RETRY:
+        _check_u63("due_at_ms", due_at_ms)
+        extra = (delivery_count, due_at_ms)
+    elif rtype in (RecordType.DROPPED, RecordType.DEAD_LETTERED):
+        extra = (int(reason),)
+    else:
+        extra = ()
+    layout = _STATE_RECORD[rtype]
+    record = bytearray(layout.pack(layout.size - 4, 0, rtype, seq, at_ms, *extra))
+    struct.pack_into(">I", record, 4, zlib.crc32(memoryview(record)[8:]))
+    return bytes(record)
+
+
+def decode_payload(rtype: int, payload: bytes | memoryview) -> MessageRecord | StateRecord | UnknownRecord:
+    """Decode a record's payload (the bytes after the type byte) whose CRC was already checked."""
+    try:
+        if rtype == RecordType.MESSAGE:
+            return _decode_message(payload)
+        if rtype in STATE_OF_TYPE:
+            return _decode_state(rtype, payload)
+    except (struct.error, IndexError, UnicodeDecodeError) as err:
+        raise MalformedRecord(f"record type 0x{rtype:02x}: {err}") from err
+    return UnknownRecord(rtype, bytes(payload))
+
+
+def _decode_message(payload: bytes | memoryview) -> MessageRecord:
+    size = len(payload)
+    seq, published_at_ms = _SEQ_AT.unpack_from(payload, 0)
+    pos = 16
+    fields: list[bytes] = []
+    for width in (1, 1, 4, 4):  # exchange, routing key, properties, body: each length-prefixed
+        n = payload[pos] if width == 1 else _U32.unpack_from(payload, pos)[0]
+        pos += width
+        if pos + n > size:
+            raise IndexError("a field length runs past the end of the record")
+        fields.append(bytes(payload[pos : pos + n]))
+        pos += n
+    exchange, routing_key, raw_properties, body = fields
+    return MessageRecord(
+        seq, published_at_ms, exchange.decode("utf-8"), routing_key.decode("utf-8"), raw_properties, body
+    )
+
+
+def _decode_state(rtype: int, payload: bytes | memoryview) -> StateRecord:
+    seq, at_ms = _SEQ_AT.unpack_from(payload, 0)
+    extra = _STATE_EXTRA[rtype].unpack_from(payload, 16)
+    state = STATE_OF_TYPE[rtype]
+    if rtype in (RecordType.DELIVERED, RecordType.REQUEUED):
+        return StateRecord(seq, state, at_ms, delivery_count=extra[0])
+    if rtype == RecordType.WAITING_RETRY:
+        return StateRecord(seq, state, at_ms, delivery_count=extra[0], due_at_ms=extra[1])
+    if rtype in (RecordType.DROPPED, RecordType.DEAD_LETTERED):
+        return StateRecord(seq, state, at_ms, reason=_reason(extra[0]))
+    return StateRecord(seq, state, at_ms)
+
+
+def state_fields(rtype: int, payload: bytes | memoryview, offset: int = 0) -> tuple[int, ...]:
+    """(seq, at_ms, *extra) of a state record's payload starting at ``offset``; fast path for recovery."""
+    return _SEQ_AT.unpack_from(payload, offset) + _STATE_EXTRA[rtype].unpack_from(payload, offset + 16)
+
+
+def min_state_payload(rtype: int) -> int:
+    return 16 + _STATE_EXTRA[rtype].size
+
+
+def _reason(code: int) -> Reason:
+    try:
+        return Reason(code)
+    except ValueError:
+        return Reason.UNSPECIFIED  # a reason added later; still a drop / dead-letter
+
+
+def _check_u63(name: str, value: int) -> None:
+    if not 0 <= value <= _MAX_U63:
+        raise ValueError(f"{name} must be in 0..2**63-1, got {value}")

@@ -1,0 +1,106 @@
+"""Where a queue's segment files live, and the meta files that name them.
+
+    <data_dir>/queues/<vhost-dir>/vhost.json
+    <data_dir>/queues/<vhost-dir>/<queue-dir>/queue.json
+    <data_dir>/queues/<vhost-dir>/<queue-dir>/<20-digit segment id>.seg
+    <data_dir>/archive/<vhost-dir>/<queue-dir>/...            (same layout)
+
+``<vhost-dir>`` and ``<queue-dir>`` are the lowercase hex SHA-1 of the UTF-8
+name: 40 characters that are safe on every file system whatever the name
+holds (an AMQP name is up to 255 bytes, too long for a file name once
+escaped). The meta files carry the real names, so tools never need to invert
+the hash. See docs/queue-files.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+from persistence.atomic_file import write_atomically
+from persistence.format_version import FORMAT_VERSION, check_format_version
+
+QUEUES_DIR = "queues"
+ARCHIVE_DIR = "archive"
+VHOST_META = "vhost.json"
+QUEUE_META = "queue.json"
+
+
+class QueueDirectory(NamedTuple):
+    vhost: str
+    queue: str
+    path: Path
+
+
+def name_to_dir(name: str) -> str:
+    """The directory name used for a vhost or queue name."""
+    return hashlib.sha1(name.encode("utf-8")).hexdigest()
+
+
+def queue_path(data_dir: Path, vhost: str, queue: str, *, archive: bool = False) -> Path:
+    root = Path(data_dir) / (ARCHIVE_DIR if archive else QUEUES_DIR)
+    return root / name_to_dir(vhost) / name_to_dir(queue)
+
+
+def ensure_queue_directory(path: Path, vhost: str, queue: str) -> None:
+    """Create ``path`` (a queue directory) and its meta files if missing, durably."""
+    vhost_dir = path.parent
+    _make_dirs_durably(path)
+    if not (vhost_dir / VHOST_META).exists():
+        write_atomically(vhost_dir / VHOST_META, _meta_bytes({"vhost": vhost}))
+    if not (path / QUEUE_META).exists():
+        write_atomically(path / QUEUE_META, _meta_bytes({"vhost": vhost, "queue": queue}))
+
+
+def read_queue_meta(path: Path) -> tuple[str, str]:
+    """(vhost, queue) named by the ``queue.json`` in the queue directory ``path``."""
+    meta_path = path / QUEUE_META
+    document = json.loads(meta_path.read_bytes().decode("utf-8"))
+    check_format_version(str(meta_path), document.get("format_version"))
+    return document["vhost"], document["queue"]
+
+
+def list_queue_directories(data_dir: Path, *, archive: bool = False) -> Iterator[QueueDirectory]:
+    """Every queue directory under ``data_dir`` that has a readable ``queue.json``."""
+    root = Path(data_dir) / (ARCHIVE_DIR if archive else QUEUES_DIR)
+    if not root.is_dir():
+        return
+    for vhost_dir in sorted(root.iterdir()):
+        if not vhost_dir.is_dir():
+            continue
+        for queue_dir in sorted(vhost_dir.iterdir()):
+            if (queue_dir / QUEUE_META).is_file():
+                vhost, queue = read_queue_meta(queue_dir)
+                yield QueueDirectory(vhost, queue, queue_dir)
+
+
+def fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _meta_bytes(fields: dict) -> bytes:
+    document = {"format_version": FORMAT_VERSION, **fields, "created_at_ms": int(time.time() * 1000)}
+    return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
+
+
+def _make_dirs_durably(path: Path) -> None:
+    """mkdir -p, fsyncing the parent of every directory created so the new entries survive a crash."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        fsync_directory(directory.parent)
