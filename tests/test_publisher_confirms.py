@@ -1,0 +1,110 @@
+"""PublisherConfirms: which acks and nacks a batch of resolved publishes turns into.
+
+The rule (RabbitMQ's rabbit_channel coalescing): one `multiple` ack covers every acked sequence
+number below the smallest one still outstanding or being nacked; the rest go one by one.
+"""
+
+from __future__ import annotations
+
+from amqp_server.publisher_confirms import PublisherConfirms
+
+ACK, NACK = True, False
+
+
+def published(count: int) -> tuple[PublisherConfirms, list[int]]:
+    confirms = PublisherConfirms()
+    return confirms, [confirms.take_seq() for _ in range(count)]
+
+
+def test_sequence_numbers_start_at_1_and_grow():
+    _confirms, seqs = published(3)
+    assert seqs == [1, 2, 3]
+
+
+def test_nothing_resolved_sends_nothing():
+    confirms, _seqs = published(3)
+    assert not confirms.has_pending
+    assert confirms.take_frames() == []
+
+
+def test_one_resolved_publish_is_a_single_ack():
+    confirms, seqs = published(1)
+    confirms.resolve(seqs[0])
+    assert confirms.take_frames() == [(ACK, 1, False)]
+
+
+def test_a_batch_of_acks_coalesces_into_one_multiple_ack():
+    confirms, seqs = published(5)
+    for seq in reversed(seqs):  # resolution order does not matter
+        confirms.resolve(seq)
+    assert confirms.has_pending
+    assert confirms.take_frames() == [(ACK, 5, True)]
+    assert not confirms.has_pending
+    assert confirms.take_frames() == []
+
+
+def test_a_held_sequence_number_stops_the_multiple_ack_below_it():
+    confirms, seqs = published(5)
+    confirms.hold(3)  # e.g. waits for disk
+    for seq in (1, 2, 4, 5):
+        confirms.resolve(seq)
+    assert confirms.take_frames() == [(ACK, 2, True), (ACK, 4, False), (ACK, 5, False)]
+
+
+def test_releasing_a_held_sequence_number_acks_it():
+    confirms, seqs = published(5)
+    confirms.hold(3)
+    for seq in (1, 2, 4, 5):
+        confirms.resolve(seq)
+    confirms.take_frames()
+    confirms.release(3)
+    assert confirms.take_frames() == [(ACK, 3, False)]
+
+
+def test_after_release_later_acks_coalesce_again():
+    confirms, _seqs = published(3)
+    confirms.hold(1)
+    confirms.resolve(2)
+    assert confirms.take_frames() == [(ACK, 2, False)]
+    confirms.release(1)
+    confirms.resolve(3)
+    # No longer anything outstanding: one multiple ack (re-covering 2 is harmless, as in RabbitMQ).
+    assert confirms.take_frames() == [(ACK, 3, True)]
+
+
+def test_a_held_first_sequence_number_prevents_any_multiple_ack():
+    confirms, _seqs = published(3)
+    confirms.hold(1)
+    confirms.resolve(2)
+    confirms.resolve(3)
+    assert confirms.take_frames() == [(ACK, 2, False), (ACK, 3, False)]
+
+
+def test_a_nack_stops_the_multiple_ack_and_is_sent_on_its_own():
+    confirms, _seqs = published(5)
+    for seq in (1, 2, 4, 5):
+        confirms.resolve(seq)
+    confirms.resolve(3, ok=False)
+    assert confirms.take_frames() == [(ACK, 2, True), (NACK, 3, False), (ACK, 4, False), (ACK, 5, False)]
+
+
+def test_a_released_hold_can_be_a_nack():
+    confirms, _seqs = published(2)
+    confirms.hold(1)
+    confirms.resolve(2)
+    confirms.take_frames()
+    confirms.release(1, ok=False)
+    assert confirms.take_frames() == [(NACK, 1, False)]
+
+
+def test_frames_come_out_in_sequence_order():
+    confirms, _seqs = published(6)
+    confirms.hold(2)
+    confirms.resolve(6)
+    confirms.resolve(4, ok=False)
+    confirms.resolve(1)
+    confirms.resolve(5)
+    confirms.resolve(3)
+    frames = confirms.take_frames()
+    assert [tag for _kind, tag, _multiple in frames] == sorted(tag for _kind, tag, _multiple in frames)
+    assert frames == [(ACK, 1, False), (ACK, 3, False), (NACK, 4, False), (ACK, 5, False), (ACK, 6, False)]
