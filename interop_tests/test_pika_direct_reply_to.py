@@ -1,0 +1,111 @@
+"""Direct reply-to: RPC replies without a reply queue.
+
+The client consumes the pseudo-queue amq.rabbitmq.reply-to in no-ack mode and
+publishes requests on the same channel with reply_to=amq.rabbitmq.reply-to; the
+server rewrites reply_to to amq.rabbitmq.reply-to.<opaque>, and a reply
+published to that name through the default exchange reaches the client.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+from pika.exceptions import ChannelClosedByBroker
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+
+
+def connect(broker) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(broker.url()))
+
+
+def wait_until(connections: list[pika.BlockingConnection], condition, timeout: float = 5.0) -> bool:
+    """Pump every connection's I/O until `condition()` holds or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        for connection in connections:
+            connection.process_data_events(time_limit=0.02)
+    return True
+
+
+@pytest.fixture
+def rpc_server(broker, unique):
+    """A request queue on its own connection; yields (connection, queue, requests seen)."""
+    connection = connect(broker)
+    channel = connection.channel()
+    queue = unique("rpc-requests")
+    channel.queue_declare(queue, exclusive=True)
+    requests = []
+
+    def answer(ch, method, properties, body):
+        requests.append(properties)
+        ch.basic_publish("", properties.reply_to, b"reply to " + body,
+                         pika.BasicProperties(correlation_id=properties.correlation_id))
+        ch.basic_ack(method.delivery_tag)
+
+    channel.basic_consume(queue, answer)
+    yield connection, queue, requests
+    if connection.is_open:
+        connection.close()
+
+
+def test_reply_arrives_through_direct_reply_to(broker, rpc_server):
+    server_connection, queue, requests = rpc_server
+    with connect(broker) as client:
+        channel = client.channel()
+        replies = []
+        channel.basic_consume(REPLY_TO, lambda ch, method, props, body: replies.append((props.correlation_id, body)),
+                              auto_ack=True)
+
+        channel.basic_publish("", queue, b"ping", pika.BasicProperties(reply_to=REPLY_TO, correlation_id="c-1"))
+
+        assert wait_until([server_connection, client], lambda: replies)
+        assert replies == [("c-1", b"reply to ping")]
+        assert requests[0].reply_to.startswith(REPLY_TO + ".")
+        assert requests[0].reply_to != REPLY_TO
+
+
+def test_several_requests_get_their_own_replies(broker, rpc_server):
+    server_connection, queue, _ = rpc_server
+    with connect(broker) as client:
+        channel = client.channel()
+        replies = {}
+        channel.basic_consume(REPLY_TO, lambda ch, method, props, body: replies.__setitem__(props.correlation_id, body),
+                              auto_ack=True)
+        for index in range(5):
+            channel.basic_publish("", queue, f"q{index}".encode(),
+                                  pika.BasicProperties(reply_to=REPLY_TO, correlation_id=str(index)))
+
+        assert wait_until([server_connection, client], lambda: len(replies) == 5)
+        assert replies == {str(index): f"reply to q{index}".encode() for index in range(5)}
+
+
+def test_reply_consumer_must_be_no_ack(broker):
+    with connect(broker) as connection:
+        channel = connection.channel()
+        with pytest.raises(ChannelClosedByBroker) as error:
+            channel.basic_consume(REPLY_TO, lambda *args: None, auto_ack=False)
+
+    assert (error.value.reply_code, error.value.reply_text) == (406, "PRECONDITION_FAILED - reply consumer cannot acknowledge")
+
+
+def test_only_one_reply_consumer_per_channel(broker):
+    with connect(broker) as connection:
+        channel = connection.channel()
+        channel.basic_consume(REPLY_TO, lambda *args: None, auto_ack=True)
+        with pytest.raises(ChannelClosedByBroker) as error:
+            channel.basic_consume(REPLY_TO, lambda *args: None, auto_ack=True)
+
+    assert (error.value.reply_code, error.value.reply_text) == (406, "PRECONDITION_FAILED - reply consumer already set")
+
+
+def test_reply_to_a_vanished_client_is_silently_dropped(broker):
+    with connect(broker) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("", REPLY_TO + ".no-such-client", b"lost")  # confirmed, no error
+        assert channel.is_open

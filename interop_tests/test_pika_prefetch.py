@@ -1,0 +1,265 @@
+"""Prefetch (basic.qos), fair dispatch and requeue of unacked messages on close.
+
+RabbitMQ 3.10 semantics pinned here:
+- global=false: a limit per consumer, fixed when the consumer starts; a later
+  basic.qos(global=false) only affects consumers started after it.
+- global=true: one limit shared by all consumers on the channel; changing it
+  takes effect immediately for running consumers.
+- Closing a channel or connection requeues its unacked messages, marked
+  redelivered, ahead of messages that were never delivered.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+from pika.adapters.blocking_connection import BlockingChannel
+
+SETTLE_S = 0.3  # how long to keep listening when asserting that nothing more arrives
+
+
+def connect(broker) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(broker.url()))
+
+
+def wait_until(connection: pika.BlockingConnection, condition, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        connection.process_data_events(time_limit=min(0.05, remaining))
+    return True
+
+
+def pump(connection: pika.BlockingConnection, seconds: float) -> None:
+    """Keep delivering for a while, to catch deliveries that should not happen."""
+    deadline = time.monotonic() + seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        connection.process_data_events(time_limit=min(0.05, remaining))
+
+
+def publish_confirmed(connection: pika.BlockingConnection, queue: str, bodies: list[bytes]) -> None:
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for body in bodies:
+        channel.basic_publish("", queue, body)
+    channel.close()
+
+
+def bodies(count: int, prefix: str = "m") -> list[bytes]:
+    return [f"{prefix}{index}".encode() for index in range(1, count + 1)]
+
+
+def get_all(channel: BlockingChannel, queue: str) -> list[tuple[bytes, bool]]:
+    found = []
+    while True:
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return found
+        found.append((body, method.redelivered))
+
+
+def wait_ready(channel: BlockingChannel, queue: str, count: int, timeout: float = 5.0) -> int:
+    """Poll until `queue` has `count` ready messages (or the deadline passes); return the last count.
+
+    Requeues caused by reject, nack or a closing channel are asynchronous in
+    RabbitMQ, so a count check right after them must allow a moment to settle.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        ready = channel.queue_declare(queue, passive=True).method.message_count
+        if ready == count or time.monotonic() >= deadline:
+            return ready
+        channel.connection.process_data_events(time_limit=0.02)
+
+
+def assert_ready_messages(channel: BlockingChannel, queue: str, expected: list[tuple[bytes, bool]]) -> None:
+    """The queue's ready messages are exactly `expected` as (body, redelivered), in order."""
+    wait_ready(channel, queue, len(expected))
+    assert get_all(channel, queue) == expected
+
+
+@pytest.fixture
+def connection(broker):
+    connection = connect(broker)
+    yield connection
+    if connection.is_open:
+        connection.close()
+
+
+def test_fair_dispatch_sends_everything_else_to_the_consumer_that_keeps_acking(connection, unique):
+    queue = unique("fair")
+    connection.channel().queue_declare(queue, exclusive=True)
+    slow, fast = connection.channel(), connection.channel()
+    slow.basic_qos(prefetch_count=1)
+    fast.basic_qos(prefetch_count=1)
+    slow_got, fast_got = [], []
+    slow.basic_consume(queue, lambda ch, method, props, body: slow_got.append(body))  # never acks
+
+    def ack_at_once(ch, method, props, body):
+        fast_got.append(body)
+        ch.basic_ack(method.delivery_tag)
+
+    fast.basic_consume(queue, ack_at_once)
+    publish_confirmed(connection, queue, bodies(20))
+
+    assert wait_until(connection, lambda: len(slow_got) + len(fast_got) == 20)
+    assert len(slow_got) == 1
+    assert len(fast_got) == 19
+    assert sorted(slow_got + fast_got) == sorted(bodies(20))
+
+
+def test_acking_frees_a_prefetch_slot_for_the_next_message(connection, unique):
+    queue = unique("slot")
+    channel = connection.channel()
+    channel.queue_declare(queue, exclusive=True)
+    publish_confirmed(connection, queue, bodies(5))
+    channel.basic_qos(prefetch_count=2)
+    got = []
+    channel.basic_consume(queue, lambda ch, method, props, body: got.append(method))
+
+    assert wait_until(connection, lambda: len(got) == 2)
+    pump(connection, SETTLE_S)
+    assert len(got) == 2
+    channel.basic_ack(got[0].delivery_tag)
+    assert wait_until(connection, lambda: len(got) == 3)
+    pump(connection, SETTLE_S)
+    assert len(got) == 3
+
+
+def test_per_consumer_prefetch_limits_each_consumer_separately(connection, unique):
+    channel = connection.channel()
+    first, second = unique("per-consumer-a"), unique("per-consumer-b")
+    for queue in (first, second):
+        channel.queue_declare(queue, exclusive=True)
+        publish_confirmed(connection, queue, bodies(10))
+    channel.basic_qos(prefetch_count=2, global_qos=False)
+    got = {first: 0, second: 0}
+    for queue in (first, second):
+        channel.basic_consume(queue, lambda ch, method, props, body, q=queue: got.__setitem__(q, got[q] + 1))
+
+    assert wait_until(connection, lambda: got[first] == 2 and got[second] == 2)
+    pump(connection, SETTLE_S)
+    assert got == {first: 2, second: 2}
+
+
+def test_global_prefetch_is_shared_by_all_consumers_on_the_channel(connection, unique):
+    channel = connection.channel()
+    first, second = unique("global-a"), unique("global-b")
+    for queue in (first, second):
+        channel.queue_declare(queue, exclusive=True)
+        publish_confirmed(connection, queue, bodies(10))
+    channel.basic_qos(prefetch_count=3, global_qos=True)
+    got = []
+    for queue in (first, second):
+        channel.basic_consume(queue, lambda ch, method, props, body: got.append(body))
+
+    assert wait_until(connection, lambda: len(got) == 3)
+    pump(connection, SETTLE_S)
+    assert len(got) == 3
+    ready = sum(channel.queue_declare(q, passive=True).method.message_count for q in (first, second))
+    assert ready == 17
+
+
+def test_raising_global_prefetch_applies_to_running_consumers(connection, unique):
+    queue = unique("global-raise")
+    channel = connection.channel()
+    channel.queue_declare(queue, exclusive=True)
+    publish_confirmed(connection, queue, bodies(10))
+    channel.basic_qos(prefetch_count=1, global_qos=True)
+    got = []
+    channel.basic_consume(queue, lambda ch, method, props, body: got.append(body))
+    assert wait_until(connection, lambda: len(got) == 1)
+
+    channel.basic_qos(prefetch_count=4, global_qos=True)
+
+    assert wait_until(connection, lambda: len(got) == 4)
+    pump(connection, SETTLE_S)
+    assert got == bodies(4)
+
+
+def test_per_consumer_prefetch_change_applies_only_to_consumers_started_afterwards(connection, unique):
+    early, late = unique("qos-early"), unique("qos-late")
+    channel = connection.channel()
+    for queue in (early, late):
+        channel.queue_declare(queue, exclusive=True)
+        publish_confirmed(connection, queue, bodies(10))
+    channel.basic_qos(prefetch_count=1)
+    got = {early: 0, late: 0}
+    channel.basic_consume(early, lambda ch, method, props, body: got.__setitem__(early, got[early] + 1))
+    assert wait_until(connection, lambda: got[early] == 1)
+
+    channel.basic_qos(prefetch_count=4)
+    channel.basic_consume(late, lambda ch, method, props, body: got.__setitem__(late, got[late] + 1))
+
+    assert wait_until(connection, lambda: got[late] == 4)
+    pump(connection, SETTLE_S)
+    assert got == {early: 1, late: 4}
+
+
+def test_prefetch_zero_means_unlimited(connection, unique):
+    queue = unique("unlimited")
+    channel = connection.channel()
+    channel.queue_declare(queue, exclusive=True)
+    publish_confirmed(connection, queue, bodies(50))
+    channel.basic_qos(prefetch_count=0)
+    got = []
+    channel.basic_consume(queue, lambda ch, method, props, body: got.append(body))
+
+    assert wait_until(connection, lambda: len(got) == 50)
+
+
+def test_unacked_messages_return_redelivered_ahead_of_later_ones_when_the_channel_closes(connection, unique):
+    queue = unique("requeue-channel")
+    connection.channel().queue_declare(queue, exclusive=True)
+    publish_confirmed(connection, queue, bodies(5))
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=2)
+    got = []
+    consumer.basic_consume(queue, lambda ch, method, props, body: got.append(body))
+    assert wait_until(connection, lambda: len(got) == 2)
+
+    consumer.close()
+
+    assert_ready_messages(connection.channel(), queue, [
+        (b"m1", True), (b"m2", True), (b"m3", False), (b"m4", False), (b"m5", False),
+    ])
+
+
+def test_unacked_messages_return_redelivered_when_the_connection_closes(broker, connection, unique):
+    queue = unique("requeue-connection")
+    channel = connection.channel()
+    channel.queue_declare(queue, auto_delete=False)
+    try:
+        publish_confirmed(connection, queue, bodies(4))
+        with connect(broker) as consumer_connection:
+            consumer = consumer_connection.channel()
+            consumer.basic_qos(prefetch_count=2)
+            got = []
+            consumer.basic_consume(queue, lambda ch, method, props, body: got.append(body))
+            assert wait_until(consumer_connection, lambda: len(got) == 2)
+            # leaving the block closes the connection without acking
+
+        assert_ready_messages(channel, queue, [(b"m1", True), (b"m2", True), (b"m3", False), (b"m4", False)])
+    finally:
+        channel.queue_delete(queue)
+
+
+def test_requeued_messages_go_to_the_remaining_consumer(connection, unique):
+    queue = unique("handover")
+    connection.channel().queue_declare(queue, exclusive=True)
+    leaving, staying = connection.channel(), connection.channel()
+    leaving.basic_qos(prefetch_count=1)
+    left_with, received = [], []
+    leaving.basic_consume(queue, lambda ch, method, props, body: left_with.append(body))
+    publish_confirmed(connection, queue, [b"first"])
+    assert wait_until(connection, lambda: left_with == [b"first"])
+
+    staying.basic_consume(queue, lambda ch, method, props, body: received.append((body, method.redelivered)))
+    leaving.close()
+
+    assert wait_until(connection, lambda: received)
+    assert received == [(b"first", True)]
