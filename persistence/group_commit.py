@@ -182,8 +182,8 @@ class GroupCommitter:
         for store in round_.requests:
             try:
                 round_.jobs[store] = store.prepare_sync()
-            except OSError as err:
-                round_.errors[store] = err
+            except Exception as err:  # a store's failure must not stall every other store's round
+                round_.errors[store] = err if isinstance(err, OSError) else OSError(f"prepare_sync failed: {err!r}")
         if self._kind == "never" or not any(job.fds or job.paths or job.directories for job in round_.jobs.values()):
             for job in round_.jobs.values():
                 job.discard()

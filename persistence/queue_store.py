@@ -55,6 +55,7 @@ DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 DEFAULT_DRAIN_ROLLOVER_SIZE = 1024 * 1024
 _MAX_SEGMENT_SIZE = 0xFFFF_FFFF  # offsets are kept as u32
+_BUFFER_LIMIT_FACTOR = 16  # while writes fail, buffer at most this many write_buffer_size
 _RUNTIME_STATE = {
     MessageState.DELIVERED: DELIVERED,
     MessageState.REQUEUED: READY,
@@ -153,8 +154,9 @@ class QueueStore:
     def append_message(
         self, seq: int, published_at_ms: int, exchange: str, routing_key: str, raw_properties: bytes, body: bytes
     ) -> None:
-        """Append a message record; ``raw_properties`` are the content header's property flags + list."""
-        self._check_writable()
+        """Append a message record; ``raw_properties`` are the content header's property flags + list.
+        If it raises, nothing was added."""
+        self._before_append()
         if seq < self.next_seq:
             raise ValueError(f"sequence number {seq} is below next_seq ({self.next_seq})")
         head, body = encode_message(seq, published_at_ms, exchange, routing_key, raw_properties, body)
@@ -189,8 +191,9 @@ class QueueStore:
 
         ``delivery_count`` goes with delivered, requeued and waiting_retry; ``due_at_ms`` with
         waiting_retry; ``reason`` ("rejected", "expired", "maxlen", "delivery_limit") with
-        dropped and dead_lettered. Use ``purge()`` rather than the "purged" state."""
-        self._check_writable()
+        dropped and dead_lettered. Use ``purge()`` rather than the "purged" state.
+        If it raises, nothing was recorded."""
+        self._before_append()
         state = MessageState(state)
         if state is MessageState.PURGED:
             raise ValueError("use purge() to purge a queue")
@@ -213,7 +216,7 @@ class QueueStore:
         if state.settles:
             entry.settle(i)
             if entry.live == 0:
-                self._collect_garbage()
+                self._collect_garbage_safely()
         else:
             entry.states[i] = _RUNTIME_STATE[state]
         self._after_append(was_empty)
@@ -222,7 +225,7 @@ class QueueStore:
     def purge(self, at_ms: int | None = None) -> int:
         """Settle every message that is ready or waiting for a retry (not those with consumers),
         free the segments that leaves unneeded, and return how many were purged."""
-        self._check_writable()
+        self._before_append()
         purged = 0
         for entry in self._segments:
             states = entry.states
@@ -241,11 +244,27 @@ class QueueStore:
         self._collect_garbage(force_tail_reset=True)
         return purged
 
+    def _before_append(self) -> None:
+        self._check_writable()
+        if len(self._buffer) >= _BUFFER_LIMIT_FACTOR * self.write_buffer_size:
+            self.flush()  # writes keep failing: refuse new records (raises) rather than grow without bound
+
     def _after_append(self, was_empty: bool) -> None:
         if len(self._buffer) >= self.write_buffer_size:
-            self.flush()
+            try:
+                self.flush()
+            except OSError as err:
+                # The record is kept in the buffer and the write retried; whoever waits for a
+                # sync of this store gets the error from prepare_sync.
+                log.warning("writing to %s failed: %s; will retry", self.directory, err)
         elif was_empty and self.on_dirty is not None:
             self.on_dirty(self)
+
+    def _collect_garbage_safely(self) -> None:
+        try:
+            self._collect_garbage()
+        except OSError:
+            log.exception("removing settled segments of %s failed; will retry later", self.directory)
 
     def flush(self) -> None:
         """Write the buffered records to the tail segment with one os.write (more only if the OS
@@ -364,13 +383,19 @@ class QueueStore:
     def _roll_over(self, first_seq: int) -> SegmentEntry:
         """Seal the tail (if any) and start a new segment named ``first_seq``."""
         self.flush()
+        path = self.directory / segment_file_name(first_seq)
+        header = encode_header(first_seq, _now_ms())
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        try:
+            if os.write(fd, header) != len(header):
+                raise OSError(f"{path}: short write of the segment header")
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
         if self._tail is not None and self._tail_fd is not None:
             os.close(self._tail_fd)
             self._unsynced_paths.add(str(self._tail.path))
-        path = self.directory / segment_file_name(first_seq)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        header = encode_header(first_seq, _now_ms())
-        os.write(fd, header)
         entry = SegmentEntry(first_seq, path, HEADER_SIZE, len(header))
         self._segments.append(entry)
         self._segment_ids.append(first_seq)

@@ -231,3 +231,61 @@ def test_on_dirty_fires_once_per_batch(tmp_path):
     store.flush()
     publish(store, [50])
     assert dirty == [store, store]
+
+
+def test_a_segment_is_removed_only_after_the_removal_of_what_it_refers_to_is_durable(tmp_path):
+    events = []
+    store, _ = open_store(tmp_path, segment_size=SMALL, sync_directory=lambda d: events.append(present()))
+
+    def present():
+        return [sid for sid, _ in list_segments(store.directory)]
+
+    publish(store, range(1, 11))  # segment 1
+    publish(store, range(11, 21))  # segment 11
+    store.append_state(1, "requeued", 1, delivery_count=1)  # segment 11 now refers to segment 1
+    for seq in range(11, 21):
+        store.append_state(seq, "acked", 1)
+    publish(store, [21])  # segment 21 is the tail
+    for seq in range(1, 11):
+        store.append_state(seq, "acked", 1)
+    # Segment 1 went first; the directory was fsynced while segment 11 still existed; then 11 went.
+    assert events == [[11, 21]]
+    assert present() == [21]
+
+
+def test_after_a_sync_round_no_extra_directory_fsync_is_needed(tmp_path):
+    events = []
+    store, _ = open_store(tmp_path, segment_size=SMALL, sync_directory=events.append)
+    publish(store, range(1, 21))
+    store.append_state(1, "requeued", 1, delivery_count=1)  # written into segment 11
+    publish(store, [21])
+    for seq in range(1, 11):
+        store.append_state(seq, "acked", 1)
+    assert store.segment_ids == [11, 21]
+    job = store.prepare_sync()  # what a group-commit round does: the removal of segment 1 is fsynced
+    assert str(store.directory) in job.directories
+    job.discard()
+    store.sync_done(job, None)
+    for seq in range(11, 21):
+        store.append_state(seq, "acked", 1)
+    assert store.segment_ids == [21] and events == []
+
+
+def test_a_failed_write_leaves_no_torn_record_and_is_retried(tmp_path, monkeypatch):
+    store, _ = open_store(tmp_path)
+    publish(store, [1])
+    store.flush()
+    publish(store, [2, 3])
+    real_write = os.write
+
+    def write_half_then_fail(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", write_half_then_fail)
+    with pytest.raises(OSError):
+        store.flush()
+    monkeypatch.setattr(os, "write", real_write)
+    store.flush()
+    store, recovery = restart(store, tmp_path)
+    assert list(recovery.seqs) == [1, 2, 3] and recovery.problems == []
