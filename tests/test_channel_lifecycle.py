@@ -118,12 +118,6 @@ def test_frames_for_a_channel_the_server_closed_are_ignored_until_close_ok():
     assert (channel, type(open_ok)) == (1, commands.Channel.OpenOk)
 
 
-def test_channel_open_before_close_ok_of_a_server_close_is_ignored():
-    client = opened_client()
-    client.send(1, commands.Basic.Get(queue="missing"))
-    assert client.open_channel(1) == []
-
-
 def test_channel_close_crossing_the_servers_close_is_answered_with_close_ok():
     client = opened_client()
     client.send(1, commands.Basic.Get(queue="missing"))

@@ -40,8 +40,9 @@ def test_multiple_ack_frees_room_for_as_many_deliveries():
 
 def test_global_and_per_consumer_prefetch_apply_together():
     client = opened_client()
-    client.call(1, commands.Basic.Qos(prefetch_count=3, global_=True))
+    # This order, as RabbitMQ documents it: a later global=false qos would clear the global limit.
     client.call(1, commands.Basic.Qos(prefetch_count=2, global_=False))
+    client.call(1, commands.Basic.Qos(prefetch_count=3, global_=True))
     setup(client, "c1", "c2")
     first = deliveries(publish_many(client, 10))
     assert len(first) == 3  # the channel's limit, not 2 + 2
@@ -53,8 +54,8 @@ def test_global_and_per_consumer_prefetch_apply_together():
 
 def test_per_consumer_limit_holds_below_a_larger_global_limit():
     client = opened_client()
-    client.call(1, commands.Basic.Qos(prefetch_count=10, global_=True))
     client.call(1, commands.Basic.Qos(prefetch_count=1, global_=False))
+    client.call(1, commands.Basic.Qos(prefetch_count=10, global_=True))
     setup(client, "c1", "c2")
     first = deliveries(publish_many(client, 10))
     assert sorted(d.consumer_tag for d in first) == ["c1", "c2"]
