@@ -122,6 +122,8 @@ class Channel:
             self.connection.channel_finished(self)
         elif index == 0x00140028:  # channel.close crossing ours
             self.connection.send_method(self.id, commands.Channel.CloseOk())
+        elif index == 0x0014000A:  # channel.open before our close was acknowledged
+            raise AMQPError(errors.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
 
     def handle_header(self, payload: bytes) -> None:
         pending = self._pending
@@ -223,6 +225,8 @@ class Channel:
     def _route(self, exchange: "Exchange", message: Message, mandatory: bool) -> None:
         broker = self.connection.broker
         confirms = self.confirms
+        if self.vhost.firehose is not None:
+            self.vhost.firehose.published(message, self.connection, self.id)
         seq = confirms.take_seq() if confirms is not None else 0
         accepted = True
         if exchange is self.vhost.default_exchange and is_reply_key(message.routing_key):
@@ -238,6 +242,8 @@ class Channel:
                 if not queue.publish(message):
                     accepted = False  # a queue at its length limit with x-overflow reject-publish
                 delivered = True
+                if queue.congested:
+                    self.connection.throttle(queue)
         if delivered:
             broker.stats.routed += 1
         elif mandatory:
@@ -287,6 +293,8 @@ class Channel:
         if tag_raw is None:
             tag_raw = self._tag_raw[consumer.tag] = codec.shortstr(consumer.tag)
         message = entry.message
+        if self.vhost.firehose is not None:
+            self.vhost.firehose.delivered(consumer.queue.name, message, entry.redelivered, self.connection, self.id)
         self.connection.send_frames(
             codec.deliver_frames(
                 self.id,

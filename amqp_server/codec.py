@@ -62,11 +62,12 @@ class FrameReader:
         try:
             while end - offset >= FRAME_OVERHEAD:
                 frame_type, channel, size = _frame_header.unpack_from(buffer, offset)
-                if size + FRAME_OVERHEAD > self.max_frame_size:
+                # RabbitMQ lets a payload reach frame_max (8 bytes of slack over the spec).
+                if size > self.max_frame_size:
                     raise AMQPError(
                         FRAME_ERROR,
-                        f"frame size {size + FRAME_OVERHEAD} larger than negotiated maximum "
-                        f"{self.max_frame_size}",
+                        f"type {frame_type}, all octets = <<>>: "
+                        f"{{frame_too_large,{size},{self.max_frame_size - FRAME_OVERHEAD}}}",
                     )
                 frame_end = offset + FRAME_HEADER_SIZE + size
                 if frame_end >= end:
@@ -217,3 +218,11 @@ def access_request_ok_frame(channel: int) -> bytes:
     """access.request-ok with ticket 1 (class 30 is gone from pamqp 4 but old clients send it)."""
     payload = struct.pack(">HHH", 30, 11, 1)
     return _frame_header.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def erlang_binary(data: bytes, limit: int = 16) -> str:
+    """Bytes as Erlang prints a binary, as RabbitMQ's frame-error texts show them."""
+    data = data[:limit]
+    if data and all(32 <= byte < 127 and byte not in (34, 92) for byte in data):
+        return f'<<"{data.decode()}">>'
+    return "<<" + ",".join(str(byte) for byte in data) + ">>"

@@ -78,6 +78,10 @@ class Connection:
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: list[Queue] = []
         self.write_paused = False
+        # Queues whose congestion pauses reading from this connection (flow control).
+        self.throttled_by: set[Queue] = set()
+        # Called with True/False when reading from the socket should pause/resume.
+        self.on_reading_paused: Callable[[bool], None] = lambda paused: None
         self.close_when_flushed = False  # the shell closes the socket after the next write
         self._out: list[bytes] = []
         self._confirm_channels: set[Channel] = set()
@@ -129,13 +133,15 @@ class Connection:
             return
         if frame_type == codec.FRAME_HEARTBEAT:
             if channel_id != 0:
-                raise AMQPError(errors.UNEXPECTED_FRAME, f"heartbeat frame on channel {channel_id}")
+                raise AMQPError(errors.UNEXPECTED_FRAME, f"type {frame_type}, all octets = <<>>")
             return
         if frame_type not in (codec.FRAME_METHOD, codec.FRAME_HEADER, codec.FRAME_BODY):
             raise AMQPError(errors.FRAME_ERROR, f"unknown frame type {frame_type}")
         if channel_id == 0:
             if frame_type != codec.FRAME_METHOD:
-                raise AMQPError(errors.UNEXPECTED_FRAME, f"content frame of type {frame_type} on channel 0")
+                raise AMQPError(
+                    errors.UNEXPECTED_FRAME, f"type {frame_type}, all octets = {codec.erlang_binary(payload)}"
+                )
             self._handle_connection_method(payload)
             return
         if self.state != OPEN:
@@ -355,6 +361,25 @@ class Connection:
         self._out.clear()
         return data
 
+    def throttle(self, queue: Queue) -> None:
+        """Stop reading from this publisher until `queue` drains (flow control)."""
+        if queue in self.throttled_by:
+            return
+        first = not self.throttled_by
+        self.throttled_by.add(queue)
+        queue.flow_waiters[self] = lambda: self._unthrottle(queue)
+        if first:
+            self.on_reading_paused(True)
+
+    def _unthrottle(self, queue: Queue) -> None:
+        self.throttled_by.discard(queue)
+        if not self.throttled_by:
+            self.on_reading_paused(False)
+
+    @property
+    def reading_paused(self) -> bool:
+        return bool(self.throttled_by)
+
     def resume_deliveries(self) -> None:
         """The socket drained: consumers on this connection may receive again."""
         self.write_paused = False
@@ -406,6 +431,9 @@ class Connection:
             if queue_vhost is not None:
                 queue_vhost.delete_queue(queue)
         self.exclusive_queues.clear()
+        for queue in self.throttled_by:
+            queue.flow_waiters.pop(self, None)
+        self.throttled_by.clear()
         if self.vhost is not None:
             self.broker.connection_closed(self)
             self.vhost = None

@@ -18,6 +18,7 @@ from amqp_server.broker import Broker
 from amqp_server.config import ServerConfig
 from amqp_server.connection import AWAIT_HEADER, CLOSED, CLOSING, OPEN, Connection
 from amqp_server.errors import CONNECTION_FORCED
+from amqp_server.management.services import start_http_services, stop_http_services
 from amqp_server import codec
 from persistence.definitions import FileDefinitionStore
 from queues.timers import Timers
@@ -31,6 +32,8 @@ HANDSHAKE_TIMEOUT_S = 10.0
 CLOSE_OK_TIMEOUT_S = 3.0
 # Pause deliveries to a consumer whose socket buffer holds more than this.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
+# Bytes one connection may feed the broker per event-loop iteration before others get a turn.
+READ_BUDGET_PER_ITERATION = 64 * 1024
 
 
 class AMQPProtocol(asyncio.Protocol):
@@ -46,6 +49,9 @@ class AMQPProtocol(asyncio.Protocol):
         self.last_read = now
         self.last_write = now
         self.closing_since: float | None = None
+        self._read_budget = READ_BUDGET_PER_ITERATION
+        self._yielding = False
+        self._reading_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -55,12 +61,39 @@ class AMQPProtocol(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush)
+        self.connection.on_reading_paused = self._update_reading
         self.registry.add(self)
         log.debug("accepting AMQP connection %s", self.connection.peer)
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
         self.connection.receive_data(data)
+        # Fairness: the event loop may hand us megabytes from one fast publisher in a single
+        # iteration, starving every other socket (consumers' acks wait behind it). Take a
+        # bounded slice per iteration, then let the others run.
+        self._read_budget -= len(data)
+        if self._read_budget <= 0 and not self._yielding:
+            self._yielding = True
+            self._update_reading()
+            self.loop.call_soon(self._end_yield)
+
+    def _end_yield(self) -> None:
+        self._yielding = False
+        self._read_budget = READ_BUDGET_PER_ITERATION
+        self._update_reading()
+
+    def _update_reading(self, _paused: bool | None = None) -> None:
+        """Read from the socket unless yielding to others or paused by flow control."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        pause = self._yielding or self.connection.reading_paused
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -196,6 +229,8 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     broker = Broker(config, FileDefinitionStore(config.data_dir))
     server = AMQPServer(broker, config.host, config.port)
     await server.start()
+    # Prometheus metrics and the management API (each off when its port is 0).
+    http_services = await start_http_services(config, broker, server.port, server.protocols)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -207,6 +242,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
         ready.set()
     await stop.wait()
     log.info("stopping: closing %d connections", len(server.protocols))
+    await stop_http_services(http_services)
     await server.stop()
 
 

@@ -74,6 +74,8 @@ class VirtualHost:
     ) -> None:
         self.name = name
         self.timers = timers if timers is not None else Timers()
+        # The firehose (amq.rabbitmq.trace) when tracing is on for this vhost; see amqp_server/firehose.py.
+        self.firehose: Any = None
         # Counters of deleted queues, so vhost-wide totals never go backwards.
         self.retired_queue_stats = QueueStats()
         self.exchanges: dict[str, Exchange] = {}

@@ -11,9 +11,11 @@ RabbitMQ 3.10 semantics pinned here:
 
 from __future__ import annotations
 
+import os
 import time
 
 import pika
+
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
@@ -181,7 +183,13 @@ def test_raising_global_prefetch_applies_to_running_consumers(connection, unique
     assert got == bodies(4)
 
 
-def test_per_consumer_prefetch_change_applies_only_to_consumers_started_afterwards(connection, unique):
+@pytest.mark.skipif(
+    bool(os.environ.get("INTEROP_BROKER_URL")),
+    reason="RabbitMQ 3.10 fixes a consumer's prefetch when it starts; we apply a new one (rabbitmq-server#11948)",
+)
+def test_per_consumer_prefetch_change_applies_to_running_consumers(connection, unique):
+    # Celery raises prefetch at run time (ETA tasks); RabbitMQ ignores that for running
+    # consumers (rabbitmq-server#11948). The issue asks us to apply it, and we do.
     early, late = unique("qos-early"), unique("qos-late")
     channel = connection.channel()
     for queue in (early, late):
@@ -195,9 +203,9 @@ def test_per_consumer_prefetch_change_applies_only_to_consumers_started_afterwar
     channel.basic_qos(prefetch_count=4)
     channel.basic_consume(late, lambda ch, method, props, body: got.__setitem__(late, got[late] + 1))
 
-    assert wait_until(connection, lambda: got[late] == 4)
+    assert wait_until(connection, lambda: got[late] == 4 and got[early] == 4)
     pump(connection, SETTLE_S)
-    assert got == {early: 1, late: 4}
+    assert got == {early: 4, late: 4}
 
 
 def test_prefetch_zero_means_unlimited(connection, unique):

@@ -22,6 +22,13 @@ from queues.queue_entry import GONE, READY, QueueEntry
 from queues.ready_messages import ReadyMessages
 from queues.timers import Timer, Timers
 
+# Flow control: while a queue that has consumers holds more than FLOW_HIGH ready messages,
+# publishers into it are paused until it drains below FLOW_LOW. Like RabbitMQ's credit flow,
+# this keeps a fast publisher from taking all of the broker's time from the consumers that
+# would drain the queue; without consumers the queue just grows (memory alarms handle that).
+FLOW_HIGH = 2000
+FLOW_LOW = 1000
+
 # Called to dead-letter entries that left `queue` for `reason` (set by the vhost, which routes).
 DeadLetterer = Callable[["Queue", list[QueueEntry], str], None]
 
@@ -90,6 +97,8 @@ class Queue:
         self._expiry_heap: list[tuple[float, int, QueueEntry]] = []
         self._expiry_timer: Timer | None = None
         self._unused_timer: Timer | None = None
+        # Publishers paused by flow control: callables that resume them.
+        self.flow_waiters: dict[object, Callable[[], None]] = {}
         self.touch()
 
     def __repr__(self) -> str:
@@ -243,6 +252,7 @@ class Queue:
         else:
             return
         if not self._consumer_count:
+            self.release_flow()
             self.touch()
         if self.auto_delete and self._had_consumers and not self._consumer_count and self.on_unused:
             self.on_unused(self)
@@ -285,11 +295,19 @@ class Queue:
                 entry.delivery_count += 1
         finally:
             self._dispatching = False
-        # (expires_at, seq, entry) of ready messages that can expire; one timer for the earliest.
-        self._expiry_heap: list[tuple[float, int, QueueEntry]] = []
-        self._expiry_timer: Timer | None = None
-        self._unused_timer: Timer | None = None
-        self.touch()
+            if self.flow_waiters and len(self.ready) < FLOW_LOW:
+                self.release_flow()
+
+    @property
+    def congested(self) -> bool:
+        """True while publishers into this queue should be paused (see FLOW_HIGH)."""
+        return self._consumer_count > 0 and len(self.ready) > FLOW_HIGH
+
+    def release_flow(self) -> None:
+        waiters = list(self.flow_waiters.values())
+        self.flow_waiters.clear()
+        for resume in waiters:
+            resume()
 
     def _next_consumer(self) -> Consumer | None:
         for _priority, group in self._groups:
@@ -378,6 +396,7 @@ class Queue:
     def delete(self) -> list[Consumer]:
         """Mark deleted and return the consumers that must be told (basic.cancel)."""
         self.deleted = True
+        self.release_flow()
         for timer in (self._expiry_timer, self._unused_timer):
             if timer is not None:
                 timer.cancel()

@@ -1,0 +1,57 @@
+"""The management API's error replies, with RabbitMQ's status codes and JSON bodies.
+
+Handlers raise `ApiError`; the middleware in app.py turns it (and the broker's own AMQPError)
+into `{"error": ..., "reason": ...}` as RabbitMQ's management plugin answers.
+"""
+
+from __future__ import annotations
+
+from amqp_server import errors
+from amqp_server.errors import AMQPError
+
+REALM = 'Basic realm="RabbitMQ Management"'
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.error = error
+        self.reason = reason
+
+    def body(self) -> dict[str, str]:
+        return {"error": self.error, "reason": self.reason}
+
+
+def not_found() -> ApiError:
+    return ApiError(404, "Object Not Found", "Not Found")
+
+
+def bad_request(reason: str) -> ApiError:
+    return ApiError(400, "bad_request", reason)
+
+
+def login_failed() -> ApiError:
+    return ApiError(401, "not_authorized", "Login failed")
+
+
+def not_management_user() -> ApiError:
+    return ApiError(401, "not_authorised", "Not management user")
+
+
+def not_administrator() -> ApiError:
+    return ApiError(401, "not_authorised", "Not administrator user")
+
+
+def access_refused() -> ApiError:
+    return ApiError(401, "not_authorised", "Access refused.")
+
+
+def from_amqp_error(error: AMQPError) -> ApiError:
+    """A broker refusal (inequivalent arguments, reserved names...) as the API reports it."""
+    if error.code == errors.ACCESS_REFUSED:
+        return access_refused()
+    if error.code == errors.NOT_FOUND:
+        return not_found()
+    # RabbitMQ's reason is the explanation without the "PRECONDITION_FAILED - " prefix.
+    return bad_request(error.explanation)

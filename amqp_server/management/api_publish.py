@@ -1,0 +1,95 @@
+"""POST /api/exchanges/{vhost}/{exchange}/publish: publish one message from JSON.
+
+The message is routed as a basic.publish would be (no mandatory, no confirm) and counted in
+the broker's received/routed/dropped counters. The exchange "amq.default" means the default
+exchange, as in RabbitMQ's API.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import struct
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from amqp_server.management import api_errors
+from queues.message import Message
+
+if TYPE_CHECKING:
+    from amqp_server.broker import Broker
+    from amqp_server.vhost import VirtualHost
+    from exchanges.exchange import Exchange
+
+_CONTENT_HEADER_PREFIX = struct.Struct(">HHQ")
+_BASIC_CLASS = 60
+_INT_PROPERTIES = ("delivery_mode", "priority")
+_TEXT_PROPERTIES = ("content_type", "content_encoding", "correlation_id", "reply_to", "expiration", "message_id",
+                    "user_id", "app_id", "cluster_id")
+
+
+def decode_payload(payload: Any, encoding: str) -> bytes:
+    if not isinstance(payload, str):
+        raise api_errors.bad_request("payload must be a string")
+    if encoding == "string":
+        return payload.encode("utf-8")
+    if encoding == "base64":
+        try:
+            return base64.b64decode(payload, validate=True)
+        except binascii.Error:
+            raise api_errors.bad_request("payload is not valid base64") from None
+    raise api_errors.bad_request(f"payload_encoding must be string or base64, got {encoding!r}")
+
+
+def build_properties(spec: dict[str, Any]) -> commands.Basic.Properties:
+    """pamqp properties from the API's JSON (the names RabbitMQ's API uses)."""
+    values: dict[str, Any] = {}
+    for name, value in spec.items():
+        if name in _INT_PROPERTIES:
+            try:
+                values[name] = int(value)
+            except (TypeError, ValueError):
+                raise api_errors.bad_request(f"property {name} must be an integer") from None
+        elif name in _TEXT_PROPERTIES:
+            values[name] = str(value)
+        elif name == "type":
+            values["message_type"] = str(value)
+        elif name == "headers":
+            if not isinstance(value, dict):
+                raise api_errors.bad_request("property headers must be an object")
+            values["headers"] = value
+        elif name == "timestamp":
+            try:
+                values["timestamp"] = datetime.datetime.fromtimestamp(int(value), tz=datetime.timezone.utc)
+            except (TypeError, ValueError, OverflowError):
+                raise api_errors.bad_request("property timestamp must be seconds since the epoch") from None
+        else:
+            raise api_errors.bad_request(f"unknown property {name!r}")
+    return commands.Basic.Properties(**values)
+
+
+def make_message(exchange_name: str, routing_key: str, properties: commands.Basic.Properties, body: bytes) -> Message:
+    raw_header = _CONTENT_HEADER_PREFIX.pack(_BASIC_CLASS, 0, len(body)) + properties.marshal()
+    return Message(exchange_name, routing_key, raw_header, body)
+
+
+def publish(broker: "Broker", vhost: "VirtualHost", exchange: "Exchange", routing_key: str,
+            properties: commands.Basic.Properties, body: bytes) -> bool:
+    """Route the message into the vhost's queues; True if any queue took it."""
+    if exchange.internal:
+        raise api_errors.bad_request(f"cannot publish to internal exchange '{exchange.name}'")
+    if len(body) > broker.max_message_size:
+        raise api_errors.bad_request(f"message size {len(body)} is larger than max size {broker.max_message_size}")
+    message = make_message(exchange.name, routing_key, properties, body)
+    broker.stats.received += 1
+    routed = False
+    for queue in vhost.route(exchange, message):
+        queue.publish(message)
+        routed = True
+    if routed:
+        broker.stats.routed += 1
+    else:
+        broker.stats.dropped += 1
+    return routed

@@ -1,0 +1,106 @@
+"""The management HTTP API as an aiohttp application (RabbitMQ's rabbitmq_management, /api/...).
+
+It runs on the broker's event loop: handlers read and change broker objects directly, between
+two AMQP events, with no locking. Every /api request needs basic auth (see caller.py); errors
+come back as RabbitMQ's `{"error", "reason"}` JSON. docs/management-api.md lists the routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from amqp_server.errors import AMQPError
+from amqp_server.management import (
+    binding_routes,
+    connection_routes,
+    definition_routes,
+    exchange_routes,
+    overview_routes,
+    queue_routes,
+    user_routes,
+    vhost_routes,
+)
+from amqp_server.management.api_errors import REALM, ApiError, from_amqp_error, not_found
+from amqp_server.management.caller import authenticate
+from amqp_server.management.context import CALLER_KEY, CONTEXT_KEY, ManagementContext, context
+from amqp_server.management.http_io import dumps
+from amqp_server.metrics.process_stats import ProcessStats, sample_process_stats
+
+if TYPE_CHECKING:
+    from amqp_server.broker import Broker
+
+# Definitions files of large brokers run to megabytes; aiohttp's default cap is 1 MiB.
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+ROUTE_MODULES = (
+    overview_routes, vhost_routes, user_routes, connection_routes, exchange_routes, queue_routes, binding_routes,
+    definition_routes,
+)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error_response(error: ApiError) -> web.Response:
+    headers = {"WWW-Authenticate": REALM} if error.status == 401 and error.error == "not_authorized" else None
+    return web.json_response(error.body(), status=error.status, headers=headers, dumps=dumps)
+
+
+@web.middleware
+async def api_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate /api requests and turn every refusal into RabbitMQ's JSON error."""
+    try:
+        if request.path.startswith("/api/"):
+            access = context(request).broker.access
+            request[CALLER_KEY] = authenticate(access, request.headers.get("Authorization"), request.remote)
+        return await handler(request)
+    except ApiError as error:
+        return _error_response(error)
+    except AMQPError as error:
+        return _error_response(from_amqp_error(error))
+    except web.HTTPNotFound:
+        return _error_response(not_found())
+    except web.HTTPMethodNotAllowed as error:
+        return web.json_response({"error": "Method Not Allowed", "reason": f"{request.method} not allowed"},
+                                 status=405, headers={"Allow": ",".join(sorted(error.allowed_methods))})
+
+
+async def index(request: web.Request) -> web.Response:
+    return web.Response(text="amqp-server management API: see /api/overview (basic auth)\n")
+
+
+def build_management_app(
+    broker: "Broker",
+    process_stats: Callable[[], ProcessStats] | None = None,
+    protocols: Iterable[Any] = (),
+    listeners: list[dict[str, Any]] | None = None,
+    sample_rates: bool = True,
+) -> web.Application:
+    """The aiohttp application. `protocols` (AMQPServer.protocols) gives connections their
+    names; `listeners` is what /api/overview reports; `sample_rates=False` leaves every rate
+    at 0.0 (tests that must not depend on timing)."""
+    if process_stats is None:
+        data_dir = broker.config.data_dir
+        process_stats = lambda: sample_process_stats(data_dir)  # noqa: E731
+    ctx = ManagementContext(broker, process_stats, protocols, listeners or [])
+    app = web.Application(middlewares=[api_middleware], client_max_size=MAX_REQUEST_BYTES)
+    app[CONTEXT_KEY] = ctx
+    app.router.add_get("/", index)
+    for module in ROUTE_MODULES:
+        module.add_routes(app.router)
+    if sample_rates:
+        app.cleanup_ctx.append(_rate_sampling(ctx))
+    return app
+
+
+def _rate_sampling(ctx: ManagementContext) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def run(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(ctx.rates.run(ctx.rate_samples))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return run

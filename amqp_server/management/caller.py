@@ -1,0 +1,105 @@
+"""Who is calling the management API, and what RabbitMQ's user tags let them see and do.
+
+Basic auth against the broker's own users (loopback_users apply, as in RabbitMQ). The tags:
+
+- no management tag: refused ("Not management user");
+- `management` (and `policymaker`): the vhosts they have permissions on, and only their own
+  connections and channels;
+- `monitoring`: every vhost, connection and channel, read-only;
+- `administrator`: everything, including users, vhosts, permissions and definitions.
+
+Creating, deleting, purging, publishing and getting on queues, exchanges and bindings is also
+checked against the user's AMQP permissions (configure / write / read), as RabbitMQ does: the
+tag alone does not grant them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from amqp_server.access_control import AccessControl, AuthenticationFailed, User
+from amqp_server.management import api_errors
+
+if TYPE_CHECKING:
+    from amqp_server.connection import Connection
+
+ADMINISTRATOR = "administrator"
+MONITORING = "monitoring"
+MANAGEMENT_TAGS = frozenset({"management", "policymaker", MONITORING, ADMINISTRATOR})
+
+
+@dataclass
+class Caller:
+    user: User
+    access: AccessControl
+
+    @property
+    def name(self) -> str:
+        return self.user.name
+
+    @property
+    def tags(self) -> list[str]:
+        return list(self.user.tags)
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMINISTRATOR in self.user.tags
+
+    @property
+    def is_monitor(self) -> bool:
+        return self.is_admin or MONITORING in self.user.tags
+
+    def may_see_vhost(self, vhost: str) -> bool:
+        return self.is_monitor or self.access.can_access_vhost(self.user, vhost)
+
+    def may_see_connection(self, connection: "Connection") -> bool:
+        return self.is_monitor or (connection.user is not None and connection.user.name == self.name)
+
+    def require_admin(self) -> None:
+        if not self.is_admin:
+            raise api_errors.not_administrator()
+
+    def require_vhost(self, vhost: str) -> None:
+        """Acting in a vhost needs permissions there (administrators included, as in RabbitMQ)."""
+        if not self.access.can_access_vhost(self.user, vhost):
+            raise api_errors.access_refused()
+
+    def require_permission(self, kind: str, vhost: str, resource: str) -> None:
+        """`kind` is "configure", "write" or "read"; `resource` an exchange or queue name."""
+        if not self.access.is_permitted(self.user, vhost, kind, resource):
+            raise api_errors.access_refused()
+
+
+def authenticate(access: AccessControl, authorization: str | None, remote: str | None) -> Caller:
+    """The Caller for an `Authorization: Basic ...` header; ApiError 401 otherwise."""
+    if not authorization or not authorization.lower().startswith("basic "):
+        raise api_errors.login_failed()
+    try:
+        decoded = base64.b64decode(authorization[6:].strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise api_errors.login_failed() from None
+    name, separator, password = decoded.partition(":")
+    if not separator:
+        raise api_errors.login_failed()
+    try:
+        user = access.authenticate("PLAIN", b"\0" + name.encode() + b"\0" + password.encode(), _is_loopback(remote))
+    except AuthenticationFailed:
+        raise api_errors.login_failed() from None
+    if not MANAGEMENT_TAGS.intersection(user.tags):
+        raise api_errors.not_management_user()
+    return Caller(user, access)
+
+
+def _is_loopback(remote: str | None) -> bool:
+    if not remote:
+        return False
+    try:
+        address = ipaddress.ip_address(remote.split("%")[0])
+    except ValueError:
+        return remote == "localhost"
+    mapped = getattr(address, "ipv4_mapped", None)  # "::ffff:127.0.0.1" on a dual-stack socket
+    return (mapped or address).is_loopback

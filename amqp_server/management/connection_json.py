@@ -1,0 +1,117 @@
+"""Connections, channels and consumers in the management API's JSON shapes.
+
+Names follow RabbitMQ: a connection is "client_ip:port -> server_ip:port", a channel is its
+connection's name and " (n)". Per-connection byte counts and per-channel message counters are
+not kept by the broker, so `recv_oct`/`send_oct` and channel `message_stats` are left out
+rather than reported as zero.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.metrics.broker_view import ConnectionNames, unconfirmed_count
+from amqp_server.metrics.core_collector import channel_label
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+    from amqp_server.connection import Connection
+    from queues.consumer import Consumer
+
+PROTOCOL = "AMQP 0-9-1"
+
+
+def split_address(address: str) -> tuple[str, int | None]:
+    host, _, port = address.rpartition(":")
+    return host, int(port) if port.isdigit() else None
+
+
+def _state(connection_or_channel: Any) -> str:
+    return "running" if connection_or_channel.state == "open" else connection_or_channel.state
+
+
+def connection_json(connection: "Connection", names: ConnectionNames, node: str) -> dict[str, Any]:
+    name = names(connection)
+    peer_host, peer_port = split_address(connection.peer)
+    _, _, local = name.partition(" -> ")
+    host, port = split_address(local) if local else ("", None)
+    properties = connection.client_properties
+    user = connection.user.name if connection.user else ""
+    return {
+        "auth_mechanism": "PLAIN",
+        "channel_max": connection.channel_max,
+        "channels": len(connection.channels),
+        "client_properties": properties,
+        "frame_max": connection.frame_max,
+        "host": host,
+        "name": name,
+        "node": node,
+        "peer_cert_issuer": None,
+        "peer_cert_subject": None,
+        "peer_cert_validity": None,
+        "peer_host": peer_host,
+        "peer_port": peer_port,
+        "port": port,
+        "protocol": PROTOCOL,
+        "ssl": False,
+        "state": _state(connection),
+        "timeout": connection.heartbeat,
+        "type": "network",
+        "user": user,
+        "user_provided_name": properties.get("connection_name"),
+        "user_who_performed_action": user,
+        "vhost": connection.vhost.name if connection.vhost else None,
+    }
+
+
+def _connection_details(connection: "Connection", names: ConnectionNames) -> dict[str, Any]:
+    peer_host, peer_port = split_address(connection.peer)
+    return {"name": names(connection), "peer_host": peer_host, "peer_port": peer_port}
+
+
+def channel_json(connection: "Connection", channel: "Channel", names: ConnectionNames, node: str) -> dict[str, Any]:
+    user = connection.user.name if connection.user else ""
+    return {
+        "acks_uncommitted": len(channel.tx_settlements),
+        "confirm": channel.confirms is not None,
+        "connection_details": _connection_details(connection, names),
+        "consumer_count": len(channel.consumers),
+        "global_prefetch_count": channel.global_prefetch_count,
+        "messages_unacknowledged": len(channel.unacked),
+        "messages_uncommitted": len(channel.tx_publishes),
+        "messages_unconfirmed": unconfirmed_count(channel),
+        "name": channel_label(names(connection), channel.id),
+        "node": node,
+        "number": channel.id,
+        "prefetch_count": channel.prefetch_count,
+        "state": _state(channel),
+        "transactional": channel.transactional,
+        "user": user,
+        "user_who_performed_action": user,
+        "vhost": channel.vhost.name if channel.vhost else None,
+    }
+
+
+def consumer_json(connection: "Connection", channel: "Channel", consumer: "Consumer", names: ConnectionNames,
+                  node: str) -> dict[str, Any]:
+    connection_name = names(connection)
+    peer_host, peer_port = split_address(connection.peer)
+    return {
+        "arguments": consumer.arguments,
+        "ack_required": not consumer.no_ack,
+        "active": True,
+        "activity_status": "up",
+        "channel_details": {
+            "connection_name": connection_name,
+            "name": channel_label(connection_name, channel.id),
+            "node": node,
+            "number": channel.id,
+            "peer_host": peer_host,
+            "peer_port": peer_port,
+            "user": connection.user.name if connection.user else "",
+        },
+        "consumer_tag": consumer.tag,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.prefetch_count,
+        "queue": {"name": consumer.queue.name, "vhost": consumer.queue.vhost},
+    }

@@ -1,0 +1,119 @@
+"""/api/connections, /api/channels, /api/consumers.
+
+Monitoring and administrator users see everything; a management user sees only connections
+(and their channels) opened with their own user name. Closing a connection
+(DELETE /api/connections/{name}) sends it connection.close 320 CONNECTION_FORCED with the
+text from the X-Reason header, as RabbitMQ does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from amqp_server.errors import CONNECTION_FORCED
+from amqp_server.management import api_errors
+from amqp_server.management.connection_json import channel_json, connection_json, consumer_json
+from amqp_server.management.context import caller, context
+from amqp_server.management.http_io import item_reply, list_reply, no_content, vhost_named
+from amqp_server.metrics.broker_view import channels_of
+from amqp_server.metrics.core_collector import channel_label
+
+if TYPE_CHECKING:
+    from amqp_server.connection import Connection
+
+DEFAULT_CLOSE_REASON = "Closed via management plugin"
+
+
+def _visible_connections(request: web.Request) -> list["Connection"]:
+    user = caller(request)
+    return [c for c in list(context(request).broker.connections) if user.may_see_connection(c)]
+
+
+def _connection_named(request: web.Request) -> "Connection":
+    names = context(request).connection_names()
+    wanted = request.match_info["name"]
+    for connection in _visible_connections(request):
+        if names(connection) == wanted:
+            return connection
+    raise api_errors.not_found()
+
+
+async def list_connections(request: web.Request) -> web.Response:
+    ctx = context(request)
+    names = ctx.connection_names()
+    return list_reply(request, [connection_json(c, names, ctx.broker.node_name) for c in _visible_connections(request)])
+
+
+async def show_connection(request: web.Request) -> web.Response:
+    ctx = context(request)
+    return item_reply(request, connection_json(_connection_named(request), ctx.connection_names(), ctx.broker.node_name))
+
+
+async def close_connection(request: web.Request) -> web.Response:
+    connection = _connection_named(request)
+    user = caller(request)
+    if not user.is_admin and (connection.user is None or connection.user.name != user.name):
+        raise api_errors.access_refused()
+    reason = request.headers.get("X-Reason", DEFAULT_CLOSE_REASON)
+    connection.close_by_broker(CONNECTION_FORCED, reason)
+    return no_content()
+
+
+async def connection_channels(request: web.Request) -> web.Response:
+    ctx = context(request)
+    connection = _connection_named(request)
+    names = ctx.connection_names()
+    return list_reply(request, [
+        channel_json(connection, channel, names, ctx.broker.node_name) for channel in list(connection.channels.values())
+    ])
+
+
+async def list_channels(request: web.Request) -> web.Response:
+    ctx, user = context(request), caller(request)
+    names = ctx.connection_names()
+    return list_reply(request, [
+        channel_json(c, channel, names, ctx.broker.node_name)
+        for c, channel in channels_of(ctx.broker)
+        if user.may_see_connection(c)
+    ])
+
+
+async def show_channel(request: web.Request) -> web.Response:
+    ctx, user = context(request), caller(request)
+    names = ctx.connection_names()
+    for connection, channel in channels_of(ctx.broker):
+        if user.may_see_connection(connection) and channel_label(names(connection), channel.id) == request.match_info["name"]:
+            return item_reply(request, channel_json(connection, channel, names, ctx.broker.node_name))
+    raise api_errors.not_found()
+
+
+async def list_consumers(request: web.Request) -> web.Response:
+    ctx, user = context(request), caller(request)
+    only_vhost = None
+    if "vhost" in request.match_info:
+        only_vhost = vhost_named(ctx.broker, request.match_info["vhost"]).name
+    names = ctx.connection_names()
+    consumers = [
+        consumer_json(connection, channel, consumer, names, ctx.broker.node_name)
+        for connection, channel in channels_of(ctx.broker)
+        for consumer in list(channel.consumers.values())
+        if user.may_see_vhost(consumer.queue.vhost) and (only_vhost is None or consumer.queue.vhost == only_vhost)
+    ]
+    return list_reply(request, consumers, _by_queue_and_tag)
+
+
+def _by_queue_and_tag(consumer: dict) -> tuple:
+    return consumer["queue"]["vhost"], consumer["queue"]["name"], consumer["consumer_tag"]
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/api/connections", list_connections)
+    router.add_get("/api/connections/{name}", show_connection)
+    router.add_delete("/api/connections/{name}", close_connection)
+    router.add_get("/api/connections/{name}/channels", connection_channels)
+    router.add_get("/api/channels", list_channels)
+    router.add_get("/api/channels/{name}", show_channel)
+    router.add_get("/api/consumers", list_consumers)
+    router.add_get("/api/consumers/{vhost}", list_consumers)

@@ -1,0 +1,65 @@
+"""What every management request handler needs: the broker, the caller, names, rates.
+
+One `ManagementContext` per application, reachable from a request with `context(request)`;
+the authenticated user with `caller(request)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
+from amqp_server.management.rates import RateSampler
+from amqp_server.metrics.broker_view import ConnectionNames, take_snapshot, vhost_totals
+from amqp_server.metrics.process_stats import ProcessStats
+
+if TYPE_CHECKING:
+    from amqp_server.broker import Broker
+    from amqp_server.management.caller import Caller
+
+CONTEXT_KEY = web.AppKey("management_context", object)
+CALLER_KEY = "management_caller"
+
+OVERVIEW_KEY = ("overview",)
+
+
+@dataclass
+class ManagementContext:
+    broker: "Broker"
+    process_stats: Callable[[], ProcessStats]
+    # AMQPServer.protocols: the sockets behind connections, for their names and addresses.
+    protocols: Iterable[Any] = ()
+    # {"protocol": "amqp"|"http"|"http/prometheus", "port": n} for /api/overview's listeners.
+    listeners: list[dict[str, Any]] = field(default_factory=list)
+    rates: RateSampler = field(default_factory=RateSampler)
+
+    def connection_names(self) -> ConnectionNames:
+        return ConnectionNames(self.protocols)
+
+    def rate_samples(self) -> Iterator[tuple[Hashable, dict[str, int]]]:
+        """Every object's counters now: what the rate sampler records each round."""
+        broker = self.broker
+        snapshot = take_snapshot(broker)
+        overview = broker_message_counts(broker.stats, snapshot.queue_stats)
+        overview.update(queue_depth_counts(snapshot.messages_ready, snapshot.messages_unacked))
+        yield OVERVIEW_KEY, overview
+        for vhost in list(broker.vhosts.values()):
+            counts = queue_message_counts(vhost.queue_stats_total(), include_publish=False)
+            counts.update(vhost_totals(vhost))
+            yield ("vhost", vhost.name), counts
+            for queue in list(vhost.queues.values()):
+                counts = queue_message_counts(queue.stats)
+                counts.update(queue_depth_counts(queue.message_count, queue.unacked_count))
+                yield ("queue", vhost.name, queue.name), counts
+
+
+def context(request: web.Request) -> ManagementContext:
+    return request.app[CONTEXT_KEY]  # type: ignore[return-value]
+
+
+def caller(request: web.Request) -> "Caller":
+    return request[CALLER_KEY]

@@ -1,0 +1,38 @@
+"""/api/definitions: export (GET) and import (POST), whole broker or one vhost (administrator only)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from amqp_server.management.context import caller, context
+from amqp_server.management.definitions_transfer import (
+    export_definitions,
+    export_vhost_definitions,
+    import_definitions,
+)
+from amqp_server.management.http_io import json_reply, no_content, read_body, vhost_named
+
+
+async def get_definitions(request: web.Request) -> web.Response:
+    caller(request).require_admin()
+    broker = context(request).broker
+    if "vhost" in request.match_info:
+        return json_reply(export_vhost_definitions(broker, vhost_named(broker, request.match_info["vhost"])))
+    return json_reply(export_definitions(broker))
+
+
+async def post_definitions(request: web.Request) -> web.Response:
+    caller(request).require_admin()
+    broker = context(request).broker
+    only_vhost = None
+    if "vhost" in request.match_info:
+        only_vhost = vhost_named(broker, request.match_info["vhost"]).name
+    import_definitions(broker, await read_body(request), only_vhost)
+    return no_content()
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/api/definitions", get_definitions)
+    router.add_post("/api/definitions", post_definitions)
+    router.add_get("/api/definitions/{vhost}", get_definitions)
+    router.add_post("/api/definitions/{vhost}", post_definitions)

@@ -1,0 +1,212 @@
+"""Definitions export and import for the management API (GET/POST /api/definitions[/{vhost}]).
+
+The export has users, vhosts and permissions (from Broker.definitions()) and every exchange,
+queue and binding except the predeclared amq.* exchanges and exclusive queues, durable or
+not, as RabbitMQ 3.10 exports them, with the version fields and the empty sections RabbitMQ
+writes, so a RabbitMQ import reads it. Import applies a RabbitMQ export in order:
+users (existing users get the new hash and tags), vhosts, permissions, exchanges, queues,
+bindings; anything the broker refuses stops the import with 400. Policies, parameters and
+topic permissions are accepted and ignored (the broker has none).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
+from amqp_server.errors import AMQPError
+from amqp_server.management import api_errors
+from amqp_server.management.http_io import as_bool, as_table
+from amqp_server.metrics import identity
+from queues.queue import Queue
+
+if TYPE_CHECKING:
+    from amqp_server.broker import Broker
+    from amqp_server.vhost import VirtualHost
+
+_VERSION_FIELDS = {
+    "rabbit_version": identity.RABBITMQ_COMPATIBLE_VERSION,
+    "rabbitmq_version": identity.RABBITMQ_COMPATIBLE_VERSION,
+    "product_name": identity.PRODUCT_NAME,
+    "product_version": identity.PRODUCT_VERSION,
+}
+
+
+def topology_definitions(vhost: "VirtualHost") -> dict[str, list[dict[str, Any]]]:
+    """A vhost's exchanges, queues and bindings in the export shape."""
+    exchanges = [
+        {"name": e.name, "vhost": vhost.name, "type": e.type_name, "durable": e.durable,
+         "auto_delete": e.auto_delete, "internal": e.internal, "arguments": e.arguments}
+        for e in vhost.exchanges.values()
+        if e.name and not e.name.startswith("amq.")
+    ]
+    queues = [
+        {"name": q.name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
+         "arguments": q.arguments}
+        for q in vhost.queues.values()
+        if not q.exclusive
+    ]
+    bindings = [
+        {"source": source.name, "vhost": vhost.name, "destination": destination.name,
+         "destination_type": "queue" if isinstance(destination, Queue) else "exchange",
+         "routing_key": key, "arguments": arguments}
+        for source, destination, key, arguments in vhost.bindings()
+        if not getattr(destination, "exclusive", False)
+    ]
+    return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
+
+
+def export_definitions(broker: "Broker") -> dict[str, Any]:
+    exported = broker.definitions()
+    topology: dict[str, list[dict[str, Any]]] = {"queues": [], "exchanges": [], "bindings": []}
+    for vhost in broker.vhosts.values():
+        for key, entries in topology_definitions(vhost).items():
+            topology[key].extend(entries)
+    return {
+        **_VERSION_FIELDS,
+        "users": [{**user, "limits": {}} for user in exported["users"]],
+        "vhosts": exported["vhosts"],
+        "permissions": exported["permissions"],
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": [],
+        "queues": topology["queues"],
+        "exchanges": topology["exchanges"],
+        "bindings": topology["bindings"],
+    }
+
+
+def export_vhost_definitions(broker: "Broker", vhost: "VirtualHost") -> dict[str, Any]:
+    """One vhost's exchanges, queues and bindings, without "vhost" fields (RabbitMQ's shape)."""
+    topology = topology_definitions(vhost)
+
+    def strip(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{key: value for key, value in entry.items() if key != "vhost"} for entry in entries]
+
+    return {
+        **_VERSION_FIELDS,
+        "parameters": [],
+        "policies": [],
+        "queues": strip(topology["queues"]),
+        "exchanges": strip(topology["exchanges"]),
+        "bindings": strip(topology["bindings"]),
+    }
+
+
+def import_definitions(broker: "Broker", document: dict[str, Any], only_vhost: str | None = None) -> None:
+    """Apply `document`; with `only_vhost`, its topology goes into that vhost (vhost fields ignored)."""
+    try:
+        if only_vhost is None:
+            _import_users(broker, _entries(document, "users"))
+            for entry in _entries(document, "vhosts"):
+                broker.add_vhost(_text(entry, "name"))
+            _import_permissions(broker, _entries(document, "permissions"))
+        _import_topology(broker, document, only_vhost)
+    except AMQPError as error:
+        raise api_errors.from_amqp_error(error) from None
+    finally:
+        broker.save_definitions()
+
+
+def _entries(document: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    entries = document.get(key) or []
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise api_errors.bad_request(f"'{key}' must be a list of objects")
+    return entries
+
+
+def _text(entry: dict[str, Any], key: str) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str):
+        raise api_errors.bad_request(f"missing or invalid '{key}' in {entry}")
+    return value
+
+
+def user_tags(value: Any) -> list[str]:
+    """Tags as a list; older exports (and rabbitmqadmin) write them comma-separated."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [tag.strip() for tag in value.split(",") if tag.strip()]
+    if isinstance(value, list) and all(isinstance(tag, str) for tag in value):
+        return list(value)
+    raise api_errors.bad_request(f"tags must be a list or a comma-separated string, got {value!r}")
+
+
+def password_hash_of(entry: dict[str, Any]) -> str:
+    """The stored hash for a user entry with `password` or `password_hash` (400 otherwise)."""
+    if "password" in entry:
+        return hash_password(str(entry["password"]))
+    algorithm = entry.get("hashing_algorithm") or HASHING_ALGORITHM
+    if algorithm != HASHING_ALGORITHM:
+        raise api_errors.bad_request(f"hashing algorithm {algorithm} is not supported (only {HASHING_ALGORITHM})")
+    password_hash = entry.get("password_hash")
+    if password_hash == "":
+        return ""  # RabbitMQ: a user without a password, who cannot log in with one
+    if not isinstance(password_hash, str) or not is_valid_password_hash(password_hash):
+        raise api_errors.bad_request("password_hash is not a valid rabbit_password_hashing_sha256 hash")
+    return password_hash
+
+
+def set_user(broker: "Broker", name: str, password_hash: str, tags: list[str]) -> bool:
+    """Create the user or replace its hash and tags; True if it was created."""
+    user = broker.access.user(name)
+    if user is None:
+        broker.access.add_user(name, password_hash, tags)
+        return True
+    user.password_hash = password_hash
+    user.tags = list(tags)
+    return False
+
+
+def _import_users(broker: "Broker", entries: list[dict[str, Any]]) -> None:
+    for entry in entries:
+        set_user(broker, _text(entry, "name"), password_hash_of(entry), user_tags(entry.get("tags")))
+
+
+def _import_permissions(broker: "Broker", entries: list[dict[str, Any]]) -> None:
+    for entry in entries:
+        user, vhost = _text(entry, "user"), _text(entry, "vhost")
+        if broker.access.user(user) is None or vhost not in broker.vhosts:
+            raise api_errors.bad_request(f"permissions for unknown user {user!r} or vhost {vhost!r}")
+        try:
+            broker.access.set_permissions(user, vhost, *(_text(entry, kind) for kind in ("configure", "write", "read")))
+        except ValueError as error:
+            raise api_errors.bad_request(str(error)) from None
+
+
+def _vhost_for(broker: "Broker", entry: dict[str, Any], only_vhost: str | None) -> "VirtualHost":
+    name = only_vhost if only_vhost is not None else _text(entry, "vhost")
+    vhost = broker.vhosts.get(name)
+    if vhost is None:
+        raise api_errors.bad_request(f"vhost '{name}' does not exist")
+    return vhost
+
+
+def _import_topology(broker: "Broker", document: dict[str, Any], only_vhost: str | None) -> None:
+    for entry in _entries(document, "exchanges"):
+        vhost = _vhost_for(broker, entry, only_vhost)
+        vhost.declare_exchange(
+            _text(entry, "name"), _text(entry, "type"),
+            durable=as_bool(entry.get("durable"), True), auto_delete=as_bool(entry.get("auto_delete")),
+            internal=as_bool(entry.get("internal")), arguments=as_table(entry.get("arguments")),
+        )
+    for entry in _entries(document, "queues"):
+        vhost = _vhost_for(broker, entry, only_vhost)
+        _queue, created = vhost.declare_queue(
+            _text(entry, "name"), connection=None, durable=as_bool(entry.get("durable"), True),
+            auto_delete=as_bool(entry.get("auto_delete")), arguments=as_table(entry.get("arguments")),
+        )
+        broker.stats.queues_declared += 1
+        broker.stats.queues_created += created
+    for entry in _entries(document, "bindings"):
+        vhost = _vhost_for(broker, entry, only_vhost)
+        source = vhost.exchanges.get(_text(entry, "source"))
+        if source is None:
+            raise api_errors.bad_request(f"binding from missing exchange {entry.get('source')!r}")
+        pool = vhost.exchanges if entry.get("destination_type", "queue") == "exchange" else vhost.queues
+        destination = pool.get(_text(entry, "destination"))
+        if destination is None:
+            raise api_errors.bad_request(f"binding to missing destination {entry.get('destination')!r}")
+        vhost.bind(source, destination, str(entry.get("routing_key", "")), as_table(entry.get("arguments")))

@@ -1,0 +1,200 @@
+"""The overview, the node, vhosts, users and permissions in the management API's JSON shapes."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.access_control import User
+from amqp_server.auth import HASHING_ALGORITHM
+from amqp_server.config import PermissionConfig
+from amqp_server.management.context import OVERVIEW_KEY, ManagementContext
+from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
+from amqp_server.metrics import identity
+from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
+from amqp_server.metrics.process_stats import uptime_seconds
+
+if TYPE_CHECKING:
+    from amqp_server.management.caller import Caller
+    from amqp_server.vhost import VirtualHost
+
+EXCHANGE_TYPES = [
+    {"name": "direct", "description": "AMQP direct exchange, as per the AMQP specification", "enabled": True},
+    {"name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification", "enabled": True},
+    {"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification", "enabled": True},
+    {"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification", "enabled": True},
+]
+AUTH_MECHANISMS = [
+    {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": True},
+    {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": True},
+]
+# RabbitMQ's defaults with rates_mode "basic".
+SAMPLE_RETENTION_POLICIES = {"global": [600, 3600, 28800, 86400], "basic": [600, 3600], "detailed": [600]}
+
+
+def _versions() -> dict[str, Any]:
+    return {
+        "management_version": identity.RABBITMQ_COMPATIBLE_VERSION,
+        "product_name": identity.PRODUCT_NAME,
+        "product_version": identity.PRODUCT_VERSION,
+        "rabbitmq_version": identity.RABBITMQ_COMPATIBLE_VERSION,
+        "erlang_version": identity.RUNTIME_VERSION,
+        "erlang_full_version": identity.RUNTIME_VERSION,
+    }
+
+
+def _listeners(ctx: ManagementContext) -> list[dict[str, Any]]:
+    node = ctx.broker.node_name
+    return [
+        {"node": node, "protocol": listener["protocol"], "ip_address": ctx.broker.config.host,
+         "port": listener["port"], "socket_opts": {}}
+        for listener in ctx.listeners
+    ]
+
+
+def overview_json(ctx: ManagementContext, caller: "Caller") -> dict[str, Any]:
+    """Broker-wide figures for monitoring users; a user with the management tag only sees the
+    queues, exchanges and connections of their own vhosts and connections."""
+    broker = ctx.broker
+    rates = ctx.rates
+    stats = broker.stats
+    if caller.is_monitor:
+        snapshot = take_snapshot(broker)
+        message_stats = rates.details(OVERVIEW_KEY, broker_message_counts(stats, snapshot.queue_stats))
+        queue_totals = rates.details(OVERVIEW_KEY, queue_depth_counts(snapshot.messages_ready,
+                                                                       snapshot.messages_unacked))
+        object_totals = {
+            "channels": snapshot.channels,
+            "connections": snapshot.connections,
+            "consumers": snapshot.consumers,
+            "exchanges": snapshot.exchanges,
+            "queues": snapshot.queues,
+        }
+    else:
+        vhosts = [v for v in broker.vhosts.values() if caller.may_see_vhost(v.name)]
+        own = [c for c in broker.connections if caller.may_see_connection(c)]
+        ready = sum(vhost_totals(v)["messages_ready"] for v in vhosts)
+        unacked = sum(vhost_totals(v)["messages_unacknowledged"] for v in vhosts)
+        message_stats = {}
+        queue_totals = queue_depth_counts(ready, unacked)
+        object_totals = {
+            "channels": sum(len(c.channels) for c in own),
+            "connections": len(own),
+            "consumers": sum(q.consumer_count for v in vhosts for q in v.queues.values()),
+            "exchanges": sum(len(v.exchanges) for v in vhosts),
+            "queues": sum(len(v.queues) for v in vhosts),
+        }
+    overview = {
+        **_versions(),
+        "rates_mode": "basic",
+        "sample_retention_policies": SAMPLE_RETENTION_POLICIES,
+        "exchange_types": EXCHANGE_TYPES,
+        "cluster_name": broker.cluster_name,
+        "release_series_support_status": "supported",
+        "disable_stats": False,
+        "enable_queue_totals": False,
+        "message_stats": message_stats,
+        "churn_rates": rates.details(OVERVIEW_KEY, _churn(stats)) if caller.is_monitor else {},
+        "queue_totals": queue_totals,
+        "object_totals": object_totals,
+        "statistics_db_event_queue": 0,
+        "node": broker.node_name,
+        "listeners": _listeners(ctx),
+        "contexts": [],
+    }
+    return overview
+
+
+def _churn(stats) -> dict[str, int]:
+    return {
+        "channel_closed": stats.channels_closed,
+        "channel_created": stats.channels_opened,
+        "connection_closed": stats.connections_closed,
+        "connection_created": stats.connections_opened,
+        "queue_created": stats.queues_created,
+        "queue_declared": stats.queues_declared,
+        "queue_deleted": stats.queues_deleted,
+    }
+
+
+def node_json(ctx: ManagementContext) -> dict[str, Any]:
+    broker = ctx.broker
+    process = ctx.process_stats()
+    config_file = broker.config.config_file
+    node = {
+        "name": broker.node_name,
+        "type": "disc",
+        "running": True,
+        "being_drained": False,
+        "os_pid": str(os.getpid()),
+        "mem_used": process.resident_memory_bytes,
+        "mem_limit": process.memory_limit_bytes,
+        "mem_alarm": process.resident_memory_bytes > process.memory_limit_bytes,
+        "mem_calculation_strategy": "rss",
+        "disk_free": process.disk_free_bytes,
+        "disk_free_limit": process.disk_free_limit_bytes,
+        "disk_free_alarm": process.disk_free_bytes < process.disk_free_limit_bytes,
+        "fd_used": process.open_fds,
+        "fd_total": process.max_fds,
+        "sockets_used": len(broker.connections),
+        "sockets_total": process.max_tcp_sockets,
+        "proc_used": 1,
+        "proc_total": 1,
+        "run_queue": 0,
+        "processors": os.cpu_count() or 1,
+        "uptime": int(uptime_seconds() * 1000),
+        "partitions": [],
+        "rates_mode": "basic",
+        "net_ticktime": 60,
+        "exchange_types": EXCHANGE_TYPES,
+        "auth_mechanisms": AUTH_MECHANISMS,
+        "applications": [
+            {"name": identity.PRODUCT_NAME, "description": "A RabbitMQ-compatible AMQP 0-9-1 broker",
+             "version": identity.PRODUCT_VERSION},
+        ],
+        "contexts": [],
+        "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+        "config_files": [str(config_file)] if config_file else [],
+        "log_files": ["<stderr>"],
+        "db_dir": str(broker.config.data_dir),
+        "cluster_links": [],
+    }
+    node.update(ctx.rates.details(OVERVIEW_KEY, _churn(broker.stats)))
+    return node
+
+
+def vhost_json(ctx: ManagementContext, vhost: "VirtualHost") -> dict[str, Any]:
+    key = ("vhost", vhost.name)
+    totals = vhost_totals(vhost)
+    item = {
+        "name": vhost.name,
+        "description": "",
+        "tags": [],
+        "metadata": {"description": "", "tags": []},
+        "default_queue_type": "classic",
+        "tracing": bool(getattr(vhost, "tracing", False)),
+        "cluster_state": {ctx.broker.node_name: "running"},
+        "message_stats": ctx.rates.details(key, queue_message_counts(vhost.queue_stats_total(), include_publish=False)),
+    }
+    item.update(ctx.rates.details(key, totals))
+    return item
+
+
+def user_json(user: User) -> dict[str, Any]:
+    return {
+        "name": user.name,
+        "password_hash": user.password_hash,
+        "hashing_algorithm": HASHING_ALGORITHM,
+        "tags": list(user.tags),
+        "limits": {},
+    }
+
+
+def permission_json(permission: PermissionConfig) -> dict[str, Any]:
+    return {
+        "user": permission.user,
+        "vhost": permission.vhost,
+        "configure": permission.configure,
+        "write": permission.write,
+        "read": permission.read,
+    }

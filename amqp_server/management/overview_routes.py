@@ -1,0 +1,100 @@
+"""/api/overview, /api/nodes, /api/whoami, health checks, and the always-empty lists.
+
+The empty lists (policies, parameters, limits...) exist so that tools which read them as part
+of a routine (rabbitmqadmin list policies, monitoring agents) get RabbitMQ's answer for a
+broker that has none, instead of a 404.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from amqp_server.management import api_errors
+from amqp_server.management.context import caller, context
+from amqp_server.management.http_io import item_reply, json_reply, list_reply, vhost_named
+from amqp_server.management.node_json import node_json, overview_json
+
+EMPTY_LISTS = (
+    "/api/policies", "/api/policies/{vhost}", "/api/operator-policies", "/api/operator-policies/{vhost}",
+    "/api/parameters", "/api/parameters/{component}", "/api/parameters/{component}/{vhost}",
+    "/api/global-parameters", "/api/vhost-limits", "/api/vhost-limits/{vhost}", "/api/user-limits",
+    "/api/topic-permissions", "/api/extensions", "/api/federation-links", "/api/shovels",
+)
+
+
+async def overview(request: web.Request) -> web.Response:
+    return item_reply(request, overview_json(context(request), caller(request)))
+
+
+async def nodes(request: web.Request) -> web.Response:
+    if not caller(request).is_monitor:
+        raise api_errors.ApiError(401, "not_authorised", "Not monitor user")
+    return list_reply(request, [node_json(context(request))])
+
+
+async def node(request: web.Request) -> web.Response:
+    if not caller(request).is_monitor:
+        raise api_errors.ApiError(401, "not_authorised", "Not monitor user")
+    ctx = context(request)
+    if request.match_info["node"] != ctx.broker.node_name:
+        raise api_errors.not_found()
+    return item_reply(request, node_json(ctx))
+
+
+async def whoami(request: web.Request) -> web.Response:
+    user = caller(request)
+    return json_reply({"name": user.name, "tags": user.tags})
+
+
+async def cluster_name(request: web.Request) -> web.Response:
+    return json_reply({"name": context(request).broker.cluster_name})
+
+
+async def empty_list(request: web.Request) -> web.Response:
+    return json_reply([])
+
+
+def _failed(reason: str) -> web.Response:
+    return json_reply({"status": "failed", "reason": reason}, status=503)
+
+
+async def alarms_check(request: web.Request) -> web.Response:
+    process = context(request).process_stats()
+    if process.resident_memory_bytes > process.memory_limit_bytes:
+        return _failed("memory alarm in effect")
+    if process.disk_free_bytes < process.disk_free_limit_bytes:
+        return _failed("disk alarm in effect")
+    return json_reply({"status": "ok"})
+
+
+async def ok_check(request: web.Request) -> web.Response:
+    return json_reply({"status": "ok"})
+
+
+async def port_listener_check(request: web.Request) -> web.Response:
+    port = request.match_info["port"]
+    if any(str(listener["port"]) == port for listener in context(request).listeners):
+        return json_reply({"status": "ok", "port": int(port)})
+    return _failed(f"No active listener on port {port}")
+
+
+async def aliveness(request: web.Request) -> web.Response:
+    vhost_named(context(request).broker, request.match_info["vhost"])
+    caller(request).require_vhost(request.match_info["vhost"])
+    return json_reply({"status": "ok"})
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/api/overview", overview)
+    router.add_get("/api/nodes", nodes)
+    router.add_get("/api/nodes/{node}", node)
+    router.add_get("/api/whoami", whoami)
+    router.add_get("/api/cluster-name", cluster_name)
+    router.add_get("/api/health/checks/alarms", alarms_check)
+    router.add_get("/api/health/checks/local-alarms", alarms_check)
+    router.add_get("/api/health/checks/port-listener/{port}", port_listener_check)
+    for check in ("virtual-hosts", "node-is-quorum-critical", "node-is-mirror-sync-critical", "certificate-expiration"):
+        router.add_get(f"/api/health/checks/{check}", ok_check)
+    router.add_get("/api/aliveness-test/{vhost}", aliveness)
+    for path in EMPTY_LISTS:
+        router.add_get(path, empty_list)

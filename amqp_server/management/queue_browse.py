@@ -1,0 +1,126 @@
+"""POST /api/queues/{vhost}/{name}/get: look at messages in a queue.
+
+RabbitMQ's ackmodes work as in RabbitMQ: the messages are fetched (basic.get), then
+`ack_requeue_true` / `reject_requeue_true` put them back at their positions (they are now
+marked redelivered and count as delivered), `ack_requeue_false` removes them, and
+`reject_requeue_false` dead-letters them.
+
+`ackmode: "peek"` is this broker's own addition: it reads the first `count` ready messages
+in delivery order without taking them, so nothing changes: no redelivered flag, no delivery
+counted, no consumer misses its turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import heapq
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.management import api_errors
+from queues.queue_entry import READY, QueueEntry
+
+if TYPE_CHECKING:
+    from queues.queue import Queue
+
+PEEK = "peek"
+REQUEUE_MODES = ("ack_requeue_true", "reject_requeue_true")
+ACKMODES = (*REQUEUE_MODES, "ack_requeue_false", "reject_requeue_false", PEEK)
+ENCODINGS = ("auto", "base64")
+# (name in the API's JSON, attribute of pamqp's Basic.Properties)
+PROPERTY_NAMES = tuple(
+    (name, "message_type" if name == "type" else name)
+    for name in (
+        "content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id", "reply_to",
+        "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id",
+    )
+)
+
+
+def browse(queue: "Queue", count: int, ackmode: str, encoding: str = "auto", truncate: int | None = None) -> list[dict]:
+    """The messages as RabbitMQ's get returns them; ApiError 400 for an unknown mode."""
+    if ackmode not in ACKMODES:
+        raise api_errors.bad_request(f"unknown ackmode {ackmode!r} (one of {', '.join(ACKMODES)})")
+    if encoding not in ENCODINGS:
+        raise api_errors.bad_request(f"unknown encoding {encoding!r} (auto or base64)")
+    if count < 1:
+        return []
+    if ackmode == PEEK:
+        entries = peek_ready(queue, count)
+        remaining = queue.message_count
+        return [message_json(entry, remaining - index - 1, encoding, truncate) for index, entry in enumerate(entries)]
+    taken: list[QueueEntry] = []
+    shown = []
+    for _ in range(count):
+        entry = queue.get(no_ack=False)
+        if entry is None:
+            break
+        shown.append(message_json(entry, queue.message_count, encoding, truncate))
+        queue.after_get(entry)
+        taken.append(entry)
+    if ackmode in REQUEUE_MODES:
+        queue.requeue([(entry, None) for entry in taken])
+    elif ackmode == "ack_requeue_false":
+        for entry in taken:
+            queue.ack(entry, None)
+    else:
+        for entry in taken:
+            queue.reject(entry, None)
+    return shown
+
+
+def peek_ready(queue: "Queue", count: int) -> list[QueueEntry]:
+    """The first `count` ready messages in delivery order, left where they are.
+
+    Mirrors ReadyMessages' order: messages that came back (requeued) by their sequence number,
+    then the FIFO; entries that left from the middle are tombstones and skipped.
+    """
+    ready = queue.ready
+    returned = heapq.nsmallest(count, (item for item in ready._returned if item[1].state == READY),
+                               key=lambda item: item[0])
+    entries = [entry for _seq, entry in returned]
+    for entry in ready._fifo:
+        if len(entries) >= count:
+            break
+        if entry.state == READY:
+            entries.append(entry)
+    return entries
+
+
+def message_json(entry: QueueEntry, remaining: int, encoding: str, truncate: int | None) -> dict[str, Any]:
+    message = entry.message
+    body = message.body
+    shown = body[:truncate] if truncate is not None and truncate >= 0 else body
+    payload, payload_encoding = _payload(shown, encoding)
+    return {
+        "payload_bytes": len(body),
+        "redelivered": entry.redelivered,
+        "exchange": message.exchange,
+        "routing_key": message.routing_key,
+        "message_count": remaining,
+        "properties": properties_json(message.properties),
+        "payload": payload,
+        "payload_encoding": payload_encoding,
+    }
+
+
+def _payload(body: bytes, encoding: str) -> tuple[str, str]:
+    if encoding == "auto":
+        try:
+            return body.decode("utf-8"), "string"
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(body).decode(), "base64"
+
+
+def properties_json(properties: Any) -> dict[str, Any]:
+    """The properties that are set, as RabbitMQ shows them (timestamps in seconds)."""
+    shown = {}
+    for name, attribute in PROPERTY_NAMES:
+        value = getattr(properties, attribute, None)
+        if value is None or value == "":
+            continue
+        if isinstance(value, datetime.datetime):
+            value = int(value.replace(tzinfo=value.tzinfo or datetime.timezone.utc).timestamp())
+        shown[name] = value
+    return shown

@@ -1,0 +1,64 @@
+"""Queues in the management API's JSON shape (GET /api/queues...).
+
+Counts are current, not sampled: `messages_ready` and `messages_unacknowledged` are the
+queue's own counters at the moment of the request (RabbitMQ's lag by up to 5 s).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.management.connection_json import consumer_json, split_address
+from amqp_server.management.message_stats import queue_depth_counts, queue_message_counts
+from amqp_server.management.rates import RateSampler
+from amqp_server.metrics.broker_view import ConnectionNames
+
+if TYPE_CHECKING:
+    from amqp_server.vhost import VirtualHost
+    from queues.queue import Queue
+
+
+def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, names: ConnectionNames,
+               node: str) -> dict[str, Any]:
+    key = ("queue", vhost.name, queue.name)
+    exclusive_consumer = next((c.tag for c in queue.consumers() if c.exclusive), None)
+    item: dict[str, Any] = {
+        "arguments": queue.arguments,
+        "auto_delete": queue.auto_delete,
+        "consumers": queue.consumer_count,
+        "durable": queue.durable,
+        "effective_policy_definition": {},
+        "exclusive": queue.exclusive,
+        "exclusive_consumer_tag": exclusive_consumer,
+        "head_message_timestamp": None,
+        "message_bytes_ready": queue.ready.bytes,
+        "message_stats": rates.details(key, queue_message_counts(queue.stats)),
+        "name": queue.name,
+        "node": node,
+        "operator_policy": None,
+        "policy": None,
+        "single_active_consumer_tag": None,
+        "state": "running",
+        "type": "classic",
+        "vhost": vhost.name,
+    }
+    item.update(rates.details(key, queue_depth_counts(queue.message_count, queue.unacked_count)))
+    owner = queue.exclusive_owner
+    if owner is not None:
+        peer_host, peer_port = split_address(owner.peer)
+        item["owner_pid_details"] = {"name": names(owner), "peer_host": peer_host, "peer_port": peer_port}
+    return dict(sorted(item.items()))
+
+
+def queue_detail_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, names: ConnectionNames,
+                      node: str) -> dict[str, Any]:
+    """One queue (GET /api/queues/{vhost}/{name}): the list shape plus its consumers."""
+    item = queue_json(vhost, queue, rates, names, node)
+    item["consumer_details"] = [
+        consumer_json(consumer.sink.connection, consumer.sink, consumer, names, node)
+        for consumer in queue.consumers()
+        if hasattr(consumer.sink, "connection")
+    ]
+    item["deliveries"] = []
+    item["incoming"] = []
+    return item

@@ -1,0 +1,141 @@
+"""/api/queues: list, show, declare, delete, purge, bindings, and browsing messages.
+
+Declaring and deleting need the caller's configure permission on the queue; purging and
+getting messages need read, as with AMQP. Queues made here are counted as declared and
+created, deleted ones as deleted, in the same counters as AMQP's (metrics and overview).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from amqp_server.errors import AMQPError
+from amqp_server.management import api_errors
+from amqp_server.management.context import caller, context
+from amqp_server.management.exchange_routes import visible_vhost
+from amqp_server.management.http_io import (
+    as_bool,
+    as_int,
+    as_table,
+    created_or_updated,
+    item_reply,
+    json_reply,
+    list_reply,
+    no_content,
+    read_body,
+    vhost_named,
+)
+from amqp_server.management.queue_browse import browse
+from amqp_server.management.queue_json import queue_detail_json, queue_json
+from amqp_server.management.topology_json import binding_json
+
+if TYPE_CHECKING:
+    from amqp_server.vhost import VirtualHost
+    from queues.queue import Queue
+
+MAX_NAME_LENGTH = 255
+
+
+def _queue_of(request: web.Request) -> tuple["VirtualHost", "Queue"]:
+    vhost = visible_vhost(request)
+    queue = vhost.queues.get(request.match_info["name"])
+    if queue is None:
+        raise api_errors.not_found()
+    return vhost, queue
+
+
+async def list_queues(request: web.Request) -> web.Response:
+    ctx, user = context(request), caller(request)
+    if "vhost" in request.match_info:
+        vhosts = [visible_vhost(request)]
+    else:
+        vhosts = [v for v in ctx.broker.vhosts.values() if user.may_see_vhost(v.name)]
+    names = ctx.connection_names()
+    node = ctx.broker.node_name
+    return list_reply(request, [queue_json(v, q, ctx.rates, names, node) for v in vhosts for q in list(v.queues.values())])
+
+
+async def show_queue(request: web.Request) -> web.Response:
+    ctx = context(request)
+    vhost, queue = _queue_of(request)
+    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, ctx.connection_names(), ctx.broker.node_name))
+
+
+async def put_queue(request: web.Request) -> web.Response:
+    broker = context(request).broker
+    vhost = vhost_named(broker, request.match_info["vhost"])
+    name = request.match_info["name"]
+    caller(request).require_permission("configure", vhost.name, name)
+    if not name or len(name.encode()) > MAX_NAME_LENGTH:
+        raise api_errors.bad_request("queue name must be 1 to 255 bytes")
+    body = await read_body(request)
+    try:
+        _queue, created = vhost.declare_queue(
+            name,
+            connection=None,
+            durable=as_bool(body.get("durable")),
+            auto_delete=as_bool(body.get("auto_delete")),
+            arguments=as_table(body.get("arguments")),
+        )
+    except AMQPError as error:
+        raise api_errors.from_amqp_error(error) from None
+    broker.stats.queues_declared += 1
+    broker.stats.queues_created += created
+    return created_or_updated(created)
+
+
+async def delete_queue(request: web.Request) -> web.Response:
+    broker = context(request).broker
+    vhost, queue = _queue_of(request)
+    caller(request).require_permission("configure", vhost.name, queue.name)
+    if request.query.get("if-unused") == "true" and queue.consumer_count:
+        raise api_errors.bad_request(f"queue '{queue.name}' in vhost '{vhost.name}' in use")
+    if request.query.get("if-empty") == "true" and queue.message_count:
+        raise api_errors.bad_request(f"queue '{queue.name}' in vhost '{vhost.name}' not empty")
+    vhost.delete_queue(queue)
+    broker.stats.queues_deleted += 1
+    return no_content()
+
+
+async def purge_queue(request: web.Request) -> web.Response:
+    vhost, queue = _queue_of(request)
+    caller(request).require_permission("read", vhost.name, queue.name)
+    queue.purge()
+    return no_content()
+
+
+async def get_messages(request: web.Request) -> web.Response:
+    vhost, queue = _queue_of(request)
+    caller(request).require_permission("read", vhost.name, queue.name)
+    body = await read_body(request)
+    if "ackmode" not in body:
+        raise api_errors.bad_request("ackmode_not_present")
+    truncate = body.get("truncate")
+    messages = browse(
+        queue,
+        count=as_int(body.get("count"), 1),
+        ackmode=str(body["ackmode"]),
+        encoding=str(body.get("encoding") or "auto"),
+        truncate=as_int(truncate, 0) if truncate not in (None, "") else None,
+    )
+    return json_reply(messages)
+
+
+async def queue_bindings(request: web.Request) -> web.Response:
+    vhost, queue = _queue_of(request)
+    bindings = [binding_json(vhost, "", queue, queue.name, {})]
+    bindings.extend(binding_json(vhost, *b) for b in vhost.bindings() if b[1] is queue)
+    return list_reply(request, bindings, lambda b: (b["source"] != "", b["source"], b["routing_key"]))
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/api/queues", list_queues)
+    router.add_get("/api/queues/{vhost}", list_queues)
+    router.add_get("/api/queues/{vhost}/{name}", show_queue)
+    router.add_put("/api/queues/{vhost}/{name}", put_queue)
+    router.add_delete("/api/queues/{vhost}/{name}", delete_queue)
+    router.add_delete("/api/queues/{vhost}/{name}/contents", purge_queue)
+    router.add_post("/api/queues/{vhost}/{name}/get", get_messages)
+    router.add_get("/api/queues/{vhost}/{name}/bindings", queue_bindings)

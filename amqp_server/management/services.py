@@ -1,0 +1,53 @@
+"""Start and stop the broker's HTTP services: Prometheus metrics and the management API.
+
+`serve()` calls these; a port of 0 in the configuration disables that service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.management.app import build_management_app
+from amqp_server.metrics.http_endpoint import build_metrics_app
+from amqp_server.metrics.http_service import HttpService
+
+if TYPE_CHECKING:
+    from amqp_server.broker import Broker
+    from amqp_server.config import ServerConfig
+
+
+async def start_http_services(
+    config: "ServerConfig", broker: "Broker", amqp_port: int, protocols: Iterable[Any] = ()
+) -> list[HttpService]:
+    """Start the enabled services; the caller stops them with `stop_http_services`."""
+    listeners = [{"protocol": "amqp", "port": amqp_port}]
+    if config.management_port:
+        listeners.append({"protocol": "http", "port": config.management_port})
+    if config.metrics_port:
+        listeners.append({"protocol": "http/prometheus", "port": config.metrics_port})
+    services = []
+    if config.metrics_port:
+        services.append(
+            HttpService(build_metrics_app(broker, protocols=protocols), config.host, config.metrics_port,
+                        "Prometheus metrics")
+        )
+    if config.management_port:
+        services.append(
+            HttpService(build_management_app(broker, protocols=protocols, listeners=listeners), config.host,
+                        config.management_port, "Management API")
+        )
+    started: list[HttpService] = []
+    try:
+        for service in services:
+            await service.start()
+            started.append(service)
+    except BaseException:
+        await stop_http_services(started)
+        raise
+    return started
+
+
+async def stop_http_services(services: Iterable[HttpService]) -> None:
+    for service in services:
+        await service.stop()

@@ -1,0 +1,100 @@
+"""/api/vhosts: list, show, create and delete virtual hosts (writes need administrator)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from amqp_server.management import api_errors
+from amqp_server.management.connection_json import channel_json, connection_json
+from amqp_server.management.context import caller, context
+from amqp_server.management.http_io import (
+    created_or_updated,
+    item_reply,
+    list_reply,
+    no_content,
+    read_body,
+    vhost_named,
+)
+from amqp_server.management.node_json import permission_json, vhost_json
+from amqp_server.metrics.broker_view import channels_of
+
+FULL_ACCESS = ".*"
+
+
+async def list_vhosts(request: web.Request) -> web.Response:
+    ctx, user = context(request), caller(request)
+    return list_reply(request, [vhost_json(ctx, v) for v in ctx.broker.vhosts.values() if user.may_see_vhost(v.name)])
+
+
+async def show_vhost(request: web.Request) -> web.Response:
+    ctx, user = context(request), caller(request)
+    vhost = vhost_named(ctx.broker, request.match_info["vhost"])
+    if not user.may_see_vhost(vhost.name):
+        raise api_errors.access_refused()
+    return item_reply(request, vhost_json(ctx, vhost))
+
+
+async def put_vhost(request: web.Request) -> web.Response:
+    ctx, user = context(request), caller(request)
+    user.require_admin()
+    await read_body(request)  # description, tags and tracing are not kept yet; the body must still be JSON
+    name = request.match_info["vhost"]
+    created = name not in ctx.broker.vhosts
+    ctx.broker.add_vhost(name)
+    if created:
+        # RabbitMQ grants the creating user full permissions on a vhost made through the API.
+        ctx.broker.access.set_permissions(user.name, name, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
+        ctx.broker.save_definitions()
+    return created_or_updated(created)
+
+
+async def delete_vhost(request: web.Request) -> web.Response:
+    ctx = context(request)
+    caller(request).require_admin()
+    vhost = vhost_named(ctx.broker, request.match_info["vhost"])
+    access = ctx.broker.access
+    for permission in list(access.permissions()):
+        if permission.vhost == vhost.name:
+            access.clear_permissions(permission.user, vhost.name)
+    ctx.broker.delete_vhost(vhost.name)
+    return no_content()
+
+
+async def vhost_permissions(request: web.Request) -> web.Response:
+    ctx = context(request)
+    caller(request).require_admin()
+    vhost = vhost_named(ctx.broker, request.match_info["vhost"])
+    return list_reply(request, [permission_json(p) for p in ctx.broker.access.permissions() if p.vhost == vhost.name])
+
+
+async def vhost_connections(request: web.Request) -> web.Response:
+    ctx, user = context(request), caller(request)
+    vhost = vhost_named(ctx.broker, request.match_info["vhost"])
+    names = ctx.connection_names()
+    return list_reply(request, [
+        connection_json(c, names, ctx.broker.node_name)
+        for c in list(ctx.broker.connections)
+        if c.vhost is vhost and user.may_see_connection(c)
+    ])
+
+
+async def vhost_channels(request: web.Request) -> web.Response:
+    ctx, user = context(request), caller(request)
+    vhost = vhost_named(ctx.broker, request.match_info["vhost"])
+    names = ctx.connection_names()
+    return list_reply(request, [
+        channel_json(c, channel, names, ctx.broker.node_name)
+        for c, channel in channels_of(ctx.broker)
+        if channel.vhost is vhost and user.may_see_connection(c)
+    ])
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/api/vhosts", list_vhosts)
+    router.add_get("/api/vhosts/{vhost}", show_vhost)
+    router.add_put("/api/vhosts/{vhost}", put_vhost)
+    router.add_delete("/api/vhosts/{vhost}", delete_vhost)
+    router.add_get("/api/vhosts/{vhost}/permissions", vhost_permissions)
+    router.add_get("/api/vhosts/{vhost}/connections", vhost_connections)
+    router.add_get("/api/vhosts/{vhost}/channels", vhost_channels)
+

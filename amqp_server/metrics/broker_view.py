@@ -1,0 +1,160 @@
+"""Read-only walks over the broker's live objects, shared by the Prometheus collectors and the
+management API, so both report the same numbers from the same definitions.
+
+Everything here runs at scrape or request time on the event loop, so it sees one consistent
+moment of the broker; nothing here runs per message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from queues.queue import Queue, QueueStats
+
+if TYPE_CHECKING:
+    from amqp_server.broker import Broker
+    from amqp_server.channel import Channel
+    from amqp_server.connection import Connection
+    from amqp_server.vhost import VirtualHost
+
+DEAD_LETTER_REASONS = ("expired", "rejected", "maxlen", "delivery_limit")
+# RabbitMQ labels dead-lettering by what happens to the message: republished to a DLX
+# ("at_most_once" for classic queues) or dropped ("disabled").
+STRATEGY_DLX = "at_most_once"
+STRATEGY_DROP = "disabled"
+
+
+def queues_of(broker: "Broker") -> Iterator[tuple["VirtualHost", Queue]]:
+    for vhost in list(broker.vhosts.values()):
+        for queue in list(vhost.queues.values()):
+            yield vhost, queue
+
+
+def channels_of(broker: "Broker") -> Iterator[tuple["Connection", "Channel"]]:
+    for connection in list(broker.connections):
+        for channel in list(connection.channels.values()):
+            yield connection, channel
+
+
+class ConnectionNames:
+    """Names connections as RabbitMQ does: "client_ip:port -> server_ip:port".
+
+    The server side of the address is only known to the socket, so this takes the asyncio
+    protocols (AMQPServer.protocols); without them a connection is named by its peer alone.
+    Build one per scrape or request: it maps the connections open at that moment.
+    """
+
+    def __init__(self, protocols: Iterable[Any] = ()) -> None:
+        self._local: dict[object, str] = {}
+        for protocol in list(protocols):
+            transport = getattr(protocol, "transport", None)
+            sockname = transport.get_extra_info("sockname") if transport is not None else None
+            if sockname:
+                self._local[protocol.connection] = f"{sockname[0]}:{sockname[1]}"
+
+    def __call__(self, connection: "Connection") -> str:
+        local = self._local.get(connection)
+        return f"{connection.peer} -> {local}" if local else connection.peer
+
+
+def is_publisher(channel: "Channel") -> bool:
+    """A channel that has published at least once (RabbitMQ's definition of a publisher).
+
+    The channel remembers each exchange it was allowed to publish to; a non-empty set means
+    it has published.
+    """
+    return bool(getattr(channel, "_write_permitted", ()))
+
+
+def unconfirmed_count(channel: "Channel") -> int:
+    """Messages published in confirm mode whose ack or nack has not been sent yet."""
+    confirms = channel.confirms
+    if confirms is None:
+        return 0
+    return len(confirms._outstanding) + len(confirms._acks) + len(confirms._nacks)
+
+
+def confirm_publishes(channel: "Channel") -> int:
+    """Messages this channel published in confirm mode (its next sequence number - 1)."""
+    confirms = channel.confirms
+    return confirms.next_seq - 1 if confirms is not None else 0
+
+
+def dead_letter_strategy(queue: Queue) -> str:
+    return STRATEGY_DLX if queue.settings.dead_letter_exchange is not None else STRATEGY_DROP
+
+
+@dataclass
+class BrokerSnapshot:
+    """The broker's totals at one moment (see `take_snapshot`)."""
+
+    connections: int = 0
+    channels: int = 0
+    consumers: int = 0
+    publishers: int = 0
+    queues: int = 0
+    exchanges: int = 0
+    messages_ready: int = 0
+    messages_unacked: int = 0
+    messages_ready_bytes: int = 0
+    unconfirmed: int = 0
+    channel_unacked: int = 0
+    consumer_prefetch: int = 0
+    channel_prefetch: int = 0
+    tx_uncommitted_messages: int = 0
+    tx_uncommitted_acks: int = 0
+    received_confirm: int = 0
+    # Every queue's counters, deleted queues included (they never go backwards).
+    queue_stats: QueueStats = field(default_factory=QueueStats)
+    # (reason, strategy) -> messages that left a queue that way.
+    dead_lettered: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def messages(self) -> int:
+        return self.messages_ready + self.messages_unacked
+
+
+def take_snapshot(broker: "Broker") -> BrokerSnapshot:
+    snapshot = BrokerSnapshot(connections=len(broker.connections))
+    dead = {(reason, strategy): 0 for reason in DEAD_LETTER_REASONS for strategy in (STRATEGY_DLX, STRATEGY_DROP)}
+    for vhost in broker.vhosts.values():
+        snapshot.exchanges += len(vhost.exchanges)
+        snapshot.queue_stats.add(vhost.queue_stats_total())
+        # Deleted queues' counters cannot be split by strategy any more: counted as dropped.
+        for reason in DEAD_LETTER_REASONS:
+            dead[(reason, STRATEGY_DROP)] += getattr(vhost.retired_queue_stats, "dead_lettered_" + reason)
+    for _vhost, queue in queues_of(broker):
+        snapshot.queues += 1
+        snapshot.consumers += queue.consumer_count
+        snapshot.messages_ready += queue.message_count
+        snapshot.messages_unacked += queue.unacked_count
+        snapshot.messages_ready_bytes += queue.ready.bytes
+        strategy = dead_letter_strategy(queue)
+        for reason in DEAD_LETTER_REASONS:
+            dead[(reason, strategy)] += getattr(queue.stats, "dead_lettered_" + reason)
+    snapshot.dead_lettered = dead
+    for _connection, channel in channels_of(broker):
+        snapshot.channels += 1
+        snapshot.publishers += is_publisher(channel)
+        snapshot.unconfirmed += unconfirmed_count(channel)
+        snapshot.channel_unacked += len(channel.unacked)
+        snapshot.channel_prefetch += channel.global_prefetch_count
+        snapshot.consumer_prefetch += channel.prefetch_count
+        snapshot.tx_uncommitted_messages += len(channel.tx_publishes)
+        snapshot.tx_uncommitted_acks += len(channel.tx_settlements)
+        snapshot.received_confirm += confirm_publishes(channel)
+    stats = broker.stats
+    # A broker-wide counter survives closed channels; the per-channel sum is the fallback.
+    snapshot.received_confirm = getattr(stats, "received_confirm", snapshot.received_confirm)
+    return snapshot
+
+
+def vhost_totals(vhost: "VirtualHost") -> dict[str, Any]:
+    """Ready, unacked and total messages of one vhost's queues."""
+    ready = unacked = 0
+    for queue in vhost.queues.values():
+        ready += queue.message_count
+        unacked += queue.unacked_count
+    return {"messages_ready": ready, "messages_unacknowledged": unacked, "messages": ready + unacked}

@@ -1,0 +1,229 @@
+"""The collector behind `/metrics` and `/metrics/per-object` (RabbitMQ's core metrics collector).
+
+A prometheus_client custom collector: nothing is recorded as messages flow; `collect()` reads
+the broker's plain counters and live objects when Prometheus scrapes. `/metrics` sums queue
+and channel figures into one series each ("aggregated"); `/metrics/per-object` gives one
+series per queue ({vhost, queue}) and per channel ({channel}).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    UnknownMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+from amqp_server.metrics import identity
+from amqp_server.metrics.broker_view import (
+    BrokerSnapshot,
+    ConnectionNames,
+    channels_of,
+    queues_of,
+    take_snapshot,
+    unconfirmed_count,
+)
+from amqp_server.metrics.global_counters import PROTOCOL, global_counter_families
+from amqp_server.metrics.legacy_channel_counters import legacy_channel_counter_families
+from amqp_server.metrics.process_stats import ProcessStats, uptime_seconds
+
+if TYPE_CHECKING:
+    from amqp_server.broker import Broker
+
+AGGREGATED = "aggregated"
+PER_OBJECT = "per-object"
+DETAILED = "detailed"
+
+
+def channel_label(connection_name: str, channel_id: int) -> str:
+    return f"{connection_name} ({channel_id})"
+
+
+def identity_families(broker: "Broker", endpoint: str) -> Iterator[Metric]:
+    """rabbitmq_identity_info and rabbitmq_build_info: every dashboard panel joins on the first."""
+    info = UnknownMetricFamily(
+        "rabbitmq_identity_info",
+        "RabbitMQ node & cluster identity info",
+        labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id", "rabbitmq_endpoint"],
+    )
+    info.add_metric([broker.node_name, broker.cluster_name, identity.cluster_permanent_id(broker), endpoint], 1)
+    yield info
+    build = UnknownMetricFamily(
+        "rabbitmq_build_info",
+        "RabbitMQ & Erlang/OTP version info",
+        labels=["rabbitmq_version", "prometheus_plugin_version", "prometheus_client_version", "erlang_version",
+                "product_name", "product_version"],
+    )
+    build.add_metric(
+        [identity.RABBITMQ_COMPATIBLE_VERSION, identity.PROMETHEUS_PLUGIN_VERSION,
+         identity.prometheus_client_version(), identity.RUNTIME_VERSION,
+         identity.PRODUCT_NAME, identity.PRODUCT_VERSION],
+        1,
+    )
+    yield build
+
+
+class CoreCollector(Collector):
+    def __init__(
+        self,
+        broker: "Broker",
+        endpoint: str,
+        process_stats: Callable[[], ProcessStats],
+        protocols: Iterable[Any] = (),
+    ) -> None:
+        """`protocols` (AMQPServer.protocols) lets per-object channel labels name connections."""
+        self.broker = broker
+        self.endpoint = endpoint
+        self.process_stats = process_stats
+        self.protocols = protocols
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self.broker
+        stats = broker.stats
+        snapshot = take_snapshot(broker)
+        yield from identity_families(broker, self.endpoint)
+        yield from self._churn(stats)
+        yield from self._process(self.process_stats(), snapshot)
+        yield from self._object_totals(snapshot)
+        yield from self._queues(snapshot)
+        yield from self._channels(snapshot)
+        yield from legacy_channel_counter_families(stats, snapshot)
+        yield from global_counter_families(stats, snapshot)
+        yield from self._message_sizes()
+
+    def _churn(self, stats) -> Iterator[Metric]:
+        for name, documentation, value in (
+            ("rabbitmq_connections_opened_total", "Total number of connections opened", stats.connections_opened),
+            ("rabbitmq_connections_closed_total", "Total number of connections closed or terminated",
+             stats.connections_closed),
+            ("rabbitmq_channels_opened_total", "Total number of channels opened", stats.channels_opened),
+            ("rabbitmq_channels_closed_total", "Total number of channels closed", stats.channels_closed),
+            ("rabbitmq_queues_declared_total", "Total number of queues declared", stats.queues_declared),
+            ("rabbitmq_queues_created_total", "Total number of queues created", stats.queues_created),
+            ("rabbitmq_queues_deleted_total", "Total number of queues deleted", stats.queues_deleted),
+        ):
+            yield CounterMetricFamily(name, documentation, value=value)
+
+    def _process(self, process: ProcessStats, snapshot: BrokerSnapshot) -> Iterator[Metric]:
+        for name, documentation, value in (
+            ("rabbitmq_process_open_fds", "Open file descriptors", process.open_fds),
+            ("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", snapshot.connections),
+            ("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", process.resident_memory_bytes),
+            ("rabbitmq_disk_space_available_bytes", "Disk space available in bytes", process.disk_free_bytes),
+            ("rabbitmq_process_max_fds", "Open file descriptors limit", process.max_fds),
+            ("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", process.max_tcp_sockets),
+            ("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", process.memory_limit_bytes),
+            ("rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes",
+             process.disk_free_limit_bytes),
+            ("rabbitmq_erlang_uptime_seconds", "Node uptime", round(uptime_seconds(), 3)),
+            ("rabbitmq_alarms_memory_used_watermark",
+             "is 1 if VM memory watermark threshold has been reached",
+             int(process.resident_memory_bytes > process.memory_limit_bytes)),
+            ("rabbitmq_alarms_free_disk_space_watermark",
+             "is 1 if free disk space watermark threshold has been reached",
+             int(process.disk_free_bytes < process.disk_free_limit_bytes)),
+            ("rabbitmq_alarms_file_descriptor_limit",
+             "is 1 if file descriptor limit has been reached", int(process.open_fds >= process.max_fds)),
+        ):
+            yield GaugeMetricFamily(name, documentation, value=value)
+
+    def _object_totals(self, snapshot: BrokerSnapshot) -> Iterator[Metric]:
+        for name, documentation, value in (
+            ("rabbitmq_connections", "Connections currently open", snapshot.connections),
+            ("rabbitmq_channels", "Channels currently open", snapshot.channels),
+            ("rabbitmq_consumers", "Consumers currently connected", snapshot.consumers),
+            ("rabbitmq_queues", "Queues available", snapshot.queues),
+        ):
+            yield GaugeMetricFamily(name, documentation, value=value)
+
+    def _queues(self, snapshot: BrokerSnapshot) -> Iterator[Metric]:
+        per_object = self.endpoint == PER_OBJECT
+        labels = ["vhost", "queue"] if per_object else None
+        ready = GaugeMetricFamily("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers",
+                                  labels=labels)
+        unacked = GaugeMetricFamily("rabbitmq_queue_messages_unacked",
+                                    "Messages delivered to consumers but not yet acknowledged", labels=labels)
+        total = GaugeMetricFamily("rabbitmq_queue_messages",
+                                  "Sum of ready and unacknowledged messages - total queue depth", labels=labels)
+        ready_bytes = GaugeMetricFamily("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages",
+                                        labels=labels)
+        consumers = GaugeMetricFamily("rabbitmq_queue_consumers", "Consumers on a queue", labels=labels)
+        published = CounterMetricFamily("rabbitmq_queue_messages_published_total",
+                                        "Total number of messages published to queues", labels=labels)
+        if per_object:
+            for vhost, queue in queues_of(self.broker):
+                key = [vhost.name, queue.name]
+                ready.add_metric(key, queue.message_count)
+                unacked.add_metric(key, queue.unacked_count)
+                total.add_metric(key, queue.message_count + queue.unacked_count)
+                ready_bytes.add_metric(key, queue.ready.bytes)
+                consumers.add_metric(key, queue.consumer_count)
+                published.add_metric(key, queue.stats.published)
+        else:
+            ready.add_metric([], snapshot.messages_ready)
+            unacked.add_metric([], snapshot.messages_unacked)
+            total.add_metric([], snapshot.messages)
+            ready_bytes.add_metric([], snapshot.messages_ready_bytes)
+            consumers.add_metric([], snapshot.consumers)
+            published.add_metric([], snapshot.queue_stats.published)
+        yield from (ready, unacked, total, ready_bytes, consumers, published)
+
+    def _channels(self, snapshot: BrokerSnapshot) -> Iterator[Metric]:
+        per_object = self.endpoint == PER_OBJECT
+        labels = ["channel"] if per_object else None
+        families = {
+            "consumers": GaugeMetricFamily("rabbitmq_channel_consumers", "Consumers on a channel", labels=labels),
+            "unacked": GaugeMetricFamily("rabbitmq_channel_messages_unacked",
+                                         "Delivered but not yet acknowledged messages", labels=labels),
+            "unconfirmed": GaugeMetricFamily("rabbitmq_channel_messages_unconfirmed",
+                                             "Published but not yet confirmed messages", labels=labels),
+            "uncommitted": GaugeMetricFamily("rabbitmq_channel_messages_uncommitted",
+                                             "Messages received in a transaction but not yet committed",
+                                             labels=labels),
+            "acks_uncommitted": GaugeMetricFamily("rabbitmq_channel_acks_uncommitted",
+                                                  "Message acknowledgements in a transaction not yet committed",
+                                                  labels=labels),
+            "consumer_prefetch": GaugeMetricFamily("rabbitmq_consumer_prefetch",
+                                                   "Limit of unacknowledged messages for each consumer",
+                                                   labels=labels),
+            "channel_prefetch": GaugeMetricFamily("rabbitmq_channel_prefetch",
+                                                  "Total limit of unacknowledged messages for all consumers on a "
+                                                  "channel", labels=labels),
+        }
+        if per_object:
+            names = ConnectionNames(self.protocols)
+            for connection, channel in channels_of(self.broker):
+                key = [channel_label(names(connection), channel.id)]
+                families["consumers"].add_metric(key, len(channel.consumers))
+                families["unacked"].add_metric(key, len(channel.unacked))
+                families["unconfirmed"].add_metric(key, unconfirmed_count(channel))
+                families["uncommitted"].add_metric(key, len(channel.tx_publishes))
+                families["acks_uncommitted"].add_metric(key, len(channel.tx_settlements))
+                families["consumer_prefetch"].add_metric(key, channel.prefetch_count)
+                families["channel_prefetch"].add_metric(key, channel.global_prefetch_count)
+        else:
+            families["consumers"].add_metric([], snapshot.consumers)
+            families["unacked"].add_metric([], snapshot.channel_unacked)
+            families["unconfirmed"].add_metric([], snapshot.unconfirmed)
+            families["uncommitted"].add_metric([], snapshot.tx_uncommitted_messages)
+            families["acks_uncommitted"].add_metric([], snapshot.tx_uncommitted_acks)
+            families["consumer_prefetch"].add_metric([], snapshot.consumer_prefetch)
+            families["channel_prefetch"].add_metric([], snapshot.channel_prefetch)
+        yield from families.values()
+
+    def _message_sizes(self) -> Iterator[Metric]:
+        histogram = getattr(self.broker, "message_sizes", None)
+        if histogram is None:
+            return
+        family = HistogramMetricFamily(
+            "rabbitmq_message_size_bytes", "Size of messages received from publishers", labels=["protocol"]
+        )
+        family.add_metric([PROTOCOL], histogram.cumulative_buckets(), histogram.sum)
+        yield family
+

@@ -1,0 +1,67 @@
+"""The Prometheus HTTP endpoint: `/metrics`, `/metrics/per-object`, `/metrics/detailed`.
+
+Served by aiohttp on the broker's own event loop, so a scrape reads the broker between two
+events and never races it (prometheus_client's own server would scrape from another thread).
+The text format or OpenMetrics is chosen from the Accept header, as prometheus_client does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from amqp_server.metrics.core_collector import AGGREGATED, PER_OBJECT, CoreCollector
+from amqp_server.metrics.detailed_collector import DetailedCollector
+from amqp_server.metrics.process_stats import ProcessStats, sample_process_stats
+
+if TYPE_CHECKING:
+    from amqp_server.broker import Broker
+
+
+def build_metrics_app(
+    broker: "Broker",
+    process_stats: Callable[[], ProcessStats] | None = None,
+    protocols: Iterable[Any] = (),
+) -> web.Application:
+    """The aiohttp application; `protocols` (AMQPServer.protocols) names connections in labels."""
+    if process_stats is None:
+        data_dir = broker.config.data_dir
+        process_stats = lambda: sample_process_stats(data_dir)  # noqa: E731
+    aggregated = _registry(CoreCollector(broker, AGGREGATED, process_stats, protocols))
+    per_object = _registry(CoreCollector(broker, PER_OBJECT, process_stats, protocols))
+
+    async def metrics(request: web.Request) -> web.Response:
+        return _expose(request, aggregated)
+
+    async def metrics_per_object(request: web.Request) -> web.Response:
+        return _expose(request, per_object)
+
+    async def metrics_detailed(request: web.Request) -> web.Response:
+        query = request.query
+        collector = DetailedCollector(broker, query.getall("family", []), query.getall("vhost", []), protocols)
+        return _expose(request, _registry(collector))
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics/per-object", metrics_per_object)
+    app.router.add_get("/metrics/detailed", metrics_detailed)
+    return app
+
+
+def _registry(collector: Collector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def _expose(request: web.Request, registry: CollectorRegistry) -> web.Response:
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    response = web.Response(body=encoder(registry), headers={"Content-Type": content_type})
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        response.enable_compression()
+    return response
+

@@ -1,0 +1,111 @@
+"""What the operating system says about this broker process: memory, file descriptors, disk.
+
+Read on demand (a scrape, a management request), never on the message path. Linux first
+(/proc), with portable fallbacks so the numbers are never missing, only less precise.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# RabbitMQ's defaults: vm_memory_high_watermark.relative = 0.4 of the memory available to the
+# node, and disk_free_limit.absolute = 50 MB. Until the broker has configurable watermarks
+# these are the limits reported.
+DEFAULT_MEMORY_HIGH_WATERMARK = 0.4
+DEFAULT_DISK_FREE_LIMIT_BYTES = 50_000_000
+# RabbitMQ reserves part of the fd limit for files; it reports about 90% as usable for sockets.
+SOCKET_SHARE_OF_FDS = 0.9
+
+# The broker imports this module while starting, so this is (close to) the process start.
+_STARTED_AT = time.monotonic()
+
+_CGROUP_MEMORY_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+@dataclass(frozen=True)
+class ProcessStats:
+    resident_memory_bytes: int
+    memory_limit_bytes: int
+    open_fds: int
+    max_fds: int
+    disk_free_bytes: int
+    disk_free_limit_bytes: int
+    total_memory_bytes: int
+
+    @property
+    def max_tcp_sockets(self) -> int:
+        return int(self.max_fds * SOCKET_SHARE_OF_FDS)
+
+
+def sample_process_stats(
+    data_dir: Path | str,
+    memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK,
+    disk_free_limit_bytes: int = DEFAULT_DISK_FREE_LIMIT_BYTES,
+) -> ProcessStats:
+    """Current figures for this process; `data_dir` is where disk space is measured."""
+    total = total_memory_bytes()
+    return ProcessStats(
+        resident_memory_bytes=resident_memory_bytes(),
+        memory_limit_bytes=int(total * memory_high_watermark),
+        open_fds=open_fd_count(),
+        max_fds=max_fd_count(),
+        disk_free_bytes=disk_free_bytes(data_dir),
+        disk_free_limit_bytes=disk_free_limit_bytes,
+        total_memory_bytes=total,
+    )
+
+
+def uptime_seconds() -> float:
+    return time.monotonic() - _STARTED_AT
+
+
+def resident_memory_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        # ru_maxrss is the peak, in KiB on Linux: the best a non-Linux system offers cheaply.
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def total_memory_bytes() -> int:
+    """Physical memory, or the cgroup's limit when a container sets a smaller one."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        physical = 0
+    for path in _CGROUP_MEMORY_FILES:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (not physical or int(text) < physical):
+            return int(text)
+    return physical
+
+
+def open_fd_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def max_fd_count() -> int:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def disk_free_bytes(data_dir: Path | str) -> int:
+    path = Path(data_dir)
+    while not path.exists() and path != path.parent:
+        path = path.parent  # the data directory may not exist yet in unit tests
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
