@@ -18,6 +18,7 @@ from amqp_server.errors import AMQPError
 from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.reply_to import REPLY_QUEUE
 from queues.consumer import Consumer
+from queues.journal import when_synced
 from queues.unacked_store import Unacked
 
 if TYPE_CHECKING:
@@ -218,12 +219,25 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
         raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
     publishes, channel.tx_publishes = channel.tx_publishes, []
     settlements, channel.tx_settlements = channel.tx_settlements, []
+    journaled: set = set()
     for exchange, message, mandatory in publishes:
-        channel._route(exchange, message, mandatory)
+        journaled.update(channel._route(exchange, message, mandatory) or ())
     for kind, tag, multiple, requeue in settlements:
         # Tags were checked when the ack arrived; one settled twice in a tx is settled once.
         channel._apply_settlement(kind, _take_if_present(channel, tag, multiple), requeue)
-    reply(channel, commands.Tx.CommitOk())
+    if not journaled:
+        reply(channel, commands.Tx.CommitOk())
+        return
+    # Like a confirm, commit-ok for persistent messages waits until they are on disk.
+    def committed(error: OSError | None) -> None:
+        if channel.state != "open":
+            return
+        if error is None:
+            reply(channel, commands.Tx.CommitOk())
+        else:
+            channel.connection.close_by_broker(errors.INTERNAL_ERROR, f"tx.commit could not write to disk: {error}")
+
+    when_synced(list(journaled), committed)
 
 
 def _take_if_present(channel: "Channel", tag: int, multiple: bool) -> list:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.access_control import AccessControl
@@ -15,8 +16,11 @@ from amqp_server.broker_stats import BrokerStats
 from amqp_server.config import LimitsConfig, ServerConfig
 from amqp_server.reply_to import ReplyRegistry
 from amqp_server.vhost import VirtualHost
-from queues.timers import Timers
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
+from persistence.group_commit import GroupCommitter
+from persistence.queue_store import QueueStore
+from queues.journal import QueueJournal
+from queues.timers import Timers
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
@@ -25,7 +29,14 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, config: ServerConfig | None = None, store: DefinitionStore | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig | None = None,
+        store: DefinitionStore | None = None,
+        message_dir: Path | None = None,
+        fsync_mode: str = "always",
+    ) -> None:
+        """`message_dir` enables persistent messages on durable queues (segment files there)."""
         config = config or ServerConfig()
         self.config = config
         self.limits: LimitsConfig = config.limits
@@ -39,6 +50,8 @@ class Broker:
         self.reply_registry = ReplyRegistry()
         self.timers = Timers()
         self.store: DefinitionStore = store or MemoryDefinitionStore()
+        self.message_dir = message_dir
+        self.committer = GroupCommitter(fsync_mode) if message_dir is not None else None
         self._restoring = False
         self._restore(config)
 
@@ -47,7 +60,12 @@ class Broker:
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, on_durable_change=self.save_definitions, timers=self.timers)
+            vhost = self.vhosts[name] = VirtualHost(
+                name,
+                on_durable_change=self.save_definitions,
+                timers=self.timers,
+                journal_factory=self._journal_for if self.committer is not None else None,
+            )
             self.save_definitions()
         return vhost
 
@@ -60,6 +78,27 @@ class Broker:
         for queue in list(vhost.queues.values()):
             vhost.delete_queue(queue)
         self.save_definitions()
+
+    def _journal_for(self, vhost: str, queue: str) -> QueueJournal:
+        store = QueueStore.for_queue(self.message_dir, vhost, queue, on_dirty=self.committer.request_flush)
+        return QueueJournal(store, self.committer)
+
+    async def close(self) -> None:
+        """Write out and fsync every journal, then stop the fsync worker."""
+        if self.committer is None:
+            return
+        journals = [
+            queue.journal for vhost in self.vhosts.values() for queue in vhost.queues.values() if queue.journal
+        ]
+        for journal in journals:
+            journal.store.flush()
+        await self.committer.idle()
+        for journal in journals:
+            try:
+                journal.close()
+            except OSError:
+                log.exception("closing the journal of queue %s failed", journal.store.queue)
+        self.committer.close()
 
     # -- connections -------------------------------------------------------------------
 

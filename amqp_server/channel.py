@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pamqp import commands
 
@@ -21,8 +21,9 @@ from amqp_server.errors import AMQPError
 from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
 from queues.consumer import Consumer
+from queues.journal import when_synced
 from queues.message import FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message
-from queues.queue import Queue
+from queues.queue import ENQUEUED_DURABLY, REJECTED, Queue
 from queues.queue_entry import QueueEntry
 from queues.unacked_store import Unacked, UnackedStore
 
@@ -222,25 +223,28 @@ class Channel:
             message = message.with_properties(properties)
         return message
 
-    def _route(self, exchange: "Exchange", message: Message, mandatory: bool) -> None:
+    def _route(self, exchange: "Exchange", message: Message, mandatory: bool) -> list[Queue] | None:
+        """Route and enqueue; returns the queues that journaled the message (None if none did)."""
         broker = self.connection.broker
         confirms = self.confirms
         if self.vhost.firehose is not None:
             self.vhost.firehose.published(message, self.connection, self.id)
         seq = confirms.take_seq() if confirms is not None else 0
         accepted = True
+        journaled: list[Queue] | None = None
         if exchange is self.vhost.default_exchange and is_reply_key(message.routing_key):
             delivered = broker.reply_registry.deliver(message)
-            queues: Any = ()
         else:
             routing_keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
             if routing_keys is not None:
                 message = strip_bcc(message)
-            queues = self.vhost.route(exchange, message, routing_keys)
             delivered = False
-            for queue in queues:
-                if not queue.publish(message):
+            for queue in self.vhost.route(exchange, message, routing_keys):
+                outcome = queue.publish(message)
+                if outcome == REJECTED:
                     accepted = False  # a queue at its length limit with x-overflow reject-publish
+                elif outcome == ENQUEUED_DURABLY:
+                    journaled = [queue] if journaled is None else journaled + [queue]
                 delivered = True
                 if queue.congested:
                     self.connection.throttle(queue)
@@ -252,8 +256,20 @@ class Channel:
         else:
             broker.stats.dropped += 1
         if confirms is not None:
-            confirms.resolve(seq, accepted)
-            self.connection.confirms_pending(self)
+            if journaled is None:
+                confirms.resolve(seq, accepted)
+                self.connection.confirms_pending(self)
+            else:
+                # Durable means durable: confirm only once every queue's copy is fsynced.
+                confirms.hold(seq)
+                when_synced(journaled, lambda error: self._confirm_synced(seq, accepted and error is None))
+        return journaled
+
+    def _confirm_synced(self, seq: int, ok: bool) -> None:
+        if self.state != OPEN:
+            return
+        self.confirms.release(seq, ok)
+        self.connection.confirms_pending(self)
 
     def _send_return(self, message: Message) -> None:
         frames = [
@@ -425,4 +441,5 @@ def strip_bcc(message: Message) -> Message:
     properties = message.properties
     properties.headers = {key: value for key, value in headers.items() if key != "BCC"}
     return message.with_properties(properties)
+
 

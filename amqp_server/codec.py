@@ -203,11 +203,6 @@ def content_frames(out: list[bytes], channel: int, raw_header: bytes, body: byte
         out.append(FRAME_END_BYTE)
 
 
-def content_header_payload(body_size: int, raw_properties: bytes) -> bytes:
-    """A content header payload for class basic: class, weight 0, body size, properties."""
-    return _content_header_prefix.pack(BASIC_CLASS, 0, body_size) + raw_properties
-
-
 def content_header_body_size(payload: bytes) -> tuple[int, int]:
     """Class id and body size of a content header payload."""
     class_id, _weight, body_size = _content_header_prefix.unpack_from(payload)

@@ -8,7 +8,6 @@ queue: once it is on disk). Confirms are collected and sent once per batch of in
 
 from __future__ import annotations
 
-import heapq
 
 
 class PublisherConfirms:
@@ -16,8 +15,8 @@ class PublisherConfirms:
 
     def __init__(self) -> None:
         self.next_seq = 1
-        # Sequence numbers published but not yet resolved, as a min-heap (lazy deletion below).
-        self._outstanding: list[int] = []
+        # Sequence numbers held until their messages are on disk.
+        self._outstanding: set[int] = set()
         self._acks: list[int] = []
         self._nacks: list[int] = []
 
@@ -27,16 +26,15 @@ class PublisherConfirms:
         return seq
 
     def hold(self, seq: int) -> None:
-        """`seq` cannot be confirmed yet (it waits for disk); resolve() it later."""
-        heapq.heappush(self._outstanding, seq)
+        """`seq` cannot be confirmed yet (it waits for disk); release() it later."""
+        self._outstanding.add(seq)
 
     def resolve(self, seq: int, ok: bool = True) -> None:
         (self._acks if ok else self._nacks).append(seq)
 
     def release(self, seq: int, ok: bool = True) -> None:
         """A held sequence number is now resolved."""
-        self._outstanding.remove(seq)
-        heapq.heapify(self._outstanding)
+        self._outstanding.discard(seq)
         self.resolve(seq, ok)
 
     @property
@@ -53,7 +51,7 @@ class PublisherConfirms:
         self._nacks.clear()
         # A multiple ack for tag T also confirms every earlier tag, so it may only cover tags
         # that are all acked now or earlier: none still outstanding and none being nacked.
-        limits = [self._outstanding[0]] if self._outstanding else []
+        limits = [min(self._outstanding)] if self._outstanding else []
         if nacks:
             limits.append(nacks[0])
         covered = [seq for seq in acks if seq < min(limits)] if limits else acks

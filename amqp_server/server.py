@@ -226,7 +226,7 @@ async def drive_timers(timers: Timers) -> None:
 async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
     """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    broker = Broker(config, FileDefinitionStore(config.data_dir))
+    broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
     server = AMQPServer(broker, config.host, config.port)
     await server.start()
     # Prometheus metrics and the management API (each off when its port is 0).
@@ -244,6 +244,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     log.info("stopping: closing %d connections", len(server.protocols))
     await stop_http_services(http_services)
     await server.stop()
+    await broker.close()
 
 
 def run_server(config: ServerConfig) -> int:

@@ -8,6 +8,7 @@ this module knows nothing about users.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import time
 from collections.abc import Callable, Collection
@@ -16,7 +17,8 @@ from typing import Any
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.exchange import Exchange
 from queues import dead_letter
-from queues.arguments import InvalidArgument
+from queues.arguments import InvalidArgument, QueueArguments
+from queues.journal import QueueJournal
 from queues.message import Message
 from queues.queue import Queue, QueueStats
 from queues.queue_entry import QueueEntry
@@ -24,6 +26,8 @@ from queues.timers import Timers
 
 from amqp_server import errors
 from amqp_server.errors import AMQPError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_EXCHANGE = ""
 # Predeclared in every vhost, as RabbitMQ does (rabbit_vhost.erl).
@@ -70,9 +74,15 @@ class VirtualHost:
     """
 
     def __init__(
-        self, name: str, on_durable_change: Callable[[], None] | None = None, timers: Timers | None = None
+        self,
+        name: str,
+        on_durable_change: Callable[[], None] | None = None,
+        timers: Timers | None = None,
+        journal_factory: Callable[[str, str], QueueJournal] | None = None,
     ) -> None:
+        """`journal_factory(vhost, queue)` gives durable queues their journal (None: no persistence)."""
         self.name = name
+        self.journal_factory = journal_factory
         self.timers = timers if timers is not None else Timers()
         # The firehose (amq.rabbitmq.trace) when tracing is on for this vhost; see amqp_server/firehose.py.
         self.firehose: Any = None
@@ -220,21 +230,30 @@ class VirtualHost:
             existing.touch()
             return existing, False
         try:
-            queue = Queue(
-                name,
-                self.name,
-                durable=durable,
-                exclusive_owner=connection if exclusive else None,
-                auto_delete=auto_delete,
-                arguments=arguments,
-                timers=self.timers,
-                dead_letterer=self.dead_letter,
-            )
+            QueueArguments.parse(arguments)
         except InvalidArgument as error:
             raise AMQPError(
                 errors.PRECONDITION_FAILED,
                 f"invalid arg '{error.key}' for {errors.resource('queue', name, self.name)}: {error.reason}",
             ) from None
+        # Exclusive queues die with their connection, so only shared durable queues keep files.
+        journal = None
+        if durable and not exclusive and self.journal_factory is not None:
+            journal = self.journal_factory(self.name, name)
+        queue = Queue(
+            name,
+            self.name,
+            durable=durable,
+            exclusive_owner=connection if exclusive else None,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            timers=self.timers,
+            dead_letterer=self.dead_letter,
+            journal=journal,
+        )
+        recovered = queue.recover()
+        if recovered:
+            log.info("recovered %d messages of %s", recovered, errors.resource("queue", name, self.name))
         queue.on_unused = self.delete_queue
         queue.on_unused_expired = self.delete_queue
         self.queues[name] = queue

@@ -163,6 +163,10 @@ def launch(workdir: Path, config_text: str = TEST_CONFIG, extra_args: tuple[str,
             "--port", str(port),
             "--data-dir", str(workdir / "data"),
             "--config", str(config_path),
+            # Tests run many brokers at once: HTTP listeners only where a test asks for them
+            # (a later --metrics-port/--management-port in extra_args wins).
+            "--metrics-port", "0",
+            "--management-port", "0",
             *extra_args,
         ],
     )

@@ -107,7 +107,7 @@ class Message:
     def with_properties(self, properties: BasicProperties, routing_key: str | None = None) -> "Message":
         """A copy of this message with other properties (and optionally another routing key)."""
         raw_properties = properties.marshal()
-        raw_header = _header_prefix.pack(60, 0, len(self.body)) + raw_properties
+        raw_header = content_header(len(self.body), raw_properties)
         copy = Message(
             self.exchange,
             self.routing_key if routing_key is None else routing_key,
@@ -135,3 +135,8 @@ def decode_properties(raw: bytes) -> BasicProperties:
     properties.unmarshal(flags, raw[offset:])
     return properties
 
+
+
+def content_header(body_size: int, raw_properties: bytes) -> bytes:
+    """A basic-class content header payload: class 60, weight 0, body size, then the properties."""
+    return _header_prefix.pack(60, 0, body_size) + raw_properties

@@ -17,6 +17,7 @@ from typing import Any
 from queues import dead_letter
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
+from queues.journal import QueueJournal
 from queues.message import FLAG_EXPIRATION, Message
 from queues.queue_entry import GONE, READY, QueueEntry
 from queues.ready_messages import ReadyMessages
@@ -28,6 +29,11 @@ from queues.timers import Timer, Timers
 # would drain the queue; without consumers the queue just grows (memory alarms handle that).
 FLOW_HIGH = 2000
 FLOW_LOW = 1000
+
+# What Queue.publish reports.
+REJECTED = 0  # x-overflow reject-publish at the length limit: the publisher gets a nack
+ENQUEUED = 1
+ENQUEUED_DURABLY = 2  # written to the journal: a confirm must wait for its fsync
 
 # Called to dead-letter entries that left `queue` for `reason` (set by the vhost, which routes).
 DeadLetterer = Callable[["Queue", list[QueueEntry], str], None]
@@ -69,6 +75,7 @@ class Queue:
         arguments: dict[str, Any] | None = None,
         timers: Timers | None = None,
         dead_letterer: DeadLetterer | None = None,
+        journal: QueueJournal | None = None,
     ) -> None:
         """Raises queues.arguments.InvalidArgument for x-arguments RabbitMQ would refuse."""
         self.name = name
@@ -80,6 +87,7 @@ class Queue:
         self.settings = QueueArguments.parse(self.arguments)
         self.timers = timers if timers is not None else Timers()
         self.dead_letterer = dead_letterer
+        self.journal = journal
         self.ready = ReadyMessages()
         self.unacked_count = 0
         self.stats = QueueStats()
@@ -122,21 +130,26 @@ class Queue:
 
     # -- messages in -------------------------------------------------------------------
 
-    def publish(self, message: Message) -> bool:
+    def publish(self, message: Message) -> int:
         """Enqueue a routed message and deliver it if a consumer has room.
 
-        Returns False when the queue refused it (x-overflow reject-publish at its length
-        limit): the publisher then gets a basic.nack.
+        Returns REJECTED when the queue refused it (x-overflow reject-publish at its length
+        limit: the publisher gets a basic.nack), ENQUEUED_DURABLY when it went to the journal
+        (a confirm waits for the fsync), ENQUEUED otherwise.
         """
         settings = self.settings
         limited = settings.max_length is not None or settings.max_length_bytes is not None
         if limited and settings.overflow != "drop-head" and self._over_limit(1, len(message.body)):
             if settings.overflow == "reject-publish-dlx":
                 self._dead_letter([QueueEntry(message, 0)], dead_letter.MAXLEN)
-            return False
+            return REJECTED
         expires_at = self._expiry_of(message)
         entry = QueueEntry(message, self._next_seq, expires_at)
         self._next_seq += 1
+        outcome = ENQUEUED
+        if self.journal is not None and message.is_persistent:
+            self.journal.published(entry)
+            outcome = ENQUEUED_DURABLY
         self.ready.append(entry)
         self.stats.published += 1
         if expires_at:
@@ -146,7 +159,19 @@ class Queue:
             self.dispatch(message.published_at)
         if limited:
             self._drop_head_over_limit()
-        return True
+        return outcome
+
+    def recover(self) -> int:
+        """Load the journaled messages back (at startup); returns how many came back."""
+        if self.journal is None:
+            return 0
+        entries, self._next_seq = self.journal.recover()
+        for entry in entries:
+            entry.expires_at = self._expiry_of(entry.message)
+            self.ready.append(entry)
+            if entry.expires_at:
+                self._track_expiry(entry)
+        return len(entries)
 
     # -- length limits -----------------------------------------------------------------
 
@@ -219,12 +244,18 @@ class Queue:
     # -- dead-lettering ----------------------------------------------------------------
 
     def _dead_letter(self, entries: list[QueueEntry], reason: str) -> None:
-        """Entries left the queue for `reason`: count them, and republish them if there is a DLX."""
+        """Entries left the queue for `reason`: count them, journal it, and republish them if
+        there is a dead-letter exchange."""
         if not entries:
             return
         counter = "dead_lettered_" + reason
         setattr(self.stats, counter, getattr(self.stats, counter) + len(entries))
-        if self.dead_letterer is not None and self.settings.dead_letter_exchange is not None:
+        has_dlx = self.dead_letterer is not None and self.settings.dead_letter_exchange is not None
+        if self.journal is not None:
+            for entry in entries:
+                if entry.persisted:
+                    self.journal.removed(entry, reason, has_dlx)
+        if has_dlx:
             self.dead_letterer(self, entries, reason)
 
     # -- consumers ---------------------------------------------------------------------
@@ -293,6 +324,9 @@ class Queue:
                 stats.delivered += 1
                 consumer.sink.deliver(consumer, entry)
                 entry.delivery_count += 1
+                if entry.persisted:
+                    # A no-ack delivery is the message's last: journal it as settled.
+                    (self.journal.acked if consumer.no_ack else self.journal.delivered)(entry)
         finally:
             self._dispatching = False
             if self.flow_waiters and len(self.ready) < FLOW_LOW:
@@ -339,6 +373,11 @@ class Queue:
 
     def after_get(self, entry: QueueEntry) -> None:
         entry.delivery_count += 1
+        if entry.persisted:
+            if entry.state == GONE:  # fetched with no_ack: that was its last delivery
+                self.journal.acked(entry)
+            else:
+                self.journal.delivered(entry)
 
     # -- settlement --------------------------------------------------------------------
 
@@ -352,6 +391,8 @@ class Queue:
     def ack(self, entry: QueueEntry, consumer: Consumer | None) -> None:
         self.settle(entry, consumer)
         self.stats.acked += 1
+        if entry.persisted and not self.deleted:
+            self.journal.acked(entry)
 
     def reject(self, entry: QueueEntry, consumer: Consumer | None) -> None:
         """Rejected without requeue: the message leaves the queue (to its dead-letter exchange)."""
@@ -364,6 +405,8 @@ class Queue:
             self.settle(entry, consumer)
             if not self.deleted:
                 self.ready.put_back(entry)
+                if entry.persisted:
+                    self.journal.requeued(entry)
         self.dispatch()
 
     # -- queue expiry (x-expires) ------------------------------------------------------
@@ -391,6 +434,8 @@ class Queue:
     def purge(self) -> int:
         """Drop every ready message; return how many there were."""
         self._expiry_heap.clear()
+        if self.journal is not None:
+            self.journal.purge()
         return len(self.ready.clear())
 
     def delete(self) -> list[Consumer]:
@@ -405,4 +450,6 @@ class Queue:
         self._groups.clear()
         self._consumer_count = 0
         self.ready.clear()
+        if self.journal is not None:
+            self.journal.delete()
         return consumers

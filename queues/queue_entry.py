@@ -14,10 +14,11 @@ class QueueEntry:
 
     `seq` is the queue's own sequence number (its position: requeued messages go back by it);
     `delivery_count` counts deliveries from this queue, so redelivered is `delivery_count > 0`;
-    `expires_at` is the wall-clock time (seconds) the message expires, 0 for never.
+    `expires_at` is the wall-clock time (seconds) the message expires, 0 for never;
+    `persisted` says the queue's journal holds it, so what happens to it is journaled too.
     """
 
-    __slots__ = ("message", "seq", "delivery_count", "expires_at", "state")
+    __slots__ = ("message", "seq", "delivery_count", "expires_at", "state", "persisted")
 
     def __init__(self, message: Message, seq: int, expires_at: float = 0.0) -> None:
         self.message = message
@@ -25,6 +26,7 @@ class QueueEntry:
         self.delivery_count = 0
         self.expires_at = expires_at
         self.state = READY
+        self.persisted = False  # written to the queue's journal (a persistent message, durable queue)
 
     @property
     def redelivered(self) -> bool:

@@ -8,6 +8,7 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
 from amqp_server import codec
+from queues.message import content_header
 from amqp_server.errors import AMQPError
 
 PROPERTIES = commands.Basic.Properties(
@@ -121,9 +122,9 @@ def test_content_frames_split_bodies_like_pamqp(size):
     assert b"".join(out) == pamqp_content(9, body, 4096)
 
 
-def test_content_header_payload_matches_pamqp():
+def test_content_header_matches_pamqp():
     properties = PROPERTIES.marshal()
-    assert codec.content_header_payload(123, properties) == raw_header(b"x" * 123)
+    assert content_header(123, properties) == raw_header(b"x" * 123)
 
 
 def test_content_header_body_size_reads_pamqp_headers():

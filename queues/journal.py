@@ -1,0 +1,118 @@
+"""A durable queue's journal: what it writes to its segment files, and how it reads them back.
+
+Persistent messages (delivery_mode 2) of a durable queue are appended to the queue's
+`persistence.QueueStore`, and so is everything that happens to them afterwards (delivered,
+acked, requeued, dropped, dead-lettered, expired). Records are written to the OS within one
+event-loop iteration; `request_sync` asks the group committer for an fsync, which is what a
+publisher confirm or a tx.commit waits for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from persistence.group_commit import GroupCommitter
+from persistence.queue_store import QueueStore
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header
+from queues.queue_entry import QueueEntry
+
+if TYPE_CHECKING:
+    from queues.queue import Queue
+
+SyncCallback = Callable[[OSError | None], None]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class QueueJournal:
+    def __init__(self, store: QueueStore, committer: GroupCommitter) -> None:
+        self.store = store
+        self.committer = committer
+
+    def recover(self) -> tuple[list[QueueEntry], int]:
+        """The messages still in the queue, in order, and the next sequence number to use.
+
+        A message that had been delivered before the restart comes back with redelivered set.
+        """
+        recovery = self.store.recover()
+        entries = []
+        read = self.store.read_message
+        for recovered in recovery:
+            record = read(recovered.seq)
+            message = Message(
+                record.exchange,
+                record.routing_key,
+                content_header(len(record.body), record.raw_properties),
+                record.body,
+            )
+            message.published_at = record.published_at_ms / 1000.0
+            entry = QueueEntry(message, recovered.seq)
+            entry.persisted = True
+            entry.delivery_count = max(recovered.delivery_count, 1 if recovered.redelivered else 0)
+            entries.append(entry)
+        return entries, recovery.next_seq
+
+    # -- records -----------------------------------------------------------------------
+
+    def published(self, entry: QueueEntry) -> None:
+        message = entry.message
+        self.store.append_message(
+            entry.seq,
+            int(message.published_at * 1000),
+            message.exchange,
+            message.routing_key,
+            message.raw_header[CONTENT_HEADER_PREFIX_SIZE:],
+            message.body,
+        )
+        entry.persisted = True
+
+    def delivered(self, entry: QueueEntry) -> None:
+        self.store.append_state(entry.seq, "delivered", _now_ms(), delivery_count=entry.delivery_count)
+
+    def requeued(self, entry: QueueEntry) -> None:
+        self.store.append_state(entry.seq, "requeued", _now_ms(), delivery_count=entry.delivery_count)
+
+    def acked(self, entry: QueueEntry) -> None:
+        self.store.append_state(entry.seq, "acked", _now_ms())
+
+    def removed(self, entry: QueueEntry, reason: str, dead_lettered: bool) -> None:
+        """The message left without an ack: expired, dropped or dead-lettered for `reason`."""
+        if reason == "expired" and not dead_lettered:
+            self.store.append_state(entry.seq, "expired", _now_ms())
+        else:
+            state = "dead_lettered" if dead_lettered else "dropped"
+            self.store.append_state(entry.seq, state, _now_ms(), reason=reason)
+
+    def purge(self) -> None:
+        self.store.purge()
+
+    def delete(self) -> None:
+        self.store.delete()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def request_sync(self, callback: SyncCallback) -> None:
+        """Call `callback(error)` once everything journaled so far is on disk."""
+        self.committer.request_sync(self.store, callback)
+
+
+def when_synced(queues: "list[Queue]", callback: SyncCallback) -> None:
+    """Call `callback(error)` once the journals of all `queues` are fsynced (first error wins)."""
+    waiting = len(queues)
+    failure: list[OSError] = []
+
+    def one_done(error: OSError | None) -> None:
+        nonlocal waiting
+        if error is not None:
+            failure.append(error)
+        waiting -= 1
+        if waiting == 0:
+            callback(failure[0] if failure else None)
+
+    for queue in queues:
+        queue.journal.request_sync(one_done)
