@@ -1,0 +1,58 @@
+"""The brokers a run measures: a label, an AMQP URL and (for CPU and memory figures) the broker's pid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench import procfs
+from bench.lean_client import BrokerAddress
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    url: str
+    pid: int | None
+
+    @property
+    def address(self) -> BrokerAddress:
+        return BrokerAddress.from_url(self.url)
+
+
+def parse_targets(target_args: list[str], url_args: list[str], pid_args: list[str]) -> list[Target]:
+    """Build targets from `--target label=url` and `--url url` options, in the order given.
+
+    `--broker-pid label=pid` names a target's broker process; otherwise the pid is
+    found as the process listening on the URL's port (falling back to the single
+    beam.smp process for a target whose label mentions rabbit).
+    """
+    pairs: list[tuple[str, str]] = []
+    for arg in target_args:
+        label, sep, url = arg.partition("=")
+        if not sep or not label or not url:
+            raise ValueError(f"--target wants label=amqp://..., got {arg!r}")
+        pairs.append((label, url))
+    for url in url_args:
+        address = BrokerAddress.from_url(url)
+        pairs.append((f"{address.host}:{address.port}", url))
+    labels = [label for label, _ in pairs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"target labels must be unique: {labels}")
+    pids: dict[str, int] = {}
+    for arg in pid_args:
+        label, sep, pid = arg.partition("=")
+        if not sep or label not in labels:
+            raise ValueError(f"--broker-pid wants label=pid for a known label, got {arg!r}")
+        pids[label] = int(pid)
+    return [Target(label, url, pids.get(label) or _find_pid(label, url)) for label, url in pairs]
+
+
+def _find_pid(label: str, url: str) -> int | None:
+    address = BrokerAddress.from_url(url)
+    if address.host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        pid = procfs.pid_listening_on(address.port)
+        if pid is not None:
+            return pid
+    if "rabbit" in label.lower():
+        return procfs.beam_pid()
+    return None
