@@ -1,10 +1,13 @@
 """Start and stop the broker's HTTP services: Prometheus metrics and the management API.
 
-`serve()` calls these; a port of 0 in the configuration disables that service.
+`serve()` calls these; a port of 0 in the configuration disables that service. A service
+whose port cannot be bound (another broker or RabbitMQ holds it) is logged as an error and
+left out: the AMQP listener, which clients depend on, keeps running without it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +18,8 @@ from amqp_server.metrics.http_service import HttpService
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
     from amqp_server.config import ServerConfig
+
+log = logging.getLogger(__name__)
 
 
 async def start_http_services(
@@ -38,13 +43,15 @@ async def start_http_services(
                         config.management_port, "Management API")
         )
     started: list[HttpService] = []
-    try:
-        for service in services:
+    for service in services:
+        try:
             await service.start()
-            started.append(service)
-    except BaseException:
-        await stop_http_services(started)
-        raise
+        except OSError as error:
+            log.error("%s not started: cannot listen on %s:%d: %s", service.description, service.host,
+                      service.port, error.strerror or error)
+            await service.stop()
+            continue
+        started.append(service)
     return started
 
 
