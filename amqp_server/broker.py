@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.access_control import AccessControl
+from amqp_server.alarms import ResourceAlarms
 from amqp_server.broker_stats import BrokerStats
 from amqp_server.config import LimitsConfig, ServerConfig
 from amqp_server.reply_to import ReplyRegistry
@@ -20,6 +21,7 @@ from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDe
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
 from queues.journal import QueueJournal
+from queues.memory_budget import MemoryBudget
 from queues.timers import Timers
 
 if TYPE_CHECKING:
@@ -46,9 +48,12 @@ class Broker:
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
         self.connections: set[Connection] = set()
+        # Memory and disk alarms; ResourceMonitor (alarms.py) measures, connections obey.
+        self.alarms = ResourceAlarms(config.limits, lambda: self.connections)
         self.stats = BrokerStats()
         self.reply_registry = ReplyRegistry()
         self.timers = Timers()
+        self.memory_budget = MemoryBudget()
         self.store: DefinitionStore = store or MemoryDefinitionStore()
         self.message_dir = message_dir
         self.committer = GroupCommitter(fsync_mode) if message_dir is not None else None
@@ -65,6 +70,7 @@ class Broker:
                 on_durable_change=self.save_definitions,
                 timers=self.timers,
                 journal_factory=self._journal_for if self.committer is not None else None,
+                memory_budget=self.memory_budget,
             )
             self.save_definitions()
         return vhost

@@ -19,6 +19,7 @@ from exchanges.exchange import Exchange
 from queues import dead_letter
 from queues.arguments import InvalidArgument, QueueArguments
 from queues.journal import QueueJournal
+from queues.memory_budget import MemoryBudget
 from queues.message import Message
 from queues.queue import Queue, QueueStats
 from queues.queue_entry import QueueEntry
@@ -79,10 +80,12 @@ class VirtualHost:
         on_durable_change: Callable[[], None] | None = None,
         timers: Timers | None = None,
         journal_factory: Callable[[str, str], QueueJournal] | None = None,
+        memory_budget: MemoryBudget | None = None,
     ) -> None:
         """`journal_factory(vhost, queue)` gives durable queues their journal (None: no persistence)."""
         self.name = name
         self.journal_factory = journal_factory
+        self.memory_budget = memory_budget if memory_budget is not None else MemoryBudget()
         self.timers = timers if timers is not None else Timers()
         # The firehose (amq.rabbitmq.trace) when tracing is on for this vhost; see amqp_server/firehose.py.
         self.firehose: Any = None
@@ -250,6 +253,7 @@ class VirtualHost:
             timers=self.timers,
             dead_letterer=self.dead_letter,
             journal=journal,
+            memory_budget=self.memory_budget,
         )
         recovered = queue.recover()
         if recovered:

@@ -58,6 +58,7 @@ class Recovery:
     def __init__(self) -> None:
         self.seqs = array("Q")
         self.delivery_counts = array("I")
+        self.body_sizes = array("I")
         self.flags = bytearray()
         self.due_at_ms: dict[int, int] = {}
         self.next_seq = 1  # the smallest sequence number the next message may use
@@ -76,6 +77,19 @@ class Recovery:
                 flag & _STATE_MASK == DELIVERED,
                 due.get(seq) if flag & _STATE_MASK == WAITING_RETRY else None,
             )
+
+
+def message_body_size(data: bytes | memoryview, payload: int) -> int:
+    """The body length of the message record whose payload (after the type byte) starts at `payload`.
+
+    Walks the record's length fields only (seq, time, exchange, routing key, properties),
+    so recovery learns every message's size without copying any body.
+    """
+    pos = payload + 16  # sequence number and publish time
+    pos += 1 + data[pos]  # exchange
+    pos += 1 + data[pos]  # routing key
+    pos += 4 + int.from_bytes(data[pos : pos + 4])  # properties
+    return int.from_bytes(data[pos : pos + 4])
 
 
 class ReplayResult(NamedTuple):
@@ -117,8 +131,9 @@ class _Replay:
         self.ids: list[int] = []
         self.recovery = Recovery()
         self.last_seq = 0
-        # Per segment during replay only: delivery counts and flags, parallel to entry.seqs.
+        # Per segment during replay only: delivery counts, body sizes and flags, parallel to entry.seqs.
         self.counts: dict[int, array] = {}
+        self.sizes: dict[int, array] = {}
         self.flags: dict[int, bytearray] = {}
 
     def run(self) -> ReplayResult:
@@ -145,6 +160,7 @@ class _Replay:
         self.segments.append(entry)
         self.ids.append(segment_id)
         counts = self.counts[segment_id] = array("I")
+        sizes = self.sizes[segment_id] = array("I")
         flags = self.flags[segment_id] = bytearray()
         data = scan.data
         for offset, rtype, payload, end in scan.records():
@@ -155,6 +171,7 @@ class _Replay:
                     continue
                 entry.add(seq, offset)
                 counts.append(0)
+                sizes.append(message_body_size(data, payload))
                 flags.append(READY)
                 self.last_seq = seq
             elif rtype in STATE_OF_TYPE:
@@ -240,16 +257,19 @@ class _Replay:
         recovery = self.recovery
         for entry in self.segments:
             counts, flags = self.counts.pop(entry.segment_id), self.flags.pop(entry.segment_id)
+            sizes = self.sizes.pop(entry.segment_id)
             # Nobody holds a message after a restart: what was delivered is ready again.
             entry.states = entry.states.replace(bytes([DELIVERED]), bytes([READY]))
             if entry.live == len(entry.seqs):
                 recovery.seqs.extend(entry.seqs)
                 recovery.delivery_counts.extend(counts)
+                recovery.body_sizes.extend(sizes)
                 recovery.flags.extend(flags)
                 continue
             for i, state in enumerate(entry.states):
                 if state != SETTLED:
                     recovery.seqs.append(entry.seqs[i])
                     recovery.delivery_counts.append(counts[i])
+                    recovery.body_sizes.append(sizes[i])
                     recovery.flags.append(flags[i])
         recovery.next_seq = self.last_seq + 1

@@ -9,6 +9,7 @@ publisher confirm or a tx.commit waits for.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -20,6 +21,8 @@ from queues.queue_entry import QueueEntry
 
 if TYPE_CHECKING:
     from queues.queue import Queue
+
+log = logging.getLogger(__name__)
 
 SyncCallback = Callable[[OSError | None], None]
 
@@ -33,28 +36,36 @@ class QueueJournal:
         self.store = store
         self.committer = committer
 
-    def recover(self) -> tuple[list[QueueEntry], int]:
-        """The messages still in the queue, in order, and the next sequence number to use.
-
-        A message that had been delivered before the restart comes back with redelivered set.
+    def recover(self) -> tuple[list[tuple[int, int, int]], int]:
+        """(seq, delivery_count, body_size) of the messages still in the queue, in order, and
+        the next sequence number to use. A message that had been delivered before the restart
+        counts as delivered at least once, so it comes back redelivered.
         """
         recovery = self.store.recover()
-        entries = []
-        read = self.store.read_message
-        for recovered in recovery:
-            record = read(recovered.seq)
-            message = Message(
-                record.exchange,
-                record.routing_key,
-                content_header(len(record.body), record.raw_properties),
-                record.body,
-            )
-            message.published_at = record.published_at_ms / 1000.0
-            entry = QueueEntry(message, recovered.seq)
-            entry.persisted = True
-            entry.delivery_count = max(recovered.delivery_count, 1 if recovered.redelivered else 0)
-            entries.append(entry)
-        return entries, recovery.next_seq
+        recovered = [
+            (message.seq, max(message.delivery_count, 1 if message.redelivered else 0), size)
+            for message, size in zip(recovery, recovery.body_sizes)
+        ]
+        return recovered, recovery.next_seq
+
+    def load(self, seq: int, delivery_count: int) -> QueueEntry | None:
+        """Read a paged-out message back; None (logged) if the journal cannot give it."""
+        try:
+            record = self.store.read_message(seq)
+        except (KeyError, OSError, ValueError) as error:
+            log.error("queue %r: message %d could not be read back: %s", self.store.queue, seq, error)
+            return None
+        message = Message(
+            record.exchange,
+            record.routing_key,
+            content_header(len(record.body), record.raw_properties),
+            record.body,
+        )
+        message.published_at = record.published_at_ms / 1000.0
+        entry = QueueEntry(message, seq)
+        entry.persisted = True
+        entry.delivery_count = delivery_count
+        return entry
 
     # -- records -----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from queues import dead_letter
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
 from queues.journal import QueueJournal
+from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget
 from queues.message import FLAG_EXPIRATION, Message
 from queues.queue_entry import GONE, READY, QueueEntry
 from queues.ready_messages import ReadyMessages
@@ -76,6 +77,7 @@ class Queue:
         timers: Timers | None = None,
         dead_letterer: DeadLetterer | None = None,
         journal: QueueJournal | None = None,
+        memory_budget: MemoryBudget | None = None,
     ) -> None:
         """Raises queues.arguments.InvalidArgument for x-arguments RabbitMQ would refuse."""
         self.name = name
@@ -88,7 +90,7 @@ class Queue:
         self.timers = timers if timers is not None else Timers()
         self.dead_letterer = dead_letterer
         self.journal = journal
-        self.ready = ReadyMessages()
+        self.ready = ReadyMessages(self._load_paged if journal is not None else None, memory_budget)
         self.unacked_count = 0
         self.stats = QueueStats()
         self.deleted = False
@@ -146,12 +148,17 @@ class Queue:
         expires_at = self._expiry_of(message)
         entry = QueueEntry(message, self._next_seq, expires_at)
         self._next_seq += 1
-        outcome = ENQUEUED
+        self.stats.published += 1
         if self.journal is not None and message.is_persistent:
             self.journal.published(entry)
+            if self._should_page():
+                # Memory is tight and a consumer will not want it soon: keep it on disk only.
+                self.ready.append_paged(entry.seq, 0, len(message.body))
+                return ENQUEUED_DURABLY
             outcome = ENQUEUED_DURABLY
+        else:
+            outcome = ENQUEUED
         self.ready.append(entry)
-        self.stats.published += 1
         if expires_at:
             self._track_expiry(entry)
         if self._consumer_count:
@@ -161,17 +168,28 @@ class Queue:
             self._drop_head_over_limit()
         return outcome
 
+    def _should_page(self) -> bool:
+        ready = self.ready
+        return ready.in_memory >= KEEP_PER_QUEUE and (ready.budget.exhausted or len(ready) > ready.in_memory)
+
+    def _load_paged(self, seq: int, delivery_count: int) -> QueueEntry | None:
+        entry = self.journal.load(seq, delivery_count)
+        if entry is not None:
+            entry.expires_at = self._expiry_of(entry.message)
+        return entry
+
     def recover(self) -> int:
-        """Load the journaled messages back (at startup); returns how many came back."""
+        """Take back the journaled messages (at startup), paged out; returns how many came back.
+
+        They are read from disk as they near the head of the queue, so recovering a long
+        queue costs its index, not its messages.
+        """
         if self.journal is None:
             return 0
-        entries, self._next_seq = self.journal.recover()
-        for entry in entries:
-            entry.expires_at = self._expiry_of(entry.message)
-            self.ready.append(entry)
-            if entry.expires_at:
-                self._track_expiry(entry)
-        return len(entries)
+        recovered, self._next_seq = self.journal.recover()
+        for seq, delivery_count, size in recovered:
+            self.ready.append_paged(seq, delivery_count, size)
+        return len(recovered)
 
     # -- length limits -----------------------------------------------------------------
 
@@ -436,7 +454,7 @@ class Queue:
         self._expiry_heap.clear()
         if self.journal is not None:
             self.journal.purge()
-        return len(self.ready.clear())
+        return self.ready.clear()
 
     def delete(self) -> list[Consumer]:
         """Mark deleted and return the consumers that must be told (basic.cancel)."""

@@ -1,11 +1,41 @@
-"""The ready messages of a queue, in delivery order."""
+"""The ready messages of a queue, in delivery order, with the tail kept on disk when it is long."""
 
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
+from collections.abc import Callable
 
+from queues.memory_budget import PER_MESSAGE_OVERHEAD, MemoryBudget
 from queues.queue_entry import GONE, READY, UNACKED, QueueEntry
+
+# Loads a paged-out message back: (seq, delivery_count) -> entry, or None if it cannot be read.
+Loader = Callable[[int, int], "QueueEntry | None"]
+
+
+class PagedRun:
+    """Consecutive persistent messages held only in the journal: their numbers and sizes.
+
+    About 16 bytes a message instead of the message itself, which is what keeps a queue of
+    a million messages within bounded memory.
+    """
+
+    __slots__ = ("seqs", "delivery_counts", "sizes", "start")
+
+    def __init__(self) -> None:
+        self.seqs = array("Q")
+        self.delivery_counts = array("I")
+        self.sizes = array("I")
+        self.start = 0  # index of the next message to hand out
+
+    def __len__(self) -> int:
+        return len(self.seqs) - self.start
+
+    def add(self, seq: int, delivery_count: int, size: int) -> None:
+        self.seqs.append(seq)
+        self.delivery_counts.append(delivery_count)
+        self.sizes.append(size)
 
 
 class ReadyMessages:
@@ -18,15 +48,29 @@ class ReadyMessages:
 
     A message can also leave from the middle (it expired): `remove()` marks it gone and
     `pop()` skips it later, so removal costs O(1).
+
+    Persistent messages of a durable queue may be paged out (`append_paged`): the FIFO then
+    holds a PagedRun instead of the entries, and `pop()` reads them back through `loader`.
     """
 
-    __slots__ = ("_fifo", "_returned", "_count", "bytes")
+    __slots__ = ("_fifo", "_returned", "_count", "bytes", "in_memory", "loader", "budget")
 
-    def __init__(self) -> None:
-        self._fifo: deque[QueueEntry] = deque()
+    def __init__(self, loader: Loader | None = None, budget: MemoryBudget | None = None) -> None:
+        self._fifo: deque[QueueEntry | PagedRun] = deque()
         self._returned: list[tuple[int, QueueEntry]] = []
         self._count = 0
         self.bytes = 0
+        self.in_memory = 0  # ready messages held as objects (not paged out)
+        self.loader = loader
+        self.budget = budget if budget is not None else MemoryBudget()
+
+    def _hold(self, size: int) -> None:
+        self.in_memory += 1
+        self.budget.held += size + PER_MESSAGE_OVERHEAD
+
+    def _release(self, size: int) -> None:
+        self.in_memory -= 1
+        self.budget.held -= size + PER_MESSAGE_OVERHEAD
 
     def __len__(self) -> int:
         return self._count
@@ -38,56 +82,114 @@ class ReadyMessages:
         entry.state = READY
         self._fifo.append(entry)
         self._count += 1
-        self.bytes += len(entry.message.body)
+        size = len(entry.message.body)
+        self._hold(size)
+        self.bytes += size
+
+    def append_paged(self, seq: int, delivery_count: int, size: int) -> None:
+        """Add a message that only the journal holds."""
+        fifo = self._fifo
+        tail = fifo[-1] if fifo else None
+        if not isinstance(tail, PagedRun):
+            tail = PagedRun()
+            fifo.append(tail)
+        tail.add(seq, delivery_count, size)
+        self._count += 1
+        self.bytes += size
 
     def put_back(self, entry: QueueEntry) -> None:
         entry.state = READY
         heapq.heappush(self._returned, (entry.seq, entry))
         self._count += 1
-        self.bytes += len(entry.message.body)
+        size = len(entry.message.body)
+        self._hold(size)
+        self.bytes += size
 
     def remove(self, entry: QueueEntry) -> None:
         """Take a ready message out wherever it is (it stays in place as a skipped tombstone)."""
         if entry.state == READY:
             entry.state = GONE
             self._count -= 1
-            self.bytes -= len(entry.message.body)
-
-    def peek(self) -> QueueEntry | None:
-        """The next message to deliver, without removing it."""
-        self._drop_tombstones()
-        if self._returned:
-            return self._returned[0][1]
-        return self._fifo[0] if self._fifo else None
+            size = len(entry.message.body)
+            self._release(size)
+            self.bytes -= size
 
     def pop(self) -> QueueEntry:
         """Remove and return the next message to deliver; IndexError when empty."""
-        self._drop_tombstones()
-        if self._returned:
-            entry = heapq.heappop(self._returned)[1]
-        else:
-            entry = self._fifo.popleft()
+        entry = self._take_head()
         entry.state = UNACKED
         self._count -= 1
-        self.bytes -= len(entry.message.body)
+        size = len(entry.message.body)
+        self._release(size)
+        self.bytes -= size
         return entry
 
-    def _drop_tombstones(self) -> None:
+    def _take_head(self) -> QueueEntry:
         returned = self._returned
-        while returned and returned[0][1].state != READY:
-            heapq.heappop(returned)
+        while returned:
+            entry = heapq.heappop(returned)[1]
+            if entry.state == READY:
+                return entry
         fifo = self._fifo
-        while fifo and fifo[0].state != READY:
-            fifo.popleft()
+        while True:
+            head = fifo[0]  # IndexError when empty
+            if isinstance(head, QueueEntry):
+                fifo.popleft()
+                if head.state == READY:
+                    return head
+                continue
+            entry = self._load_from(head)
+            if entry is not None:
+                return entry
 
-    def clear(self) -> list[QueueEntry]:
-        """Remove every ready message and return them in delivery order."""
-        entries = [entry for _seq, entry in sorted(self._returned, key=lambda item: item[0]) if entry.state == READY]
-        entries.extend(entry for entry in self._fifo if entry.state == READY)
-        for entry in entries:
-            entry.state = GONE
+    def _load_from(self, run: PagedRun) -> QueueEntry | None:
+        i = run.start
+        run.start += 1
+        if not len(run):
+            self._fifo.popleft()
+        entry = self.loader(run.seqs[i], run.delivery_counts[i]) if self.loader else None
+        if entry is None:  # unreadable: it is gone; keep the counts true
+            self._count -= 1
+            self.bytes -= run.sizes[i]
+            return None
+        # It counts as in memory from now on, and its size is what was read.
+        size = len(entry.message.body)
+        self._hold(size)
+        self.bytes += size - run.sizes[i]
+        return entry
+
+    def peek(self, count: int) -> list[QueueEntry]:
+        """The first `count` ready messages in delivery order, left where they are."""
+        returned = heapq.nsmallest(count, (item for item in self._returned if item[1].state == READY))
+        entries = [entry for _seq, entry in returned]
+        for item in self._fifo:
+            if len(entries) >= count:
+                break
+            if isinstance(item, QueueEntry):
+                if item.state == READY:
+                    entries.append(item)
+                continue
+            for i in range(item.start, len(item.seqs)):
+                if len(entries) >= count:
+                    break
+                loaded = self.loader(item.seqs[i], item.delivery_counts[i]) if self.loader else None
+                if loaded is not None:
+                    entries.append(loaded)
+        return entries
+
+    def clear(self) -> int:
+        """Remove every ready message; returns how many there were."""
+        count = self._count
+        for _seq, entry in self._returned:
+            if entry.state == READY:
+                entry.state = GONE
+                self._release(len(entry.message.body))
+        for item in self._fifo:
+            if isinstance(item, QueueEntry) and item.state == READY:
+                item.state = GONE
+                self._release(len(item.message.body))
         self._returned.clear()
         self._fifo.clear()
         self._count = 0
         self.bytes = 0
-        return entries
+        return count
