@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from amqp_server.management.caller import Caller
 
 CONTEXT_KEY = web.AppKey("management_context", object)
-CALLER_KEY = "management_caller"
+# aiohttp 3.12+ types request keys; older versions take a plain string.
+CALLER_KEY = web.RequestKey("management_caller", object) if hasattr(web, "RequestKey") else "management_caller"
 
 OVERVIEW_KEY = ("overview",)
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import base64
 import datetime
-import heapq
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.management import api_errors
-from queues.queue_entry import READY, QueueEntry
+from queues.queue_entry import QueueEntry
 
 if TYPE_CHECKING:
     from queues.queue import Queue
@@ -70,21 +69,9 @@ def browse(queue: "Queue", count: int, ackmode: str, encoding: str = "auto", tru
 
 
 def peek_ready(queue: "Queue", count: int) -> list[QueueEntry]:
-    """The first `count` ready messages in delivery order, left where they are.
-
-    Mirrors ReadyMessages' order: messages that came back (requeued) by their sequence number,
-    then the FIFO; entries that left from the middle are tombstones and skipped.
-    """
-    ready = queue.ready
-    returned = heapq.nsmallest(count, (item for item in ready._returned if item[1].state == READY),
-                               key=lambda item: item[0])
-    entries = [entry for _seq, entry in returned]
-    for entry in ready._fifo:
-        if len(entries) >= count:
-            break
-        if entry.state == READY:
-            entries.append(entry)
-    return entries
+    """The first `count` ready messages in delivery order, left where they are (paged-out ones
+    are read back from the queue's journal for display)."""
+    return queue.ready.peek(count)
 
 
 def message_json(entry: QueueEntry, remaining: int, encoding: str, truncate: int | None) -> dict[str, Any]:
