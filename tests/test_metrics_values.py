@@ -210,3 +210,22 @@ def test_process_figures_and_identity_come_through():
                      dict(labels)["rabbitmq_cluster_permanent_id"]
                      for name, labels in samples if name == "rabbitmq_identity_info"),
                  rabbitmq_endpoint="aggregated") == 1
+
+
+def test_message_size_histogram_is_served_when_the_broker_records_sizes():
+    from amqp_server.metrics.message_sizes import MessageSizeHistogram
+
+    broker = Broker()
+    assert not any(name.startswith("rabbitmq_message_size") for name, _labels in aggregated(broker))
+    broker.message_sizes = MessageSizeHistogram()
+    for size in (10, 100, 101, 5000, 2 * 10**8):
+        broker.message_sizes.observe(size)
+    samples = aggregated(broker)
+    bucket = "rabbitmq_message_size_bytes_bucket"
+    assert value(samples, bucket, protocol="amqp091", le="100") == 2
+    assert value(samples, bucket, protocol="amqp091", le="1000") == 3
+    assert value(samples, bucket, protocol="amqp091", le="10000") == 4
+    assert value(samples, bucket, protocol="amqp091", le="100000000") == 4
+    assert value(samples, bucket, protocol="amqp091", le="+Inf") == 5
+    assert value(samples, "rabbitmq_message_size_bytes_count", protocol="amqp091") == 5
+    assert value(samples, "rabbitmq_message_size_bytes_sum", protocol="amqp091") == 10 + 100 + 101 + 5000 + 2 * 10**8

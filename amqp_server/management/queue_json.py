@@ -43,6 +43,13 @@ def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, names: 
         "vhost": vhost.name,
     }
     item.update(rates.details(key, queue_depth_counts(queue.message_count, queue.unacked_count)))
+    # Durable queues page persistent messages out to their journal; the rest are in memory.
+    in_memory = getattr(queue.ready, "in_memory", queue.message_count)
+    item["messages_ready_ram"] = in_memory
+    item["messages_unacknowledged_ram"] = queue.unacked_count
+    item["messages_ram"] = in_memory + queue.unacked_count
+    item["messages_paged_out"] = queue.message_count - in_memory
+    item["recoverable_slaves"] = None
     owner = queue.exclusive_owner
     if owner is not None:
         peer_host, peer_port = split_address(owner.peer)
