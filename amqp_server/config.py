@@ -59,6 +59,10 @@ class LimitsConfig:
     heartbeat: int = 60
     max_message_size: int = 134217728
     max_connections: int = 0  # 0 = unlimited
+    # Resource alarms (docs/operations.md); RabbitMQ's defaults: 0.4 of RAM and 50 MB free disk.
+    memory_high_watermark: float = 0.4  # fraction of total RAM (or the cgroup's limit)
+    memory_high_watermark_bytes: int | None = None  # absolute; overrides the fraction when set
+    disk_free_limit: int = 50_000_000
 
 
 def _default_users() -> list[UserConfig]:
@@ -218,6 +222,30 @@ def _tags(value: Any, where: str) -> list[str]:
     return _string_list(value, where)
 
 
+def _fraction(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        _fail(where, f"must be a number between 0 and 1, got {value!r}")
+    return float(value)
+
+
+# RabbitMQ's memory units (rabbitmq.conf: vm_memory_high_watermark.absolute, disk_free_limit.absolute).
+_BYTE_UNITS = {
+    "": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "g": 1024**3, "gib": 1024**3,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+}
+
+
+def _byte_size(value: Any, where: str) -> int:
+    """Bytes as an integer or a string with a unit: "50MB" (10^6), "2GiB" (2^30), "512k"."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", value)
+        unit = match.group(2).lower() if match else None
+        if unit not in _BYTE_UNITS:
+            _fail(where, f"must be a byte count such as 50000000, \"50MB\" or \"2GiB\", got {value!r}")
+        return int(match.group(1)) * _BYTE_UNITS[unit]
+    return _int_between(0, None)(value, where)
+
+
 def _log_level(value: Any, where: str) -> str:
     level = _string(value, where).lower()
     if level not in LOG_LEVELS:
@@ -255,6 +283,9 @@ _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "heartbeat": _int_between(0, 65535),
     "max_message_size": _int_between(1, MAX_MESSAGE_SIZE_LIMIT),
     "max_connections": _int_between(0, None),
+    "memory_high_watermark": _fraction,
+    "memory_high_watermark_bytes": _byte_size,
+    "disk_free_limit": _byte_size,
 }
 
 _SECTIONS = ("server", "limits", "users", "vhosts", "permissions")

@@ -33,6 +33,7 @@ CAPABILITIES = {
     "exchange_exchange_bindings": True,
     "basic.nack": True,
     "consumer_cancel_notify": True,
+    "connection.blocked": True,
     "consumer_priorities": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
@@ -62,6 +63,7 @@ class Connection:
     def __init__(self, broker: Any, peer_host: str = "", peer_port: int = 0, on_output: Callable[[], None] | None = None) -> None:
         self.broker = broker
         self.peer = f"{peer_host}:{peer_port}"
+        self.local_address = ""  # "ip:port" of our end, set by the shell (server.py)
         self.peer_is_loopback = peer_host.startswith("127.") or peer_host in ("::1", "localhost")
         self.on_output = on_output or (lambda: None)
         self.state = AWAIT_HEADER
@@ -80,6 +82,12 @@ class Connection:
         self.write_paused = False
         # Queues whose congestion pauses reading from this connection (flow control).
         self.throttled_by: set[Queue] = set()
+        # Resource alarms (alarms.py): while one is in effect the next publish blocks the
+        # connection; `blocked_by` is then the reason ("low on memory") until it clears.
+        self.block_on_publish = False
+        self.blocked_by: str | None = None
+        self._alarm_reason: str | None = None
+        self._blocked_sent = False
         # Called with True/False when reading from the socket should pause/resume.
         self.on_reading_paused: Callable[[bool], None] = lambda paused: None
         self.close_when_flushed = False  # the shell closes the socket after the next write
@@ -89,8 +97,16 @@ class Connection:
 
     @property
     def name(self) -> str:
-        user = self.user.name if self.user else "?"
-        return f"{self.peer} ({user})"
+        """RabbitMQ's connection name: "client_ip:port -> server_ip:port"."""
+        return f"{self.peer} -> {self.local_address}" if self.local_address else self.peer
+
+    def _describe(self) -> str:
+        """The connection for log lines: name, vhost, user and client product."""
+        vhost = f", vhost: '{self.vhost.name}'" if self.vhost is not None else ""
+        user = f", user: '{self.user.name}'" if self.user is not None else ""
+        product = self.client_properties.get("product")
+        client = f", client: '{product}'" if product else ""
+        return f"{self.name}{vhost}{user}{client}"
 
     # -- bytes in ----------------------------------------------------------------------
 
@@ -164,6 +180,8 @@ class Connection:
                 channel.handle_method(payload)
             elif frame_type == codec.FRAME_HEADER:
                 channel.handle_header(payload)
+                if self.block_on_publish:
+                    self._block()
             else:
                 channel.handle_body(payload)
         except AMQPError as error:
@@ -214,7 +232,7 @@ class Connection:
         elif isinstance(method, commands.Connection.Open):
             self._on_open(method)
         elif isinstance(method, commands.Connection.Close):
-            log.info("closing AMQP connection %s: client requested close", self.name)
+            log.info("closing AMQP connection %s: client requested close", self._describe())
             self._release()
             self.send_method(0, commands.Connection.CloseOk())
             self._finish()
@@ -232,7 +250,7 @@ class Connection:
         try:
             self.user = self.broker.access.authenticate(method.mechanism, method.response, self.peer_is_loopback)
         except AuthenticationFailed as failure:
-            log.warning("login refused for connection %s: %s", self.peer, failure.reason)
+            log.warning("login refused for connection %s: %s", self._describe(), failure.reason)
             if self.client_capabilities.get("authentication_failure_close"):
                 code = errors.COMMAND_INVALID if failure.reply_text.startswith("COMMAND_INVALID") else errors.ACCESS_REFUSED
                 self.send_method(0, commands.Connection.Close(code, failure.reply_text, 0, 0))
@@ -278,8 +296,9 @@ class Connection:
         self.broker.connection_opened(self)
         log.info(
             "connection %s: user '%s' authenticated and granted access to vhost '%s' (client %s)",
-            self.peer, self.user.name, vhost.name, self.client_properties.get("product", "unknown"),
+            self.name, self.user.name, vhost.name, self.client_properties.get("product", "unknown"),
         )
+        self.alarm_changed(self.broker.alarms.blocked_reason)
         self.send_method(0, commands.Connection.OpenOk())
 
     # -- channels ----------------------------------------------------------------------
@@ -309,7 +328,7 @@ class Connection:
         self.channels.pop(channel.id, None)
 
     def _channel_error(self, channel: Channel, error: AMQPError) -> None:
-        log.warning("channel error on connection %s, channel %d: %s", self.name, channel.id, error.reply_text)
+        log.warning("channel error on connection %s, channel %d: %s", self._describe(), channel.id, error.reply_text)
         self._confirm_channels.discard(channel)
         if channel.confirms is not None and channel.confirms.has_pending:
             channel.flush_confirms()
@@ -373,12 +392,47 @@ class Connection:
 
     def _unthrottle(self, queue: Queue) -> None:
         self.throttled_by.discard(queue)
-        if not self.throttled_by:
+        if not self.reading_paused:
             self.on_reading_paused(False)
 
     @property
     def reading_paused(self) -> bool:
-        return bool(self.throttled_by)
+        """No more input wanted: a congested queue (flow control) or a resource alarm blocks us."""
+        return bool(self.throttled_by) or self.blocked_by is not None
+
+    def alarm_changed(self, reason: str | None) -> None:
+        """The broker's resource alarms changed (alarms.py); `reason` is None when none is left.
+
+        As RabbitMQ: an alarm blocks a connection when it next publishes, not at once, so
+        connections that only consume keep going; clearing unblocks at once.
+        """
+        self._alarm_reason = reason
+        if reason is not None:
+            self.block_on_publish = self.blocked_by is None
+            return
+        self.block_on_publish = False
+        if self.blocked_by is None:
+            return
+        self.blocked_by = None
+        if self._blocked_sent and self.state == OPEN:
+            self.send_method(0, commands.Connection.Unblocked())
+        self._blocked_sent = False
+        log.debug("connection %s unblocked: resource alarms cleared", self._describe())
+        if not self.reading_paused:
+            self.on_reading_paused(False)
+
+    def _block(self) -> None:
+        """A publish arrived during an alarm: tell the client (if it listens) and stop reading."""
+        self.block_on_publish = False
+        reason = self._alarm_reason
+        if reason is None or self.state != OPEN:
+            return
+        self.blocked_by = reason
+        if self.client_capabilities.get("connection.blocked"):
+            self.send_method(0, commands.Connection.Blocked(reason))
+            self._blocked_sent = True
+        log.debug("connection %s blocked: %s", self._describe(), reason)
+        self.on_reading_paused(True)
 
     def resume_deliveries(self) -> None:
         """The socket drained: consumers on this connection may receive again."""
@@ -391,7 +445,7 @@ class Connection:
     def _connection_error(self, error: AMQPError) -> None:
         if self.state in (CLOSING, CLOSED):
             return
-        log.warning("closing AMQP connection %s: %s", self.name, error.reply_text)
+        log.warning("closing AMQP connection %s: %s", self._describe(), error.reply_text)
         self._release()
         self.send_method(0, commands.Connection.Close(error.code, error.reply_text, error.class_id, error.method_id))
         self.state = CLOSING
@@ -401,14 +455,16 @@ class Connection:
         self._connection_error(AMQPError(code, text))
 
     def heartbeat_missed(self) -> None:
-        log.warning("closing AMQP connection %s: missed heartbeats from client, timeout: %ds", self.name, self.heartbeat)
+        log.warning(
+            "closing AMQP connection %s: missed heartbeats from client, timeout: %ds", self._describe(), self.heartbeat
+        )
         self._release()
         self._finish()
 
     def transport_closed(self) -> None:
         """The socket is gone (client vanished or we closed it)."""
         if self.state not in (CLOSED, CLOSING) and self.state != AWAIT_HEADER:
-            log.info("connection %s closed by peer without connection.close", self.name)
+            log.info("connection %s closed by peer without connection.close", self._describe())
         self._release()
         self.state = CLOSED
 
@@ -434,6 +490,8 @@ class Connection:
         for queue in self.throttled_by:
             queue.flow_waiters.pop(self, None)
         self.throttled_by.clear()
+        self.block_on_publish = False
+        self.blocked_by = None
         if self.vhost is not None:
             self.broker.connection_closed(self)
             self.vhost = None

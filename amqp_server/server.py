@@ -14,6 +14,7 @@ import signal
 import socket
 import time
 
+from amqp_server.alarms import ResourceMonitor
 from amqp_server.broker import Broker
 from amqp_server.config import ServerConfig
 from amqp_server.connection import AWAIT_HEADER, CLOSED, CLOSING, OPEN, Connection
@@ -61,6 +62,9 @@ class AMQPProtocol(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush)
+        local = transport.get_extra_info("sockname")
+        if isinstance(local, tuple):
+            self.connection.local_address = f"{local[0]}:{local[1]}"
         self.connection.on_reading_paused = self._update_reading
         self.registry.add(self)
         log.debug("accepting AMQP connection %s", self.connection.peer)
@@ -147,6 +151,9 @@ class AMQPProtocol(asyncio.Protocol):
         heartbeat = connection.heartbeat
         if not heartbeat:
             return
+        if connection.reading_paused:
+            # We are not reading, so silence proves nothing; RabbitMQ pauses its heartbeat monitor too.
+            self.last_read = now
         if now - self.last_read > 2 * heartbeat:
             connection.heartbeat_missed()
             self._flush()
@@ -229,6 +236,8 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
     server = AMQPServer(broker, config.host, config.port)
     await server.start()
+    # Memory and disk alarms, checked about once a second.
+    monitor = asyncio.create_task(ResourceMonitor(broker).run())
     # Prometheus metrics and the management API (each off when its port is 0).
     http_services = await start_http_services(config, broker, server.port, server.protocols)
     stop = stop or asyncio.Event()
@@ -242,6 +251,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
         ready.set()
     await stop.wait()
     log.info("stopping: closing %d connections", len(server.protocols))
+    monitor.cancel()
     await stop_http_services(http_services)
     await server.stop()
     await broker.close()
