@@ -235,11 +235,12 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
     server = AMQPServer(broker, config.host, config.port)
+    # Prometheus metrics and the management API (each off when its port is 0), up before the
+    # AMQP port opens, so whoever waits for that port finds them ready too.
+    http_services = await start_http_services(config, broker, config.port, server.protocols)
     await server.start()
     # Memory and disk alarms, checked about once a second.
     monitor = asyncio.create_task(ResourceMonitor(broker).run())
-    # Prometheus metrics and the management API (each off when its port is 0).
-    http_services = await start_http_services(config, broker, server.port, server.protocols)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
