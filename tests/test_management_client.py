@@ -37,11 +37,12 @@ class Reply:
 
 
 class ManagementClient:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, fixed_process_stats: bool = True) -> None:
+        """`fixed_process_stats=False` reads the real process figures and the broker's alarms."""
         self.broker = broker
         self.loop = asyncio.new_event_loop()
-        app = build_management_app(broker, process_stats=lambda: FIXED_PROCESS, sample_rates=False,
-                                   listeners=[{"protocol": "amqp", "port": 5672}])
+        app = build_management_app(broker, process_stats=(lambda: FIXED_PROCESS) if fixed_process_stats else None,
+                                   sample_rates=False, listeners=[{"protocol": "amqp", "port": 5672}])
         self.client = test_utils.TestClient(test_utils.TestServer(app), loop=self.loop)
         self.loop.run_until_complete(self.client.start_server())
 

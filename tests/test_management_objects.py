@@ -13,7 +13,7 @@ import pytest
 from pamqp import commands
 
 from tests.frame_driver import methods, opened_client
-from tests.test_management_client import api, broker  # noqa: F401  (fixtures)
+from tests.test_management_client import ManagementClient, api, broker  # noqa: F401  (fixtures)
 
 QUEUE_KEYS = {
     "arguments", "auto_delete", "consumers", "durable", "effective_policy_definition", "exclusive",
@@ -160,3 +160,15 @@ def test_unknown_paths_and_methods_answer_in_json(api):
     reply = api.request("GET", "/api/nothing-here")
     assert reply.status == 404 and reply.json()["error"] == "Object Not Found"
     assert api.request("PATCH", "/api/queues").status == 405
+
+
+def test_alarm_health_check_follows_the_brokers_alarms(broker):
+    client = ManagementClient(broker, fixed_process_stats=False)
+    try:
+        assert client.get("/api/health/checks/alarms") == {"status": "ok"}
+        broker.alarms.set("disk", True)
+        reply = client.request("GET", "/api/health/checks/alarms")
+        assert (reply.status, reply.json()["reason"]) == (503, "disk alarm in effect")
+        assert client.get("/api/nodes")[0]["disk_free_alarm"] is True
+    finally:
+        client.close()

@@ -229,3 +229,16 @@ def test_message_size_histogram_is_served_when_the_broker_records_sizes():
     assert value(samples, bucket, protocol="amqp091", le="+Inf") == 5
     assert value(samples, "rabbitmq_message_size_bytes_count", protocol="amqp091") == 5
     assert value(samples, "rabbitmq_message_size_bytes_sum", protocol="amqp091") == 10 + 100 + 101 + 5000 + 2 * 10**8
+
+
+def test_limits_and_alarms_are_the_brokers_own():
+    from amqp_server.metrics.broker_view import process_stats_of
+
+    broker = Broker()
+    broker.alarms.set_memory_high_watermark(absolute=123_456_789)
+    broker.alarms.set("memory", True)
+    samples = scrape(CoreCollector(broker, AGGREGATED, lambda: process_stats_of(broker)))
+    assert value(samples, "rabbitmq_resident_memory_limit_bytes") == 123_456_789
+    assert value(samples, "rabbitmq_disk_space_available_limit_bytes") == broker.alarms.disk_free_limit
+    assert value(samples, "rabbitmq_alarms_memory_used_watermark") == 1
+    assert value(samples, "rabbitmq_alarms_free_disk_space_watermark") == 0

@@ -29,7 +29,8 @@ from amqp_server.management.api_errors import REALM, ApiError, from_amqp_error, 
 from amqp_server.management.caller import authenticate
 from amqp_server.management.context import CALLER_KEY, CONTEXT_KEY, ManagementContext, context
 from amqp_server.management.http_io import dumps
-from amqp_server.metrics.process_stats import ProcessStats, sample_process_stats
+from amqp_server.metrics.broker_view import process_stats_of
+from amqp_server.metrics.process_stats import ProcessStats
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -83,8 +84,7 @@ def build_management_app(
     names; `listeners` is what /api/overview reports; `sample_rates=False` leaves every rate
     at 0.0 (tests that must not depend on timing)."""
     if process_stats is None:
-        data_dir = broker.config.data_dir
-        process_stats = lambda: sample_process_stats(data_dir)  # noqa: E731
+        process_stats = lambda: process_stats_of(broker)  # noqa: E731
     ctx = ManagementContext(broker, process_stats, protocols, listeners or [])
     app = web.Application(middlewares=[api_middleware], client_max_size=MAX_REQUEST_BYTES)
     app[CONTEXT_KEY] = ctx

@@ -60,9 +60,9 @@ def _failed(reason: str) -> web.Response:
 
 async def alarms_check(request: web.Request) -> web.Response:
     process = context(request).process_stats()
-    if process.resident_memory_bytes > process.memory_limit_bytes:
+    if process.memory_alarm:
         return _failed("memory alarm in effect")
-    if process.disk_free_bytes < process.disk_free_limit_bytes:
+    if process.disk_alarm:
         return _failed("disk alarm in effect")
     return json_reply({"status": "ok"})
 

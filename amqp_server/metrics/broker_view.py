@@ -8,9 +8,10 @@ moment of the broker; nothing here runs per message.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from amqp_server.metrics.process_stats import ProcessStats, sample_process_stats
 from queues.queue import Queue, QueueStats
 
 if TYPE_CHECKING:
@@ -158,3 +159,18 @@ def vhost_totals(vhost: "VirtualHost") -> dict[str, Any]:
         ready += queue.message_count
         unacked += queue.unacked_count
     return {"messages_ready": ready, "messages_unacknowledged": unacked, "messages": ready + unacked}
+
+
+def process_stats_of(broker: "Broker") -> ProcessStats:
+    """The process figures, with the broker's configured watermarks and its alarms' state."""
+    stats = sample_process_stats(broker.config.data_dir)
+    alarms = getattr(broker, "alarms", None)
+    if alarms is None:
+        return stats
+    return replace(
+        stats,
+        memory_limit_bytes=alarms.memory_limit,
+        disk_free_limit_bytes=alarms.disk_free_limit,
+        memory_alarm=alarms.memory_alarm,
+        disk_alarm=alarms.disk_alarm,
+    )

@@ -124,10 +124,10 @@ class CoreCollector(Collector):
             ("rabbitmq_erlang_uptime_seconds", "Node uptime", round(uptime_seconds(), 3)),
             ("rabbitmq_alarms_memory_used_watermark",
              "is 1 if VM memory watermark threshold has been reached",
-             int(process.resident_memory_bytes > process.memory_limit_bytes)),
+             int(process.memory_alarm)),
             ("rabbitmq_alarms_free_disk_space_watermark",
              "is 1 if free disk space watermark threshold has been reached",
-             int(process.disk_free_bytes < process.disk_free_limit_bytes)),
+             int(process.disk_alarm)),
             ("rabbitmq_alarms_file_descriptor_limit",
              "is 1 if file descriptor limit has been reached", int(process.open_fds >= process.max_fds)),
         ):

@@ -16,7 +16,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from amqp_server.metrics.core_collector import AGGREGATED, PER_OBJECT, CoreCollector
 from amqp_server.metrics.detailed_collector import DetailedCollector
-from amqp_server.metrics.process_stats import ProcessStats, sample_process_stats
+from amqp_server.metrics.broker_view import process_stats_of
+from amqp_server.metrics.process_stats import ProcessStats
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -29,8 +30,7 @@ def build_metrics_app(
 ) -> web.Application:
     """The aiohttp application; `protocols` (AMQPServer.protocols) names connections in labels."""
     if process_stats is None:
-        data_dir = broker.config.data_dir
-        process_stats = lambda: sample_process_stats(data_dir)  # noqa: E731
+        process_stats = lambda: process_stats_of(broker)  # noqa: E731
     aggregated = _registry(CoreCollector(broker, AGGREGATED, process_stats, protocols))
     per_object = _registry(CoreCollector(broker, PER_OBJECT, process_stats, protocols))
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # RabbitMQ's defaults: vm_memory_high_watermark.relative = 0.4 of the memory available to the
-# node, and disk_free_limit.absolute = 50 MB. Until the broker has configurable watermarks
-# these are the limits reported.
+# node, and disk_free_limit.absolute = 50 MB (the broker's own limits replace them, see
+# broker_view.process_stats_of).
 DEFAULT_MEMORY_HIGH_WATERMARK = 0.4
 DEFAULT_DISK_FREE_LIMIT_BYTES = 50_000_000
 # RabbitMQ reserves part of the fd limit for files; it reports about 90% as usable for sockets.
@@ -36,6 +36,9 @@ class ProcessStats:
     disk_free_bytes: int
     disk_free_limit_bytes: int
     total_memory_bytes: int
+    # Whether the alarms are in effect (the broker's ResourceAlarms when it has them).
+    memory_alarm: bool = False
+    disk_alarm: bool = False
 
     @property
     def max_tcp_sockets(self) -> int:
@@ -49,14 +52,19 @@ def sample_process_stats(
 ) -> ProcessStats:
     """Current figures for this process; `data_dir` is where disk space is measured."""
     total = total_memory_bytes()
+    resident = resident_memory_bytes()
+    memory_limit = int(total * memory_high_watermark)
+    disk_free = disk_free_bytes(data_dir)
     return ProcessStats(
-        resident_memory_bytes=resident_memory_bytes(),
-        memory_limit_bytes=int(total * memory_high_watermark),
+        resident_memory_bytes=resident,
+        memory_limit_bytes=memory_limit,
         open_fds=open_fd_count(),
         max_fds=max_fd_count(),
-        disk_free_bytes=disk_free_bytes(data_dir),
+        disk_free_bytes=disk_free,
         disk_free_limit_bytes=disk_free_limit_bytes,
         total_memory_bytes=total,
+        memory_alarm=resident > memory_limit,
+        disk_alarm=disk_free < disk_free_limit_bytes,
     )
 
 
