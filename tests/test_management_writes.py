@@ -178,3 +178,12 @@ def test_importing_into_one_vhost_ignores_vhost_fields(api, broker):
 def test_malformed_bodies_are_400(api):
     assert api.request("PUT", "/api/queues/%2F/q", raw=b"{not json").status == 400
     assert api.request("PUT", "/api/queues/%2F/q", {"durable": "maybe"}).status == 400
+
+
+def test_put_vhost_switches_tracing(api, broker):
+    assert api.request("PUT", "/api/vhosts/%2F", {"tracing": True}).status == 204
+    assert broker.vhosts["/"].firehose is not None
+    assert api.get("/api/vhosts/%2F")["tracing"] is True
+    assert api.request("PUT", "/api/vhosts/%2F", {"tracing": "false"}).status == 204
+    assert broker.vhosts["/"].firehose is None
+    assert api.get("/api/vhosts/%2F")["tracing"] is False

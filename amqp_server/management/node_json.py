@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.access_control import User
 from amqp_server.auth import HASHING_ALGORITHM
 from amqp_server.config import PermissionConfig
+from amqp_server.firehose import is_tracing
 from amqp_server.management.context import OVERVIEW_KEY, ManagementContext
 from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
 from amqp_server.metrics import identity
@@ -172,7 +173,7 @@ def vhost_json(ctx: ManagementContext, vhost: "VirtualHost") -> dict[str, Any]:
         "tags": [],
         "metadata": {"description": "", "tags": []},
         "default_queue_type": "classic",
-        "tracing": bool(getattr(vhost, "tracing", False)),
+        "tracing": is_tracing(vhost),
         "cluster_state": {ctx.broker.node_name: "running"},
         "message_stats": ctx.rates.details(key, queue_message_counts(vhost.queue_stats_total(), include_publish=False)),
     }

@@ -1,13 +1,19 @@
-"""/api/vhosts: list, show, create and delete virtual hosts (writes need administrator)."""
+"""/api/vhosts: list, show, create and delete virtual hosts (writes need administrator).
+
+PUT with `{"tracing": true|false}` switches the vhost's firehose (amqp_server/firehose.py), as
+RabbitMQ's API does; like RabbitMQ, the switch does not survive a restart.
+"""
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from amqp_server.firehose import set_tracing
 from amqp_server.management import api_errors
 from amqp_server.management.connection_json import channel_json, connection_json
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import (
+    as_bool,
     created_or_updated,
     item_reply,
     list_reply,
@@ -37,10 +43,12 @@ async def show_vhost(request: web.Request) -> web.Response:
 async def put_vhost(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
     user.require_admin()
-    await read_body(request)  # description, tags and tracing are not kept yet; the body must still be JSON
+    body = await read_body(request)  # description and tags are not kept
     name = request.match_info["vhost"]
     created = name not in ctx.broker.vhosts
-    ctx.broker.add_vhost(name)
+    vhost = ctx.broker.add_vhost(name)
+    if "tracing" in body:
+        set_tracing(vhost, as_bool(body["tracing"]), ctx.broker.node_name)
     if created:
         # RabbitMQ grants the creating user full permissions on a vhost made through the API.
         ctx.broker.access.set_permissions(user.name, name, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
