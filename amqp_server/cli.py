@@ -1,7 +1,8 @@
 """The ``amqp-server`` command: read the configuration, set up logging, run the broker.
 
 Exit codes: 2 for an invalid configuration (message on stderr), otherwise
-whatever ``run_server`` returns once SIGINT/SIGTERM stops it.
+whatever ``run_server`` returns once SIGINT/SIGTERM stops it. ``amqp-server ctl ...``
+runs the management CLI instead (amqp_server/ctl) and exits with its code.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from amqp_server.config import ConfigError, load_config
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-# Room for subcommands: "amqp-server ctl ..." will be dispatched on args[0]
-# before the broker flags are parsed. None exist yet.
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["ctl"]:
+        # "amqp-server ctl ...": manage a running broker (amqp_server/ctl), not run one.
+        from amqp_server.ctl.main import main as ctl_main
+
+        return ctl_main(args[1:])
     try:
         config = load_config(args)
     except ConfigError as err:
