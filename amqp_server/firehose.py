@@ -71,7 +71,7 @@ class Firehose:
         keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
         exchange = self.vhost.exchanges.get(message.exchange)
         # Where the message is about to go: the same routing the channel does next.
-        routed = [queue.name for queue in self.vhost.route(exchange, message, keys)] if exchange is not None else []
+        routed = sorted(queue.name for queue in self.vhost.route(exchange, message, keys)) if exchange is not None else []
         headers = self._message_table(message, keys)
         headers.update(
             vhost=self.vhost.name,
