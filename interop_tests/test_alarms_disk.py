@@ -1,0 +1,51 @@
+"""The free-disk alarm over real TCP: a broker whose limit is above the free space blocks
+publishers with connection.blocked "low on disk" on their first publish, and only them."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pika
+import pytest
+
+from interop_tests.broker_process import TEST_CONFIG
+
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("INTEROP_BROKER_URL")), reason="needs this project's broker with its own disk limit"
+)
+
+WAIT_S = 10.0
+
+
+def test_publisher_is_blocked_while_free_disk_is_below_the_limit_and_consumers_are_not(broker_factory):
+    # No disk has this much free space, so the alarm is set from the first check on.
+    config = TEST_CONFIG + '\n[limits]\ndisk_free_limit = "1000000000GB"\n'
+    broker = broker_factory(config_text=config, extra_args=("--management-port", "0", "--metrics-port", "0"))
+    deadline = time.monotonic() + WAIT_S
+    while "disk resource limit alarm set" not in broker.log_text():
+        assert time.monotonic() < deadline, broker.log_text()
+        time.sleep(0.05)
+
+    consumer = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    consumer_channel = consumer.channel()
+    consumer_channel.queue_declare("disk-q")
+    consumer_blocked: list[str] = []
+    consumer.add_on_connection_blocked_callback(lambda _c, frame: consumer_blocked.append(frame.method.reason))
+
+    publisher = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    reasons: list[str] = []
+    publisher.add_on_connection_blocked_callback(lambda _c, frame: reasons.append(frame.method.reason))
+    publisher.channel().basic_publish("", "disk-q", b"first")  # no confirms: returns at once
+    while not reasons:
+        assert time.monotonic() < deadline, "no connection.blocked"
+        publisher.process_data_events(0.05)
+    assert reasons == ["low on disk"]
+
+    # The publish that met the alarm was taken; the consumer's connection works normally.
+    method, _properties, body = consumer_channel.basic_get("disk-q", auto_ack=True)
+    assert body == b"first"
+    consumer_channel.queue_declare("disk-q-2")  # still served
+    consumer.process_data_events(0.2)
+    assert consumer_blocked == []
+    consumer.close()
