@@ -166,11 +166,7 @@ def glibc_malloc_trim() -> Callable[[], Any] | None:
 
 def message_bytes_held(broker: "Broker") -> int:
     """Bytes of the messages the broker holds in memory: ready in queues, or delivered and unacked."""
-    budget = getattr(broker, "memory_budget", None)
-    if budget is not None:
-        total = budget.held  # ready messages held as objects; paged-out ones are on disk
-    else:
-        total = sum(queue.ready.bytes for vhost in list(broker.vhosts.values()) for queue in list(vhost.queues.values()))
+    total = broker.memory_budget.held  # ready messages held as objects; paged-out ones are on disk
     for connection in list(broker.connections):
         for channel in list(connection.channels.values()):
             # UnackedStore has no public iteration; walking it here is once a second at most.

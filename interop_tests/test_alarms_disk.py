@@ -42,10 +42,12 @@ def test_publisher_is_blocked_while_free_disk_is_below_the_limit_and_consumers_a
         publisher.process_data_events(0.05)
     assert reasons == ["low on disk"]
 
-    # The publish that met the alarm was taken; the consumer's connection works normally.
+    # The consumer's connection is still served. (Whether "first" is in the queue depends on
+    # whether its body frame arrived before the broker stopped reading, as with RabbitMQ,
+    # which blocks on the content header too.)
     method, _properties, body = consumer_channel.basic_get("disk-q", auto_ack=True)
-    assert body == b"first"
-    consumer_channel.queue_declare("disk-q-2")  # still served
+    assert method is None or body == b"first"
+    assert consumer_channel.queue_declare("disk-q-2").method.message_count == 0
     consumer.process_data_events(0.2)
     assert consumer_blocked == []
     consumer.close()
