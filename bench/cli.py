@@ -13,7 +13,7 @@ from bench import scenarios
 from bench.lean_client import AMQPError
 from bench.orchestrator import WorkerError
 from bench.report import Measurement, Results
-from bench.scenarios import SCENARIO_NAMES, Options, Variant
+from bench.scenarios import ALL_ORDER, SCENARIO_NAMES, Options, Variant
 from bench.targets import Target, parse_targets
 
 EPILOG = """\
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return client_ceiling.main(opts, args.markdown)
     if "all" in names:
-        names = list(SCENARIO_NAMES)
+        names = list(ALL_ORDER)
     try:
         targets = parse_targets(args.target, args.url, args.broker_pid)
         plan = [v for name in names for v in scenarios.variants(name, opts)]
@@ -126,7 +126,7 @@ def run_plan(plan: list[Variant], targets: list[Target], rounds: int) -> Results
     """Run each variant on every target in turn (ours, rabbitmq, ours, rabbitmq, ...) for `rounds` rounds."""
     results = Results([t.label for t in targets])
     for variant in plan:
-        for _ in range(rounds):
+        for _ in range(rounds if variant.repeatable else 1):
             for target in targets:
                 print(f"... {variant.scenario} / {variant.name} / {target.label}", file=sys.stderr, flush=True)
                 try:

@@ -2,6 +2,8 @@
 
 RSS is read from /proc/<broker pid>/status (VmRSS), so the broker must run on
 this machine and its pid must be known (--broker-pid, or found from the port).
+Measure a freshly started broker: memory freed after earlier traffic stays in
+RSS, and new connections would fit into it without the RSS moving.
 """
 
 from __future__ import annotations

@@ -168,6 +168,10 @@ def run_workers(publishers: list[PublisherSpec], consumer_groups: list[list[Cons
             if proc.is_alive():
                 proc.terminate()
                 proc.join(timeout=5)
+    if expected_deliveries is not None and timing.count_mode:
+        received = sum(r["total"] for r in con_results)
+        if received < expected_deliveries:
+            raise WorkerError(f"consumers received {received} of {expected_deliveries} expected deliveries")
     cores = None
     if cpu_begin is not None and cpu_end is not None and window_s > 0:
         cores = (cpu_end - cpu_begin) / window_s

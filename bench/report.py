@@ -57,12 +57,12 @@ class Results:
                 cells.append("-")
             else:
                 cells.append(format_value(statistics.median(values), unit))
-        if len(self.labels) == 2 and key[2] != "error":
+        if len(self.labels) == 2 and key[2] != "error" and not key[2].startswith("client CPU"):
             a, b = (self.rows[key].get(label) for label in self.labels)
             ratio = statistics.median(a) / statistics.median(b) if a and b and statistics.median(b) else None
             cells.append("-" if ratio is None or math.isnan(ratio) else f"{ratio:.2f}")
         elif len(self.labels) == 2:
-            cells.append("")
+            cells.append("")  # errors, and client CPU (a diagnostic: a ratio of two near-zero figures says nothing)
         return cells
 
     def _header(self) -> list[str]:
