@@ -1,0 +1,294 @@
+"""What survives a restart: durable definitions and persistent messages, and nothing else.
+
+Every test runs twice: with a clean restart (SIGTERM, then start) and with a crash (SIGKILL,
+then start) of a dedicated broker on the same data directory. It also checks that disk space
+comes back: purging, deleting or draining a queue frees its segment files (the layout is
+the contract of docs/queue-files.md §1: data_dir/queues/<sha1 vhost>/<sha1 queue>/).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pika
+import pytest
+from pika.exceptions import ChannelClosedByBroker
+
+from interop_tests.broker_process import BrokerProcess, free_port
+
+pytestmark = pytest.mark.timeout(60)
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+TRANSIENT = pika.BasicProperties(delivery_mode=1)
+ONE_MIB = 1024 * 1024
+
+
+def clean_restart(broker: BrokerProcess) -> None:
+    assert broker.stop() == 0, broker.log_text()
+    broker.start()
+
+
+def crash_restart(broker: BrokerProcess) -> None:
+    broker.kill()
+    broker.start()
+
+
+@pytest.fixture(params=[clean_restart, crash_restart], ids=["sigterm", "sigkill"])
+def restart(request) -> Callable[[BrokerProcess], None]:
+    return request.param
+
+
+def connect(broker: BrokerProcess, user: str = "guest", password: str = "guest", vhost: str = "/"):
+    return pika.BlockingConnection(pika.URLParameters(broker.url(user, password, vhost)))
+
+
+def exists(connection: pika.BlockingConnection, kind: str, name: str) -> bool:
+    """A passive declare on a fresh channel: True, or False on 404 NOT_FOUND."""
+    channel = connection.channel()
+    try:
+        if kind == "queue":
+            channel.queue_declare(name, passive=True)
+        else:
+            channel.exchange_declare(name, passive=True)
+    except ChannelClosedByBroker as error:
+        assert error.reply_code == 404, error
+        return False
+    channel.close()
+    return True
+
+
+def reply_code_of(action: Callable[[pika.adapters.blocking_connection.BlockingChannel], object], connection) -> int:
+    channel = connection.channel()
+    with pytest.raises(ChannelClosedByBroker) as error:
+        action(channel)
+    return error.value.reply_code
+
+
+def bodies(channel, queue: str) -> list[tuple[bytes, bool]]:
+    """Drain `queue` with basic.get: (body, redelivered) in queue order."""
+    taken = []
+    while True:
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return taken
+        taken.append((body, method.redelivered))
+
+
+def queue_dir(broker: BrokerProcess, queue: str, vhost: str = "/") -> Path:
+    sha1 = lambda name: hashlib.sha1(name.encode()).hexdigest()  # noqa: E731
+    return broker.data_dir / "queues" / sha1(vhost) / sha1(queue)
+
+
+def disk_usage(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file()) if directory.exists() else 0
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def fill(channel, queue: str, count: int = 2000, size: int = 4096) -> None:
+    """`count` persistent messages of `size` bytes, each confirmed (so on disk)."""
+    channel.confirm_delivery()
+    for index in range(count):
+        channel.basic_publish("", queue, index.to_bytes(4, "big") * (size // 4), PERSISTENT)
+
+
+# -- topology ---------------------------------------------------------------------------------
+
+
+def declare_topology(channel) -> None:
+    channel.exchange_declare("dur-direct", "direct", durable=True)
+    channel.exchange_declare("dur-alt", "fanout", durable=True)
+    channel.exchange_declare("dur-topic", "topic", durable=True, arguments={"alternate-exchange": "dur-alt"})
+    channel.exchange_declare("dur-headers", "headers", durable=True)
+    channel.exchange_declare("dur-dlx", "fanout", durable=True)
+    channel.exchange_declare("tmp-exchange", "direct", durable=False)
+    main_arguments = {"x-message-ttl": 60000, "x-dead-letter-exchange": "dur-dlx", "x-max-length": 1000}
+    channel.queue_declare("dur-main", durable=True, arguments=main_arguments)
+    for queue in ("dur-dead", "dur-alt-catch", "dur-headers-q"):
+        channel.queue_declare(queue, durable=True)
+    channel.queue_declare("tmp-queue", durable=False)
+    channel.queue_declare("excl-queue", durable=True, exclusive=True)
+    # dur-direct --orders--> dur-topic --orders.#--> dur-main: an exchange-to-exchange hop.
+    channel.exchange_bind(destination="dur-topic", source="dur-direct", routing_key="orders")
+    channel.queue_bind("dur-main", "dur-topic", "orders.#")
+    channel.queue_bind("dur-dead", "dur-dlx")
+    channel.queue_bind("dur-alt-catch", "dur-alt")
+    channel.queue_bind("dur-headers-q", "dur-headers", arguments={"x-match": "all", "kind": "invoice"})
+    channel.queue_bind("tmp-queue", "dur-direct", "to-transient")  # durable exchange, transient queue
+    channel.queue_bind("excl-queue", "dur-direct", "to-exclusive")
+    channel.basic_publish("", "tmp-queue", b"persistent, but in a transient queue", PERSISTENT)
+    channel.basic_publish("", "excl-queue", b"persistent, but in an exclusive queue", PERSISTENT)
+
+
+def test_durable_topology_survives_and_transient_does_not(broker_factory, restart):
+    broker = broker_factory()
+    before = connect(broker)
+    declare_topology(before.channel())
+    restart(broker)  # the declaring connection dies with the broker
+
+    connection = connect(broker)
+    for kind, name in [
+        ("exchange", "dur-direct"), ("exchange", "dur-alt"), ("exchange", "dur-topic"),
+        ("exchange", "dur-headers"), ("exchange", "dur-dlx"),
+        ("queue", "dur-main"), ("queue", "dur-dead"), ("queue", "dur-alt-catch"), ("queue", "dur-headers-q"),
+    ]:
+        assert exists(connection, kind, name), f"durable {kind} {name} is gone"
+    for kind, name in [("exchange", "tmp-exchange"), ("queue", "tmp-queue"), ("queue", "excl-queue")]:
+        assert not exists(connection, kind, name), f"{kind} {name} should not survive a restart"
+    assert not queue_dir(broker, "tmp-queue").exists() and not queue_dir(broker, "excl-queue").exists()
+
+    # Types and arguments came back: redeclaring with other ones is 406 PRECONDITION_FAILED.
+    channel = connection.channel()
+    channel.queue_declare(
+        "dur-main", durable=True,
+        arguments={"x-message-ttl": 60000, "x-dead-letter-exchange": "dur-dlx", "x-max-length": 1000},
+    )
+    channel.exchange_declare("dur-topic", "topic", durable=True, arguments={"alternate-exchange": "dur-alt"})
+    assert reply_code_of(lambda ch: ch.queue_declare("dur-main", durable=True, arguments={"x-message-ttl": 1}), connection) == 406
+    assert reply_code_of(lambda ch: ch.exchange_declare("dur-topic", "direct", durable=True), connection) == 406
+
+    # Bindings came back: the exchange-to-exchange hop, alternate-exchange, headers arguments.
+    channel.basic_publish("dur-direct", "orders", b"via e2e", PERSISTENT)
+    channel.basic_publish("dur-topic", "unbound.key", b"via alternate", PERSISTENT)
+    channel.basic_publish("dur-headers", "", b"invoice", pika.BasicProperties(headers={"kind": "invoice"}))
+    channel.basic_publish("dur-headers", "", b"receipt", pika.BasicProperties(headers={"kind": "receipt"}))
+    assert [b for b, _ in bodies(channel, "dur-alt-catch")] == [b"via alternate"]
+    assert [b for b, _ in bodies(channel, "dur-headers-q")] == [b"invoice"]
+    # The dead-letter exchange argument works: a rejected message moves to dur-dead.
+    method, _, body = channel.basic_get("dur-main")
+    assert body == b"via e2e"
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert wait_for(lambda: channel.queue_declare("dur-dead", passive=True).method.message_count == 1)
+    assert [b for b, _ in bodies(channel, "dur-dead")] == [b"via e2e"]
+
+    # A binding to a transient queue died with it: the re-created queue gets nothing.
+    channel.queue_declare("tmp-queue", durable=False)
+    channel.confirm_delivery()
+    channel.basic_publish("dur-direct", "to-transient", b"unbound now")
+    assert channel.queue_declare("tmp-queue", passive=True).method.message_count == 0
+    connection.close()
+
+
+def test_users_vhosts_and_permissions_survive(broker_factory, restart):
+    port = free_port()
+    broker = broker_factory(extra_args=("--management-port", str(port)))
+
+    def put(path: str, document: dict) -> None:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}", data=json.dumps(document).encode(), method="PUT",
+            headers={"Content-Type": "application/json", "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status in (201, 204)
+
+    put("/api/vhosts/durable-vhost", {})
+    put("/api/users/durable-user", {"password": "s3cret", "tags": ""})
+    put("/api/permissions/durable-vhost/durable-user", {"configure": "^own-.*", "write": ".*", "read": ".*"})
+    restart(broker)
+
+    connection = connect(broker, "durable-user", "s3cret", "durable-vhost")
+    channel = connection.channel()
+    channel.queue_declare("own-queue", durable=True)
+    assert reply_code_of(lambda ch: ch.queue_declare("not-own", durable=True), connection) == 403
+    connection.close()
+
+
+# -- messages ---------------------------------------------------------------------------------
+
+
+def test_persistent_messages_stay_in_order_and_transient_ones_go(broker_factory, restart):
+    broker = broker_factory()
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.queue_declare("mixed", durable=True)
+    channel.confirm_delivery()
+    kept = []
+    for index in range(30):
+        body = f"message {index}".encode() + bytes(range(256)) * (index % 4)
+        if index % 3 == 0:
+            channel.basic_publish("", "mixed", body, TRANSIENT)
+        elif index % 3 == 1:
+            channel.basic_publish("", "mixed", body)  # no delivery_mode: transient
+        else:
+            channel.basic_publish("", "mixed", body, pika.BasicProperties(delivery_mode=2, message_id=str(index)))
+            kept.append(body)
+    assert channel.queue_declare("mixed", passive=True).method.message_count == 30
+    restart(broker)
+
+    channel = connect(broker).channel()
+    assert channel.queue_declare("mixed", passive=True).method.message_count == len(kept)
+    assert bodies(channel, "mixed") == [(body, False) for body in kept]
+
+
+def test_purged_queue_frees_its_files_and_stays_empty(broker_factory, restart):
+    broker = broker_factory()
+    channel = connect(broker).channel()
+    channel.queue_declare("to-purge", durable=True)
+    fill(channel, "to-purge")
+    assert disk_usage(queue_dir(broker, "to-purge")) > 7 * ONE_MIB
+
+    assert channel.queue_purge("to-purge").method.message_count == 2000
+    assert wait_for(lambda: disk_usage(queue_dir(broker, "to-purge")) < ONE_MIB), disk_usage(queue_dir(broker, "to-purge"))
+    restart(broker)
+
+    channel = connect(broker).channel()
+    assert channel.queue_declare("to-purge", passive=True).method.message_count == 0
+    assert disk_usage(queue_dir(broker, "to-purge")) < ONE_MIB
+
+
+def test_deleted_queue_frees_its_files_and_its_messages_never_come_back(broker_factory, restart):
+    broker = broker_factory()
+    channel = connect(broker).channel()
+    channel.queue_declare("to-delete", durable=True)
+    fill(channel, "to-delete")
+    queues_before = disk_usage(broker.data_dir / "queues")
+    assert queues_before > 7 * ONE_MIB
+
+    assert channel.queue_delete("to-delete").method.message_count == 2000
+    assert wait_for(lambda: not queue_dir(broker, "to-delete").exists()), list(queue_dir(broker, "to-delete").iterdir())
+    assert disk_usage(broker.data_dir / "queues") < 64 * 1024
+    restart(broker)
+
+    connection = connect(broker)
+    assert not exists(connection, "queue", "to-delete")
+    channel = connection.channel()
+    channel.queue_declare("to-delete", durable=True)
+    assert channel.queue_declare("to-delete", passive=True).method.message_count == 0
+
+
+def test_drained_queue_uses_almost_no_disk(broker_factory, restart):
+    broker = broker_factory()
+    channel = connect(broker).channel()
+    channel.queue_declare("to-drain", durable=True)
+    fill(channel, "to-drain")
+    assert disk_usage(queue_dir(broker, "to-drain")) > 7 * ONE_MIB
+
+    channel.basic_qos(prefetch_count=200)
+    received = 0
+    for method, _, _ in channel.consume("to-drain"):
+        received += 1
+        if received % 100 == 0:
+            channel.basic_ack(method.delivery_tag, multiple=True)
+        if received == 2000:
+            break
+    channel.cancel()
+    assert channel.queue_declare("to-drain", passive=True).method.message_count == 0
+    assert wait_for(lambda: disk_usage(queue_dir(broker, "to-drain")) < ONE_MIB), disk_usage(queue_dir(broker, "to-drain"))
+    restart(broker)
+
+    channel = connect(broker).channel()
+    assert channel.queue_declare("to-drain", passive=True).method.message_count == 0
+    assert disk_usage(queue_dir(broker, "to-drain")) < ONE_MIB
