@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.access_control import AccessControl
 from amqp_server.alarms import ResourceAlarms
 from amqp_server.broker_stats import BrokerStats
+from amqp_server.metrics.message_sizes import MessageSizeHistogram
 from amqp_server.config import LimitsConfig, ServerConfig
 from amqp_server.reply_to import ReplyRegistry
 from amqp_server.vhost import VirtualHost
@@ -54,6 +55,7 @@ class Broker:
         self.reply_registry = ReplyRegistry()
         self.timers = Timers()
         self.memory_budget = MemoryBudget()
+        self.message_sizes = MessageSizeHistogram()
         self.store: DefinitionStore = store or MemoryDefinitionStore()
         self.message_dir = message_dir
         self.committer = GroupCommitter(fsync_mode) if message_dir is not None else None
@@ -72,6 +74,7 @@ class Broker:
                 journal_factory=self._journal_for if self.committer is not None else None,
                 memory_budget=self.memory_budget,
             )
+            vhost.on_queue_deleted = self._queue_deleted
             self.save_definitions()
         return vhost
 
@@ -84,6 +87,9 @@ class Broker:
         for queue in list(vhost.queues.values()):
             vhost.delete_queue(queue)
         self.save_definitions()
+
+    def _queue_deleted(self, queue: object) -> None:
+        self.stats.queues_deleted += 1
 
     def _journal_for(self, vhost: str, queue: str) -> QueueJournal:
         store = QueueStore.for_queue(self.message_dir, vhost, queue, on_dirty=self.committer.request_flush)

@@ -8,6 +8,7 @@ class BrokerStats:
 
     __slots__ = (
         "received",
+        "received_confirm",
         "routed",
         "returned",
         "dropped",

@@ -200,7 +200,11 @@ class Channel:
         flags = message.property_flags
         if flags & (FLAG_USER_ID | FLAG_REPLY_TO):
             message = self._check_special_properties(message, flags)
-        self.connection.broker.stats.received += 1
+        broker = self.connection.broker
+        broker.stats.received += 1
+        broker.message_sizes.observe(len(body))
+        if self.confirms is not None:
+            broker.stats.received_confirm += 1
         if self.transactional:
             self.tx_publishes.append((pending.exchange, message, pending.mandatory))
             return
@@ -288,10 +292,17 @@ class Channel:
 
     def flush_confirms(self) -> None:
         """Send the publisher confirms collected since the last flush."""
-        for is_ack, tag, multiple in self.confirms.take_frames():
+        confirms = self.confirms
+        acked_before = confirms.acked_total
+        for is_ack, tag, multiple in confirms.take_frames():
             method = commands.Basic.Ack(tag, multiple) if is_ack else commands.Basic.Nack(tag, multiple, False)
             self.connection.send_method(self.id, method)
-            self.connection.broker.stats.confirmed += 1
+        self.connection.broker.stats.confirmed += confirms.acked_total - acked_before
+
+    @property
+    def has_published(self) -> bool:
+        """True once the channel has published (RabbitMQ counts it as a publisher from then on)."""
+        return bool(self._write_permitted)
 
     # -- delivering (the DeliverySink a consumer uses) ---------------------------------
 

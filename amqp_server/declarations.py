@@ -159,7 +159,6 @@ def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
             raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} not empty")
         count = queue.message_count
         vhost.delete_queue(queue)
-        connection.broker.stats.queues_deleted += 1
     if not method.nowait:
         reply(channel, commands.Queue.DeleteOk(message_count=count))
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 
 class PublisherConfirms:
-    __slots__ = ("next_seq", "_outstanding", "_acks", "_nacks")
+    __slots__ = ("next_seq", "acked_total", "_outstanding", "_acks", "_nacks")
 
     def __init__(self) -> None:
         self.next_seq = 1
+        self.acked_total = 0  # messages confirmed with basic.ack so far
         # Sequence numbers held until their messages are on disk.
         self._outstanding: set[int] = set()
         self._acks: list[int] = []
@@ -38,6 +39,11 @@ class PublisherConfirms:
         self.resolve(seq, ok)
 
     @property
+    def unconfirmed(self) -> int:
+        """Published in confirm mode, and neither ack nor nack sent yet."""
+        return len(self._outstanding) + len(self._acks) + len(self._nacks)
+
+    @property
     def has_pending(self) -> bool:
         return bool(self._acks or self._nacks)
 
@@ -45,6 +51,7 @@ class PublisherConfirms:
         """(is_ack, delivery_tag, multiple) to send now, in order."""
         if not self._acks and not self._nacks:
             return []
+        self.acked_total += len(self._acks)
         acks = sorted(self._acks)
         nacks = sorted(self._nacks)
         self._acks.clear()

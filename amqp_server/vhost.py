@@ -94,6 +94,8 @@ class VirtualHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.on_durable_change = on_durable_change or (lambda: None)
+        # Called for every queue removed, whatever removed it (delete, auto-delete, x-expires...).
+        self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
         # destination (queue or exchange) -> {source exchange: number of bindings}, for cleanup on delete.
         self._bound_to: dict[object, dict[Exchange, int]] = {}
         self.default_exchange = create_exchange("direct", DEFAULT_EXCHANGE, durable=True)
@@ -284,6 +286,7 @@ class VirtualHost:
             return
         del self.queues[queue.name]
         self.retired_queue_stats.add(queue.stats)
+        self.on_queue_deleted(queue)
         for consumer in queue.delete():
             consumer.sink.consumer_cancelled(consumer)
         for source in self._bound_to.pop(queue, {}):

@@ -95,7 +95,6 @@ async def delete_queue(request: web.Request) -> web.Response:
     if request.query.get("if-empty") == "true" and queue.message_count:
         raise api_errors.bad_request(f"queue '{queue.name}' in vhost '{vhost.name}' not empty")
     vhost.delete_queue(queue)
-    broker.stats.queues_deleted += 1
     return no_content()
 
 

@@ -66,7 +66,7 @@ def is_publisher(channel: "Channel") -> bool:
     The channel remembers each exchange it was allowed to publish to; a non-empty set means
     it has published.
     """
-    return bool(getattr(channel, "_write_permitted", ()))
+    return channel.has_published
 
 
 def unconfirmed_count(channel: "Channel") -> int:
@@ -74,13 +74,7 @@ def unconfirmed_count(channel: "Channel") -> int:
     confirms = channel.confirms
     if confirms is None:
         return 0
-    return len(confirms._outstanding) + len(confirms._acks) + len(confirms._nacks)
-
-
-def confirm_publishes(channel: "Channel") -> int:
-    """Messages this channel published in confirm mode (its next sequence number - 1)."""
-    confirms = channel.confirms
-    return confirms.next_seq - 1 if confirms is not None else 0
+    return confirms.unconfirmed
 
 
 def dead_letter_strategy(queue: Queue) -> str:
@@ -145,10 +139,8 @@ def take_snapshot(broker: "Broker") -> BrokerSnapshot:
         snapshot.consumer_prefetch += channel.prefetch_count
         snapshot.tx_uncommitted_messages += len(channel.tx_publishes)
         snapshot.tx_uncommitted_acks += len(channel.tx_settlements)
-        snapshot.received_confirm += confirm_publishes(channel)
     stats = broker.stats
-    # A broker-wide counter survives closed channels; the per-channel sum is the fallback.
-    snapshot.received_confirm = getattr(stats, "received_confirm", snapshot.received_confirm)
+    snapshot.received_confirm = stats.received_confirm
     return snapshot
 
 

@@ -218,9 +218,7 @@ class CoreCollector(Collector):
         yield from families.values()
 
     def _message_sizes(self) -> Iterator[Metric]:
-        histogram = getattr(self.broker, "message_sizes", None)
-        if histogram is None:
-            return
+        histogram = self.broker.message_sizes
         family = HistogramMetricFamily(
             "rabbitmq_message_size_bytes", "Size of messages received from publishers", labels=["protocol"]
         )
