@@ -37,7 +37,6 @@ class Broker:
         config: ServerConfig | None = None,
         store: DefinitionStore | None = None,
         message_dir: Path | None = None,
-        fsync_mode: str = "always",
     ) -> None:
         """`message_dir` enables persistent messages on durable queues (segment files there)."""
         config = config or ServerConfig()
@@ -58,7 +57,7 @@ class Broker:
         self.message_sizes = MessageSizeHistogram()
         self.store: DefinitionStore = store or MemoryDefinitionStore()
         self.message_dir = message_dir
-        self.committer = GroupCommitter(fsync_mode) if message_dir is not None else None
+        self.committer = GroupCommitter(config.storage.fsync) if message_dir is not None else None
         self._restoring = False
         self._restore(config)
 
@@ -91,8 +90,12 @@ class Broker:
     def _queue_deleted(self, queue: object) -> None:
         self.stats.queues_deleted += 1
 
-    def _journal_for(self, vhost: str, queue: str) -> QueueJournal:
-        store = QueueStore.for_queue(self.message_dir, vhost, queue, on_dirty=self.committer.request_flush)
+    def _journal_for(self, vhost: str, queue: str, archive: bool) -> QueueJournal:
+        storage = self.config.storage
+        archive = archive or storage.archive or vhost in storage.archive_vhosts
+        store = QueueStore.for_queue(
+            self.message_dir, vhost, queue, archive=archive, on_dirty=self.committer.request_flush
+        )
         return QueueJournal(store, self.committer)
 
     async def close(self) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
+from persistence.group_commit import parse_sync_mode
 
 DEFAULT_USER = "guest"
 DEFAULT_VHOST = "/"
@@ -65,6 +66,15 @@ class LimitsConfig:
     disk_free_limit: int = 50_000_000
 
 
+@dataclass
+class StorageConfig:
+    """How durable queues keep their segment files (docs/queue-files.md)."""
+
+    fsync: str = "always"  # "always" | "batch-ms:N" | "never": what a confirm waits for
+    archive: bool = False  # keep fully acked segments under data_dir/archive for analytics
+    archive_vhosts: list[str] = field(default_factory=list)  # vhosts archived even when archive is off
+
+
 def _default_users() -> list[UserConfig]:
     return [UserConfig(DEFAULT_USER, hash_password(DEFAULT_USER), ["administrator"])]
 
@@ -87,6 +97,7 @@ class ServerConfig:
     vhosts: list[str] = field(default_factory=lambda: [DEFAULT_VHOST])
     permissions: list[PermissionConfig] = field(default_factory=_default_permissions)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    storage: StorageConfig = field(default_factory=lambda: StorageConfig())
     metrics_port: int = 15692
     management_port: int = 15672
     config_file: Path | None = None  # the TOML file read, if any
@@ -288,7 +299,27 @@ _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "disk_free_limit": _byte_size,
 }
 
-_SECTIONS = ("server", "limits", "users", "vhosts", "permissions")
+def _fsync_mode(value: Any, where: str) -> str:
+    text = _string(value, where)
+    try:
+        parse_sync_mode(text)
+    except ValueError as err:
+        _fail(where, str(err))
+    return text
+
+
+def _boolean(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        _fail(where, f"must be true or false, got {value!r}")
+    return value
+
+
+_STORAGE_KEYS: dict[str, Callable[[Any, str], Any]] = {
+    "fsync": _fsync_mode,
+    "archive": _boolean,
+}
+
+_SECTIONS = ("server", "limits", "storage", "users", "vhosts", "permissions")
 
 
 # ---- the TOML document ----
@@ -315,7 +346,17 @@ def _parse_document(doc: dict[str, Any]) -> ServerConfig:
     for key, value in limits.items():
         setattr(config.limits, key, _LIMIT_KEYS[key](value, f"[limits] {key}"))
 
-    vhosts = _parse_vhosts(_array_of_tables(doc.get("vhosts", []), "vhosts"))
+    storage = _table(doc.get("storage", {}), "[storage]")
+    _reject_unknown(storage, _STORAGE_KEYS, "[storage] has")
+    for key, value in storage.items():
+        setattr(config.storage, key, _STORAGE_KEYS[key](value, f"[storage] {key}"))
+
+    vhost_entries = _array_of_tables(doc.get("vhosts", []), "vhosts")
+    vhosts = _parse_vhosts(vhost_entries)
+    config.storage.archive_vhosts = [
+        entry["name"] for i, entry in enumerate(vhost_entries)
+        if _boolean(entry.get("archive", False), f"vhosts[{i}] archive")
+    ]
     users = _parse_users(_array_of_tables(doc.get("users", []), "users"))
     permissions = _parse_permissions(_array_of_tables(doc.get("permissions", []), "permissions"))
 
@@ -354,7 +395,7 @@ def _parse_vhosts(entries: list[dict[str, Any]]) -> list[str]:
     names: list[str] = []
     for i, entry in enumerate(entries):
         where = f"vhosts[{i}]"
-        _reject_unknown(entry, ("name",), f"{where} has")
+        _reject_unknown(entry, ("name", "archive"), f"{where} has")
         if "name" not in entry:
             _fail(where, "is missing 'name'")
         name = _nonempty_string(entry["name"], f"{where} name")

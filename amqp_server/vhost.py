@@ -79,10 +79,11 @@ class VirtualHost:
         name: str,
         on_durable_change: Callable[[], None] | None = None,
         timers: Timers | None = None,
-        journal_factory: Callable[[str, str], QueueJournal] | None = None,
+        journal_factory: Callable[[str, str, bool], QueueJournal] | None = None,
         memory_budget: MemoryBudget | None = None,
     ) -> None:
-        """`journal_factory(vhost, queue)` gives durable queues their journal (None: no persistence)."""
+        """`journal_factory(vhost, queue, archive)` gives durable queues their journal (None: no
+        persistence); `archive` is the queue's x-archive argument."""
         self.name = name
         self.journal_factory = journal_factory
         self.memory_budget = memory_budget if memory_budget is not None else MemoryBudget()
@@ -244,7 +245,7 @@ class VirtualHost:
         # Exclusive queues die with their connection, so only shared durable queues keep files.
         journal = None
         if durable and not exclusive and self.journal_factory is not None:
-            journal = self.journal_factory(self.name, name)
+            journal = self.journal_factory(self.name, name, arguments.get("x-archive") is True)
         queue = Queue(
             name,
             self.name,
