@@ -337,3 +337,39 @@ def test_dead_lettered_and_length_dropped_messages_do_not_come_back(broker_facto
     assert [b for b, _ in bodies(channel, "dl-source")] == [f"dl {i}".encode() for i in range(4, 10)]
     assert [b for b, _ in bodies(channel, "dl-target")] == [f"dl {i}".encode() for i in range(4)]
     assert [b for b, _ in bodies(channel, "capped")] == [f"capped {i}".encode() for i in range(5, 10)]
+
+
+def test_unacked_deliveries_come_back_redelivered_in_their_places(broker_factory, restart):
+    broker = broker_factory()
+    channel = connect(broker).channel()
+    channel.queue_declare("unacked", durable=True)
+    channel.confirm_delivery()
+    for index in range(10):
+        channel.basic_publish("", "unacked", f"m{index}".encode(), PERSISTENT)
+    consumer = connect(broker).channel()
+    taken = [consumer.basic_get("unacked") for _ in range(6)]
+    consumer.basic_ack(taken[1][0].delivery_tag)  # m1 acked; m0, m2..m5 held unacked
+    consumer.basic_ack(taken[4][0].delivery_tag)  # m4 acked
+    consumer.queue_declare("unacked", passive=True)  # a round trip: the acks were processed
+    restart(broker)
+
+    channel = connect(broker).channel()
+    expected = [(f"m{i}".encode(), i < 6) for i in (0, 2, 3, 5, 6, 7, 8, 9)]
+    assert bodies(channel, "unacked") == expected
+
+
+def test_confirmed_message_routed_to_several_durable_queues_is_in_each_after_sigkill(broker_factory):
+    broker = broker_factory()
+    channel = connect(broker).channel()
+    channel.exchange_declare("fan", "fanout", durable=True)
+    for queue in ("fan-1", "fan-2", "fan-3"):
+        channel.queue_declare(queue, durable=True)
+        channel.queue_bind(queue, "fan")
+    channel.confirm_delivery()
+    for index in range(50):
+        channel.basic_publish("fan", "", f"f{index}".encode() * 100, PERSISTENT)
+    crash_restart(broker)
+
+    channel = connect(broker).channel()
+    for queue in ("fan-1", "fan-2", "fan-3"):
+        assert bodies(channel, queue) == [(f"f{index}".encode() * 100, False) for index in range(50)]
