@@ -105,7 +105,7 @@ def decode_method(payload: bytes) -> Method:
     Raises AMQPError as RabbitMQ does: 503 for a class/method id that does not exist,
     501 for arguments that cannot be decoded.
     """
-    index = _method_index.unpack_from(payload)[0]
+    index = method_index(payload)
     method_class = commands.INDEX_MAPPING.get(index)
     if method_class is None:
         raise AMQPError(COMMAND_INVALID, "unknown method", index >> 16, index & 0xFFFF)
@@ -124,6 +124,9 @@ def cannot_decode(payload: bytes) -> AMQPError:
 
 
 def method_index(payload: bytes) -> int:
+    """Class and method id of a method frame; 501 when the frame is too short to hold them."""
+    if len(payload) < 4:
+        raise AMQPError(FRAME_ERROR, f"type 1, all octets = {erlang_binary(payload)}: {{method_frame_too_short}}")
     return _method_index.unpack_from(payload)[0]
 
 

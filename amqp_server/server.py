@@ -18,7 +18,7 @@ from amqp_server.alarms import ResourceMonitor
 from amqp_server.broker import Broker
 from amqp_server.config import ServerConfig
 from amqp_server.connection import AWAIT_HEADER, CLOSED, CLOSING, OPEN, Connection
-from amqp_server.errors import CONNECTION_FORCED
+from amqp_server.errors import CONNECTION_FORCED, INTERNAL_ERROR
 from amqp_server.management.services import start_http_services, stop_http_services
 from amqp_server import codec
 from persistence.definitions import FileDefinitionStore
@@ -71,7 +71,16 @@ class AMQPProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
-        self.connection.receive_data(data)
+        try:
+            self.connection.receive_data(data)
+        except Exception:
+            # A bug must cost this one connection, never the broker or the other clients.
+            log.exception("internal error on connection %s; closing it", self.connection.peer)
+            self.connection.close_by_broker(INTERNAL_ERROR, "internal error, see the broker log")
+            self._flush()
+            if self.transport is not None:
+                self.transport.close()
+            return
         # Fairness: the event loop may hand us megabytes from one fast publisher in a single
         # iteration, starving every other socket (consumers' acks wait behind it). Take a
         # bounded slice per iteration, then let the others run.
