@@ -1,0 +1,148 @@
+"""The PySpark data source ``amqp-queue``: one row per message of every durable queue of a broker.
+
+    df = spark.read.format("amqp-queue").load("/var/lib/amqp-server")
+    df = spark.read.format("amqp-queue").option("queue", "orders-*").load(data_dir)
+
+Spark finds it with no setup through the top-level module ``pyspark_amqp_queue``
+(Spark imports every ``pyspark_*`` module on the Python path that defines
+``DefaultSource``), or after ``spark.register(session)``.
+
+Options: ``path`` (or the argument of ``load``), ``vhost`` (a vhost name),
+``queue`` (a queue name or a glob), ``pushdown`` (``false`` to never take
+filters), ``side_files`` (``false`` to ignore Parquet side files).
+
+Planning (``partitions``, on the driver) lists the queues and measures every
+segment file (``queue_snapshot``); there is one partition per segment, read by
+``read`` on an executor into Arrow batches (``partition_reader``).
+
+Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (off by
+default in Spark 4.1-4.3, and a reader that takes filters while it is off
+fails every query). ``reader`` therefore offers ``pushFilters`` only when it
+runs inside Spark's pushdown planner, which Spark uses only when the setting
+is on; ``spark.register`` turns it on.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from spark.partition_reader import ScanRequest, SegmentPart, part_overlaps, read_partition
+from spark.pushdown import Pushed, translate
+from spark.queue_snapshot import plan
+from spark.schema import KIND, arrow_schema, check_columns, spark_schema
+
+NAME = "amqp-queue"
+_PUSHDOWN_PLANNER = "data_source_pushdown_filters.py"
+
+
+class SegmentPartition(InputPartition):
+    """A Spark partition: one segment file of one queue (plus its queue's later segments for states)."""
+
+    def __init__(self, part: SegmentPart | None) -> None:
+        super().__init__(part)
+
+
+class AmqpQueueDataSource(DataSource):
+    """Reads the queue files of an amqp-server data directory (docs/spark.md)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        return spark_schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        columns = _requested_columns(schema)
+        not_null = frozenset(field.name for field in schema.fields if not field.nullable)
+        options = dict(self.options)
+        wants_pushdown = str(options.get("pushdown", "true")).lower() != "false"
+        if wants_pushdown and _in_pushdown_planner():
+            return PushdownQueueReader(options, columns, not_null)
+        return QueueReader(options, columns, not_null)
+
+
+class QueueReader(DataSourceReader):
+    """Plans one partition per segment and reads them; see the module docstring."""
+
+    def __init__(self, options: dict[str, Any], columns: tuple[str, ...], not_null: frozenset[str]) -> None:
+        path = options.get("path")
+        if not path:
+            raise ValueError('amqp-queue needs a data directory: .load("/path/to/data_dir") or .option("path", ...)')
+        self.path = str(path)
+        self.vhost = options.get("vhost")
+        self.queue = options.get("queue")
+        self.side_files = str(options.get("side_files", "true")).lower() != "false"
+        self.columns = columns
+        self.not_null = not_null
+        self.pushed = Pushed()
+
+    def partitions(self) -> list[InputPartition]:
+        request = self.request()
+        parts: list[InputPartition] = []
+        for snapshot in plan(self.path, self.vhost, self.queue):
+            if not self.pushed.accepts_queue(snapshot.vhost, snapshot.queue):
+                continue
+            segments = snapshot.segments
+            for i, segment in enumerate(segments):
+                part = SegmentPart(snapshot.vhost, snapshot.queue, segment, segments[i + 1 :])
+                if part_overlaps(part, request):
+                    parts.append(SegmentPartition(part))
+        return parts or [SegmentPartition(None)]  # Spark needs at least one partition
+
+    def request(self) -> ScanRequest:
+        p = self.pushed
+        return ScanRequest(self.columns, p.seq_min, p.seq_max, p.published_min_us, p.published_max_us, p.states,
+                           side_files=self.side_files, not_null=self.not_null)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        part = partition.value
+        if part is None:
+            return iter(())
+        return read_partition(part, self.request())
+
+
+class PushdownQueueReader(QueueReader):
+    """``QueueReader`` that also takes the filters it can apply exactly (``spark.pushdown``)."""
+
+    def pushFilters(self, filters: list[Any]) -> Any:
+        self.pushed, rest = translate(list(filters))
+        return iter(rest)
+
+
+def _requested_columns(schema: StructType) -> tuple[str, ...]:
+    names = [field.name for field in schema.fields]
+    check_columns(names)
+    expected = spark_schema(names)
+    for field, wanted in zip(schema.fields, expected.fields):
+        if field.dataType != wanted.dataType:
+            raise ValueError(
+                f"amqp-queue column {field.name} is {wanted.dataType.simpleString()}, "
+                f"not {field.dataType.simpleString()}"
+            )
+    arrow_schema(names)  # fails early if pyarrow is missing
+    return tuple(names)
+
+
+def _in_pushdown_planner() -> bool:
+    """True when called from Spark's planner that offers filters (only used when pushdown is enabled)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_PUSHDOWN_PLANNER):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def register(session: Any, pushdown: bool = True) -> None:
+    """Register ``amqp-queue`` with ``session``; with ``pushdown`` also enable Python filter pushdown."""
+    session.dataSource.register(AmqpQueueDataSource)
+    if pushdown:
+        session.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+__all__ = ["AmqpQueueDataSource", "register", "NAME", "KIND"]
