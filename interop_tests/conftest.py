@@ -10,6 +10,9 @@ import pytest
 
 from interop_tests.broker_process import BrokerProcess, external_broker, launch
 
+# The client helper modules assert on the tests' behalf: rewrite their asserts too, so failures show values.
+pytest.register_assert_rewrite("interop_tests.pika_helpers", "interop_tests.aio_pika_helpers")
+
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:

@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import aio_pika
 import pytest
-import pytest_asyncio
 from aio_pika import ExchangeType
-from aio_pika.abc import AbstractRobustConnection
 from aio_pika.exceptions import ChannelNotFoundEntity, ChannelPreconditionFailed
 
+from interop_tests.aio_pika_helpers import WAIT_S
+from interop_tests.aio_pika_helpers import connection  # noqa: F401  (a fixture)
+
 pytestmark = pytest.mark.asyncio
-
-WAIT_S = 5.0
-
-
-@pytest_asyncio.fixture
-async def connection(broker) -> AsyncIterator[AbstractRobustConnection]:
-    conn = await asyncio.wait_for(aio_pika.connect_robust(broker.url()), WAIT_S)
-    try:
-        yield conn
-    finally:
-        await asyncio.wait_for(conn.close(), WAIT_S)
 
 
 async def test_passive_queue_declare_of_missing_queue_is_404(connection, unique) -> None:

@@ -4,30 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import AsyncIterator
 from decimal import Decimal
 
 import aio_pika
 import pytest
-import pytest_asyncio
 from aio_pika import DeliveryMode
-from aio_pika.abc import AbstractRobustConnection
+
+from interop_tests.aio_pika_helpers import WAIT_S
+from interop_tests.aio_pika_helpers import connection  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.asyncio
 
-WAIT_S = 5.0
 
 # Every byte value, plus sequences that look like frame-end and UTF-8 trouble.
 BINARY_BODY = bytes(range(256)) * 4 + b"\xce\xff\x00\xce" + "héllo ✓".encode()
-
-
-@pytest_asyncio.fixture
-async def connection(broker) -> AsyncIterator[AbstractRobustConnection]:
-    conn = await asyncio.wait_for(aio_pika.connect_robust(broker.url()), WAIT_S)
-    try:
-        yield conn
-    finally:
-        await asyncio.wait_for(conn.close(), WAIT_S)
 
 
 async def round_trip(connection, unique, message: aio_pika.Message):

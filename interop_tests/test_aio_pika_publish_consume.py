@@ -7,36 +7,23 @@ checks that the broker advertises and honours `publisher_confirms`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import aio_pika
 import pytest
-import pytest_asyncio
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 from pamqp.commands import Basic
 
-pytestmark = pytest.mark.asyncio
+from interop_tests.aio_pika_helpers import WAIT_S, ready_count
+from interop_tests.aio_pika_helpers import connection  # noqa: F401  (a fixture)
 
-WAIT_S = 5.0
+pytestmark = pytest.mark.asyncio
 
 
 async def ready_count_after_close(connection: AbstractRobustConnection, channel, name: str) -> int:
     """Close `channel` (requeueing anything it left unacked) and count what is ready in `name`."""
     await channel.close()
-    probe = await connection.channel()
-    try:
-        return (await probe.declare_queue(name, passive=True)).declaration_result.message_count
-    finally:
-        await probe.close()
-
-
-@pytest_asyncio.fixture
-async def connection(broker) -> AsyncIterator[AbstractRobustConnection]:
-    conn = await asyncio.wait_for(aio_pika.connect_robust(broker.url()), WAIT_S)
-    try:
-        yield conn
-    finally:
-        await asyncio.wait_for(conn.close(), WAIT_S)
+    return await ready_count(connection, name)
 
 
 async def test_connect_robust_negotiates_confirms(connection: AbstractRobustConnection) -> None:

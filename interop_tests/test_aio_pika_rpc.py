@@ -20,18 +20,16 @@ from aio_pika.abc import AbstractConnection
 from aio_pika.exceptions import MessageProcessError
 from aio_pika.patterns import RPC
 
-pytestmark = pytest.mark.asyncio
+from interop_tests.aio_pika_helpers import WAIT_S, connection_for_test
 
-WAIT_S = 5.0
+pytestmark = pytest.mark.asyncio
 
 
 @pytest_asyncio.fixture
 async def connection(broker) -> AsyncIterator[AbstractConnection]:
-    conn = await asyncio.wait_for(aio_pika.connect(broker.url()), WAIT_S)
-    try:
+    """A plain aio_pika.connect connection, not a robust one."""
+    async for conn in connection_for_test(aio_pika.connect, broker):
         yield conn
-    finally:
-        await asyncio.wait_for(conn.close(), WAIT_S)
 
 
 async def multiply(*, x: int, y: int) -> int:

@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import aio_pika
 import pytest
-import pytest_asyncio
-from aio_pika.abc import AbstractQueue, AbstractRobustConnection
+from aio_pika.abc import AbstractQueue
+
+from interop_tests.aio_pika_helpers import WAIT_S, ready_count
+from interop_tests.aio_pika_helpers import connection  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.asyncio
-
-WAIT_S = 5.0
-
-
-@pytest_asyncio.fixture
-async def connection(broker) -> AsyncIterator[AbstractRobustConnection]:
-    conn = await asyncio.wait_for(aio_pika.connect_robust(broker.url()), WAIT_S)
-    try:
-        yield conn
-    finally:
-        await asyncio.wait_for(conn.close(), WAIT_S)
-
-
-async def ready_count(connection: AbstractRobustConnection, name: str) -> int:
-    probe = await connection.channel()
-    try:
-        return (await probe.declare_queue(name, passive=True)).declaration_result.message_count
-    finally:
-        await probe.close()
 
 
 async def test_transactions_need_confirms_off(connection) -> None:

@@ -7,21 +7,17 @@ and read ^limited-.*|^amq\\.topic$ in "/"; nobody has permissions in vhost "othe
 
 from __future__ import annotations
 
-import pika
 import pytest
 from pamqp import commands, header
-from pika.exceptions import ChannelClosedByBroker, ProbableAccessDeniedError, ProbableAuthenticationError
+from pika.exceptions import ProbableAccessDeniedError, ProbableAuthenticationError
 
+from interop_tests.pika_helpers import channel_error, connect, connection_for_test
 from interop_tests.raw_client import RawClient
 
 LOGIN_REFUSED = (
     "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
     "For details see the broker logfile."
 )
-
-
-def connect(broker, user: str = "guest", password: str = "guest", vhost: str = "/") -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url(user, password, vhost)))
 
 
 def pika_close_reason(code: int, text: str) -> str:
@@ -98,20 +94,11 @@ def test_other_users_with_permissions_can_work(broker, unique):
 
 @pytest.fixture
 def limited(broker):
-    connection = connect(broker, "limited", "limited")
-    yield connection
-    if connection.is_open:
-        connection.close()
+    yield from connection_for_test(broker, "limited", "limited")
 
 
 def refusal(kind: str, name: str) -> tuple[int, str]:
     return 403, f"ACCESS_REFUSED - access to {kind} '{name}' in vhost '/' refused for user 'limited'"
-
-
-def channel_error(operation) -> tuple[int, str]:
-    with pytest.raises(ChannelClosedByBroker) as error:
-        operation()
-    return error.value.reply_code, error.value.reply_text
 
 
 def test_limited_user_works_with_resources_matching_its_patterns(limited, unique):

@@ -6,75 +6,11 @@ position, ahead of messages published after them.
 
 from __future__ import annotations
 
-import time
-
-import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-
-def connect(broker) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
-
-
-def wait_until(connection: pika.BlockingConnection, condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        connection.process_data_events(time_limit=min(0.05, remaining))
-    return True
-
-
-def filled_queue(channel: BlockingChannel, queue: str, bodies: list[bytes]) -> str:
-    """Declare an exclusive queue holding `bodies`, all routed before returning."""
-    channel.queue_declare(queue, exclusive=True)
-    confirming = channel.connection.channel()
-    confirming.confirm_delivery()
-    for body in bodies:
-        confirming.basic_publish("", queue, body)
-    confirming.close()
-    return queue
-
-
-def get_all(channel: BlockingChannel, queue: str) -> list[tuple[bytes, bool]]:
-    """(body, redelivered) for every ready message, acking each."""
-    found = []
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return found
-        found.append((body, method.redelivered))
-
-
-def wait_ready(channel: BlockingChannel, queue: str, count: int, timeout: float = 5.0) -> int:
-    """Poll until `queue` has `count` ready messages (or the deadline passes); return the last count.
-
-    Requeues caused by reject, nack or a closing channel are asynchronous in
-    RabbitMQ, so a count check right after them must allow a moment to settle.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        ready = channel.queue_declare(queue, passive=True).method.message_count
-        if ready == count or time.monotonic() >= deadline:
-            return ready
-        channel.connection.process_data_events(time_limit=0.02)
-
-
-def assert_ready_messages(channel: BlockingChannel, queue: str, expected: list[tuple[bytes, bool]]) -> None:
-    """The queue's ready messages are exactly `expected` as (body, redelivered), in order."""
-    wait_ready(channel, queue, len(expected))
-    assert get_all(channel, queue) == expected
-
-
-@pytest.fixture
-def connection(broker):
-    connection = connect(broker)
-    yield connection
-    if connection.is_open:
-        connection.close()
+from interop_tests.pika_helpers import assert_ready_messages, filled_queue, wait_until
+from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
 
 
 def test_basic_get_on_an_empty_queue_answers_get_empty(connection, unique):

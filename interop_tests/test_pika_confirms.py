@@ -6,34 +6,12 @@ raises UnroutableError (basic.return then ack) or NackError (basic.nack).
 
 from __future__ import annotations
 
-import time
-
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
 
-
-def connect(broker) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
-
-
-def wait_until(connection: pika.BlockingConnection, condition, timeout: float = 5.0) -> bool:
-    """Pump pika's I/O until `condition()` holds or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        connection.process_data_events(time_limit=min(0.05, remaining))
-    return True
-
-
-@pytest.fixture
-def connection(broker):
-    connection = connect(broker)
-    yield connection
-    if connection.is_open:
-        connection.close()
+from interop_tests.pika_helpers import wait_until
+from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
 
 
 def test_confirmed_publishes_all_land_in_the_queue(connection, unique):

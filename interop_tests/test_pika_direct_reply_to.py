@@ -8,34 +8,19 @@ published to that name through the default exchange reaches the client.
 
 from __future__ import annotations
 
-import time
-
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
+from interop_tests.pika_helpers import connect, wait_until
+from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
+
 REPLY_TO = "amq.rabbitmq.reply-to"
 
 
-def connect(broker) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
-
-
-def wait_until(connections: list[pika.BlockingConnection], condition, timeout: float = 5.0) -> bool:
-    """Pump every connection's I/O until `condition()` holds or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        for connection in connections:
-            connection.process_data_events(time_limit=0.02)
-    return True
-
-
 @pytest.fixture
-def rpc_server(broker, unique):
-    """A request queue on its own connection; yields (connection, queue, requests seen)."""
-    connection = connect(broker)
+def rpc_server(connection, unique):
+    """A request queue on its own connection; returns (connection, queue, requests seen)."""
     channel = connection.channel()
     queue = unique("rpc-requests")
     channel.queue_declare(queue, exclusive=True)
@@ -48,9 +33,7 @@ def rpc_server(broker, unique):
         ch.basic_ack(method.delivery_tag)
 
     channel.basic_consume(queue, answer)
-    yield connection, queue, requests
-    if connection.is_open:
-        connection.close()
+    return connection, queue, requests
 
 
 def test_reply_arrives_through_direct_reply_to(broker, rpc_server):

@@ -11,31 +11,9 @@ from __future__ import annotations
 
 import pika
 import pytest
-from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-
-def connect(broker) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
-
-
-@pytest.fixture
-def connection(broker):
-    connection = connect(broker)
-    yield connection
-    if connection.is_open:
-        connection.close()
-
-
-def channel_error(operation) -> tuple[int, str]:
-    with pytest.raises(ChannelClosedByBroker) as error:
-        operation()
-    return error.value.reply_code, error.value.reply_text
-
-
-def connection_error(operation) -> tuple[int, str]:
-    with pytest.raises(ConnectionClosedByBroker) as error:
-        operation()
-    return error.value.reply_code, error.value.reply_text
+from interop_tests.pika_helpers import channel_error, connection_error
+from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
 
 
 def test_passive_declare_of_a_missing_exchange_is_404(connection, unique):

@@ -12,19 +12,8 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker
 
-
-def connect(broker) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
-
-
-def drain(channel: BlockingChannel, queue: str) -> list[bytes]:
-    """Every message currently ready in `queue`, in order, acked as they come."""
-    bodies = []
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
+from interop_tests.pika_helpers import connect, drain
+from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
 
 
 def private_queue(channel: BlockingChannel) -> str:
@@ -32,13 +21,10 @@ def private_queue(channel: BlockingChannel) -> str:
 
 
 @pytest.fixture
-def channel(broker):
-    connection = connect(broker)
+def channel(connection):
     channel = connection.channel()
     channel.confirm_delivery()
-    yield channel
-    if connection.is_open:
-        connection.close()
+    return channel
 
 
 def test_direct_exchange_routes_on_exact_routing_key(channel, unique):

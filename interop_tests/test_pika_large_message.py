@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 
 import pika
 import pytest
 
+from interop_tests.pika_helpers import connect, connect_url, wait_until
+
 FRAME_OVERHEAD = 8  # type (1) + channel (2) + size (4) + frame-end (1)
-
-
-def connect(url: str) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(url))
 
 
 def negotiated_frame_max(connection: pika.BlockingConnection) -> int:
@@ -40,9 +37,7 @@ def round_trip_by_consume(connection: pika.BlockingConnection, queue: str, body:
     received = []
     channel.basic_consume(queue, lambda ch, method, props, data: received.append(data), auto_ack=True)
     channel.basic_publish("", queue, body)
-    deadline = time.monotonic() + 20
-    while not received and time.monotonic() < deadline:
-        connection.process_data_events(time_limit=0.1)
+    wait_until(connection, lambda: received, timeout=20)
     channel.close()
     assert received, "large message not delivered in time"
     return received[0]
@@ -50,7 +45,7 @@ def round_trip_by_consume(connection: pika.BlockingConnection, queue: str, body:
 
 def test_five_mib_message_round_trips_intact(broker, unique):
     body = os.urandom(5 * 1024 * 1024)
-    with connect(broker.url()) as connection:
+    with connect(broker) as connection:
         queue = unique("large")
         connection.channel().queue_declare(queue, exclusive=True)
 
@@ -62,7 +57,7 @@ def test_five_mib_message_round_trips_intact(broker, unique):
 
 def test_large_message_with_a_4096_byte_frame_max(broker, unique):
     body = os.urandom(1024 * 1024 + 17)
-    with connect(broker.url() + "?frame_max=4096") as connection:
+    with connect_url(broker.url() + "?frame_max=4096") as connection:
         assert negotiated_frame_max(connection) == 4096
         queue = unique("large-small-frames")
         connection.channel().queue_declare(queue, exclusive=True)
@@ -73,7 +68,7 @@ def test_large_message_with_a_4096_byte_frame_max(broker, unique):
 
 @pytest.mark.parametrize("delta", [-1, 0, 1])
 def test_bodies_around_the_frame_boundary(broker, unique, delta):
-    with connect(broker.url() + "?frame_max=4096") as connection:
+    with connect_url(broker.url() + "?frame_max=4096") as connection:
         payload_per_frame = negotiated_frame_max(connection) - FRAME_OVERHEAD
         queue = unique("boundary")
         connection.channel().queue_declare(queue, exclusive=True)
@@ -83,7 +78,7 @@ def test_bodies_around_the_frame_boundary(broker, unique, delta):
 
 
 def test_empty_body_round_trips(broker, unique):
-    with connect(broker.url()) as connection:
+    with connect(broker) as connection:
         queue = unique("empty-body")
         connection.channel().queue_declare(queue, exclusive=True)
 
@@ -100,7 +95,7 @@ def test_properties_survive_alongside_a_multi_frame_body(broker, unique):
         user_id="guest", app_id="interop",
     )
     body = os.urandom(300_000)
-    with connect(broker.url()) as connection:
+    with connect(broker) as connection:
         channel = connection.channel()
         channel.confirm_delivery()
         queue = unique("props")
@@ -120,7 +115,7 @@ def test_server_frame_max_from_config_is_negotiated_and_enforced_by_splitting(br
 
     small_frames = broker_factory(TEST_CONFIG + "\n[limits]\nframe_max = 8192\n")
     body = os.urandom(200_000)
-    with connect(small_frames.url()) as connection:
+    with connect(small_frames) as connection:
         assert negotiated_frame_max(connection) == 8192
         queue = unique("config-frame-max")
         connection.channel().queue_declare(queue, exclusive=True)

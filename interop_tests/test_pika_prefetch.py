@@ -15,25 +15,14 @@ import os
 import time
 
 import pika
-
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
+
+from interop_tests.pika_helpers import (
+    assert_ready_messages, connect, filled_queue, numbered_bodies, publish_confirmed, wait_until,
+)
+from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
 
 SETTLE_S = 0.3  # how long to keep listening when asserting that nothing more arrives
-
-
-def connect(broker) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
-
-
-def wait_until(connection: pika.BlockingConnection, condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        connection.process_data_events(time_limit=min(0.05, remaining))
-    return True
 
 
 def pump(connection: pika.BlockingConnection, seconds: float) -> None:
@@ -41,55 +30,6 @@ def pump(connection: pika.BlockingConnection, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while (remaining := deadline - time.monotonic()) > 0:
         connection.process_data_events(time_limit=min(0.05, remaining))
-
-
-def publish_confirmed(connection: pika.BlockingConnection, queue: str, bodies: list[bytes]) -> None:
-    channel = connection.channel()
-    channel.confirm_delivery()
-    for body in bodies:
-        channel.basic_publish("", queue, body)
-    channel.close()
-
-
-def bodies(count: int, prefix: str = "m") -> list[bytes]:
-    return [f"{prefix}{index}".encode() for index in range(1, count + 1)]
-
-
-def get_all(channel: BlockingChannel, queue: str) -> list[tuple[bytes, bool]]:
-    found = []
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return found
-        found.append((body, method.redelivered))
-
-
-def wait_ready(channel: BlockingChannel, queue: str, count: int, timeout: float = 5.0) -> int:
-    """Poll until `queue` has `count` ready messages (or the deadline passes); return the last count.
-
-    Requeues caused by reject, nack or a closing channel are asynchronous in
-    RabbitMQ, so a count check right after them must allow a moment to settle.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        ready = channel.queue_declare(queue, passive=True).method.message_count
-        if ready == count or time.monotonic() >= deadline:
-            return ready
-        channel.connection.process_data_events(time_limit=0.02)
-
-
-def assert_ready_messages(channel: BlockingChannel, queue: str, expected: list[tuple[bytes, bool]]) -> None:
-    """The queue's ready messages are exactly `expected` as (body, redelivered), in order."""
-    wait_ready(channel, queue, len(expected))
-    assert get_all(channel, queue) == expected
-
-
-@pytest.fixture
-def connection(broker):
-    connection = connect(broker)
-    yield connection
-    if connection.is_open:
-        connection.close()
 
 
 def test_fair_dispatch_sends_everything_else_to_the_consumer_that_keeps_acking(connection, unique):
@@ -106,19 +46,18 @@ def test_fair_dispatch_sends_everything_else_to_the_consumer_that_keeps_acking(c
         ch.basic_ack(method.delivery_tag)
 
     fast.basic_consume(queue, ack_at_once)
-    publish_confirmed(connection, queue, bodies(20))
+    publish_confirmed(connection, queue, numbered_bodies(20))
 
     assert wait_until(connection, lambda: len(slow_got) + len(fast_got) == 20)
     assert len(slow_got) == 1
     assert len(fast_got) == 19
-    assert sorted(slow_got + fast_got) == sorted(bodies(20))
+    assert sorted(slow_got + fast_got) == sorted(numbered_bodies(20))
 
 
 def test_acking_frees_a_prefetch_slot_for_the_next_message(connection, unique):
     queue = unique("slot")
     channel = connection.channel()
-    channel.queue_declare(queue, exclusive=True)
-    publish_confirmed(connection, queue, bodies(5))
+    filled_queue(channel, queue, numbered_bodies(5))
     channel.basic_qos(prefetch_count=2)
     got = []
     channel.basic_consume(queue, lambda ch, method, props, body: got.append(method))
@@ -136,8 +75,7 @@ def test_per_consumer_prefetch_limits_each_consumer_separately(connection, uniqu
     channel = connection.channel()
     first, second = unique("per-consumer-a"), unique("per-consumer-b")
     for queue in (first, second):
-        channel.queue_declare(queue, exclusive=True)
-        publish_confirmed(connection, queue, bodies(10))
+        filled_queue(channel, queue, numbered_bodies(10))
     channel.basic_qos(prefetch_count=2, global_qos=False)
     got = {first: 0, second: 0}
     for queue in (first, second):
@@ -152,8 +90,7 @@ def test_global_prefetch_is_shared_by_all_consumers_on_the_channel(connection, u
     channel = connection.channel()
     first, second = unique("global-a"), unique("global-b")
     for queue in (first, second):
-        channel.queue_declare(queue, exclusive=True)
-        publish_confirmed(connection, queue, bodies(10))
+        filled_queue(channel, queue, numbered_bodies(10))
     channel.basic_qos(prefetch_count=3, global_qos=True)
     got = []
     for queue in (first, second):
@@ -169,8 +106,7 @@ def test_global_prefetch_is_shared_by_all_consumers_on_the_channel(connection, u
 def test_raising_global_prefetch_applies_to_running_consumers(connection, unique):
     queue = unique("global-raise")
     channel = connection.channel()
-    channel.queue_declare(queue, exclusive=True)
-    publish_confirmed(connection, queue, bodies(10))
+    filled_queue(channel, queue, numbered_bodies(10))
     channel.basic_qos(prefetch_count=1, global_qos=True)
     got = []
     channel.basic_consume(queue, lambda ch, method, props, body: got.append(body))
@@ -180,7 +116,7 @@ def test_raising_global_prefetch_applies_to_running_consumers(connection, unique
 
     assert wait_until(connection, lambda: len(got) == 4)
     pump(connection, SETTLE_S)
-    assert got == bodies(4)
+    assert got == numbered_bodies(4)
 
 
 @pytest.mark.skipif(
@@ -193,8 +129,7 @@ def test_per_consumer_prefetch_change_applies_to_running_consumers(connection, u
     early, late = unique("qos-early"), unique("qos-late")
     channel = connection.channel()
     for queue in (early, late):
-        channel.queue_declare(queue, exclusive=True)
-        publish_confirmed(connection, queue, bodies(10))
+        filled_queue(channel, queue, numbered_bodies(10))
     channel.basic_qos(prefetch_count=1)
     got = {early: 0, late: 0}
     channel.basic_consume(early, lambda ch, method, props, body: got.__setitem__(early, got[early] + 1))
@@ -211,8 +146,7 @@ def test_per_consumer_prefetch_change_applies_to_running_consumers(connection, u
 def test_prefetch_zero_means_unlimited(connection, unique):
     queue = unique("unlimited")
     channel = connection.channel()
-    channel.queue_declare(queue, exclusive=True)
-    publish_confirmed(connection, queue, bodies(50))
+    filled_queue(channel, queue, numbered_bodies(50))
     channel.basic_qos(prefetch_count=0)
     got = []
     channel.basic_consume(queue, lambda ch, method, props, body: got.append(body))
@@ -222,8 +156,7 @@ def test_prefetch_zero_means_unlimited(connection, unique):
 
 def test_unacked_messages_return_redelivered_ahead_of_later_ones_when_the_channel_closes(connection, unique):
     queue = unique("requeue-channel")
-    connection.channel().queue_declare(queue, exclusive=True)
-    publish_confirmed(connection, queue, bodies(5))
+    filled_queue(connection.channel(), queue, numbered_bodies(5))
     consumer = connection.channel()
     consumer.basic_qos(prefetch_count=2)
     got = []
@@ -242,7 +175,7 @@ def test_unacked_messages_return_redelivered_when_the_connection_closes(broker, 
     channel = connection.channel()
     channel.queue_declare(queue, auto_delete=False)
     try:
-        publish_confirmed(connection, queue, bodies(4))
+        publish_confirmed(connection, queue, numbered_bodies(4))
         with connect(broker) as consumer_connection:
             consumer = consumer_connection.channel()
             consumer.basic_qos(prefetch_count=2)

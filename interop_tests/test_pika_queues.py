@@ -8,38 +8,11 @@ from __future__ import annotations
 
 import time
 
-import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker
 
-
-def connect(broker) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
-
-
-def wait_until(connection: pika.BlockingConnection, condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        connection.process_data_events(time_limit=min(0.05, remaining))
-    return True
-
-
-def wait_ready(channel: BlockingChannel, queue: str, count: int, timeout: float = 5.0) -> int:
-    """Poll until `queue` has `count` ready messages (or the deadline passes); return the last count.
-
-    Requeues caused by reject, nack or a closing channel are asynchronous in
-    RabbitMQ, so a count check right after them must allow a moment to settle.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        ready = channel.queue_declare(queue, passive=True).method.message_count
-        if ready == count or time.monotonic() >= deadline:
-            return ready
-        channel.connection.process_data_events(time_limit=0.02)
+from interop_tests.pika_helpers import connect, wait_ready, wait_until
+from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
 
 
 def locked_text(queue: str) -> str:
@@ -66,14 +39,6 @@ def assert_queue_missing(broker, queue: str, timeout: float = 5.0) -> None:
                 return
             assert time.monotonic() < deadline, f"queue {queue} still exists"
             probe.process_data_events(time_limit=0.05)
-
-
-@pytest.fixture
-def connection(broker):
-    connection = connect(broker)
-    yield connection
-    if connection.is_open:
-        connection.close()
 
 
 @pytest.fixture

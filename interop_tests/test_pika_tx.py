@@ -7,42 +7,13 @@ channel, it is not requeued).
 
 from __future__ import annotations
 
-import time
-
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker
 
-
-def connect(broker) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
-
-
-def ready(channel: BlockingChannel, queue: str) -> int:
-    return channel.queue_declare(queue, passive=True).method.message_count
-
-
-def wait_ready(channel: BlockingChannel, queue: str, count: int, timeout: float = 5.0) -> int:
-    """Poll until `queue` has `count` ready messages (or the deadline passes); return the last count.
-
-    Requeues caused by reject, nack or a closing channel are asynchronous in
-    RabbitMQ, so a count check right after them must allow a moment to settle.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        ready = channel.queue_declare(queue, passive=True).method.message_count
-        if ready == count or time.monotonic() >= deadline:
-            return ready
-        channel.connection.process_data_events(time_limit=0.02)
-
-
-@pytest.fixture
-def connection(broker):
-    connection = connect(broker)
-    yield connection
-    if connection.is_open:
-        connection.close()
+from interop_tests.pika_helpers import numbered_bodies, publish_confirmed, ready_count, wait_ready
+from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
 
 
 @pytest.fixture
@@ -52,12 +23,14 @@ def queue(connection, unique) -> str:
     return name
 
 
-def fill(connection: pika.BlockingConnection, queue: str, count: int) -> None:
-    channel = connection.channel()
-    channel.confirm_delivery()
-    for index in range(1, count + 1):
-        channel.basic_publish("", queue, f"m{index}".encode())
-    channel.close()
+def get_in_transaction(connection: pika.BlockingConnection, queue: str,
+                       count: int) -> tuple[BlockingChannel, pika.spec.Basic.GetOk]:
+    """Publish b"m1" ... b"m<count>" to `queue`, then basic.get the first one on a new channel in tx mode."""
+    publish_confirmed(connection, queue, numbered_bodies(count))
+    tx = connection.channel()
+    tx.tx_select()
+    method, _, _ = tx.basic_get(queue)
+    return tx, method
 
 
 def test_published_messages_are_invisible_until_commit(connection, queue):
@@ -66,10 +39,10 @@ def test_published_messages_are_invisible_until_commit(connection, queue):
 
     tx.basic_publish("", queue, b"one")
     tx.basic_publish("", queue, b"two")
-    assert ready(observer, queue) == 0
+    assert ready_count(observer, queue) == 0
 
     tx.tx_commit()
-    assert ready(observer, queue) == 2
+    assert ready_count(observer, queue) == 2
     assert [observer.basic_get(queue, auto_ack=True)[2] for _ in range(2)] == [b"one", b"two"]
 
 
@@ -82,7 +55,7 @@ def test_rollback_discards_publishes(connection, queue):
     tx.basic_publish("", queue, b"kept")
     tx.tx_commit()
 
-    assert ready(observer, queue) == 1
+    assert ready_count(observer, queue) == 1
     assert observer.basic_get(queue, auto_ack=True)[2] == b"kept"
 
 
@@ -93,35 +66,29 @@ def test_channel_stays_transactional_after_commit(connection, queue):
     tx.tx_commit()
 
     tx.basic_publish("", queue, b"second")
-    assert ready(observer, queue) == 1
+    assert ready_count(observer, queue) == 1
     tx.tx_commit()
-    assert ready(observer, queue) == 2
+    assert ready_count(observer, queue) == 2
 
 
 def test_acks_take_effect_at_commit(connection, queue):
-    fill(connection, queue, 2)
-    tx = connection.channel()
-    tx.tx_select()
-    first, _, _ = tx.basic_get(queue)
+    tx, first = get_in_transaction(connection, queue, 2)
     tx.basic_ack(first.delivery_tag)
     tx.tx_commit()
     tx.close()  # would requeue anything still unacked
 
     observer = connection.channel()
     assert observer.basic_get(queue, auto_ack=True)[2] == b"m2"
-    assert ready(observer, queue) == 0
+    assert ready_count(observer, queue) == 0
 
 
 def test_rollback_discards_acks_and_leaves_messages_unacked(connection, queue):
-    fill(connection, queue, 1)
-    tx = connection.channel()
-    tx.tx_select()
-    method, _, _ = tx.basic_get(queue)
+    tx, method = get_in_transaction(connection, queue, 1)
     tx.basic_ack(method.delivery_tag)
     tx.tx_rollback()
 
     observer = connection.channel()
-    assert ready(observer, queue) == 0  # not requeued by the rollback: still unacked
+    assert ready_count(observer, queue) == 0  # not requeued by the rollback: still unacked
     tx.close()
     assert wait_ready(observer, queue, 1) == 1
     redelivered, _, body = observer.basic_get(queue, auto_ack=True)
@@ -129,10 +96,7 @@ def test_rollback_discards_acks_and_leaves_messages_unacked(connection, queue):
 
 
 def test_rolled_back_ack_can_be_sent_again_and_committed(connection, queue):
-    fill(connection, queue, 1)
-    tx = connection.channel()
-    tx.tx_select()
-    method, _, _ = tx.basic_get(queue)
+    tx, method = get_in_transaction(connection, queue, 1)
     tx.basic_ack(method.delivery_tag)
     tx.tx_rollback()
 
@@ -140,17 +104,15 @@ def test_rolled_back_ack_can_be_sent_again_and_committed(connection, queue):
     tx.tx_commit()
     tx.close()
 
-    assert ready(connection.channel(), queue) == 0
+    assert ready_count(connection.channel(), queue) == 0
 
 
 def test_reject_with_requeue_takes_effect_at_commit(connection, queue):
-    fill(connection, queue, 1)
-    tx, observer = connection.channel(), connection.channel()
-    tx.tx_select()
-    method, _, _ = tx.basic_get(queue)
+    tx, method = get_in_transaction(connection, queue, 1)
+    observer = connection.channel()
 
     tx.basic_reject(method.delivery_tag, requeue=True)
-    assert ready(observer, queue) == 0
+    assert ready_count(observer, queue) == 0
     tx.tx_commit()
     assert wait_ready(observer, queue, 1) == 1
 
@@ -189,4 +151,4 @@ def test_tx_select_twice_is_fine(connection, queue):
     channel.basic_publish("", queue, b"x")
     channel.tx_commit()
 
-    assert ready(channel, queue) == 1
+    assert ready_count(channel, queue) == 1

@@ -205,57 +205,41 @@ def test_unknown_class_or_method_id_ends_the_connection(witness, client, class_i
 # -- frames out of sequence ------------------------------------------------------------
 
 
-def test_method_on_an_unopened_channel_is_504(witness, client):
-    client.handshake()
-
-    client.send(commands.Queue.Declare(queue="", exclusive=True), 3)
-
-    assert hard_error(client) == (504, "CHANNEL_ERROR - expected 'channel.open'", 50, 10)
-    assert witness.is_alive()
-
-
-def test_opening_an_open_channel_again_is_504(witness, client):
-    opened(client)
-
-    client.send(commands.Channel.Open(), 1)
-
-    assert hard_error(client) == (504, "CHANNEL_ERROR - second 'channel.open' seen", 20, 10)
-    assert witness.is_alive()
-
-
-def test_channel_method_on_channel_zero_is_504(witness, client):
-    client.handshake()
-
-    client.send(commands.Queue.Declare(queue="", exclusive=True), 0)
-
-    assert hard_error(client) == (504, "CHANNEL_ERROR - unexpected method in connection state running", 50, 10)
-    assert witness.is_alive()
+UNEXPECTED_FRAME = "UNEXPECTED_FRAME - expected method frame, got non method frame instead"
+OUT_OF_SEQUENCE_FRAMES = {
+    # case: (open channel 1 first?, frame, channel number it is sent on, expected (code, text, class_id, method_id))
+    "method-on-an-unopened-channel-is-504": (
+        False, commands.Queue.Declare(queue="", exclusive=True), 3,
+        (504, "CHANNEL_ERROR - expected 'channel.open'", 50, 10)),
+    "opening-an-open-channel-again-is-504": (
+        True, commands.Channel.Open(), 1,
+        (504, "CHANNEL_ERROR - second 'channel.open' seen", 20, 10)),
+    "channel-method-on-channel-zero-is-504": (
+        False, commands.Queue.Declare(queue="", exclusive=True), 0,
+        (504, "CHANNEL_ERROR - unexpected method in connection state running", 50, 10)),
+    "connection-method-on-a-channel-is-503": (
+        True, commands.Connection.Open(virtual_host="/"), 1,
+        (503, "COMMAND_INVALID - unimplemented method", 10, 40)),
+    "content-body-without-header-is-505": (
+        True, ContentBody(b"orphan body"), 1,
+        (505, UNEXPECTED_FRAME, 0, 0)),
+    "content-header-without-publish-is-505": (
+        True, header.ContentHeader(body_size=5), 1,
+        (505, UNEXPECTED_FRAME, 0, 0)),
+}
 
 
-def test_connection_method_on_a_channel_is_503(witness, client):
-    opened(client)
+@pytest.mark.parametrize("case", OUT_OF_SEQUENCE_FRAMES)
+def test_frame_out_of_sequence_is_a_hard_error(witness, client, case):
+    open_channel, out_of_sequence, channel, expected_close = OUT_OF_SEQUENCE_FRAMES[case]
+    if open_channel:
+        opened(client)
+    else:
+        client.handshake()
 
-    client.send(commands.Connection.Open(virtual_host="/"), 1)
+    client.send(out_of_sequence, channel)
 
-    assert hard_error(client) == (503, "COMMAND_INVALID - unimplemented method", 10, 40)
-    assert witness.is_alive()
-
-
-def test_content_body_without_header_is_505(witness, client):
-    opened(client)
-
-    client.send(ContentBody(b"orphan body"), 1)
-
-    assert hard_error(client) == (505, "UNEXPECTED_FRAME - expected method frame, got non method frame instead", 0, 0)
-    assert witness.is_alive()
-
-
-def test_content_header_without_publish_is_505(witness, client):
-    opened(client)
-
-    client.send(header.ContentHeader(body_size=5), 1)
-
-    assert hard_error(client) == (505, "UNEXPECTED_FRAME - expected method frame, got non method frame instead", 0, 0)
+    assert hard_error(client) == expected_close
     assert witness.is_alive()
 
 

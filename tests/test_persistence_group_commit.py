@@ -67,6 +67,24 @@ async def publish_and_wait(committer: GroupCommitter, store: QueueStore, seq: in
     await done
 
 
+def sync_one_message(root: Path, mode: str, fake: FakeFsync) -> tuple[QueueStore, list[BaseException | None]]:
+    """Append one message to a new store, request a sync in `mode` and wait until the committer is idle.
+
+    Returns the store and what the sync callback was called with.
+    """
+    async def main():
+        store = new_store(root)
+        committer = GroupCommitter(mode, sync_file=fake)
+        results = []
+        store.append_message(1, 0, "ex", "rk", PROPS, b"body")
+        committer.request_sync(store, results.append)
+        await committer.idle()
+        committer.close()
+        return store, results
+
+    return asyncio.run(main())
+
+
 def test_100_concurrent_requests_share_a_few_fsyncs_and_each_waits_for_its_own(tmp_path):
     fake = FakeFsync(delay=0.005)
 
@@ -135,17 +153,7 @@ def test_batch_mode_spaces_rounds_but_still_waits_for_the_fsync(tmp_path):
 def test_never_mode_confirms_once_written_without_any_fsync(tmp_path):
     fake = FakeFsync()
 
-    async def main():
-        store = new_store(tmp_path)
-        committer = GroupCommitter("never", sync_file=fake)
-        results = []
-        store.append_message(1, 0, "ex", "rk", PROPS, b"body")
-        committer.request_sync(store, results.append)
-        await committer.idle()
-        committer.close()
-        return store, results
-
-    store, results = asyncio.run(main())
+    store, results = sync_one_message(tmp_path, "never", fake)
     assert results == [None] and fake.calls == 0
     assert store._tail.path.stat().st_size == store.disk_bytes(), "the record was written to the OS"
 
@@ -153,17 +161,7 @@ def test_never_mode_confirms_once_written_without_any_fsync(tmp_path):
 def test_a_failed_fsync_is_reported_and_the_store_stops_accepting_writes(tmp_path):
     fake = FakeFsync(fail=True)
 
-    async def main():
-        store = new_store(tmp_path)
-        committer = GroupCommitter("always", sync_file=fake)
-        results = []
-        store.append_message(1, 0, "ex", "rk", PROPS, b"body")
-        committer.request_sync(store, results.append)
-        await committer.idle()
-        committer.close()
-        return store, results
-
-    store, results = asyncio.run(main())
+    store, results = sync_one_message(tmp_path, "always", fake)
     assert len(results) == 1 and isinstance(results[0], OSError)
     with pytest.raises(OSError):
         store.append_message(2, 0, "ex", "rk", PROPS, b"body")
