@@ -63,10 +63,13 @@ class ResourceAlarms:
         self.disk_free_limit: int = limits.disk_free_limit
         self.total_memory = total_memory_bytes()
         self.active: set[str] = set()
-        # Last measurements (ResourceMonitor); 0 until the first check.
+        # Last measurements (ResourceMonitor); 0 until the first check, when `measured` turns True.
         self.memory_used = 0
         self.resident_memory = 0
         self.disk_free = 0
+        self.measured = False
+        # Set by ResourceMonitor: re-measure at once, so a changed limit takes effect now.
+        self.recheck: Callable[[], None] = lambda: None
 
     @property
     def memory_limit(self) -> int:
@@ -91,13 +94,21 @@ class ResourceAlarms:
         return " & ".join(_BLOCKED_TEXT[resource] for resource in sorted(self.active))
 
     def set_memory_high_watermark(self, fraction: float | None = None, absolute: int | None = None) -> None:
-        """Change the watermark at run time (rabbitmqctl set_vm_memory_high_watermark)."""
+        """Change the watermark at run time (rabbitmqctl set_vm_memory_high_watermark); the alarm
+        is re-evaluated at once. Not kept across a restart, as in RabbitMQ."""
         if absolute is not None:
             self.memory_high_watermark_bytes = absolute
         else:
             self.memory_high_watermark_bytes = None
             if fraction is not None:
                 self.memory_high_watermark = fraction
+        self.recheck()
+
+    def set_disk_free_limit(self, limit: int) -> None:
+        """Change the free-disk limit in bytes at run time (rabbitmqctl set_disk_free_limit); the
+        alarm is re-evaluated at once. Not kept across a restart, as in RabbitMQ."""
+        self.disk_free_limit = limit
+        self.recheck()
 
     def set(self, resource: str, on: bool) -> None:
         """Raise or clear one alarm; connections hear about it if the blocking reason changed."""
@@ -185,12 +196,14 @@ class ResourceMonitor:
         self.gauge = gauge or MemoryGauge(trim=glibc_malloc_trim())
         data_dir = broker.config.data_dir
         self._read_disk_free = read_disk_free or (lambda: disk_free_bytes(data_dir))
+        self.alarms.recheck = self.check
 
     def check(self) -> None:
         alarms = self.alarms
         limit = alarms.memory_limit
         used, rss = self.gauge.measure(limit, lambda: message_bytes_held(self.broker))
         alarms.memory_used, alarms.resident_memory = used, rss
+        alarms.measured = True
         memory_over = used >= limit
         if memory_over != alarms.memory_alarm:
             if memory_over:

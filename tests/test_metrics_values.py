@@ -238,3 +238,38 @@ def test_limits_and_alarms_are_the_brokers_own():
     assert value(samples, "rabbitmq_disk_space_available_limit_bytes") == broker.alarms.disk_free_limit
     assert value(samples, "rabbitmq_alarms_memory_used_watermark") == 1
     assert value(samples, "rabbitmq_alarms_free_disk_space_watermark") == 0
+
+
+def test_memory_and_disk_figures_are_the_alarms_measurements():
+    """What the dashboards plot (used vs limit) is what the alarm compares."""
+    from amqp_server.alarms import MemoryGauge, ResourceMonitor
+    from amqp_server.metrics.broker_view import process_stats_of
+
+    broker = Broker()
+    broker.alarms.set_memory_high_watermark(absolute=50_000_000)
+    monitor = ResourceMonitor(broker, gauge=MemoryGauge(read_rss=lambda: 60_000_000, trim=None),
+                              read_disk_free=lambda: 40_000_000)
+    monitor.check()
+    samples = scrape(CoreCollector(broker, AGGREGATED, lambda: process_stats_of(broker)))
+    assert value(samples, "rabbitmq_process_resident_memory_bytes") == 60_000_000
+    assert value(samples, "rabbitmq_resident_memory_limit_bytes") == 50_000_000
+    assert value(samples, "rabbitmq_alarms_memory_used_watermark") == 1
+    assert value(samples, "rabbitmq_disk_space_available_bytes") == 40_000_000
+    assert value(samples, "rabbitmq_disk_space_available_limit_bytes") == 50_000_000
+    assert value(samples, "rabbitmq_alarms_free_disk_space_watermark") == 1
+
+
+def test_queues_deleted_counts_every_way_a_queue_goes():
+    broker = Broker()
+    owner = opened_client(broker)
+    owner.call(1, commands.Queue.Declare(queue="mine", exclusive=True))
+    client = opened_client(broker)
+    client.call(1, commands.Queue.Declare(queue="gone"))
+    client.call(1, commands.Queue.Declare(queue="auto", auto_delete=True))
+    client.call(1, commands.Basic.Consume(queue="auto", consumer_tag="c"))
+    client.call(1, commands.Queue.Delete(queue="gone"))  # queue.delete
+    client.call(1, commands.Basic.Cancel(consumer_tag="c"))  # auto-delete: its last consumer left
+    # Exclusive: its owner's connection closed.
+    owner.send(0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
+    assert not broker.vhosts["/"].queues
+    assert value(aggregated(broker), "rabbitmq_queues_deleted_total") == 3

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from queues.consumer import Consumer
 
 PROTOCOL = "AMQP 0-9-1"
+# connection.py's handshake states under RabbitMQ's names; "closing" and "closed" are the same.
+_HANDSHAKE_STATES = {"await-header": "starting", "await-start-ok": "starting", "await-tune-ok": "tuning",
+                     "await-open": "opening"}
 
 
 def split_address(address: str) -> tuple[str, int | None]:
@@ -28,6 +31,22 @@ def split_address(address: str) -> tuple[str, int | None]:
 
 def _state(connection_or_channel: Any) -> str:
     return "running" if connection_or_channel.state == "open" else connection_or_channel.state
+
+
+def connection_state(connection: "Connection") -> str:
+    """RabbitMQ's connection state (rabbit_reader's `state` info item): "blocked" once a resource
+    alarm has stopped reading from it, "blocking" while an alarm is in effect and it has not
+    published since (its next publish blocks it), "flow" while a congested queue holds back its
+    publishes, else "running" (or the handshake or closing state it is in)."""
+    if connection.state != "open":
+        return _HANDSHAKE_STATES.get(connection.state, connection.state)
+    if connection.blocked_by is not None:
+        return "blocked"
+    if connection.block_on_publish:
+        return "blocking"
+    if connection.throttled_by:
+        return "flow"
+    return "running"
 
 
 def connection_json(connection: "Connection", names: ConnectionNames, node: str) -> dict[str, Any]:
@@ -58,7 +77,7 @@ def connection_json(connection: "Connection", names: ConnectionNames, node: str)
         "ssl_hash": None,
         "ssl_key_exchange": None,
         "ssl_protocol": None,
-        "state": _state(connection),
+        "state": connection_state(connection),
         "timeout": connection.heartbeat,
         "type": "network",
         "user": user,

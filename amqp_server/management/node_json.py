@@ -119,8 +119,11 @@ def _churn(stats) -> dict[str, int]:
 
 
 def node_json(ctx: ManagementContext) -> dict[str, Any]:
+    """The node as /api/nodes shows it. Memory and disk figures, limits and alarms are the
+    broker's resource alarms' own (broker.alarms), so they agree with what blocks publishers."""
     broker = ctx.broker
     process = ctx.process_stats()
+    alarms = broker.alarms
     config_file = broker.config.config_file
     node = {
         "name": broker.node_name,
@@ -128,13 +131,14 @@ def node_json(ctx: ManagementContext) -> dict[str, Any]:
         "running": True,
         "being_drained": False,
         "os_pid": str(os.getpid()),
-        "mem_used": process.resident_memory_bytes,
-        "mem_limit": process.memory_limit_bytes,
-        "mem_alarm": process.memory_alarm,
+        # Before the monitor's first check (or without one) the process sample stands in.
+        "mem_used": alarms.memory_used if alarms.measured else process.resident_memory_bytes,
+        "mem_limit": alarms.memory_limit,
+        "mem_alarm": alarms.memory_alarm,
         "mem_calculation_strategy": "rss",
-        "disk_free": process.disk_free_bytes,
-        "disk_free_limit": process.disk_free_limit_bytes,
-        "disk_free_alarm": process.disk_alarm,
+        "disk_free": alarms.disk_free if alarms.measured else process.disk_free_bytes,
+        "disk_free_limit": alarms.disk_free_limit,
+        "disk_free_alarm": alarms.disk_alarm,
         "fd_used": process.open_fds,
         "fd_total": process.max_fds,
         "sockets_used": len(broker.connections),

@@ -7,6 +7,9 @@ broker that has none, instead of a 404.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from aiohttp import web
 
 from amqp_server.management import api_errors
@@ -54,17 +57,22 @@ async def empty_list(request: web.Request) -> web.Response:
     return json_reply([])
 
 
-def _failed(reason: str) -> web.Response:
-    return json_reply({"status": "failed", "reason": reason}, status=503)
+def _failed(reason: str, **details: Any) -> web.Response:
+    return json_reply({"status": "failed", "reason": reason, **details}, status=503)
 
 
-async def alarms_check(request: web.Request) -> web.Response:
-    process = context(request).process_stats()
-    if process.memory_alarm:
-        return _failed("memory alarm in effect")
-    if process.disk_alarm:
-        return _failed("disk alarm in effect")
-    return json_reply({"status": "ok"})
+def _alarms_check(where: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The broker's own resource alarms (the ones that block publishers), in RabbitMQ's shape:
+    503 {"status": "failed", "reason": ..., "alarms": [{"node", "resource"}]} while any is in effect."""
+    async def check(request: web.Request) -> web.Response:
+        broker = context(request).broker
+        alarms = broker.alarms
+        in_effect = [resource for resource, on in (("disk", alarms.disk_alarm), ("memory", alarms.memory_alarm)) if on]
+        if in_effect:
+            return _failed(f"There are alarms in effect {where}",
+                           alarms=[{"node": broker.node_name, "resource": resource} for resource in in_effect])
+        return json_reply({"status": "ok"})
+    return check
 
 
 async def ok_check(request: web.Request) -> web.Response:
@@ -73,9 +81,12 @@ async def ok_check(request: web.Request) -> web.Response:
 
 async def port_listener_check(request: web.Request) -> web.Response:
     port = request.match_info["port"]
-    if any(str(listener["port"]) == port for listener in context(request).listeners):
+    ports = [listener["port"] for listener in context(request).listeners]
+    if not port.isdigit():
+        raise api_errors.bad_request(f"Invalid port: {port}")
+    if int(port) in ports:
         return json_reply({"status": "ok", "port": int(port)})
-    return _failed(f"No active listener on port {port}")
+    return _failed("No active listener", missing=int(port), ports=ports)
 
 
 async def aliveness(request: web.Request) -> web.Response:
@@ -90,8 +101,8 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/api/nodes/{node}", node)
     router.add_get("/api/whoami", whoami)
     router.add_get("/api/cluster-name", cluster_name)
-    router.add_get("/api/health/checks/alarms", alarms_check)
-    router.add_get("/api/health/checks/local-alarms", alarms_check)
+    router.add_get("/api/health/checks/alarms", _alarms_check("in the cluster"))
+    router.add_get("/api/health/checks/local-alarms", _alarms_check("on the node"))
     router.add_get("/api/health/checks/port-listener/{port}", port_listener_check)
     for check in ("virtual-hosts", "node-is-quorum-critical", "node-is-mirror-sync-critical", "certificate-expiration"):
         router.add_get(f"/api/health/checks/{check}", ok_check)

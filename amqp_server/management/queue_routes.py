@@ -87,7 +87,6 @@ async def put_queue(request: web.Request) -> web.Response:
 
 
 async def delete_queue(request: web.Request) -> web.Response:
-    broker = context(request).broker
     vhost, queue = _queue_of(request)
     caller(request).require_permission("configure", vhost.name, queue.name)
     if request.query.get("if-unused") == "true" and queue.consumer_count:

@@ -154,11 +154,16 @@ def vhost_totals(vhost: "VirtualHost") -> dict[str, Any]:
 
 
 def process_stats_of(broker: "Broker") -> ProcessStats:
-    """The process figures, with the broker's configured watermarks and its alarms' state."""
+    """The process figures as the broker's resource alarms see them (broker.alarms): memory used,
+    free disk, both limits and whether each alarm is in effect, so that what /metrics and
+    /api/nodes report agrees with what blocks publishers. Before the alarms' first measurement
+    (or without a resource monitor, in unit tests) memory and disk are sampled here."""
     stats = sample_process_stats(broker.config.data_dir)
     alarms = getattr(broker, "alarms", None)
     if alarms is None:
         return stats
+    if alarms.measured:
+        stats = replace(stats, resident_memory_bytes=alarms.memory_used, disk_free_bytes=alarms.disk_free)
     return replace(
         stats,
         memory_limit_bytes=alarms.memory_limit,
