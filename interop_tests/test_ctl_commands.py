@@ -222,7 +222,7 @@ def test_status_reports_memory_alarms_and_listeners(ctl):
     assert code == 0
     assert out.startswith("Status of node ")
     assert "Alarms\n\n(none)\n" in out
-    assert "Total memory used: " in out and "Low free disk space watermark: 0.0500 gb" in out
+    assert "Total memory used: " in out and "Low free disk space watermark: 0.05 gb" in out
     assert f"port: {ctl.broker.port}, protocol: amqp" in out
 
 

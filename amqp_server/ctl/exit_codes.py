@@ -18,3 +18,11 @@ class CtlError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class ArgumentError(CtlError):
+    """A command's argument is invalid: printed as rabbitmqctl's "Error (argument validation):
+    Bad argument..." with the arguments given, exit code 65."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EX_DATAERR, message)

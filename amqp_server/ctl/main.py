@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from amqp_server.ctl import admin_commands as admin
+from amqp_server.ctl import alarm_commands
 from amqp_server.ctl.admin_commands import Session
 from amqp_server.ctl.api_client import ApiError, ManagementClient
-from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_USAGE, CtlError
+from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_USAGE, ArgumentError, CtlError
 from amqp_server.ctl.formatting import write_json, write_table
 from amqp_server.ctl.listings import LISTINGS, Listing
 from amqp_server.ctl.status import status
@@ -34,7 +35,7 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise _UsageError(f"{message}\n\n{self.format_usage()}")
 
 
-# name -> (handler, positional arguments, one-line help)
+# name -> (handler, positional arguments, one-line help); "name*" takes any number of values, "name+" one or more.
 ADMIN_COMMANDS: dict[str, tuple[Callable[..., int], tuple[str, ...], str]] = {
     "add_user": (admin.add_user, ("username", "password"), "create a user (no tags, no permissions)"),
     "delete_user": (admin.delete_user, ("username",), "delete a user"),
@@ -54,7 +55,14 @@ ADMIN_COMMANDS: dict[str, tuple[Callable[..., int], tuple[str, ...], str]] = {
     "import_definitions": (admin.import_definitions, ("path",), "load definitions from JSON (path - for stdin)"),
     "trace_on": (admin.trace_on, (), "turn the firehose tracer on for the vhost given with -p"),
     "trace_off": (admin.trace_off, (), "turn the firehose tracer off for the vhost given with -p"),
+    "set_vm_memory_high_watermark": (alarm_commands.set_vm_memory_high_watermark, ("setting+",),
+                                     "<fraction> | absolute <value>: the memory alarm's threshold, as a fraction "
+                                     "of total memory or in bytes (units: 1GB, 512MiB); until restart"),
+    "set_disk_free_limit": (alarm_commands.set_disk_free_limit, ("setting+",),
+                            "<disk_limit> | mem_relative <fraction>: the free-disk alarm's limit in bytes "
+                            "(units: 50MB, 1GiB) or times total memory; until restart"),
 }
+_VARIADIC = ("*", "+")  # argparse nargs markers
 
 
 def _connection_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -96,13 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
         if listing.accepts_columns:
             sub.add_argument("columns", nargs="*", metavar="column", help=f"any of: {' '.join(listing.columns)}")
     for name, (_handler, arguments, help_text) in ADMIN_COMMANDS.items():
-        sub = commands.add_parser(name, help=help_text)
+        sub = commands.add_parser(name, help=help_text, description=help_text)
         _connection_options(sub, suppress=True)
         for argument in arguments:
             # Positional values live under "arg_<name>": "username" and "password" would
             # otherwise overwrite the --username/--password used to reach the API.
-            bare = argument.rstrip("*")
-            sub.add_argument(f"arg_{bare}", metavar=bare, nargs="*" if argument.endswith("*") else None)
+            bare = argument.rstrip("*+")
+            sub.add_argument(f"arg_{bare}", metavar=bare, nargs=argument[-1] if argument[-1] in _VARIADIC else None)
         if name == "delete_queue":
             sub.add_argument("-e", "--if-empty", action="store_true", help="only if it has no ready messages")
             sub.add_argument("-u", "--if-unused", action="store_true", help="only if it has no consumers")
@@ -154,11 +162,19 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, out: TextIO) 
     handler, arguments, _help = ADMIN_COMMANDS[args.command]
     values: list[Any] = []
     for argument in arguments:
-        value = getattr(args, "arg_" + argument.rstrip("*"))
-        values.extend(value) if argument.endswith("*") else values.append(value)
+        value = getattr(args, "arg_" + argument.rstrip("*+"))
+        values.extend(value) if argument[-1] in _VARIADIC else values.append(value)
     if args.command == "delete_queue":
         return handler(session, *values, if_empty=args.if_empty, if_unused=args.if_unused)
     return handler(session, *values)
+
+
+def _positionals(args: argparse.Namespace) -> list[str]:
+    values: list[str] = []
+    for key, value in vars(args).items():
+        if key.startswith("arg_"):
+            values.extend(value) if isinstance(value, list) else values.append(str(value))
+    return values
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -172,6 +188,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     except _UsageError as error:
         err.write(f"Error (argument validation): {error}")
         return EX_USAGE
+    except ArgumentError as error:
+        out.flush()
+        given = " ".join([args.command, *_positionals(args)])
+        err.write(f"Error (argument validation): {error.message}\nArguments given:\n\t{given}\n")
+        return error.code
     except CtlError as error:
         out.flush()
         err.write(f"Error:\n{error.message}\n")

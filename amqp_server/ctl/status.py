@@ -7,13 +7,27 @@ import json
 from typing import Any, TextIO
 
 from amqp_server.ctl.admin_commands import Session, _call
+from amqp_server.ctl.alarm_commands import ALARMS_PATH
+from amqp_server.ctl.api_client import ApiError
 from amqp_server.ctl.exit_codes import EX_OK
 
 GB = 1_000_000_000  # rabbitmqctl status prints decimal gigabytes
 
 
 def _gb(value: Any) -> str:
-    return f"{value / GB:.4f} gb" if isinstance(value, (int, float)) else "unknown"
+    """Decimal gigabytes rounded to 4 places, printed as rabbitmqctl does: 0.05 gb, 1.0 gb, 10.1106 gb."""
+    return f"{round(value / GB, 4)} gb" if isinstance(value, (int, float)) else "unknown"
+
+
+def watermark_line(node: dict[str, Any], alarms: dict[str, Any] | None) -> str:
+    """rabbitmqctl's "Memory high watermark setting" line: the setting as configured, then bytes."""
+    computed = _gb(node.get("mem_limit"))
+    setting = (alarms or {}).get("vm_memory_high_watermark", {})
+    if "relative" in setting:
+        return f"Memory high watermark setting: {setting['relative']} of available memory, computed to: {computed}"
+    if "absolute" in setting:
+        return f"Memory high watermark setting: {_gb(setting['absolute'])}, computed to: {computed}"
+    return f"Memory high watermark: {computed}"
 
 
 def gather(session: Session) -> dict[str, Any]:
@@ -21,7 +35,11 @@ def gather(session: Session) -> dict[str, Any]:
     nodes = _call(lambda: session.client.get("/api/nodes"))
     node = nodes[0] if nodes else {}
     vhosts = _call(lambda: session.client.get("/api/vhosts"))
-    return {"overview": overview, "node": node, "vhost_count": len(vhosts)}
+    try:
+        alarms = session.client.get(ALARMS_PATH)
+    except ApiError:  # a broker without this route (or a user without monitoring rights)
+        alarms = None
+    return {"overview": overview, "node": node, "vhost_count": len(vhosts), "alarms": alarms}
 
 
 def alarm_lines(node: dict[str, Any]) -> list[str]:
@@ -34,7 +52,8 @@ def alarm_lines(node: dict[str, Any]) -> list[str]:
     return lines or ["(none)"]
 
 
-def write_status(out: TextIO, overview: dict[str, Any], node: dict[str, Any], vhost_count: int) -> None:
+def write_status(out: TextIO, overview: dict[str, Any], node: dict[str, Any], vhost_count: int,
+                 alarms: dict[str, Any] | None = None) -> None:
     totals = overview.get("object_totals", {})
     uptime_ms = node.get("uptime")
     sections: list[tuple[str, list[str]]] = [
@@ -52,7 +71,7 @@ def write_status(out: TextIO, overview: dict[str, Any], node: dict[str, Any], vh
         ("Memory", [
             f"Total memory used: {_gb(node.get('mem_used'))}",
             f"Calculation strategy: {node.get('mem_calculation_strategy', 'rss')}",
-            f"Memory high watermark: {_gb(node.get('mem_limit'))}",
+            watermark_line(node, alarms),
         ]),
         ("File Descriptors", [
             f"Total: {node.get('fd_used', '?')}, limit: {node.get('fd_total', '?')}",
@@ -82,5 +101,5 @@ def status(session: Session, formatter: str = "table") -> int:
     if formatter == "json":
         session.out.write(json.dumps(gathered, ensure_ascii=False) + "\n")
     else:
-        write_status(session.out, gathered["overview"], gathered["node"], gathered["vhost_count"])
+        write_status(session.out, gathered["overview"], gathered["node"], gathered["vhost_count"], gathered["alarms"])
     return EX_OK

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from amqp_server.errors import AMQPError
 from amqp_server.management import (
+    alarm_routes,
     binding_routes,
     connection_routes,
     definition_routes,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 ROUTE_MODULES = (
     overview_routes, vhost_routes, user_routes, connection_routes, exchange_routes, queue_routes, binding_routes,
-    definition_routes,
+    definition_routes, alarm_routes,
 )
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
