@@ -102,11 +102,6 @@ def test_confirmed_messages_survive_random_sigkills_intact_in_order_and_once(cra
     assert len(ledger.confirmed) > 1000 and len(ledger.acks_sent) > 100, f"DURABILITY_SEED={crash_run.seed}"
 
 
-@pytest.mark.xfail(
-    reason="notes/durability-bugs.md #1: records appended during an fsync round stay in the "
-    "write buffer, so a SIGKILL loses deliveries and acks the clients already saw",
-    strict=False,
-)
 def test_delivered_messages_come_back_redelivered_and_answered_acks_stay(crash_run: CrashRun):
     problems = crash_run.ledger.broken_delivery_promises(crash_run.final_ready, final_round=crash_run.rounds)
     assert not problems, f"DURABILITY_SEED={crash_run.seed}: " + "\n".join(problems[:30])

@@ -129,8 +129,10 @@ class GroupCommitter:
 
     def request_sync(self, store: Syncable, callback: SyncCallback) -> None:
         """Run ``callback(error)`` on the event loop once every write ``store`` made so far is durable."""
+        # The store stays on the end-of-iteration flush list: while a round is running, the next
+        # one may start much later, and records written meanwhile (deliveries, acks) must reach
+        # the OS now, or a crash loses what the client was already told.
         self._pending.requests.setdefault(store, []).append(callback)
-        self._dirty.discard(store)  # the round flushes it
         if self._running is None and not self._start_scheduled:
             self._schedule_start()
 
