@@ -18,6 +18,8 @@ from amqp_server.errors import AMQPError
 from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.reply_to import REPLY_QUEUE
 from queues.consumer import Consumer
+from queues.delayed_retry import RETURNED
+from queues.delivery_count import header_with_delivery_count
 from queues.journal import when_synced
 from queues.unacked_store import Unacked
 
@@ -95,6 +97,12 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
         raise AMQPError(
             errors.PRECONDITION_FAILED, f"invalid arg 'x-priority' for {errors.resource('queue', queue.name, channel.vhost.name)}"
         )
+    timeout_ms = arguments.get("x-consumer-timeout", queue.settings.consumer_timeout_ms)
+    if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0):
+        raise AMQPError(
+            errors.PRECONDITION_FAILED,
+            f"invalid arg 'x-consumer-timeout' for {errors.resource('queue', queue.name, channel.vhost.name)}",
+        )
     consumer = Consumer(
         tag,
         queue,
@@ -104,6 +112,7 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
         priority=priority,
         prefetch_count=channel.prefetch_count,
         arguments=arguments,
+        timeout_ms=None if method.no_ack else timeout_ms or None,
     )
     channel.consumers[tag] = consumer
     if not method.nowait:
@@ -142,6 +151,12 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
     connection = channel.connection
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
+    if queue.single_active is not None:
+        raise AMQPError(
+            errors.RESOURCE_LOCKED,
+            f"cannot obtain access to locked {errors.resource('queue', queue.name, channel.vhost.name)}. "
+            "basic.get operations are not supported by quorum queues with single active consumer",
+        )
     entry = queue.get(method.no_ack)
     if entry is None:
         connection.broker.stats.get_empty += 1
@@ -151,7 +166,12 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
     channel.next_delivery_tag = tag + 1
     if not method.no_ack:
         channel.unacked.add(tag, Unacked(entry, queue, None))
+        if queue.settings.consumer_timeout_ms:
+            channel.track_timeout(tag, queue.settings.consumer_timeout_ms)
     message = entry.message
+    raw_header = message.raw_header
+    if entry.delivery_count and queue.adds_delivery_count:
+        raw_header = header_with_delivery_count(message, entry.delivery_count)
     frames = [
         connection.method_frame(
             channel.id,
@@ -164,7 +184,7 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
             ),
         )
     ]
-    codec.content_frames(frames, channel.id, message.raw_header, message.body, connection.max_body_frame)
+    codec.content_frames(frames, channel.id, raw_header, message.body, connection.max_body_frame)
     connection.send_frames(frames)
     queue.after_get(entry)
     connection.broker.stats.get += 1
@@ -185,14 +205,16 @@ def basic_ack(channel: "Channel", method: commands.Basic.Ack) -> None:
 def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
-    channel._apply_settlement("nack", channel.unacked.pop_all(), True)
+    channel.forget_timeouts(0, True)
+    channel._apply_settlement("nack", channel.unacked.pop_all(), True, RETURNED)
     reply(channel, commands.Basic.RecoverOk())
 
 
 def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync) -> None:
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
-    channel._apply_settlement("nack", channel.unacked.pop_all(), True)
+    channel.forget_timeouts(0, True)
+    channel._apply_settlement("nack", channel.unacked.pop_all(), True, RETURNED)
 
 
 # -- confirm and tx ------------------------------------------------------------------------
@@ -241,6 +263,7 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
 
 
 def _take_if_present(channel: "Channel", tag: int, multiple: bool) -> list:
+    channel.forget_timeouts(tag, multiple)
     if multiple:
         return channel.unacked.pop_up_to(tag)
     taken = channel.unacked.pop(tag)

@@ -74,6 +74,7 @@ class Broker:
                 memory_budget=self.memory_budget,
             )
             vhost.on_queue_deleted = self._queue_deleted
+            vhost.queue_defaults = self.config.queue_defaults  # [[queue_defaults]] (docs/lifecycle.md)
             self.save_definitions()
         return vhost
 

@@ -21,6 +21,9 @@ from amqp_server.errors import AMQPError
 from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
 from queues.consumer import Consumer
+from queues.delayed_retry import FAILED, RETURNED
+from queues.delivery_count import header_with_delivery_count
+from queues.delivery_timeouts import DeliveryTimeouts
 from queues.journal import when_synced
 from queues.message import FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from queues.queue import ENQUEUED_DURABLY, REJECTED, Queue
@@ -75,6 +78,10 @@ class Channel:
         self._pending: PendingPublish | None = None
         self._tag_raw: dict[str, bytes] = {}
         self._write_permitted: set[str] = set()
+        # Consumer timeouts: deadlines of tracked deliveries (made on first use), and the tags
+        # that timed out, so a late ack of one is ignored instead of being an unknown tag.
+        self.delivery_timeouts: DeliveryTimeouts | None = None
+        self._timed_out: set[int] = set()
 
     # -- frames in ---------------------------------------------------------------------
 
@@ -316,20 +323,26 @@ class Channel:
         self.next_delivery_tag = tag + 1
         if not consumer.no_ack:
             self.unacked.add(tag, Unacked(entry, consumer.queue, consumer))
+            if consumer.timeout_ms:
+                self.track_timeout(tag, consumer.timeout_ms)
         tag_raw = self._tag_raw.get(consumer.tag)
         if tag_raw is None:
             tag_raw = self._tag_raw[consumer.tag] = codec.shortstr(consumer.tag)
         message = entry.message
+        raw_header = message.raw_header
+        redelivered = entry.delivery_count > 0
+        if redelivered and consumer.queue.adds_delivery_count:
+            raw_header = header_with_delivery_count(message, entry.delivery_count)
         if self.vhost.firehose is not None:
-            self.vhost.firehose.delivered(consumer.queue.name, message, entry.redelivered, self.connection, self.id)
+            self.vhost.firehose.delivered(consumer.queue.name, message, redelivered, self.connection, self.id)
         self.connection.send_frames(
             codec.deliver_frames(
                 self.id,
                 tag_raw,
                 tag,
-                entry.delivery_count > 0,
+                redelivered,
                 message.routing_raw,
-                message.raw_header,
+                raw_header,
                 message.body,
                 self.connection.max_body_frame,
             )
@@ -373,13 +386,27 @@ class Channel:
     def _take_unacked(self, tag: int, multiple: bool, peek: bool = False) -> list[Unacked]:
         unacked = self.unacked
         if multiple:
-            if tag == 0 or tag in unacked or unacked.has_tag_above(tag):
-                return [] if peek else unacked.pop_up_to(tag)
+            if tag == 0 or tag in unacked or unacked.has_tag_above(tag) or tag in self._timed_out:
+                if peek:
+                    return []
+                if self.delivery_timeouts is not None:
+                    self.forget_timeouts(tag, True)
+                return unacked.pop_up_to(tag)
         elif tag in unacked:
-            return [] if peek else [unacked.pop(tag)]
+            if peek:
+                return []
+            if self.delivery_timeouts is not None:
+                self.delivery_timeouts.forget(tag)
+            return [unacked.pop(tag)]
+        elif tag in self._timed_out:
+            # It timed out and went back to its queue: settling it now changes nothing.
+            if not peek:
+                self._timed_out.discard(tag)
+            return []
         raise AMQPError(errors.PRECONDITION_FAILED, f"unknown delivery tag {tag}", 60, 80)
 
-    def _apply_settlement(self, kind: str, taken: list[Unacked], requeue: bool) -> None:
+    def _apply_settlement(self, kind: str, taken: list[Unacked], requeue: bool, cause: str = FAILED) -> None:
+        """Settle `taken`; a requeue is for `cause` (delayed_retry.FAILED or RETURNED)."""
         if not taken:
             return
         stats = self.connection.broker.stats
@@ -394,7 +421,7 @@ class Channel:
             for entry, queue, consumer in taken:
                 by_queue[queue].append((entry, consumer))
             for queue, entries in by_queue.items():
-                queue.requeue(entries)
+                queue.requeue(entries, cause)
             touched.update(by_queue)
         else:
             for entry, queue, consumer in taken:
@@ -426,7 +453,64 @@ class Channel:
         if self.reply_key is not None:
             self.connection.broker.reply_registry.unregister(self.reply_key)
             self.reply_key = None
-        self._apply_settlement("nack", self.unacked.pop_all(), True)
+        if self.delivery_timeouts is not None:
+            self.delivery_timeouts.clear()
+        self._timed_out.clear()
+        self._apply_settlement("nack", self.unacked.pop_all(), True, RETURNED)
+
+    # -- consumer timeout --------------------------------------------------------------
+
+    def track_timeout(self, tag: int, timeout_ms: int) -> None:
+        """Delivery `tag` times out if it is still unacked after `timeout_ms`."""
+        if self.delivery_timeouts is None:
+            self.delivery_timeouts = DeliveryTimeouts(self.vhost.timers, self._deliveries_timed_out)
+        self.delivery_timeouts.track(tag, timeout_ms)
+
+    def forget_timeouts(self, tag: int, multiple: bool) -> None:
+        timeouts = self.delivery_timeouts
+        if timeouts is None:
+            return
+        if not multiple:
+            timeouts.forget(tag)
+        elif tag == 0:
+            timeouts.clear()
+        else:
+            timeouts.forget_up_to(tag)
+
+    def _deliveries_timed_out(self, tags: list[int]) -> None:
+        """Deliveries unacked for longer than their consumer timeout.
+
+        A client that understands basic.cancel (consumer_cancel_notify) keeps its channel: each
+        late delivery goes back to its queue (subject to delayed retry, as a "returned" one) and
+        only the consumers that held them are cancelled. Other clients get what RabbitMQ does:
+        the channel is closed with 406, which returns everything it had not acked.
+        """
+        if self.state != OPEN:
+            return
+        late = [(tag, self.unacked.pop(tag)) for tag in tags if tag in self.unacked]
+        if not late:
+            return
+        if not self.connection.client_capabilities.get("consumer_cancel_notify"):
+            for tag, unacked in late:
+                self.unacked.add(tag, unacked)  # the channel's release requeues them all
+            timeout = next((u.consumer.timeout_ms for _t, u in late if u.consumer is not None), None)
+            timeout = timeout or late[0][1].queue.settings.consumer_timeout_ms
+            self.connection._channel_error(
+                self,
+                AMQPError(
+                    errors.PRECONDITION_FAILED,
+                    f"delivery acknowledgement on channel {self.id} timed out. Timeout value used: {timeout} ms. "
+                    "This timeout value can be configured, see consumers doc guide to learn more",
+                ),
+            )
+            return
+        self._timed_out.update(tag for tag, _unacked in late)
+        for consumer in {unacked.consumer for _tag, unacked in late if unacked.consumer is not None}:
+            # Cancel first, so the requeued message is not handed straight back to it.
+            if self.consumers.pop(consumer.tag, None) is not None:
+                consumer.queue.remove_consumer(consumer)
+                self.connection.send_method(self.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+        self._apply_settlement("nack", [unacked for _tag, unacked in late], True, RETURNED)
 
 
 def sender_selected_keys(message: Message) -> list[str] | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
+from queues.queue_defaults import QueueDefault, parse_entry
 from persistence.group_commit import parse_sync_mode
 
 DEFAULT_USER = "guest"
@@ -101,6 +102,8 @@ class ServerConfig:
     metrics_port: int = 15692
     management_port: int = 15672
     config_file: Path | None = None  # the TOML file read, if any
+    # [[queue_defaults]]: lifecycle x-arguments by vhost and queue-name pattern (docs/lifecycle.md).
+    queue_defaults: list[QueueDefault] = field(default_factory=list)
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -359,6 +362,7 @@ def _parse_document(doc: dict[str, Any]) -> ServerConfig:
     ]
     users = _parse_users(_array_of_tables(doc.get("users", []), "users"))
     permissions = _parse_permissions(_array_of_tables(doc.get("permissions", []), "permissions"))
+    config.queue_defaults = _parse_queue_defaults(_array_of_tables(doc.get("queue_defaults", []), "queue_defaults"))
 
     config.vhosts = vhosts or [DEFAULT_VHOST]
     if users:
@@ -454,6 +458,13 @@ def _parse_permissions(entries: list[dict[str, Any]]) -> list[PermissionConfig]:
             _fail(where, f"repeats permissions for user {user!r} on vhost {vhost!r}")
         permissions.append(PermissionConfig(user, vhost, *patterns))
     return permissions
+
+
+def _parse_queue_defaults(entries: list[dict[str, Any]]) -> list[QueueDefault]:
+    try:
+        return [parse_entry(entry, f"queue_defaults[{i}]") for i, entry in enumerate(entries)]
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _check_references(config: ServerConfig) -> None:

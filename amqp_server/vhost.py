@@ -15,9 +15,12 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
+from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
 from exchanges.exchange import Exchange
 from queues import dead_letter
 from queues.arguments import InvalidArgument, QueueArguments
+from queues.delayed_delivery import DelayedMessages, delay_of, store_name
+from queues.queue_defaults import QueueDefault, defaults_for
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget
 from queues.message import Message
@@ -54,8 +57,14 @@ EQUIVALENT_QUEUE_ARGUMENTS = (
     "x-queue-type",
     "x-single-active-consumer",
     "x-delivery-limit",
+    "x-delayed-retry-type",
+    "x-delayed-retry-min",
+    "x-delayed-retry-max",
+    "x-delayed-retry-backoff",
+    "x-consumer-timeout",
+    "x-message-deduplication",
 )
-EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange",)
+EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange", "x-delayed-type")
 
 
 def flag(value: bool) -> str:
@@ -95,6 +104,8 @@ class VirtualHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.on_durable_change = on_durable_change or (lambda: None)
+        # [[queue_defaults]] of the configuration: lifecycle x-arguments by queue-name pattern.
+        self.queue_defaults: list[QueueDefault] = []
         # Called for every queue removed, whatever removed it (delete, auto-delete, x-expires...).
         self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
         # destination (queue or exchange) -> {source exchange: number of bindings}, for cleanup on delete.
@@ -151,8 +162,12 @@ class VirtualHost:
             exchange = create_exchange(
                 type_name, name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
             )
-        except UnknownExchangeType:
-            raise AMQPError(errors.COMMAND_INVALID, f"unknown exchange type '{type_name}'") from None
+        except UnknownExchangeType as error:
+            raise AMQPError(errors.COMMAND_INVALID, f"unknown exchange type '{error.type_name}'") from None
+        except InvalidDelayedType as error:
+            raise AMQPError(errors.PRECONDITION_FAILED, str(error)) from None
+        if isinstance(exchange, DelayedMessageExchange):
+            self._hold_delayed_messages(exchange)
         self.exchanges[name] = exchange
         if durable:
             self.on_durable_change()
@@ -197,8 +212,30 @@ class VirtualHost:
             raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('exchange', name, self.name)} in use")
         self._remove_exchange(exchange)
 
+    def _hold_delayed_messages(self, exchange: DelayedMessageExchange) -> None:
+        """Give a delayed exchange the store its held messages wait in (journaled if durable)."""
+        journal = None
+        if exchange.durable and self.journal_factory is not None:
+            journal = self.journal_factory(self.name, store_name(exchange.name), False)
+        pending = DelayedMessages(exchange.name, self.timers, lambda message: self._route_released(exchange, message), journal)
+        recovered = pending.recover()
+        if recovered:
+            log.info("recovered %d delayed messages of %s", recovered, errors.resource("exchange", exchange.name, self.name))
+        exchange.pending = pending
+
+    def _route_released(self, exchange: DelayedMessageExchange, message: Message) -> bool:
+        """A delayed message is due: route it through the exchange's bindings as they are now."""
+        if self.exchanges.get(exchange.name) is not exchange:
+            return False
+        targets = list(self.route(exchange, message))
+        for target in targets:
+            target.publish(message)
+        return bool(targets)
+
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
+        if isinstance(exchange, DelayedMessageExchange):
+            exchange.pending.delete()
         for destination, _key, _args in exchange.bindings():
             self._bound_to.get(destination, {}).pop(exchange, None)
         # Bindings where this exchange is the destination go too.
@@ -235,8 +272,9 @@ class VirtualHost:
             self._check_queue_equivalence(existing, durable, auto_delete, arguments)
             existing.touch()
             return existing, False
+        defaults = defaults_for(self.queue_defaults, self.name, name) if self.queue_defaults else None
         try:
-            QueueArguments.parse(arguments)
+            QueueArguments.parse(arguments, defaults)
         except InvalidArgument as error:
             raise AMQPError(
                 errors.PRECONDITION_FAILED,
@@ -257,6 +295,7 @@ class VirtualHost:
             dead_letterer=self.dead_letter,
             journal=journal,
             memory_budget=self.memory_budget,
+            defaults=defaults,
         )
         recovered = queue.recover()
         if recovered:
@@ -352,6 +391,8 @@ class VirtualHost:
         Follows exchange-to-exchange bindings and alternate exchanges (each exchange whose own
         bindings match nothing hands the message to its alternate exchange), visiting each
         exchange once. `routing_keys` replaces the message's key (sender-selected CC/BCC).
+        A message with a positive x-delay that reaches an x-delayed-message exchange goes to
+        that exchange's DelayedMessages instead (it publishes like a queue).
         """
         if routing_keys is None:
             if exchange is self.default_exchange:
@@ -366,6 +407,9 @@ class VirtualHost:
         self, exchange: Exchange, message: Message, keys: Collection[str], found: dict[Queue, None], visited: set[Exchange]
     ) -> None:
         visited.add(exchange)
+        if exchange.__class__ is DelayedMessageExchange and delay_of(message.headers) > 0:
+            found[exchange.pending] = None  # held until its x-delay passes, then routed
+            return
         matched = False
         if exchange is self.default_exchange:
             for key in keys:

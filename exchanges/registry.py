@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .delayed import DelayedMessageExchange
 from .direct import DirectExchange
 from .errors import UnknownExchangeType
 from .exchange import Exchange
@@ -10,7 +11,8 @@ from .headers import HeadersExchange
 from .topic import TopicExchange
 
 EXCHANGE_TYPES: dict[str, type[Exchange]] = {
-    cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
+    cls.type_name: cls
+    for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange, DelayedMessageExchange)
 }
 
 

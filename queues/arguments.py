@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+RETRY_TYPES = ("disabled", "all", "failed", "returned")
+RETRY_BACKOFFS = ("linear", "exponential")
 QUEUE_TYPES = ("classic", "quorum")
 QUEUE_MODES = ("default", "lazy")
 MAX_PRIORITY = 255
@@ -79,10 +81,36 @@ class QueueArguments:
     max_priority: int | None = None
     single_active_consumer: bool = False
     queue_type: str = "classic"
+    # Message lifecycle extensions (docs/lifecycle.md).
+    delivery_limit: int | None = None
+    retry_type: str = "disabled"
+    retry_min_ms: int = 1000
+    retry_max_ms: int | None = None
+    retry_backoff: str = "linear"
+    consumer_timeout_ms: int | None = None
+    deduplication: bool = False
+    dedup_cache_size: int = 10_000
+    dedup_cache_ttl_ms: int | None = None
+    dedup_header: str | None = None
+
+    @property
+    def delayed_retry(self) -> bool:
+        return self.retry_type != "disabled"
+
+    @property
+    def adds_delivery_count(self) -> bool:
+        """Redeliveries carry an x-delivery-count header (as quorum queues do)."""
+        return self.delayed_retry or self.delivery_limit is not None or self.queue_type == "quorum"
 
     @classmethod
-    def parse(cls, arguments: dict[str, Any]) -> "QueueArguments":
-        """Validate `arguments`; raises InvalidArgument on the first bad one."""
+    def parse(cls, arguments: dict[str, Any], defaults: dict[str, Any] | None = None) -> "QueueArguments":
+        """Validate `arguments`; raises InvalidArgument on the first bad one.
+
+        `defaults` (x-argument keys, from the configuration's [[queue_defaults]]) apply where
+        `arguments` does not set the key.
+        """
+        if defaults:
+            arguments = {**defaults, **arguments}
         get = arguments.get
         settings: dict[str, Any] = {}
         if get("x-message-ttl") is not None:
@@ -118,4 +146,38 @@ class QueueArguments:
             settings["queue_type"] = queue_type
         if get("x-queue-mode") is not None:
             _choice("x-queue-mode", get("x-queue-mode"), QUEUE_MODES)
+        _parse_lifecycle(get, settings)
         return cls(**settings)
+
+
+def _boolean(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgument(key, f"{{unacceptable_type,{_type_name(value)}}}")
+    return value
+
+
+def _parse_lifecycle(get: Any, settings: dict[str, Any]) -> None:
+    """Delivery limit, delayed retry, consumer timeout and deduplication arguments."""
+    if get("x-delivery-limit") is not None:
+        settings["delivery_limit"] = _integer("x-delivery-limit", get("x-delivery-limit"), 0)
+    if get("x-delayed-retry-type") is not None:
+        settings["retry_type"] = _choice("x-delayed-retry-type", get("x-delayed-retry-type"), RETRY_TYPES)
+    if get("x-delayed-retry-min") is not None:
+        settings["retry_min_ms"] = _integer("x-delayed-retry-min", get("x-delayed-retry-min"), 0)
+    if get("x-delayed-retry-max") is not None:
+        maximum = _integer("x-delayed-retry-max", get("x-delayed-retry-max"), 0)
+        if maximum < settings.get("retry_min_ms", QueueArguments.retry_min_ms):
+            raise InvalidArgument("x-delayed-retry-max", f"{{less_than_min,{maximum}}}")
+        settings["retry_max_ms"] = maximum
+    if get("x-delayed-retry-backoff") is not None:
+        settings["retry_backoff"] = _choice("x-delayed-retry-backoff", get("x-delayed-retry-backoff"), RETRY_BACKOFFS)
+    if get("x-consumer-timeout") is not None:
+        settings["consumer_timeout_ms"] = _integer("x-consumer-timeout", get("x-consumer-timeout"), 0) or None
+    if get("x-message-deduplication") is not None:
+        settings["deduplication"] = _boolean("x-message-deduplication", get("x-message-deduplication"))
+    if get("x-cache-size") is not None:
+        settings["dedup_cache_size"] = _integer("x-cache-size", get("x-cache-size"), 1)
+    if get("x-cache-ttl") is not None:
+        settings["dedup_cache_ttl_ms"] = _integer("x-cache-ttl", get("x-cache-ttl"), 1)
+    if get("x-deduplication-header") is not None:
+        settings["dedup_header"] = _text("x-deduplication-header", get("x-deduplication-header"))

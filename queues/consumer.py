@@ -29,7 +29,9 @@ class Consumer:
     counts its deliveries not yet acked. Both limits apply at once with the channel's global one.
     """
 
-    __slots__ = ("tag", "queue", "sink", "no_ack", "exclusive", "priority", "prefetch_count", "unacked", "arguments")
+    __slots__ = (
+        "tag", "queue", "sink", "no_ack", "exclusive", "priority", "prefetch_count", "unacked", "arguments", "timeout_ms",
+    )
 
     def __init__(
         self,
@@ -42,7 +44,9 @@ class Consumer:
         priority: int = 0,
         prefetch_count: int = 0,
         arguments: dict[str, Any] | None = None,
+        timeout_ms: int | None = None,
     ) -> None:
+        """`timeout_ms`: a delivery unacked for longer times out (consumer timeout; None: never)."""
         self.tag = tag
         self.queue = queue
         self.sink = sink
@@ -52,6 +56,7 @@ class Consumer:
         self.prefetch_count = prefetch_count
         self.unacked = 0
         self.arguments = arguments or {}
+        self.timeout_ms = timeout_ms
 
     def has_capacity(self) -> bool:
         if not self.no_ack and self.prefetch_count and self.unacked >= self.prefetch_count:

@@ -36,14 +36,15 @@ class QueueJournal:
         self.store = store
         self.committer = committer
 
-    def recover(self) -> tuple[list[tuple[int, int, int]], int]:
-        """(seq, delivery_count, body_size) of the messages still in the queue, in order, and
-        the next sequence number to use. A message that had been delivered before the restart
+    def recover(self) -> tuple[list[tuple[int, int, int, int | None]], int]:
+        """(seq, delivery_count, body_size, due_at_ms) of the messages still in the queue, in
+        order, and the next sequence number to use. `due_at_ms` is set for a message that was
+        waiting for a delayed retry. A message that had been delivered before the restart
         counts as delivered at least once, so it comes back redelivered.
         """
         recovery = self.store.recover()
         recovered = [
-            (message.seq, max(message.delivery_count, 1 if message.redelivered else 0), size)
+            (message.seq, max(message.delivery_count, 1 if message.redelivered else 0), size, message.due_at_ms)
             for message, size in zip(recovery, recovery.body_sizes)
         ]
         return recovered, recovery.next_seq
@@ -86,6 +87,12 @@ class QueueJournal:
 
     def requeued(self, entry: QueueEntry) -> None:
         self.store.append_state(entry.seq, "requeued", _now_ms(), delivery_count=entry.delivery_count)
+
+    def waiting(self, entry: QueueEntry, due_at_ms: int) -> None:
+        """The message waits for a delayed retry until `due_at_ms`."""
+        self.store.append_state(
+            entry.seq, "waiting_retry", _now_ms(), delivery_count=entry.delivery_count, due_at_ms=due_at_ms
+        )
 
     def acked(self, entry: QueueEntry) -> None:
         self.store.append_state(entry.seq, "acked", _now_ms())

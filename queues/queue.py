@@ -17,11 +17,16 @@ from typing import Any
 from queues import dead_letter
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
+from queues.deduplication import DeduplicationCache
+from queues.delayed_retry import DelayedRetry, retry_delay_ms
 from queues.journal import QueueJournal
 from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget
 from queues.message import FLAG_EXPIRATION, Message
+from queues.priority_ready_messages import PriorityReadyMessages
 from queues.queue_entry import GONE, READY, QueueEntry
 from queues.ready_messages import ReadyMessages
+from queues.recovered_expiry import RecoveredExpiry
+from queues.single_active_consumer import ActiveConsumer
 from queues.timers import Timer, Timers
 
 # Flow control: while a queue that has consumers holds more than FLOW_HIGH ready messages,
@@ -35,6 +40,7 @@ FLOW_LOW = 1000
 REJECTED = 0  # x-overflow reject-publish at the length limit: the publisher gets a nack
 ENQUEUED = 1
 ENQUEUED_DURABLY = 2  # written to the journal: a confirm must wait for its fsync
+DUPLICATE = 3  # x-message-deduplication saw its id recently: accepted (confirmed), not enqueued
 
 # Called to dead-letter entries that left `queue` for `reason` (set by the vhost, which routes).
 DeadLetterer = Callable[["Queue", list[QueueEntry], str], None]
@@ -63,6 +69,11 @@ class Queue:
 
     `exclusive_owner` is the connection that owns an exclusive queue (None otherwise): the
     queue itself only compares it by identity.
+
+    This class coordinates; each lifecycle feature lives in its own module: delayed retry
+    (delayed_retry.py, retry_lanes.py), priorities (priority_ready_messages.py), single active
+    consumer (single_active_consumer.py), deduplication (deduplication.py), dead-lettering
+    (dead_letter.py), TTL of recovered messages (recovered_expiry.py). docs/lifecycle.md.
     """
 
     def __init__(
@@ -78,19 +89,40 @@ class Queue:
         dead_letterer: DeadLetterer | None = None,
         journal: QueueJournal | None = None,
         memory_budget: MemoryBudget | None = None,
+        defaults: dict[str, Any] | None = None,
     ) -> None:
-        """Raises queues.arguments.InvalidArgument for x-arguments RabbitMQ would refuse."""
+        """Raises queues.arguments.InvalidArgument for x-arguments RabbitMQ would refuse.
+
+        `defaults` are x-arguments from the configuration ([[queue_defaults]]); the queue's own
+        `arguments` win over them.
+        """
         self.name = name
         self.vhost = vhost
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
-        self.settings = QueueArguments.parse(self.arguments)
+        self.settings = settings = QueueArguments.parse(self.arguments, defaults)
         self.timers = timers if timers is not None else Timers()
         self.dead_letterer = dead_letterer
         self.journal = journal
-        self.ready = ReadyMessages(self._load_paged if journal is not None else None, memory_budget)
+        loader = self.load_paged if journal is not None else None
+        if settings.max_priority:
+            self.ready = PriorityReadyMessages(settings.max_priority, loader, memory_budget)
+        else:
+            self.ready = ReadyMessages(loader, memory_budget)
+        # Redeliveries carry x-delivery-count (read by the channel only for redeliveries).
+        self.adds_delivery_count = settings.adds_delivery_count
+        self.retry: DelayedRetry | None = None  # messages waiting for a delayed retry, made on first use
+        self.dedup: DeduplicationCache | None = None
+        if settings.deduplication:
+            self.dedup = DeduplicationCache(settings.dedup_cache_size, settings.dedup_cache_ttl_ms, settings.dedup_header)
+            self.publish = self._publish_once  # type: ignore[method-assign]
+        self.single_active: ActiveConsumer | None = None
+        if settings.single_active_consumer:
+            self.single_active = ActiveConsumer()
+            self._next_consumer = self.single_active.next_with_room  # type: ignore[method-assign]
+        self._recovered_expiry: RecoveredExpiry | None = None
         self.unacked_count = 0
         self.stats = QueueStats()
         self.deleted = False
@@ -127,6 +159,11 @@ class Queue:
     def consumer_count(self) -> int:
         return self._consumer_count
 
+    @property
+    def waiting_count(self) -> int:
+        """Messages waiting for a delayed retry (neither ready nor unacked)."""
+        return len(self.retry) if self.retry is not None else 0
+
     def consumers(self) -> list[Consumer]:
         return [consumer for _priority, group in self._groups for consumer in group]
 
@@ -153,7 +190,7 @@ class Queue:
             self.journal.published(entry)
             if self._should_page():
                 # Memory is tight and a consumer will not want it soon: keep it on disk only.
-                self.ready.append_paged(entry.seq, 0, len(message.body))
+                self.ready.page(entry)
                 return ENQUEUED_DURABLY
             outcome = ENQUEUED_DURABLY
         else:
@@ -168,11 +205,25 @@ class Queue:
             self._drop_head_over_limit()
         return outcome
 
+    def _publish_once(self, message: Message) -> int:
+        """publish() of a queue with x-message-deduplication: a recently seen id is not enqueued."""
+        dedup = self.dedup
+        key = dedup.id_of(message)
+        if key is None:
+            return Queue.publish(self, message)
+        if dedup.is_duplicate(key, message.published_at):
+            return DUPLICATE
+        outcome = Queue.publish(self, message)
+        if outcome != REJECTED:
+            dedup.remember(key, message, message.published_at)
+        return outcome
+
     def _should_page(self) -> bool:
         ready = self.ready
         return ready.in_memory >= KEEP_PER_QUEUE and (ready.budget.exhausted or len(ready) > ready.in_memory)
 
-    def _load_paged(self, seq: int, delivery_count: int) -> QueueEntry | None:
+    def load_paged(self, seq: int, delivery_count: int) -> QueueEntry | None:
+        """Read a paged-out message back from the journal (None if it cannot be read)."""
         entry = self.journal.load(seq, delivery_count)
         if entry is not None:
             entry.expires_at = self._expiry_of(entry.message)
@@ -182,13 +233,30 @@ class Queue:
         """Take back the journaled messages (at startup), paged out; returns how many came back.
 
         They are read from disk as they near the head of the queue, so recovering a long
-        queue costs its index, not its messages.
+        queue costs its index, not its messages. A message that was waiting for a delayed
+        retry waits again until its due time, or is ready at once if that passed meanwhile.
         """
         if self.journal is None:
             return 0
         recovered, self._next_seq = self.journal.recover()
-        for seq, delivery_count, size in recovered:
-            self.ready.append_paged(seq, delivery_count, size)
+        now_ms = int(self.timers.clock() * 1000)
+        waiting: list[tuple[int, int, int]] = []
+        by_priority = isinstance(self.ready, PriorityReadyMessages)
+        for seq, delivery_count, size, due_ms in recovered:
+            if due_ms is not None and due_ms > now_ms:
+                waiting.append((seq, delivery_count, due_ms))
+            elif by_priority:
+                # Its level depends on its properties: read it once to know (priority queues only).
+                entry = self.journal.load(seq, delivery_count)
+                if entry is not None:
+                    self.ready.page(entry)
+            else:
+                self.ready.append_paged(seq, delivery_count, size)
+        if waiting:
+            self._delayed_retry().recover(waiting)
+        if self.settings.message_ttl_ms is not None and len(self.ready) and not by_priority:
+            # Recovered messages are paged out, so no expiry timer knows them: expire from the head.
+            self._recovered_expiry = RecoveredExpiry(self, self._next_seq)
         return len(recovered)
 
     # -- length limits -----------------------------------------------------------------
@@ -288,6 +356,8 @@ class Queue:
             self._groups.sort(key=lambda item: -item[0])
         self._consumer_count += 1
         self._had_consumers = True
+        if self.single_active is not None:
+            self.single_active.add(consumer)
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -300,6 +370,8 @@ class Queue:
                 break
         else:
             return
+        if self.single_active is not None:
+            self.single_active.remove(consumer)
         if not self._consumer_count:
             self.release_flow()
             self.touch()
@@ -417,14 +489,58 @@ class Queue:
         self.settle(entry, consumer)
         self._dead_letter([entry], dead_letter.REJECTED)
 
-    def requeue(self, entries: Iterable[tuple[QueueEntry, Consumer | None]]) -> None:
-        """Put unacked deliveries back at their original positions, then dispatch."""
+    def requeue(self, entries: Iterable[tuple[QueueEntry, Consumer | None]], cause: str | None = None) -> None:
+        """Unacked deliveries come back, then dispatch.
+
+        `cause` is why: delayed_retry.FAILED (reject/nack) or RETURNED (the consumer went away,
+        timed out, or basic.recover); None (a management "get" that requeues) neither counts
+        towards x-delivery-limit nor waits. A message past its delivery limit is dead-lettered
+        (reason delivery_limit); one the queue's delayed retry covers waits; every other one
+        goes back to its original position.
+        """
         for entry, consumer in entries:
             self.settle(entry, consumer)
-            if not self.deleted:
-                self.ready.put_back(entry)
-                if entry.persisted:
-                    self.journal.requeued(entry)
+            if self.deleted:
+                continue
+            if cause is not None:
+                limit = self.settings.delivery_limit
+                if limit is not None and entry.delivery_count > limit:
+                    self._dead_letter([entry], dead_letter.DELIVERY_LIMIT)
+                    continue
+                delay = retry_delay_ms(self.settings, entry.delivery_count, cause)
+                if delay:
+                    self._delayed_retry().hold(entry, delay)
+                    continue
+            self._put_back(entry)
+        self.dispatch()
+
+    def _put_back(self, entry: QueueEntry) -> None:
+        self.ready.put_back(entry)
+        if entry.persisted:
+            self.journal.requeued(entry)
+        if entry.expires_at:
+            self._track_expiry(entry)  # a message whose TTL passed meanwhile expires at once
+
+    # -- delayed retry -----------------------------------------------------------------
+
+    def _delayed_retry(self) -> DelayedRetry:
+        if self.retry is None:
+            self.retry = DelayedRetry(self)
+        return self.retry
+
+    def return_from_retry(self, entry: QueueEntry) -> None:
+        """A message's retry delay passed: it is ready again at its original position (or expired)."""
+        if entry.expires_at and entry.expires_at <= self.timers.clock():
+            entry.state = GONE
+            self._dead_letter([entry], dead_letter.EXPIRED)
+            return
+        self._put_back(entry)
+
+    def after_retry_release(self) -> None:
+        """Messages came back from waiting: enforce the length limit and deliver them."""
+        settings = self.settings
+        if settings.max_length is not None or settings.max_length_bytes is not None:
+            self._drop_head_over_limit()
         self.dispatch()
 
     # -- queue expiry (x-expires) ------------------------------------------------------
@@ -450,11 +566,21 @@ class Queue:
     # -- administration ----------------------------------------------------------------
 
     def purge(self) -> int:
-        """Drop every ready message; return how many there were."""
+        """Drop every ready message and every message waiting for a retry; return how many."""
         self._expiry_heap.clear()
         if self.journal is not None:
             self.journal.purge()
-        return self.ready.clear()
+        waiting = self._clear_waiting()
+        return self.ready.clear() + waiting
+
+    def _clear_waiting(self) -> int:
+        if self.retry is None:
+            return 0
+        removed = self.retry.clear()
+        for item in removed:
+            if item.entry is not None:
+                item.entry.state = GONE
+        return len(removed)
 
     def delete(self) -> list[Consumer]:
         """Mark deleted and return the consumers that must be told (basic.cancel)."""
@@ -464,6 +590,9 @@ class Queue:
             if timer is not None:
                 timer.cancel()
         self._expiry_heap.clear()
+        self._clear_waiting()
+        if self._recovered_expiry is not None:
+            self._recovered_expiry.stop()
         consumers = self.consumers()
         self._groups.clear()
         self._consumer_count = 0

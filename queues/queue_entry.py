@@ -7,6 +7,7 @@ from queues.message import Message
 READY = 0
 UNACKED = 1
 GONE = 2  # acked, dropped, expired or dead-lettered
+WAITING = 3  # returned by a consumer and waiting for its delayed retry (neither ready nor unacked)
 
 
 class QueueEntry:

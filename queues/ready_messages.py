@@ -86,8 +86,8 @@ class ReadyMessages:
         self._hold(size)
         self.bytes += size
 
-    def append_paged(self, seq: int, delivery_count: int, size: int) -> None:
-        """Add a message that only the journal holds."""
+    def append_paged(self, seq: int, delivery_count: int, size: int, priority: int = 0) -> None:
+        """Add a message that only the journal holds (`priority` is for PriorityReadyMessages)."""
         fifo = self._fifo
         tail = fifo[-1] if fifo else None
         if not isinstance(tail, PagedRun):
@@ -96,6 +96,10 @@ class ReadyMessages:
         tail.add(seq, delivery_count, size)
         self._count += 1
         self.bytes += size
+
+    def page(self, entry: QueueEntry) -> None:
+        """Add a journaled message but keep only its number in memory (memory is tight)."""
+        self.append_paged(entry.seq, entry.delivery_count, len(entry.message.body))
 
     def put_back(self, entry: QueueEntry) -> None:
         entry.state = READY

@@ -1,9 +1,13 @@
 """The one timer mechanism: a heap of deadlines serviced by one task.
 
-Every delay in the broker (message TTL, queue expiry, delayed redelivery, consumer timeouts)
-is a `Timer` in this heap, not a task or `call_later` per message. The event loop side
-(`amqp_server.server`) sleeps until `next_deadline()` and calls `run_due()`; unit tests call
-`run_due()` themselves with the time they want.
+Every delay in the broker (message TTL, queue expiry, delayed redelivery, x-delay, consumer
+timeouts) is a `Timer` in this heap, not a task or `call_later` per message. A structure that
+holds many deadlines (a queue's expiring messages, its messages waiting for a retry, a delayed
+exchange's pending messages) keeps them itself and puts only its earliest one here, through a
+`Deadline`; so the heap holds a few entries per queue, not one per message.
+
+The event loop side (`amqp_server.server.drive_timers`) sleeps until `next_deadline()` and calls
+`run_due()`; unit tests call `run_due()` themselves with the time they want.
 """
 
 from __future__ import annotations
@@ -16,19 +20,27 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
+# Cancelled timers stay in the heap until due; once they are this many and more than half of
+# it, the heap is rebuilt without them (a re-armed deadline 49 days out must not pile up).
+_COMPACT_MIN_CANCELLED = 1024
+
 
 class Timer:
     """A scheduled callback; `cancel()` makes it a no-op (it stays in the heap until due)."""
 
-    __slots__ = ("when", "callback", "cancelled")
+    __slots__ = ("when", "callback", "cancelled", "_timers")
 
-    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+    def __init__(self, when: float, callback: Callable[[], None], timers: "Timers | None" = None) -> None:
         self.when = when
         self.callback = callback
         self.cancelled = False
+        self._timers = timers
 
     def cancel(self) -> None:
-        self.cancelled = True
+        if not self.cancelled:
+            self.cancelled = True
+            if self._timers is not None:
+                self._timers._cancelled += 1
 
 
 class Timers:
@@ -39,6 +51,7 @@ class Timers:
         self.clock = clock
         self._heap: list[tuple[float, int, Timer]] = []
         self._order = itertools.count()
+        self._cancelled = 0  # cancelled timers still in the heap
         # Called when a new earliest deadline appears, so the driver can wake up sooner.
         self.on_earlier_deadline: Callable[[float], None] = lambda when: None
 
@@ -46,9 +59,12 @@ class Timers:
         return len(self._heap)
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
-        timer = Timer(when, callback)
-        earliest = self._heap[0][0] if self._heap else None
-        heapq.heappush(self._heap, (when, next(self._order), timer))
+        timer = Timer(when, callback, self)
+        heap = self._heap
+        if self._cancelled >= _COMPACT_MIN_CANCELLED and self._cancelled * 2 > len(heap):
+            self._compact()
+        earliest = heap[0][0] if heap else None
+        heapq.heappush(heap, (when, next(self._order), timer))
         if earliest is None or when < earliest:
             self.on_earlier_deadline(when)
         return timer
@@ -60,6 +76,7 @@ class Timers:
         heap = self._heap
         while heap and heap[0][2].cancelled:
             heapq.heappop(heap)
+            self._cancelled -= 1
         return heap[0][0] if heap else None
 
     def run_due(self, now: float | None = None) -> int:
@@ -70,6 +87,7 @@ class Timers:
         while heap and heap[0][0] <= now:
             timer = heapq.heappop(heap)[2]
             if timer.cancelled:
+                self._cancelled -= 1
                 continue
             timer.cancelled = True
             try:
@@ -78,3 +96,42 @@ class Timers:
                 log.exception("timer callback failed")
             ran += 1
         return ran
+
+    def _compact(self) -> None:
+        self._heap = [item for item in self._heap if not item[2].cancelled]
+        heapq.heapify(self._heap)
+        self._cancelled = 0
+
+
+class Deadline:
+    """The earliest deadline of a structure that holds many: one Timer, moved only earlier.
+
+    `arm(when)` makes sure `callback` runs at or before `when` (a later `when` than the one
+    armed changes nothing: the callback, when it runs, handles what is due and re-arms for the
+    next). `disarm()` cancels it.
+    """
+
+    __slots__ = ("timers", "callback", "_timer")
+
+    def __init__(self, timers: Timers, callback: Callable[[], None]) -> None:
+        self.timers = timers
+        self.callback = callback
+        self._timer: Timer | None = None
+
+    @property
+    def when(self) -> float | None:
+        timer = self._timer
+        return None if timer is None or timer.cancelled else timer.when
+
+    def arm(self, when: float) -> None:
+        timer = self._timer
+        if timer is not None and not timer.cancelled:
+            if timer.when <= when:
+                return
+            timer.cancel()
+        self._timer = self.timers.call_at(when, self.callback)
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

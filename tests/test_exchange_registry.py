@@ -4,11 +4,13 @@ import pytest
 
 from exchanges import (EXCHANGE_TYPES, DirectExchange, Exchange, FanoutExchange, HeadersExchange,
                        TopicExchange, UnknownExchangeType, create_exchange)
+from exchanges.delayed import DelayedMessageExchange
 
 
-def test_registry_has_the_four_standard_types():
+def test_registry_has_the_four_standard_types_and_the_delayed_message_type():
     assert EXCHANGE_TYPES == {"direct": DirectExchange, "fanout": FanoutExchange,
-                              "topic": TopicExchange, "headers": HeadersExchange}
+                              "topic": TopicExchange, "headers": HeadersExchange,
+                              "x-delayed-message": DelayedMessageExchange}
 
 
 @pytest.mark.parametrize("type_name", ["direct", "fanout", "topic", "headers"])
@@ -22,7 +24,7 @@ def test_create_exchange_builds_the_named_type_with_its_flags(type_name):
     assert exchange.binding_count() == 0
 
 
-@pytest.mark.parametrize("type_name", ["foo", "x-delayed-message", "Direct", ""])
+@pytest.mark.parametrize("type_name", ["foo", "x-consistent-hash", "Direct", ""])
 def test_unknown_type_raises_with_rabbitmq_text(type_name):
     with pytest.raises(UnknownExchangeType) as caught:
         create_exchange(type_name, "x")

@@ -1,0 +1,193 @@
+"""Messages an x-delayed-message exchange holds until their x-delay passes.
+
+Routing treats a `DelayedMessages` like a queue: the vhost routes a message with a positive
+x-delay that reaches a delayed exchange here instead of through its bindings, and `publish`
+holds it. When it is due, `release` (the vhost) routes it through the exchange's bindings as
+they are then, with x-delay negated as the plugin does (so it is not delayed again) and its
+publish time reset (a queue's TTL counts from then).
+
+Pending messages are a heap of integers `due_ms << 40 | seq` (about 44 bytes each); the
+message itself stays in memory only when it is not journaled. A durable exchange journals its
+persistent messages in a QueueStore under the reserved internal name
+`amq.x-delayed-message.<exchange>` (a queue name no client can declare): a message record,
+then a `waiting_retry` state record carrying the due time; `acked` once it was routed,
+`dropped` when nothing took it. So pending messages survive a restart and are released at
+their due time, or at once when it passed while the broker was down. Any delay is allowed
+(no 2^32-1 ms ceiling): due times are 64-bit milliseconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from queues.journal import QueueJournal
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header, decode_properties
+from queues.queue import ENQUEUED, ENQUEUED_DURABLY
+from queues.timers import Deadline, Timers
+
+log = logging.getLogger(__name__)
+
+DELAY_HEADER = "x-delay"
+STORE_PREFIX = "amq.x-delayed-message."
+_SEQ_BITS = 40
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+RELEASE_BATCH = 10_000  # messages released per timer run before yielding to the event loop
+
+# Routes a released message; returns True if any queue took it.
+Release = Callable[[Message], bool]
+
+
+def delay_of(headers: dict[str, Any] | None) -> int:
+    """The delay in ms an x-delay header asks for; 0 when there is none or it is not positive.
+
+    Integers are taken as they are, text is parsed and a float truncated, as the plugin does;
+    anything else means no delay.
+    """
+    if not headers:
+        return 0
+    value = headers.get(DELAY_HEADER)
+    if value is None or isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        delay = value
+    elif isinstance(value, float):
+        delay = int(value)
+    elif isinstance(value, (str, bytes)):
+        try:
+            delay = int(value)
+        except ValueError:
+            return 0
+    else:
+        return 0
+    return delay if delay > 0 else 0
+
+
+def store_name(exchange: str) -> str:
+    """The internal queue-store name that journals a durable delayed exchange's messages."""
+    return STORE_PREFIX + exchange
+
+
+class DelayedMessages:
+    """The pending messages of one delayed exchange; see the module docstring."""
+
+    congested = False  # routing asks every destination; holding never pushes back on publishers
+
+    def __init__(self, name: str, timers: Timers, release: Release, journal: QueueJournal | None = None) -> None:
+        self.name = name
+        self.release = release
+        self.journal = journal
+        self.clock = timers.clock
+        self._due: list[int] = []
+        self._held: dict[int, Message] = {}  # seq -> message, for messages not journaled
+        self._next_seq = 1
+        self.deadline = Deadline(timers, self.release_due)
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def recover(self) -> int:
+        """Take back the journaled pending messages (at startup); returns how many."""
+        if self.journal is None:
+            return 0
+        recovery = self.journal.store.recover()
+        now_ms = self._now_ms()
+        self._due = [
+            ((message.due_at_ms if message.due_at_ms is not None else now_ms) << _SEQ_BITS) | message.seq
+            for message in recovery
+        ]
+        heapq.heapify(self._due)
+        self._next_seq = recovery.next_seq
+        self._rearm(now_ms)
+        return len(self._due)
+
+    def publish(self, message: Message) -> int:
+        """Hold `message` (it carries a positive x-delay) until its time; like Queue.publish."""
+        delay = delay_of(message.headers)
+        due_ms = int(message.published_at * 1000) + delay
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        if self.journal is not None and message.is_persistent:
+            store = self.journal.store
+            store.append_message(
+                seq,
+                int(message.published_at * 1000),
+                message.exchange,
+                message.routing_key,
+                message.raw_header[CONTENT_HEADER_PREFIX_SIZE:],
+                message.body,
+            )
+            store.append_state(seq, "waiting_retry", self._now_ms(), due_at_ms=due_ms)
+            outcome = ENQUEUED_DURABLY
+        else:
+            self._held[seq] = message
+            outcome = ENQUEUED
+        heapq.heappush(self._due, (due_ms << _SEQ_BITS) | seq)
+        self.deadline.arm(due_ms / 1000.0)
+        return outcome
+
+    def release_due(self) -> None:
+        """Timer callback: route the messages whose time has come (a batch at a time)."""
+        now_ms = self._now_ms()
+        due = self._due
+        limit = (now_ms + 1) << _SEQ_BITS
+        released = 0
+        while due and due[0] < limit and released < RELEASE_BATCH:
+            seq = heapq.heappop(due) & _SEQ_MASK
+            released += 1
+            message = self._held.pop(seq, None)
+            journaled = message is None
+            if journaled:
+                message = self._load(seq)
+                if message is None:
+                    continue
+            routed = self.release(_released_copy(message, now_ms / 1000.0))
+            if journaled:
+                self.journal.store.append_state(seq, "acked" if routed else "dropped", now_ms)
+        self._rearm(now_ms)
+
+    def _rearm(self, now_ms: int) -> None:
+        if self._due:
+            due_ms = self._due[0] >> _SEQ_BITS
+            # Still due now: the batch was full, so continue after other work.
+            self.deadline.arm(max(due_ms, now_ms + 1) / 1000.0)
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def _load(self, seq: int) -> Message | None:
+        try:
+            record = self.journal.store.read_message(seq)
+        except (KeyError, OSError, ValueError) as error:
+            log.error("delayed exchange %r: message %d could not be read back: %s", self.name, seq, error)
+            return None
+        message = Message(
+            record.exchange, record.routing_key, content_header(len(record.body), record.raw_properties), record.body
+        )
+        message.published_at = record.published_at_ms / 1000.0
+        return message
+
+    def delete(self) -> None:
+        """The exchange was deleted: its pending messages go, and so do their files."""
+        self.deadline.disarm()
+        self._due.clear()
+        self._held.clear()
+        if self.journal is not None:
+            self.journal.delete()
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+
+def _released_copy(message: Message, now: float) -> Message:
+    """The message as routed when due: x-delay negated (as the plugin does), published now."""
+    properties = decode_properties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
+    headers = dict(properties.headers or {})
+    headers[DELAY_HEADER] = -delay_of(headers)
+    properties.headers = headers
+    copy = message.with_properties(properties)
+    copy.published_at = now
+    return copy

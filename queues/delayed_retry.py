@@ -1,0 +1,103 @@
+"""Delayed redelivery: a message that comes back to its queue waits before it is ready again.
+
+The queue's `x-delayed-retry-type` says which returns wait: `failed` (basic.reject / basic.nack
+with requeue=true), `returned` (the consumer went away without settling it: channel or
+connection closed, basic.recover, consumer timeout), `all`, or none (`disabled`, the default).
+The delay grows with the message's delivery count:
+
+  linear:      min(x-delayed-retry-min × count, x-delayed-retry-max)   (RabbitMQ 4.3)
+  exponential: min(x-delayed-retry-min × 2^(count-1), x-delayed-retry-max)
+
+While it waits the message is neither ready nor unacked, so other messages keep flowing. A
+persistent message of a durable queue waits paged out (only its number, count and due time
+stay in memory) and is journaled as `waiting_retry` with its due time, so it survives a
+restart and comes back at that time, or at once when it fell due while the broker was down.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from queues.arguments import QueueArguments
+from queues.queue_entry import WAITING
+from queues.retry_lanes import RetryLanes, Waiting
+from queues.timers import Deadline
+
+if TYPE_CHECKING:
+    from queues.queue import Queue
+    from queues.queue_entry import QueueEntry
+
+# Why an unacked delivery came back (the `cause` of Queue.requeue).
+FAILED = "failed"  # the client rejected it: basic.reject / basic.nack with requeue=true
+RETURNED = "returned"  # the client went away or gave up on it without settling it
+
+# A delay is never longer than this (about 35 years): keeps due times far inside u63 milliseconds.
+MAX_DELAY_MS = 1 << 40
+
+
+def retry_delay_ms(settings: QueueArguments, delivery_count: int, cause: str | None) -> int:
+    """How long a message returned for `cause` after `delivery_count` deliveries waits (0: not at all)."""
+    kind = settings.retry_type
+    if cause is None or kind == "disabled" or (kind != "all" and kind != cause):
+        return 0
+    count = max(delivery_count, 1)
+    minimum = settings.retry_min_ms
+    if settings.retry_backoff == "exponential":
+        delay = minimum << min(count - 1, 48)
+    else:
+        delay = minimum * count
+    maximum = settings.retry_max_ms
+    if maximum is not None and delay > maximum:
+        delay = maximum
+    return min(delay, MAX_DELAY_MS)
+
+
+class DelayedRetry:
+    """The messages of one queue that wait for their retry, and the one timer that releases them."""
+
+    def __init__(self, queue: "Queue") -> None:
+        self.queue = queue
+        self.lanes = RetryLanes()
+        self.deadline = Deadline(queue.timers, self.release_due)
+
+    def __len__(self) -> int:
+        return len(self.lanes)
+
+    def hold(self, entry: "QueueEntry", delay_ms: int) -> None:
+        """`entry` (just returned by a consumer) waits `delay_ms` before it is ready again."""
+        due_ms = int(self.queue.timers.clock() * 1000) + delay_ms
+        entry.state = WAITING
+        if entry.persisted:
+            # The journal holds it: keep only its number (read back when due).
+            self.queue.journal.waiting(entry, due_ms)
+            self.lanes.add(delay_ms, due_ms, entry.seq, entry.delivery_count, None)
+        else:
+            self.lanes.add(delay_ms, due_ms, entry.seq, entry.delivery_count, entry)
+        self.deadline.arm(due_ms / 1000.0)
+
+    def recover(self, waiting: list[tuple[int, int, int]]) -> None:
+        """Messages (seq, delivery_count, due_ms) that were waiting when the broker stopped."""
+        self.lanes.add_recovered(waiting)
+        self._rearm()
+
+    def release_due(self) -> None:
+        """Timer callback: messages whose time has come go back to the ready messages."""
+        queue = self.queue
+        if queue.deleted:
+            return
+        for item in self.lanes.take_due(int(queue.timers.clock() * 1000)):
+            entry = item.entry if item.entry is not None else queue.load_paged(item.seq, item.delivery_count)
+            if entry is not None:
+                queue.return_from_retry(entry)
+        self._rearm()
+        queue.after_retry_release()
+
+    def _rearm(self) -> None:
+        due_ms = self.lanes.next_due_ms()
+        if due_ms is not None:
+            self.deadline.arm(due_ms / 1000.0)
+
+    def clear(self) -> list[Waiting]:
+        """Drop every waiting message (purge, delete); returns them."""
+        self.deadline.disarm()
+        return self.lanes.clear()
