@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
-from queues.queue_defaults import QueueDefault, parse_entry
 from persistence.group_commit import parse_sync_mode
+from queues.queue_defaults import QueueDefault, parse_entry
 
 DEFAULT_USER = "guest"
 DEFAULT_VHOST = "/"
@@ -322,7 +322,7 @@ _STORAGE_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "archive": _boolean,
 }
 
-_SECTIONS = ("server", "limits", "storage", "users", "vhosts", "permissions")
+_SECTIONS = ("server", "limits", "storage", "users", "vhosts", "permissions", "queue_defaults")
 
 
 # ---- the TOML document ----

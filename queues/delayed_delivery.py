@@ -79,7 +79,7 @@ class DelayedMessages:
         self.name = name
         self.release = release
         self.journal = journal
-        self.clock = timers.clock
+        self.timers = timers
         self._due: list[int] = []
         self._held: dict[int, Message] = {}  # seq -> message, for messages not journaled
         self._next_seq = 1
@@ -146,16 +146,17 @@ class DelayedMessages:
             routed = self.release(_released_copy(message, now_ms / 1000.0))
             if journaled:
                 self.journal.store.append_state(seq, "acked" if routed else "dropped", now_ms)
-        self._rearm(now_ms)
+        self._rearm(now_ms, released >= RELEASE_BATCH)
 
-    def _rearm(self, now_ms: int) -> None:
+    def _rearm(self, now_ms: int, batch_full: bool = False) -> None:
         if self._due:
             due_ms = self._due[0] >> _SEQ_BITS
-            # Still due now: the batch was full, so continue after other work.
-            self.deadline.arm(max(due_ms, now_ms + 1) / 1000.0)
+            if batch_full:
+                due_ms = max(due_ms, now_ms + 1)  # more are due: continue after other work
+            self.deadline.arm(due_ms / 1000.0)
 
     def _now_ms(self) -> int:
-        return int(self.clock() * 1000)
+        return int(self.timers.now() * 1000)
 
     def _load(self, seq: int) -> Message | None:
         try:

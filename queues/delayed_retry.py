@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 FAILED = "failed"  # the client rejected it: basic.reject / basic.nack with requeue=true
 RETURNED = "returned"  # the client went away or gave up on it without settling it
 
+RELEASE_BATCH = 10_000  # messages made ready per timer run before yielding to the event loop
 # A delay is never longer than this (about 35 years): keeps due times far inside u63 milliseconds.
 MAX_DELAY_MS = 1 << 40
 
@@ -65,7 +66,7 @@ class DelayedRetry:
 
     def hold(self, entry: "QueueEntry", delay_ms: int) -> None:
         """`entry` (just returned by a consumer) waits `delay_ms` before it is ready again."""
-        due_ms = int(self.queue.timers.clock() * 1000) + delay_ms
+        due_ms = int(self.queue.timers.now() * 1000) + delay_ms
         entry.state = WAITING
         if entry.persisted:
             # The journal holds it: keep only its number (read back when due).
@@ -85,16 +86,20 @@ class DelayedRetry:
         queue = self.queue
         if queue.deleted:
             return
-        for item in self.lanes.take_due(int(queue.timers.clock() * 1000)):
+        now_ms = int(queue.timers.now() * 1000)
+        taken = self.lanes.take_due(now_ms, RELEASE_BATCH)
+        for item in taken:
             entry = item.entry if item.entry is not None else queue.load_paged(item.seq, item.delivery_count)
             if entry is not None:
                 queue.return_from_retry(entry)
-        self._rearm()
+        self._rearm(now_ms, len(taken) >= RELEASE_BATCH)
         queue.after_retry_release()
 
-    def _rearm(self) -> None:
+    def _rearm(self, now_ms: int = 0, batch_full: bool = False) -> None:
         due_ms = self.lanes.next_due_ms()
         if due_ms is not None:
+            if batch_full:
+                due_ms = max(due_ms, now_ms + 1)  # more are due: continue after other work
             self.deadline.arm(due_ms / 1000.0)
 
     def clear(self) -> list[Waiting]:

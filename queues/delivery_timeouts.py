@@ -29,7 +29,7 @@ class DeliveryTimeouts:
         return sum(len(lane) for lane in self._lanes.values())
 
     def track(self, tag: int, timeout_ms: int) -> None:
-        due = self.deadline.timers.clock() + timeout_ms / 1000.0
+        due = self.deadline.timers.now() + timeout_ms / 1000.0
         lane = self._lanes.get(timeout_ms)
         if lane is None:
             lane = self._lanes[timeout_ms] = OrderedDict()
@@ -57,7 +57,7 @@ class DeliveryTimeouts:
         self.deadline.disarm()
 
     def _fire(self) -> None:
-        now = self.deadline.timers.clock()
+        now = self.deadline.timers.now()
         expired: list[int] = []
         for lane in self._lanes.values():
             while lane:

@@ -9,7 +9,6 @@ priority, until messages or room run out. No task or future is created per messa
 from __future__ import annotations
 
 import heapq
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -239,7 +238,7 @@ class Queue:
         if self.journal is None:
             return 0
         recovered, self._next_seq = self.journal.recover()
-        now_ms = int(self.timers.clock() * 1000)
+        now_ms = int(self.timers.now() * 1000)
         waiting: list[tuple[int, int, int]] = []
         by_priority = isinstance(self.ready, PriorityReadyMessages)
         for seq, delivery_count, size, due_ms in recovered:
@@ -301,7 +300,7 @@ class Queue:
 
     def expire_due(self, now: float | None = None) -> int:
         """Remove (or dead-letter) every ready message whose TTL has passed; returns how many."""
-        now = time.time() if now is None else now
+        now = self.timers.now() if now is None else now
         heap = self._expiry_heap
         expired = []
         while heap and heap[0][0] <= now:
@@ -393,7 +392,7 @@ class Queue:
             ready = self.ready
             stats = self.stats
             if self._expiry_heap:
-                now = time.time() if now is None else now
+                now = self.timers.now() if now is None else now
             else:
                 now = 0.0
             while ready:
@@ -447,7 +446,7 @@ class Queue:
     def get(self, no_ack: bool) -> QueueEntry | None:
         """basic.get: the next ready message, or None."""
         self.touch()
-        entry = self._pop_live(time.time()) if self.ready else None
+        entry = self._pop_live(self.timers.now()) if self.ready else None
         if entry is None:
             self.stats.get_empty += 1
             return None
@@ -530,7 +529,7 @@ class Queue:
 
     def return_from_retry(self, entry: QueueEntry) -> None:
         """A message's retry delay passed: it is ready again at its original position (or expired)."""
-        if entry.expires_at and entry.expires_at <= self.timers.clock():
+        if entry.expires_at and entry.expires_at <= self.timers.now():
             entry.state = GONE
             self._dead_letter([entry], dead_letter.EXPIRED)
             return

@@ -28,7 +28,7 @@ class RecoveredExpiry:
         self.queue = queue
         self.first_new_seq = first_new_seq
         self.deadline = Deadline(queue.timers, self.check)
-        self.deadline.arm(queue.timers.clock())
+        self.deadline.arm(queue.timers.now())
 
     def stop(self) -> None:
         self.deadline.disarm()
@@ -36,7 +36,7 @@ class RecoveredExpiry:
     def check(self) -> None:
         queue = self.queue
         ready = queue.ready
-        now = queue.timers.clock()
+        now = queue.timers.now()
         for _ in range(BATCH):
             if queue.deleted or not ready:
                 return

@@ -107,14 +107,14 @@ class RetryLanes:
     def next_due_ms(self) -> int | None:
         return self._heads[0][0] if self._heads else None
 
-    def take_due(self, now_ms: int) -> list[Waiting]:
-        """Remove and return every message due at `now_ms`, earliest first per lane."""
+    def take_due(self, now_ms: int, limit: int | None = None) -> list[Waiting]:
+        """Remove and return the messages due at `now_ms` (at most `limit`), earliest first per lane."""
         taken: list[Waiting] = []
         heads = self._heads
-        while heads and heads[0][0] <= now_ms:
+        while heads and heads[0][0] <= now_ms and (limit is None or len(taken) < limit):
             _due, key = heapq.heappop(heads)
             lane = self._lanes[key]
-            while len(lane) and lane.due[lane.head] <= now_ms:
+            while len(lane) and lane.due[lane.head] <= now_ms and (limit is None or len(taken) < limit):
                 taken.append(lane.take())
             if len(lane):
                 heapq.heappush(heads, (lane.due[lane.head], key))

@@ -52,6 +52,7 @@ class Timers:
         self._heap: list[tuple[float, int, Timer]] = []
         self._order = itertools.count()
         self._cancelled = 0  # cancelled timers still in the heap
+        self._running_at: float | None = None  # the `now` of the run_due in progress
         # Called when a new earliest deadline appears, so the driver can wake up sooner.
         self.on_earlier_deadline: Callable[[float], None] = lambda when: None
 
@@ -72,6 +73,12 @@ class Timers:
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         return self.call_at(self.clock() + delay, callback)
 
+    def now(self) -> float:
+        """The current time as timer callbacks must see it: during `run_due(now)` that `now`
+        (so a test driving time by hand sees consistent times), otherwise the clock."""
+        running_at = self._running_at
+        return self.clock() if running_at is None else running_at
+
     def next_deadline(self) -> float | None:
         heap = self._heap
         while heap and heap[0][2].cancelled:
@@ -84,17 +91,21 @@ class Timers:
         now = self.clock() if now is None else now
         heap = self._heap
         ran = 0
-        while heap and heap[0][0] <= now:
-            timer = heapq.heappop(heap)[2]
-            if timer.cancelled:
-                self._cancelled -= 1
-                continue
-            timer.cancelled = True
-            try:
-                timer.callback()
-            except Exception:  # one failing callback must not stop every other delay in the broker
-                log.exception("timer callback failed")
-            ran += 1
+        self._running_at = now
+        try:
+            while heap and heap[0][0] <= now:
+                timer = heapq.heappop(heap)[2]
+                if timer.cancelled:
+                    self._cancelled -= 1
+                    continue
+                timer.cancelled = True
+                try:
+                    timer.callback()
+                except Exception:  # one failing callback must not stop every other delay in the broker
+                    log.exception("timer callback failed")
+                ran += 1
+        finally:
+            self._running_at = None
         return ran
 
     def _compact(self) -> None:

@@ -1,0 +1,131 @@
+"""Waiting messages and TTLs of durable queues across a restart (a real journal in tmp_path)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pamqp import commands
+
+from persistence.queue_store import QueueStore
+from queues.delayed_retry import FAILED
+from queues.journal import QueueJournal
+from queues.message import Message, content_header
+from queues.queue import Queue
+from queues.timers import Timers
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def open_queue(directory: Path, clock: Clock, arguments: dict) -> Queue:
+    store = QueueStore.for_queue(directory, "/", "q")
+    queue = Queue("q", "/", durable=True, arguments=arguments, timers=Timers(clock), journal=QueueJournal(store, None))
+    queue.recover()
+    return queue
+
+
+def persistent(body: bytes, clock: Clock, **properties) -> Message:
+    raw = commands.Basic.Properties(delivery_mode=2, **properties).marshal()
+    message = Message("", "q", content_header(len(body), raw), body)
+    message.published_at = clock.now
+    return message
+
+
+def stop(queue: Queue) -> None:
+    queue.journal.close()
+
+
+def reject_once(queue: Queue) -> None:
+    entry = queue.get(no_ack=False)
+    queue.after_get(entry)
+    queue.requeue([(entry, None)], FAILED)
+
+
+RETRY = {"x-delayed-retry-type": "failed", "x-delayed-retry-min": 60_000}
+
+
+def test_a_waiting_message_survives_a_restart_and_comes_back_at_its_due_time(tmp_path):
+    clock = Clock()
+    queue = open_queue(tmp_path, clock, RETRY)
+    queue.publish(persistent(b"job", clock))
+    reject_once(queue)
+    assert queue.waiting_count == 1
+    stop(queue)
+
+    clock.now += 30
+    queue = open_queue(tmp_path, clock, RETRY)
+    assert (queue.message_count, queue.waiting_count) == (0, 1)
+    clock.now += 29
+    queue.timers.run_due(clock.now)
+    assert queue.message_count == 0
+    clock.now += 2
+    queue.timers.run_due(clock.now)
+    assert (queue.message_count, queue.waiting_count) == (1, 0)
+    entry = queue.get(no_ack=True)
+    assert (entry.message.body, entry.redelivered, entry.delivery_count) == (b"job", True, 1)
+
+
+def test_a_message_due_during_the_downtime_is_ready_at_once(tmp_path):
+    clock = Clock()
+    queue = open_queue(tmp_path, clock, RETRY)
+    queue.publish(persistent(b"first", clock))
+    queue.publish(persistent(b"second", clock))
+    reject_once(queue)
+    stop(queue)
+
+    clock.now += 3600
+    queue = open_queue(tmp_path, clock, RETRY)
+    assert (queue.message_count, queue.waiting_count) == (2, 0)
+    assert queue.get(no_ack=True).message.body == b"first"  # back at its original position
+
+
+def test_a_waiting_message_that_came_back_is_not_waiting_after_the_next_restart(tmp_path):
+    clock = Clock()
+    queue = open_queue(tmp_path, clock, RETRY)
+    queue.publish(persistent(b"job", clock))
+    reject_once(queue)
+    clock.now += 61
+    queue.timers.run_due(clock.now)
+    assert queue.message_count == 1
+    stop(queue)
+
+    queue = open_queue(tmp_path, clock, RETRY)
+    assert (queue.message_count, queue.waiting_count) == (1, 0)
+
+
+def test_recovered_messages_of_a_ttl_queue_expire_on_time_without_a_consumer(tmp_path):
+    clock = Clock()
+    arguments = {"x-message-ttl": 5000}
+    queue = open_queue(tmp_path, clock, arguments)
+    for n in range(3):
+        queue.publish(persistent(b"%d" % n, clock))
+        clock.now += 1
+    stop(queue)
+
+    queue = open_queue(tmp_path, clock, arguments)
+    assert queue.message_count == 3
+    clock.now += 2.5  # 5.5 s after the first publish: only the first has expired
+    queue.timers.run_due(clock.now)
+    assert queue.message_count == 2
+    clock.now += 2
+    queue.timers.run_due(clock.now)
+    assert queue.message_count == 0
+    assert queue.stats.dead_lettered_expired == 3
+
+
+def test_a_priority_queue_recovers_each_message_at_its_priority(tmp_path):
+    clock = Clock()
+    arguments = {"x-max-priority": 5}
+    queue = open_queue(tmp_path, clock, arguments)
+    for body, priority in ((b"low", 1), (b"high", 5), (b"mid", 3)):
+        queue.publish(persistent(body, clock, priority=priority))
+    stop(queue)
+
+    queue = open_queue(tmp_path, clock, arguments)
+    assert [queue.get(no_ack=True).message.body for _ in range(3)] == [b"high", b"mid", b"low"]
