@@ -262,3 +262,13 @@ def test_report_summarises_each_queue_and_draws_rates(spark_session, scenario, t
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = report.format_summary(summary)
     assert WORK in text and "dead_lettered" in text
+
+
+def test_report_command_prints_the_summary_and_writes_the_chart(spark_session, scenario, tmp_path, capsys):
+    from spark import report
+
+    png = tmp_path / "chart.png"
+    assert report.main([str(scenario.broker.data_dir), "--queue", "spark-*", "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert f"queue '{WORK}': 40 messages" in out and f"queue '{DLQ}'" in out
+    assert png.stat().st_size > 10_000
