@@ -67,7 +67,9 @@ def dead_lettered(
     headers["x-last-death-exchange"] = message.exchange
     properties.headers = headers
     properties.expiration = None
-    return message.with_properties(properties, routing_key)
+    copy = message.with_properties(properties, routing_key)
+    copy.published_at = now  # it enters its next queue now: that queue's TTL counts from here
+    return copy
 
 
 def is_cycle(message: Message, target_queue: str) -> bool:
