@@ -58,6 +58,12 @@ class Broker:
         self.store: DefinitionStore = store or MemoryDefinitionStore()
         self.message_dir = message_dir
         self.committer = GroupCommitter(config.storage.fsync) if message_dir is not None else None
+        self.side_files = None
+        if message_dir is not None and config.storage.parquet_side_files:
+            # Imported only when asked for: it needs pyarrow, which the broker otherwise does not.
+            from spark.side_files import SideFileWriter
+
+            self.side_files = SideFileWriter()
         self._restoring = False
         self._restore(config)
 
@@ -95,7 +101,14 @@ class Broker:
         storage = self.config.storage
         archive = archive or storage.archive or vhost in storage.archive_vhosts
         store = QueueStore.for_queue(
-            self.message_dir, vhost, queue, archive=archive, on_dirty=self.committer.request_flush
+            self.message_dir,
+            vhost,
+            queue,
+            archive=archive,
+            on_dirty=self.committer.request_flush,
+            on_segment_sealed=(
+                (lambda path: self.side_files.segment_sealed(path, vhost, queue)) if self.side_files else None
+            ),
         )
         return QueueJournal(store, self.committer)
 
@@ -115,6 +128,8 @@ class Broker:
             except OSError:
                 log.exception("closing the journal of queue %s failed", journal.store.queue)
         self.committer.close()
+        if self.side_files is not None:
+            self.side_files.close()
 
     # -- connections -------------------------------------------------------------------
 

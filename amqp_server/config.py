@@ -74,6 +74,7 @@ class StorageConfig:
     fsync: str = "always"  # "always" | "batch-ms:N" | "never": what a confirm waits for
     archive: bool = False  # keep fully acked segments under data_dir/archive for analytics
     archive_vhosts: list[str] = field(default_factory=list)  # vhosts archived even when archive is off
+    parquet_side_files: bool = False  # write a Parquet copy of each sealed segment for Spark (needs pyarrow)
 
 
 def _default_users() -> list[UserConfig]:
@@ -320,6 +321,7 @@ def _boolean(value: Any, where: str) -> bool:
 _STORAGE_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "fsync": _fsync_mode,
     "archive": _boolean,
+    "parquet_side_files": _boolean,
 }
 
 _SECTIONS = ("server", "limits", "storage", "users", "vhosts", "permissions", "queue_defaults")

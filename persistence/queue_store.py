@@ -82,6 +82,7 @@ class QueueStore:
         write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
         drain_rollover_size: int = DEFAULT_DRAIN_ROLLOVER_SIZE,
         on_dirty: Callable[["QueueStore"], None] | None = None,
+        on_segment_sealed: Callable[[Path], None] | None = None,
         sync_directory: Callable[[Path], None] = fsync_directory,
     ) -> None:
         if not HEADER_SIZE < segment_size <= _MAX_SEGMENT_SIZE:
@@ -97,6 +98,8 @@ class QueueStore:
         self.write_buffer_size = write_buffer_size
         self.drain_rollover_size = drain_rollover_size
         self.on_dirty = on_dirty
+        # Called with a segment's path when it stops being the tail (no more appends to it).
+        self.on_segment_sealed = on_segment_sealed
         self._sync_directory = sync_directory
         self._segments: list[SegmentEntry] = []
         self._segment_ids: list[int] = []
@@ -393,13 +396,17 @@ class QueueStore:
             os.close(fd)
             path.unlink(missing_ok=True)
             raise
+        sealed = None
         if self._tail is not None and self._tail_fd is not None:
             os.close(self._tail_fd)
             self._unsynced_paths.add(str(self._tail.path))
+            sealed = self._tail.path
         entry = SegmentEntry(first_seq, path, HEADER_SIZE, len(header))
         self._segments.append(entry)
         self._segment_ids.append(first_seq)
         self._tail, self._tail_fd = entry, fd
+        if sealed is not None and self.on_segment_sealed is not None:
+            self.on_segment_sealed(sealed)
         self._dir_dirty = True
         self._next_segment_floor = max(self._next_segment_floor, first_seq)
         return entry

@@ -289,3 +289,14 @@ def test_a_failed_write_leaves_no_torn_record_and_is_retried(tmp_path, monkeypat
     store.flush()
     store, recovery = restart(store, tmp_path)
     assert list(recovery.seqs) == [1, 2, 3] and recovery.problems == []
+
+
+def test_sealed_segments_are_announced_once_complete_and_the_tail_never(tmp_path):
+    sealed: list[Path] = []
+    store, _ = open_store(tmp_path, segment_size=SMALL, on_segment_sealed=sealed.append)
+    publish(store, range(1, 36))
+    assert [path.name for path in sealed] == [f"{sid:020d}.seg" for sid in (1, 11, 21)]
+    for path in sealed:  # everything it will ever hold is already in the file
+        scan = SegmentScan(path)
+        assert sum(1 for _ in scan.records()) == 10
+        scan.close()
