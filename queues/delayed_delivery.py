@@ -123,6 +123,7 @@ class DelayedMessages:
             outcome = ENQUEUED_DURABLY
         else:
             self._held[seq] = message
+            message.forget_decoded_properties()  # held for long: keep only its raw bytes
             outcome = ENQUEUED
         heapq.heappush(self._due, (due_ms << _SEQ_BITS) | seq)
         self.deadline.arm(due_ms / 1000.0)

@@ -104,6 +104,11 @@ class Message:
             return False
         return self.properties.delivery_mode == 2
 
+    def forget_decoded_properties(self) -> None:
+        """Drop the cached decoded properties (they cost several hundred bytes; the raw header
+        stays, so they are decoded again if needed). For messages held a long time."""
+        self._properties = None
+
     def with_properties(self, properties: BasicProperties, routing_key: str | None = None) -> "Message":
         """A copy of this message with other properties (and optionally another routing key)."""
         raw_properties = properties.marshal()
