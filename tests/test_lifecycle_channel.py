@@ -269,3 +269,32 @@ def test_deleting_a_delayed_exchange_drops_its_pending_messages():
     client.call(1, commands.Exchange.Delete(exchange="d"))
     later(client, 1)
     assert client.broker.vhosts["/"].queues["q"].message_count == 0
+
+
+def test_a_message_reaching_a_delayed_exchange_over_an_exchange_binding_is_delayed_too():
+    client = opened_client()
+    delayed_setup(client)
+    client.call(1, commands.Exchange.Declare(exchange="front", exchange_type="fanout"))
+    client.call(1, commands.Exchange.Bind(destination="d", source="front", routing_key=""))
+    queue = client.broker.vhosts["/"].queues["q"]
+    client.publish(1, b"via-front", exchange="front", routing_key="k",
+                   properties=commands.Basic.Properties(headers={"x-delay": 1000}))
+    assert queue.message_count == 0
+    later(client, 1.1)
+    assert queue.message_count == 1
+
+
+def test_dead_lettering_into_a_delayed_exchange_delays_every_message():
+    # The plugin delays only the first of several nacked messages (its issue #52).
+    client = opened_client()
+    delayed_setup(client)
+    declare(client, "work", {"x-dead-letter-exchange": "d", "x-dead-letter-routing-key": "k"})
+    for n in range(3):
+        client.publish(1, b"%d" % n, routing_key="work", properties=commands.Basic.Properties(headers={"x-delay": 1000}))
+    for _ in range(3):
+        client.send(1, commands.Basic.Get(queue="work"))
+    client.send(1, commands.Basic.Nack(delivery_tag=3, multiple=True, requeue=False))
+    queue = client.broker.vhosts["/"].queues["q"]
+    assert queue.message_count == 0
+    later(client, 1.1)
+    assert [e.message.body for e in queue.ready.peek(5)] == [b"0", b"1", b"2"]
