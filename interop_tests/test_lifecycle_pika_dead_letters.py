@@ -1,0 +1,152 @@
+"""Dead-lettering, TTL and length limits with pika, checked against RabbitMQ 3.10 too
+(INTEROP_BROKER_URL); the one place this broker does better than RabbitMQ is marked."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+
+import pika
+import pytest
+from pika.exceptions import NackError
+
+WAIT_S = 8.0
+
+
+@pytest.fixture
+def channel(broker) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    try:
+        yield connection.channel()
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def wait_for_count(channel, queue: str, count: int, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while channel.queue_declare(queue, passive=True).method.message_count != count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{queue} never held {count} messages")
+        time.sleep(0.02)
+
+
+def test_x_death_records_each_queue_and_reason_with_count_and_first_time(broker, channel, unique):
+    work, dead = unique("dl-work"), unique("dl-dead")
+    channel.exchange_declare(unique("dlx"), "fanout", auto_delete=True)
+    dlx = unique("dlx")
+    channel.queue_declare(dead, auto_delete=True)
+    channel.queue_bind(dead, dlx)
+    channel.queue_declare(work, auto_delete=True, arguments={"x-dead-letter-exchange": dlx})
+    channel.basic_publish("", work, b"m", pika.BasicProperties(expiration="60000", headers={"CC": [dead + "-cc"]}))
+    method, _p, _b = channel.basic_get(work)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    wait_for_count(channel, dead, 1)
+    _method, properties, _body = channel.basic_get(dead, auto_ack=True)
+    headers = properties.headers
+    [death] = headers["x-death"]
+    assert death["reason"] == "rejected" and death["queue"] == work and death["count"] == 1
+    assert death["exchange"] == "" and death["routing-keys"] == [work, dead + "-cc"]
+    assert death["original-expiration"] == "60000"
+    assert isinstance(death["time"], datetime.datetime)
+    assert properties.expiration is None
+    assert (headers["x-first-death-queue"], headers["x-first-death-reason"]) == (work, "rejected")
+    if not broker.is_external:  # x-last-death-* came with RabbitMQ 3.13; 3.10 does not set them
+        assert (headers["x-last-death-queue"], headers["x-last-death-reason"]) == (work, "rejected")
+
+
+def test_a_retry_loop_through_a_ttl_queue_counts_deaths_per_queue_and_reason(broker, channel, unique):
+    work, wait = unique("loop-work"), unique("loop-wait")
+    channel.queue_declare(work, auto_delete=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": wait,
+    })
+    channel.queue_declare(wait, auto_delete=True, arguments={
+        "x-message-ttl": 50, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": work,
+    })
+    channel.basic_publish("", work, b"job")
+    for _ in range(2):
+        wait_for_count(channel, work, 1)
+        method, _p, _b = channel.basic_get(work)
+        channel.basic_reject(method.delivery_tag, requeue=False)  # -> wait -> (expired) -> work
+    wait_for_count(channel, work, 1)
+    _method, properties, _body = channel.basic_get(work, auto_ack=True)
+    deaths = [(d["queue"], d["reason"], d["count"]) for d in properties.headers["x-death"]]
+    assert deaths == [(wait, "expired", 2), (work, "rejected", 2)]
+    assert properties.headers["x-first-death-reason"] == "rejected"
+    if not broker.is_external:  # RabbitMQ >= 3.13
+        assert properties.headers["x-last-death-reason"] == "expired"
+
+
+def test_an_expiry_only_cycle_is_dropped(channel, unique):
+    ping, pong = unique("cycle-ping"), unique("cycle-pong")
+    channel.queue_declare(ping, auto_delete=True, arguments={
+        "x-message-ttl": 30, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": pong,
+    })
+    channel.queue_declare(pong, auto_delete=True, arguments={
+        "x-message-ttl": 30, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": ping,
+    })
+    channel.basic_publish("", ping, b"round and round")
+    time.sleep(0.5)
+    assert channel.queue_declare(ping, passive=True).method.message_count == 0
+    assert channel.queue_declare(pong, passive=True).method.message_count == 0
+
+
+def test_max_length_drop_head_dead_letters_the_oldest_as_maxlen(channel, unique):
+    queue, dead = unique("maxlen"), unique("maxlen-dead")
+    channel.queue_declare(dead, auto_delete=True)
+    channel.queue_declare(queue, auto_delete=True, arguments={
+        "x-max-length": 2, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead,
+    })
+    for n in range(4):
+        channel.basic_publish("", queue, b"%d" % n)
+    wait_for_count(channel, dead, 2)
+    assert [channel.basic_get(queue, auto_ack=True)[2] for _ in range(2)] == [b"2", b"3"]
+    dropped = [channel.basic_get(dead, auto_ack=True) for _ in range(2)]
+    assert [body for _m, _p, body in dropped] == [b"0", b"1"]
+    assert all(p.headers["x-death"][0]["reason"] == "maxlen" for _m, p, _b in dropped)
+
+
+@pytest.mark.parametrize("overflow", ["reject-publish", "reject-publish-dlx"])
+def test_a_full_queue_nacks_the_publisher(channel, unique, overflow):
+    queue, dead = unique("full"), unique("full-dead")
+    channel.queue_declare(dead, auto_delete=True)
+    channel.queue_declare(queue, auto_delete=True, arguments={
+        "x-max-length": 1, "x-overflow": overflow, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead,
+    })
+    channel.confirm_delivery()
+    channel.basic_publish("", queue, b"fits")
+    with pytest.raises(NackError):
+        channel.basic_publish("", queue, b"refused")
+    assert channel.queue_declare(queue, passive=True).method.message_count == 1
+    expected_dead = 1 if overflow == "reject-publish-dlx" else 0
+    if expected_dead:
+        wait_for_count(channel, dead, 1)
+    assert channel.queue_declare(dead, passive=True).method.message_count == expected_dead
+
+
+def test_x_expires_deletes_an_unused_queue(channel, unique):
+    queue = unique("expiring")
+    channel.queue_declare(queue, arguments={"x-expires": 300})
+    time.sleep(0.8)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+        channel.queue_declare(queue, passive=True)
+    assert caught.value.reply_code == 404
+
+
+def test_per_message_ttl_expires_behind_a_longer_lived_head(broker, channel, unique):
+    """RabbitMQ expires a message only when it reaches the head (ttl.md); here it leaves on
+    time wherever it is, so a dead-letter consumer is not held up by the message in front."""
+    if broker.is_external:
+        pytest.skip("RabbitMQ expires per-message TTLs only at the head of the queue")
+    queue, dead = unique("ttl-middle"), unique("ttl-middle-dead")
+    channel.queue_declare(dead, auto_delete=True)
+    channel.queue_declare(queue, auto_delete=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead,
+    })
+    channel.basic_publish("", queue, b"long-lived", pika.BasicProperties(expiration="60000"))
+    channel.basic_publish("", queue, b"short-lived", pika.BasicProperties(expiration="200"))
+    wait_for_count(channel, dead, 1, timeout=2.0)
+    assert channel.queue_declare(queue, passive=True).method.message_count == 1
+    _m, properties, body = channel.basic_get(dead, auto_ack=True)
+    assert body == b"short-lived" and properties.headers["x-death"][0]["reason"] == "expired"
