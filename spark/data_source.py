@@ -8,8 +8,10 @@ Spark finds it with no setup through the top-level module ``pyspark_amqp_queue``
 ``DefaultSource``), or after ``spark.register(session)``.
 
 Options: ``path`` (or the argument of ``load``), ``vhost`` (a vhost name),
-``queue`` (a queue name or a glob), ``pushdown`` (``false`` to never take
-filters), ``side_files`` (``false`` to ignore Parquet side files).
+``queue`` (a queue name or a glob), ``include_internal`` (``true`` to also read
+the broker's internal stores: the pending messages of durable delayed
+exchanges), ``pushdown`` (``false`` to never take filters), ``side_files``
+(``false`` to ignore Parquet side files).
 
 Planning (``partitions``, on the driver) lists the queues and measures every
 segment file (``queue_snapshot``); there is one partition per segment, read by
@@ -77,6 +79,7 @@ class QueueReader(DataSourceReader):
         self.vhost = options.get("vhost")
         self.queue = options.get("queue")
         self.side_files = str(options.get("side_files", "true")).lower() != "false"
+        self.include_internal = _boolean_option(options, "include_internal", False)
         self.columns = columns
         self.not_null = not_null
         self.pushed = Pushed()
@@ -84,7 +87,7 @@ class QueueReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         request = self.request()
         parts: list[InputPartition] = []
-        for snapshot in plan(self.path, self.vhost, self.queue):
+        for snapshot in plan(self.path, self.vhost, self.queue, self.include_internal):
             if not self.pushed.accepts_queue(snapshot.vhost, snapshot.queue):
                 continue
             segments = snapshot.segments
@@ -126,6 +129,17 @@ def _requested_columns(schema: StructType) -> tuple[str, ...]:
             )
     arrow_schema(names)  # fails early if pyarrow is missing
     return tuple(names)
+
+
+def _boolean_option(options: dict[str, Any], name: str, default: bool) -> bool:
+    """A true/false option (Spark passes options as text); anything else is an error, not a guess."""
+    value = options.get(name)
+    if value is None:
+        return default
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"amqp-queue option {name} must be true or false, not {value!r}")
+    return text == "true"
 
 
 def _in_pushdown_planner() -> bool:

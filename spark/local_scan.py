@@ -19,10 +19,12 @@ from spark.queue_snapshot import plan
 from spark.schema import COLUMN_NAMES, arrow_schema, check_columns
 
 
-def plan_parts(data_dir: str | Path, vhost: str | None = None, queue: str | None = None) -> list[SegmentPart]:
+def plan_parts(
+    data_dir: str | Path, vhost: str | None = None, queue: str | None = None, include_internal: bool = False
+) -> list[SegmentPart]:
     """One ``SegmentPart`` per segment file, as the data source's ``partitions()`` plans them."""
     parts = []
-    for snapshot in plan(data_dir, vhost, queue):
+    for snapshot in plan(data_dir, vhost, queue, include_internal):
         for i, segment in enumerate(snapshot.segments):
             parts.append(SegmentPart(snapshot.vhost, snapshot.queue, segment, snapshot.segments[i + 1 :]))
     return parts
@@ -40,11 +42,12 @@ def read_table(
     *,
     vhost: str | None = None,
     queue: str | None = None,
+    include_internal: bool = False,
     **filters,
 ) -> pa.Table:
     """All rows of the data directory (narrowed like the data source's options and filters)."""
     columns = tuple(columns)
     check_columns(list(columns))
     request = ScanRequest(columns, **filters)
-    batches = list(read_batches(plan_parts(data_dir, vhost, queue), request))
+    batches = list(read_batches(plan_parts(data_dir, vhost, queue, include_internal), request))
     return pa.Table.from_batches(batches, schema=arrow_schema(columns, request.not_null))

@@ -38,6 +38,7 @@ from persistence.segment_file import CorruptSegmentHeader
 from persistence.segment_reader import SnapshotScan, snapshot_scan
 from spark import basic_properties
 from spark.message_states import EVENT_NAMES, REASON_NAMES, STATE_NAMES, EventCollector, StateEvents, concat, replay
+from spark.internal_stores import delayed_exchange_of
 from spark.queue_snapshot import SegmentRef
 from spark.schema import MESSAGE_COLUMNS, NOT_NULL, PROPERTY_COLUMNS, arrow_schema
 
@@ -231,6 +232,8 @@ def _batch(part: SegmentPart, request: ScanRequest, messages: SegmentMessages, o
             arrays.append(pa.array([part.vhost] * n, pa.string()))
         elif name == "queue":
             arrays.append(pa.array([part.queue] * n, pa.string()))
+        elif name == "delayed_exchange":
+            arrays.append(pa.array([delayed_exchange_of(part.queue)] * n, pa.string()))
         elif name == "segment":
             arrays.append(pa.array([part.segment.name] * n, pa.string()))
         elif name == "archived":

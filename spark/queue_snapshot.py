@@ -10,6 +10,10 @@ directory, taken without writing anything.
 
 Live directories are listed before archive directories; a segment found in
 both is one segment (the broker renamed it in between), read once.
+
+The broker's internal stores (the pending messages of durable delayed exchanges,
+``spark.internal_stores``) are left out unless ``include_internal`` is set or
+the ``queue`` argument names one exactly.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import NamedTuple
 
 from persistence.segment_layout import list_queue_directories
 from persistence.segment_reader import FileIdentity, file_identity, list_archived_segments
+from spark.internal_stores import is_internal
 
 
 class SegmentRef(NamedTuple):
@@ -51,10 +56,14 @@ class QueueSnapshot(NamedTuple):
     segments: tuple[SegmentRef, ...]  # in replay order
 
 
-def plan(data_dir: str | Path, vhost: str | None = None, queue: str | None = None) -> list[QueueSnapshot]:
+def plan(
+    data_dir: str | Path, vhost: str | None = None, queue: str | None = None, include_internal: bool = False
+) -> list[QueueSnapshot]:
     """Every durable queue under ``data_dir`` with its segments measured now.
 
-    ``vhost`` narrows to one vhost name; ``queue`` to a queue name or a glob (``orders-*``)."""
+    ``vhost`` narrows to one vhost name; ``queue`` to a queue name or a glob (``orders-*``).
+    Internal stores are in the plan only with ``include_internal``, or when ``queue`` is exactly
+    their name (asking for one by name is asking for it)."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"amqp-queue: no data directory {data_dir}")
@@ -68,6 +77,8 @@ def plan(data_dir: str | Path, vhost: str | None = None, queue: str | None = Non
         if vhost is not None and vhost_name != vhost:
             continue
         if queue is not None and not matches(queue_name, queue):
+            continue
+        if not include_internal and is_internal(queue_name) and queue != queue_name:
             continue
         if archive_dir is None and live_dir is not None:
             archive_dir = data_dir / "archive" / live_dir.parent.name / live_dir.name

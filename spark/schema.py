@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("vhost", "string"),
     ("queue", "string"),
+    ("delayed_exchange", "string"),
     ("seq", "long"),
     ("segment", "string"),
     ("published_at", "timestamp"),
