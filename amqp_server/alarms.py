@@ -180,8 +180,7 @@ def message_bytes_held(broker: "Broker") -> int:
     total = broker.memory_budget.held  # ready messages held as objects; paged-out ones are on disk
     for connection in list(broker.connections):
         for channel in list(connection.channels.values()):
-            # UnackedStore has no public iteration; walking it here is once a second at most.
-            for unacked in getattr(channel.unacked, "_by_tag", {}).values():
+            for unacked in channel.unacked.values():
                 total += len(unacked.entry.message.body)
     return total
 

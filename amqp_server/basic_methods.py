@@ -169,6 +169,8 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
         if queue.settings.consumer_timeout_ms:
             channel.track_timeout(tag, queue.settings.consumer_timeout_ms)
     message = entry.message
+    if channel.vhost.firehose is not None:
+        channel.vhost.firehose.delivered(queue.name, message, entry.redelivered, connection, channel.id)
     raw_header = message.raw_header
     if entry.delivery_count and queue.adds_delivery_count:
         raw_header = header_with_delivery_count(message, entry.delivery_count)

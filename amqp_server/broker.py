@@ -90,8 +90,7 @@ class Broker:
             return
         for connection in [c for c in self.connections if c.vhost is vhost]:
             connection.close_by_broker(320, f"vhost '{name}' is deleted")
-        for queue in list(vhost.queues.values()):
-            vhost.delete_queue(queue)
+        vhost.delete_everything()
         self.save_definitions()
 
     def _queue_deleted(self, queue: object) -> None:
@@ -116,9 +115,7 @@ class Broker:
         """Write out and fsync every journal, then stop the fsync worker."""
         if self.committer is None:
             return
-        journals = [
-            queue.journal for vhost in self.vhosts.values() for queue in vhost.queues.values() if queue.journal
-        ]
+        journals = [journal for vhost in self.vhosts.values() for journal in vhost.journals()]
         for journal in journals:
             journal.store.flush()
         await self.committer.idle()

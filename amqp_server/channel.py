@@ -495,7 +495,7 @@ class Channel:
                 self.unacked.add(tag, unacked)  # the channel's release requeues them all
             timeout = next((u.consumer.timeout_ms for _t, u in late if u.consumer is not None), None)
             timeout = timeout or late[0][1].queue.settings.consumer_timeout_ms
-            self.connection._channel_error(
+            self.connection.fail_channel(
                 self,
                 AMQPError(
                     errors.PRECONDITION_FAILED,

@@ -250,7 +250,7 @@ _BYTE_UNITS = {
 }
 
 
-def _byte_size(value: Any, where: str) -> int:
+def parse_byte_size(value: Any, where: str) -> int:
     """Bytes as an integer or a string with a unit: "50MB" (10^6), "2GiB" (2^30), "512k"."""
     if isinstance(value, str):
         match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", value)
@@ -299,8 +299,8 @@ _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "max_message_size": _int_between(1, MAX_MESSAGE_SIZE_LIMIT),
     "max_connections": _int_between(0, None),
     "memory_high_watermark": _fraction,
-    "memory_high_watermark_bytes": _byte_size,
-    "disk_free_limit": _byte_size,
+    "memory_high_watermark_bytes": parse_byte_size,
+    "disk_free_limit": parse_byte_size,
 }
 
 def _fsync_mode(value: Any, where: str) -> str:

@@ -187,7 +187,7 @@ class Connection:
         except AMQPError as error:
             if error.is_hard:
                 raise
-            self._channel_error(channel, error)
+            self.fail_channel(channel, error)
 
     # -- connection class --------------------------------------------------------------
 
@@ -327,7 +327,8 @@ class Connection:
         """close-ok arrived for a channel we closed: its number may be reused."""
         self.channels.pop(channel.id, None)
 
-    def _channel_error(self, channel: Channel, error: AMQPError) -> None:
+    def fail_channel(self, channel: Channel, error: AMQPError) -> None:
+        """Close `channel` with a soft error, as RabbitMQ does: requeue its deliveries, send channel.close."""
         log.warning("channel error on connection %s, channel %d: %s", self._describe(), channel.id, error.reply_text)
         self._confirm_channels.discard(channel)
         if channel.confirms is not None and channel.confirms.has_pending:

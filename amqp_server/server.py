@@ -9,6 +9,7 @@ One ticker task checks heartbeats and close deadlines for all connections.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import socket
@@ -243,6 +244,9 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
+    # Everything recovered at startup lives long: keep it out of the garbage collector's scans,
+    # so a full collection does not pause every connection for the size of the recovered state.
+    gc.freeze()
     server = AMQPServer(broker, config.host, config.port)
     # Prometheus metrics and the management API (each off when its port is 0), up before the
     # AMQP port opens, so whoever waits for that port finds them ready too.

@@ -245,6 +245,24 @@ class VirtualHost:
         if exchange.durable:
             self.on_durable_change()
 
+    def journals(self) -> list[QueueJournal]:
+        """Every journal this vhost writes: its durable queues' and its delayed exchanges'."""
+        found = [queue.journal for queue in self.queues.values() if queue.journal is not None]
+        found.extend(
+            exchange.pending.journal
+            for exchange in self.exchanges.values()
+            if isinstance(exchange, DelayedMessageExchange) and exchange.pending.journal is not None
+        )
+        return found
+
+    def delete_everything(self) -> None:
+        """The vhost is being deleted: remove its queues and delayed exchanges, files included."""
+        for queue in list(self.queues.values()):
+            self.delete_queue(queue)
+        for exchange in list(self.exchanges.values()):
+            if isinstance(exchange, DelayedMessageExchange):
+                self._remove_exchange(exchange)
+
     # -- queues ------------------------------------------------------------------------
 
     def declare_queue(

@@ -54,6 +54,10 @@ class UnackedStore:
             taken.append(by_tag.popitem(last=False)[1])
         return taken
 
+    def values(self):
+        """The unacked deliveries, oldest first (do not settle while iterating)."""
+        return self._by_tag.values()
+
     def has_tag_above(self, tag: int) -> bool:
         return bool(self._by_tag) and next(reversed(self._by_tag)) > tag
 

@@ -105,3 +105,14 @@ def test_tracing_is_off_by_default_and_can_be_switched_off():
     set_tracing(vhost, False, broker.node_name)
     client.publish(1, b"also untraced", routing_key="trace")
     assert [body for _key, _headers, body in drain(client, "trace")] == [b"untraced", b"also untraced"]
+
+
+def test_basic_get_is_traced_like_a_delivery():
+    _broker, client = traced_broker()
+    client.call(1, commands.Queue.Declare(queue="work"))
+    client.publish(1, b"polled", routing_key="work")
+    client.send(1, commands.Basic.Get(queue="work", no_ack=True))
+
+    traced = drain(client, "trace")
+    assert [key for key, _headers, _body in traced] == ["publish.", "deliver.work"]
+    assert traced[1][2] == b"polled"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from amqp_server.config import ConfigError, _byte_size
+from amqp_server.config import ConfigError, parse_byte_size
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import item_reply, no_content, read_body
@@ -76,7 +76,7 @@ def _number(value: Any, what: str, high: float | None) -> float:
 
 def _bytes(value: Any, what: str) -> int:
     try:
-        return _byte_size(value, what)
+        return parse_byte_size(value, what)
     except ConfigError as error:
         raise api_errors.bad_request(str(error)) from None
 
