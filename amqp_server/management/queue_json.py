@@ -2,6 +2,9 @@
 
 Counts are current, not sampled: `messages_ready` and `messages_unacknowledged` are the
 queue's own counters at the moment of the request (RabbitMQ's lag by up to 5 s).
+
+`messages_delayed` is not in RabbitMQ 3.10's shape: messages waiting for a delayed retry,
+neither ready nor unacked, so not in `messages` either (docs/management-api.md).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, names: 
         "head_message_timestamp": None,
         "message_bytes_ready": queue.ready.bytes,
         "message_stats": rates.details(key, queue_message_counts(queue.stats)),
+        "messages_delayed": queue.waiting_count,
         "name": queue.name,
         "node": node,
         "operator_policy": None,

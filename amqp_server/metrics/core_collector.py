@@ -3,7 +3,9 @@
 A prometheus_client custom collector: nothing is recorded as messages flow; `collect()` reads
 the broker's plain counters and live objects when Prometheus scrapes. `/metrics` sums queue
 and channel figures into one series each ("aggregated"); `/metrics/per-object` gives one
-series per queue ({vhost, queue}) and per channel ({channel}).
+series per queue ({vhost, queue}) and per channel ({channel}), plus this broker's own
+per-queue series (QUEUE_MESSAGES_DELAYED), named `amqp_server_*` so they never pass for
+RabbitMQ's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ if TYPE_CHECKING:
 AGGREGATED = "aggregated"
 PER_OBJECT = "per-object"
 DETAILED = "detailed"
+
+# Ours, not RabbitMQ's (3.10 has no delayed retry): messages waiting for a delayed retry.
+QUEUE_MESSAGES_DELAYED = "amqp_server_queue_messages_delayed"
+QUEUE_MESSAGES_DELAYED_HELP = "Messages waiting for a delayed retry, neither ready nor unacknowledged (amqp-server)"
 
 
 def channel_label(connection_name: str, channel_id: int) -> str:
@@ -157,6 +163,7 @@ class CoreCollector(Collector):
         published = CounterMetricFamily("rabbitmq_queue_messages_published_total",
                                         "Total number of messages published to queues", labels=labels)
         if per_object:
+            delayed = GaugeMetricFamily(QUEUE_MESSAGES_DELAYED, QUEUE_MESSAGES_DELAYED_HELP, labels=labels)
             for vhost, queue in queues_of(self.broker):
                 key = [vhost.name, queue.name]
                 ready.add_metric(key, queue.message_count)
@@ -165,6 +172,8 @@ class CoreCollector(Collector):
                 ready_bytes.add_metric(key, queue.ready.bytes)
                 consumers.add_metric(key, queue.consumer_count)
                 published.add_metric(key, queue.stats.published)
+                delayed.add_metric(key, queue.waiting_count)
+            yield delayed
         else:
             ready.add_metric([], snapshot.messages_ready)
             unacked.add_metric([], snapshot.messages_unacked)

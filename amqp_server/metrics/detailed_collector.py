@@ -4,6 +4,9 @@ Only the metric families asked for are returned, optionally only for some vhosts
 `rabbitmq_detailed_` prefix, so a Prometheus job can scrape per-queue series for the queues
 it cares about without the cost of all of them. With no family, only the identity series are
 returned, as RabbitMQ does.
+
+`queue_coarse_metrics` also carries this broker's own `amqp_server_detailed_queue_messages_delayed`
+(messages waiting for a delayed retry), beside RabbitMQ's ready/unacked/total.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from amqp_server.metrics.broker_view import ConnectionNames, channels_of, queues_of, unconfirmed_count
-from amqp_server.metrics.core_collector import DETAILED, channel_label, identity_families
+from amqp_server.metrics.core_collector import (
+    DETAILED,
+    QUEUE_MESSAGES_DELAYED_HELP,
+    channel_label,
+    identity_families,
+)
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -23,23 +31,25 @@ if TYPE_CHECKING:
     from queues.queue import Queue
 
 PREFIX = "rabbitmq_detailed_"
+OWN_PREFIX = "amqp_server_detailed_"  # this broker's own series: never under RabbitMQ's prefix
 QUEUE_LABELS = ["vhost", "queue"]
 
-# family -> (metric suffix, help, value of a queue)
+# family -> (metric name, help, value of a queue)
 _QUEUE_FAMILIES: dict[str, list[tuple[str, str, Callable[["Queue"], int]]]] = {
     "queue_coarse_metrics": [
-        ("queue_messages_ready", "Messages ready to be delivered to consumers", lambda q: q.message_count),
-        ("queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged",
+        (PREFIX + "queue_messages_ready", "Messages ready to be delivered to consumers", lambda q: q.message_count),
+        (PREFIX + "queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged",
          lambda q: q.unacked_count),
-        ("queue_messages", "Sum of ready and unacknowledged messages - total queue depth",
+        (PREFIX + "queue_messages", "Sum of ready and unacknowledged messages - total queue depth",
          lambda q: q.message_count + q.unacked_count),
+        (OWN_PREFIX + "queue_messages_delayed", QUEUE_MESSAGES_DELAYED_HELP, lambda q: q.waiting_count),
     ],
     "queue_consumer_count": [
-        ("queue_consumers", "Consumers on a queue", lambda q: q.consumer_count),
+        (PREFIX + "queue_consumers", "Consumers on a queue", lambda q: q.consumer_count),
     ],
     "queue_metrics": [
-        ("queue_messages_ready_bytes", "Size in bytes of ready messages", lambda q: q.ready.bytes),
-        ("queue_messages_published_total", "Total number of messages published to queues",
+        (PREFIX + "queue_messages_ready_bytes", "Size in bytes of ready messages", lambda q: q.ready.bytes),
+        (PREFIX + "queue_messages_published_total", "Total number of messages published to queues",
          lambda q: q.stats.published),
     ],
 }
@@ -72,9 +82,9 @@ class DetailedCollector(Collector):
     def _queue_family(self, family: str) -> Iterator[Metric]:
         wanted = {v.name for v in self._vhosts()}
         queues = [(vhost, queue) for vhost, queue in queues_of(self.broker) if vhost.name in wanted]
-        for suffix, documentation, value in _QUEUE_FAMILIES[family]:
-            family_class = CounterMetricFamily if suffix.endswith("_total") else GaugeMetricFamily
-            metric = family_class(PREFIX + suffix, documentation, labels=QUEUE_LABELS)
+        for name, documentation, value in _QUEUE_FAMILIES[family]:
+            family_class = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
+            metric = family_class(name, documentation, labels=QUEUE_LABELS)
             for vhost, queue in queues:
                 metric.add_metric([vhost.name, queue.name], value(queue))
             yield metric
