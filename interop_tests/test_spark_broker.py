@@ -31,6 +31,7 @@ from interop_tests.broker_process import BrokerProcess, free_port, launch  # noq
 
 UTC = datetime.timezone.utc
 WORK, DLQ, CAPPED, TTL = "spark-work", "spark-work-dlq", "spark-capped", "spark-ttl"
+LATER = "spark-later"  # a durable delayed exchange holding one message for an hour
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +123,9 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         for i in range(4):
             channel.basic_publish("", TTL, f"short-lived {i}".encode(),
                                   pika.BasicProperties(delivery_mode=2, expiration="1"))
+        channel.exchange_declare(LATER, "x-delayed-message", durable=True, arguments={"x-delayed-type": "direct"})
+        channel.basic_publish(LATER, "reminder", b"in an hour",
+                              pika.BasicProperties(delivery_mode=2, headers={"x-delay": 3_600_000}))
 
         for _ in range(15):
             method, _, _ = channel.basic_get(WORK)
@@ -173,6 +177,18 @@ def test_counts_by_state_per_queue_equal_the_brokers(spark_session, scenario):
     assert scenario.metric(metric.format("rejected")) == 6
     assert scenario.metric(metric.format("maxlen"), dead_letter_strategy="disabled") == 3
     assert scenario.metric(metric.format("expired"), dead_letter_strategy="disabled") == 4
+
+
+def test_a_delayed_exchanges_store_is_read_only_when_asked_for(spark_session, scenario):
+    data_dir = str(scenario.broker.data_dir)
+    default = spark_session.read.format("amqp-queue").load(data_dir)
+    assert default.where("delayed_exchange is not null").count() == 0  # also not in the counts above
+    df = spark_session.read.format("amqp-queue").option("include_internal", "true").load(data_dir)
+    [row] = df.where("delayed_exchange is not null").collect()
+    assert (row["queue"], row["delayed_exchange"]) == (f"amq.x-delayed-message.{LATER}", LATER)
+    assert (row["exchange"], row["routing_key"], row["body"]) == (LATER, "reminder", b"in an hour")
+    assert (row["state"], dict(row["headers"])) == ("waiting_retry", {"x-delay": "3600000"})
+    assert row["due_at"] - row["published_at"] == datetime.timedelta(hours=1)
 
 
 def test_bodies_and_properties_equal_what_was_published_byte_for_byte(spark_session, scenario):
