@@ -1,4 +1,8 @@
-"""What a message looks like after dead-lettering: RabbitMQ's x-death bookkeeping.
+"""Dead-lettering: a message leaving its queue, and what it looks like afterwards (x-death).
+
+`hand_off` is the queue's side: whatever removed the messages (expiry, a length limit, a
+rejection, the delivery limit), they are counted, journaled as gone and handed to the vhost,
+which republishes them through the queue's dead-letter exchange (amqp_server/dead_lettering.py).
 
 RabbitMQ (docs/dlx.md) records, per {queue, reason}, one `x-death` entry with a count, the
 time of the first occurrence, the exchange and routing keys the message had, and its
@@ -10,14 +14,35 @@ expire again on the way.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queues.message import Message
+
+if TYPE_CHECKING:
+    from queues.queue import Queue
+    from queues.queue_entry import QueueEntry
 
 REJECTED = "rejected"
 EXPIRED = "expired"
 MAXLEN = "maxlen"
 DELIVERY_LIMIT = "delivery_limit"
+
+
+def hand_off(queue: "Queue", entries: "list[QueueEntry]", reason: str) -> None:
+    """`entries` left `queue` for `reason`: count them, journal it, and give them to the queue's
+    dead-letter exchange if it has one (else they are dropped)."""
+    if not entries:
+        return
+    stats = queue.stats
+    counter = "dead_lettered_" + reason
+    setattr(stats, counter, getattr(stats, counter) + len(entries))
+    has_dlx = queue.dead_letterer is not None and queue.settings.dead_letter_exchange is not None
+    if queue.journal is not None:
+        for entry in entries:
+            if entry.persisted:
+                queue.journal.removed(entry, reason, has_dlx)
+    if has_dlx:
+        queue.dead_letterer(queue, entries, reason)
 
 
 def routing_keys_of(message: Message) -> list[str]:

@@ -11,12 +11,31 @@ first. The cache lives in memory: after a restart every id is new again.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from queues.message import FLAG_HEADERS, FLAG_MESSAGE_ID, Message
+from queues.publish_outcome import DUPLICATE, REJECTED
 
 PLUGIN_HEADER = "x-deduplication-header"
 TTL_HEADER = "x-cache-ttl"
+
+
+def deduplicating(publish: Callable[[Message], int], cache: "DeduplicationCache") -> Callable[[Message], int]:
+    """`publish` of a queue with x-message-deduplication: a message whose id `cache` saw recently
+    is accepted (DUPLICATE: confirmed) but not enqueued."""
+
+    def publish_once(message: Message) -> int:
+        key = cache.id_of(message)
+        if key is None:
+            return publish(message)
+        if cache.is_duplicate(key, message.published_at):
+            return DUPLICATE
+        outcome = publish(message)
+        if outcome != REJECTED:
+            cache.remember(key, message, message.published_at)
+        return outcome
+
+    return publish_once
 
 
 class DeduplicationCache:

@@ -25,7 +25,7 @@ from typing import Any
 
 from queues.journal import QueueJournal
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header, decode_properties
-from queues.queue import ENQUEUED, ENQUEUED_DURABLY
+from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY
 from queues.timers import Deadline, Timers
 
 log = logging.getLogger(__name__)

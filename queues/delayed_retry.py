@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from queues import dead_letter
 from queues.arguments import QueueArguments
-from queues.queue_entry import WAITING
-from queues.retry_lanes import RetryLanes, Waiting
+from queues.length_limit import drop_head_over_limit, is_limited
+from queues.queue_entry import GONE, WAITING
+from queues.retry_lanes import RetryLanes
 from queues.timers import Deadline
 
 if TYPE_CHECKING:
@@ -82,7 +84,9 @@ class DelayedRetry:
         self._rearm()
 
     def release_due(self) -> None:
-        """Timer callback: messages whose time has come go back to the ready messages."""
+        """Timer callback: messages whose time has come are ready again at their original
+        positions (or expire, if their TTL passed while they waited); then the queue enforces
+        its length limit and delivers them."""
         queue = self.queue
         if queue.deleted:
             return
@@ -90,10 +94,17 @@ class DelayedRetry:
         taken = self.lanes.take_due(now_ms, RELEASE_BATCH)
         for item in taken:
             entry = item.entry if item.entry is not None else queue.load_paged(item.seq, item.delivery_count)
-            if entry is not None:
-                queue.return_from_retry(entry)
+            if entry is None:
+                continue
+            if entry.expires_at and entry.expires_at <= queue.timers.now():
+                entry.state = GONE
+                dead_letter.hand_off(queue, [entry], dead_letter.EXPIRED)
+            else:
+                queue.put_back(entry)
         self._rearm(now_ms, len(taken) >= RELEASE_BATCH)
-        queue.after_retry_release()
+        if is_limited(queue.settings):
+            drop_head_over_limit(queue)
+        queue.dispatch()
 
     def _rearm(self, now_ms: int = 0, batch_full: bool = False) -> None:
         due_ms = self.lanes.next_due_ms()
@@ -102,7 +113,11 @@ class DelayedRetry:
                 due_ms = max(due_ms, now_ms + 1)  # more are due: continue after other work
             self.deadline.arm(due_ms / 1000.0)
 
-    def clear(self) -> list[Waiting]:
-        """Drop every waiting message (purge, delete); returns them."""
+    def clear(self) -> int:
+        """Drop every waiting message (purge, delete); returns how many there were."""
         self.deadline.disarm()
-        return self.lanes.clear()
+        removed = self.lanes.clear()
+        for item in removed:
+            if item.entry is not None:
+                item.entry.state = GONE
+        return len(removed)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from queues.priority_ready_messages import PriorityReadyMessages
+    from queues.ready_messages import ReadyMessages
+
 # Python holds a message as several objects (entry, message, header, body); this is roughly
 # what they cost beyond the body itself, so the budget counts memory, not only payload.
 PER_MESSAGE_OVERHEAD = 400
@@ -26,3 +32,12 @@ class MemoryBudget:
     @property
     def exhausted(self) -> bool:
         return self.held > self.limit
+
+
+def should_page(ready: "ReadyMessages | PriorityReadyMessages") -> bool:
+    """Should a new persistent message of a durable queue stay in its journal only?
+
+    Yes once the queue keeps KEEP_PER_QUEUE messages in memory and either the budget is spent
+    or messages ahead of it are paged out already (a consumer will not want it soon).
+    """
+    return ready.in_memory >= KEEP_PER_QUEUE and (ready.budget.exhausted or len(ready) > ready.in_memory)

@@ -1,4 +1,4 @@
-"""A queue: ready messages, consumers, fair dispatch, and what acks and rejects do.
+"""A queue: messages in, fair dispatch to consumers, and what acks, rejects and requeues do.
 
 Dispatch is synchronous and cheap: whenever a message arrives, a consumer appears or a
 consumer gains room (an ack, a new basic.qos, a socket that drained), `dispatch()` hands ready
@@ -8,25 +8,30 @@ priority, until messages or room run out. No task or future is created per messa
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from queues import dead_letter
+from queues import dead_letter, length_limit
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
-from queues.deduplication import DeduplicationCache
-from queues.delayed_retry import DelayedRetry, retry_delay_ms
+from queues.consumer_rotation import ConsumerRotation
+from queues.deduplication import DeduplicationCache, deduplicating
+from queues.delayed_retry import DelayedRetry
 from queues.journal import QueueJournal
-from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget
-from queues.message import FLAG_EXPIRATION, Message
+from queues.memory_budget import MemoryBudget, should_page
+from queues.message import Message
+from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
 from queues.priority_ready_messages import PriorityReadyMessages
-from queues.queue_entry import GONE, READY, QueueEntry
+from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY, REJECTED
+from queues.queue_entry import GONE, QueueEntry
+from queues.queue_recovery import take_back
+from queues.queue_stats import QueueStats
+from queues.queue_ttl import QueueTtl
 from queues.ready_messages import ReadyMessages
 from queues.recovered_expiry import RecoveredExpiry
+from queues.requeue import requeue
 from queues.single_active_consumer import ActiveConsumer
-from queues.timers import Timer, Timers
+from queues.timers import Timers
 
 # Flow control: while a queue that has consumers holds more than FLOW_HIGH ready messages,
 # publishers into it are paused until it drains below FLOW_LOW. Like RabbitMQ's credit flow,
@@ -35,32 +40,8 @@ from queues.timers import Timer, Timers
 FLOW_HIGH = 2000
 FLOW_LOW = 1000
 
-# What Queue.publish reports.
-REJECTED = 0  # x-overflow reject-publish at the length limit: the publisher gets a nack
-ENQUEUED = 1
-ENQUEUED_DURABLY = 2  # written to the journal: a confirm must wait for its fsync
-DUPLICATE = 3  # x-message-deduplication saw its id recently: accepted (confirmed), not enqueued
-
 # Called to dead-letter entries that left `queue` for `reason` (set by the vhost, which routes).
 DeadLetterer = Callable[["Queue", list[QueueEntry], str], None]
-
-
-class QueueStats:
-    """Plain integer counters, read at scrape time (no library call per message)."""
-
-    __slots__ = (
-        "published", "delivered", "delivered_no_ack", "redelivered", "acked", "get", "get_no_ack", "get_empty",
-        "dead_lettered_expired", "dead_lettered_rejected", "dead_lettered_maxlen", "dead_lettered_delivery_limit",
-    )
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def add(self, other: "QueueStats") -> None:
-        """Fold another queue's counters into these (a deleted queue's history stays counted)."""
-        for name in self.__slots__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class Queue:
@@ -69,10 +50,12 @@ class Queue:
     `exclusive_owner` is the connection that owns an exclusive queue (None otherwise): the
     queue itself only compares it by identity.
 
-    This class coordinates; each lifecycle feature lives in its own module: delayed retry
-    (delayed_retry.py, retry_lanes.py), priorities (priority_ready_messages.py), single active
-    consumer (single_active_consumer.py), deduplication (deduplication.py), dead-lettering
-    (dead_letter.py), TTL of recovered messages (recovered_expiry.py). docs/lifecycle.md.
+    This class coordinates; each other concern lives in its own module: message TTL
+    (message_ttl.py, recovered_expiry.py), queue TTL (queue_ttl.py), length limits
+    (length_limit.py), consumer order (consumer_rotation.py, single_active_consumer.py),
+    delayed retry (delayed_retry.py, retry_lanes.py), priorities (priority_ready_messages.py),
+    deduplication (deduplication.py), dead-lettering (dead_letter.py), recovery from the
+    journal (queue_recovery.py). docs/lifecycle.md.
     """
 
     def __init__(
@@ -116,12 +99,16 @@ class Queue:
         self.dedup: DeduplicationCache | None = None
         if settings.deduplication:
             self.dedup = DeduplicationCache(settings.dedup_cache_size, settings.dedup_cache_ttl_ms, settings.dedup_header)
-            self.publish = self._publish_once  # type: ignore[method-assign]
+            self.publish = deduplicating(self.publish, self.dedup)  # type: ignore[method-assign]
+        self._rotation = ConsumerRotation()
+        self._next_consumer = self._rotation.next_with_room
         self.single_active: ActiveConsumer | None = None
         if settings.single_active_consumer:
             self.single_active = ActiveConsumer()
-            self._next_consumer = self.single_active.next_with_room  # type: ignore[method-assign]
-        self._recovered_expiry: RecoveredExpiry | None = None
+            self._next_consumer = self.single_active.next_with_room
+        self.expiry = MessageExpiry(self)
+        self._queue_ttl = QueueTtl(self, settings.expires_ms) if settings.expires_ms is not None else None
+        self.recovered_expiry: RecoveredExpiry | None = None  # set by queue_recovery.take_back
         self.unacked_count = 0
         self.stats = QueueStats()
         self.deleted = False
@@ -129,15 +116,9 @@ class Queue:
         self.on_unused: Callable[[Queue], None] | None = None
         # Called with the queue when its x-expires time passes without use.
         self.on_unused_expired: Callable[[Queue], None] | None = None
-        self._next_seq = 1
-        self._groups: list[tuple[int, deque[Consumer]]] = []
+        self.next_seq = 1  # the sequence number of the next message in (journal order)
         self._consumer_count = 0
-        self._had_consumers = False
         self._dispatching = False
-        # (expires_at, seq, entry) of ready messages that can expire; one timer for the earliest.
-        self._expiry_heap: list[tuple[float, int, QueueEntry]] = []
-        self._expiry_timer: Timer | None = None
-        self._unused_timer: Timer | None = None
         # Publishers paused by flow control: callables that resume them.
         self.flow_waiters: dict[object, Callable[[], None]] = {}
         self.touch()
@@ -164,7 +145,7 @@ class Queue:
         return len(self.retry) if self.retry is not None else 0
 
     def consumers(self) -> list[Consumer]:
-        return [consumer for _priority, group in self._groups for consumer in group]
+        return list(self._rotation)
 
     # -- messages in -------------------------------------------------------------------
 
@@ -177,17 +158,15 @@ class Queue:
         """
         settings = self.settings
         limited = settings.max_length is not None or settings.max_length_bytes is not None
-        if limited and settings.overflow != "drop-head" and self._over_limit(1, len(message.body)):
-            if settings.overflow == "reject-publish-dlx":
-                self._dead_letter([QueueEntry(message, 0)], dead_letter.MAXLEN)
+        if limited and length_limit.refuses(self, message):
             return REJECTED
-        expires_at = self._expiry_of(message)
-        entry = QueueEntry(message, self._next_seq, expires_at)
-        self._next_seq += 1
+        expires_at = expiry_time(message, settings.message_ttl_ms)
+        entry = QueueEntry(message, self.next_seq, expires_at)
+        self.next_seq += 1
         self.stats.published += 1
         if self.journal is not None and message.is_persistent:
             self.journal.published(entry)
-            if self._should_page():
+            if should_page(self.ready):
                 # Memory is tight and a consumer will not want it soon: keep it on disk only.
                 self.ready.page(entry)
                 return ENQUEUED_DURABLY
@@ -196,189 +175,60 @@ class Queue:
             outcome = ENQUEUED
         self.ready.append(entry)
         if expires_at:
-            self._track_expiry(entry)
+            self.expiry.track(entry)
         if self._consumer_count:
             # Judge expiry at publish time: a TTL of 0 still reaches a consumer that has room.
             self.dispatch(message.published_at)
         if limited:
-            self._drop_head_over_limit()
+            length_limit.drop_head_over_limit(self)
         return outcome
-
-    def _publish_once(self, message: Message) -> int:
-        """publish() of a queue with x-message-deduplication: a recently seen id is not enqueued."""
-        dedup = self.dedup
-        key = dedup.id_of(message)
-        if key is None:
-            return Queue.publish(self, message)
-        if dedup.is_duplicate(key, message.published_at):
-            return DUPLICATE
-        outcome = Queue.publish(self, message)
-        if outcome != REJECTED:
-            dedup.remember(key, message, message.published_at)
-        return outcome
-
-    def _should_page(self) -> bool:
-        ready = self.ready
-        return ready.in_memory >= KEEP_PER_QUEUE and (ready.budget.exhausted or len(ready) > ready.in_memory)
 
     def load_paged(self, seq: int, delivery_count: int) -> QueueEntry | None:
         """Read a paged-out message back from the journal (None if it cannot be read)."""
         entry = self.journal.load(seq, delivery_count)
         if entry is not None:
-            entry.expires_at = self._expiry_of(entry.message)
+            entry.expires_at = expiry_time(entry.message, self.settings.message_ttl_ms)
         return entry
 
     def recover(self) -> int:
         """Take back the journaled messages (at startup), paged out; returns how many came back.
 
-        They are read from disk as they near the head of the queue, so recovering a long
-        queue costs its index, not its messages. A message that was waiting for a delayed
-        retry waits again until its due time, or is ready at once if that passed meanwhile.
+        A message that was waiting for a delayed retry waits again until its due time, or is
+        ready at once if that passed meanwhile; see queue_recovery.py.
         """
         if self.journal is None:
             return 0
-        recovered, self._next_seq = self.journal.recover()
-        now_ms = int(self.timers.now() * 1000)
-        waiting: list[tuple[int, int, int]] = []
-        by_priority = isinstance(self.ready, PriorityReadyMessages)
-        for seq, delivery_count, size, due_ms in recovered:
-            if due_ms is not None and due_ms > now_ms:
-                waiting.append((seq, delivery_count, due_ms))
-            elif by_priority:
-                # Its level depends on its properties: read it once to know (priority queues only).
-                entry = self.journal.load(seq, delivery_count)
-                if entry is not None:
-                    self.ready.page(entry)
-            else:
-                self.ready.append_paged(seq, delivery_count, size)
-        if waiting:
-            self._delayed_retry().recover(waiting)
-        if self.settings.message_ttl_ms is not None and len(self.ready) and not by_priority:
-            # Recovered messages are paged out, so no expiry timer knows them: expire from the head.
-            self._recovered_expiry = RecoveredExpiry(self, self._next_seq)
+        recovered, self.next_seq = self.journal.recover()
+        take_back(self, recovered)
         return len(recovered)
-
-    # -- length limits -----------------------------------------------------------------
-
-    def _over_limit(self, extra_messages: int, extra_bytes: int) -> bool:
-        settings = self.settings
-        if settings.max_length is not None and len(self.ready) + extra_messages > settings.max_length:
-            return True
-        limit = settings.max_length_bytes
-        return limit is not None and self.ready.bytes + extra_bytes > limit
-
-    def _drop_head_over_limit(self) -> None:
-        dropped = []
-        while self.ready and self._over_limit(0, 0):
-            entry = self.ready.pop()
-            entry.state = GONE
-            dropped.append(entry)
-        self._dead_letter(dropped, dead_letter.MAXLEN)
-
-    # -- expiry ------------------------------------------------------------------------
-
-    def _expiry_of(self, message: Message) -> float:
-        ttl_ms = self.settings.message_ttl_ms
-        if message.property_flags & FLAG_EXPIRATION:
-            try:
-                per_message = int(message.properties.expiration)
-            except (TypeError, ValueError):
-                per_message = None
-            if per_message is not None and (ttl_ms is None or per_message < ttl_ms):
-                ttl_ms = per_message
-        if ttl_ms is None:
-            return 0.0
-        return message.published_at + ttl_ms / 1000.0
-
-    def _track_expiry(self, entry: QueueEntry) -> None:
-        heap = self._expiry_heap
-        heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
-        if heap[0][2] is entry:
-            if self._expiry_timer is not None:
-                self._expiry_timer.cancel()
-            self._expiry_timer = self.timers.call_at(entry.expires_at, self.expire_due)
 
     def expire_due(self, now: float | None = None) -> int:
         """Remove (or dead-letter) every ready message whose TTL has passed; returns how many."""
-        now = self.timers.now() if now is None else now
-        heap = self._expiry_heap
-        expired = []
-        while heap and heap[0][0] <= now:
-            entry = heapq.heappop(heap)[2]
-            if entry.state == READY:
-                self.ready.remove(entry)
-                expired.append(entry)
-        self._expiry_timer = None
-        if heap and not self.deleted:
-            self._expiry_timer = self.timers.call_at(heap[0][0], self.expire_due)
-        self._dead_letter(expired, dead_letter.EXPIRED)
-        return len(expired)
-
-    def _pop_live(self, now: float) -> QueueEntry | None:
-        """Pop the next ready message, expiring any at the head whose time has come."""
-        ready = self.ready
-        while ready:
-            entry = ready.pop()
-            if entry.expires_at and entry.expires_at < now:
-                entry.state = GONE
-                self._dead_letter([entry], dead_letter.EXPIRED)
-                continue
-            return entry
-        return None
-
-    # -- dead-lettering ----------------------------------------------------------------
-
-    def _dead_letter(self, entries: list[QueueEntry], reason: str) -> None:
-        """Entries left the queue for `reason`: count them, journal it, and republish them if
-        there is a dead-letter exchange."""
-        if not entries:
-            return
-        counter = "dead_lettered_" + reason
-        setattr(self.stats, counter, getattr(self.stats, counter) + len(entries))
-        has_dlx = self.dead_letterer is not None and self.settings.dead_letter_exchange is not None
-        if self.journal is not None:
-            for entry in entries:
-                if entry.persisted:
-                    self.journal.removed(entry, reason, has_dlx)
-        if has_dlx:
-            self.dead_letterer(self, entries, reason)
+        return self.expiry.expire_due(now)
 
     # -- consumers ---------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
-        for priority, group in self._groups:
-            if priority == consumer.priority:
-                group.append(consumer)
-                break
-        else:
-            self._groups.append((consumer.priority, deque([consumer])))
-            self._groups.sort(key=lambda item: -item[0])
+        self._rotation.add(consumer)
         self._consumer_count += 1
-        self._had_consumers = True
         if self.single_active is not None:
             self.single_active.add(consumer)
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        for index, (_priority, group) in enumerate(self._groups):
-            if consumer in group:
-                group.remove(consumer)
-                self._consumer_count -= 1
-                if not group:
-                    del self._groups[index]
-                break
-        else:
+        if not self._rotation.remove(consumer):
             return
+        self._consumer_count -= 1
         if self.single_active is not None:
             self.single_active.remove(consumer)
         if not self._consumer_count:
             self.release_flow()
             self.touch()
-        if self.auto_delete and self._had_consumers and not self._consumer_count and self.on_unused:
+        if self.auto_delete and not self._consumer_count and self.on_unused:
             self.on_unused(self)
 
     def has_exclusive_consumer(self) -> bool:
-        return any(consumer.exclusive for consumer in self.consumers())
+        return any(consumer.exclusive for consumer in self._rotation)
 
     def dispatch(self, now: float | None = None) -> None:
         """Deliver ready messages to consumers with room, in fair (round-robin) order.
@@ -391,15 +241,16 @@ class Queue:
         try:
             ready = self.ready
             stats = self.stats
-            if self._expiry_heap:
+            next_consumer = self._next_consumer
+            if self.expiry.heap:
                 now = self.timers.now() if now is None else now
             else:
                 now = 0.0
             while ready:
-                consumer = self._next_consumer()
+                consumer = next_consumer()
                 if consumer is None:
                     return
-                entry = self._pop_live(now) if now else ready.pop()
+                entry = pop_unexpired(self, now) if now else ready.pop()
                 if entry is None:
                     return
                 if entry.delivery_count:
@@ -432,21 +283,12 @@ class Queue:
         for resume in waiters:
             resume()
 
-    def _next_consumer(self) -> Consumer | None:
-        for _priority, group in self._groups:
-            for _ in range(len(group)):
-                consumer = group[0]
-                group.rotate(-1)
-                if consumer.has_capacity():
-                    return consumer
-        return None
-
     # -- pull --------------------------------------------------------------------------
 
     def get(self, no_ack: bool) -> QueueEntry | None:
         """basic.get: the next ready message, or None."""
         self.touch()
-        entry = self._pop_live(self.timers.now()) if self.ready else None
+        entry = pop_unexpired(self, self.timers.now()) if self.ready else None
         if entry is None:
             self.stats.get_empty += 1
             return None
@@ -486,114 +328,58 @@ class Queue:
     def reject(self, entry: QueueEntry, consumer: Consumer | None) -> None:
         """Rejected without requeue: the message leaves the queue (to its dead-letter exchange)."""
         self.settle(entry, consumer)
-        self._dead_letter([entry], dead_letter.REJECTED)
+        dead_letter.hand_off(self, [entry], dead_letter.REJECTED)
 
     def requeue(self, entries: Iterable[tuple[QueueEntry, Consumer | None]], cause: str | None = None) -> None:
-        """Unacked deliveries come back, then dispatch.
-
-        `cause` is why: delayed_retry.FAILED (reject/nack) or RETURNED (the consumer went away,
-        timed out, or basic.recover); None (a management "get" that requeues) neither counts
-        towards x-delivery-limit nor waits. A message past its delivery limit is dead-lettered
-        (reason delivery_limit); one the queue's delayed retry covers waits; every other one
-        goes back to its original position.
+        """Unacked deliveries come back for `cause` (delayed_retry.FAILED: reject/nack; RETURNED:
+        the consumer went away, timed out, or basic.recover; None: a management "get" that
+        requeues); then dispatch. requeue.py says where each one goes.
         """
-        for entry, consumer in entries:
-            self.settle(entry, consumer)
-            if self.deleted:
-                continue
-            if cause is not None:
-                limit = self.settings.delivery_limit
-                if limit is not None and entry.delivery_count > limit:
-                    self._dead_letter([entry], dead_letter.DELIVERY_LIMIT)
-                    continue
-                delay = retry_delay_ms(self.settings, entry.delivery_count, cause)
-                if delay:
-                    self._delayed_retry().hold(entry, delay)
-                    continue
-            self._put_back(entry)
-        self.dispatch()
+        requeue(self, entries, cause)
 
-    def _put_back(self, entry: QueueEntry) -> None:
+    def put_back(self, entry: QueueEntry) -> None:
+        """A message that was out (delivered, or waiting for a retry) is ready again at its
+        original position."""
         self.ready.put_back(entry)
         if entry.persisted:
             self.journal.requeued(entry)
         if entry.expires_at:
-            self._track_expiry(entry)  # a message whose TTL passed meanwhile expires at once
+            self.expiry.track(entry)  # a message whose TTL passed meanwhile expires at once
 
-    # -- delayed retry -----------------------------------------------------------------
-
-    def _delayed_retry(self) -> DelayedRetry:
+    def delayed_retry(self) -> DelayedRetry:
+        """The messages waiting for a delayed retry (made on first use)."""
         if self.retry is None:
             self.retry = DelayedRetry(self)
         return self.retry
 
-    def return_from_retry(self, entry: QueueEntry) -> None:
-        """A message's retry delay passed: it is ready again at its original position (or expired)."""
-        if entry.expires_at and entry.expires_at <= self.timers.now():
-            entry.state = GONE
-            self._dead_letter([entry], dead_letter.EXPIRED)
-            return
-        self._put_back(entry)
-
-    def after_retry_release(self) -> None:
-        """Messages came back from waiting: enforce the length limit and deliver them."""
-        settings = self.settings
-        if settings.max_length is not None or settings.max_length_bytes is not None:
-            self._drop_head_over_limit()
-        self.dispatch()
-
-    # -- queue expiry (x-expires) ------------------------------------------------------
+    # -- administration ----------------------------------------------------------------
 
     def touch(self) -> None:
         """The queue was used (declared, consumed from, polled): restart its x-expires clock."""
-        expires_ms = self.settings.expires_ms
-        if expires_ms is None or self.deleted:
-            return
-        if self._unused_timer is not None:
-            self._unused_timer.cancel()
-        self._unused_timer = self.timers.call_later(expires_ms / 1000.0, self._expire_if_unused)
-
-    def _expire_if_unused(self) -> None:
-        self._unused_timer = None
-        if self.deleted:
-            return
-        if self._consumer_count:
-            return  # consumers keep it alive; removing the last one restarts the clock
-        if self.on_unused_expired is not None:
-            self.on_unused_expired(self)
-
-    # -- administration ----------------------------------------------------------------
+        if self._queue_ttl is not None and not self.deleted:
+            self._queue_ttl.restart()
 
     def purge(self) -> int:
         """Drop every ready message and every message waiting for a retry; return how many."""
-        self._expiry_heap.clear()
+        self.expiry.clear()
         if self.journal is not None:
             self.journal.purge()
-        waiting = self._clear_waiting()
+        waiting = self.retry.clear() if self.retry is not None else 0
         return self.ready.clear() + waiting
-
-    def _clear_waiting(self) -> int:
-        if self.retry is None:
-            return 0
-        removed = self.retry.clear()
-        for item in removed:
-            if item.entry is not None:
-                item.entry.state = GONE
-        return len(removed)
 
     def delete(self) -> list[Consumer]:
         """Mark deleted and return the consumers that must be told (basic.cancel)."""
         self.deleted = True
         self.release_flow()
-        for timer in (self._expiry_timer, self._unused_timer):
-            if timer is not None:
-                timer.cancel()
-        self._expiry_heap.clear()
-        self._clear_waiting()
-        if self._recovered_expiry is not None:
-            self._recovered_expiry.stop()
+        self.expiry.stop()
+        if self._queue_ttl is not None:
+            self._queue_ttl.stop()
+        if self.retry is not None:
+            self.retry.clear()
+        if self.recovered_expiry is not None:
+            self.recovered_expiry.stop()
         consumers = self.consumers()
-        self._groups.clear()
+        self._rotation.clear()
         self._consumer_count = 0
         self.ready.clear()
         if self.journal is not None:

@@ -46,7 +46,7 @@ class RecoveredExpiry:
                 return
             if entry.expires_at and entry.expires_at <= now:
                 entry.state = GONE
-                queue._dead_letter([entry], dead_letter.EXPIRED)
+                dead_letter.hand_off(queue, [entry], dead_letter.EXPIRED)
                 continue
             ready.put_back(entry)  # it was the head: it stays the head
             if entry.seq < self.first_new_seq and entry.expires_at:

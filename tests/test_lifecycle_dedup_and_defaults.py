@@ -9,7 +9,8 @@ from amqp_server.config import ConfigError, load_config
 from amqp_server.vhost import VirtualHost
 from queues.deduplication import DeduplicationCache
 from queues.message import Message, content_header
-from queues.queue import DUPLICATE, ENQUEUED, REJECTED, Queue
+from queues.publish_outcome import DUPLICATE, ENQUEUED, REJECTED
+from queues.queue import Queue
 from queues.queue_defaults import defaults_for
 
 

@@ -1,0 +1,56 @@
+"""The consumers of one queue in delivery order: highest x-priority first, round-robin within one.
+
+A consumer of a lower priority gets messages only while every consumer of a higher priority
+is out of room (its prefetch is full or its channel cannot take more), as in RabbitMQ.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+from queues.consumer import Consumer
+
+
+class ConsumerRotation:
+    """Priority groups of consumers, each rotated as it is served."""
+
+    __slots__ = ("_groups",)
+
+    def __init__(self) -> None:
+        self._groups: list[tuple[int, deque[Consumer]]] = []  # highest priority first
+
+    def __iter__(self) -> Iterator[Consumer]:
+        for _priority, group in self._groups:
+            yield from group
+
+    def add(self, consumer: Consumer) -> None:
+        for priority, group in self._groups:
+            if priority == consumer.priority:
+                group.append(consumer)
+                return
+        self._groups.append((consumer.priority, deque([consumer])))
+        self._groups.sort(key=lambda item: -item[0])
+
+    def remove(self, consumer: Consumer) -> bool:
+        """Take `consumer` out; False if it was not here."""
+        for index, (_priority, group) in enumerate(self._groups):
+            if consumer in group:
+                group.remove(consumer)
+                if not group:
+                    del self._groups[index]
+                return True
+        return False
+
+    def next_with_room(self) -> Consumer | None:
+        """The next consumer in turn that can take a message now (None if none can)."""
+        for _priority, group in self._groups:
+            for _ in range(len(group)):
+                consumer = group[0]
+                group.rotate(-1)
+                if consumer.has_capacity():
+                    return consumer
+        return None
+
+    def clear(self) -> None:
+        self._groups.clear()

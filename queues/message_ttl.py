@@ -1,0 +1,98 @@
+"""Message TTL of a queue's ready messages: x-message-ttl and the per-message `expiration`.
+
+A message's expiry time is fixed when it enters the queue: the shorter of the two TTLs,
+counted from when it was published. An expired message leaves wherever it is: a heap of the
+ready messages that can expire keeps one timer for the earliest, and a message that reaches
+the head (dispatch, basic.get) after its time is expired instead of delivered. Either way it
+is dead-lettered (reason `expired`) if the queue has a dead-letter exchange. Messages recovered
+at startup are paged out and watched from the head instead (recovered_expiry.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+from queues import dead_letter
+from queues.message import FLAG_EXPIRATION, Message
+from queues.queue_entry import GONE, READY, QueueEntry
+from queues.timers import Timer
+
+if TYPE_CHECKING:
+    from queues.queue import Queue
+
+
+def expiry_time(message: Message, queue_ttl_ms: int | None) -> float:
+    """When `message` expires in a queue whose x-message-ttl is `queue_ttl_ms` (0.0: never)."""
+    ttl_ms = queue_ttl_ms
+    if message.property_flags & FLAG_EXPIRATION:
+        try:
+            per_message = int(message.properties.expiration)
+        except (TypeError, ValueError):
+            per_message = None
+        if per_message is not None and (ttl_ms is None or per_message < ttl_ms):
+            ttl_ms = per_message
+    if ttl_ms is None:
+        return 0.0
+    return message.published_at + ttl_ms / 1000.0
+
+
+def pop_unexpired(queue: "Queue", now: float) -> QueueEntry | None:
+    """Pop the queue's next ready message, expiring any at the head whose time has come."""
+    ready = queue.ready
+    while ready:
+        entry = ready.pop()
+        if entry.expires_at and entry.expires_at < now:
+            entry.state = GONE
+            dead_letter.hand_off(queue, [entry], dead_letter.EXPIRED)
+            continue
+        return entry
+    return None
+
+
+class MessageExpiry:
+    """The ready messages of one queue that can expire, earliest first, and one timer for the earliest."""
+
+    __slots__ = ("queue", "heap", "timer")
+
+    def __init__(self, queue: "Queue") -> None:
+        self.queue = queue
+        # (expires_at, seq, entry); entries that left the ready messages meanwhile are skipped when popped.
+        self.heap: list[tuple[float, int, QueueEntry]] = []
+        self.timer: Timer | None = None
+
+    def track(self, entry: QueueEntry) -> None:
+        """`entry` (with an expiry time) became ready; one that is already due expires at once."""
+        heap = self.heap
+        heapq.heappush(heap, (entry.expires_at, entry.seq, entry))
+        if heap[0][2] is entry:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.queue.timers.call_at(entry.expires_at, self.expire_due)
+
+    def expire_due(self, now: float | None = None) -> int:
+        """Remove (or dead-letter) every ready message whose TTL has passed; returns how many."""
+        queue = self.queue
+        now = queue.timers.now() if now is None else now
+        heap = self.heap
+        expired = []
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)[2]
+            if entry.state == READY:
+                queue.ready.remove(entry)
+                expired.append(entry)
+        self.timer = None
+        if heap and not queue.deleted:
+            self.timer = queue.timers.call_at(heap[0][0], self.expire_due)
+        dead_letter.hand_off(queue, expired, dead_letter.EXPIRED)
+        return len(expired)
+
+    def clear(self) -> None:
+        """Forget every tracked message (they were purged)."""
+        self.heap.clear()
+
+    def stop(self) -> None:
+        """The queue is deleted: no timer fires any more."""
+        if self.timer is not None:
+            self.timer.cancel()
+        self.heap.clear()

@@ -1,0 +1,12 @@
+"""What publishing a routed message into a queue reports (Queue.publish, DelayedMessages.publish).
+
+The channel turns these into publisher confirms: a rejected message is nacked, a durably
+enqueued one is confirmed only after its journal's fsync, the others at once.
+"""
+
+from __future__ import annotations
+
+REJECTED = 0  # x-overflow reject-publish at the length limit: the publisher gets a nack
+ENQUEUED = 1
+ENQUEUED_DURABLY = 2  # written to the journal: a confirm must wait for its fsync
+DUPLICATE = 3  # x-message-deduplication saw its id recently: accepted (confirmed), not enqueued
