@@ -6,6 +6,8 @@ write on the destination and read on the source exchange; read to purge.
 
 from __future__ import annotations
 
+import base64
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,12 +16,16 @@ from pamqp import commands
 from amqp_server import errors
 from amqp_server.basic_methods import queue_name_or_last, reply
 from amqp_server.errors import AMQPError
-from amqp_server.vhost import generate_queue_name
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
 
 MAX_NAME_LENGTH = 255
+
+
+def generate_queue_name() -> str:
+    """A server-named queue: "amq.gen-" and 22 URL-safe characters, as RabbitMQ names them."""
+    return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
 def exchange_declare(channel: "Channel", method: commands.Exchange.Declare) -> None:

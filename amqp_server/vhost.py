@@ -1,35 +1,37 @@
-"""A virtual host: its exchanges, queues and bindings, and routing across them.
+"""A virtual host: its exchanges, queues and bindings.
 
 Every declare, delete and bind goes through here, so the RabbitMQ rules (reserved names,
-equivalence, exclusivity, auto-delete) live in one place. Permissions are the channel's job:
-this module knows nothing about users.
+exclusivity, auto-delete) are applied in one place; the rules for redeclaring are in
+equivalence.py. Routing across the vhost is routing.py, dead-letter routing dead_lettering.py,
+delayed exchanges' storage delayed_exchanges.py, the definitions export definitions_export.py.
+Permissions are the channel's job: this module knows nothing about users.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
-import os
-import time
 from collections.abc import Callable, Collection
 from typing import Any
 
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
 from exchanges.exchange import Exchange
-from queues import dead_letter
 from queues.arguments import InvalidArgument, QueueArguments
-from queues.delayed_delivery import DelayedMessages, delay_of, store_name
-from queues.queue_defaults import QueueDefault, defaults_for
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget
 from queues.message import Message
-from queues.queue import Queue, QueueStats
+from queues.queue import Queue
+from queues.queue_defaults import QueueDefault, defaults_for
 from queues.queue_entry import QueueEntry
+from queues.queue_stats import QueueStats
 from queues.timers import Timers
 
-from amqp_server import errors
+from amqp_server import equivalence, errors
+from amqp_server.dead_lettering import republish
+from amqp_server.definitions_export import durable_definitions
+from amqp_server.delayed_exchanges import hold_delayed_messages
 from amqp_server.errors import AMQPError
+from amqp_server.routing import route_into
 
 log = logging.getLogger(__name__)
 
@@ -43,39 +45,6 @@ STANDARD_EXCHANGES = (
     ("amq.match", "headers", False),
     ("amq.rabbitmq.trace", "topic", True),
 )
-# Queue arguments that must match on redeclaration (rabbit_amqqueue:declare_args()).
-EQUIVALENT_QUEUE_ARGUMENTS = (
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-mode",
-    "x-queue-type",
-    "x-single-active-consumer",
-    "x-delivery-limit",
-    "x-delayed-retry-type",
-    "x-delayed-retry-min",
-    "x-delayed-retry-max",
-    "x-delayed-retry-backoff",
-    "x-consumer-timeout",
-    "x-message-deduplication",
-)
-EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange", "x-delayed-type")
-
-
-def flag(value: bool) -> str:
-    return "'true'" if value else "'false'"
-
-
-def generate_queue_name() -> str:
-    """A server-named queue: "amq.gen-" and 22 URL-safe characters, as RabbitMQ names them."""
-    return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
-
-
 class VirtualHost:
     """The exchanges, queues and bindings of one vhost.
 
@@ -154,7 +123,7 @@ class VirtualHost:
         arguments = arguments or {}
         existing = self.exchanges.get(name)
         if existing is not None:
-            self._check_exchange_equivalence(existing, type_name, durable, auto_delete, internal, arguments)
+            equivalence.check_exchange(self.name, existing, type_name, durable, auto_delete, internal, arguments)
             return existing
         if name.startswith("amq."):
             raise errors.reserved_prefix("exchange", name)
@@ -167,36 +136,11 @@ class VirtualHost:
         except InvalidDelayedType as error:
             raise AMQPError(errors.PRECONDITION_FAILED, str(error)) from None
         if isinstance(exchange, DelayedMessageExchange):
-            self._hold_delayed_messages(exchange)
+            hold_delayed_messages(self, exchange)
         self.exchanges[name] = exchange
         if durable:
             self.on_durable_change()
         return exchange
-
-    def _check_exchange_equivalence(
-        self, existing: Exchange, type_name: str, durable: bool, auto_delete: bool, internal: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        def refuse(field: str, received: str, current: str) -> AMQPError:
-            return errors.inequivalent(field, "exchange", existing.name, self.name, received, current)
-
-        if existing.type_name != type_name:
-            raise refuse("type", f"'{type_name}'", f"'{existing.type_name}'")
-        if existing.durable != durable:
-            raise refuse("durable", flag(durable), flag(existing.durable))
-        if existing.auto_delete != auto_delete:
-            raise refuse("auto_delete", flag(auto_delete), flag(existing.auto_delete))
-        if existing.internal != internal:
-            raise refuse("internal", flag(internal), flag(existing.internal))
-        self._check_arguments("exchange", existing.name, existing.arguments, arguments, EQUIVALENT_EXCHANGE_ARGUMENTS)
-
-    def _check_arguments(
-        self, kind: str, name: str, current: dict[str, Any], received: dict[str, Any], keys: Collection[str]
-    ) -> None:
-        for key in keys:
-            have, want = current.get(key), received.get(key)
-            if have != want:
-                raise errors.inequivalent_argument(key, kind, name, self.name, want, have)
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
         if name == DEFAULT_EXCHANGE:
@@ -211,26 +155,6 @@ class VirtualHost:
         if if_unused and exchange.binding_count():
             raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('exchange', name, self.name)} in use")
         self._remove_exchange(exchange)
-
-    def _hold_delayed_messages(self, exchange: DelayedMessageExchange) -> None:
-        """Give a delayed exchange the store its held messages wait in (journaled if durable)."""
-        journal = None
-        if exchange.durable and self.journal_factory is not None:
-            journal = self.journal_factory(self.name, store_name(exchange.name), False)
-        pending = DelayedMessages(exchange.name, self.timers, lambda message: self._route_released(exchange, message), journal)
-        recovered = pending.recover()
-        if recovered:
-            log.info("recovered %d delayed messages of %s", recovered, errors.resource("exchange", exchange.name, self.name))
-        exchange.pending = pending
-
-    def _route_released(self, exchange: DelayedMessageExchange, message: Message) -> bool:
-        """A delayed message is due: route it through the exchange's bindings as they are now."""
-        if self.exchanges.get(exchange.name) is not exchange:
-            return False
-        targets = list(self.route(exchange, message))
-        for target in targets:
-            target.publish(message)
-        return bool(targets)
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
@@ -287,7 +211,7 @@ class VirtualHost:
         if existing is not None:
             if existing.exclusive_owner not in (None, connection) or existing.exclusive != exclusive:
                 raise errors.resource_locked(name, self.name)
-            self._check_queue_equivalence(existing, durable, auto_delete, arguments)
+            equivalence.check_queue(self.name, existing, durable, auto_delete, arguments)
             existing.touch()
             return existing, False
         defaults = defaults_for(self.queue_defaults, self.name, name) if self.queue_defaults else None
@@ -324,19 +248,6 @@ class VirtualHost:
         if durable:
             self.on_durable_change()
         return queue, True
-
-    def _check_queue_equivalence(
-        self, existing: Queue, durable: bool, auto_delete: bool, arguments: dict[str, Any]
-    ) -> None:
-        if existing.durable != durable:
-            raise errors.inequivalent(
-                "durable", "queue", existing.name, self.name, flag(durable), flag(existing.durable)
-            )
-        if existing.auto_delete != auto_delete:
-            raise errors.inequivalent(
-                "auto_delete", "queue", existing.name, self.name, flag(auto_delete), flag(existing.auto_delete)
-            )
-        self._check_arguments("queue", existing.name, existing.arguments, arguments, EQUIVALENT_QUEUE_ARGUMENTS)
 
     def delete_queue(self, queue: Queue) -> None:
         """Remove a queue, its bindings and its consumers (who are told by their channels)."""
@@ -404,13 +315,11 @@ class VirtualHost:
     # -- routing -----------------------------------------------------------------------
 
     def route(self, exchange: Exchange, message: Message, routing_keys: Collection[str] | None = None) -> Collection[Queue]:
-        """The queues a message published to `exchange` reaches.
+        """The queues a message published to `exchange` reaches (routing.py says how).
 
-        Follows exchange-to-exchange bindings and alternate exchanges (each exchange whose own
-        bindings match nothing hands the message to its alternate exchange), visiting each
-        exchange once. `routing_keys` replaces the message's key (sender-selected CC/BCC).
-        A message with a positive x-delay that reaches an x-delayed-message exchange goes to
-        that exchange's DelayedMessages instead (it publishes like a queue).
+        `routing_keys` replaces the message's key (sender-selected CC/BCC). A message with a
+        positive x-delay that reaches an x-delayed-message exchange gets that exchange's
+        DelayedMessages instead (it publishes like a queue).
         """
         if routing_keys is None:
             if exchange is self.default_exchange:
@@ -418,97 +327,19 @@ class VirtualHost:
                 return (queue,) if queue is not None else ()
             routing_keys = (message.routing_key,)
         found: dict[Queue, None] = {}
-        self._route_into(exchange, message, routing_keys, found, set())
+        route_into(self, exchange, message, routing_keys, found, set())
         return found.keys()
 
-    def _route_into(
-        self, exchange: Exchange, message: Message, keys: Collection[str], found: dict[Queue, None], visited: set[Exchange]
-    ) -> None:
-        visited.add(exchange)
-        if exchange.__class__ is DelayedMessageExchange and delay_of(message.headers) > 0:
-            found[exchange.pending] = None  # held until its x-delay passes, then routed
-            return
-        matched = False
-        if exchange is self.default_exchange:
-            for key in keys:
-                queue = self.queues.get(key)
-                if queue is not None:
-                    found[queue] = None
-                    matched = True
-        else:
-            headers = message.headers if exchange.needs_headers else None
-            for key in keys:
-                for destination in exchange.route(key, headers):
-                    matched = True
-                    if isinstance(destination, Queue):
-                        found[destination] = None
-                    elif destination not in visited:
-                        self._route_into(destination, message, keys, found, visited)
-        if not matched and exchange.alternate_exchange is not None:
-            alternate = self.exchanges.get(exchange.alternate_exchange)
-            if alternate is not None and alternate not in visited:
-                self._route_into(alternate, message, keys, found, visited)
-
     def dead_letter(self, queue: Queue, entries: list[QueueEntry], reason: str) -> None:
-        """Republish messages that left `queue` for `reason` to its dead-letter exchange.
-
-        A missing dead-letter exchange drops them, as in RabbitMQ; so does a cycle (see
-        queues.dead_letter.is_cycle).
-        """
-        settings = queue.settings
-        exchange = self.exchanges.get(settings.dead_letter_exchange or "")
-        if exchange is None:
-            return
-        now = time.time()
-        for entry in entries:
-            new_key = settings.dead_letter_routing_key
-            message = dead_letter.dead_lettered(entry.message, queue.name, reason, now, new_key)
-            keys = (new_key,) if new_key is not None else tuple(dead_letter.routing_keys_of(entry.message))
-            for target in self.route(exchange, message, keys):
-                if not dead_letter.is_cycle(message, target.name):
-                    target.publish(message)
+        """Republish messages that left `queue` for `reason` through its dead-letter exchange
+        (dead_lettering.py): a missing exchange or a cycle drops them, as in RabbitMQ."""
+        republish(self, queue, entries, reason)
 
     # -- definitions -------------------------------------------------------------------
 
     def durable_definitions(self) -> dict[str, list[dict[str, Any]]]:
         """Durable exchanges, queues and bindings in RabbitMQ's definitions-export shape."""
-        exchanges = [
-            {
-                "name": exchange.name,
-                "vhost": self.name,
-                "type": exchange.type_name,
-                "durable": True,
-                "auto_delete": exchange.auto_delete,
-                "internal": exchange.internal,
-                "arguments": exchange.arguments,
-            }
-            for exchange in self.exchanges.values()
-            if exchange.durable and exchange.name and not exchange.name.startswith("amq.")
-        ]
-        queues = [
-            {
-                "name": queue.name,
-                "vhost": self.name,
-                "durable": True,
-                "auto_delete": queue.auto_delete,
-                "arguments": queue.arguments,
-            }
-            for queue in self.queues.values()
-            if queue.durable and not queue.exclusive
-        ]
-        bindings = [
-            {
-                "source": source.name,
-                "vhost": self.name,
-                "destination": destination.name,
-                "destination_type": "queue" if isinstance(destination, Queue) else "exchange",
-                "routing_key": key,
-                "arguments": args,
-            }
-            for source, destination, key, args in self.bindings()
-            if source.durable and destination.durable
-        ]
-        return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
+        return durable_definitions(self)
 
     def queue_stats_total(self) -> QueueStats:
         """Counters summed over every queue this vhost has had, deleted ones included."""

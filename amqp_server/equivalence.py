@@ -1,0 +1,84 @@
+"""Redeclaring an existing exchange or queue: what must match (RabbitMQ's equivalence rules).
+
+A declare whose type, flags or listed arguments differ from what exists fails with 406
+PRECONDITION_FAILED and RabbitMQ's "inequivalent arg" text; other arguments may differ freely.
+Exclusivity (405 RESOURCE_LOCKED) is the vhost's check, not this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from amqp_server import errors
+
+if TYPE_CHECKING:
+    from exchanges.exchange import Exchange
+    from queues.queue import Queue
+
+# Queue arguments that must match on redeclaration (rabbit_amqqueue:declare_args()).
+EQUIVALENT_QUEUE_ARGUMENTS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+    "x-delayed-retry-type",
+    "x-delayed-retry-min",
+    "x-delayed-retry-max",
+    "x-delayed-retry-backoff",
+    "x-consumer-timeout",
+    "x-message-deduplication",
+)
+EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange", "x-delayed-type")
+
+
+def flag(value: bool) -> str:
+    return "'true'" if value else "'false'"
+
+
+def check_exchange(
+    vhost: str, existing: "Exchange", type_name: str, durable: bool, auto_delete: bool, internal: bool,
+    arguments: dict[str, Any],
+) -> None:
+    """Raise AMQPError 406 unless a declare with these properties matches `existing`."""
+
+    def refuse(field: str, received: str, current: str) -> errors.AMQPError:
+        return errors.inequivalent(field, "exchange", existing.name, vhost, received, current)
+
+    if existing.type_name != type_name:
+        raise refuse("type", f"'{type_name}'", f"'{existing.type_name}'")
+    if existing.durable != durable:
+        raise refuse("durable", flag(durable), flag(existing.durable))
+    if existing.auto_delete != auto_delete:
+        raise refuse("auto_delete", flag(auto_delete), flag(existing.auto_delete))
+    if existing.internal != internal:
+        raise refuse("internal", flag(internal), flag(existing.internal))
+    _check_arguments(vhost, "exchange", existing.name, existing.arguments, arguments, EQUIVALENT_EXCHANGE_ARGUMENTS)
+
+
+def check_queue(vhost: str, existing: "Queue", durable: bool, auto_delete: bool, arguments: dict[str, Any]) -> None:
+    """Raise AMQPError 406 unless a declare with these properties matches `existing`."""
+    if existing.durable != durable:
+        raise errors.inequivalent("durable", "queue", existing.name, vhost, flag(durable), flag(existing.durable))
+    if existing.auto_delete != auto_delete:
+        raise errors.inequivalent(
+            "auto_delete", "queue", existing.name, vhost, flag(auto_delete), flag(existing.auto_delete)
+        )
+    _check_arguments(vhost, "queue", existing.name, existing.arguments, arguments, EQUIVALENT_QUEUE_ARGUMENTS)
+
+
+def _check_arguments(
+    vhost: str, kind: str, name: str, current: dict[str, Any], received: dict[str, Any], keys: Collection[str]
+) -> None:
+    for key in keys:
+        have, want = current.get(key), received.get(key)
+        if have != want:
+            raise errors.inequivalent_argument(key, kind, name, vhost, want, have)
