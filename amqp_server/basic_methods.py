@@ -1,7 +1,9 @@
-"""Handlers for the channel, basic, tx and confirm methods (publish and ack have fast paths in channel.py).
+"""Handlers for the channel, basic, tx and confirm methods.
 
 Each handler takes the channel and the decoded pamqp method, replies through the connection,
-and raises AMQPError with RabbitMQ's code and text when it refuses.
+and raises AMQPError with RabbitMQ's code and text when it refuses. basic.publish and basic.ack
+take fast paths in channel.py; the work of publishing and of settling deliveries is in
+publishing.py and settlement.py.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pamqp import commands
 from amqp_server import codec, errors
 from amqp_server.errors import AMQPError
 from amqp_server.publisher_confirms import PublisherConfirms
+from amqp_server.publishing import route_publish
 from amqp_server.reply_to import REPLY_QUEUE
+from amqp_server.settlement import apply_settlement, settle, take_if_present
 from queues.consumer import Consumer
 from queues.delayed_retry import RETURNED
 from queues.delivery_count import header_with_delivery_count
@@ -193,22 +197,22 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
 
 
 def basic_nack(channel: "Channel", method: commands.Basic.Nack) -> None:
-    channel._settle("nack", method.delivery_tag, method.multiple, method.requeue)
+    settle(channel, "nack", method.delivery_tag, method.multiple, method.requeue)
 
 
 def basic_reject(channel: "Channel", method: commands.Basic.Reject) -> None:
-    channel._settle("reject", method.delivery_tag, False, method.requeue)
+    settle(channel, "reject", method.delivery_tag, False, method.requeue)
 
 
 def basic_ack(channel: "Channel", method: commands.Basic.Ack) -> None:
-    channel._settle("ack", method.delivery_tag, method.multiple, False)
+    settle(channel, "ack", method.delivery_tag, method.multiple, False)
 
 
 def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
     channel.forget_timeouts(0, True)
-    channel._apply_settlement("nack", channel.unacked.pop_all(), True, RETURNED)
+    apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
     reply(channel, commands.Basic.RecoverOk())
 
 
@@ -216,7 +220,7 @@ def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync)
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
     channel.forget_timeouts(0, True)
-    channel._apply_settlement("nack", channel.unacked.pop_all(), True, RETURNED)
+    apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
 
 
 # -- confirm and tx ------------------------------------------------------------------------
@@ -245,10 +249,10 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
     settlements, channel.tx_settlements = channel.tx_settlements, []
     journaled: set = set()
     for exchange, message, mandatory in publishes:
-        journaled.update(channel._route(exchange, message, mandatory) or ())
+        journaled.update(route_publish(channel, exchange, message, mandatory) or ())
     for kind, tag, multiple, requeue in settlements:
         # Tags were checked when the ack arrived; one settled twice in a tx is settled once.
-        channel._apply_settlement(kind, _take_if_present(channel, tag, multiple), requeue)
+        apply_settlement(channel, kind, take_if_present(channel, tag, multiple), requeue)
     if not journaled:
         reply(channel, commands.Tx.CommitOk())
         return
@@ -262,14 +266,6 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
             channel.connection.close_by_broker(errors.INTERNAL_ERROR, f"tx.commit could not write to disk: {error}")
 
     when_synced(list(journaled), committed)
-
-
-def _take_if_present(channel: "Channel", tag: int, multiple: bool) -> list:
-    channel.forget_timeouts(tag, multiple)
-    if multiple:
-        return channel.unacked.pop_up_to(tag)
-    taken = channel.unacked.pop(tag)
-    return [taken] if taken is not None else []
 
 
 def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:

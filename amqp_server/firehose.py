@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.channel import sender_selected_keys
+from amqp_server.sender_selected import sender_selected_keys
 from queues.message import FLAG_HEADERS, BasicProperties, Message
 
 if TYPE_CHECKING:

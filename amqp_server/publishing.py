@@ -1,0 +1,175 @@
+"""Publishing on a channel: a basic.publish from its method frame to the queues it reaches.
+
+The method frame starts a PendingPublish; the channel collects its content header and body
+frames into it (Channel.handle_header / handle_body), then `complete_publish` makes the
+Message, checks the properties RabbitMQ checks (user_id, direct reply-to), and either keeps it
+for tx.commit or routes it at once. `route_publish` enqueues it, returns it to a mandatory
+publisher when nothing took it, and resolves its publisher confirm: at once, or once every
+queue that journaled it has fsynced.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from amqp_server import codec, errors
+from amqp_server.errors import AMQPError
+from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
+from amqp_server.sender_selected import sender_selected_keys, strip_bcc
+from queues.journal import when_synced
+from queues.message import FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message
+from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED
+from queues.queue import Queue
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+    from exchanges import Exchange
+
+
+class PendingPublish:
+    """A basic.publish whose content header and body are still arriving."""
+
+    __slots__ = ("exchange", "routing_key", "mandatory", "routing_raw", "raw_header", "body_size", "parts", "received")
+
+    def __init__(self, exchange: "Exchange", routing_key: str, mandatory: bool, routing_raw: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.routing_raw = routing_raw
+        self.raw_header: bytes | None = None
+        self.body_size = 0
+        self.parts: list[bytes] = []
+        self.received = 0
+
+
+def begin_publish(channel: "Channel", payload: bytes) -> None:
+    """A basic.publish method frame: check the exchange and permission, then await content."""
+    exchange_name, routing_key, mandatory, immediate, routing_raw = codec.decode_publish(payload)
+    if immediate:
+        raise AMQPError(errors.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+    vhost = channel.vhost
+    exchange = vhost.exchanges.get(exchange_name)
+    if exchange is None:
+        raise AMQPError(errors.NOT_FOUND, f"no {errors.resource('exchange', exchange_name, vhost.name)}", 60, 40)
+    if exchange_name not in channel.write_permitted:
+        channel.connection.check_permission("write", "exchange", exchange_name or "amq.default")
+        channel.write_permitted.add(exchange_name)
+    if exchange.internal:
+        raise AMQPError(
+            errors.ACCESS_REFUSED,
+            f"cannot publish to internal {errors.resource('exchange', exchange_name, vhost.name)}",
+            60,
+            40,
+        )
+    channel.pending_publish = PendingPublish(exchange, routing_key, mandatory, routing_raw)
+
+
+def complete_publish(channel: "Channel") -> None:
+    """The whole content arrived: make the message and route it (or keep it for tx.commit)."""
+    pending = channel.pending_publish
+    channel.pending_publish = None
+    parts = pending.parts
+    body = parts[0] if len(parts) == 1 else b"".join(parts)
+    message = Message(pending.exchange.name, pending.routing_key, pending.raw_header, body, pending.routing_raw)
+    flags = message.property_flags
+    if flags & (FLAG_USER_ID | FLAG_REPLY_TO):
+        message = check_special_properties(channel, message, flags)
+    broker = channel.connection.broker
+    broker.stats.received += 1
+    broker.message_sizes.observe(len(body))
+    if channel.confirms is not None:
+        broker.stats.received_confirm += 1
+    if channel.transactional:
+        channel.tx_publishes.append((pending.exchange, message, pending.mandatory))
+        return
+    route_publish(channel, pending.exchange, message, pending.mandatory)
+
+
+def check_special_properties(channel: "Channel", message: Message, flags: int) -> Message:
+    """user_id must be the connection's user; reply_to amq.rabbitmq.reply-to gets the channel's key."""
+    properties = message.properties
+    user = channel.connection.user.name
+    if flags & FLAG_USER_ID and properties.user_id != user:
+        raise AMQPError(
+            errors.PRECONDITION_FAILED,
+            f"user_id property set to '{properties.user_id}' but authenticated user was '{user}'",
+            60,
+            40,
+        )
+    if flags & FLAG_REPLY_TO and properties.reply_to == REPLY_QUEUE:
+        if channel.reply_key is None:
+            raise AMQPError(errors.PRECONDITION_FAILED, "fast reply consumer does not exist", 60, 40)
+        properties.reply_to = f"{REPLY_QUEUE}.{channel.reply_key}"
+        message = message.with_properties(properties)
+    return message
+
+
+def route_publish(channel: "Channel", exchange: "Exchange", message: Message, mandatory: bool) -> list[Queue] | None:
+    """Route and enqueue; returns the queues that journaled the message (None if none did)."""
+    connection = channel.connection
+    broker = connection.broker
+    vhost = channel.vhost
+    confirms = channel.confirms
+    if vhost.firehose is not None:
+        vhost.firehose.published(message, connection, channel.id)
+    seq = confirms.take_seq() if confirms is not None else 0
+    accepted = True
+    journaled: list[Queue] | None = None
+    if exchange is vhost.default_exchange and is_reply_key(message.routing_key):
+        delivered = broker.reply_registry.deliver(message)
+    else:
+        routing_keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
+        if routing_keys is not None:
+            message = strip_bcc(message)
+        delivered = False
+        for queue in vhost.route(exchange, message, routing_keys):
+            outcome = queue.publish(message)
+            if outcome == REJECTED:
+                accepted = False  # a queue at its length limit with x-overflow reject-publish
+            elif outcome == ENQUEUED_DURABLY:
+                journaled = [queue] if journaled is None else journaled + [queue]
+            delivered = True
+            if queue.congested:
+                connection.throttle(queue)
+    if delivered:
+        broker.stats.routed += 1
+    elif mandatory:
+        broker.stats.returned += 1
+        send_return(channel, message)
+    else:
+        broker.stats.dropped += 1
+    if confirms is not None:
+        if journaled is None:
+            confirms.resolve(seq, accepted)
+            connection.confirms_pending(channel)
+        else:
+            # Durable means durable: confirm only once every queue's copy is fsynced.
+            confirms.hold(seq)
+            when_synced(journaled, lambda error: _confirm_synced(channel, seq, accepted and error is None))
+    return journaled
+
+
+def _confirm_synced(channel: "Channel", seq: int, ok: bool) -> None:
+    if channel.state != "open":
+        return
+    channel.confirms.release(seq, ok)
+    channel.connection.confirms_pending(channel)
+
+
+def send_return(channel: "Channel", message: Message) -> None:
+    """basic.return of an unroutable mandatory message, with its content."""
+    frames = [
+        codec.method_frame(
+            channel.id,
+            commands.Basic.Return(
+                reply_code=errors.NO_ROUTE,
+                reply_text="NO_ROUTE",
+                exchange=message.exchange,
+                routing_key=message.routing_key,
+            ),
+        )
+    ]
+    codec.content_frames(frames, channel.id, message.raw_header, message.body, channel.connection.max_body_frame)
+    channel.connection.send_frames(frames)

@@ -1,0 +1,35 @@
+"""Sender-selected distribution: the CC and BCC headers add routing keys to a publish.
+
+As in RabbitMQ, a message is routed with its routing key plus every key in its CC and BCC
+headers (arrays of strings); the BCC header is removed before the message reaches a queue.
+"""
+
+from __future__ import annotations
+
+from queues.message import Message
+
+
+def sender_selected_keys(message: Message) -> list[str] | None:
+    """Routing keys from the CC and BCC headers (None: the message has neither)."""
+    raw = message.raw_header
+    if b"\x02CC" not in raw and b"\x03BCC" not in raw:
+        return None
+    headers = message.headers or {}
+    extra = []
+    for name in ("CC", "BCC"):
+        value = headers.get(name)
+        if isinstance(value, list):
+            extra.extend(item.decode() if isinstance(item, bytes) else str(item) for item in value)
+    if not extra:
+        return None
+    return [message.routing_key, *extra]
+
+
+def strip_bcc(message: Message) -> Message:
+    """The message without its BCC header (itself if it has none)."""
+    headers = message.headers or {}
+    if "BCC" not in headers:
+        return message
+    properties = message.properties
+    properties.headers = {key: value for key, value in headers.items() if key != "BCC"}
+    return message.with_properties(properties)

@@ -1,0 +1,98 @@
+"""Settling deliveries on a channel: basic.ack, basic.nack and basic.reject of delivery tags.
+
+A tag (or, with `multiple`, every tag up to it; 0 means all) must be an unacked delivery of
+the channel, else the channel is closed with 406 "unknown delivery tag"; a tag that already
+timed out (consumer timeout) went back to its queue and is ignored. In a transaction the tags
+are checked at once but settled at tx.commit. Acked messages are done; nacked or rejected ones
+are requeued (queues/requeue.py decides where) or leave their queue (to its dead-letter
+exchange). Room freed on consumers is offered messages again at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from amqp_server import errors
+from amqp_server.errors import AMQPError
+from queues.consumer import Consumer
+from queues.delayed_retry import FAILED
+from queues.queue import Queue
+from queues.queue_entry import QueueEntry
+from queues.unacked_store import Unacked
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+
+
+def settle(channel: "Channel", kind: str, tag: int, multiple: bool, requeue: bool) -> None:
+    """ack / nack / reject (`kind`) of one delivery tag, or of all up to it with `multiple`."""
+    if channel.transactional:
+        take_unacked(channel, tag, multiple, peek=True)
+        channel.tx_settlements.append((kind, tag, multiple, requeue))
+        return
+    taken = take_unacked(channel, tag, multiple)
+    apply_settlement(channel, kind, taken, requeue)
+
+
+def take_unacked(channel: "Channel", tag: int, multiple: bool, peek: bool = False) -> list[Unacked]:
+    """Take the deliveries a settlement names (with `peek`, only check that they exist)."""
+    unacked = channel.unacked
+    if multiple:
+        if tag == 0 or tag in unacked or unacked.has_tag_above(tag) or tag in channel.timed_out:
+            if peek:
+                return []
+            if channel.delivery_timeouts is not None:
+                channel.forget_timeouts(tag, True)
+            return unacked.pop_up_to(tag)
+    elif tag in unacked:
+        if peek:
+            return []
+        if channel.delivery_timeouts is not None:
+            channel.delivery_timeouts.forget(tag)
+        return [unacked.pop(tag)]
+    elif tag in channel.timed_out:
+        # It timed out and went back to its queue: settling it now changes nothing.
+        if not peek:
+            channel.timed_out.discard(tag)
+        return []
+    raise AMQPError(errors.PRECONDITION_FAILED, f"unknown delivery tag {tag}", 60, 80)
+
+
+def take_if_present(channel: "Channel", tag: int, multiple: bool) -> list[Unacked]:
+    """At tx.commit: the deliveries a settlement named that are still unacked (tags were checked
+    when the ack arrived; one settled twice in a transaction is settled once)."""
+    channel.forget_timeouts(tag, multiple)
+    if multiple:
+        return channel.unacked.pop_up_to(tag)
+    taken = channel.unacked.pop(tag)
+    return [taken] if taken is not None else []
+
+
+def apply_settlement(channel: "Channel", kind: str, taken: list[Unacked], requeue: bool, cause: str = FAILED) -> None:
+    """Settle `taken`; a requeue is for `cause` (delayed_retry.FAILED or RETURNED)."""
+    if not taken:
+        return
+    stats = channel.connection.broker.stats
+    touched: set[Queue] = set()
+    if kind == "ack":
+        for entry, queue, consumer in taken:
+            queue.ack(entry, consumer)
+            touched.add(queue)
+        stats.acked += len(taken)
+    elif requeue:
+        by_queue: dict[Queue, list[tuple[QueueEntry, Consumer | None]]] = defaultdict(list)
+        for entry, queue, consumer in taken:
+            by_queue[queue].append((entry, consumer))
+        for queue, entries in by_queue.items():
+            queue.requeue(entries, cause)
+        touched.update(by_queue)
+    else:
+        for entry, queue, consumer in taken:
+            queue.reject(entry, consumer)
+            touched.add(queue)
+    # With a channel-wide limit, room freed by one queue's ack may be used by any queue.
+    if channel.global_prefetch_count:
+        touched = touched | {consumer.queue for consumer in channel.consumers.values()}
+    for queue in touched:
+        queue.dispatch()
