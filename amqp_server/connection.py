@@ -1,56 +1,30 @@
 """One AMQP connection as a sans-I/O state machine: `receive_data(bytes)` in, `take_output()` out.
 
-The connection runs the handshake (protocol header, start/start-ok, tune/tune-ok, open),
-multiplexes channels, and turns errors into RabbitMQ's closes: a soft error closes the channel
-it happened on, a hard error the connection. It never touches a socket or a clock: the asyncio
-shell in server.py feeds it bytes, writes what it produces, and handles heartbeat timing.
+The connection runs the handshake (its steps are handshake.py), multiplexes channels, stops
+reading while it publishes too fast or a resource alarm is on (publisher_blocking.py), and turns
+errors into RabbitMQ's closes: a soft error closes the channel it happened on, a hard error the
+connection. It never touches a socket or a clock: the asyncio shell in server.py feeds it
+bytes, writes what it produces, and handles heartbeat timing.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from pamqp import commands
 
-from amqp_server import codec, errors
-from amqp_server.access_control import AuthenticationFailed, User
+from amqp_server import codec, errors, handshake, publisher_blocking
+from amqp_server.access_control import User
 from amqp_server.channel import CLOSING as CHANNEL_CLOSING
 from amqp_server.channel import Channel
+from amqp_server.connection_states import AWAIT_HEADER, AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, CLOSED, CLOSING, OPEN
 from amqp_server.errors import AMQPError
 from amqp_server.vhost import VirtualHost
 from queues.queue import Queue
 
 log = logging.getLogger(__name__)
-
-PRODUCT = "amqp-server"
-VERSION = "0.1.0"
-# What the client may rely on; each is implemented and covered by interop tests.
-CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
-MECHANISMS = "PLAIN AMQPLAIN"
-# AMQP 0-9-1 sets 4096 as the smallest frame_max a peer must accept. RabbitMQ 4.1 raised its
-# minimum to 8192 and broke amqplib < 0.10.7, which asks for 4096; we accept it.
-FRAME_MIN_SIZE = 4096
-
-AWAIT_HEADER = "await-header"
-AWAIT_START_OK = "await-start-ok"
-AWAIT_TUNE_OK = "await-tune-ok"
-AWAIT_OPEN = "await-open"
-OPEN = "open"
-CLOSING = "closing"  # connection.close sent, waiting for close-ok
-CLOSED = "closed"
 
 _CHANNEL_OPEN = 0x0014000A
 _CONNECTION_CLOSE = 0x000A0032
@@ -86,8 +60,8 @@ class Connection:
         # connection; `blocked_by` is then the reason ("low on memory") until it clears.
         self.block_on_publish = False
         self.blocked_by: str | None = None
-        self._alarm_reason: str | None = None
-        self._blocked_sent = False
+        self.alarm_reason: str | None = None  # the alarm in effect (publisher_blocking.py)
+        self.blocked_sent = False  # connection.blocked was sent for it
         # Called with True/False when reading from the socket should pause/resume.
         self.on_reading_paused: Callable[[bool], None] = lambda paused: None
         self.close_when_flushed = False  # the shell closes the socket after the next write
@@ -100,7 +74,7 @@ class Connection:
         """RabbitMQ's connection name: "client_ip:port -> server_ip:port"."""
         return f"{self.peer} -> {self.local_address}" if self.local_address else self.peer
 
-    def _describe(self) -> str:
+    def describe(self) -> str:
         """The connection for log lines: name, vhost, user and client product."""
         vhost = f", vhost: '{self.vhost.name}'" if self.vhost is not None else ""
         user = f", user: '{self.user.name}'" if self.user is not None else ""
@@ -121,9 +95,9 @@ class Connection:
             if header != codec.PROTOCOL_HEADER:
                 # Spec 4.2.2: answer with the protocol we speak, then close.
                 self._write(codec.PROTOCOL_HEADER)
-                self._finish()
+                self.finish()
                 return
-            self._send_start()
+            handshake.send_start(self)
         try:
             for frame_type, channel_id, payload in self.reader.frames():
                 try:
@@ -135,17 +109,17 @@ class Connection:
         except AMQPError as error:  # framing itself is broken: nothing after this can be read
             self._input_broken = True
             self._connection_error(error)
-            self._finish()
+            self.finish()
 
     def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
         if self.state == CLOSING:
             if frame_type == codec.FRAME_METHOD and channel_id == 0:
                 index = codec.method_index(payload)
                 if index == _CONNECTION_CLOSE_OK:
-                    self._finish()
+                    self.finish()
                 elif index == _CONNECTION_CLOSE:
                     self.send_method(0, commands.Connection.CloseOk())
-                    self._finish()
+                    self.finish()
             return
         if frame_type == codec.FRAME_HEARTBEAT:
             if channel_id != 0:
@@ -181,7 +155,7 @@ class Connection:
             elif frame_type == codec.FRAME_HEADER:
                 channel.handle_header(payload)
                 if self.block_on_publish:
-                    self._block()
+                    publisher_blocking.block(self)
             else:
                 channel.handle_body(payload)
         except AMQPError as error:
@@ -190,27 +164,6 @@ class Connection:
             self.fail_channel(channel, error)
 
     # -- connection class --------------------------------------------------------------
-
-    def _send_start(self) -> None:
-        self.send_method(
-            0,
-            commands.Connection.Start(
-                version_major=0,
-                version_minor=9,
-                server_properties={
-                    "product": PRODUCT,
-                    "version": VERSION,
-                    "platform": f"Python {sys.version.split()[0]}",
-                    "copyright": "The amqp-server authors",
-                    "information": "Licensed under the Apache License 2.0",
-                    "cluster_name": self.broker.cluster_name,
-                    "capabilities": dict(CAPABILITIES),
-                },
-                mechanisms=MECHANISMS,
-                locales="en_US",
-            ),
-        )
-        self.state = AWAIT_START_OK
 
     def _handle_connection_method(self, payload: bytes) -> None:
         method = codec.decode_method(payload)
@@ -226,80 +179,22 @@ class Connection:
         if expected is not None and not isinstance(method, expected):
             raise AMQPError(errors.COMMAND_INVALID, f"expected '{expected.name.lower()}'")
         if isinstance(method, commands.Connection.StartOk):
-            self._on_start_ok(method)
+            handshake.start_ok(self, method)
         elif isinstance(method, commands.Connection.TuneOk):
-            self._on_tune_ok(method)
+            handshake.tune_ok(self, method)
         elif isinstance(method, commands.Connection.Open):
-            self._on_open(method)
+            handshake.open_vhost(self, method)
         elif isinstance(method, commands.Connection.Close):
-            log.info("closing AMQP connection %s: client requested close", self._describe())
+            log.info("closing AMQP connection %s: client requested close", self.describe())
             self._release()
             self.send_method(0, commands.Connection.CloseOk())
-            self._finish()
+            self.finish()
         elif isinstance(method, commands.Connection.CloseOk):
-            self._finish()
+            self.finish()
         elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
             pass  # a client telling us it is blocked has no effect on a broker
         else:
             raise AMQPError(errors.COMMAND_INVALID, f"{method.name} not allowed", *_ids(method))
-
-    def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
-        self.client_properties = method.client_properties or {}
-        capabilities = self.client_properties.get("capabilities")
-        self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
-        try:
-            self.user = self.broker.access.authenticate(method.mechanism, method.response, self.peer_is_loopback)
-        except AuthenticationFailed as failure:
-            log.warning("login refused for connection %s: %s", self._describe(), failure.reason)
-            if self.client_capabilities.get("authentication_failure_close"):
-                code = errors.COMMAND_INVALID if failure.reply_text.startswith("COMMAND_INVALID") else errors.ACCESS_REFUSED
-                self.send_method(0, commands.Connection.Close(code, failure.reply_text, 0, 0))
-                self.state = CLOSING
-                self.close_when_flushed = True
-            else:
-                self._finish()
-            return
-        self.send_method(
-            0,
-            commands.Connection.Tune(channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat),
-        )
-        self.state = AWAIT_TUNE_OK
-
-    def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
-        frame_max = method.frame_max or self.frame_max
-        if frame_max < FRAME_MIN_SIZE:
-            raise AMQPError(errors.NOT_ALLOWED, f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size", 10, 31)
-        if frame_max > self.frame_max:
-            raise AMQPError(errors.NOT_ALLOWED, f"frame_max={frame_max} > {self.frame_max} max size", 10, 31)
-        channel_max = method.channel_max or self.channel_max
-        if channel_max > self.channel_max:
-            raise AMQPError(
-                errors.NOT_ALLOWED, f"channel_max={channel_max} > {self.channel_max} max size", 10, 31
-            )
-        self.frame_max = frame_max
-        self.max_body_frame = frame_max - codec.FRAME_OVERHEAD
-        self.reader.max_frame_size = frame_max
-        self.channel_max = channel_max
-        self.heartbeat = method.heartbeat
-        self.state = AWAIT_OPEN
-
-    def _on_open(self, method: commands.Connection.Open) -> None:
-        vhost = self.broker.vhosts.get(method.virtual_host)
-        if vhost is None:
-            raise AMQPError(errors.NOT_ALLOWED, f"vhost {method.virtual_host} not found", 10, 40)
-        if not self.broker.access.can_access_vhost(self.user, vhost.name):
-            raise AMQPError(
-                errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{self.user.name}'", 10, 40
-            )
-        self.vhost = vhost
-        self.state = OPEN
-        self.broker.connection_opened(self)
-        log.info(
-            "connection %s: user '%s' authenticated and granted access to vhost '%s' (client %s)",
-            self.name, self.user.name, vhost.name, self.client_properties.get("product", "unknown"),
-        )
-        self.alarm_changed(self.broker.alarms.blocked_reason)
-        self.send_method(0, commands.Connection.OpenOk())
 
     # -- channels ----------------------------------------------------------------------
 
@@ -329,7 +224,7 @@ class Connection:
 
     def fail_channel(self, channel: Channel, error: AMQPError) -> None:
         """Close `channel` with a soft error, as RabbitMQ does: requeue its deliveries, send channel.close."""
-        log.warning("channel error on connection %s, channel %d: %s", self._describe(), channel.id, error.reply_text)
+        log.warning("channel error on connection %s, channel %d: %s", self.describe(), channel.id, error.reply_text)
         self._confirm_channels.discard(channel)
         if channel.confirms is not None and channel.confirms.has_pending:
             channel.flush_confirms()
@@ -383,18 +278,7 @@ class Connection:
 
     def throttle(self, queue: Queue) -> None:
         """Stop reading from this publisher until `queue` drains (flow control)."""
-        if queue in self.throttled_by:
-            return
-        first = not self.throttled_by
-        self.throttled_by.add(queue)
-        queue.flow_waiters[self] = lambda: self._unthrottle(queue)
-        if first:
-            self.on_reading_paused(True)
-
-    def _unthrottle(self, queue: Queue) -> None:
-        self.throttled_by.discard(queue)
-        if not self.reading_paused:
-            self.on_reading_paused(False)
+        publisher_blocking.throttle(self, queue)
 
     @property
     def reading_paused(self) -> bool:
@@ -403,37 +287,8 @@ class Connection:
 
     def alarm_changed(self, reason: str | None) -> None:
         """The broker's resource alarms changed (alarms.py); `reason` is None when none is left.
-
-        As RabbitMQ: an alarm blocks a connection when it next publishes, not at once, so
-        connections that only consume keep going; clearing unblocks at once.
-        """
-        self._alarm_reason = reason
-        if reason is not None:
-            self.block_on_publish = self.blocked_by is None
-            return
-        self.block_on_publish = False
-        if self.blocked_by is None:
-            return
-        self.blocked_by = None
-        if self._blocked_sent and self.state == OPEN:
-            self.send_method(0, commands.Connection.Unblocked())
-        self._blocked_sent = False
-        log.debug("connection %s unblocked: resource alarms cleared", self._describe())
-        if not self.reading_paused:
-            self.on_reading_paused(False)
-
-    def _block(self) -> None:
-        """A publish arrived during an alarm: tell the client (if it listens) and stop reading."""
-        self.block_on_publish = False
-        reason = self._alarm_reason
-        if reason is None or self.state != OPEN:
-            return
-        self.blocked_by = reason
-        if self.client_capabilities.get("connection.blocked"):
-            self.send_method(0, commands.Connection.Blocked(reason))
-            self._blocked_sent = True
-        log.debug("connection %s blocked: %s", self._describe(), reason)
-        self.on_reading_paused(True)
+        An alarm blocks the connection when it next publishes (publisher_blocking.py)."""
+        publisher_blocking.alarm_changed(self, reason)
 
     def resume_deliveries(self) -> None:
         """The socket drained: consumers on this connection may receive again."""
@@ -446,7 +301,7 @@ class Connection:
     def _connection_error(self, error: AMQPError) -> None:
         if self.state in (CLOSING, CLOSED):
             return
-        log.warning("closing AMQP connection %s: %s", self._describe(), error.reply_text)
+        log.warning("closing AMQP connection %s: %s", self.describe(), error.reply_text)
         self._release()
         self.send_method(0, commands.Connection.Close(error.code, error.reply_text, error.class_id, error.method_id))
         self.state = CLOSING
@@ -457,19 +312,20 @@ class Connection:
 
     def heartbeat_missed(self) -> None:
         log.warning(
-            "closing AMQP connection %s: missed heartbeats from client, timeout: %ds", self._describe(), self.heartbeat
+            "closing AMQP connection %s: missed heartbeats from client, timeout: %ds", self.describe(), self.heartbeat
         )
         self._release()
-        self._finish()
+        self.finish()
 
     def transport_closed(self) -> None:
         """The socket is gone (client vanished or we closed it)."""
         if self.state not in (CLOSED, CLOSING) and self.state != AWAIT_HEADER:
-            log.info("connection %s closed by peer without connection.close", self._describe())
+            log.info("connection %s closed by peer without connection.close", self.describe())
         self._release()
         self.state = CLOSED
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
+        """Closed: the shell closes the socket once what is written so far is flushed."""
         self.state = CLOSED
         self.close_when_flushed = True
         self.on_output()

@@ -12,7 +12,7 @@ import hashlib
 import platform
 from typing import TYPE_CHECKING
 
-from amqp_server.connection import PRODUCT, VERSION
+from amqp_server.handshake import PRODUCT, VERSION
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker

@@ -1,0 +1,138 @@
+"""Opening a connection: protocol header, start/start-ok (login), tune/tune-ok, open.
+
+The connection calls these as the client's methods arrive on channel 0 (connection.py checks
+that each comes in its turn). They negotiate as RabbitMQ does: the client may lower but not
+raise frame_max and channel_max, a refused login is answered with connection.close only for
+clients that announce authentication_failure_close, and connection.open names a vhost the
+user may access.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from amqp_server import codec, errors
+from amqp_server.access_control import AuthenticationFailed
+from amqp_server.config import FRAME_MIN_SIZE
+from amqp_server.connection_states import AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, CLOSING, OPEN
+from amqp_server.errors import AMQPError
+
+if TYPE_CHECKING:
+    from amqp_server.connection import Connection
+
+# These are the connection's log lines: one logger to configure for all of them.
+log = logging.getLogger("amqp_server.connection")
+
+PRODUCT = "amqp-server"
+VERSION = "0.1.0"
+# What the client may rely on; each is implemented and covered by interop tests.
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+MECHANISMS = "PLAIN AMQPLAIN"
+
+
+def send_start(connection: "Connection") -> None:
+    """The protocol header was right: offer our properties and login mechanisms."""
+    connection.send_method(
+        0,
+        commands.Connection.Start(
+            version_major=0,
+            version_minor=9,
+            server_properties={
+                "product": PRODUCT,
+                "version": VERSION,
+                "platform": f"Python {sys.version.split()[0]}",
+                "copyright": "The amqp-server authors",
+                "information": "Licensed under the Apache License 2.0",
+                "cluster_name": connection.broker.cluster_name,
+                "capabilities": dict(CAPABILITIES),
+            },
+            mechanisms=MECHANISMS,
+            locales="en_US",
+        ),
+    )
+    connection.state = AWAIT_START_OK
+
+
+def start_ok(connection: "Connection", method: commands.Connection.StartOk) -> None:
+    """The client's properties and login: log in and tune, or refuse."""
+    connection.client_properties = method.client_properties or {}
+    capabilities = connection.client_properties.get("capabilities")
+    connection.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+    try:
+        connection.user = connection.broker.access.authenticate(
+            method.mechanism, method.response, connection.peer_is_loopback
+        )
+    except AuthenticationFailed as failure:
+        log.warning("login refused for connection %s: %s", connection.describe(), failure.reason)
+        if connection.client_capabilities.get("authentication_failure_close"):
+            code = errors.COMMAND_INVALID if failure.reply_text.startswith("COMMAND_INVALID") else errors.ACCESS_REFUSED
+            connection.send_method(0, commands.Connection.Close(code, failure.reply_text, 0, 0))
+            connection.state = CLOSING
+            connection.close_when_flushed = True
+        else:
+            connection.finish()
+        return
+    connection.send_method(
+        0,
+        commands.Connection.Tune(
+            channel_max=connection.channel_max, frame_max=connection.frame_max, heartbeat=connection.heartbeat
+        ),
+    )
+    connection.state = AWAIT_TUNE_OK
+
+
+def tune_ok(connection: "Connection", method: commands.Connection.TuneOk) -> None:
+    """The client's limits: at most ours (0 means ours)."""
+    frame_max = method.frame_max or connection.frame_max
+    # AMQP 0-9-1 sets 4096 as the smallest frame_max a peer must accept. RabbitMQ 4.1 raised its
+    # minimum to 8192 and broke amqplib < 0.10.7, which asks for 4096; we accept it.
+    if frame_max < FRAME_MIN_SIZE:
+        raise AMQPError(errors.NOT_ALLOWED, f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size", 10, 31)
+    if frame_max > connection.frame_max:
+        raise AMQPError(errors.NOT_ALLOWED, f"frame_max={frame_max} > {connection.frame_max} max size", 10, 31)
+    channel_max = method.channel_max or connection.channel_max
+    if channel_max > connection.channel_max:
+        raise AMQPError(
+            errors.NOT_ALLOWED, f"channel_max={channel_max} > {connection.channel_max} max size", 10, 31
+        )
+    connection.frame_max = frame_max
+    connection.max_body_frame = frame_max - codec.FRAME_OVERHEAD
+    connection.reader.max_frame_size = frame_max
+    connection.channel_max = channel_max
+    connection.heartbeat = method.heartbeat
+    connection.state = AWAIT_OPEN
+
+
+def open_vhost(connection: "Connection", method: commands.Connection.Open) -> None:
+    """connection.open: enter the vhost if the user may; the connection is open."""
+    broker = connection.broker
+    vhost = broker.vhosts.get(method.virtual_host)
+    if vhost is None:
+        raise AMQPError(errors.NOT_ALLOWED, f"vhost {method.virtual_host} not found", 10, 40)
+    if not broker.access.can_access_vhost(connection.user, vhost.name):
+        raise AMQPError(
+            errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{connection.user.name}'", 10, 40
+        )
+    connection.vhost = vhost
+    connection.state = OPEN
+    broker.connection_opened(connection)
+    log.info(
+        "connection %s: user '%s' authenticated and granted access to vhost '%s' (client %s)",
+        connection.name, connection.user.name, vhost.name, connection.client_properties.get("product", "unknown"),
+    )
+    connection.alarm_changed(broker.alarms.blocked_reason)
+    connection.send_method(0, commands.Connection.OpenOk())
