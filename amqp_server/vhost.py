@@ -325,6 +325,18 @@ class VirtualHost:
             if exchange is self.default_exchange:
                 queue = self.queues.get(message.routing_key)
                 return (queue,) if queue is not None else ()
+            if exchange.alternate_exchange is None and exchange.__class__ is not DelayedMessageExchange:
+                # The common case needs no walk: one exchange whose bindings lead only to queues
+                # (exchanges de-duplicate their own destinations). A copy, because exchanges
+                # may hand out their live index and enqueueing must not depend on it.
+                destinations = tuple(
+                    exchange.route(message.routing_key, message.headers if exchange.needs_headers else None)
+                )
+                for destination in destinations:
+                    if destination.__class__ is not Queue:
+                        break
+                else:
+                    return destinations
             routing_keys = (message.routing_key,)
         found: dict[Queue, None] = {}
         route_into(self, exchange, message, routing_keys, found, set())
