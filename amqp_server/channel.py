@@ -161,9 +161,6 @@ class Channel:
                 )
             complete_publish(self)
 
-    def expects_content(self) -> bool:
-        return self.pending_publish is not None
-
     # -- publisher confirms ------------------------------------------------------------
 
     def flush_confirms(self) -> None:

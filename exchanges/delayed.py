@@ -41,7 +41,6 @@ class DelayedMessageExchange(Exchange):
             raise InvalidDelayedType()
         if inner_type not in EXCHANGE_TYPES or inner_type == TYPE_NAME:
             raise UnknownExchangeType(inner_type)
-        self.delayed_type = inner_type
         self._inner = EXCHANGE_TYPES[inner_type](name)
         self.needs_headers = self._inner.needs_headers  # type: ignore[misc]
         self.pending: Any = None  # set by the vhost: where held messages wait

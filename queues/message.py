@@ -69,10 +69,6 @@ class Message:
         self._properties: BasicProperties | None = None
 
     @property
-    def body_size(self) -> int:
-        return len(self.body)
-
-    @property
     def property_flags(self) -> int:
         return _flags.unpack_from(self.raw_header, CONTENT_HEADER_PREFIX_SIZE)[0]
 

@@ -66,7 +66,3 @@ class UnackedStore:
         self._by_tag.clear()
         return taken
 
-    def pop_consumer(self, consumer: "Consumer") -> list[Unacked]:
-        """Remove the deliveries of one consumer (a server-side consumer cancel)."""
-        tags = [tag for tag, unacked in self._by_tag.items() if unacked.consumer is consumer]
-        return [self._by_tag.pop(tag) for tag in tags]
