@@ -216,7 +216,7 @@ class VirtualHost:
             return existing, False
         defaults = defaults_for(self.queue_defaults, self.name, name) if self.queue_defaults else None
         try:
-            QueueArguments.parse(arguments, defaults)
+            settings = QueueArguments.parse(arguments, defaults)
         except InvalidArgument as error:
             raise AMQPError(
                 errors.PRECONDITION_FAILED,
@@ -238,6 +238,7 @@ class VirtualHost:
             journal=journal,
             memory_budget=self.memory_budget,
             defaults=defaults,
+            settings=settings,
         )
         recovered = queue.recover()
         if recovered:

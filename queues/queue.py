@@ -72,11 +72,13 @@ class Queue:
         journal: QueueJournal | None = None,
         memory_budget: MemoryBudget | None = None,
         defaults: dict[str, Any] | None = None,
+        settings: QueueArguments | None = None,
     ) -> None:
         """Raises queues.arguments.InvalidArgument for x-arguments RabbitMQ would refuse.
 
         `defaults` are x-arguments from the configuration ([[queue_defaults]]); the queue's own
-        `arguments` win over them.
+        `arguments` win over them. `settings`, when the caller already parsed them, saves a
+        second parse.
         """
         self.name = name
         self.vhost = vhost
@@ -84,7 +86,9 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
-        self.settings = settings = QueueArguments.parse(self.arguments, defaults)
+        if settings is None:
+            settings = QueueArguments.parse(self.arguments, defaults)
+        self.settings = settings
         self.timers = timers if timers is not None else Timers()
         self.dead_letterer = dead_letterer
         self.journal = journal
