@@ -19,16 +19,14 @@ their due time, or at once when it passed while the broker was down. Any delay i
 from __future__ import annotations
 
 import heapq
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from queues.journal import QueueJournal
-from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header, decode_properties
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, decode_properties
 from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY
+from queues.queue_entry import QueueEntry
 from queues.timers import Deadline, Timers
-
-log = logging.getLogger(__name__)
 
 DELAY_HEADER = "x-delay"
 STORE_PREFIX = "amq.x-delayed-message."
@@ -110,16 +108,9 @@ class DelayedMessages:
         seq = self._next_seq
         self._next_seq = seq + 1
         if self.journal is not None and message.is_persistent:
-            store = self.journal.store
-            store.append_message(
-                seq,
-                int(message.published_at * 1000),
-                message.exchange,
-                message.routing_key,
-                message.raw_header[CONTENT_HEADER_PREFIX_SIZE:],
-                message.body,
-            )
-            store.append_state(seq, "waiting_retry", self._now_ms(), due_at_ms=due_ms)
+            entry = QueueEntry(message, seq)
+            self.journal.published(entry)
+            self.journal.waiting(entry, due_ms)
             outcome = ENQUEUED_DURABLY
         else:
             self._held[seq] = message
@@ -141,7 +132,7 @@ class DelayedMessages:
             message = self._held.pop(seq, None)
             journaled = message is None
             if journaled:
-                message = self._load(seq)
+                message = self.journal.load_message(seq)
                 if message is None:
                     continue
             routed = self.release(_released_copy(message, now_ms / 1000.0))
@@ -158,18 +149,6 @@ class DelayedMessages:
 
     def _now_ms(self) -> int:
         return int(self.timers.now() * 1000)
-
-    def _load(self, seq: int) -> Message | None:
-        try:
-            record = self.journal.store.read_message(seq)
-        except (KeyError, OSError, ValueError) as error:
-            log.error("delayed exchange %r: message %d could not be read back: %s", self.name, seq, error)
-            return None
-        message = Message(
-            record.exchange, record.routing_key, content_header(len(record.body), record.raw_properties), record.body
-        )
-        message.published_at = record.published_at_ms / 1000.0
-        return message
 
     def delete(self) -> None:
         """The exchange was deleted: its pending messages go, and so do their files."""

@@ -49,12 +49,12 @@ class QueueJournal:
         ]
         return recovered, recovery.next_seq
 
-    def load(self, seq: int, delivery_count: int) -> QueueEntry | None:
-        """Read a paged-out message back; None (logged) if the journal cannot give it."""
+    def load_message(self, seq: int) -> Message | None:
+        """Read a journaled message back; None (logged) if the journal cannot give it."""
         try:
             record = self.store.read_message(seq)
         except (KeyError, OSError, ValueError) as error:
-            log.error("queue %r: message %d could not be read back: %s", self.store.queue, seq, error)
+            log.error("%r: message %d could not be read back: %s", self.store.queue, seq, error)
             return None
         message = Message(
             record.exchange,
@@ -63,6 +63,13 @@ class QueueJournal:
             record.body,
         )
         message.published_at = record.published_at_ms / 1000.0
+        return message
+
+    def load(self, seq: int, delivery_count: int) -> QueueEntry | None:
+        """Read a paged-out message back as this queue's entry; None if it cannot be read."""
+        message = self.load_message(seq)
+        if message is None:
+            return None
         entry = QueueEntry(message, seq)
         entry.persisted = True
         entry.delivery_count = delivery_count
