@@ -22,11 +22,10 @@ from __future__ import annotations
 import logging
 import os
 from array import array
-from bisect import bisect_right
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from persistence.record_format import STATE_OF_TYPE, MessageState, RecordType, min_state_payload, state_fields
+from persistence.record_format import STATE_OF_TYPE, RecordType, min_state_payload, state_fields
 from persistence.segment_file import (
     HEADER_SIZE,
     CorruptSegmentHeader,
@@ -34,7 +33,7 @@ from persistence.segment_file import (
     cut_damaged_tail,
     list_segments,
 )
-from persistence.segment_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry
+from persistence.segment_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry, locate
 
 log = logging.getLogger(__name__)
 
@@ -204,12 +203,7 @@ class _Replay:
         self._problem(f"{err}; the file was renamed to {aside.name} and its messages are not recovered")
 
     def _locate(self, seq: int) -> tuple[SegmentEntry, int] | None:
-        k = bisect_right(self.ids, seq) - 1
-        if k < 0:
-            return None
-        entry = self.segments[k]
-        i = entry.index_of(seq)
-        return None if i is None else (entry, i)
+        return locate(self.segments, self.ids, seq)
 
     def _apply_state(self, current: SegmentEntry, rtype: int, fields: tuple[int, ...]) -> None:
         seq = fields[0]

@@ -30,7 +30,6 @@ import logging
 import os
 import shutil
 import time
-from bisect import bisect_right
 from pathlib import Path
 from typing import Callable
 
@@ -46,7 +45,7 @@ from persistence.record_format import (
     encode_state,
 )
 from persistence.segment_file import HEADER_SIZE, SUFFIX, CorruptRecord, encode_header, read_record, segment_file_name
-from persistence.segment_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry
+from persistence.segment_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry, locate
 from persistence.segment_layout import ensure_queue_directory, fsync_directory, queue_path
 
 log = logging.getLogger(__name__)
@@ -328,12 +327,7 @@ class QueueStore:
             self._read_fd = None
 
     def _locate(self, seq: int) -> tuple[SegmentEntry, int] | None:
-        k = bisect_right(self._segment_ids, seq) - 1
-        if k < 0:
-            return None
-        entry = self._segments[k]
-        i = entry.index_of(seq)
-        return None if i is None else (entry, i)
+        return locate(self._segments, self._segment_ids, seq)
 
     # ---- facts ----------------------------------------------------------------------------
 

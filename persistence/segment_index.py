@@ -10,7 +10,7 @@ search otherwise.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 READY = 0  # in the queue, waiting for a consumer
@@ -68,3 +68,14 @@ class SegmentEntry:
         self.states[i] = SETTLED
         self.live -= 1
         return True
+
+
+def locate(segments: list[SegmentEntry], segment_ids: list[int], seq: int) -> tuple[SegmentEntry, int] | None:
+    """The segment holding message `seq` and its index there (segments sorted by id, which is
+    each segment's first sequence number); None if no segment has it."""
+    k = bisect_right(segment_ids, seq) - 1
+    if k < 0:
+        return None
+    entry = segments[k]
+    i = entry.index_of(seq)
+    return None if i is None else (entry, i)
