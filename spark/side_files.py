@@ -67,7 +67,7 @@ def side_paths(segment_path: str | Path) -> tuple[Path, Path]:
 def write_side_files(segment_path: str | Path, vhost: str, queue: str) -> Path | None:
     """Convert a sealed segment; returns the messages file, or None if the segment is gone.
     Blocking and CPU-bound: never call it on the event loop."""
-    from spark.partition_reader import SegmentPart, _decode_rows, _walk
+    from spark.partition_reader import _decode_rows, _walk
 
     path = Path(segment_path)
     try:
