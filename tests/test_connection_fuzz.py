@@ -41,6 +41,18 @@ def test_random_frames_never_raise_out_of_the_connection(frames):
 
 
 @settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=40), st.lists(st.binary(max_size=32), max_size=3))
+def test_a_publish_followed_by_random_content_frames_never_raises(header, bodies):
+    client = opened_client()
+    publish = commands.Basic.Publish(exchange="", routing_key="q")
+    client.send(1, publish)
+    client.send_bytes(raw_frame(2, 1, header))
+    for body in bodies:
+        client.send_bytes(raw_frame(3, 1, body))
+    assert client.connection.state in (OPEN, CLOSING, CLOSED)
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.binary(min_size=1, max_size=256))
 def test_random_bytes_after_the_handshake_never_raise(data):
     client = opened_client()
