@@ -48,6 +48,7 @@ class Message:
         "raw_header",
         "body",
         "published_at",
+        "property_flags",
         "_routing_raw",
         "_properties",
     )
@@ -63,14 +64,12 @@ class Message:
         self.exchange = exchange
         self.routing_key = routing_key
         self.raw_header = raw_header
+        # Read once: publishing, routing, expiry and durability each look at the flags.
+        self.property_flags: int = _flags.unpack_from(raw_header, CONTENT_HEADER_PREFIX_SIZE)[0]
         self.body = body
         self.published_at = time.time()
         self._routing_raw = routing_raw
         self._properties: BasicProperties | None = None
-
-    @property
-    def property_flags(self) -> int:
-        return _flags.unpack_from(self.raw_header, CONTENT_HEADER_PREFIX_SIZE)[0]
 
     @property
     def routing_raw(self) -> bytes:
@@ -102,7 +101,7 @@ class Message:
         fields before delivery_mode instead of decoding all properties.
         """
         raw = self.raw_header
-        flags = _flags.unpack_from(raw, CONTENT_HEADER_PREFIX_SIZE)[0]
+        flags = self.property_flags
         if not flags & FLAG_DELIVERY_MODE:
             return False
         if self._properties is not None or flags & 1:  # decoded already, or a second flag word
