@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from amqp_server.metrics.broker_view import BrokerSnapshot
+from amqp_server.metrics.broker_view import DEAD_LETTER_REASONS, BrokerSnapshot
 
 if TYPE_CHECKING:
     from amqp_server.broker_stats import BrokerStats
@@ -70,7 +70,7 @@ def global_counter_families(stats: "BrokerStats", snapshot: BrokerSnapshot) -> I
     yield by_queue_type("rabbitmq_global_messages_acknowledged_total",
                         "Total number of messages acknowledged by consumers", q.acked)
 
-    for reason in ("expired", "rejected", "maxlen", "delivery_limit"):
+    for reason in DEAD_LETTER_REASONS:
         family = CounterMetricFamily(
             f"rabbitmq_global_messages_dead_lettered_{reason}_total",
             f"Total number of messages dead-lettered due to {reason.replace('_', '-')}",
