@@ -1,9 +1,9 @@
 """Definitions export and import for the management API (GET/POST /api/definitions[/{vhost}]).
 
-The export has users, vhosts and permissions (from Broker.definitions()) and every exchange,
-queue and binding except the predeclared amq.* exchanges and exclusive queues, durable or
-not, as RabbitMQ 3.10 exports them, with the version fields and the empty sections RabbitMQ
-writes, so a RabbitMQ import reads it. Import applies a RabbitMQ export in order:
+The export has users, vhosts and permissions and every exchange, queue and binding except the
+predeclared amq.* exchanges and exclusive queues, durable or not
+(definitions_export.topology_definitions), as RabbitMQ 3.10 exports them, with the version
+fields and the empty sections RabbitMQ writes, so a RabbitMQ import reads it. Import applies a RabbitMQ export in order:
 users (existing users get the new hash and tags), vhosts, permissions, exchanges, queues,
 bindings; anything the broker refuses stops the import with 400. Policies, parameters and
 topic permissions are accepted and ignored (the broker has none).
@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
+from amqp_server.definitions_export import topology_definitions
 from amqp_server.errors import AMQPError
 from amqp_server.management import api_errors
 from amqp_server.management.http_io import as_bool, as_table
+from amqp_server.management.node_json import permission_json, user_json
 from amqp_server.metrics import identity
-from queues.queue import Queue
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -32,41 +33,16 @@ _VERSION_FIELDS = {
 }
 
 
-def topology_definitions(vhost: "VirtualHost") -> dict[str, list[dict[str, Any]]]:
-    """A vhost's exchanges, queues and bindings in the export shape."""
-    exchanges = [
-        {"name": e.name, "vhost": vhost.name, "type": e.type_name, "durable": e.durable,
-         "auto_delete": e.auto_delete, "internal": e.internal, "arguments": e.arguments}
-        for e in vhost.exchanges.values()
-        if e.name and not e.name.startswith("amq.")
-    ]
-    queues = [
-        {"name": q.name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
-         "arguments": q.arguments}
-        for q in vhost.queues.values()
-        if not q.exclusive
-    ]
-    bindings = [
-        {"source": source.name, "vhost": vhost.name, "destination": destination.name,
-         "destination_type": "queue" if isinstance(destination, Queue) else "exchange",
-         "routing_key": key, "arguments": arguments}
-        for source, destination, key, arguments in vhost.bindings()
-        if not getattr(destination, "exclusive", False)
-    ]
-    return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
-
-
 def export_definitions(broker: "Broker") -> dict[str, Any]:
-    exported = broker.definitions()
     topology: dict[str, list[dict[str, Any]]] = {"queues": [], "exchanges": [], "bindings": []}
     for vhost in broker.vhosts.values():
-        for key, entries in topology_definitions(vhost).items():
+        for key, entries in topology_definitions(vhost, durable_only=False).items():
             topology[key].extend(entries)
     return {
         **_VERSION_FIELDS,
-        "users": [{**user, "limits": {}} for user in exported["users"]],
-        "vhosts": exported["vhosts"],
-        "permissions": exported["permissions"],
+        "users": [user_json(user) for user in broker.access.users()],
+        "vhosts": [{"name": name} for name in broker.vhosts],
+        "permissions": [permission_json(permission) for permission in broker.access.permissions()],
         "topic_permissions": [],
         "parameters": [],
         "global_parameters": [],
@@ -79,7 +55,7 @@ def export_definitions(broker: "Broker") -> dict[str, Any]:
 
 def export_vhost_definitions(broker: "Broker", vhost: "VirtualHost") -> dict[str, Any]:
     """One vhost's exchanges, queues and bindings, without "vhost" fields (RabbitMQ's shape)."""
-    topology = topology_definitions(vhost)
+    topology = topology_definitions(vhost, durable_only=False)
 
     def strip(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{key: value for key, value in entry.items() if key != "vhost"} for entry in entries]
