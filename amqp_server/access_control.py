@@ -142,6 +142,12 @@ class AccessControl:
     def permissions(self) -> list[PermissionConfig]:
         return [p.config for p in self._permissions.values()]
 
+    def forget_vhost(self, vhost: str) -> None:
+        """Drop every user's permissions on a deleted vhost, so a vhost later made under the
+        same name starts with none (as RabbitMQ's vhost deletion does)."""
+        for key in [k for k in self._permissions if k[1] == vhost]:
+            del self._permissions[key]
+
     # ---- checks ----
 
     def authenticate(self, mechanism: str, response: bytes | str, peer_is_loopback: bool) -> User:

@@ -14,10 +14,18 @@ from aiohttp import web
 
 from amqp_server.errors import AMQPError
 from amqp_server.management import api_errors
-from amqp_server.management.context import caller, context
-from amqp_server.management.exchange_routes import DEFAULT_EXCHANGE_ALIAS, exchange_name, visible_vhost
-from amqp_server.management.http_io import as_table, item_reply, list_reply, no_content, read_body
-from amqp_server.management.topology_json import all_bindings_json, binding_json, properties_key
+from amqp_server.management.context import caller
+from amqp_server.management.exchange_routes import DEFAULT_EXCHANGE_ALIAS, exchange_name
+from amqp_server.management.http_io import (
+    as_table,
+    item_reply,
+    list_reply,
+    no_content,
+    read_body,
+    vhosts_in_scope,
+    visible_vhost,
+)
+from amqp_server.management.topology_json import all_bindings, all_bindings_json, binding_json, properties_key
 
 if TYPE_CHECKING:
     from amqp_server.vhost import VirtualHost
@@ -26,12 +34,7 @@ if TYPE_CHECKING:
 
 
 async def list_bindings(request: web.Request) -> web.Response:
-    ctx, user = context(request), caller(request)
-    if "vhost" in request.match_info:
-        vhosts = [visible_vhost(request)]
-    else:
-        vhosts = [v for v in ctx.broker.vhosts.values() if user.may_see_vhost(v.name)]
-    return list_reply(request, [b for v in vhosts for b in all_bindings_json(v)], lambda b: b["vhost"])
+    return list_reply(request, [b for v in vhosts_in_scope(request) for b in all_bindings_json(v)], lambda b: b["vhost"])
 
 
 def _ends(request: web.Request) -> tuple["VirtualHost", "Exchange", "Queue | Exchange"]:
@@ -45,9 +48,7 @@ def _ends(request: web.Request) -> tuple["VirtualHost", "Exchange", "Queue | Exc
 
 
 def _between(vhost: "VirtualHost", source: "Exchange", destination: "Queue | Exchange") -> list[dict[str, Any]]:
-    if source is vhost.default_exchange:
-        return [binding_json(vhost, "", destination, destination.name, {})] if destination in vhost.queues.values() else []
-    return [binding_json(vhost, *b) for b in vhost.bindings() if b[0] is source and b[1] is destination]
+    return [binding_json(vhost, *b) for b in all_bindings(vhost) if b[0] is source and b[1] is destination]
 
 
 async def bindings_between(request: web.Request) -> web.Response:

@@ -23,8 +23,10 @@ from amqp_server.management.http_io import (
     no_content,
     read_body,
     vhost_named,
+    vhosts_in_scope,
+    visible_vhost,
 )
-from amqp_server.management.topology_json import binding_json, exchange_json
+from amqp_server.management.topology_json import all_bindings, binding_json, exchange_json
 
 if TYPE_CHECKING:
     from amqp_server.vhost import VirtualHost
@@ -37,13 +39,6 @@ def exchange_name(raw: str) -> str:
     return "" if raw == DEFAULT_EXCHANGE_ALIAS else raw
 
 
-def visible_vhost(request: web.Request) -> "VirtualHost":
-    vhost = vhost_named(context(request).broker, request.match_info["vhost"])
-    if not caller(request).may_see_vhost(vhost.name):
-        raise api_errors.access_refused()
-    return vhost
-
-
 def _exchange_of(request: web.Request) -> tuple["VirtualHost", "Exchange"]:
     vhost = visible_vhost(request)
     exchange = vhost.exchanges.get(exchange_name(request.match_info["name"]))
@@ -53,12 +48,7 @@ def _exchange_of(request: web.Request) -> tuple["VirtualHost", "Exchange"]:
 
 
 async def list_exchanges(request: web.Request) -> web.Response:
-    ctx, user = context(request), caller(request)
-    if "vhost" in request.match_info:
-        vhosts = [visible_vhost(request)]
-    else:
-        vhosts = [v for v in ctx.broker.vhosts.values() if user.may_see_vhost(v.name)]
-    return list_reply(request, [exchange_json(v, e) for v in vhosts for e in list(v.exchanges.values())])
+    return list_reply(request, [exchange_json(v, e) for v in vhosts_in_scope(request) for e in list(v.exchanges.values())])
 
 
 async def show_exchange(request: web.Request) -> web.Response:
@@ -101,10 +91,7 @@ async def delete_exchange(request: web.Request) -> web.Response:
 
 async def source_bindings(request: web.Request) -> web.Response:
     vhost, exchange = _exchange_of(request)
-    if exchange is vhost.default_exchange:
-        bindings = [binding_json(vhost, "", queue, queue.name, {}) for queue in vhost.queues.values()]
-    else:
-        bindings = [binding_json(vhost, *b) for b in vhost.bindings() if b[0] is exchange]
+    bindings = [binding_json(vhost, *b) for b in all_bindings(vhost) if b[0] is exchange]
     return list_reply(request, bindings, _binding_order)
 
 

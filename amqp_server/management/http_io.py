@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from amqp_server.management import api_errors
+from amqp_server.management.context import caller, context
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
+    from amqp_server.management.caller import Caller
     from amqp_server.vhost import VirtualHost
 
 MAX_PAGE_SIZE = 500  # RabbitMQ's limit
@@ -105,6 +107,25 @@ def vhost_named(broker: "Broker", name: str) -> "VirtualHost":
 
 
 # -- lists -------------------------------------------------------------------------------
+
+
+def visible_vhost(request: web.Request) -> "VirtualHost":
+    """The vhost the URL names, if the caller may see it (404 if there is none, 401 if hidden)."""
+    vhost = vhost_named(context(request).broker, request.match_info["vhost"])
+    if not caller(request).may_see_vhost(vhost.name):
+        raise api_errors.access_refused()
+    return vhost
+
+
+def vhosts_visible_to(broker: "Broker", user: "Caller") -> list["VirtualHost"]:
+    return [vhost for vhost in broker.vhosts.values() if user.may_see_vhost(vhost.name)]
+
+
+def vhosts_in_scope(request: web.Request) -> list["VirtualHost"]:
+    """What a listing covers: the URL's vhost if it names one, else every vhost the caller may see."""
+    if "vhost" in request.match_info:
+        return [visible_vhost(request)]
+    return vhosts_visible_to(context(request).broker, caller(request))
 
 
 def _lookup(item: Any, path: list[str]) -> Any:

@@ -10,6 +10,7 @@ from amqp_server.auth import HASHING_ALGORITHM
 from amqp_server.config import PermissionConfig
 from amqp_server.firehose import is_tracing
 from amqp_server.management.context import OVERVIEW_KEY, ManagementContext
+from amqp_server.management.http_io import vhosts_visible_to
 from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
 from amqp_server.metrics import identity
 from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
@@ -72,7 +73,7 @@ def overview_json(ctx: ManagementContext, caller: "Caller") -> dict[str, Any]:
             "queues": snapshot.queues,
         }
     else:
-        vhosts = [v for v in broker.vhosts.values() if caller.may_see_vhost(v.name)]
+        vhosts = vhosts_visible_to(broker, caller)
         own = [c for c in broker.connections if caller.may_see_connection(c)]
         ready = sum(vhost_totals(v)["messages_ready"] for v in vhosts)
         unacked = sum(vhost_totals(v)["messages_unacknowledged"] for v in vhosts)

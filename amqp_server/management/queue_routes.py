@@ -14,7 +14,6 @@ from aiohttp import web
 from amqp_server.errors import AMQPError
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
-from amqp_server.management.exchange_routes import visible_vhost
 from amqp_server.management.http_io import (
     as_bool,
     as_int,
@@ -26,10 +25,12 @@ from amqp_server.management.http_io import (
     no_content,
     read_body,
     vhost_named,
+    vhosts_in_scope,
+    visible_vhost,
 )
 from amqp_server.management.queue_browse import browse
 from amqp_server.management.queue_json import queue_detail_json, queue_json
-from amqp_server.management.topology_json import binding_json
+from amqp_server.management.topology_json import all_bindings, binding_json
 
 if TYPE_CHECKING:
     from amqp_server.vhost import VirtualHost
@@ -47,11 +48,8 @@ def _queue_of(request: web.Request) -> tuple["VirtualHost", "Queue"]:
 
 
 async def list_queues(request: web.Request) -> web.Response:
-    ctx, user = context(request), caller(request)
-    if "vhost" in request.match_info:
-        vhosts = [visible_vhost(request)]
-    else:
-        vhosts = [v for v in ctx.broker.vhosts.values() if user.may_see_vhost(v.name)]
+    ctx = context(request)
+    vhosts = vhosts_in_scope(request)
     names = ctx.connection_names()
     node = ctx.broker.node_name
     return list_reply(request, [queue_json(v, q, ctx.rates, names, node) for v in vhosts for q in list(v.queues.values())])
@@ -123,8 +121,7 @@ async def get_messages(request: web.Request) -> web.Response:
 
 async def queue_bindings(request: web.Request) -> web.Response:
     vhost, queue = _queue_of(request)
-    bindings = [binding_json(vhost, "", queue, queue.name, {})]
-    bindings.extend(binding_json(vhost, *b) for b in vhost.bindings() if b[1] is queue)
+    bindings = [binding_json(vhost, *b) for b in all_bindings(vhost) if b[1] is queue]
     return list_reply(request, bindings, lambda b: (b["source"] != "", b["source"], b["routing_key"]))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import urllib.parse
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from exchanges.exchange import Exchange
@@ -44,10 +45,10 @@ def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
     return f"{quoted}~{base64.urlsafe_b64encode(digest).decode().rstrip('=')}"
 
 
-def binding_json(vhost: "VirtualHost", source: Exchange | str, destination: Queue | Exchange, routing_key: str,
+def binding_json(vhost: "VirtualHost", source: Exchange, destination: Queue | Exchange, routing_key: str,
                  arguments: dict[str, Any]) -> dict[str, Any]:
     return {
-        "source": source if isinstance(source, str) else source.name,
+        "source": source.name,
         "vhost": vhost.name,
         "destination": destination.name,
         "destination_type": "queue" if isinstance(destination, Queue) else "exchange",
@@ -57,8 +58,14 @@ def binding_json(vhost: "VirtualHost", source: Exchange | str, destination: Queu
     }
 
 
+def all_bindings(vhost: "VirtualHost") -> Iterator[Binding]:
+    """Every binding of a vhost as the management API shows them: the default exchange's
+    implicit one per queue (keyed by the queue's name) first, as RabbitMQ lists them, then
+    the explicit ones."""
+    for queue in list(vhost.queues.values()):
+        yield vhost.default_exchange, queue, queue.name, {}
+    yield from vhost.bindings()
+
+
 def all_bindings_json(vhost: "VirtualHost") -> list[dict[str, Any]]:
-    """Every binding of a vhost, the default exchange's implicit one per queue first (as RabbitMQ lists them)."""
-    listed = [binding_json(vhost, "", queue, queue.name, {}) for queue in vhost.queues.values()]
-    listed.extend(binding_json(vhost, *binding) for binding in vhost.bindings())
-    return listed
+    return [binding_json(vhost, *binding) for binding in all_bindings(vhost)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 from aiohttp import web
 
 from amqp_server.firehose import set_tracing
-from amqp_server.management import api_errors
 from amqp_server.management.connection_json import channel_json, connection_json
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import (
@@ -20,6 +19,8 @@ from amqp_server.management.http_io import (
     no_content,
     read_body,
     vhost_named,
+    vhosts_visible_to,
+    visible_vhost,
 )
 from amqp_server.management.node_json import permission_json, vhost_json
 from amqp_server.metrics.broker_view import channels_of
@@ -29,15 +30,11 @@ FULL_ACCESS = ".*"
 
 async def list_vhosts(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
-    return list_reply(request, [vhost_json(ctx, v) for v in ctx.broker.vhosts.values() if user.may_see_vhost(v.name)])
+    return list_reply(request, [vhost_json(ctx, v) for v in vhosts_visible_to(ctx.broker, user)])
 
 
 async def show_vhost(request: web.Request) -> web.Response:
-    ctx, user = context(request), caller(request)
-    vhost = vhost_named(ctx.broker, request.match_info["vhost"])
-    if not user.may_see_vhost(vhost.name):
-        raise api_errors.access_refused()
-    return item_reply(request, vhost_json(ctx, vhost))
+    return item_reply(request, vhost_json(context(request), visible_vhost(request)))
 
 
 async def put_vhost(request: web.Request) -> web.Response:
@@ -60,10 +57,7 @@ async def delete_vhost(request: web.Request) -> web.Response:
     ctx = context(request)
     caller(request).require_admin()
     vhost = vhost_named(ctx.broker, request.match_info["vhost"])
-    access = ctx.broker.access
-    for permission in list(access.permissions()):
-        if permission.vhost == vhost.name:
-            access.clear_permissions(permission.user, vhost.name)
+    ctx.broker.access.forget_vhost(vhost.name)
     ctx.broker.delete_vhost(vhost.name)
     return no_content()
 
