@@ -36,6 +36,8 @@ class Connection:
 
     def __init__(self, broker: Any, peer_host: str = "", peer_port: int = 0, on_output: Callable[[], None] | None = None) -> None:
         self.broker = broker
+        self.peer_host = peer_host
+        self.peer_port = peer_port
         self.peer = f"{peer_host}:{peer_port}"
         self.local_address = ""  # "ip:port" of our end, set by the shell (server.py)
         self.peer_is_loopback = peer_host.startswith("127.") or peer_host in ("::1", "localhost")

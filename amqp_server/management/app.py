@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -77,16 +77,14 @@ async def index(request: web.Request) -> web.Response:
 def build_management_app(
     broker: "Broker",
     process_stats: Callable[[], ProcessStats] | None = None,
-    protocols: Iterable[Any] = (),
     listeners: list[dict[str, Any]] | None = None,
     sample_rates: bool = True,
 ) -> web.Application:
-    """The aiohttp application. `protocols` (AMQPServer.protocols) gives connections their
-    names; `listeners` is what /api/overview reports; `sample_rates=False` leaves every rate
+    """The aiohttp application. `listeners` is what /api/overview reports; `sample_rates=False` leaves every rate
     at 0.0 (tests that must not depend on timing)."""
     if process_stats is None:
         process_stats = lambda: process_stats_of(broker)  # noqa: E731
-    ctx = ManagementContext(broker, process_stats, protocols, listeners or [])
+    ctx = ManagementContext(broker, process_stats, listeners or [])
     app = web.Application(middlewares=[api_middleware], client_max_size=MAX_REQUEST_BYTES)
     app[CONTEXT_KEY] = ctx
     app.router.add_get("/", index)

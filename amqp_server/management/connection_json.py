@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.metrics.broker_view import ConnectionNames, unconfirmed_count
+from amqp_server.metrics.broker_view import unconfirmed_count
 from amqp_server.metrics.core_collector import channel_label
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ _HANDSHAKE_STATES = {"await-header": "starting", "await-start-ok": "starting", "
                      "await-open": "opening"}
 
 
-def split_address(address: str) -> tuple[str, int | None]:
+def _split_address(address: str) -> tuple[str, int | None]:
     host, _, port = address.rpartition(":")
     return host, int(port) if port.isdigit() else None
 
@@ -49,11 +49,9 @@ def connection_state(connection: "Connection") -> str:
     return "running"
 
 
-def connection_json(connection: "Connection", names: ConnectionNames, node: str) -> dict[str, Any]:
-    name = names(connection)
-    peer_host, peer_port = split_address(connection.peer)
-    _, _, local = name.partition(" -> ")
-    host, port = split_address(local) if local else ("", None)
+def connection_json(connection: "Connection", node: str) -> dict[str, Any]:
+    local = connection.local_address
+    host, port = _split_address(local) if local else ("", None)
     properties = connection.client_properties
     user = connection.user.name if connection.user else ""
     return {
@@ -63,13 +61,13 @@ def connection_json(connection: "Connection", names: ConnectionNames, node: str)
         "client_properties": properties,
         "frame_max": connection.frame_max,
         "host": host,
-        "name": name,
+        "name": connection.name,
         "node": node,
         "peer_cert_issuer": None,
         "peer_cert_subject": None,
         "peer_cert_validity": None,
-        "peer_host": peer_host,
-        "peer_port": peer_port,
+        "peer_host": connection.peer_host,
+        "peer_port": connection.peer_port,
         "port": port,
         "protocol": PROTOCOL,
         "ssl": False,
@@ -87,23 +85,23 @@ def connection_json(connection: "Connection", names: ConnectionNames, node: str)
     }
 
 
-def _connection_details(connection: "Connection", names: ConnectionNames) -> dict[str, Any]:
-    peer_host, peer_port = split_address(connection.peer)
-    return {"name": names(connection), "peer_host": peer_host, "peer_port": peer_port}
+def connection_details(connection: "Connection") -> dict[str, Any]:
+    """How channels and exclusive queues name the connection they belong to."""
+    return {"name": connection.name, "peer_host": connection.peer_host, "peer_port": connection.peer_port}
 
 
-def channel_json(connection: "Connection", channel: "Channel", names: ConnectionNames, node: str) -> dict[str, Any]:
+def channel_json(connection: "Connection", channel: "Channel", node: str) -> dict[str, Any]:
     user = connection.user.name if connection.user else ""
     return {
         "acks_uncommitted": len(channel.tx_settlements),
         "confirm": channel.confirms is not None,
-        "connection_details": _connection_details(connection, names),
+        "connection_details": connection_details(connection),
         "consumer_count": len(channel.consumers),
         "global_prefetch_count": channel.global_prefetch_count,
         "messages_unacknowledged": len(channel.unacked),
         "messages_uncommitted": len(channel.tx_publishes),
         "messages_unconfirmed": unconfirmed_count(channel),
-        "name": channel_label(names(connection), channel.id),
+        "name": channel_label(connection.name, channel.id),
         "node": node,
         "number": channel.id,
         "prefetch_count": channel.prefetch_count,
@@ -115,10 +113,8 @@ def channel_json(connection: "Connection", channel: "Channel", names: Connection
     }
 
 
-def consumer_json(connection: "Connection", channel: "Channel", consumer: "Consumer", names: ConnectionNames,
-                  node: str) -> dict[str, Any]:
-    connection_name = names(connection)
-    peer_host, peer_port = split_address(connection.peer)
+def consumer_json(connection: "Connection", channel: "Channel", consumer: "Consumer", node: str) -> dict[str, Any]:
+    connection_name = connection.name
     return {
         "arguments": consumer.arguments,
         "ack_required": not consumer.no_ack,
@@ -129,8 +125,8 @@ def consumer_json(connection: "Connection", channel: "Channel", consumer: "Consu
             "name": channel_label(connection_name, channel.id),
             "node": node,
             "number": channel.id,
-            "peer_host": peer_host,
-            "peer_port": peer_port,
+            "peer_host": connection.peer_host,
+            "peer_port": connection.peer_port,
             "user": connection.user.name if connection.user else "",
         },
         "consumer_tag": consumer.tag,

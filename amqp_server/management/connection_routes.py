@@ -32,23 +32,21 @@ def _visible_connections(request: web.Request) -> list["Connection"]:
 
 
 def _connection_named(request: web.Request) -> "Connection":
-    names = context(request).connection_names()
     wanted = request.match_info["name"]
     for connection in _visible_connections(request):
-        if names(connection) == wanted:
+        if connection.name == wanted:
             return connection
     raise api_errors.not_found()
 
 
 async def list_connections(request: web.Request) -> web.Response:
     ctx = context(request)
-    names = ctx.connection_names()
-    return list_reply(request, [connection_json(c, names, ctx.broker.node_name) for c in _visible_connections(request)])
+    return list_reply(request, [connection_json(c, ctx.broker.node_name) for c in _visible_connections(request)])
 
 
 async def show_connection(request: web.Request) -> web.Response:
     ctx = context(request)
-    return item_reply(request, connection_json(_connection_named(request), ctx.connection_names(), ctx.broker.node_name))
+    return item_reply(request, connection_json(_connection_named(request), ctx.broker.node_name))
 
 
 async def close_connection(request: web.Request) -> web.Response:
@@ -64,17 +62,15 @@ async def close_connection(request: web.Request) -> web.Response:
 async def connection_channels(request: web.Request) -> web.Response:
     ctx = context(request)
     connection = _connection_named(request)
-    names = ctx.connection_names()
     return list_reply(request, [
-        channel_json(connection, channel, names, ctx.broker.node_name) for channel in list(connection.channels.values())
+        channel_json(connection, channel, ctx.broker.node_name) for channel in list(connection.channels.values())
     ])
 
 
 async def list_channels(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
-    names = ctx.connection_names()
     return list_reply(request, [
-        channel_json(c, channel, names, ctx.broker.node_name)
+        channel_json(c, channel, ctx.broker.node_name)
         for c, channel in channels_of(ctx.broker)
         if user.may_see_connection(c)
     ])
@@ -82,10 +78,9 @@ async def list_channels(request: web.Request) -> web.Response:
 
 async def show_channel(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
-    names = ctx.connection_names()
     for connection, channel in channels_of(ctx.broker):
-        if user.may_see_connection(connection) and channel_label(names(connection), channel.id) == request.match_info["name"]:
-            return item_reply(request, channel_json(connection, channel, names, ctx.broker.node_name))
+        if user.may_see_connection(connection) and channel_label(connection.name, channel.id) == request.match_info["name"]:
+            return item_reply(request, channel_json(connection, channel, ctx.broker.node_name))
     raise api_errors.not_found()
 
 
@@ -94,9 +89,8 @@ async def list_consumers(request: web.Request) -> web.Response:
     only_vhost = None
     if "vhost" in request.match_info:
         only_vhost = vhost_named(ctx.broker, request.match_info["vhost"]).name
-    names = ctx.connection_names()
     consumers = [
-        consumer_json(connection, channel, consumer, names, ctx.broker.node_name)
+        consumer_json(connection, channel, consumer, ctx.broker.node_name)
         for connection, channel in channels_of(ctx.broker)
         for consumer in list(channel.consumers.values())
         if user.may_see_vhost(consumer.queue.vhost) and (only_vhost is None or consumer.queue.vhost == only_vhost)

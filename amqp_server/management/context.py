@@ -1,4 +1,4 @@
-"""What every management request handler needs: the broker, the caller, names, rates.
+"""What every management request handler needs: the broker, the caller, rates.
 
 One `ManagementContext` per application, reachable from a request with `context(request)`;
 the authenticated user with `caller(request)`.
@@ -6,7 +6,7 @@ the authenticated user with `caller(request)`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,7 @@ from aiohttp import web
 
 from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
 from amqp_server.management.rates import RateSampler
-from amqp_server.metrics.broker_view import ConnectionNames, take_snapshot, vhost_totals
+from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
 from amqp_server.metrics.process_stats import ProcessStats
 
 if TYPE_CHECKING:
@@ -32,14 +32,9 @@ OVERVIEW_KEY = ("overview",)
 class ManagementContext:
     broker: "Broker"
     process_stats: Callable[[], ProcessStats]
-    # AMQPServer.protocols: the sockets behind connections, for their names and addresses.
-    protocols: Iterable[Any] = ()
     # {"protocol": "amqp"|"http"|"http/prometheus", "port": n} for /api/overview's listeners.
     listeners: list[dict[str, Any]] = field(default_factory=list)
     rates: RateSampler = field(default_factory=RateSampler)
-
-    def connection_names(self) -> ConnectionNames:
-        return ConnectionNames(self.protocols)
 
     def rate_samples(self) -> Iterator[tuple[Hashable, dict[str, int]]]:
         """Every object's counters now: what the rate sampler records each round."""

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.management.connection_json import consumer_json, split_address
+from amqp_server.management.connection_json import connection_details, consumer_json
 from amqp_server.management.message_stats import queue_depth_counts, queue_message_counts
 from amqp_server.management.rates import RateSampler
-from amqp_server.metrics.broker_view import ConnectionNames
 
 if TYPE_CHECKING:
     from amqp_server.vhost import VirtualHost
     from queues.queue import Queue
 
 
-def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, names: ConnectionNames,
-               node: str) -> dict[str, Any]:
+def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str) -> dict[str, Any]:
     key = ("queue", vhost.name, queue.name)
     exclusive_consumer = next((c.tag for c in queue.consumers() if c.exclusive), None)
     item: dict[str, Any] = {
@@ -56,17 +54,15 @@ def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, names: 
     item["recoverable_slaves"] = None
     owner = queue.exclusive_owner
     if owner is not None:
-        peer_host, peer_port = split_address(owner.peer)
-        item["owner_pid_details"] = {"name": names(owner), "peer_host": peer_host, "peer_port": peer_port}
+        item["owner_pid_details"] = connection_details(owner)
     return dict(sorted(item.items()))
 
 
-def queue_detail_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, names: ConnectionNames,
-                      node: str) -> dict[str, Any]:
+def queue_detail_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str) -> dict[str, Any]:
     """One queue (GET /api/queues/{vhost}/{name}): the list shape plus its consumers."""
-    item = queue_json(vhost, queue, rates, names, node)
+    item = queue_json(vhost, queue, rates, node)
     item["consumer_details"] = [
-        consumer_json(consumer.sink.connection, consumer.sink, consumer, names, node)
+        consumer_json(consumer.sink.connection, consumer.sink, consumer, node)
         for consumer in queue.consumers()
         if hasattr(consumer.sink, "connection")
     ]

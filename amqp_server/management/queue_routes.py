@@ -50,15 +50,14 @@ def _queue_of(request: web.Request) -> tuple["VirtualHost", "Queue"]:
 async def list_queues(request: web.Request) -> web.Response:
     ctx = context(request)
     vhosts = vhosts_in_scope(request)
-    names = ctx.connection_names()
     node = ctx.broker.node_name
-    return list_reply(request, [queue_json(v, q, ctx.rates, names, node) for v in vhosts for q in list(v.queues.values())])
+    return list_reply(request, [queue_json(v, q, ctx.rates, node) for v in vhosts for q in list(v.queues.values())])
 
 
 async def show_queue(request: web.Request) -> web.Response:
     ctx = context(request)
     vhost, queue = _queue_of(request)
-    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, ctx.connection_names(), ctx.broker.node_name))
+    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, ctx.broker.node_name))
 
 
 async def put_queue(request: web.Request) -> web.Response:

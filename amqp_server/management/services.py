@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 async def start_http_services(
     config: "ServerConfig", broker: "Broker", amqp_port: int, protocols: Iterable[Any] = ()
 ) -> list[HttpService]:
-    """Start the enabled services; the caller stops them with `stop_http_services`."""
+    """Start the enabled services; the caller stops them with `stop_http_services`.
+
+    `protocols` is ignored: connections carry their own names now (Connection.name). It stays
+    until server.serve() stops passing it."""
     listeners = [{"protocol": "amqp", "port": amqp_port}]
     if config.management_port:
         listeners.append({"protocol": "http", "port": config.management_port})
@@ -34,12 +37,12 @@ async def start_http_services(
     services = []
     if config.metrics_port:
         services.append(
-            HttpService(build_metrics_app(broker, protocols=protocols), config.host, config.metrics_port,
+            HttpService(build_metrics_app(broker), config.host, config.metrics_port,
                         "Prometheus metrics")
         )
     if config.management_port:
         services.append(
-            HttpService(build_management_app(broker, protocols=protocols, listeners=listeners), config.host,
+            HttpService(build_management_app(broker, listeners=listeners), config.host,
                         config.management_port, "Management API")
         )
     started: list[HttpService] = []

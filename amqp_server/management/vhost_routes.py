@@ -72,9 +72,8 @@ async def vhost_permissions(request: web.Request) -> web.Response:
 async def vhost_connections(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
     vhost = vhost_named(ctx.broker, request.match_info["vhost"])
-    names = ctx.connection_names()
     return list_reply(request, [
-        connection_json(c, names, ctx.broker.node_name)
+        connection_json(c, ctx.broker.node_name)
         for c in list(ctx.broker.connections)
         if c.vhost is vhost and user.may_see_connection(c)
     ])
@@ -83,9 +82,8 @@ async def vhost_connections(request: web.Request) -> web.Response:
 async def vhost_channels(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
     vhost = vhost_named(ctx.broker, request.match_info["vhost"])
-    names = ctx.connection_names()
     return list_reply(request, [
-        channel_json(c, channel, names, ctx.broker.node_name)
+        channel_json(c, channel, ctx.broker.node_name)
         for c, channel in channels_of(ctx.broker)
         if channel.vhost is vhost and user.may_see_connection(c)
     ])

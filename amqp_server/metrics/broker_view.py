@@ -7,7 +7,7 @@ moment of the broker; nothing here runs per message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,27 +37,6 @@ def channels_of(broker: "Broker") -> Iterator[tuple["Connection", "Channel"]]:
     for connection in list(broker.connections):
         for channel in list(connection.channels.values()):
             yield connection, channel
-
-
-class ConnectionNames:
-    """Names connections as RabbitMQ does: "client_ip:port -> server_ip:port".
-
-    The server side of the address is only known to the socket, so this takes the asyncio
-    protocols (AMQPServer.protocols); without them a connection is named by its peer alone.
-    Build one per scrape or request: it maps the connections open at that moment.
-    """
-
-    def __init__(self, protocols: Iterable[Any] = ()) -> None:
-        self._local: dict[object, str] = {}
-        for protocol in list(protocols):
-            transport = getattr(protocol, "transport", None)
-            sockname = transport.get_extra_info("sockname") if transport is not None else None
-            if sockname:
-                self._local[protocol.connection] = f"{sockname[0]}:{sockname[1]}"
-
-    def __call__(self, connection: "Connection") -> str:
-        local = self._local.get(connection)
-        return f"{connection.peer} -> {local}" if local else connection.peer
 
 
 def is_publisher(channel: "Channel") -> bool:

@@ -10,8 +10,8 @@ RabbitMQ's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -25,7 +25,6 @@ from prometheus_client.registry import Collector
 from amqp_server.metrics import identity
 from amqp_server.metrics.broker_view import (
     BrokerSnapshot,
-    ConnectionNames,
     channels_of,
     queues_of,
     take_snapshot,
@@ -81,13 +80,10 @@ class CoreCollector(Collector):
         broker: "Broker",
         endpoint: str,
         process_stats: Callable[[], ProcessStats],
-        protocols: Iterable[Any] = (),
     ) -> None:
-        """`protocols` (AMQPServer.protocols) lets per-object channel labels name connections."""
         self.broker = broker
         self.endpoint = endpoint
         self.process_stats = process_stats
-        self.protocols = protocols
 
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
@@ -206,9 +202,8 @@ class CoreCollector(Collector):
                                                   "channel", labels=labels),
         }
         if per_object:
-            names = ConnectionNames(self.protocols)
             for connection, channel in channels_of(self.broker):
-                key = [channel_label(names(connection), channel.id)]
+                key = [channel_label(connection.name, channel.id)]
                 families["consumers"].add_metric(key, len(channel.consumers))
                 families["unacked"].add_metric(key, len(channel.unacked))
                 families["unconfirmed"].add_metric(key, unconfirmed_count(channel))

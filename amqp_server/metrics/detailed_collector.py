@@ -11,13 +11,13 @@ returned, as RabbitMQ does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from amqp_server.metrics.broker_view import ConnectionNames, channels_of, queues_of, unconfirmed_count
+from amqp_server.metrics.broker_view import channels_of, queues_of, unconfirmed_count
 from amqp_server.metrics.core_collector import (
     DETAILED,
     QUEUE_MESSAGES_DELAYED_HELP,
@@ -58,13 +58,12 @@ FAMILIES = (*_QUEUE_FAMILIES, "exchange_names", "exchange_bindings", "vhost_stat
 
 class DetailedCollector(Collector):
     def __init__(
-        self, broker: "Broker", families: Collection[str], vhosts: Collection[str] = (), protocols: Iterable[Any] = ()
+        self, broker: "Broker", families: Collection[str], vhosts: Collection[str] = ()
     ) -> None:
         """`vhosts` empty means every vhost; unknown family names are ignored."""
         self.broker = broker
         self.families = [family for family in FAMILIES if family in families]
         self.vhosts = set(vhosts)
-        self.protocols = protocols
 
     def _vhosts(self) -> list["VirtualHost"]:
         return [v for v in self.broker.vhosts.values() if not self.vhosts or v.name in self.vhosts]
@@ -113,10 +112,9 @@ class DetailedCollector(Collector):
         yield metric
 
     def _channel_metrics(self) -> Iterator[Metric]:
-        names = ConnectionNames(self.protocols)
         wanted = {v.name for v in self._vhosts()}
         rows = [
-            (channel_label(names(connection), channel.id), channel)
+            (channel_label(connection.name, channel.id), channel)
             for connection, channel in channels_of(self.broker)
             if channel.vhost is not None and channel.vhost.name in wanted
         ]

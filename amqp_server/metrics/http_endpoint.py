@@ -7,8 +7,8 @@ The text format or OpenMetrics is chosen from the Accept header, as prometheus_c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
@@ -26,13 +26,12 @@ if TYPE_CHECKING:
 def build_metrics_app(
     broker: "Broker",
     process_stats: Callable[[], ProcessStats] | None = None,
-    protocols: Iterable[Any] = (),
 ) -> web.Application:
-    """The aiohttp application; `protocols` (AMQPServer.protocols) names connections in labels."""
+    """The aiohttp application."""
     if process_stats is None:
         process_stats = lambda: process_stats_of(broker)  # noqa: E731
-    aggregated = _registry(CoreCollector(broker, AGGREGATED, process_stats, protocols))
-    per_object = _registry(CoreCollector(broker, PER_OBJECT, process_stats, protocols))
+    aggregated = _registry(CoreCollector(broker, AGGREGATED, process_stats))
+    per_object = _registry(CoreCollector(broker, PER_OBJECT, process_stats))
 
     async def metrics(request: web.Request) -> web.Response:
         return _expose(request, aggregated)
@@ -42,7 +41,7 @@ def build_metrics_app(
 
     async def metrics_detailed(request: web.Request) -> web.Response:
         query = request.query
-        collector = DetailedCollector(broker, query.getall("family", []), query.getall("vhost", []), protocols)
+        collector = DetailedCollector(broker, query.getall("family", []), query.getall("vhost", []))
         return _expose(request, _registry(collector))
 
     app = web.Application()
