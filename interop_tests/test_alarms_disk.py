@@ -36,17 +36,25 @@ def test_publisher_is_blocked_while_free_disk_is_below_the_limit_and_consumers_a
     publisher = pika.BlockingConnection(pika.URLParameters(broker.url()))
     reasons: list[str] = []
     publisher.add_on_connection_blocked_callback(lambda _c, frame: reasons.append(frame.method.reason))
-    publisher.channel().basic_publish("", "disk-q", b"first")  # no confirms: returns at once
+    publisher_channel = publisher.channel()
+    publisher_channel.basic_publish("", "disk-q", b"first")  # no confirms: returns at once
     while not reasons:
         assert time.monotonic() < deadline, "no connection.blocked"
         publisher.process_data_events(0.05)
     assert reasons == ["low on disk"]
 
+    # Once blocked, nothing more from this publisher reaches the queue: give "second" time to
+    # arrive if the broker were (wrongly) still reading.
+    publisher_channel.basic_publish("", "disk-q", b"second")
+    publisher.process_data_events(0.5)
+
     # The consumer's connection is still served. (Whether "first" is in the queue depends on
     # whether its body frame arrived before the broker stopped reading, as with RabbitMQ,
     # which blocks on the content header too.)
+    assert consumer_channel.queue_declare("disk-q", passive=True).method.message_count <= 1
     method, _properties, body = consumer_channel.basic_get("disk-q", auto_ack=True)
     assert method is None or body == b"first"
+    assert consumer_channel.basic_get("disk-q", auto_ack=True) == (None, None, None)  # never "second"
     assert consumer_channel.queue_declare("disk-q-2").method.message_count == 0
     consumer.process_data_events(0.2)
     assert consumer_blocked == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 
+import amqp.exceptions
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 from kombu.transport.native_delayed_delivery import (
@@ -91,6 +92,17 @@ def test_the_native_delayed_delivery_levels_are_declared_as_celery_expects(broke
                     "x-message-ttl": pow(2, level) * 1000,
                     "x-dead-letter-exchange": level_name(level - 1, prefix) if level else f"{prefix}_celery_delayed_delivery",
                 }).bind(channel).declare()
+        for level in (0, 5, 27):
+            # ...and the TTL really is 2^level s: any other TTL is an inequivalent redeclare.
+            with conn.channel() as channel:
+                with pytest.raises(amqp.exceptions.PreconditionFailed) as refused:
+                    Queue(level_name(level, prefix), queue_arguments={
+                        "x-queue-type": "classic", "x-overflow": "reject-publish",
+                        "x-message-ttl": pow(2, level) * 1000 + 1,
+                        "x-dead-letter-exchange": level_name(level - 1, prefix) if level else f"{prefix}_celery_delayed_delivery",
+                    }).bind(channel).declare()
+                assert refused.value.code == 406
+                assert "x-message-ttl" in str(refused.value)
 
 
 def test_kombu_priorities_deliver_urgent_tasks_first(broker, unique):

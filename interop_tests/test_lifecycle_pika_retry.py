@@ -122,6 +122,10 @@ def test_while_waiting_a_message_is_neither_ready_nor_unacked(channel, unique):
     declare_ok = channel.queue_declare(queue, passive=True)
     assert declare_ok.method.message_count == 0
     assert channel.basic_get(queue) == (None, None, None)
+    # An ignored reject would leave the message unacked; closing the channel would then requeue it.
+    channel.close()
+    reopened = channel.connection.channel()
+    assert reopened.queue_declare(queue, passive=True).method.message_count == 0
 
 
 def test_past_its_delivery_limit_a_message_is_dead_lettered_with_reason_delivery_limit(channel, unique):
@@ -150,6 +154,10 @@ def test_without_a_dead_letter_exchange_the_message_past_its_limit_is_dropped(ch
     method, _properties, _body = channel.basic_get(queue)
     channel.basic_nack(method.delivery_tag, requeue=True)
     assert channel.queue_declare(queue, passive=True).method.message_count == 0
+    # An ignored nack would leave the message unacked; closing the channel would then requeue it.
+    channel.close()
+    reopened = channel.connection.channel()
+    assert reopened.queue_declare(queue, passive=True).method.message_count == 0
 
 
 def test_returned_messages_wait_when_a_consumer_disconnects_without_acking(broker, channel, unique):
