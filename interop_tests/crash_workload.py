@@ -35,6 +35,8 @@ import pika.exceptions
 QUEUE = "durability-crash"
 
 # Exceptions that mean "the broker went away": they end a client, they are not failures.
+# Except ConnectionClosedByBroker (a subclass of ConnectionClosed): a Connection.Close the
+# broker sent on purpose is a failure unless the round was already over (see `closed_by_broker`).
 CONNECTION_LOST = (
     pika.exceptions.AMQPConnectionError,
     pika.exceptions.ConnectionClosed,
@@ -44,6 +46,13 @@ CONNECTION_LOST = (
     ConnectionError,
     OSError,
 )
+
+
+def closed_by_broker(ledger: "Ledger", client: str, error: Exception, stop: threading.Event) -> None:
+    """A SIGKILL never sends Connection.Close; one that arrives before the round ended is a broker bug."""
+    if not stop.is_set():
+        with ledger.lock:
+            ledger.errors.append(f"{client}: broker closed the connection: {error!r}")
 
 
 # -- message bodies --------------------------------------------------------------------------
@@ -208,6 +217,8 @@ class Publisher:
                 with self.ledger.lock:
                     self.ledger.confirmed.update(in_flight)
                 in_flight = []
+        except pika.exceptions.ConnectionClosedByBroker as error:
+            closed_by_broker(self.ledger, f"publisher {self.index}", error, stop)
         except CONNECTION_LOST:
             pass
         except Exception as error:  # a nack or a channel error is a broker bug here
@@ -268,6 +279,8 @@ class Consumer:
                     with ledger.lock:
                         ledger.acks_answered.update((msg_id, round_) for msg_id in unanswered)
                     unanswered = []
+        except pika.exceptions.ConnectionClosedByBroker as error:
+            closed_by_broker(ledger, f"consumer {self.index}", error, stop)
         except CONNECTION_LOST:
             pass
         except Exception as error:

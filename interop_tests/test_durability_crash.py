@@ -53,6 +53,7 @@ def run_round(broker: BrokerProcess, rng: random.Random, round_: int, publishers
         thread.start()
     delay = kill_delay(rng)
     time.sleep(delay)  # the random kill moment is the point of the test
+    assert broker.process.poll() is None, f"the broker died by itself in round {round_} (see {broker.log_path})"
     broker.kill()
     stop.set()
     for thread in threads:
