@@ -266,6 +266,7 @@ def test_deleting_a_delayed_exchange_drops_its_pending_messages():
     client = opened_client()
     delayed_setup(client)
     client.publish(1, b"later", exchange="d", routing_key="k", properties=commands.Basic.Properties(headers={"x-delay": 100}))
+    assert len(client.broker.vhosts["/"].exchanges["d"].pending) == 1  # it was held, so the delete has something to drop
     client.call(1, commands.Exchange.Delete(exchange="d"))
     later(client, 1)
     assert client.broker.vhosts["/"].queues["q"].message_count == 0

@@ -77,6 +77,7 @@ def test_a_message_due_during_the_downtime_is_ready_at_once(tmp_path):
     queue.publish(persistent(b"first", clock))
     queue.publish(persistent(b"second", clock))
     reject_once(queue)
+    assert (queue.message_count, queue.waiting_count) == (1, 1)  # "first" waits: the restart must bring it back
     stop(queue)
 
     clock.now += 3600
@@ -90,6 +91,7 @@ def test_a_waiting_message_that_came_back_is_not_waiting_after_the_next_restart(
     queue = open_queue(tmp_path, clock, RETRY)
     queue.publish(persistent(b"job", clock))
     reject_once(queue)
+    assert (queue.message_count, queue.waiting_count) == (0, 1)
     clock.now += 61
     queue.timers.run_due(clock.now)
     assert queue.message_count == 1

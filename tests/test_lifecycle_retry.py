@@ -152,8 +152,10 @@ def test_the_second_retry_waits_longer():
     queue.add_consumer(Consumer("c", queue, sink, no_ack=False))
     publish(queue, b"m")
     give_back(sink, b"m")
+    assert queue.waiting_count == 1
     advance(queue, clock, 1.0)
     give_back(sink, b"m")
+    assert queue.waiting_count == 1
     advance(queue, clock, 1.5)
     assert len(sink.delivered) == 2
     advance(queue, clock, 0.5)  # linear: 2 s the second time
@@ -189,6 +191,7 @@ def test_a_waiting_message_goes_back_to_its_original_position():
     entry = queue.get(no_ack=False)
     queue.after_get(entry)
     queue.requeue([(entry, None)], FAILED)
+    assert (queue.message_count, queue.waiting_count) == (2, 1)  # it waits out of the ready list
     advance(queue, clock, 1.0)
     assert [e.message.body for e in queue.ready.peek(3)] == [b"first", b"second", b"third"]
 
@@ -201,6 +204,7 @@ def test_purge_drops_waiting_messages_too():
     give_back(sink, b"a")
     queue.remove_consumer(queue.consumers()[0])
     publish(queue, b"b")
+    assert (queue.message_count, queue.waiting_count) == (1, 1)
     assert queue.purge() == 2
     advance(queue, clock, 5)
     assert (queue.message_count, queue.waiting_count) == (0, 0)
@@ -212,8 +216,10 @@ def test_a_message_whose_ttl_passes_while_waiting_expires_instead_of_coming_back
     queue.add_consumer(Consumer("c", queue, sink, no_ack=False))
     publish(queue, b"a")
     give_back(sink, b"a")
+    assert (queue.message_count, queue.waiting_count) == (0, 1)
     advance(queue, clock, 1.0)
     assert len(sink.delivered) == 1
+    assert (queue.message_count, queue.waiting_count) == (0, 0)
     assert queue.stats.dead_lettered_expired == 1
 
 
@@ -248,7 +254,8 @@ def test_ttl_of_a_waiting_message_still_counts_from_publish():
     entry = queue.get(no_ack=False)
     queue.after_get(entry)
     queue.requeue([(entry, None)], FAILED)
+    assert (queue.message_count, queue.waiting_count) == (0, 1)
     advance(queue, clock, 1.0)
-    assert queue.message_count == 1
+    assert (queue.message_count, queue.waiting_count) == (1, 0)
     advance(queue, clock, 9.5)
     assert queue.message_count == 0 and queue.stats.dead_lettered_expired == 1
