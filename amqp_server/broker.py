@@ -91,6 +91,7 @@ class Broker:
         for connection in [c for c in self.connections if c.vhost is vhost]:
             connection.close_by_broker(320, f"vhost '{name}' is deleted")
         vhost.delete_everything()
+        self.access.forget_vhost(name)
         self.save_definitions()
 
     def _queue_deleted(self, queue: object) -> None:
