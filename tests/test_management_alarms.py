@@ -120,11 +120,12 @@ def test_a_consumer_only_connection_stays_blocking_never_blocked(monitored, api)
 
 def test_alarms_route_shows_settings_measurements_and_alarms(monitored, api):
     broker, monitor = monitored
+    broker.alarms.total_memory = 8 * GIB  # a known machine
     monitor.check()
     shown = api.get("/api/amqp-server/alarms")
     assert shown["node"] == broker.node_name
     assert shown["vm_memory_high_watermark"] == {"relative": 0.4}
-    assert shown["memory_limit"] == int(broker.alarms.total_memory * 0.4)
+    assert shown["memory_limit"] == 3_435_973_836  # 0.4 * 8 GiB
     assert (shown["memory_used"], shown["disk_free"], shown["disk_free_limit"]) == (30_000_000, 7_000_000_000,
                                                                                      50_000_000)
     assert shown["alarms"] == [] and shown["memory_alarm"] is False and shown["disk_alarm"] is False
@@ -135,6 +136,7 @@ def test_alarms_route_shows_settings_measurements_and_alarms(monitored, api):
 
 def test_setting_the_memory_watermark_takes_effect_at_once(monitored, api):
     broker, _monitor = monitored
+    broker.alarms.total_memory = 8 * GIB  # a known machine
     reply = api.request("PUT", "/api/amqp-server/vm-memory-high-watermark", {"absolute": 20_000_000})
     assert reply.status == 204
     # No waiting for the next periodic check: the alarm was re-evaluated before the reply.
@@ -147,19 +149,22 @@ def test_setting_the_memory_watermark_takes_effect_at_once(monitored, api):
     assert api.get("/api/amqp-server/alarms")["vm_memory_high_watermark"] == {"absolute": GIB}
 
     assert api.request("PUT", "/api/amqp-server/vm-memory-high-watermark", {"relative": "0.5"}).status == 204
-    assert broker.alarms.memory_limit == int(broker.alarms.total_memory * 0.5)
+    assert broker.alarms.memory_limit == 4 * GIB
+    assert node(api)["mem_limit"] == 4 * GIB
     assert api.get("/api/amqp-server/alarms")["vm_memory_high_watermark"] == {"relative": 0.5}
 
 
 def test_setting_the_disk_free_limit_takes_effect_at_once(monitored, api):
     broker, _monitor = monitored
+    broker.alarms.total_memory = 8 * GIB  # a known machine
     assert api.request("PUT", "/api/amqp-server/disk-free-limit", {"absolute": "8GB"}).status == 204
     assert broker.alarms.disk_free_limit == 8_000_000_000 and broker.alarms.disk_alarm
     assert node(api)["disk_free_alarm"] is True
     assert api.request("PUT", "/api/amqp-server/disk-free-limit", {"absolute": 1_000_000}).status == 204
     assert not broker.alarms.disk_alarm
     assert api.request("PUT", "/api/amqp-server/disk-free-limit", {"relative": 1.5}).status == 204
-    assert broker.alarms.disk_free_limit == int(broker.alarms.total_memory * 1.5)
+    assert broker.alarms.disk_free_limit == 12 * GIB
+    assert broker.alarms.disk_alarm  # 7 GB free is below 1.5 * 8 GiB
 
 
 @pytest.mark.parametrize("path,body", [
