@@ -45,27 +45,32 @@ def test_metrics_is_served_in_the_prometheus_text_format():
 
 
 def test_openmetrics_is_served_when_asked_for():
-    _status, content_type, body = fetch(
+    status, content_type, body = fetch(
         broker_with_a_queue(), "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0"}
     )
+    assert status == 200
     assert content_type.startswith("application/openmetrics-text")
+    assert "rabbitmq_identity_info{" in body  # the metrics themselves, not only the terminator
     assert body.rstrip().endswith("# EOF")
 
 
 def test_per_object_has_one_series_per_queue():
-    _status, _type, body = fetch(broker_with_a_queue(), "/metrics/per-object")
+    status, _type, body = fetch(broker_with_a_queue(), "/metrics/per-object")
+    assert status == 200
     assert 'rabbitmq_queue_messages_ready{queue="jobs",vhost="/"} 1.0' in body
     assert 'rabbitmq_endpoint="per-object"' in body
 
 
 def test_detailed_takes_repeated_family_and_vhost_parameters():
     broker = broker_with_a_queue()
-    _status, _type, body = fetch(
+    status, _type, body = fetch(
         broker, "/metrics/detailed?family=queue_coarse_metrics&family=queue_consumer_count&vhost=%2F"
     )
+    assert status == 200
     assert {"rabbitmq_detailed_queue_messages_ready", "rabbitmq_detailed_queue_consumers"} <= names_in(body)
     assert 'rabbitmq_detailed_queue_messages_ready{queue="jobs",vhost="/"} 1.0' in body
-    _status, _type, other = fetch(broker, "/metrics/detailed?family=queue_coarse_metrics&vhost=other")
+    status, _type, other = fetch(broker, "/metrics/detailed?family=queue_coarse_metrics&vhost=other")
+    assert status == 200
     assert "rabbitmq_detailed_queue_messages_ready{" not in other
 
 

@@ -3,6 +3,8 @@ channel code by feeding frames (no sockets): what a dashboard would show."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from pamqp import commands
 from prometheus_client import generate_latest
@@ -10,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from amqp_server.broker import Broker
+from amqp_server.metrics import process_stats
 from amqp_server.metrics.core_collector import AGGREGATED, PER_OBJECT, CoreCollector
 from amqp_server.metrics.detailed_collector import DetailedCollector
 from amqp_server.metrics.process_stats import ProcessStats
@@ -196,14 +199,16 @@ def test_dead_lettering_is_labelled_by_whether_the_queue_has_a_dead_letter_excha
     assert value(samples, "rabbitmq_queue_messages_ready") == 4  # dlq 2, limited 1, short 1
 
 
-def test_process_figures_and_identity_come_through():
+def test_process_figures_and_identity_come_through(monkeypatch):
+    # The node started 42 s ago, whenever this test runs.
+    monkeypatch.setattr(process_stats, "_STARTED_AT", time.monotonic() - 42)
     broker = Broker()
     samples = aggregated(broker)
     assert value(samples, "rabbitmq_process_open_fds") == 7
     assert value(samples, "rabbitmq_process_max_fds") == 1024
     assert value(samples, "rabbitmq_resident_memory_limit_bytes") == 1000
     assert value(samples, "rabbitmq_disk_space_available_limit_bytes") == 50_000_000
-    assert value(samples, "rabbitmq_erlang_uptime_seconds") >= 0
+    assert 42 <= value(samples, "rabbitmq_erlang_uptime_seconds") < 52
     assert value(samples, "rabbitmq_identity_info", rabbitmq_node=broker.node_name,
                  rabbitmq_cluster=broker.cluster_name,
                  rabbitmq_cluster_permanent_id=next(
