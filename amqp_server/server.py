@@ -250,7 +250,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     server = AMQPServer(broker, config.host, config.port)
     # Prometheus metrics and the management API (each off when its port is 0), up before the
     # AMQP port opens, so whoever waits for that port finds them ready too.
-    http_services = await start_http_services(config, broker, config.port, server.protocols)
+    http_services = await start_http_services(config, broker, config.port)
     await server.start()
     # Memory and disk alarms, checked about once a second.
     monitor = asyncio.create_task(ResourceMonitor(broker).run())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from amqp_server.management.app import build_management_app
 from amqp_server.metrics.http_endpoint import build_metrics_app
@@ -22,13 +22,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def start_http_services(
-    config: "ServerConfig", broker: "Broker", amqp_port: int, protocols: Iterable[Any] = ()
-) -> list[HttpService]:
-    """Start the enabled services; the caller stops them with `stop_http_services`.
-
-    `protocols` is ignored: connections carry their own names now (Connection.name). It stays
-    until server.serve() stops passing it."""
+async def start_http_services(config: "ServerConfig", broker: "Broker", amqp_port: int) -> list[HttpService]:
+    """Start the enabled services; the caller stops them with `stop_http_services`."""
     listeners = [{"protocol": "amqp", "port": amqp_port}]
     if config.management_port:
         listeners.append({"protocol": "http", "port": config.management_port})

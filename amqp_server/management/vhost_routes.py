@@ -57,7 +57,6 @@ async def delete_vhost(request: web.Request) -> web.Response:
     ctx = context(request)
     caller(request).require_admin()
     vhost = vhost_named(ctx.broker, request.match_info["vhost"])
-    ctx.broker.access.forget_vhost(vhost.name)
     ctx.broker.delete_vhost(vhost.name)
     return no_content()
 
