@@ -23,6 +23,12 @@ async def connect(broker) -> aio_pika.abc.AbstractRobustConnection:
     return await aio_pika.connect(broker.url())
 
 
+async def until(done) -> None:
+    """Return once `done()` is true; callers bound it with asyncio.wait_for(..., WAIT_S)."""
+    while not done():
+        await asyncio.sleep(0.02)
+
+
 async def drain(queue: aio_pika.abc.AbstractQueue, count: int) -> list[aio_pika.abc.AbstractIncomingMessage]:
     got = []
     deadline = time.monotonic() + WAIT_S
@@ -75,8 +81,7 @@ def test_single_active_consumer_hands_over_when_the_active_one_leaves(own, uniqu
             await second_q.consume(record("second"))
             for n in range(2):
                 await first_channel.default_exchange.publish(aio_pika.Message(b"%d" % n), routing_key=name)
-            while len(got) < 2:
-                await asyncio.sleep(0.02)
+            await asyncio.wait_for(until(lambda: len(got) >= 2), WAIT_S)
             before = list(got)
             await first_channel.close()  # the active consumer goes: its unacked go to the next
             await asyncio.wait_for(done.wait(), WAIT_S)
@@ -102,8 +107,7 @@ def test_a_consumer_timeout_cancels_that_consumer_only_and_requeues(own, unique)
             await queue.consume(hold)
             await channel.default_exchange.publish(aio_pika.Message(b"long task"), routing_key=name)
             deadline = time.monotonic() + WAIT_S
-            while not held:
-                await asyncio.sleep(0.02)
+            await asyncio.wait_for(until(lambda: bool(held)), WAIT_S)
             started = time.monotonic()
             # The server cancels the consumer; the message is ready again.
             while (await channel.declare_queue(name, passive=True)).declaration_result.message_count != 1:
