@@ -203,7 +203,9 @@ class VirtualHost:
     ) -> tuple[Queue, bool]:
         """Declare (or check) a queue; returns the queue and whether it was created."""
         if passive:
-            return self.queue(name, connection), False
+            queue = self.queue(name, connection)
+            queue.touch()  # RabbitMQ counts a passive declare as use: it restarts x-expires
+            return queue, False
         arguments = arguments or {}
         if name.startswith("amq.") and not server_named:
             raise errors.reserved_prefix("queue", name)
