@@ -140,14 +140,19 @@ def test_batch_mode_spaces_rounds_but_still_waits_for_the_fsync(tmp_path):
     async def main():
         store = new_store(tmp_path)
         committer = GroupCommitter("batch-ms:40", sync_file=fake)
+        calls_before_round = []
         for seq in range(1, 5):
+            calls_before_round.append(fake.calls)
             await publish_and_wait(committer, store, seq, fake)
         committer.close()
+        return calls_before_round
 
-    asyncio.run(main())
-    starts = sorted(set(round(t, 3) for t in fake.call_times))
-    gaps = [b - a for a, b in zip(starts, starts[1:]) if b - a > 0.001]
-    assert len(gaps) >= 3 and min(gaps) >= 0.035, gaps
+    calls_before_round = asyncio.run(main())
+    # Each publish waits for its own round, so a round's first fsync is the first call after the
+    # previous round's calls (a round may fsync the segment and its directory a moment apart).
+    round_starts = [fake.call_times[index] for index in calls_before_round]
+    gaps = [later - earlier for earlier, later in zip(round_starts, round_starts[1:])]
+    assert len(gaps) == 3 and min(gaps) >= 0.035, gaps
 
 
 def test_never_mode_confirms_once_written_without_any_fsync(tmp_path):
