@@ -77,7 +77,7 @@ def test_linear_backoff_redelivers_after_min_times_count_with_x_delivery_count(c
         (False, None), (True, 1), (True, 2), (True, 3)
     ]
     for gap, expected in zip(gaps(deliveries), (0.3, 0.6, 0.9)):
-        assert expected - 0.02 <= gap < expected + 0.5, gaps(deliveries)
+        assert expected - 0.02 <= gap < expected + 0.8, gaps(deliveries)
 
 
 def test_exponential_backoff_doubles_up_to_the_maximum(channel, unique):
@@ -90,8 +90,9 @@ def test_exponential_backoff_doubles_up_to_the_maximum(channel, unique):
     channel.basic_consume(queue, recorder)
     channel.basic_publish("", queue, b"job")
     pump(channel, lambda: len(recorder.seen) == 5)
+    # The upper bound leaves room for a loaded CI machine yet stays below the uncapped 1.2 s.
     for gap, expected in zip(gaps(recorder.of(b"job")), (0.15, 0.3, 0.5, 0.5)):
-        assert expected - 0.02 <= gap < expected + 0.4, gaps(recorder.of(b"job"))
+        assert expected - 0.02 <= gap < expected + 0.6, gaps(recorder.of(b"job"))
 
 
 def test_a_waiting_message_does_not_block_the_ones_behind_it(channel, unique):
