@@ -49,17 +49,22 @@ class RecoveredMessage(NamedTuple):
     redelivered: bool  # a delivery was recorded: deliver it with redelivered=true
     unacked_at_crash: bool  # last record was "delivered": a consumer held it when the broker stopped
     due_at_ms: int | None  # set for a message waiting for a delayed retry
+    published_at_ms: int
 
 
 class Recovery:
-    """The messages still in a queue after recovery, kept as arrays (about 13 bytes a message)."""
+    """The messages still in a queue after recovery, kept as arrays (about 21 bytes a message)."""
 
     def __init__(self) -> None:
         self.seqs = array("Q")
         self.delivery_counts = array("I")
         self.body_sizes = array("I")
+        self.published_at_ms = array("Q")
         self.flags = bytearray()
         self.due_at_ms: dict[int, int] = {}
+        # The raw basic properties of the messages that carry an `expiration` (few, usually):
+        # their TTL counts from publication, so a queue must know it without reading each body.
+        self.expiring_properties: dict[int, bytes] = {}
         self.next_seq = 1  # the smallest sequence number the next message may use
         self.problems: list[str] = []  # one line per damaged record or file, also logged
 
@@ -68,27 +73,39 @@ class Recovery:
 
     def __iter__(self) -> Iterator[RecoveredMessage]:
         due = self.due_at_ms
-        for seq, count, flag in zip(self.seqs, self.delivery_counts, self.flags):
+        for seq, count, flag, published_at_ms in zip(self.seqs, self.delivery_counts, self.flags, self.published_at_ms):
             yield RecoveredMessage(
                 seq,
                 count,
                 bool(flag & _EVER_DELIVERED),
                 flag & _STATE_MASK == DELIVERED,
                 due.get(seq) if flag & _STATE_MASK == WAITING_RETRY else None,
+                published_at_ms,
             )
 
 
-def message_body_size(data: bytes | memoryview, payload: int) -> int:
-    """The body length of the message record whose payload (after the type byte) starts at `payload`.
+# Bit 8 of the first property-flags word (docs/queue-files.md §3.4): the message has an expiration.
+_EXPIRATION_FLAG_IN_FIRST_BYTE = 0x01
 
-    Walks the record's length fields only (seq, time, exchange, routing key, properties),
-    so recovery learns every message's size without copying any body.
+
+def message_properties_span(data: bytes | memoryview, payload: int) -> tuple[int, int]:
+    """Where the raw basic properties of the message record whose payload (after the type byte)
+    starts at `payload` begin and end; the body length field follows them.
+
+    Walks the record's length fields only (seq, time, exchange, routing key), so recovery
+    learns what it needs of every message without copying any body.
     """
     pos = payload + 16  # sequence number and publish time
     pos += 1 + data[pos]  # exchange
     pos += 1 + data[pos]  # routing key
-    pos += 4 + int.from_bytes(data[pos : pos + 4])  # properties
-    return int.from_bytes(data[pos : pos + 4])
+    start = pos + 4
+    return start, start + int.from_bytes(data[pos:start])
+
+
+def message_body_size(data: bytes | memoryview, payload: int) -> int:
+    """The body length of the message record whose payload (after the type byte) starts at `payload`."""
+    end = message_properties_span(data, payload)[1]
+    return int.from_bytes(data[end : end + 4])
 
 
 class ReplayResult(NamedTuple):
@@ -130,9 +147,11 @@ class _Replay:
         self.ids: list[int] = []
         self.recovery = Recovery()
         self.last_seq = 0
-        # Per segment during replay only: delivery counts, body sizes and flags, parallel to entry.seqs.
+        # Per segment during replay only: delivery counts, body sizes, publish times and flags,
+        # parallel to entry.seqs.
         self.counts: dict[int, array] = {}
         self.sizes: dict[int, array] = {}
+        self.published: dict[int, array] = {}
         self.flags: dict[int, bytearray] = {}
 
     def run(self) -> ReplayResult:
@@ -160,7 +179,9 @@ class _Replay:
         self.ids.append(segment_id)
         counts = self.counts[segment_id] = array("I")
         sizes = self.sizes[segment_id] = array("I")
+        published = self.published[segment_id] = array("Q")
         flags = self.flags[segment_id] = bytearray()
+        expiring = self.recovery.expiring_properties
         data = scan.data
         for offset, rtype, payload, end in scan.records():
             if rtype == _MESSAGE:
@@ -170,7 +191,11 @@ class _Replay:
                     continue
                 entry.add(seq, offset)
                 counts.append(0)
-                sizes.append(message_body_size(data, payload))
+                start, end = message_properties_span(data, payload)
+                sizes.append(int.from_bytes(data[end : end + 4]))
+                published.append(int.from_bytes(data[payload + 8 : payload + 16]))
+                if end - start >= 2 and data[start] & _EXPIRATION_FLAG_IN_FIRST_BYTE:
+                    expiring[seq] = bytes(data[start:end])
                 flags.append(READY)
                 self.last_seq = seq
             elif rtype in STATE_OF_TYPE:
@@ -221,6 +246,7 @@ class _Replay:
         if rtype in _SETTLING_TYPES:
             entry.settle(i)
             self.recovery.due_at_ms.pop(seq, None)
+            self.recovery.expiring_properties.pop(seq, None)
             return
         flags = self.flags[entry.segment_id]
         self.counts[entry.segment_id][i] = fields[2]
@@ -246,18 +272,21 @@ class _Replay:
                 if states[i] in (READY, WAITING_RETRY):
                     entry.settle(i)
                     self.recovery.due_at_ms.pop(seq, None)
+                    self.recovery.expiring_properties.pop(seq, None)
 
     def _collect_survivors(self) -> None:
         recovery = self.recovery
         for entry in self.segments:
             counts, flags = self.counts.pop(entry.segment_id), self.flags.pop(entry.segment_id)
             sizes = self.sizes.pop(entry.segment_id)
+            published = self.published.pop(entry.segment_id)
             # Nobody holds a message after a restart: what was delivered is ready again.
             entry.states = entry.states.replace(bytes([DELIVERED]), bytes([READY]))
             if entry.live == len(entry.seqs):
                 recovery.seqs.extend(entry.seqs)
                 recovery.delivery_counts.extend(counts)
                 recovery.body_sizes.extend(sizes)
+                recovery.published_at_ms.extend(published)
                 recovery.flags.extend(flags)
                 continue
             for i, state in enumerate(entry.states):
@@ -265,5 +294,6 @@ class _Replay:
                     recovery.seqs.append(entry.seqs[i])
                     recovery.delivery_counts.append(counts[i])
                     recovery.body_sizes.append(sizes[i])
+                    recovery.published_at_ms.append(published[i])
                     recovery.flags.append(flags[i])
         recovery.next_seq = self.last_seq + 1

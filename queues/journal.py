@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
@@ -27,6 +27,26 @@ log = logging.getLogger(__name__)
 SyncCallback = Callable[[OSError | None], None]
 
 
+class RecoveredEntry(NamedTuple):
+    """A message still in the queue, as the journal knows it without reading its body.
+
+    A message that had been delivered before the restart counts as delivered at least once,
+    so it comes back redelivered. `due_at_ms` is set for a message that was waiting for a
+    delayed retry."""
+
+    seq: int
+    delivery_count: int
+    body_size: int
+    due_at_ms: int | None
+    published_at_ms: int
+
+
+class JournalRecovery(NamedTuple):
+    messages: list[RecoveredEntry]  # in queue order
+    next_seq: int  # the next sequence number to use
+    expiring_properties: dict[int, bytes]  # raw basic properties of the messages with an `expiration`
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -36,18 +56,20 @@ class QueueJournal:
         self.store = store
         self.committer = committer
 
-    def recover(self) -> tuple[list[tuple[int, int, int, int | None]], int]:
-        """(seq, delivery_count, body_size, due_at_ms) of the messages still in the queue, in
-        order, and the next sequence number to use. `due_at_ms` is set for a message that was
-        waiting for a delayed retry. A message that had been delivered before the restart
-        counts as delivered at least once, so it comes back redelivered.
-        """
+    def recover(self) -> "JournalRecovery":
+        """What the journal holds of the queue's messages; see JournalRecovery."""
         recovery = self.store.recover()
         recovered = [
-            (message.seq, max(message.delivery_count, 1 if message.redelivered else 0), size, message.due_at_ms)
+            RecoveredEntry(
+                message.seq,
+                max(message.delivery_count, 1 if message.redelivered else 0),
+                size,
+                message.due_at_ms,
+                message.published_at_ms,
+            )
             for message, size in zip(recovery, recovery.body_sizes)
         ]
-        return recovered, recovery.next_seq
+        return JournalRecovery(recovered, recovery.next_seq, recovery.expiring_properties)
 
     def load_message(self, seq: int) -> Message | None:
         """Read a journaled message back; None (logged) if the journal cannot give it."""

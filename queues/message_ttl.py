@@ -4,8 +4,9 @@ A message's expiry time is fixed when it enters the queue: the shorter of the tw
 counted from when it was published. An expired message leaves wherever it is: a heap of the
 ready messages that can expire keeps one timer for the earliest, and a message that reaches
 the head (dispatch, basic.get) after its time is expired instead of delivered. Either way it
-is dead-lettered (reason `expired`) if the queue has a dead-letter exchange. Messages recovered
-at startup are paged out and watched from the head instead (recovered_expiry.py).
+is dead-lettered (reason `expired`) if the queue has a dead-letter exchange. Paged-out messages
+(a long durable backlog, or recovered at startup) have a compact heap of their own
+(paged_expiry.py).
 """
 
 from __future__ import annotations
@@ -24,17 +25,24 @@ if TYPE_CHECKING:
 
 def expiry_time(message: Message, queue_ttl_ms: int | None) -> float:
     """When `message` expires in a queue whose x-message-ttl is `queue_ttl_ms` (0.0: never)."""
+    expiration = message.properties.expiration if message.property_flags & FLAG_EXPIRATION else None
+    return expiry_of(message.published_at, expiration, queue_ttl_ms)
+
+
+def expiry_of(published_at: float, expiration: str | None, queue_ttl_ms: int | None) -> float:
+    """When a message published at `published_at` with the `expiration` property expires in a
+    queue whose x-message-ttl is `queue_ttl_ms`: the shorter TTL wins (0.0: never)."""
     ttl_ms = queue_ttl_ms
-    if message.property_flags & FLAG_EXPIRATION:
+    if expiration is not None:
         try:
-            per_message = int(message.properties.expiration)
+            per_message = int(expiration)
         except (TypeError, ValueError):
             per_message = None
         if per_message is not None and (ttl_ms is None or per_message < ttl_ms):
             ttl_ms = per_message
     if ttl_ms is None:
         return 0.0
-    return message.published_at + ttl_ms / 1000.0
+    return published_at + ttl_ms / 1000.0
 
 
 def pop_unexpired(queue: "Queue", now: float) -> QueueEntry | None:

@@ -88,6 +88,16 @@ class PriorityReadyMessages:
         level.remove(entry)
         self._count -= before - len(level)
 
+    def take_paged(self, seq: int) -> QueueEntry | None:
+        """Take out the paged-out message `seq` (see ReadyMessages.take_paged)."""
+        for level in self._order:
+            before = len(level)
+            entry = level.take_paged(seq)
+            if len(level) != before:
+                self._count -= before - len(level)
+                return entry
+        return None
+
     def pop(self) -> QueueEntry:
         """Remove and return the next message to deliver; IndexError when empty."""
         for level in self._order:

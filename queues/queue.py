@@ -21,6 +21,7 @@ from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget, should_page
 from queues.message import Message
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
+from queues.paged_expiry import PagedExpiry
 from queues.priority_ready_messages import PriorityReadyMessages
 from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY, REJECTED
 from queues.queue_entry import GONE, QueueEntry
@@ -28,7 +29,6 @@ from queues.queue_recovery import take_back
 from queues.queue_stats import QueueStats
 from queues.queue_ttl import QueueTtl
 from queues.ready_messages import ReadyMessages
-from queues.recovered_expiry import RecoveredExpiry
 from queues.requeue import requeue
 from queues.single_active_consumer import ActiveConsumer
 from queues.timers import Timers
@@ -51,7 +51,7 @@ class Queue:
     queue itself only compares it by identity.
 
     This class coordinates; each other concern lives in its own module: message TTL
-    (message_ttl.py, recovered_expiry.py), queue TTL (queue_ttl.py), length limits
+    (message_ttl.py, paged_expiry.py), queue TTL (queue_ttl.py), length limits
     (length_limit.py), consumer order (consumer_rotation.py, single_active_consumer.py),
     delayed retry (delayed_retry.py, retry_lanes.py), priorities (priority_ready_messages.py),
     deduplication (deduplication.py), dead-lettering (dead_letter.py), recovery from the
@@ -112,7 +112,8 @@ class Queue:
             self._next_consumer = self.single_active.next_with_room
         self.expiry = MessageExpiry(self)
         self._queue_ttl = QueueTtl(self, settings.expires_ms) if settings.expires_ms is not None else None
-        self.recovered_expiry: RecoveredExpiry | None = None  # set by queue_recovery.take_back
+        # Paged-out messages that can expire (only a durable queue pages messages out).
+        self.paged_expiry = PagedExpiry(self) if journal is not None else None
         self.unacked_count = 0
         self.stats = QueueStats()
         self.deleted = False
@@ -173,6 +174,8 @@ class Queue:
             if should_page(self.ready):
                 # Memory is tight and a consumer will not want it soon: keep it on disk only.
                 self.ready.page(entry)
+                if expires_at:
+                    self.paged_expiry.track(entry.seq, expires_at)
                 return ENQUEUED_DURABLY
             outcome = ENQUEUED_DURABLY
         else:
@@ -202,13 +205,18 @@ class Queue:
         """
         if self.journal is None:
             return 0
-        recovered, self.next_seq = self.journal.recover()
-        take_back(self, recovered)
-        return len(recovered)
+        recovery = self.journal.recover()
+        self.next_seq = recovery.next_seq
+        take_back(self, recovery)
+        return len(recovery.messages)
 
     def expire_due(self, now: float | None = None) -> int:
-        """Remove (or dead-letter) every ready message whose TTL has passed; returns how many."""
+        """Remove (or dead-letter) every in-memory ready message whose TTL has passed; returns how many."""
         return self.expiry.expire_due(now)
+
+    def may_hold_expired(self) -> bool:
+        """Could a ready message have an expiry time (so dispatch must look at the clock)?"""
+        return bool(self.expiry.heap) or (self.paged_expiry is not None and len(self.paged_expiry) > 0)
 
     # -- consumers ---------------------------------------------------------------------
 
@@ -246,7 +254,7 @@ class Queue:
             ready = self.ready
             stats = self.stats
             next_consumer = self._next_consumer
-            if self.expiry.heap:
+            if self.may_hold_expired():
                 now = self.timers.now() if now is None else now
             else:
                 now = 0.0
@@ -366,6 +374,8 @@ class Queue:
     def purge(self) -> int:
         """Drop every ready message and every message waiting for a retry; return how many."""
         self.expiry.clear()
+        if self.paged_expiry is not None:
+            self.paged_expiry.clear()
         if self.journal is not None:
             self.journal.purge()
         waiting = self.retry.clear() if self.retry is not None else 0
@@ -380,8 +390,8 @@ class Queue:
             self._queue_ttl.stop()
         if self.retry is not None:
             self.retry.clear()
-        if self.recovered_expiry is not None:
-            self.recovered_expiry.stop()
+        if self.paged_expiry is not None:
+            self.paged_expiry.stop()
         consumers = self.consumers()
         self._rotation.clear()
         self._consumer_count = 0

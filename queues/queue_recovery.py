@@ -3,22 +3,26 @@
 Recovered messages come back paged out: only their sequence numbers, delivery counts and
 sizes are in memory, and each is read from disk as it nears the head of the queue, so
 recovering a long queue costs its index, not its messages. A priority queue is the exception:
-a message's level depends on its properties, so each is read once to place it.
+a message's level depends on its properties, so each is read once to place it. Those that can
+expire (x-message-ttl, or their own `expiration`) are tracked by the queue's paged expiry, so
+they expire where they are, and those whose time passed while the broker was down go at once.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from queues.message import decode_properties
+from queues.message_ttl import expiry_of
 from queues.priority_ready_messages import PriorityReadyMessages
-from queues.recovered_expiry import RecoveredExpiry
 
 if TYPE_CHECKING:
+    from queues.journal import JournalRecovery
     from queues.queue import Queue
 
 
-def take_back(queue: "Queue", recovered: list[tuple[int, int, int, int | None]]) -> None:
-    """Put `recovered` (seq, delivery_count, size, due_ms) back into `queue`.
+def take_back(queue: "Queue", recovery: "JournalRecovery") -> None:
+    """Put the recovered messages back into `queue`.
 
     A message whose retry is still due later waits for it again; every other one is ready
     (one that fell due while the broker was down, at once).
@@ -27,18 +31,32 @@ def take_back(queue: "Queue", recovered: list[tuple[int, int, int, int | None]])
     journal = queue.journal
     ready = queue.ready
     by_priority = isinstance(ready, PriorityReadyMessages)
+    queue_ttl_ms = queue.settings.message_ttl_ms
+    expiring = recovery.expiring_properties
+    paged_expiry = queue.paged_expiry
     waiting: list[tuple[int, int, int]] = []
-    for seq, delivery_count, size, due_ms in recovered:
+    for seq, delivery_count, size, due_ms, published_at_ms in recovery.messages:
         if due_ms is not None and due_ms > now_ms:
             waiting.append((seq, delivery_count, due_ms))
-        elif by_priority:
+            continue
+        if by_priority:
             entry = journal.load(seq, delivery_count)
-            if entry is not None:
-                ready.page(entry)
+            if entry is None:
+                continue
+            ready.page(entry)
         else:
             ready.append_paged(seq, delivery_count, size)
+        if queue_ttl_ms is not None or seq in expiring:
+            expiration = _expiration(expiring[seq]) if seq in expiring else None
+            expires_at = expiry_of(published_at_ms / 1000.0, expiration, queue_ttl_ms)
+            if expires_at:
+                paged_expiry.track(seq, expires_at)
     if waiting:
         queue.delayed_retry().recover(waiting)
-    if queue.settings.message_ttl_ms is not None and len(ready) and not by_priority:
-        # Paged out, they are unknown to the expiry heap: expire them from the head instead.
-        queue.recovered_expiry = RecoveredExpiry(queue, queue.next_seq)
+
+
+def _expiration(raw_properties: bytes) -> str | None:
+    try:
+        return decode_properties(raw_properties).expiration
+    except Exception:  # a property list pamqp cannot read: it has no usable expiration
+        return None

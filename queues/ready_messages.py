@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 
@@ -53,7 +54,7 @@ class ReadyMessages:
     holds a PagedRun instead of the entries, and `pop()` reads them back through `loader`.
     """
 
-    __slots__ = ("_fifo", "_returned", "_count", "bytes", "in_memory", "loader", "budget")
+    __slots__ = ("_fifo", "_returned", "_count", "bytes", "in_memory", "loader", "budget", "_taken")
 
     def __init__(self, loader: Loader | None = None, budget: MemoryBudget | None = None) -> None:
         self._fifo: deque[QueueEntry | PagedRun] = deque()
@@ -63,6 +64,8 @@ class ReadyMessages:
         self.in_memory = 0  # ready messages held as objects (not paged out)
         self.loader = loader
         self.budget = budget if budget is not None else MemoryBudget()
+        # Paged-out messages taken from the middle of their run (they expired): skipped later.
+        self._taken: set[int] = set()
 
     def _hold(self, size: int) -> None:
         self.in_memory += 1
@@ -118,6 +121,27 @@ class ReadyMessages:
             self._release(size)
             self.bytes -= size
 
+    def take_paged(self, seq: int) -> QueueEntry | None:
+        """Take out the paged-out message `seq` from wherever it is, read back; None if it is
+        not paged out here (delivered or read back already, or gone)."""
+        for item in self._fifo:
+            if not isinstance(item, PagedRun) or not len(item):
+                continue
+            seqs = item.seqs
+            if seq > seqs[-1]:
+                continue
+            i = bisect_left(seqs, seq, item.start)
+            if i == len(seqs) or seqs[i] != seq or seq in self._taken:
+                return None
+            self._taken.add(seq)
+            self._count -= 1
+            self.bytes -= item.sizes[i]
+            entry = self.loader(seq, item.delivery_counts[i]) if self.loader else None
+            if entry is not None:
+                entry.state = GONE
+            return entry
+        return None
+
     def pop(self) -> QueueEntry:
         """Remove and return the next message to deliver; IndexError when empty."""
         entry = self._take_head()
@@ -151,6 +175,9 @@ class ReadyMessages:
         run.start += 1
         if not len(run):
             self._fifo.popleft()
+        if self._taken and run.seqs[i] in self._taken:
+            self._taken.discard(run.seqs[i])
+            return None  # counted out when it was taken
         entry = self.loader(run.seqs[i], run.delivery_counts[i]) if self.loader else None
         if entry is None:  # unreadable: it is gone; keep the counts true
             self._count -= 1
@@ -176,6 +203,8 @@ class ReadyMessages:
             for i in range(item.start, len(item.seqs)):
                 if len(entries) >= count:
                     break
+                if item.seqs[i] in self._taken:
+                    continue
                 loaded = self.loader(item.seqs[i], item.delivery_counts[i]) if self.loader else None
                 if loaded is not None:
                     entries.append(loaded)
@@ -194,6 +223,7 @@ class ReadyMessages:
                 self._release(len(item.message.body))
         self._returned.clear()
         self._fifo.clear()
+        self._taken.clear()
         self._count = 0
         self.bytes = 0
         return count

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from pamqp import commands
 
 from persistence.queue_recovery import RecoveredMessage
 from persistence.queue_store import QueueStore
@@ -79,11 +80,11 @@ def test_recovery_reflects_every_kind_of_state_record(tmp_path):
     store.append_state(8, "acked", 2001)
     store, recovery = restart(store, tmp_path)
     assert list(recovery) == [
-        RecoveredMessage(5, 0, redelivered=True, unacked_at_crash=True, due_at_ms=None),
-        RecoveredMessage(6, 1, redelivered=True, unacked_at_crash=False, due_at_ms=None),
-        RecoveredMessage(7, 1, redelivered=True, unacked_at_crash=False, due_at_ms=9000),
-        RecoveredMessage(9, 0, redelivered=False, unacked_at_crash=False, due_at_ms=None),
-        RecoveredMessage(10, 0, redelivered=False, unacked_at_crash=False, due_at_ms=None),
+        RecoveredMessage(5, 0, redelivered=True, unacked_at_crash=True, due_at_ms=None, published_at_ms=1005),
+        RecoveredMessage(6, 1, redelivered=True, unacked_at_crash=False, due_at_ms=None, published_at_ms=1006),
+        RecoveredMessage(7, 1, redelivered=True, unacked_at_crash=False, due_at_ms=9000, published_at_ms=1007),
+        RecoveredMessage(9, 0, redelivered=False, unacked_at_crash=False, due_at_ms=None, published_at_ms=1009),
+        RecoveredMessage(10, 0, redelivered=False, unacked_at_crash=False, due_at_ms=None, published_at_ms=1010),
     ]
     assert store.message_count == 5
 
@@ -300,3 +301,15 @@ def test_sealed_segments_are_announced_once_complete_and_the_tail_never(tmp_path
         scan = SegmentScan(path)
         assert sum(1 for _ in scan.records()) == 10
         scan.close()
+
+
+def test_recovery_keeps_the_properties_of_surviving_messages_with_an_expiration(tmp_path):
+    with_expiration = commands.Basic.Properties(expiration="5000", message_id="m").marshal()
+    store, _ = open_store(tmp_path)
+    store.append_message(1, 1000, "ex", "rk", with_expiration, b"expires, acked")
+    store.append_message(2, 1000, "ex", "rk", PROPS, b"never expires")
+    store.append_message(3, 1000, "ex", "rk", with_expiration, b"expires, still ready")
+    store.append_state(1, "acked", 2000)
+    store, recovery = restart(store, tmp_path)
+    assert [message.seq for message in recovery] == [2, 3]
+    assert recovery.expiring_properties == {3: with_expiration}
