@@ -71,6 +71,19 @@ class Recovery:
     def __len__(self) -> int:
         return len(self.seqs)
 
+    def rows(self) -> Iterator[tuple[int, int, int, int | None, int]]:
+        """(seq, delivery_count, body_size, due_at_ms, published_at_ms) of each message, as plain
+        tuples (recovering a long queue walks this). `delivery_count` is at least 1 for a
+        message that was ever delivered, so it goes out redelivered; `due_at_ms` as in
+        RecoveredMessage."""
+        due = self.due_at_ms
+        for seq, count, flag, size, published_at_ms in zip(
+            self.seqs, self.delivery_counts, self.flags, self.body_sizes, self.published_at_ms
+        ):
+            if flag & _EVER_DELIVERED and not count:
+                count = 1
+            yield seq, count, size, due.get(seq) if flag & _STATE_MASK == WAITING_RETRY else None, published_at_ms
+
     def __iter__(self) -> Iterator[RecoveredMessage]:
         due = self.due_at_ms
         for seq, count, flag, published_at_ms in zip(self.seqs, self.delivery_counts, self.flags, self.published_at_ms):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from persistence.group_commit import GroupCommitter
@@ -27,22 +27,14 @@ log = logging.getLogger(__name__)
 SyncCallback = Callable[[OSError | None], None]
 
 
-class RecoveredEntry(NamedTuple):
-    """A message still in the queue, as the journal knows it without reading its body.
-
-    A message that had been delivered before the restart counts as delivered at least once,
-    so it comes back redelivered. `due_at_ms` is set for a message that was waiting for a
-    delayed retry."""
-
-    seq: int
-    delivery_count: int
-    body_size: int
-    due_at_ms: int | None
-    published_at_ms: int
-
-
 class JournalRecovery(NamedTuple):
-    messages: list[RecoveredEntry]  # in queue order
+    """What the journal holds of a queue's messages, read without their bodies."""
+
+    # (seq, delivery_count, body_size, due_at_ms, published_at_ms) in queue order. A message
+    # that had been delivered before the restart counts as delivered at least once, so it
+    # comes back redelivered; `due_at_ms` is set for one that was waiting for a delayed retry.
+    messages: Iterator[tuple[int, int, int, int | None, int]]
+    count: int
     next_seq: int  # the next sequence number to use
     expiring_properties: dict[int, bytes]  # raw basic properties of the messages with an `expiration`
 
@@ -56,20 +48,10 @@ class QueueJournal:
         self.store = store
         self.committer = committer
 
-    def recover(self) -> "JournalRecovery":
+    def recover(self) -> JournalRecovery:
         """What the journal holds of the queue's messages; see JournalRecovery."""
         recovery = self.store.recover()
-        recovered = [
-            RecoveredEntry(
-                message.seq,
-                max(message.delivery_count, 1 if message.redelivered else 0),
-                size,
-                message.due_at_ms,
-                message.published_at_ms,
-            )
-            for message, size in zip(recovery, recovery.body_sizes)
-        ]
-        return JournalRecovery(recovered, recovery.next_seq, recovery.expiring_properties)
+        return JournalRecovery(recovery.rows(), len(recovery), recovery.next_seq, recovery.expiring_properties)
 
     def load_message(self, seq: int) -> Message | None:
         """Read a journaled message back; None (logged) if the journal cannot give it."""

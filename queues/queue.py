@@ -208,7 +208,7 @@ class Queue:
         recovery = self.journal.recover()
         self.next_seq = recovery.next_seq
         take_back(self, recovery)
-        return len(recovery.messages)
+        return recovery.count
 
     def expire_due(self, now: float | None = None) -> int:
         """Remove (or dead-letter) every in-memory ready message whose TTL has passed; returns how many."""

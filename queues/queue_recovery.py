@@ -35,6 +35,7 @@ def take_back(queue: "Queue", recovery: "JournalRecovery") -> None:
     expiring = recovery.expiring_properties
     paged_expiry = queue.paged_expiry
     waiting: list[tuple[int, int, int]] = []
+    tracks_expiry = queue_ttl_ms is not None or bool(expiring)
     for seq, delivery_count, size, due_ms, published_at_ms in recovery.messages:
         if due_ms is not None and due_ms > now_ms:
             waiting.append((seq, delivery_count, due_ms))
@@ -46,7 +47,7 @@ def take_back(queue: "Queue", recovery: "JournalRecovery") -> None:
             ready.page(entry)
         else:
             ready.append_paged(seq, delivery_count, size)
-        if queue_ttl_ms is not None or seq in expiring:
+        if tracks_expiry and (queue_ttl_ms is not None or seq in expiring):
             expiration = _expiration(expiring[seq]) if seq in expiring else None
             expires_at = expiry_of(published_at_ms / 1000.0, expiration, queue_ttl_ms)
             if expires_at:
