@@ -146,3 +146,30 @@ delivery_limit = 3
     assert channel.queue_declare("jobs.email", passive=True).method.message_count == 0
     wait_for_count(channel, "jobs.email", 1, timeout=2.0)
     connection.close()
+
+
+def test_recovered_messages_with_an_expiration_are_dead_lettered_on_time_without_a_consumer(broker_factory):
+    broker = broker_factory()
+    connection, channel = connect(broker)
+    channel.exchange_declare("expired-dlx", "fanout", durable=True)
+    channel.queue_declare("expired-dead", durable=True)
+    channel.queue_bind("expired-dead", "expired-dlx")
+    channel.queue_declare("expiring-work", durable=True, arguments={"x-dead-letter-exchange": "expired-dlx"})
+    for n in range(6):
+        # Every other message expires: deep in the queue, behind messages that never do.
+        expiring = pika.BasicProperties(delivery_mode=2, expiration="4000") if n % 2 else PERSISTENT
+        channel.basic_publish("", "expiring-work", b"m%d" % n, expiring)
+    connection.close()
+    broker.kill()
+    broker.start()
+
+    connection, channel = connect(broker)
+    assert channel.queue_declare("expiring-work", passive=True).method.message_count == 6
+    wait_for_count(channel, "expired-dead", 3)
+    assert channel.queue_declare("expiring-work", passive=True).method.message_count == 3
+    dead = [channel.basic_get("expired-dead", auto_ack=True) for _ in range(3)]
+    assert [body for _m, _p, body in dead] == [b"m1", b"m3", b"m5"]
+    assert {properties.headers["x-death"][0]["reason"] for _m, properties, _b in dead} == {"expired"}
+    left = [channel.basic_get("expiring-work", auto_ack=True)[2] for _ in range(3)]
+    assert left == [b"m0", b"m2", b"m4"]
+    connection.close()
