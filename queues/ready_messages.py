@@ -38,6 +38,13 @@ class PagedRun:
         self.delivery_counts.append(delivery_count)
         self.sizes.append(size)
 
+    def release(self) -> None:
+        """Every message was handed out or taken: free the arrays (the run may still sit in the FIFO)."""
+        self.seqs = array("Q")
+        self.delivery_counts = array("I")
+        self.sizes = array("I")
+        self.start = 0
+
 
 class ReadyMessages:
     """FIFO of new messages plus the messages that came back, which go first.
@@ -54,10 +61,11 @@ class ReadyMessages:
     holds a PagedRun instead of the entries, and `pop()` reads them back through `loader`.
     """
 
-    __slots__ = ("_fifo", "_returned", "_count", "bytes", "in_memory", "loader", "budget", "_taken")
+    __slots__ = ("_fifo", "_runs", "_returned", "_count", "bytes", "in_memory", "loader", "budget", "_taken")
 
     def __init__(self, loader: Loader | None = None, budget: MemoryBudget | None = None) -> None:
         self._fifo: deque[QueueEntry | PagedRun] = deque()
+        self._runs: deque[PagedRun] = deque()  # the PagedRuns of the FIFO, in order (lookup by seq)
         self._returned: list[tuple[int, QueueEntry]] = []
         self._count = 0
         self.bytes = 0
@@ -96,6 +104,7 @@ class ReadyMessages:
         if not isinstance(tail, PagedRun):
             tail = PagedRun()
             fifo.append(tail)
+            self._runs.append(tail)
         tail.add(seq, delivery_count, size)
         self._count += 1
         self.bytes += size
@@ -124,19 +133,31 @@ class ReadyMessages:
     def take_paged(self, seq: int) -> QueueEntry | None:
         """Take out the paged-out message `seq` from wherever it is, read back; None if it is
         not paged out here (delivered or read back already, or gone)."""
-        for item in self._fifo:
-            if not isinstance(item, PagedRun) or not len(item):
+        taken = self._taken
+        for run in self._runs:
+            if not len(run):
                 continue
-            seqs = item.seqs
+            seqs = run.seqs
             if seq > seqs[-1]:
                 continue
-            i = bisect_left(seqs, seq, item.start)
-            if i == len(seqs) or seqs[i] != seq or seq in self._taken:
+            i = bisect_left(seqs, seq, run.start)
+            if seqs[i] != seq or seq in taken:
                 return None
-            self._taken.add(seq)
+            size, delivery_count = run.sizes[i], run.delivery_counts[i]
+            if i == run.start:
+                # The run's first: advance past it (and past any taken before), so that expiring
+                # in queue order, the usual case, leaves nothing behind.
+                run.start += 1
+                while taken and run.start < len(seqs) and seqs[run.start] in taken:
+                    taken.discard(seqs[run.start])
+                    run.start += 1
+                if not len(run):
+                    run.release()
+            else:
+                taken.add(seq)
             self._count -= 1
-            self.bytes -= item.sizes[i]
-            entry = self.loader(seq, item.delivery_counts[i]) if self.loader else None
+            self.bytes -= size
+            entry = self.loader(seq, delivery_count) if self.loader else None
             if entry is not None:
                 entry.state = GONE
             return entry
@@ -166,6 +187,10 @@ class ReadyMessages:
                 if head.state == READY:
                     return head
                 continue
+            if not len(head):  # every message of the run was taken out (they expired)
+                fifo.popleft()
+                self._runs.popleft()
+                continue
             entry = self._load_from(head)
             if entry is not None:
                 return entry
@@ -175,6 +200,7 @@ class ReadyMessages:
         run.start += 1
         if not len(run):
             self._fifo.popleft()
+            self._runs.popleft()
         if self._taken and run.seqs[i] in self._taken:
             self._taken.discard(run.seqs[i])
             return None  # counted out when it was taken
@@ -223,6 +249,7 @@ class ReadyMessages:
                 self._release(len(item.message.body))
         self._returned.clear()
         self._fifo.clear()
+        self._runs.clear()
         self._taken.clear()
         self._count = 0
         self.bytes = 0
