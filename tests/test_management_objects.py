@@ -141,6 +141,18 @@ def test_columns_sort_and_pagination_work_as_in_rabbitmq(api, broker):
     assert api.get("/api/queues?page=1&name=b")["items"][0]["name"] == "b"
 
 
+def test_pagination_errors_answer_as_rabbitmq_does(api, broker):
+    for name in ("a", "b", "c"):
+        broker.vhosts["/"].declare_queue(name, connection=None)
+    beyond = api.request("GET", "/api/queues?page=3&page_size=2")
+    assert (beyond.status, beyond.json()) == (400, {
+        "error": "page_out_of_range", "reason": "Page out of range, page: 3 page size: 2, len: 3"})
+    zero = api.request("GET", "/api/queues?page=0")
+    assert (zero.status, zero.json()) == (400, {
+        "error": "invalid_pagination_parameters",
+        "reason": "Invalid pagination parameters: page number 0, page size undefined"})
+
+
 def test_nodes_report_the_process(api):
     [node] = api.get("/api/nodes")
     assert (node["fd_used"], node["fd_total"], node["sockets_total"]) == (7, 1024, 921)
@@ -159,6 +171,19 @@ def test_health_checks_and_empty_lists(api):
                                                      "missing": 1, "ports": [5672]})
     assert api.get("/api/aliveness-test/%2F") == {"status": "ok"}
     assert api.get("/api/policies") == [] and api.get("/api/parameters") == []
+
+
+def test_the_other_health_checks_answer_in_rabbitmqs_shapes(api):
+    assert api.get("/api/healthchecks/node") == {"status": "ok"}
+    for name in ("amqp091", "amqp", "amqp0-9-1"):
+        assert api.get(f"/api/health/checks/protocol-listener/{name}") == {"status": "ok", "protocol": "amqp"}
+    mqtt = api.request("GET", "/api/health/checks/protocol-listener/mqtt")
+    assert (mqtt.status, mqtt.json()) == (503, {"status": "failed", "reason": "No active listener",
+                                                "missing": "mqtt", "protocols": ["amqp"]})
+    assert api.get("/api/health/checks/node-is-quorum-critical") == {"status": "ok", "reason": "single node cluster"}
+    assert api.get("/api/health/checks/certificate-expiration/1/months") == {"status": "ok"}
+    invalid = api.request("GET", "/api/health/checks/certificate-expiration/x/months")
+    assert (invalid.status, invalid.json()["reason"]) == (400, "Invalid expiration value.")
 
 
 def test_unknown_paths_and_methods_answer_in_json(api):

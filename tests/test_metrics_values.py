@@ -175,9 +175,14 @@ def test_detailed_endpoint_returns_only_the_families_and_vhosts_asked_for(worklo
     assert value(samples, "rabbitmq_detailed_queue_messages_unacked", vhost="/", queue="q") == 4
     assert not any(("queue", "elsewhere") in labels for _name, labels in samples)
 
-    everything = scrape(DetailedCollector(workload, ["queue_consumer_count", "exchange_bindings", "vhost_status"]))
+    everything = scrape(DetailedCollector(
+        workload, ["queue_consumer_count", "exchange_names", "exchange_bindings", "vhost_status"]))
     assert value(everything, "rabbitmq_detailed_queue_consumers", vhost="other", queue="elsewhere") == 0
-    assert value(everything, "rabbitmq_detailed_vhost_status", vhost="other") == 1
+    # The cluster-wide families keep RabbitMQ's rabbitmq_cluster_ names on this endpoint too.
+    assert value(everything, "rabbitmq_cluster_vhost_status", vhost="other") == 1
+    assert value(everything, "rabbitmq_cluster_exchange_name", vhost="other", exchange="amq.topic", type="topic") == 1
+    assert value(everything, "rabbitmq_cluster_exchange_bindings", vhost="other", exchange="amq.topic",
+                 type="topic") == 0
     bare = scrape(DetailedCollector(workload, []))
     assert {name for name, _labels in bare} == {"rabbitmq_identity_info", "rabbitmq_build_info"}
 

@@ -201,7 +201,10 @@ def _page(request: web.Request, items: list[dict[str, Any]]) -> dict[str, Any]:
     page = as_int(query.get("page"), 1)
     page_size = as_int(query.get("page_size"), 100)
     if page < 1 or not 1 <= page_size <= MAX_PAGE_SIZE:
-        raise api_errors.bad_request(f"page must be >= 1 and page_size between 1 and {MAX_PAGE_SIZE}")
+        raise api_errors.ApiError(
+            400, "invalid_pagination_parameters",
+            f"Invalid pagination parameters: page number {page}, page size {query.get('page_size', 'undefined')}",
+        )
     total = len(items)
     name = query.get("name")
     if name:
@@ -215,6 +218,10 @@ def _page(request: web.Request, items: list[dict[str, Any]]) -> dict[str, Any]:
             items = [item for item in items if name in str(item.get("name", ""))]
     filtered = len(items)
     page_count = max(1, math.ceil(filtered / page_size))
+    if page > page_count:
+        raise api_errors.ApiError(
+            400, "page_out_of_range", f"Page out of range, page: {page} page size: {page_size}, len: {filtered}"
+        )
     chosen = items[(page - 1) * page_size: page * page_size]
     columns = _columns(request)
     if columns:

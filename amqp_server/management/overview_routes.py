@@ -79,6 +79,34 @@ async def ok_check(request: web.Request) -> web.Response:
     return json_reply({"status": "ok"})
 
 
+async def single_node_check(request: web.Request) -> web.Response:
+    """Quorum and mirror-sync criticality: never critical on a single node, as RabbitMQ says."""
+    return json_reply({"status": "ok", "reason": "single node cluster"})
+
+
+# What RabbitMQ accepts for AMQP 0-9-1 in the protocol-listener check (it answers "amqp").
+_AMQP_PROTOCOL_NAMES = {"amqp", "amqp091", "amqp0-9-1", "amqp0.9.1"}
+
+
+async def protocol_listener_check(request: web.Request) -> web.Response:
+    asked = request.match_info["protocol"].lower()
+    protocol = "amqp" if asked in _AMQP_PROTOCOL_NAMES else asked
+    protocols = [listener["protocol"] for listener in context(request).listeners]
+    if protocol in protocols:
+        return json_reply({"status": "ok", "protocol": protocol})
+    return _failed("No active listener", missing=protocol, protocols=protocols)
+
+
+async def certificate_expiration_check(request: web.Request) -> web.Response:
+    """No TLS listener, so no certificate can expire; the arguments are still checked as RabbitMQ does."""
+    within, unit = request.match_info["within"], request.match_info["unit"]
+    if not within.isdigit():
+        raise api_errors.bad_request("Invalid expiration value.")
+    if unit not in ("days", "weeks", "months", "years"):
+        raise api_errors.bad_request(f"Invalid unit: {unit}")
+    return json_reply({"status": "ok"})
+
+
 async def port_listener_check(request: web.Request) -> web.Response:
     port = request.match_info["port"]
     ports = [listener["port"] for listener in context(request).listeners]
@@ -104,8 +132,12 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/api/health/checks/alarms", _alarms_check("in the cluster"))
     router.add_get("/api/health/checks/local-alarms", _alarms_check("on the node"))
     router.add_get("/api/health/checks/port-listener/{port}", port_listener_check)
-    for check in ("virtual-hosts", "node-is-quorum-critical", "node-is-mirror-sync-critical", "certificate-expiration"):
-        router.add_get(f"/api/health/checks/{check}", ok_check)
+    router.add_get("/api/health/checks/protocol-listener/{protocol}", protocol_listener_check)
+    router.add_get("/api/health/checks/certificate-expiration/{within}/{unit}", certificate_expiration_check)
+    router.add_get("/api/health/checks/virtual-hosts", ok_check)
+    router.add_get("/api/healthchecks/node", ok_check)  # the pre-3.8 check that older deployments still call
+    for check in ("node-is-quorum-critical", "node-is-mirror-sync-critical"):
+        router.add_get(f"/api/health/checks/{check}", single_node_check)
     router.add_get("/api/aliveness-test/{vhost}", aliveness)
     for path in EMPTY_LISTS:
         router.add_get(path, empty_list)

@@ -1,7 +1,8 @@
 """The collector behind `/metrics/detailed?family=...&vhost=...` (RabbitMQ's detailed endpoint).
 
 Only the metric families asked for are returned, optionally only for some vhosts, with the
-`rabbitmq_detailed_` prefix, so a Prometheus job can scrape per-queue series for the queues
+`rabbitmq_detailed_` prefix (the cluster-wide exchange and vhost families use
+`rabbitmq_cluster_`, as RabbitMQ's do), so a Prometheus job can scrape per-queue series for the queues
 it cares about without the cost of all of them. With no family, only the identity series are
 returned, as RabbitMQ does.
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from queues.queue import Queue
 
 PREFIX = "rabbitmq_detailed_"
+CLUSTER_PREFIX = "rabbitmq_cluster_"  # RabbitMQ names its cluster-wide families so, also on this endpoint
 OWN_PREFIX = "amqp_server_detailed_"  # this broker's own series: never under RabbitMQ's prefix
 QUEUE_LABELS = ["vhost", "queue"]
 
@@ -89,7 +91,7 @@ class DetailedCollector(Collector):
             yield metric
 
     def _exchange_names(self) -> Iterator[Metric]:
-        metric = GaugeMetricFamily(PREFIX + "exchange_name", "Enumerates exchanges without any additional info",
+        metric = GaugeMetricFamily(CLUSTER_PREFIX + "exchange_name", "Enumerates exchanges without any additional info",
                                    labels=["vhost", "exchange", "type"])
         for vhost in self._vhosts():
             for exchange in vhost.exchanges.values():
@@ -97,7 +99,7 @@ class DetailedCollector(Collector):
         yield metric
 
     def _exchange_bindings(self) -> Iterator[Metric]:
-        metric = GaugeMetricFamily(PREFIX + "exchange_bindings", "Number of bindings for an exchange",
+        metric = GaugeMetricFamily(CLUSTER_PREFIX + "exchange_bindings", "Number of bindings for an exchange",
                                    labels=["vhost", "exchange", "type"])
         for vhost in self._vhosts():
             for exchange in vhost.exchanges.values():
@@ -106,7 +108,7 @@ class DetailedCollector(Collector):
         yield metric
 
     def _vhost_status(self) -> Iterator[Metric]:
-        metric = GaugeMetricFamily(PREFIX + "vhost_status", "Whether a given vhost is running", labels=["vhost"])
+        metric = GaugeMetricFamily(CLUSTER_PREFIX + "vhost_status", "Whether a given vhost is running", labels=["vhost"])
         for vhost in self._vhosts():
             metric.add_metric([vhost.name], 1)
         yield metric
