@@ -37,7 +37,8 @@ def test_only_administrators_list_users_and_permissions(api):
 def test_management_users_see_only_their_vhosts_and_connections(api, broker):
     broker.vhosts["other"].declare_queue("hidden", connection=None)
     broker.vhosts["/"].declare_queue("mgmt-visible", connection=None)
-    opened_client(broker)  # guest's connection
+    guests = opened_client(broker)
+    guests.send(1, commands.Basic.Consume(queue="mgmt-visible", consumer_tag="guests"))
     mine = FakeClient(broker)
     mine.start()
     mine.start_ok(user="mgmt", password="mgmt")
@@ -49,10 +50,38 @@ def test_management_users_see_only_their_vhosts_and_connections(api, broker):
     assert [q["name"] for q in api.get("/api/queues", **as_mgmt)] == ["mgmt-visible"]
     assert [c["user"] for c in api.get("/api/connections", **as_mgmt)] == ["mgmt"]
     assert api.request("GET", "/api/queues/other", **as_mgmt).status == 401
+    assert api.get("/api/consumers", **as_mgmt) == [], "guest's consumer is on guest's connection"
+    assert [c["consumer_tag"] for c in api.get("/api/consumers")] == ["guests"]
 
     as_monitor = {"user": "mon", "password": "mon"}
-    assert {q["name"] for q in api.get("/api/queues", **as_monitor)} == {"mgmt-visible", "hidden"}
     assert sorted(c["user"] for c in api.get("/api/connections", **as_monitor)) == ["guest", "mgmt"]
+
+
+def test_monitoring_users_list_every_vhost_but_see_inside_only_where_they_have_permissions(api, broker):
+    """As RabbitMQ 3.10 answers a monitoring user without permissions (checked side by side)."""
+    broker.vhosts["/"].declare_queue("jobs", connection=None)
+    as_monitor = {"user": "mon", "password": "mon"}
+    assert [v["name"] for v in api.get("/api/vhosts", **as_monitor)] == ["/", "other"]
+    assert api.get("/api/queues", **as_monitor) == [] and api.get("/api/exchanges", **as_monitor) == []
+    for path in ("/api/queues/%2F", "/api/queues/%2F/jobs", "/api/exchanges/%2F/amq.direct", "/api/bindings/%2F",
+                 "/api/aliveness-test/%2F"):
+        refused = api.request("GET", path, **as_monitor)
+        assert (refused.status, refused.json()) == (401, {
+            "error": "not_authorised", "reason": "User not authorised to access virtual host"}), path
+
+    broker.access.set_permissions("mon", "/", "", "", ".*")
+    assert [q["name"] for q in api.get("/api/queues", **as_monitor)] == ["jobs"]
+    assert api.get("/api/queues/%2F/jobs", **as_monitor)["name"] == "jobs"
+    # The aliveness test declares, publishes to and reads a queue: read permission is not enough.
+    refused = api.request("GET", "/api/aliveness-test/%2F", **as_monitor)
+    assert (refused.status, refused.json()["reason"]) == (
+        401, "ACCESS_REFUSED - access to queue 'aliveness-test' in vhost '/' refused for user 'mon'")
+
+
+def test_a_single_vhost_is_shown_to_administrators_only(api):
+    refused = api.request("GET", "/api/vhosts/%2F", user="mgmt", password="mgmt")
+    assert (refused.status, refused.json()["reason"]) == (401, "Not administrator user")
+    assert api.get("/api/vhosts/%2F")["name"] == "/"
 
 
 def test_monitoring_may_read_but_not_write(api):

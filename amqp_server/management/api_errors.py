@@ -43,6 +43,10 @@ def not_administrator() -> ApiError:
     return ApiError(401, "not_authorised", "Not administrator user")
 
 
+def vhost_not_authorised() -> ApiError:
+    return ApiError(401, "not_authorised", "User not authorised to access virtual host")
+
+
 def access_refused() -> ApiError:
     return ApiError(401, "not_authorised", "Access refused.")
 

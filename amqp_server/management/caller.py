@@ -4,8 +4,9 @@ Basic auth against the broker's own users (loopback_users apply, as in RabbitMQ)
 
 - no management tag: refused ("Not management user");
 - `management` (and `policymaker`): the vhosts they have permissions on, and only their own
-  connections and channels;
-- `monitoring`: every vhost, connection and channel, read-only;
+  connections, channels and consumers;
+- `monitoring`: every vhost in the vhost list, every connection and channel, read-only; but,
+  as in RabbitMQ 3.10, the queues, exchanges and bindings of a vhost only with permissions there;
 - `administrator`: everything, including users, vhosts, permissions and definitions.
 
 Creating, deleting, purging, publishing and getting on queues, exchanges and bindings is also
@@ -54,7 +55,12 @@ class Caller:
         return self.is_admin or MONITORING in self.user.tags
 
     def may_see_vhost(self, vhost: str) -> bool:
+        """May the vhost itself appear in lists and totals?"""
         return self.is_monitor or self.access.can_access_vhost(self.user, vhost)
+
+    def may_see_vhost_contents(self, vhost: str) -> bool:
+        """May the vhost's queues, exchanges, bindings and consumers be shown?"""
+        return self.is_admin or self.access.can_access_vhost(self.user, vhost)
 
     def may_see_connection(self, connection: "Connection") -> bool:
         return self.is_monitor or (connection.user is not None and connection.user.name == self.name)
@@ -67,6 +73,11 @@ class Caller:
         """Acting in a vhost needs permissions there (administrators included, as in RabbitMQ)."""
         if not self.access.can_access_vhost(self.user, vhost):
             raise api_errors.access_refused()
+
+    def require_vhost_contents(self, vhost: str) -> None:
+        """Reading a vhost's queues, exchanges or bindings (see may_see_vhost_contents)."""
+        if not self.may_see_vhost_contents(vhost):
+            raise api_errors.vhost_not_authorised()
 
     def require_permission(self, kind: str, vhost: str, resource: str) -> None:
         """`kind` is "configure", "write" or "read"; `resource` an exchange or queue name."""

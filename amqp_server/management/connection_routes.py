@@ -93,7 +93,8 @@ async def list_consumers(request: web.Request) -> web.Response:
         consumer_json(connection, channel, consumer, ctx.broker.node_name)
         for connection, channel in channels_of(ctx.broker)
         for consumer in list(channel.consumers.values())
-        if user.may_see_vhost(consumer.queue.vhost) and (only_vhost is None or consumer.queue.vhost == only_vhost)
+        if user.may_see_vhost_contents(consumer.queue.vhost) and user.may_see_connection(connection)
+        and (only_vhost is None or consumer.queue.vhost == only_vhost)
     ]
     return list_reply(request, consumers, _by_queue_and_tag)
 

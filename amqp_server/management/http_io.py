@@ -110,22 +110,25 @@ def vhost_named(broker: "Broker", name: str) -> "VirtualHost":
 
 
 def visible_vhost(request: web.Request) -> "VirtualHost":
-    """The vhost the URL names, if the caller may see it (404 if there is none, 401 if hidden)."""
+    """The vhost the URL names, for reading its queues, exchanges or bindings (404 if there is
+    none, 401 if the caller may not see inside it)."""
     vhost = vhost_named(context(request).broker, request.match_info["vhost"])
-    if not caller(request).may_see_vhost(vhost.name):
-        raise api_errors.access_refused()
+    caller(request).require_vhost_contents(vhost.name)
     return vhost
 
 
 def vhosts_visible_to(broker: "Broker", user: "Caller") -> list["VirtualHost"]:
+    """The vhosts that appear in the caller's vhost list and totals."""
     return [vhost for vhost in broker.vhosts.values() if user.may_see_vhost(vhost.name)]
 
 
 def vhosts_in_scope(request: web.Request) -> list["VirtualHost"]:
-    """What a listing covers: the URL's vhost if it names one, else every vhost the caller may see."""
+    """What a listing of queues, exchanges or bindings covers: the URL's vhost if it names one,
+    else every vhost the caller may see inside."""
     if "vhost" in request.match_info:
         return [visible_vhost(request)]
-    return vhosts_visible_to(context(request).broker, caller(request))
+    user = caller(request)
+    return [vhost for vhost in context(request).broker.vhosts.values() if user.may_see_vhost_contents(vhost.name)]
 
 
 def _lookup(item: Any, path: list[str]) -> Any:

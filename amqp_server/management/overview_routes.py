@@ -117,9 +117,22 @@ async def port_listener_check(request: web.Request) -> web.Response:
     return _failed("No active listener", missing=int(port), ports=ports)
 
 
+ALIVENESS_QUEUE = "aliveness-test"
+
+
 async def aliveness(request: web.Request) -> web.Response:
-    vhost_named(context(request).broker, request.match_info["vhost"])
-    caller(request).require_vhost(request.match_info["vhost"])
+    """RabbitMQ declares, publishes to and gets from a queue "aliveness-test"; the caller needs
+    the permissions for that, and is told in RabbitMQ's words when they are missing."""
+    vhost = vhost_named(context(request).broker, request.match_info["vhost"]).name
+    user = caller(request)
+    if not user.access.can_access_vhost(user.user, vhost):
+        raise api_errors.vhost_not_authorised()
+    for kind in ("configure", "write", "read"):
+        if not user.access.is_permitted(user.user, vhost, kind, ALIVENESS_QUEUE):
+            raise api_errors.ApiError(
+                401, "not_authorised",
+                f"ACCESS_REFUSED - access to queue '{ALIVENESS_QUEUE}' in vhost '{vhost}' refused for user '{user.name}'",
+            )
     return json_reply({"status": "ok"})
 
 

@@ -34,7 +34,9 @@ async def list_vhosts(request: web.Request) -> web.Response:
 
 
 async def show_vhost(request: web.Request) -> web.Response:
-    return item_reply(request, vhost_json(context(request), visible_vhost(request)))
+    caller(request).require_admin()  # RabbitMQ 3.10 shows a single vhost to administrators only
+    ctx = context(request)
+    return item_reply(request, vhost_json(ctx, vhost_named(ctx.broker, request.match_info["vhost"])))
 
 
 async def put_vhost(request: web.Request) -> web.Response:
