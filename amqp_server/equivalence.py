@@ -38,6 +38,10 @@ EQUIVALENT_QUEUE_ARGUMENTS = (
     "x-message-deduplication",
 )
 EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange", "x-delayed-type")
+# What an absent argument means when comparing: a queue declared without x-queue-type is a
+# classic queue, so RabbitMQ lets "classic" and no type redeclare each other (kombu, Celery and
+# aio-pika applications add or drop it between versions).
+_QUEUE_ARGUMENT_DEFAULTS = {"x-queue-type": "classic"}
 
 
 def flag(value: bool) -> str:
@@ -72,13 +76,26 @@ def check_queue(vhost: str, existing: "Queue", durable: bool, auto_delete: bool,
         raise errors.inequivalent(
             "auto_delete", "queue", existing.name, vhost, flag(auto_delete), flag(existing.auto_delete)
         )
-    _check_arguments(vhost, "queue", existing.name, existing.arguments, arguments, EQUIVALENT_QUEUE_ARGUMENTS)
+    _check_arguments(
+        vhost, "queue", existing.name, existing.arguments, arguments, EQUIVALENT_QUEUE_ARGUMENTS,
+        _QUEUE_ARGUMENT_DEFAULTS,
+    )
 
 
 def _check_arguments(
-    vhost: str, kind: str, name: str, current: dict[str, Any], received: dict[str, Any], keys: Collection[str]
+    vhost: str, kind: str, name: str, current: dict[str, Any], received: dict[str, Any], keys: Collection[str],
+    defaults: dict[str, Any] | None = None,
 ) -> None:
     for key in keys:
         have, want = current.get(key), received.get(key)
         if have != want:
+            default = defaults.get(key) if defaults else None
+            if default is not None and _text(have, default) == _text(want, default):
+                continue
             raise errors.inequivalent_argument(key, kind, name, vhost, want, have)
+
+
+def _text(value: Any, default: str) -> Any:
+    if value is None:
+        return default
+    return value.decode() if isinstance(value, bytes) else value

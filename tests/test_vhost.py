@@ -81,6 +81,15 @@ def test_redeclaring_a_queue_with_other_durability_gives_406(vhost):
     )
 
 
+def test_classic_queue_type_and_no_queue_type_redeclare_each_other_as_in_rabbitmq(vhost):
+    typed = vhost.declare_queue("typed", connection=OWNER, arguments={"x-queue-type": "classic"})[0]
+    assert vhost.declare_queue("typed", connection=OWNER)[0] is typed
+    untyped = vhost.declare_queue("untyped", connection=OWNER)[0]
+    assert vhost.declare_queue("untyped", connection=OWNER, arguments={"x-queue-type": "classic"})[0] is untyped
+    error = refused(vhost.declare_queue, "untyped", connection=OWNER, arguments={"x-queue-type": "quorum"})
+    assert error.code == 406 and "inequivalent arg 'x-queue-type'" in error.reply_text
+
+
 def test_redeclaring_a_queue_with_another_x_argument_gives_406(vhost):
     vhost.declare_queue("q", connection=OWNER, arguments={"x-max-length": 10})
     error = refused(vhost.declare_queue, "q", connection=OWNER, arguments={"x-max-length": 20})
