@@ -16,10 +16,11 @@ from pamqp import commands
 
 from amqp_server import codec, errors
 from amqp_server.errors import AMQPError
+from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
 from amqp_server.sender_selected import sender_selected_keys, strip_bcc
 from queues.journal import when_synced
-from queues.message import FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message
+from queues.message import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED
 from queues.queue import Queue
 
@@ -74,7 +75,8 @@ def complete_publish(channel: "Channel") -> None:
     body = parts[0] if len(parts) == 1 else b"".join(parts)
     message = Message(pending.exchange.name, pending.routing_key, pending.raw_header, body, pending.routing_raw)
     flags = message.property_flags
-    if flags & (FLAG_USER_ID | FLAG_REPLY_TO):
+    # One test of the flag word; properties are decoded only for messages that set these.
+    if flags & (FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION):
         message = check_special_properties(channel, message, flags)
     broker = channel.connection.broker
     broker.stats.received += 1
@@ -88,7 +90,8 @@ def complete_publish(channel: "Channel") -> None:
 
 
 def check_special_properties(channel: "Channel", message: Message, flags: int) -> Message:
-    """user_id must be the connection's user; reply_to amq.rabbitmq.reply-to gets the channel's key."""
+    """user_id must be the connection's user; reply_to amq.rabbitmq.reply-to gets the channel's key;
+    expiration must be a TTL RabbitMQ accepts."""
     properties = message.properties
     user = channel.connection.user.name
     if flags & FLAG_USER_ID and properties.user_id != user:
@@ -103,6 +106,8 @@ def check_special_properties(channel: "Channel", message: Message, flags: int) -
             raise AMQPError(errors.PRECONDITION_FAILED, "fast reply consumer does not exist", 60, 40)
         properties.reply_to = f"{REPLY_QUEUE}.{channel.reply_key}"
         message = message.with_properties(properties)
+    if flags & FLAG_EXPIRATION:
+        check_expiration(properties.expiration)
     return message
 
 
