@@ -32,8 +32,8 @@ def republish(vhost: "VirtualHost", queue: Queue, entries: list[QueueEntry], rea
     now = time.time()
     for entry in entries:
         new_key = settings.dead_letter_routing_key
-        message = dead_letter.dead_lettered(entry.message, queue.name, reason, now, new_key)
+        message = dead_letter.dead_lettered(entry.message, queue.name, reason, now, new_key, exchange.name)
         keys = (new_key,) if new_key is not None else tuple(dead_letter.routing_keys_of(entry.message))
         for target in vhost.route(exchange, message, keys):
-            if not dead_letter.is_cycle(message, target.name):
+            if not dead_letter.is_cycle(message, target.name, reason):
                 target.publish(message)

@@ -6,7 +6,8 @@ headers (arrays of strings); the BCC header is removed before the message reache
 
 from __future__ import annotations
 
-from queues.message import Message
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message
+from queues.raw_properties import RawProperties
 
 
 def sender_selected_keys(message: Message) -> list[str] | None:
@@ -26,10 +27,11 @@ def sender_selected_keys(message: Message) -> list[str] | None:
 
 
 def strip_bcc(message: Message) -> Message:
-    """The message without its BCC header (itself if it has none)."""
+    """The message without its BCC header (itself if it has none); the other headers keep
+    their bytes."""
     headers = message.headers or {}
     if "BCC" not in headers:
         return message
-    properties = message.properties
-    properties.headers = {key: value for key, value in headers.items() if key != "BCC"}
-    return message.with_properties(properties)
+    raw = RawProperties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
+    raw.set_header_fields([(name, value) for name, value in raw.header_fields() if name != "BCC"])
+    return message.with_raw_properties(raw.encode())

@@ -16,7 +16,8 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from queues.message import Message
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, FLAG_EXPIRATION, Message
+from queues.raw_properties import RawProperties, encode_field
 
 if TYPE_CHECKING:
     from queues.queue import Queue
@@ -56,14 +57,22 @@ def routing_keys_of(message: Message) -> list[str]:
 
 
 def dead_lettered(
-    message: Message, queue_name: str, reason: str, now: float, routing_key: str | None = None
+    message: Message,
+    queue_name: str,
+    reason: str,
+    now: float,
+    routing_key: str | None = None,
+    exchange: str | None = None,
 ) -> Message:
-    """A copy of `message` with x-death updated for leaving `queue_name` for `reason`.
+    """A copy of `message` with x-death updated for leaving `queue_name` for `reason`, as it
+    is republished through the dead-letter `exchange`.
 
-    With `routing_key` (the queue's x-dead-letter-routing-key) the copy carries that key.
+    With `routing_key` (the queue's x-dead-letter-routing-key) the copy carries that key and
+    loses its CC header, as in RabbitMQ. Only the headers the broker writes and the expiration
+    change: every other property and header keeps the bytes (and integer types) it came with.
     """
-    properties = message.properties
-    headers: dict[str, Any] = dict(properties.headers or {})
+    properties = message.properties  # decoded (cached): read only, the original stays as it is
+    headers = properties.headers or {}
     deaths = [dict(entry) for entry in headers.get("x-death") or [] if isinstance(entry, dict)]
     for index, entry in enumerate(deaths):
         if _text(entry.get("queue")) == queue_name and _text(entry.get("reason")) == reason:
@@ -82,34 +91,45 @@ def dead_lettered(
         if properties.expiration is not None:
             entry["original-expiration"] = properties.expiration
         deaths.insert(0, entry)
-    headers["x-death"] = deaths
+    written = {"x-death": deaths}
     if "x-first-death-queue" not in headers:
-        headers["x-first-death-queue"] = queue_name
-        headers["x-first-death-reason"] = reason
-        headers["x-first-death-exchange"] = message.exchange
-    headers["x-last-death-queue"] = queue_name
-    headers["x-last-death-reason"] = reason
-    headers["x-last-death-exchange"] = message.exchange
-    properties.headers = headers
-    properties.expiration = None
-    copy = message.with_properties(properties, routing_key)
+        written["x-first-death-queue"] = queue_name
+        written["x-first-death-reason"] = reason
+        written["x-first-death-exchange"] = message.exchange
+    written["x-last-death-queue"] = queue_name
+    written["x-last-death-reason"] = reason
+    written["x-last-death-exchange"] = message.exchange
+    dropped = {"CC", "BCC"} if routing_key is not None else {"BCC"}
+
+    raw = RawProperties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
+    fields = []
+    for name, value in raw.header_fields():
+        if name in written:
+            fields.append((name, encode_field(written.pop(name))))
+        elif name not in dropped:
+            fields.append((name, value))
+    fields.extend((name, encode_field(value)) for name, value in written.items())
+    raw.set_header_fields(fields)
+    raw.remove(FLAG_EXPIRATION)  # it does not expire again on the way
+    copy = message.with_raw_properties(raw.encode(), routing_key, exchange)
     copy.published_at = now  # it enters its next queue now: that queue's TTL counts from here
     return copy
 
 
-def is_cycle(message: Message, target_queue: str) -> bool:
-    """RabbitMQ drops a dead-lettered message that would return to a queue it already died in,
-    unless a rejection happened on the way (a client decided, so it is not an endless loop)."""
+def is_cycle(message: Message, target_queue: str, reason: str) -> bool:
+    """Would dead-lettering `message` (x-death already updated) for `reason` into `target_queue`
+    close an automatic loop? RabbitMQ's rule: never for a rejection (a client decided); else
+    look at the x-death entries from the most recent back to the latest one for the target
+    queue: a loop if none of them is a rejection."""
+    if reason == REJECTED:
+        return False
     deaths = (message.headers or {}).get("x-death") or []
-    seen_target = False
     for entry in deaths:
-        if not isinstance(entry, dict):
-            continue
-        if _text(entry.get("reason")) == REJECTED:
-            return False
+        if not isinstance(entry, dict) or _text(entry.get("reason")) == REJECTED:
+            return False  # a rejection, or something a client put there: not automatic
         if _text(entry.get("queue")) == target_queue:
-            seen_target = True
-    return seen_target
+            return True
+    return False
 
 
 def _text(value: Any) -> str | None:

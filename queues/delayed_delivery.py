@@ -19,11 +19,13 @@ their due time, or at once when it passed while the broker was down. Any delay i
 from __future__ import annotations
 
 import heapq
+import struct
 from collections.abc import Callable
 from typing import Any
 
 from queues.journal import QueueJournal
-from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, decode_properties
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message
+from queues.raw_properties import RawProperties
 from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY
 from queues.queue_entry import QueueEntry
 from queues.timers import Deadline, Timers
@@ -164,11 +166,14 @@ class DelayedMessages:
 
 
 def _released_copy(message: Message, now: float) -> Message:
-    """The message as routed when due: x-delay negated (as the plugin does), published now."""
-    properties = decode_properties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
-    headers = dict(properties.headers or {})
-    headers[DELAY_HEADER] = -delay_of(headers)
-    properties.headers = headers
-    copy = message.with_properties(properties)
+    """The message as routed when due: x-delay negated (a signed 32-bit integer, as the plugin
+    writes it, 64-bit beyond that), published now; the other headers keep their bytes."""
+    negated = -delay_of(message.headers)
+    encoded = b"I" + struct.pack(">i", negated) if negated >= -(1 << 31) else b"l" + struct.pack(">q", negated)
+    raw = RawProperties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
+    raw.set_header_fields(
+        [(name, encoded if name == DELAY_HEADER else value) for name, value in raw.header_fields()]
+    )
+    copy = message.with_raw_properties(raw.encode())
     copy.published_at = now
     return copy

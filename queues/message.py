@@ -124,17 +124,24 @@ class Message:
         self._properties = None
 
     def with_properties(self, properties: BasicProperties, routing_key: str | None = None) -> "Message":
-        """A copy of this message with other properties (and optionally another routing key)."""
-        raw_properties = properties.marshal()
-        raw_header = content_header(len(self.body), raw_properties)
+        """A copy of this message with other properties (and optionally another routing key).
+
+        The properties are encoded again by pamqp: header integers lose their wire types, so
+        prefer `with_raw_properties` (see raw_properties.py) to change headers."""
+        return self.with_raw_properties(properties.marshal(), routing_key)
+
+    def with_raw_properties(
+        self, raw_properties: bytes, routing_key: str | None = None, exchange: str | None = None
+    ) -> "Message":
+        """A copy of this message with `raw_properties` (flags and property list), and
+        optionally another routing key or exchange."""
         copy = Message(
-            self.exchange,
+            self.exchange if exchange is None else exchange,
             self.routing_key if routing_key is None else routing_key,
-            raw_header,
+            content_header(len(self.body), raw_properties),
             self.body,
         )
         copy.published_at = self.published_at
-        copy._properties = decode_properties(raw_properties)
         return copy
 
 
