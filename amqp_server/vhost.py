@@ -220,10 +220,7 @@ class VirtualHost:
         try:
             settings = QueueArguments.parse(arguments, defaults)
         except InvalidArgument as error:
-            raise AMQPError(
-                errors.PRECONDITION_FAILED,
-                f"invalid arg '{error.key}' for {errors.resource('queue', name, self.name)}: {error.reason}",
-            ) from None
+            raise AMQPError(errors.PRECONDITION_FAILED, error.describe(errors.resource("queue", name, self.name))) from None
         # Exclusive queues die with their connection, so only shared durable queues keep files.
         journal = None
         if durable and not exclusive and self.journal_factory is not None:

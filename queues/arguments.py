@@ -9,6 +9,8 @@ Unknown arguments are kept and ignored, as RabbitMQ does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -16,54 +18,82 @@ RETRY_TYPES = ("disabled", "all", "failed", "returned")
 RETRY_BACKOFFS = ("linear", "exponential")
 QUEUE_TYPES = ("classic", "quorum")
 QUEUE_MODES = ("default", "lazy")
+QUEUE_VERSIONS = (1, 2)
 MAX_PRIORITY = 255
+MAX_EXPIRY_MS = 315_360_000_000  # RabbitMQ's ?MAX_EXPIRY_TIMER (ten years), for x-message-ttl and x-expires
 
 
 class InvalidArgument(ValueError):
-    """An x-argument RabbitMQ would refuse; `reason` is RabbitMQ's Erlang-term description."""
+    """An x-argument RabbitMQ would refuse; `reason` is RabbitMQ's Erlang-term description.
 
-    def __init__(self, key: str, reason: str) -> None:
+    `invalid_type` is set instead for an x-dead-letter-exchange that is not a string, which
+    RabbitMQ's channel refuses before it validates any argument, in a sentence of its own.
+    """
+
+    def __init__(self, key: str, reason: str, invalid_type: str | None = None) -> None:
         super().__init__(f"invalid arg '{key}': {reason}")
         self.key = key
         self.reason = reason
+        self.invalid_type = invalid_type
+
+    def describe(self, resource: str) -> str:
+        """RabbitMQ's 406 text for the queue `resource` ("queue 'q' in vhost '/'")."""
+        if self.invalid_type is not None:
+            return f"invalid type '{self.invalid_type}' for arg '{self.key}' in {resource}"
+        return f"invalid arg '{self.key}' for {resource}: {self.reason}"
 
 
-def _type_name(value: Any) -> str:
+def amqp_type_name(value: Any) -> str:
+    """The field-table type RabbitMQ names for a value.
+
+    pamqp decodes every integer type to int, so the width is guessed the way pika encodes an
+    int: 'I' (signedint) when it fits 32 bits, else 'l' (long). A longstr that is not UTF-8
+    decodes to bytes; an 'x' byte array decodes to bytearray.
+    """
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
-        return "long"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, (str, bytes)):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, bytes):
         return "longstr"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    return "void" if value is None else type(value).__name__
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+_TYPE_NAMES: dict[type, str] = {
+    str: "longstr",
+    bytearray: "binary",
+    float: "double",
+    Decimal: "decimal",
+    datetime: "timestamp",
+    dict: "table",
+    list: "array",
+    type(None): "void",
+}
 
 
 def _text(key: str, value: Any) -> str:
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if not isinstance(value, str):
-        raise InvalidArgument(key, f"{{unacceptable_type,{_type_name(value)}}}")
+        raise InvalidArgument(key, f"{{unacceptable_type,{amqp_type_name(value)}}}")
     return value
 
 
-def _integer(key: str, value: Any, minimum: int) -> int:
+def _integer(key: str, value: Any, minimum: int, maximum: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(key, f"{{unacceptable_type,{_type_name(value)}}}")
+        raise InvalidArgument(key, f'"expected integer, got {amqp_type_name(value)}"')
     if value < minimum:
         raise InvalidArgument(key, f"{{value_negative,{value}}}" if value < 0 else f"{{value_zero,{value}}}")
+    if maximum is not None and value > maximum:
+        raise InvalidArgument(key, f"{{value_too_large,{value}}}")
     return value
 
 
-def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
+def _choice(key: str, value: Any, choices: tuple[str, ...], refusal: str | None = None) -> str:
+    """One of `choices`; `refusal` is RabbitMQ's reason for another string ({0} is the string)."""
     text = _text(key, value)
     if text not in choices:
-        raise InvalidArgument(key, f"{{invalid_value,<<\"{text}\">>}}")
+        raise InvalidArgument(key, (refusal or '{{invalid_value,<<"{0}">>}}').format(text))
     return text
 
 
@@ -113,46 +143,55 @@ class QueueArguments:
             arguments = {**defaults, **arguments}
         get = arguments.get
         settings: dict[str, Any] = {}
-        if get("x-message-ttl") is not None:
-            settings["message_ttl_ms"] = _integer("x-message-ttl", get("x-message-ttl"), 0)
-        if get("x-expires") is not None:
-            settings["expires_ms"] = _integer("x-expires", get("x-expires"), 1)
-        if get("x-max-length") is not None:
-            settings["max_length"] = _integer("x-max-length", get("x-max-length"), 0)
-        if get("x-max-length-bytes") is not None:
-            settings["max_length_bytes"] = _integer("x-max-length-bytes", get("x-max-length-bytes"), 0)
-        if get("x-overflow") is not None:
-            settings["overflow"] = _choice("x-overflow", get("x-overflow"), OVERFLOW_MODES)
-        if get("x-dead-letter-exchange") is not None:
-            settings["dead_letter_exchange"] = _text("x-dead-letter-exchange", get("x-dead-letter-exchange"))
-        if get("x-dead-letter-routing-key") is not None:
+        # RabbitMQ's order: the channel checks the DLX name's type, the queue type is resolved,
+        # then rabbit_amqqueue:declare_args/0 runs its checks in this order. A key that is
+        # present with a void value is refused like any other wrong type.
+        dead_letter_exchange = get("x-dead-letter-exchange")
+        if "x-dead-letter-exchange" in arguments and not isinstance(dead_letter_exchange, (str, bytes)):
+            kind = amqp_type_name(dead_letter_exchange)
+            raise InvalidArgument("x-dead-letter-exchange", f"{{unacceptable_type,{kind}}}", invalid_type=kind)
+        if "x-queue-type" in arguments:
+            settings["queue_type"] = _choice(
+                "x-queue-type", get("x-queue-type"), QUEUE_TYPES, "\"unsupported queue type '{0}'\""
+            )
+        if "x-expires" in arguments:
+            settings["expires_ms"] = _integer("x-expires", get("x-expires"), 1, MAX_EXPIRY_MS)
+        if "x-message-ttl" in arguments:
+            settings["message_ttl_ms"] = _integer("x-message-ttl", get("x-message-ttl"), 0, MAX_EXPIRY_MS)
+        if "x-dead-letter-exchange" in arguments:
+            settings["dead_letter_exchange"] = _text("x-dead-letter-exchange", dead_letter_exchange)
+        if "x-dead-letter-routing-key" in arguments:
+            # The type is checked before the missing DLX.
+            routing_key = _text("x-dead-letter-routing-key", get("x-dead-letter-routing-key"))
             if "dead_letter_exchange" not in settings:
                 raise InvalidArgument("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
-            settings["dead_letter_routing_key"] = _text("x-dead-letter-routing-key", get("x-dead-letter-routing-key"))
-        if get("x-max-priority") is not None:
+            settings["dead_letter_routing_key"] = routing_key
+        if "x-max-length" in arguments:
+            settings["max_length"] = _integer("x-max-length", get("x-max-length"), 0)
+        if "x-max-length-bytes" in arguments:
+            settings["max_length_bytes"] = _integer("x-max-length-bytes", get("x-max-length-bytes"), 0)
+        if "x-max-priority" in arguments:
             priority = _integer("x-max-priority", get("x-max-priority"), 0)
             if priority > MAX_PRIORITY:
                 raise InvalidArgument("x-max-priority", f"{{max_value_exceeded,{priority}}}")
             settings["max_priority"] = priority
-        if get("x-single-active-consumer") is not None:
-            value = get("x-single-active-consumer")
-            if not isinstance(value, bool):
-                raise InvalidArgument("x-single-active-consumer", f"{{unacceptable_type,{_type_name(value)}}}")
-            settings["single_active_consumer"] = value
-        if get("x-queue-type") is not None:
-            queue_type = _text("x-queue-type", get("x-queue-type"))
-            if queue_type not in QUEUE_TYPES:
-                raise InvalidArgument("x-queue-type", f"{{unsupported_queue_type,<<\"{queue_type}\">>}}")
-            settings["queue_type"] = queue_type
-        if get("x-queue-mode") is not None:
-            _choice("x-queue-mode", get("x-queue-mode"), QUEUE_MODES)
+        if "x-overflow" in arguments:
+            settings["overflow"] = _choice("x-overflow", get("x-overflow"), OVERFLOW_MODES, "invalid_overflow")
+        if "x-queue-mode" in arguments:
+            _choice("x-queue-mode", get("x-queue-mode"), QUEUE_MODES, "\"unsupported queue mode '{0}'\"")
+        if "x-queue-version" in arguments:
+            version = _integer("x-queue-version", get("x-queue-version"), 0)
+            if version not in QUEUE_VERSIONS:
+                raise InvalidArgument("x-queue-version", f"\"unsupported queue version '{version}'\"")
+        if "x-single-active-consumer" in arguments:
+            settings["single_active_consumer"] = _boolean("x-single-active-consumer", get("x-single-active-consumer"))
         _parse_lifecycle(get, settings)
         return cls(**settings)
 
 
 def _boolean(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise InvalidArgument(key, f"{{unacceptable_type,{_type_name(value)}}}")
+        raise InvalidArgument(key, f"{{unacceptable_type,{amqp_type_name(value)}}}")
     return value
 
 
