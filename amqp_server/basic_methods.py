@@ -21,6 +21,7 @@ from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.publishing import route_publish
 from amqp_server.reply_to import REPLY_QUEUE
 from amqp_server.settlement import apply_settlement, settle, take_if_present
+from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
 from queues.delayed_retry import RETURNED
 from queues.delivery_count import header_with_delivery_count
@@ -99,7 +100,9 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
     priority = arguments.get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise AMQPError(
-            errors.PRECONDITION_FAILED, f"invalid arg 'x-priority' for {errors.resource('queue', queue.name, channel.vhost.name)}"
+            errors.PRECONDITION_FAILED,
+            f"invalid arg 'x-priority' for {errors.resource('queue', queue.name, channel.vhost.name)}: "
+            f'"expected integer, got {amqp_type_name(priority)}"',
         )
     timeout_ms = arguments.get("x-consumer-timeout", queue.settings.consumer_timeout_ms)
     if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0):
