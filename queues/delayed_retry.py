@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from queues import dead_letter
 from queues.arguments import QueueArguments
-from queues.length_limit import drop_head_over_limit, is_limited
+from queues.length_limit import drop_head_after_return
 from queues.queue_entry import GONE, WAITING
 from queues.retry_lanes import RetryLanes
 from queues.timers import Deadline
@@ -102,8 +102,7 @@ class DelayedRetry:
             else:
                 queue.put_back(entry)
         self._rearm(now_ms, len(taken) >= RELEASE_BATCH)
-        if is_limited(queue.settings):
-            drop_head_over_limit(queue)
+        drop_head_after_return(queue)
         queue.dispatch()
 
     def _rearm(self, now_ms: int = 0, batch_full: bool = False) -> None:

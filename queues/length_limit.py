@@ -50,3 +50,10 @@ def drop_head_over_limit(queue: "Queue") -> None:
         entry.state = GONE
         dropped.append(entry)
     dead_letter.hand_off(queue, dropped, dead_letter.MAXLEN)
+
+
+def drop_head_after_return(queue: "Queue") -> None:
+    """Messages came back (requeued, or released from a delayed retry): a drop-head queue drops
+    its oldest ready messages past the limits, as RabbitMQ does; reject-publish queues keep them."""
+    if is_limited(queue.settings) and queue.settings.overflow == "drop-head":
+        drop_head_over_limit(queue)

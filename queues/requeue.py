@@ -3,7 +3,8 @@ requeue, or its consumer went away): the rules of x-delivery-limit and delayed r
 
 A message delivered more times than the queue's delivery limit is dead-lettered (reason
 `delivery_limit`); one that the queue's delayed retry covers waits (delayed_retry.py); every
-other one is ready again at its original position.
+other one is ready again at its original position, and a drop-head queue with a length limit
+then drops its oldest ready messages past the limit (RabbitMQ applies the limit on requeue too).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from queues import dead_letter
 from queues.consumer import Consumer
 from queues.delayed_retry import retry_delay_ms
+from queues.length_limit import drop_head_after_return
 from queues.queue_entry import QueueEntry
 
 if TYPE_CHECKING:
@@ -41,4 +43,5 @@ def requeue(queue: "Queue", entries: Iterable[tuple[QueueEntry, Consumer | None]
                 queue.delayed_retry().hold(entry, delay)
                 continue
         queue.put_back(entry)
+    drop_head_after_return(queue)
     queue.dispatch()

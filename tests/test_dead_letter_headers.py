@@ -122,3 +122,28 @@ def test_dead_lettering_leaves_the_original_message_as_other_queues_hold_it():
     from_keeper = headers_of(client.send(1, commands.Basic.Get(queue="dead", no_ack=True)))[0]
     [death] = from_keeper["x-death"]  # keeper's message never saw short's death
     assert (death["queue"], death["original-expiration"]) == ("keeper", "60000")
+
+
+def test_requeueing_past_x_max_length_drops_the_oldest_as_maxlen():
+    client = opened_client()
+    declare(client, "dead")
+    declare(client, "limited", {"x-max-length": 2, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
+    for body in (b"a0", b"a1"):
+        client.publish(1, body, routing_key="limited")
+    client.send(1, commands.Basic.Get(queue="limited"))
+    client.send(1, commands.Basic.Get(queue="limited"))
+    for body in (b"b0", b"b1"):
+        client.publish(1, body, routing_key="limited")
+    client.send(1, commands.Basic.Nack(delivery_tag=2, multiple=True, requeue=True))
+
+    def drain(queue: str) -> list[tuple[bytes, str | None]]:
+        got = []
+        while True:
+            received = client.send(1, commands.Basic.Get(queue=queue, no_ack=True))
+            if isinstance(received[0][1], commands.Basic.GetEmpty):
+                return got
+            headers = headers_of(received)[0] or {}
+            got.append((received[-1][1].value, headers.get("x-first-death-reason")))
+
+    assert drain("limited") == [(b"b0", None), (b"b1", None)]
+    assert drain("dead") == [(b"a0", "maxlen"), (b"a1", "maxlen")]
