@@ -57,6 +57,9 @@ HARD_ERRORS = frozenset(
 )
 
 
+MAX_REPLY_TEXT = 255
+
+
 class AMQPError(Exception):
     """A protocol error with RabbitMQ's reply code and text.
 
@@ -73,7 +76,13 @@ class AMQPError(Exception):
 
     @property
     def reply_text(self) -> str:
-        return f"{REPLY_NAMES[self.code]} - {self.explanation}"
+        """RabbitMQ's text: longer than a short string allows (255 bytes), it is cut to 252
+        bytes and "..." (rabbit_binary_generator:amqp_exception_explanation)."""
+        text = f"{REPLY_NAMES[self.code]} - {self.explanation}"
+        encoded = text.encode()
+        if len(encoded) <= MAX_REPLY_TEXT:
+            return text
+        return encoded[: MAX_REPLY_TEXT - 3].decode("utf-8", "ignore") + "..."
 
     @property
     def is_hard(self) -> bool:

@@ -17,8 +17,6 @@ from amqp_server.errors import AMQPError
 
 MAX_EXPIRY_MS = 315_360_000_000  # RabbitMQ's ?MAX_EXPIRY_TIMER
 _INTEGER_PREFIX = re.compile(rb"[+-]?[0-9]+")
-_PREFIX = "PRECONDITION_FAILED - "
-_MAX_REPLY_TEXT = 255  # a short string; RabbitMQ cuts longer texts to 252 bytes and "..."
 # Erlang ~p prints these control characters inside a string as escapes; any other byte
 # below 32 (or 127..159) makes the list print as integers.
 _STRING_ESCAPES = {8: b"\\b", 9: b"\\t", 10: b"\\n", 11: b"\\v", 12: b"\\f", 13: b"\\r", 27: b"\\e", 34: b'\\"', 92: b"\\\\"}
@@ -60,8 +58,5 @@ def _explanation(raw: bytes, reason: bytes) -> str:
     if reason.startswith(b"{") and column + len(reason) > 78:
         tag, _, element = reason.partition(b",")
         reason = tag + b",\n" + b" " * (column + 1) + element
-    text = head + reason
-    limit = _MAX_REPLY_TEXT - len(_PREFIX)
-    if len(text) > limit:
-        text = text[: limit - 3] + b"..."
-    return text.decode("utf-8", "ignore")
+    # A long text is cut by AMQPError.reply_text, as RabbitMQ cuts every reply text.
+    return (head + reason).decode("utf-8", "ignore")

@@ -95,6 +95,14 @@ def test_connection_method_on_a_channel_gives_503():
     assert close.reply_code == 503
 
 
+def test_a_reply_text_too_long_for_a_short_string_is_cut_as_rabbitmq_cuts_it():
+    client = opened_client()
+    close = channel_close(client.send(1, commands.Queue.Declare(queue="q" * 255, passive=True)))
+    assert close.reply_code == 404
+    assert len(close.reply_text.encode()) == 255  # as RabbitMQ 3.10 answers the same declare
+    assert close.reply_text == ("NOT_FOUND - no queue '" + "q" * 255)[:252] + "..."
+
+
 def test_a_channel_error_closes_only_that_channel():
     client = opened_client(channels=(1, 2))
     close = channel_close(client.send(1, commands.Basic.Get(queue="missing")))
