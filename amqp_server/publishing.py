@@ -20,7 +20,15 @@ from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
 from amqp_server.sender_selected import sender_selected_keys, strip_bcc
 from queues.journal import when_synced
-from queues.message import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_REPLY_TO, FLAG_USER_ID, Message
+from queues.message import (
+    CONTENT_HEADER_PREFIX_SIZE,
+    FLAG_EXPIRATION,
+    FLAG_HEADERS,
+    FLAG_REPLY_TO,
+    FLAG_USER_ID,
+    Message,
+)
+from queues.raw_properties import RawProperties
 from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED
 from queues.queue import Queue
 
@@ -104,8 +112,9 @@ def check_special_properties(channel: "Channel", message: Message, flags: int) -
     if flags & FLAG_REPLY_TO and properties.reply_to == REPLY_QUEUE:
         if channel.reply_key is None:
             raise AMQPError(errors.PRECONDITION_FAILED, "fast reply consumer does not exist", 60, 40)
-        properties.reply_to = f"{REPLY_QUEUE}.{channel.reply_key}"
-        message = message.with_properties(properties)
+        raw = RawProperties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
+        raw.set_short_string(FLAG_REPLY_TO, f"{REPLY_QUEUE}.{channel.reply_key}")
+        message = message.with_raw_properties(raw.encode())
     if flags & FLAG_EXPIRATION:
         check_expiration(properties.expiration)
     return message

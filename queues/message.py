@@ -123,13 +123,6 @@ class Message:
         stays, so they are decoded again if needed). For messages held a long time."""
         self._properties = None
 
-    def with_properties(self, properties: BasicProperties, routing_key: str | None = None) -> "Message":
-        """A copy of this message with other properties (and optionally another routing key).
-
-        The properties are encoded again by pamqp: header integers lose their wire types, so
-        prefer `with_raw_properties` (see raw_properties.py) to change headers."""
-        return self.with_raw_properties(properties.marshal(), routing_key)
-
     def with_raw_properties(
         self, raw_properties: bytes, routing_key: str | None = None, exchange: str | None = None
     ) -> "Message":
