@@ -185,6 +185,7 @@ class Broker:
             vhost.declare_queue(
                 queue["name"], connection=None, durable=True,
                 auto_delete=queue.get("auto_delete", False), arguments=queue.get("arguments") or {},
+                allow_reserved_name=True,  # a durable server-named queue (amq.gen-…) comes back too
             )
         for binding in stored.get("bindings", []):
             vhost = self.vhosts.get(binding["vhost"])

@@ -98,7 +98,7 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
         exclusive=method.exclusive,
         auto_delete=method.auto_delete,
         arguments=method.arguments,
-        server_named=server_named,
+        allow_reserved_name=server_named,  # amq.gen-… is ours to give
     )
     if created:
         connection.broker.stats.queues_created += 1

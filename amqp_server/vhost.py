@@ -199,7 +199,7 @@ class VirtualHost:
         exclusive: bool = False,
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
-        server_named: bool = False,
+        allow_reserved_name: bool = False,
     ) -> tuple[Queue, bool]:
         """Declare (or check) a queue; returns the queue and whether it was created."""
         if passive:
@@ -207,7 +207,7 @@ class VirtualHost:
             queue.touch()  # RabbitMQ counts a passive declare as use: it restarts x-expires
             return queue, False
         arguments = arguments or {}
-        if name.startswith("amq.") and not server_named:
+        if name.startswith("amq.") and not allow_reserved_name:
             raise errors.reserved_prefix("queue", name)
         existing = self.queues.get(name)
         if existing is not None:

@@ -233,6 +233,20 @@ def test_persistent_messages_stay_in_order_and_transient_ones_go(broker_factory,
     assert bodies(channel, "mixed") == [(body, False) for body in kept]
 
 
+def test_a_durable_server_named_queue_and_its_messages_survive(broker_factory, restart):
+    broker = broker_factory()
+    channel = connect(broker).channel()
+    name = channel.queue_declare("", durable=True).method.queue
+    assert name.startswith("amq.gen-")
+    channel.confirm_delivery()
+    channel.basic_publish("", name, b"kept", PERSISTENT)
+    restart(broker)
+
+    channel = connect(broker).channel()
+    assert channel.queue_declare(name, passive=True).method.message_count == 1
+    assert bodies(channel, name) == [(b"kept", False)]
+
+
 def test_purged_queue_frees_its_files_and_stays_empty(broker_factory, restart):
     broker = broker_factory()
     channel = connect(broker).channel()

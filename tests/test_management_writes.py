@@ -175,6 +175,13 @@ def test_importing_into_one_vhost_ignores_vhost_fields(api, broker):
     assert bad.status == 400
 
 
+def test_importing_a_queue_with_a_reserved_name_creates_nothing_as_rabbitmq(api, broker):
+    document = {"queues": [{"name": "amq.gen-imported", "vhost": "/", "durable": True, "arguments": {}},
+                           {"name": "ordinary", "vhost": "/", "durable": True, "arguments": {}}]}
+    assert api.request("POST", "/api/definitions", document).status == 204
+    assert "amq.gen-imported" not in broker.vhosts["/"].queues and "ordinary" in broker.vhosts["/"].queues
+
+
 def test_malformed_bodies_are_400(api):
     assert api.request("PUT", "/api/queues/%2F/q", raw=b"{not json").status == 400
     assert api.request("PUT", "/api/queues/%2F/q", {"durable": "maybe"}).status == 400

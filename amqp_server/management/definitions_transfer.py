@@ -11,6 +11,7 @@ topic permissions are accepted and ignored (the broker has none).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
@@ -24,6 +25,8 @@ from amqp_server.metrics import identity
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
     from amqp_server.vhost import VirtualHost
+
+log = logging.getLogger(__name__)
 
 _VERSION_FIELDS = {
     "rabbit_version": identity.RABBITMQ_COMPATIBLE_VERSION,
@@ -170,6 +173,10 @@ def _import_topology(broker: "Broker", document: dict[str, Any], only_vhost: str
         )
     for entry in _entries(document, "queues"):
         vhost = _vhost_for(broker, entry, only_vhost)
+        if _text(entry, "name").startswith("amq."):
+            # RabbitMQ 3.10 answers 204 and creates no queue with a reserved name (amq.gen-…).
+            log.info("definitions import: skipped queue '%s' with a reserved name", _text(entry, "name"))
+            continue
         _queue, created = vhost.declare_queue(
             _text(entry, "name"), connection=None, durable=as_bool(entry.get("durable"), True),
             auto_delete=as_bool(entry.get("auto_delete")), arguments=as_table(entry.get("arguments")),
