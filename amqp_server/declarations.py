@@ -83,6 +83,10 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
     name = method.queue
     if not name and method.passive:
         name = queue_name_or_last(channel, name)
+    if name and connection.broker.reply_registry.is_pseudo_queue(name):
+        if not method.nowait:
+            reply(channel, commands.Queue.DeclareOk(queue=name, message_count=0, consumer_count=1))
+        return
     server_named = not name
     if server_named:
         name = generate_queue_name()

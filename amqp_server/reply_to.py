@@ -37,6 +37,13 @@ class ReplyRegistry:
     def unregister(self, key: str) -> None:
         self._channels.pop(key, None)
 
+    def is_pseudo_queue(self, name: str) -> bool:
+        """Does `name` declare as a queue? RabbitMQ answers declare-ok (no messages, one
+        consumer) for amq.rabbitmq.reply-to and for the reply address of a live requester."""
+        if name == REPLY_QUEUE:
+            return True
+        return is_reply_key(name) and name[len(_REPLY_PREFIX):] in self._channels
+
     def deliver(self, message: "Message") -> bool:
         """Deliver a reply; False if the requesting channel is gone (the reply is unroutable)."""
         channel = self._channels.get(message.routing_key[len(_REPLY_PREFIX):])

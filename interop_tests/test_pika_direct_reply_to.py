@@ -92,3 +92,30 @@ def test_reply_to_a_vanished_client_is_silently_dropped(broker):
         channel.confirm_delivery()
         channel.basic_publish("", REPLY_TO + ".no-such-client", b"lost")  # confirmed, no error
         assert channel.is_open
+
+
+def test_the_reply_pseudo_queue_declares_as_a_queue_with_one_consumer(broker):
+    """Client libraries check the reply queue with a (passive) declare before using it."""
+    with connect(broker) as connection:
+        channel = connection.channel()
+        for passive in (True, False):
+            declared = channel.queue_declare(REPLY_TO, passive=passive).method
+            assert (declared.queue, declared.message_count, declared.consumer_count) == (REPLY_TO, 0, 1)
+        with pytest.raises(ChannelClosedByBroker) as refused:
+            channel.queue_declare(REPLY_TO + ".no-such-client", passive=True)
+        assert refused.value.reply_code == 404
+
+
+def test_a_live_reply_address_declares_passively(broker, rpc_server):
+    """RabbitMQ 3.10 closes the connection with 541 INTERNAL_ERROR here (a crash); we answer as
+    for the pseudo-queue, which is what the declare means."""
+    if broker.is_external:
+        pytest.skip("RabbitMQ 3.10 crashes on this declare (541 INTERNAL_ERROR)")
+    server_connection, queue, requests = rpc_server
+    with connect(broker) as connection:
+        channel = connection.channel()
+        channel.basic_consume(REPLY_TO, lambda *args: None, auto_ack=True)
+        channel.basic_publish("", queue, b"ping", pika.BasicProperties(reply_to=REPLY_TO))
+        assert wait_until([server_connection, connection], lambda: requests)
+        declared = channel.queue_declare(requests[0].reply_to, passive=True).method
+        assert (declared.message_count, declared.consumer_count) == (0, 1)
