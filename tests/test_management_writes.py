@@ -140,7 +140,8 @@ def test_publishing_through_the_api_routes_like_basic_publish(api, broker):
     assert entry.message.properties.content_type == "text/plain"
     assert entry.message.properties.headers == {"n": 1}
     assert (broker.stats.received, broker.stats.routed, broker.stats.dropped) == (2, 1, 1)
-    missing = api.request("POST", "/api/exchanges/%2F/nope/publish", {"routing_key": "x", "payload": ""})
+    missing = api.request("POST", "/api/exchanges/%2F/nope/publish", {
+        "routing_key": "x", "payload": "", "payload_encoding": "string", "properties": {}})
     assert (missing.status, missing.json()["reason"]) == (400, "404 NOT_FOUND - no exchange 'nope' in vhost '/'")
 
 

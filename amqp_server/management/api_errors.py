@@ -27,6 +27,18 @@ def not_found() -> ApiError:
     return ApiError(404, "Object Not Found", "Not Found")
 
 
+def vhost_not_found(status: int = 404) -> ApiError:
+    """RabbitMQ's answer when a write names a vhost that does not exist (404 for declaring a queue,
+    exchange or binding and for a definitions import, 400 for a vhost definitions export)."""
+    return ApiError(status, "not_found" if status == 404 else "bad_request", "vhost_not_found")
+
+
+def no_such(kind: str, name: str, vhost: str, prefix: str = "") -> ApiError:
+    """404 naming the missing queue or exchange, as RabbitMQ reports it from the broker's own
+    refusal (`prefix` "NOT_FOUND - " where RabbitMQ quotes the AMQP reply text whole)."""
+    return ApiError(404, "not_found", f"{prefix}no {kind} '{name}' in vhost '{vhost}'")
+
+
 def bad_request(reason: str) -> ApiError:
     return ApiError(400, "bad_request", reason)
 

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from amqp_server.errors import AMQPError
 from amqp_server.management import api_errors
-from amqp_server.management.context import caller
+from amqp_server.management.context import caller, context
 from amqp_server.management.exchange_routes import DEFAULT_EXCHANGE_ALIAS, exchange_name
 from amqp_server.management.http_io import (
     as_table,
@@ -22,6 +22,7 @@ from amqp_server.management.http_io import (
     list_reply,
     no_content,
     read_body,
+    vhost_for_write,
     vhosts_in_scope,
     visible_vhost,
 )
@@ -51,13 +52,35 @@ def _between(vhost: "VirtualHost", source: "Exchange", destination: "Queue | Exc
     return [binding_json(vhost, *b) for b in all_bindings(vhost) if b[0] is source and b[1] is destination]
 
 
+def _ends_to_bind(request: web.Request) -> tuple["VirtualHost", "Exchange", "Queue | Exchange"]:
+    """Both ends of a new binding, or RabbitMQ's 404 naming the first that is missing."""
+    vhost = vhost_for_write(context(request).broker, request.match_info["vhost"])
+    caller(request).require_vhost_contents(vhost.name)
+    source_name = exchange_name(request.match_info["source"])
+    source = vhost.exchanges.get(source_name)
+    if source is None:
+        raise api_errors.no_such("exchange", source_name, vhost.name)
+    is_queue = request.match_info["kind"] == "q"
+    destination_name = request.match_info["destination"]
+    destination = (vhost.queues if is_queue else vhost.exchanges).get(destination_name)
+    if destination is None:
+        raise api_errors.no_such("queue" if is_queue else "exchange", destination_name, vhost.name)
+    return vhost, source, destination
+
+
 async def bindings_between(request: web.Request) -> web.Response:
-    vhost, source, destination = _ends(request)
+    # RabbitMQ lists no bindings (200 []) when the vhost or either end does not exist.
+    try:
+        vhost, source, destination = _ends(request)
+    except api_errors.ApiError as error:
+        if error.status != 404:
+            raise
+        return list_reply(request, [])
     return list_reply(request, _between(vhost, source, destination), lambda b: (b["routing_key"], b["properties_key"]))
 
 
 async def create_binding(request: web.Request) -> web.Response:
-    vhost, source, destination = _ends(request)
+    vhost, source, destination = _ends_to_bind(request)
     user = caller(request)
     user.require_permission("write", vhost.name, destination.name)
     user.require_permission("read", vhost.name, source.name or DEFAULT_EXCHANGE_ALIAS)

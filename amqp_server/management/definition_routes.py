@@ -10,14 +10,14 @@ from amqp_server.management.definitions_transfer import (
     export_vhost_definitions,
     import_definitions,
 )
-from amqp_server.management.http_io import json_reply, no_content, read_body, vhost_named
+from amqp_server.management.http_io import json_reply, no_content, read_body, vhost_for_write
 
 
 async def get_definitions(request: web.Request) -> web.Response:
     caller(request).require_admin()
     broker = context(request).broker
     if "vhost" in request.match_info:
-        return json_reply(export_vhost_definitions(broker, vhost_named(broker, request.match_info["vhost"])))
+        return json_reply(export_vhost_definitions(broker, vhost_for_write(broker, request.match_info["vhost"], status=400)))
     return json_reply(export_definitions(broker))
 
 
@@ -26,7 +26,7 @@ async def post_definitions(request: web.Request) -> web.Response:
     broker = context(request).broker
     only_vhost = None
     if "vhost" in request.match_info:
-        only_vhost = vhost_named(broker, request.match_info["vhost"]).name
+        only_vhost = vhost_for_write(broker, request.match_info["vhost"]).name
     import_definitions(broker, await read_body(request), only_vhost)
     return no_content()
 

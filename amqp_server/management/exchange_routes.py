@@ -22,6 +22,7 @@ from amqp_server.management.http_io import (
     list_reply,
     no_content,
     read_body,
+    vhost_for_write,
     vhost_named,
     vhosts_in_scope,
     visible_vhost,
@@ -60,7 +61,7 @@ async def show_exchange(request: web.Request) -> web.Response:
 
 
 async def put_exchange(request: web.Request) -> web.Response:
-    vhost = vhost_named(context(request).broker, request.match_info["vhost"])
+    vhost = vhost_for_write(context(request).broker, request.match_info["vhost"])
     name = request.match_info["name"]
     caller(request).require_permission("configure", vhost.name, name)
     body = await read_body(request)
@@ -106,6 +107,9 @@ def _binding_order(binding: dict) -> tuple:
 
 async def publish(request: web.Request) -> web.Response:
     broker = context(request).broker
+    body = await read_body(request)
+    # RabbitMQ checks the body's keys before it looks at the vhost or exchange.
+    api_publish.require_keys(body)
     vhost = vhost_named(broker, request.match_info["vhost"])
     name = exchange_name(request.match_info["name"])
     caller(request).require_permission("write", vhost.name, name or DEFAULT_EXCHANGE_ALIAS)
@@ -113,7 +117,6 @@ async def publish(request: web.Request) -> web.Response:
     if exchange is None:
         # RabbitMQ answers a publish to a missing exchange with 400, quoting the AMQP error.
         raise api_errors.bad_request(f"404 NOT_FOUND - no exchange '{name}' in vhost '{vhost.name}'")
-    body = await read_body(request)
     routing_key = body.get("routing_key")
     if not isinstance(routing_key, str):
         raise api_errors.bad_request("routing_key_not_present")

@@ -106,6 +106,14 @@ def vhost_named(broker: "Broker", name: str) -> "VirtualHost":
     return vhost
 
 
+def vhost_for_write(broker: "Broker", name: str, status: int = 404) -> "VirtualHost":
+    """The vhost a declaration or import names; RabbitMQ's `vhost_not_found` error if none."""
+    vhost = broker.vhosts.get(name)
+    if vhost is None:
+        raise api_errors.vhost_not_found(status)
+    return vhost
+
+
 # -- lists -------------------------------------------------------------------------------
 
 

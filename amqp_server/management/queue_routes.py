@@ -24,7 +24,7 @@ from amqp_server.management.http_io import (
     list_reply,
     no_content,
     read_body,
-    vhost_named,
+    vhost_for_write,
     vhosts_in_scope,
     visible_vhost,
 )
@@ -62,7 +62,7 @@ async def show_queue(request: web.Request) -> web.Response:
 
 async def put_queue(request: web.Request) -> web.Response:
     broker = context(request).broker
-    vhost = vhost_named(broker, request.match_info["vhost"])
+    vhost = vhost_for_write(broker, request.match_info["vhost"])
     name = request.match_info["name"]
     caller(request).require_permission("configure", vhost.name, name)
     if not name or len(name.encode()) > MAX_NAME_LENGTH:
@@ -102,7 +102,13 @@ async def purge_queue(request: web.Request) -> web.Response:
 
 
 async def get_messages(request: web.Request) -> web.Response:
-    vhost, queue = _queue_of(request)
+    vhost = context(request).broker.vhosts.get(request.match_info["vhost"])
+    if vhost is None:
+        raise api_errors.access_refused()  # RabbitMQ: no permissions can exist on a missing vhost
+    caller(request).require_vhost_contents(vhost.name)
+    queue = vhost.queues.get(request.match_info["name"])
+    if queue is None:
+        raise api_errors.no_such("queue", request.match_info["name"], vhost.name, prefix="NOT_FOUND - ")
     caller(request).require_permission("read", vhost.name, queue.name)
     body = await read_body(request)
     if "ackmode" not in body:
