@@ -47,6 +47,9 @@ class Broker:
         self.cluster_name = self.node_name
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
+        # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
+        # kept here, next to the vhost records they are saved in, not in VirtualHost.
+        self.vhost_metadata: dict[str, dict[str, Any]] = {}
         self.connections: set[Connection] = set()
         # Memory and disk alarms; ResourceMonitor (alarms.py) measures, connections obey.
         self.alarms = ResourceAlarms(config.limits, lambda: self.connections)
@@ -84,10 +87,19 @@ class Broker:
             self.save_definitions()
         return vhost
 
+    def set_vhost_metadata(self, name: str, description: str, tags: list[str]) -> None:
+        """Replace the vhost's description and tags (both empty clears them, as RabbitMQ's PUT does)."""
+        if description or tags:
+            self.vhost_metadata[name] = {"description": description, "tags": list(tags)}
+        else:
+            self.vhost_metadata.pop(name, None)
+        self.save_definitions()
+
     def delete_vhost(self, name: str) -> None:
         vhost = self.vhosts.pop(name, None)
         if vhost is None:
             return
+        self.vhost_metadata.pop(name, None)
         for connection in [c for c in self.connections if c.vhost is vhost]:
             connection.close_by_broker(320, f"vhost '{name}' is deleted")
         vhost.delete_everything()
@@ -153,6 +165,7 @@ class Broker:
                     self.access.add_user(user["name"], user["password_hash"], tags)
             for vhost in stored.get("vhosts", []):
                 self.add_vhost(vhost["name"])
+                self.set_vhost_metadata(vhost["name"], vhost.get("description", ""), vhost.get("tags", []))
             for name in config.vhosts:
                 self.add_vhost(name)
             configured = {(p.user, p.vhost) for p in config.permissions}
@@ -206,7 +219,7 @@ class Broker:
                 {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": HASHING_ALGORITHM, "tags": list(u.tags)}
                 for u in self.access.users()
             ],
-            "vhosts": [{"name": name} for name in self.vhosts],
+            "vhosts": [{"name": name, **self.vhost_metadata.get(name, {})} for name in self.vhosts],
             "permissions": [
                 {"user": p.user, "vhost": p.vhost, "configure": p.configure, "write": p.write, "read": p.read}
                 for p in self.access.permissions()

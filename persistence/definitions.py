@@ -7,7 +7,7 @@ Shape: RabbitMQ's definitions export JSON (``rabbitmqctl export_definitions``)::
 
     {"amqp_server_format": 1,
      "users":       [{"name", "password_hash", "hashing_algorithm", "tags": [...]}],
-     "vhosts":      [{"name"}],
+     "vhosts":      [{"name", "description", "tags": [...]}],   (description and tags only if set)
      "permissions": [{"user", "vhost", "configure", "write", "read"}],
      "queues":      [{"name", "vhost", "durable", "auto_delete", "arguments"}],
      "exchanges":   [{"name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"}],

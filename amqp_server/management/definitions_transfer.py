@@ -44,6 +44,7 @@ def export_definitions(broker: "Broker") -> dict[str, Any]:
     return {
         **_VERSION_FIELDS,
         "users": [user_json(user) for user in broker.access.users()],
+        # RabbitMQ 3.10 exports a vhost as its name alone (description and tags are not exported).
         "vhosts": [{"name": name} for name in broker.vhosts],
         "permissions": [permission_json(permission) for permission in broker.access.permissions()],
         "topic_permissions": [],
@@ -79,7 +80,10 @@ def import_definitions(broker: "Broker", document: dict[str, Any], only_vhost: s
         if only_vhost is None:
             _import_users(broker, _entries(document, "users"))
             for entry in _entries(document, "vhosts"):
-                broker.add_vhost(_text(entry, "name"))
+                name = _text(entry, "name")
+                broker.add_vhost(name)
+                # As RabbitMQ 3.10: an entry replaces the vhost's description and tags, even with none.
+                broker.set_vhost_metadata(name, *vhost_metadata_of(entry))
             _import_permissions(broker, _entries(document, "permissions"))
         _import_topology(broker, document, only_vhost)
     except AMQPError as error:
@@ -100,6 +104,15 @@ def _text(entry: dict[str, Any], key: str) -> str:
     if not isinstance(value, str):
         raise api_errors.bad_request(f"missing or invalid '{key}' in {entry}")
     return value
+
+
+def vhost_metadata_of(entry: dict[str, Any]) -> tuple[str, list[str]]:
+    """A vhost's description and tags from a PUT body or a definitions entry: top-level
+    "description"/"tags" (RabbitMQ 3.10's API) or inside "metadata" (3.11+ exports)."""
+    metadata = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
+    description = entry.get("description", metadata.get("description"))
+    tags = entry.get("tags", metadata.get("tags"))
+    return ("" if description is None else str(description)), user_tags(tags)
 
 
 def user_tags(value: Any) -> list[str]:

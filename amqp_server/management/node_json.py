@@ -172,11 +172,13 @@ def node_json(ctx: ManagementContext) -> dict[str, Any]:
 def vhost_json(ctx: ManagementContext, vhost: "VirtualHost") -> dict[str, Any]:
     key = ("vhost", vhost.name)
     totals = vhost_totals(vhost)
+    metadata = ctx.broker.vhost_metadata.get(vhost.name, {})
+    description, tags = metadata.get("description", ""), list(metadata.get("tags", []))
     item = {
         "name": vhost.name,
-        "description": "",
-        "tags": [],
-        "metadata": {"description": "", "tags": []},
+        "description": description,
+        "tags": tags,
+        "metadata": {"description": description, "tags": list(tags)},
         "default_queue_type": "classic",
         "tracing": is_tracing(vhost),
         "cluster_state": {ctx.broker.node_name: "running"},

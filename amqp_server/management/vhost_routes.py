@@ -11,6 +11,7 @@ from aiohttp import web
 from amqp_server.firehose import set_tracing
 from amqp_server.management.connection_json import channel_json, connection_json
 from amqp_server.management.context import caller, context
+from amqp_server.management.definitions_transfer import vhost_metadata_of
 from amqp_server.management.http_io import (
     as_bool,
     created_or_updated,
@@ -42,10 +43,12 @@ async def show_vhost(request: web.Request) -> web.Response:
 async def put_vhost(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
     user.require_admin()
-    body = await read_body(request)  # description and tags are not kept
+    body = await read_body(request)
     name = request.match_info["vhost"]
     created = name not in ctx.broker.vhosts
     vhost = ctx.broker.add_vhost(name)
+    # RabbitMQ replaces description and tags on every PUT: a body without them clears them.
+    ctx.broker.set_vhost_metadata(name, *vhost_metadata_of(body))
     if "tracing" in body:
         set_tracing(vhost, as_bool(body["tracing"]), ctx.broker.node_name)
     if created:
