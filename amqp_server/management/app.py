@@ -21,6 +21,7 @@ from amqp_server.management import (
     connection_routes,
     definition_routes,
     exchange_routes,
+    feature_routes,
     overview_routes,
     queue_routes,
     user_routes,
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 ROUTE_MODULES = (
     overview_routes, vhost_routes, user_routes, connection_routes, exchange_routes, queue_routes, binding_routes,
-    definition_routes, alarm_routes,
+    definition_routes, alarm_routes, feature_routes,
 )
+# Answered without credentials, as RabbitMQ does (the web UI asks before it logs in).
+PUBLIC_PATHS = frozenset({feature_routes.AUTH_PATH})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -55,7 +58,7 @@ def _error_response(error: ApiError) -> web.Response:
 async def api_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authenticate /api requests and turn every refusal into RabbitMQ's JSON error."""
     try:
-        if request.path.startswith("/api/"):
+        if request.path.startswith("/api/") and request.path not in PUBLIC_PATHS:
             access = context(request).broker.access
             request[CALLER_KEY] = authenticate(access, request.headers.get("Authorization"), request.remote)
         return await handler(request)

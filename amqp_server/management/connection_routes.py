@@ -59,6 +59,30 @@ async def close_connection(request: web.Request) -> web.Response:
     return no_content()
 
 
+def _connections_of_user(request: web.Request) -> list["Connection"]:
+    wanted = request.match_info["user"]
+    return [c for c in _visible_connections(request) if c.user is not None and c.user.name == wanted]
+
+
+async def user_connections(request: web.Request) -> web.Response:
+    """GET /api/connections/username/{user}: that user's connections, as far as the caller may see
+    them (an unknown user has none: 200 [], as in RabbitMQ)."""
+    ctx = context(request)
+    return list_reply(request, [connection_json(c, ctx.broker.node_name) for c in _connections_of_user(request)])
+
+
+async def close_user_connections(request: web.Request) -> web.Response:
+    """DELETE /api/connections/username/{user}: close every connection of that user (an
+    administrator, or the user for their own), 204 even when there are none, as in RabbitMQ."""
+    user = caller(request)
+    if not user.is_admin and user.name != request.match_info["user"]:
+        raise api_errors.access_refused()
+    reason = request.headers.get("X-Reason", DEFAULT_CLOSE_REASON)
+    for connection in _connections_of_user(request):
+        connection.close_by_broker(CONNECTION_FORCED, reason)
+    return no_content()
+
+
 async def connection_channels(request: web.Request) -> web.Response:
     ctx = context(request)
     connection = _connection_named(request)
@@ -105,6 +129,8 @@ def _by_queue_and_tag(consumer: dict) -> tuple:
 
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/api/connections", list_connections)
+    router.add_get("/api/connections/username/{user}", user_connections)
+    router.add_delete("/api/connections/username/{user}", close_user_connections)
     router.add_get("/api/connections/{name}", show_connection)
     router.add_delete("/api/connections/{name}", close_connection)
     router.add_get("/api/connections/{name}/channels", connection_channels)

@@ -87,6 +87,19 @@ async def user_permissions(request: web.Request) -> web.Response:
     return list_reply(request, [permission_json(p) for p in permissions if p.user == user.name])
 
 
+async def user_topic_permissions(request: web.Request) -> web.Response:
+    """Always empty: this broker has no topic permissions (RabbitMQ answers [] for a user with none)."""
+    caller(request).require_admin()
+    _user_named(request)
+    return list_reply(request, [])
+
+
+async def user_limits(request: web.Request) -> web.Response:
+    """Always empty: no per-user limits (RabbitMQ shows them to any management user)."""
+    _user_named(request)
+    return list_reply(request, [])
+
+
 async def list_permissions(request: web.Request) -> web.Response:
     caller(request).require_admin()
     return list_reply(request, [permission_json(p) for p in context(request).broker.access.permissions()])
@@ -143,6 +156,8 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_put("/api/users/{user}", put_user)
     router.add_delete("/api/users/{user}", delete_user)
     router.add_get("/api/users/{user}/permissions", user_permissions)
+    router.add_get("/api/users/{user}/topic-permissions", user_topic_permissions)
+    router.add_get("/api/user-limits/{user}", user_limits)
     router.add_get("/api/permissions", list_permissions)
     router.add_get("/api/permissions/{vhost}/{user}", show_permission)
     router.add_put("/api/permissions/{vhost}/{user}", put_permission)

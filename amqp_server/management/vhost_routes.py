@@ -73,6 +73,13 @@ async def vhost_permissions(request: web.Request) -> web.Response:
     return list_reply(request, [permission_json(p) for p in ctx.broker.access.permissions() if p.vhost == vhost.name])
 
 
+async def vhost_topic_permissions(request: web.Request) -> web.Response:
+    """Always empty: this broker has no topic permissions."""
+    caller(request).require_admin()
+    vhost_named(context(request).broker, request.match_info["vhost"])
+    return list_reply(request, [])
+
+
 async def vhost_connections(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
     vhost = vhost_named(ctx.broker, request.match_info["vhost"])
@@ -99,6 +106,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_put("/api/vhosts/{vhost}", put_vhost)
     router.add_delete("/api/vhosts/{vhost}", delete_vhost)
     router.add_get("/api/vhosts/{vhost}/permissions", vhost_permissions)
+    router.add_get("/api/vhosts/{vhost}/topic-permissions", vhost_topic_permissions)
     router.add_get("/api/vhosts/{vhost}/connections", vhost_connections)
     router.add_get("/api/vhosts/{vhost}/channels", vhost_channels)
 
