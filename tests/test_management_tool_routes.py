@@ -58,3 +58,16 @@ def test_federation_and_shovel_routes_are_absent_as_without_the_plugins(api, bro
     for path in ("/api/federation-links", "/api/shovels"):
         reply = api.request("GET", path)
         assert (reply.status, reply.json()) == (404, {"error": "Object Not Found", "reason": "Not Found"})
+
+
+def test_only_rabbitmqs_paginated_lists_answer_page_with_a_page_object(api, broker):
+    opened_client(broker)
+    for path in ("/api/vhosts", "/api/exchanges", "/api/exchanges/%2F", "/api/queues", "/api/connections",
+                 "/api/channels", "/api/connections/username/guest"):
+        assert api.get(path + "?page=1&page_size=1")["page_size"] == 1, path
+    # RabbitMQ 3.10 ignores page (and page_size, even an out-of-range page) on these.
+    for path in ("/api/bindings", "/api/bindings/%2F", "/api/consumers", "/api/users", "/api/permissions",
+                 "/api/vhosts/%2F/permissions"):
+        assert isinstance(api.get(path + "?page=99&page_size=1"), list), path
+    assert len(api.get("/api/users?page=1&page_size=1")) == len(api.get("/api/users")) > 1
+    assert api.get("/api/users?page=1&columns=name&sort=name&sort_reverse=true")[0] == {"name": "plain"}

@@ -41,7 +41,8 @@ def _connection_named(request: web.Request) -> "Connection":
 
 async def list_connections(request: web.Request) -> web.Response:
     ctx = context(request)
-    return list_reply(request, [connection_json(c, ctx.broker.node_name) for c in _visible_connections(request)])
+    return list_reply(
+        request, [connection_json(c, ctx.broker.node_name) for c in _visible_connections(request)], paginated=True)
 
 
 async def show_connection(request: web.Request) -> web.Response:
@@ -68,7 +69,8 @@ async def user_connections(request: web.Request) -> web.Response:
     """GET /api/connections/username/{user}: that user's connections, as far as the caller may see
     them (an unknown user has none: 200 [], as in RabbitMQ)."""
     ctx = context(request)
-    return list_reply(request, [connection_json(c, ctx.broker.node_name) for c in _connections_of_user(request)])
+    return list_reply(
+        request, [connection_json(c, ctx.broker.node_name) for c in _connections_of_user(request)], paginated=True)
 
 
 async def close_user_connections(request: web.Request) -> web.Response:
@@ -97,7 +99,7 @@ async def list_channels(request: web.Request) -> web.Response:
         channel_json(c, channel, ctx.broker.node_name)
         for c, channel in channels_of(ctx.broker)
         if user.may_see_connection(c)
-    ])
+    ], paginated=True)
 
 
 async def show_channel(request: web.Request) -> web.Response:

@@ -49,7 +49,8 @@ def _exchange_of(request: web.Request) -> tuple["VirtualHost", "Exchange"]:
 
 
 async def list_exchanges(request: web.Request) -> web.Response:
-    return list_reply(request, [exchange_json(v, e) for v in vhosts_in_scope(request) for e in list(v.exchanges.values())])
+    exchanges = [exchange_json(v, e) for v in vhosts_in_scope(request) for e in list(v.exchanges.values())]
+    return list_reply(request, exchanges, paginated=True)
 
 
 async def show_exchange(request: web.Request) -> web.Response:

@@ -190,16 +190,22 @@ def _by_vhost_and_name(item: dict[str, Any]) -> tuple:
 
 
 def list_reply(
-    request: web.Request, items: list[dict[str, Any]], default_order: Callable[[dict[str, Any]], Any] = _by_vhost_and_name
+    request: web.Request,
+    items: list[dict[str, Any]],
+    default_order: Callable[[dict[str, Any]], Any] = _by_vhost_and_name,
+    paginated: bool = False,
 ) -> web.Response:
-    """A list in RabbitMQ's form: sorted, filtered, paginated and cut to `columns` as asked."""
+    """A list in RabbitMQ's form: sorted and cut to `columns` as asked. Only `paginated` lists
+    answer `page` with a page object; RabbitMQ 3.10 pages vhosts, exchanges, queues, connections
+    and channels, and ignores `page` everywhere else (bindings, consumers, users...), returning
+    the plain list."""
     query = request.query
     sort = query.get("sort")
     if sort:
         items = sorted(items, key=_sort_key(sort.split(".")), reverse=query.get("sort_reverse") == "true")
     else:
         items = sorted(items, key=default_order)
-    if "page" in query:
+    if paginated and "page" in query:
         return json_reply(_page(request, items))
     columns = _columns(request)
     if columns:

@@ -51,7 +51,8 @@ async def list_queues(request: web.Request) -> web.Response:
     ctx = context(request)
     vhosts = vhosts_in_scope(request)
     node = ctx.broker.node_name
-    return list_reply(request, [queue_json(v, q, ctx.rates, node) for v in vhosts for q in list(v.queues.values())])
+    queues = [queue_json(v, q, ctx.rates, node) for v in vhosts for q in list(v.queues.values())]
+    return list_reply(request, queues, paginated=True)
 
 
 async def show_queue(request: web.Request) -> web.Response:

@@ -31,7 +31,7 @@ FULL_ACCESS = ".*"
 
 async def list_vhosts(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
-    return list_reply(request, [vhost_json(ctx, v) for v in vhosts_visible_to(ctx.broker, user)])
+    return list_reply(request, [vhost_json(ctx, v) for v in vhosts_visible_to(ctx.broker, user)], paginated=True)
 
 
 async def show_vhost(request: web.Request) -> web.Response:
