@@ -3,6 +3,11 @@
 Counts are current, not sampled: `messages_ready` and `messages_unacknowledged` are the
 queue's own counters at the moment of the request (RabbitMQ's lag by up to 5 s).
 
+Byte counts, `messages_paged_out`, `memory` (an estimate) and `consumer_utilisation` (sampled
+now, not averaged) come from amqp_server/metrics/queue_sizes.py; `messages_persistent`,
+`message_bytes_persistent`, `message_bytes_paged_out` and `idle_since` are left out because
+queues do not track them (docs/management-api.md).
+
 `messages_delayed` is not in RabbitMQ 3.10's shape: messages waiting for a delayed retry,
 neither ready nor unacked, so not in `messages` either (docs/management-api.md).
 """
@@ -14,14 +19,19 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.management.connection_json import connection_details, consumer_json
 from amqp_server.management.message_stats import queue_depth_counts, queue_message_counts
 from amqp_server.management.rates import RateSampler
+from amqp_server.metrics.queue_sizes import queue_sizes
 
 if TYPE_CHECKING:
     from amqp_server.vhost import VirtualHost
     from queues.queue import Queue
 
 
-def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str) -> dict[str, Any]:
+def queue_json(
+    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0
+) -> dict[str, Any]:
+    """`unacked_bytes`: from metrics.queue_sizes.unacked_bytes_by_queue, computed once per request."""
     key = ("queue", vhost.name, queue.name)
+    sizes = queue_sizes(queue, unacked_bytes)
     exclusive_consumer = next((c.tag for c in queue.consumers() if c.exclusive), None)
     item: dict[str, Any] = {
         "arguments": queue.arguments,
@@ -32,7 +42,11 @@ def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: s
         "exclusive": queue.exclusive,
         "exclusive_consumer_tag": exclusive_consumer,
         "head_message_timestamp": None,
-        "message_bytes_ready": queue.ready.bytes,
+        "consumer_utilisation": sizes.consumer_utilisation,
+        "memory": sizes.memory,
+        "message_bytes": sizes.bytes,
+        "message_bytes_ready": sizes.ready_bytes,
+        "message_bytes_unacknowledged": sizes.unacked_bytes,
         "message_stats": rates.details(key, queue_message_counts(queue.stats)),
         "messages_delayed": queue.waiting_count,
         "name": queue.name,
@@ -46,11 +60,10 @@ def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: s
     }
     item.update(rates.details(key, queue_depth_counts(queue.message_count, queue.unacked_count)))
     # Durable queues page persistent messages out to their journal; the rest are in memory.
-    in_memory = getattr(queue.ready, "in_memory", queue.message_count)
-    item["messages_ready_ram"] = in_memory
+    item["messages_ready_ram"] = sizes.in_memory
     item["messages_unacknowledged_ram"] = queue.unacked_count
-    item["messages_ram"] = in_memory + queue.unacked_count
-    item["messages_paged_out"] = queue.message_count - in_memory
+    item["messages_ram"] = sizes.in_memory + queue.unacked_count
+    item["messages_paged_out"] = sizes.paged_out
     item["recoverable_slaves"] = None
     owner = queue.exclusive_owner
     if owner is not None:
@@ -58,9 +71,11 @@ def queue_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: s
     return dict(sorted(item.items()))
 
 
-def queue_detail_json(vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str) -> dict[str, Any]:
+def queue_detail_json(
+    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0
+) -> dict[str, Any]:
     """One queue (GET /api/queues/{vhost}/{name}): the list shape plus its consumers."""
-    item = queue_json(vhost, queue, rates, node)
+    item = queue_json(vhost, queue, rates, node, unacked_bytes)
     item["consumer_details"] = [
         consumer_json(consumer.sink.connection, consumer.sink, consumer, node)
         for consumer in queue.consumers()

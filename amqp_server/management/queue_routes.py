@@ -31,6 +31,7 @@ from amqp_server.management.http_io import (
 from amqp_server.management.queue_browse import browse
 from amqp_server.management.queue_json import queue_detail_json, queue_json
 from amqp_server.management.topology_json import all_bindings, binding_json
+from amqp_server.metrics.queue_sizes import unacked_bytes_by_queue
 
 if TYPE_CHECKING:
     from amqp_server.vhost import VirtualHost
@@ -51,14 +52,18 @@ async def list_queues(request: web.Request) -> web.Response:
     ctx = context(request)
     vhosts = vhosts_in_scope(request)
     node = ctx.broker.node_name
-    queues = [queue_json(v, q, ctx.rates, node) for v in vhosts for q in list(v.queues.values())]
+    unacked_bytes = unacked_bytes_by_queue(ctx.broker)
+    queues = [
+        queue_json(v, q, ctx.rates, node, unacked_bytes.get(q, 0)) for v in vhosts for q in list(v.queues.values())
+    ]
     return list_reply(request, queues, paginated=True)
 
 
 async def show_queue(request: web.Request) -> web.Response:
     ctx = context(request)
     vhost, queue = _queue_of(request)
-    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, ctx.broker.node_name))
+    unacked_bytes = unacked_bytes_by_queue(ctx.broker).get(queue, 0)
+    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, ctx.broker.node_name, unacked_bytes))
 
 
 async def put_queue(request: web.Request) -> web.Response:

@@ -33,6 +33,7 @@ from amqp_server.metrics.broker_view import (
 from amqp_server.metrics.global_counters import PROTOCOL, global_counter_families
 from amqp_server.metrics.legacy_channel_counters import legacy_channel_counter_families
 from amqp_server.metrics.process_stats import ProcessStats, uptime_seconds
+from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_bytes_by_queue
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -160,8 +161,14 @@ class CoreCollector(Collector):
                                         "Total number of messages published to queues", labels=labels)
         if per_object:
             delayed = GaugeMetricFamily(QUEUE_MESSAGES_DELAYED, QUEUE_MESSAGES_DELAYED_HELP, labels=labels)
+            sized = [(GaugeMetricFamily("rabbitmq_" + name, documentation, labels=labels), value)
+                     for name, documentation, value in SIZE_GAUGES]
+            unacked_bytes = unacked_bytes_by_queue(self.broker)
             for vhost, queue in queues_of(self.broker):
                 key = [vhost.name, queue.name]
+                sizes = queue_sizes(queue, unacked_bytes.get(queue, 0))
+                for family, value in sized:
+                    family.add_metric(key, value(sizes))
                 ready.add_metric(key, queue.message_count)
                 unacked.add_metric(key, queue.unacked_count)
                 total.add_metric(key, queue.message_count + queue.unacked_count)
@@ -170,6 +177,7 @@ class CoreCollector(Collector):
                 published.add_metric(key, queue.stats.published)
                 delayed.add_metric(key, queue.waiting_count)
             yield delayed
+            yield from (family for family, _value in sized)
         else:
             ready.add_metric([], snapshot.messages_ready)
             unacked.add_metric([], snapshot.messages_unacked)

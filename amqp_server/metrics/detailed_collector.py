@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from amqp_server.metrics.broker_view import channels_of, queues_of, unconfirmed_count
+from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_bytes_by_queue
 from amqp_server.metrics.core_collector import (
     DETAILED,
     QUEUE_MESSAGES_DELAYED_HELP,
@@ -89,6 +90,14 @@ class DetailedCollector(Collector):
             for vhost, queue in queues:
                 metric.add_metric([vhost.name, queue.name], value(queue))
             yield metric
+        if family == "queue_metrics":
+            unacked_bytes = unacked_bytes_by_queue(self.broker)
+            sizes = [(vhost, queue, queue_sizes(queue, unacked_bytes.get(queue, 0))) for vhost, queue in queues]
+            for name, documentation, value in SIZE_GAUGES:
+                metric = GaugeMetricFamily(PREFIX + name, documentation, labels=QUEUE_LABELS)
+                for vhost, queue, queue_size in sizes:
+                    metric.add_metric([vhost.name, queue.name], value(queue_size))
+                yield metric
 
     def _exchange_names(self) -> Iterator[Metric]:
         metric = GaugeMetricFamily(CLUSTER_PREFIX + "exchange_name", "Enumerates exchanges without any additional info",
