@@ -16,6 +16,7 @@ from typing import Any
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
 from exchanges.exchange import Exchange
+from queues import queue_type_rules
 from queues.arguments import InvalidArgument, QueueArguments
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget
@@ -200,8 +201,13 @@ class VirtualHost:
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
         allow_reserved_name: bool = False,
+        server_named: bool = False,
     ) -> tuple[Queue, bool]:
-        """Declare (or check) a queue; returns the queue and whether it was created."""
+        """Declare (or check) a queue; returns the queue and whether it was created.
+
+        A new queue's type may refuse its properties or arguments (queues/queue_type_rules.py);
+        `server_named` says the client left the name to the broker, which a quorum queue refuses.
+        """
         if passive:
             queue = self.queue(name, connection)
             queue.touch()  # RabbitMQ counts a passive declare as use: it restarts x-expires
@@ -217,10 +223,20 @@ class VirtualHost:
             existing.touch()
             return existing, False
         defaults = defaults_for(self.queue_defaults, self.name, name) if self.queue_defaults else None
+        if server_named:
+            refusal = queue_type_rules.server_named_refusal({**(defaults or {}), **arguments})
+            if refusal is not None:
+                raise AMQPError(errors.PRECONDITION_FAILED, refusal)
+        resource = errors.resource("queue", name, self.name)
         try:
             settings = QueueArguments.parse(arguments, defaults)
         except InvalidArgument as error:
-            raise AMQPError(errors.PRECONDITION_FAILED, error.describe(errors.resource("queue", name, self.name))) from None
+            raise AMQPError(errors.PRECONDITION_FAILED, error.describe(resource)) from None
+        refused = queue_type_rules.refused_property(
+            settings.queue_type, durable=durable, exclusive=exclusive, auto_delete=auto_delete
+        )
+        if refused is not None:
+            raise AMQPError(errors.PRECONDITION_FAILED, f"invalid property '{refused}' for {resource}")
         # Exclusive queues die with their connection, so only shared durable queues keep files.
         journal = None
         if durable and not exclusive and self.journal_factory is not None:

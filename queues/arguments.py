@@ -13,6 +13,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from queues import queue_type_rules
+
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 RETRY_TYPES = ("disabled", "all", "failed", "returned")
 RETRY_BACKOFFS = ("linear", "exponential")
@@ -28,18 +30,26 @@ class InvalidArgument(ValueError):
 
     `invalid_type` is set instead for an x-dead-letter-exchange that is not a string, which
     RabbitMQ's channel refuses before it validates any argument, in a sentence of its own.
+
+    `queue_type_module` is set instead for an argument the queue's type does not take at all
+    (queue_type_rules.py), which RabbitMQ names with the type's module and no reason.
     """
 
-    def __init__(self, key: str, reason: str, invalid_type: str | None = None) -> None:
+    def __init__(
+        self, key: str, reason: str, invalid_type: str | None = None, queue_type_module: str | None = None
+    ) -> None:
         super().__init__(f"invalid arg '{key}': {reason}")
         self.key = key
         self.reason = reason
         self.invalid_type = invalid_type
+        self.queue_type_module = queue_type_module
 
     def describe(self, resource: str) -> str:
         """RabbitMQ's 406 text for the queue `resource` ("queue 'q' in vhost '/'")."""
         if self.invalid_type is not None:
             return f"invalid type '{self.invalid_type}' for arg '{self.key}' in {resource}"
+        if self.queue_type_module is not None:
+            return f"invalid arg '{self.key}' for {resource} of queue type {self.queue_type_module}"
         return f"invalid arg '{self.key}' for {resource}: {self.reason}"
 
 
@@ -154,37 +164,68 @@ class QueueArguments:
             settings["queue_type"] = _choice(
                 "x-queue-type", get("x-queue-type"), QUEUE_TYPES, "\"unsupported queue type '{0}'\""
             )
-        if "x-expires" in arguments:
+        queue_type = settings.get("queue_type", "classic")
+        quorum = queue_type == queue_type_rules.QUORUM
+        if quorum:
+            # Only the arguments a quorum queue takes are validated; the others are refused
+            # below whatever their value (x-max-priority 500 is not "max_value_exceeded").
+            present = {key for key in arguments if key not in queue_type_rules.QUORUM_REFUSED_ARGUMENTS}
+        else:
+            present = set(arguments)
+        if "x-expires" in present:
             settings["expires_ms"] = _integer("x-expires", get("x-expires"), 1, MAX_EXPIRY_MS)
-        if "x-message-ttl" in arguments:
+        if "x-message-ttl" in present:
             settings["message_ttl_ms"] = _integer("x-message-ttl", get("x-message-ttl"), 0, MAX_EXPIRY_MS)
-        if "x-dead-letter-exchange" in arguments:
+        if "x-dead-letter-exchange" in present:
             settings["dead_letter_exchange"] = _text("x-dead-letter-exchange", dead_letter_exchange)
-        if "x-dead-letter-routing-key" in arguments:
+        if "x-dead-letter-routing-key" in present:
             # The type is checked before the missing DLX.
             routing_key = _text("x-dead-letter-routing-key", get("x-dead-letter-routing-key"))
             if "dead_letter_exchange" not in settings:
                 raise InvalidArgument("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
             settings["dead_letter_routing_key"] = routing_key
-        if "x-max-length" in arguments:
+        if quorum and "x-dead-letter-strategy" in present:
+            _choice("x-dead-letter-strategy", get("x-dead-letter-strategy"),
+                    queue_type_rules.DEAD_LETTER_STRATEGIES, "invalid_dlx_strategy")
+        if "x-max-length" in present:
             settings["max_length"] = _integer("x-max-length", get("x-max-length"), 0)
-        if "x-max-length-bytes" in arguments:
+        if "x-max-length-bytes" in present:
             settings["max_length_bytes"] = _integer("x-max-length-bytes", get("x-max-length-bytes"), 0)
-        if "x-max-priority" in arguments:
+        if quorum:
+            for key in ("x-max-in-memory-length", "x-max-in-memory-bytes"):
+                if key in present:
+                    _integer(key, get(key), 0)
+        if "x-max-priority" in present:
             priority = _integer("x-max-priority", get("x-max-priority"), 0)
             if priority > MAX_PRIORITY:
                 raise InvalidArgument("x-max-priority", f"{{max_value_exceeded,{priority}}}")
             settings["max_priority"] = priority
-        if "x-overflow" in arguments:
+        if "x-overflow" in present:
             settings["overflow"] = _choice("x-overflow", get("x-overflow"), OVERFLOW_MODES, "invalid_overflow")
-        if "x-queue-mode" in arguments:
+        if "x-queue-mode" in present:
             _choice("x-queue-mode", get("x-queue-mode"), QUEUE_MODES, "\"unsupported queue mode '{0}'\"")
-        if "x-queue-version" in arguments:
+        if "x-queue-version" in present:
             version = _integer("x-queue-version", get("x-queue-version"), 0)
             if version not in QUEUE_VERSIONS:
                 raise InvalidArgument("x-queue-version", f"\"unsupported queue version '{version}'\"")
-        if "x-single-active-consumer" in arguments:
+        if "x-single-active-consumer" in present:
             settings["single_active_consumer"] = _boolean("x-single-active-consumer", get("x-single-active-consumer"))
+        if quorum:
+            if "x-quorum-initial-group-size" in present:
+                _integer("x-quorum-initial-group-size", get("x-quorum-initial-group-size"), 1)
+            if "x-queue-leader-locator" in present:
+                _choice("x-queue-leader-locator", get("x-queue-leader-locator"),
+                        queue_type_rules.LEADER_LOCATORS, "invalid_queue_locator_arg")
+            refused = queue_type_rules.refused_argument(queue_type, arguments)
+            if refused is not None:
+                raise InvalidArgument(refused, "unsupported", queue_type_module=queue_type_rules.QUORUM_MODULE)
+            # RabbitMQ 3.10 does not check a quorum queue's x-delivery-limit: an integer is the
+            # limit (a negative one acts as 0), anything else ("x") means no limit at all.
+            limit = get("x-delivery-limit")
+            if isinstance(limit, int) and not isinstance(limit, bool):
+                settings["delivery_limit"] = max(limit, 0)
+            arguments = {key: value for key, value in arguments.items() if key != "x-delivery-limit"}
+            get = arguments.get
         _parse_lifecycle(get, settings)
         return cls(**settings)
 

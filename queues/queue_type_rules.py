@@ -1,0 +1,75 @@
+"""What a quorum queue refuses at queue.declare, as RabbitMQ 3.10 refuses it.
+
+RabbitMQ checks a new queue in this order (verified against RabbitMQ 3.10 with pika):
+
+1. a server-named quorum queue: "Cannot declare a server-named queue for type rabbit_quorum_queue";
+2. the channel's x-dead-letter-exchange type check, then the x-queue-type value;
+3. the values of the arguments the queue type supports (rabbit_amqqueue:declare_args/0 order);
+4. the first argument, in the client's table order, that some queue type knows but this one
+   does not: "invalid arg 'x-max-priority' for queue 'q' in vhost '/' of queue type
+   rabbit_quorum_queue" (an argument no type knows, such as x-foo, is kept and ignored);
+5. the queue's properties: auto-delete, then exclusive, then non-durable, as
+   "invalid property 'auto-delete' for queue 'q' in vhost '/'".
+
+Classic queues keep this broker's lifecycle extensions (x-delivery-limit on a classic queue,
+docs/lifecycle.md), so step 4 applies to quorum queues only. Streams are refused as an
+unsupported queue type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+QUORUM = "quorum"
+QUORUM_MODULE = "rabbit_quorum_queue"
+
+# rabbit_queue_type capabilities() of RabbitMQ 3.10: the x-arguments each type accepts.
+CLASSIC_ARGUMENTS = frozenset({
+    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
+    "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
+    "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
+})
+QUORUM_ARGUMENTS = frozenset({
+    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
+    "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes", "x-overflow",
+    "x-single-active-consumer", "x-queue-type", "x-quorum-initial-group-size", "x-delivery-limit",
+    "x-dead-letter-strategy", "x-queue-leader-locator",
+})
+STREAM_ARGUMENTS = frozenset({
+    "x-queue-type", "x-max-length-bytes", "x-max-age", "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size", "x-queue-leader-locator",
+})
+KNOWN_ARGUMENTS = CLASSIC_ARGUMENTS | QUORUM_ARGUMENTS | STREAM_ARGUMENTS
+# x-max-priority, x-queue-mode, x-queue-version, x-queue-master-locator, x-max-age,
+# x-stream-max-segment-size-bytes, x-initial-cluster-size.
+QUORUM_REFUSED_ARGUMENTS = KNOWN_ARGUMENTS - QUORUM_ARGUMENTS
+
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+
+
+def refused_argument(queue_type: str, arguments: dict[str, Any]) -> str | None:
+    """The first key in `arguments` that `queue_type` refuses as not its own, or None."""
+    if queue_type != QUORUM:
+        return None
+    return next((key for key in arguments if key in QUORUM_REFUSED_ARGUMENTS), None)
+
+
+def refused_property(queue_type: str, *, durable: bool, exclusive: bool, auto_delete: bool) -> str | None:
+    """The queue property `queue_type` refuses, by RabbitMQ's name for it, or None."""
+    if queue_type != QUORUM:
+        return None
+    if auto_delete:
+        return "auto-delete"
+    if exclusive:
+        return "exclusive-owner"
+    if not durable:
+        return "non-durable"
+    return None
+
+
+def server_named_refusal(arguments: dict[str, Any]) -> str | None:
+    """RabbitMQ's 406 text for a server-named queue of a type that needs a name, or None."""
+    if arguments.get("x-queue-type") in (QUORUM, QUORUM.encode()):
+        return f"Cannot declare a server-named queue for type {QUORUM_MODULE}"
+    return None
