@@ -20,7 +20,7 @@ from amqp_server.errors import AMQPError
 from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.publishing import route_publish
 from amqp_server.reply_to import REPLY_QUEUE
-from amqp_server.settlement import apply_settlement, settle, take_if_present
+from amqp_server.settlement import apply_settlement, forget_transaction_settlements, settle, take_if_present
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
 from queues.delayed_retry import RETURNED
@@ -249,12 +249,12 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
     if not channel.transactional:
         raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
     publishes, channel.tx_publishes = channel.tx_publishes, []
-    settlements, channel.tx_settlements = channel.tx_settlements, []
+    settlements = forget_transaction_settlements(channel)
     journaled: set = set()
     for exchange, message, mandatory in publishes:
         journaled.update(route_publish(channel, exchange, message, mandatory) or ())
     for kind, tag, multiple, requeue in settlements:
-        # Tags were checked when the ack arrived; one settled twice in a tx is settled once.
+        # Tags were checked when the ack arrived; ones that timed out since are skipped.
         apply_settlement(channel, kind, take_if_present(channel, tag, multiple), requeue)
     if not journaled:
         reply(channel, commands.Tx.CommitOk())
@@ -275,7 +275,7 @@ def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:
     if not channel.transactional:
         raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
     channel.tx_publishes.clear()
-    channel.tx_settlements.clear()
+    forget_transaction_settlements(channel)
     reply(channel, commands.Tx.RollbackOk())
 
 

@@ -59,6 +59,9 @@ class Channel:
         self.transactional = False
         self.tx_publishes: list[tuple["Exchange", Message, bool]] = []
         self.tx_settlements: list[tuple[str, int, bool, bool]] = []
+        # Tags settled in the open transaction: all up to tx_settled_up_to, and these.
+        self.tx_settled_up_to = 0
+        self.tx_settled_tags: set[int] = set()
         self.last_queue_name = ""
         self.reply_key: str | None = None
         self.reply_consumer_tag: str | None = None

@@ -3,9 +3,12 @@
 A tag (or, with `multiple`, every tag up to it; 0 means all) must be an unacked delivery of
 the channel, else the channel is closed with 406 "unknown delivery tag"; a tag that already
 timed out (consumer timeout) went back to its queue and is ignored. In a transaction the tags
-are checked at once but settled at tx.commit. Acked messages are done; nacked or rejected ones
-are requeued (queues/requeue.py decides where) or leave their queue (to its dead-letter
-exchange). Room freed on consumers is offered messages again at once.
+are checked at once but settled at tx.commit; as in RabbitMQ, a tag settled earlier in the same
+transaction is already unknown (tx.rollback makes it known again). The 406 names the method
+that settled: basic.ack (60,80), basic.reject (60,90) or basic.nack (60,120). Acked messages
+are done; nacked or rejected ones are requeued (queues/requeue.py decides where) or leave
+their queue (to its dead-letter exchange). Room freed on consumers is offered messages again
+at once.
 """
 
 from __future__ import annotations
@@ -25,38 +28,72 @@ if TYPE_CHECKING:
     from amqp_server.channel import Channel
 
 
+# The method a settlement came as, for the class and method ids of its 406.
+_METHOD_IDS = {"ack": 80, "reject": 90, "nack": 120}
+
+
 def settle(channel: "Channel", kind: str, tag: int, multiple: bool, requeue: bool) -> None:
     """ack / nack / reject (`kind`) of one delivery tag, or of all up to it with `multiple`."""
     if channel.transactional:
-        take_unacked(channel, tag, multiple, peek=True)
+        check_in_transaction(channel, kind, tag, multiple)
         channel.tx_settlements.append((kind, tag, multiple, requeue))
         return
-    taken = take_unacked(channel, tag, multiple)
+    taken = take_unacked(channel, kind, tag, multiple)
     apply_settlement(channel, kind, taken, requeue)
 
 
-def take_unacked(channel: "Channel", tag: int, multiple: bool, peek: bool = False) -> list[Unacked]:
-    """Take the deliveries a settlement names (with `peek`, only check that they exist)."""
+def take_unacked(channel: "Channel", kind: str, tag: int, multiple: bool) -> list[Unacked]:
+    """Take the deliveries a settlement names; 406 if it names none."""
     unacked = channel.unacked
     if multiple:
-        if tag == 0 or tag in unacked or unacked.has_tag_above(tag) or tag in channel.timed_out:
-            if peek:
-                return []
+        # RabbitMQ needs `tag` itself to be unacked (or 0), even when higher tags are.
+        if tag == 0 or tag in unacked or tag in channel.timed_out:
             if channel.delivery_timeouts is not None:
                 channel.forget_timeouts(tag, True)
             return unacked.pop_up_to(tag)
     elif tag in unacked:
-        if peek:
-            return []
         if channel.delivery_timeouts is not None:
             channel.delivery_timeouts.forget(tag)
         return [unacked.pop(tag)]
     elif tag in channel.timed_out:
         # It timed out and went back to its queue: settling it now changes nothing.
-        if not peek:
-            channel.timed_out.discard(tag)
+        channel.timed_out.discard(tag)
         return []
-    raise AMQPError(errors.PRECONDITION_FAILED, f"unknown delivery tag {tag}", 60, 80)
+    raise unknown_delivery_tag(kind, tag)
+
+
+def check_in_transaction(channel: "Channel", kind: str, tag: int, multiple: bool) -> None:
+    """A settlement in a transaction: 406 unless it names a delivery not yet settled in it, then
+    count what it names as settled (RabbitMQ takes them off the channel's unacked list at once,
+    so a second ack of one is an unknown tag)."""
+    unacked = channel.unacked
+    settled_up_to = channel.tx_settled_up_to
+    if multiple:
+        if tag == 0:
+            channel.tx_settled_up_to = channel.next_delivery_tag - 1
+            return
+        if (tag in unacked and tag > settled_up_to and tag not in channel.tx_settled_tags) or tag in channel.timed_out:
+            channel.tx_settled_up_to = max(tag, settled_up_to)
+            return
+    elif tag in unacked:
+        if tag > settled_up_to and tag not in channel.tx_settled_tags:
+            channel.tx_settled_tags.add(tag)
+            return
+    elif tag in channel.timed_out:
+        return
+    raise unknown_delivery_tag(kind, tag)
+
+
+def forget_transaction_settlements(channel: "Channel") -> list[tuple[str, int, bool, bool]]:
+    """End of a transaction (commit or rollback): its settlements, and no tag counts as settled."""
+    settlements, channel.tx_settlements = channel.tx_settlements, []
+    channel.tx_settled_tags.clear()
+    channel.tx_settled_up_to = 0
+    return settlements
+
+
+def unknown_delivery_tag(kind: str, tag: int) -> AMQPError:
+    return AMQPError(errors.PRECONDITION_FAILED, f"unknown delivery tag {tag}", 60, _METHOD_IDS[kind])
 
 
 def take_if_present(channel: "Channel", tag: int, multiple: bool) -> list[Unacked]:
