@@ -16,6 +16,7 @@ from amqp_server.alarms import ResourceAlarms
 from amqp_server.broker_stats import BrokerStats
 from amqp_server.metrics.message_sizes import MessageSizeHistogram
 from amqp_server.config import LimitsConfig, ServerConfig
+from amqp_server.errors import AMQPError
 from amqp_server.reply_to import ReplyRegistry
 from amqp_server.vhost import VirtualHost
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
@@ -68,6 +69,9 @@ class Broker:
 
             self.side_files = SideFileWriter()
         self._restoring = False
+        # Stored durable queues that today's declare rules refuse (made by an older version):
+        # kept in the definitions, with their segment files untouched, for an operator to decide.
+        self.unrestored_queues: list[dict[str, Any]] = []
         self._restore(config)
 
     # -- vhosts ------------------------------------------------------------------------
@@ -195,11 +199,18 @@ class Broker:
             vhost = self.vhosts.get(queue["vhost"])
             if vhost is None or queue["name"] in vhost.queues:
                 continue
-            vhost.declare_queue(
-                queue["name"], connection=None, durable=True,
-                auto_delete=queue.get("auto_delete", False), arguments=queue.get("arguments") or {},
-                allow_reserved_name=True,  # a durable server-named queue (amq.gen-…) comes back too
-            )
+            try:
+                vhost.declare_queue(
+                    queue["name"], connection=None, durable=True,
+                    auto_delete=queue.get("auto_delete", False), arguments=queue.get("arguments") or {},
+                    allow_reserved_name=True,  # a durable server-named queue (amq.gen-…) comes back too
+                )
+            except AMQPError as error:  # one stored queue must not stop the broker from starting
+                log.error(
+                    "durable queue '%s' in vhost '%s' was not restored: %s; its definition and messages are kept",
+                    queue["name"], queue["vhost"], error.reply_text,
+                )
+                self.unrestored_queues.append(queue)
         for binding in stored.get("bindings", []):
             vhost = self.vhosts.get(binding["vhost"])
             if vhost is None:
@@ -231,6 +242,7 @@ class Broker:
         for vhost in self.vhosts.values():
             for key, entries in vhost.durable_definitions().items():
                 exported[key].extend(entries)
+        exported["queues"].extend(self.unrestored_queues)
         return exported
 
     def save_definitions(self) -> None:
