@@ -71,8 +71,9 @@ def _exchange_binding(channel: "Channel", method: Any, bind: bool) -> None:
     connection.check_permission("read", "exchange", method.source or "amq.default")
     if not bind and (method.destination not in vhost.exchanges or method.source not in vhost.exchanges):
         return  # unbinding something that is not there is not an error
-    destination = vhost.exchange(method.destination)
+    # RabbitMQ looks the source up first: with both missing, the 404 names the source.
     source = vhost.exchange(method.source)
+    destination = vhost.exchange(method.destination)
     if destination is vhost.default_exchange:
         raise errors.default_exchange_refused()
     (vhost.bind if bind else vhost.unbind)(source, destination, method.routing_key, method.arguments or {})
@@ -140,8 +141,9 @@ def _queue_binding(channel: "Channel", method: Any, bind: bool) -> None:
     connection.check_permission("read", "exchange", method.exchange or "amq.default")
     if not bind and (queue_name not in vhost.queues or method.exchange not in vhost.exchanges):
         return
-    queue = vhost.queue(queue_name, connection)
+    # RabbitMQ looks the exchange up first: with both missing, the 404 names the exchange.
     exchange = vhost.exchange(method.exchange)
+    queue = vhost.queue(queue_name, connection)
     (vhost.bind if bind else vhost.unbind)(exchange, queue, routing_key, method.arguments or {})
 
 

@@ -100,3 +100,19 @@ def test_a_multiple_ack_of_an_acked_tag_is_unknown_even_with_higher_tags_unacked
     client.send(1, commands.Basic.Ack(delivery_tag=1))
     close = client.call(1, commands.Basic.Ack(delivery_tag=1, multiple=True))
     assert close_of(close) == (406, "PRECONDITION_FAILED - unknown delivery tag 1", 60, 80)
+
+
+# -- bindings with missing ends ------------------------------------------------------------
+
+
+def test_queue_bind_with_queue_and_exchange_missing_names_the_exchange():
+    client = opened_client()
+    close = client.call(1, commands.Queue.Bind(queue="nq", exchange="nx", routing_key="k"))
+    assert close_of(close) == (404, "NOT_FOUND - no exchange 'nx' in vhost '/'", 50, 20)
+
+
+def test_exchange_bind_with_both_missing_names_the_source():
+    client = opened_client()
+    close = client.call(1, commands.Exchange.Bind(destination="nd", source="ns", routing_key="k"))
+    assert close_of(close) == (404, "NOT_FOUND - no exchange 'ns' in vhost '/'", 40, 30)
+
