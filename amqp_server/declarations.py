@@ -170,9 +170,11 @@ def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
         if method.if_empty and queue.message_count:
             raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} not empty")
         count = queue.message_count
-        vhost.delete_queue(queue)
+    # RabbitMQ answers delete-ok before its consumers hear basic.cancel.
     if not method.nowait:
         reply(channel, commands.Queue.DeleteOk(message_count=count))
+    if queue is not None:
+        vhost.delete_queue(queue)
 
 
 DECLARATION_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {

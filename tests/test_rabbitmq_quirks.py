@@ -116,3 +116,18 @@ def test_exchange_bind_with_both_missing_names_the_source():
     close = client.call(1, commands.Exchange.Bind(destination="nd", source="ns", routing_key="k"))
     assert close_of(close) == (404, "NOT_FOUND - no exchange 'ns' in vhost '/'", 40, 30)
 
+
+# -- queue.delete with consumers -----------------------------------------------------------
+
+
+def test_queue_delete_answers_delete_ok_before_cancelling_consumers():
+    client = opened_client(channels=(1, 2))
+    client.call(1, commands.Queue.Declare(queue="q"))
+    client.call(1, commands.Basic.Consume(queue="q", consumer_tag="same"))
+    client.call(2, commands.Basic.Consume(queue="q", consumer_tag="other"))
+    received = client.send(1, commands.Queue.Delete(queue="q"))
+    assert [(channel, type(method).__name__) for channel, method in received] == [
+        (1, "DeleteOk"),
+        (1, "Cancel"),
+        (2, "Cancel"),
+    ]
