@@ -214,9 +214,10 @@ def basic_ack(channel: "Channel", method: commands.Basic.Ack) -> None:
 def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
+    # RabbitMQ answers recover-ok before the redeliveries.
+    reply(channel, commands.Basic.RecoverOk())
     channel.forget_timeouts(0, True)
     apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
-    reply(channel, commands.Basic.RecoverOk())
 
 
 def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync) -> None:

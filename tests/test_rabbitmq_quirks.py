@@ -131,3 +131,16 @@ def test_queue_delete_answers_delete_ok_before_cancelling_consumers():
         (1, "Cancel"),
         (2, "Cancel"),
     ]
+
+
+# -- basic.recover -------------------------------------------------------------------------
+
+
+def test_recover_answers_recover_ok_before_the_redeliveries():
+    client = opened_client()
+    client.call(1, commands.Queue.Declare(queue="q"))
+    client.publish(1, b"a", routing_key="q")
+    client.send(1, commands.Basic.Consume(queue="q", consumer_tag="t"))
+    received = methods(client.send(1, commands.Basic.Recover(requeue=True)))
+    assert isinstance(received[0], commands.Basic.RecoverOk)
+    assert isinstance(received[1], commands.Basic.Deliver) and received[1].redelivered
