@@ -133,7 +133,12 @@ class Channel:
             raise AMQPError(errors.UNEXPECTED_FRAME, "expected content body, got non content body frame instead")
         class_id, body_size = codec.content_header_body_size(payload)
         if class_id != codec.BASIC_CLASS:
-            raise AMQPError(errors.FRAME_ERROR, f"content header for class {class_id} not class 60")
+            raise AMQPError(
+                errors.UNEXPECTED_FRAME,
+                f"expected content header for class 60, got one for class {class_id} instead",
+                60,
+                40,
+            )
         max_size = self.connection.broker.max_message_size
         if body_size > max_size:
             self.pending_publish = None

@@ -138,10 +138,6 @@ class Connection:
             return
         if self.state != OPEN:
             raise AMQPError(errors.CHANNEL_ERROR, f"channel {channel_id} used before connection.open")
-        if frame_type == codec.FRAME_METHOD and codec.method_index(payload) >> 16 == 10:
-            # A connection-class method belongs on channel 0 only.
-            index = codec.method_index(payload)
-            raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", index >> 16, index & 0xFFFF)
         channel = self.channels.get(channel_id)
         if channel is None:
             if frame_type == codec.FRAME_METHOD:
@@ -150,7 +146,13 @@ class Connection:
                     self._open_channel(channel_id)
                     return
                 raise AMQPError(errors.CHANNEL_ERROR, "expected 'channel.open'", index >> 16, index & 0xFFFF)
-            raise AMQPError(errors.CHANNEL_ERROR, "expected 'channel.open'")
+            # RabbitMQ: content with no method before it, whether or not the channel is open.
+            raise AMQPError(errors.UNEXPECTED_FRAME, "expected method frame, got non method frame instead")
+        if frame_type == codec.FRAME_METHOD and codec.method_index(payload) >> 16 == 10:
+            # A connection-class method belongs on channel 0 only (on an unopened channel
+            # RabbitMQ says 'expected channel.open' first, as above).
+            index = codec.method_index(payload)
+            raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", index >> 16, index & 0xFFFF)
         try:
             if frame_type == codec.FRAME_METHOD:
                 channel.handle_method(payload)

@@ -3,9 +3,13 @@ frame (each was compared against a running RabbitMQ 3.10)."""
 
 from __future__ import annotations
 
-from pamqp import commands
+import struct
 
-from tests.frame_driver import methods, opened_client
+from pamqp import commands
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
+
+from tests.frame_driver import methods, opened_client, raw_frame
 
 
 def close_of(method) -> tuple[int, str, int, int]:
@@ -144,3 +148,39 @@ def test_recover_answers_recover_ok_before_the_redeliveries():
     received = methods(client.send(1, commands.Basic.Recover(requeue=True)))
     assert isinstance(received[0], commands.Basic.RecoverOk)
     assert isinstance(received[1], commands.Basic.Deliver) and received[1].redelivered
+
+
+# -- frames out of place -------------------------------------------------------------------
+
+
+def hard_close_of(received) -> tuple[int, str, int, int]:
+    channel, close = received[-1]
+    assert channel == 0 and isinstance(close, commands.Connection.Close), received
+    return close.reply_code, close.reply_text, close.class_id, close.method_id
+
+
+def test_a_content_header_of_another_class_after_publish_is_505():
+    client = opened_client()
+    client.send(1, commands.Basic.Publish(exchange="", routing_key="q"))
+    header = struct.pack(">HHQH", 50, 0, 1, 0)
+    received = client.send_bytes(raw_frame(2, 1, header))
+    assert hard_close_of(received) == (
+        505, "UNEXPECTED_FRAME - expected content header for class 60, got one for class 50 instead", 60, 40)
+
+
+def test_content_on_an_unopened_channel_is_505_like_content_without_a_method():
+    client = opened_client()
+    client.send(1, commands.Basic.Publish(exchange="", routing_key="q"))
+    received = client.send(2, ContentHeader(body_size=1))
+    assert hard_close_of(received) == (505, "UNEXPECTED_FRAME - expected method frame, got non method frame instead", 0, 0)
+    client = opened_client()
+    received = client.send(3, ContentBody(b"x"))
+    assert hard_close_of(received) == (505, "UNEXPECTED_FRAME - expected method frame, got non method frame instead", 0, 0)
+
+
+def test_connection_close_on_an_unopened_channel_is_504_and_on_an_open_one_503():
+    close = commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+    client = opened_client()
+    assert hard_close_of(client.send(2, close)) == (504, "CHANNEL_ERROR - expected 'channel.open'", 10, 50)
+    client = opened_client()
+    assert hard_close_of(client.send(1, close)) == (503, "COMMAND_INVALID - unimplemented method", 10, 50)
