@@ -18,7 +18,7 @@ from amqp_server import codec, errors
 from amqp_server.errors import AMQPError
 from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
-from amqp_server.sender_selected import sender_selected_keys, strip_bcc
+from amqp_server.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
 from queues.journal import when_synced
 from queues.message import (
     CONTENT_HEADER_PREFIX_SIZE,
@@ -86,6 +86,8 @@ def complete_publish(channel: "Channel") -> None:
     # One test of the flag word; properties are decoded only for messages that set these.
     if flags & (FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION):
         message = check_special_properties(channel, message, flags)
+    if flags & FLAG_HEADERS:
+        check_routing_headers(message)
     broker = channel.connection.broker
     broker.stats.received += 1
     broker.message_sizes.observe(len(body))

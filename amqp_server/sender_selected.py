@@ -1,13 +1,34 @@
 """Sender-selected distribution: the CC and BCC headers add routing keys to a publish.
 
-As in RabbitMQ, a message is routed with its routing key plus every key in its CC and BCC
-headers (arrays of strings); the BCC header is removed before the message reaches a queue.
+As in RabbitMQ, a message is routed with its routing key plus every string in its CC and BCC
+headers; the BCC header is removed before the message reaches a queue. A CC or BCC header
+that is not an array makes the message invalid (406, closing the channel).
 """
 
 from __future__ import annotations
 
+from amqp_server import errors
+from amqp_server.errors import AMQPError
+from queues.arguments import amqp_type_name
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message
 from queues.raw_properties import RawProperties
+
+
+def check_routing_headers(message: Message) -> None:
+    """406 unless the CC and BCC headers, where present, are arrays (RabbitMQ checks this on
+    publish, before routing and before a transaction holds the message)."""
+    raw = message.raw_header
+    if b"\x02CC" not in raw and b"\x03BCC" not in raw:
+        return
+    headers = message.headers or {}
+    for name in ("CC", "BCC"):
+        if name in headers and not isinstance(headers[name], list):
+            raise AMQPError(
+                errors.PRECONDITION_FAILED,
+                f'invalid message: {{unacceptable_type_in_header,"{name}",{amqp_type_name(headers[name])}}}',
+                60,
+                40,
+            )
 
 
 def sender_selected_keys(message: Message) -> list[str] | None:
@@ -20,7 +41,9 @@ def sender_selected_keys(message: Message) -> list[str] | None:
     for name in ("CC", "BCC"):
         value = headers.get(name)
         if isinstance(value, list):
-            extra.extend(item.decode() if isinstance(item, bytes) else str(item) for item in value)
+            # RabbitMQ takes the longstr items and skips the rest.
+            strings = [item for item in value if isinstance(item, (str, bytes))]
+            extra.extend(item.decode() if isinstance(item, bytes) else item for item in strings)
     if not extra:
         return None
     return [message.routing_key, *extra]

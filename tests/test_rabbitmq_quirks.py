@@ -184,3 +184,45 @@ def test_connection_close_on_an_unopened_channel_is_504_and_on_an_open_one_503()
     assert hard_close_of(client.send(2, close)) == (504, "CHANNEL_ERROR - expected 'channel.open'", 10, 50)
     client = opened_client()
     assert hard_close_of(client.send(1, close)) == (503, "COMMAND_INVALID - unimplemented method", 10, 50)
+
+
+# -- CC and BCC headers --------------------------------------------------------------------
+
+
+def publish_with_headers(client, headers, routing_key="q"):
+    return client.publish(1, b"x", routing_key=routing_key, properties=commands.Basic.Properties(headers=headers))
+
+
+def test_a_cc_or_bcc_header_that_is_not_an_array_closes_the_channel():
+    cases = [
+        ({"CC": "other"}, '{unacceptable_type_in_header,"CC",longstr}'),
+        ({"BCC": 5}, '{unacceptable_type_in_header,"BCC",signedint}'),
+        ({"CC": {"a": 1}}, '{unacceptable_type_in_header,"CC",table}'),
+        ({"CC": True}, '{unacceptable_type_in_header,"CC",bool}'),
+    ]
+    for headers, reason in cases:
+        client = opened_client()
+        client.call(1, commands.Queue.Declare(queue="q"))
+        close = methods(publish_with_headers(client, headers))[-1]
+        assert close_of(close) == (406, f"PRECONDITION_FAILED - invalid message: {reason}", 60, 40)
+        assert client.broker.vhosts["/"].queues["q"].message_count == 0
+
+
+def test_a_bad_cc_header_is_refused_at_publish_even_when_unroutable_or_in_a_transaction():
+    client = opened_client()
+    close = methods(publish_with_headers(client, {"CC": "x"}, routing_key="nowhere"))[-1]
+    assert close_of(close)[0] == 406
+    client = opened_client()
+    client.call(1, commands.Tx.Select())
+    close = methods(publish_with_headers(client, {"CC": "x"}))[-1]
+    assert close_of(close)[0] == 406
+
+
+def test_cc_array_items_that_are_not_strings_are_skipped():
+    client = opened_client()
+    for name in ("q", "5"):
+        client.call(1, commands.Queue.Declare(queue=name))
+    assert publish_with_headers(client, {"CC": [5]}) == []
+    queues = client.broker.vhosts["/"].queues
+    assert (queues["q"].message_count, queues["5"].message_count) == (1, 0)
+
