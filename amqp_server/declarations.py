@@ -16,6 +16,8 @@ from pamqp import commands
 from amqp_server import errors
 from amqp_server.basic_methods import queue_name_or_last, reply
 from amqp_server.errors import AMQPError
+from exchanges.registry import EXCHANGE_TYPES
+from queues.arguments import amqp_type_name
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -32,6 +34,7 @@ def exchange_declare(channel: "Channel", method: commands.Exchange.Declare) -> N
     name = method.exchange
     if not method.passive:
         channel.connection.check_permission("configure", "exchange", name or "amq.default")
+        _check_alternate_exchange_type(channel, method)
     channel.vhost.declare_exchange(
         name,
         method.exchange_type,
@@ -43,6 +46,27 @@ def exchange_declare(channel: "Channel", method: commands.Exchange.Declare) -> N
     )
     if not method.nowait:
         reply(channel, commands.Exchange.DeclareOk())
+
+
+def _check_alternate_exchange_type(channel: "Channel", method: commands.Exchange.Declare) -> None:
+    """406 when a new exchange's alternate-exchange is not a string. RabbitMQ checks it only
+    when it creates the exchange, after the type and the amq. prefix (a redeclare is checked for
+    equivalence instead)."""
+    arguments = method.arguments
+    if not arguments or "alternate-exchange" not in arguments:
+        return
+    value = arguments["alternate-exchange"]
+    if isinstance(value, (str, bytes)):  # a longstr that is not UTF-8 decodes to bytes
+        return
+    vhost = channel.vhost
+    name = method.exchange
+    if not name or name in vhost.exchanges or name.startswith("amq.") or method.exchange_type not in EXCHANGE_TYPES:
+        return
+    raise AMQPError(
+        errors.PRECONDITION_FAILED,
+        f"invalid type '{amqp_type_name(value)}' for arg 'alternate-exchange' in "
+        f"{errors.resource('exchange', name, vhost.name)}",
+    )
 
 
 def exchange_delete(channel: "Channel", method: commands.Exchange.Delete) -> None:

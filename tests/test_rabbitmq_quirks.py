@@ -226,3 +226,35 @@ def test_cc_array_items_that_are_not_strings_are_skipped():
     queues = client.broker.vhosts["/"].queues
     assert (queues["q"].message_count, queues["5"].message_count) == (1, 0)
 
+
+# -- alternate-exchange argument -----------------------------------------------------------
+
+
+def declare_with_alternate(client, value, **options):
+    return client.call(
+        1,
+        commands.Exchange.Declare(
+            exchange="x", exchange_type="direct", arguments={"alternate-exchange": value}, **options
+        ),
+    )
+
+
+def test_a_new_exchange_with_a_non_string_alternate_exchange_is_406():
+    for value, type_name in ((5, "signedint"), (2**40, "long"), (True, "bool"), ({"a": 1}, "table"), (["ae"], "array")):
+        client = opened_client()
+        close = declare_with_alternate(client, value)
+        assert close_of(close) == (
+            406,
+            f"PRECONDITION_FAILED - invalid type '{type_name}' for arg 'alternate-exchange' in exchange 'x' in vhost '/'",
+            40,
+            10,
+        )
+        assert "x" not in client.broker.vhosts["/"].exchanges
+
+
+def test_alternate_exchange_type_is_not_checked_on_passive_or_existing_exchanges():
+    client = opened_client()
+    assert isinstance(declare_with_alternate(client, "ae"), commands.Exchange.DeclareOk)
+    assert isinstance(declare_with_alternate(client, 5, passive=True), commands.Exchange.DeclareOk)
+    close = declare_with_alternate(client, 5)
+    assert close_of(close)[1].startswith("PRECONDITION_FAILED - inequivalent arg 'alternate-exchange'")
