@@ -176,7 +176,8 @@ class Channel:
         confirms = self.confirms
         acked_before = confirms.acked_total
         for is_ack, tag, multiple in confirms.take_frames():
-            method = commands.Basic.Ack(tag, multiple) if is_ack else commands.Basic.Nack(tag, multiple, False)
+            # RabbitMQ's confirm nack leaves requeue at its default, true.
+            method = commands.Basic.Ack(tag, multiple) if is_ack else commands.Basic.Nack(tag, multiple, True)
             self.connection.send_method(self.id, method)
         self.connection.broker.stats.confirmed += confirms.acked_total - acked_before
 

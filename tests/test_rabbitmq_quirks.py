@@ -258,3 +258,16 @@ def test_alternate_exchange_type_is_not_checked_on_passive_or_existing_exchanges
     assert isinstance(declare_with_alternate(client, 5, passive=True), commands.Exchange.DeclareOk)
     close = declare_with_alternate(client, 5)
     assert close_of(close)[1].startswith("PRECONDITION_FAILED - inequivalent arg 'alternate-exchange'")
+
+
+# -- publisher confirm nacks ---------------------------------------------------------------
+
+
+def test_a_confirm_nack_for_an_overflowing_queue_has_requeue_set():
+    client = opened_client()
+    client.call(1, commands.Queue.Declare(queue="q", arguments={"x-max-length": 1, "x-overflow": "reject-publish"}))
+    client.call(1, commands.Confirm.Select())
+    client.publish(1, b"a", routing_key="q")
+    nack = methods(client.publish(1, b"b", routing_key="q"))[-1]
+    assert isinstance(nack, commands.Basic.Nack)
+    assert (nack.delivery_tag, nack.requeue) == (2, True)
