@@ -24,7 +24,7 @@ from amqp_server.settlement import apply_settlement, forget_transaction_settleme
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
 from queues.delayed_retry import RETURNED
-from queues.delivery_count import header_with_delivery_count
+from queues.delivery_count import get_ok_header
 from queues.journal import when_synced
 from queues.unacked_store import Unacked
 
@@ -178,9 +178,7 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
     message = entry.message
     if channel.vhost.firehose is not None:
         channel.vhost.firehose.delivered(queue.name, message, entry.redelivered, connection, channel.id)
-    raw_header = message.raw_header
-    if entry.delivery_count and queue.adds_delivery_count:
-        raw_header = header_with_delivery_count(message, entry.delivery_count)
+    raw_header = get_ok_header(queue.settings, message, entry.delivery_count)
     frames = [
         connection.method_frame(
             channel.id,

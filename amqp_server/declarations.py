@@ -128,6 +128,7 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
         auto_delete=method.auto_delete,
         arguments=method.arguments,
         allow_reserved_name=server_named,  # amq.gen-… is ours to give
+        server_named=server_named,
     )
     if created:
         connection.broker.stats.queues_created += 1

@@ -17,9 +17,6 @@ from interop_tests.pika_helpers import channel_error, wait_ready, wait_until
 from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
 
 QUORUM = {"x-queue-type": "quorum"}
-# Wired into the protocol only once amqp_server/declarations.py passes server_named and
-# basic_methods.py uses queues.delivery_count.get_ok_header (owned by others).
-NEEDS_WIRING = pytest.mark.xfail(external_broker() is None, reason="not wired yet", strict=True)
 
 
 @pytest.fixture
@@ -123,7 +120,6 @@ def test_a_stream_queue_is_refused(connection, unique):
     assert code == 406
 
 
-@NEEDS_WIRING
 def test_a_server_named_quorum_queue_is_refused(connection):
     assert refusal(connection, "", QUORUM, durable=True) == (
         406, "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_quorum_queue")
@@ -173,7 +169,6 @@ def test_every_return_counts_and_redeliveries_carry_the_count(connection, quorum
     channel.basic_ack(tag)
 
 
-@NEEDS_WIRING
 def test_basic_get_from_a_quorum_queue_always_carries_the_count(connection, quorum_queue):
     queue = quorum_queue("qq-get")
     channel = connection.channel()
