@@ -10,6 +10,7 @@ bytes, writes what it produces, and handles heartbeat timing.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +71,13 @@ class Connection:
         self._out: list[bytes] = []
         self._confirm_channels: set[Channel] = set()
         self._input_broken = False
+        # Traffic, as the management API reports it (recv_oct, send_oct, ...): one addition per
+        # read or write, never per message.
+        self.connected_at_ms = int(time.time() * 1000)
+        self.received_bytes = 0
+        self.received_reads = 0
+        self.sent_bytes = 0
+        self.sent_writes = 0
 
     @property
     def name(self) -> str:
@@ -89,6 +97,8 @@ class Connection:
     def receive_data(self, data: bytes) -> None:
         if self.state == CLOSED or self._input_broken:
             return
+        self.received_bytes += len(data)
+        self.received_reads += 1
         self.reader.feed(data)
         if self.state == AWAIT_HEADER:
             header = self.reader.take_protocol_header()
@@ -278,6 +288,8 @@ class Connection:
             return b""
         data = b"".join(self._out)
         self._out.clear()
+        self.sent_bytes += len(data)
+        self.sent_writes += 1
         return data
 
     def throttle(self, queue: Queue) -> None:

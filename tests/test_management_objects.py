@@ -7,12 +7,13 @@ this broker does not keep.
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 
 import pytest
 from pamqp import commands
 
-from tests.frame_driver import methods, opened_client
+from tests.frame_driver import marshal, methods, opened_client
 from tests.test_management_client import api, broker  # noqa: F401  (fixtures)
 
 QUEUE_KEYS = {
@@ -190,3 +191,18 @@ def test_unknown_paths_and_methods_answer_in_json(api):
     reply = api.request("GET", "/api/nothing-here")
     assert reply.status == 404 and reply.json()["error"] == "Object Not Found"
     assert api.request("PATCH", "/api/queues").status == 405
+
+
+def test_connections_report_their_traffic_in_bytes_and_reads(api, broker):
+    client = opened_client(broker)
+    [before] = api.get("/api/connections")
+    publish = client.publish_bytes(1, b"x" * 1000, routing_key="nowhere") + marshal(1, commands.Basic.Qos(prefetch_count=5))
+    client.connection.receive_data(publish)
+    sent = client.connection.take_output()  # the qos-ok
+    assert sent
+    [after] = api.get("/api/connections")
+    assert after["recv_oct"] - before["recv_oct"] == len(publish)
+    assert after["recv_cnt"] - before["recv_cnt"] == 1
+    assert after["send_oct"] - before["send_oct"] == len(sent)
+    assert after["recv_oct_details"] == {"rate": 0.0}  # no sampling round has run yet
+    assert after["connected_at"] <= int(time.time() * 1000)

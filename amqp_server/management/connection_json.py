@@ -16,6 +16,7 @@ from amqp_server.metrics.core_collector import channel_label
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
     from amqp_server.connection import Connection
+    from amqp_server.management.rates import RateSampler
     from queues.consumer import Consumer
 
 PROTOCOL = "AMQP 0-9-1"
@@ -49,7 +50,12 @@ def connection_state(connection: "Connection") -> str:
     return "running"
 
 
-def connection_json(connection: "Connection", node: str) -> dict[str, Any]:
+def connection_traffic(connection: "Connection") -> dict[str, int]:
+    """The byte counters whose rates RabbitMQ shows (recv_oct_details, send_oct_details)."""
+    return {"recv_oct": connection.received_bytes, "send_oct": connection.sent_bytes}
+
+
+def connection_json(connection: "Connection", node: str, rates: "RateSampler") -> dict[str, Any]:
     local = connection.local_address
     host, port = _split_address(local) if local else ("", None)
     properties = connection.client_properties
@@ -82,6 +88,11 @@ def connection_json(connection: "Connection", node: str) -> dict[str, Any]:
         "user_provided_name": properties.get("connection_name"),
         "user_who_performed_action": user,
         "vhost": connection.vhost.name if connection.vhost else None,
+        "connected_at": connection.connected_at_ms,
+        "recv_cnt": connection.received_reads,
+        "send_cnt": connection.sent_writes,
+        "send_pend": 0,  # written at once by the event loop; nothing waits in a send queue
+        **rates.details(("connection", connection.name), connection_traffic(connection)),
     }
 
 

@@ -42,12 +42,12 @@ def _connection_named(request: web.Request) -> "Connection":
 async def list_connections(request: web.Request) -> web.Response:
     ctx = context(request)
     return list_reply(
-        request, [connection_json(c, ctx.broker.node_name) for c in _visible_connections(request)], paginated=True)
+        request, [connection_json(c, ctx.broker.node_name, ctx.rates) for c in _visible_connections(request)], paginated=True)
 
 
 async def show_connection(request: web.Request) -> web.Response:
     ctx = context(request)
-    return item_reply(request, connection_json(_connection_named(request), ctx.broker.node_name))
+    return item_reply(request, connection_json(_connection_named(request), ctx.broker.node_name, ctx.rates))
 
 
 async def close_connection(request: web.Request) -> web.Response:
@@ -70,7 +70,7 @@ async def user_connections(request: web.Request) -> web.Response:
     them (an unknown user has none: 200 [], as in RabbitMQ)."""
     ctx = context(request)
     return list_reply(
-        request, [connection_json(c, ctx.broker.node_name) for c in _connections_of_user(request)], paginated=True)
+        request, [connection_json(c, ctx.broker.node_name, ctx.rates) for c in _connections_of_user(request)], paginated=True)
 
 
 async def close_user_connections(request: web.Request) -> web.Response:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
+from amqp_server.management.connection_json import connection_traffic
 from amqp_server.management.rates import RateSampler
 from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
 from amqp_server.metrics.process_stats import ProcessStats
@@ -51,6 +52,8 @@ class ManagementContext:
                 counts = queue_message_counts(queue.stats)
                 counts.update(queue_depth_counts(queue.message_count, queue.unacked_count))
                 yield ("queue", vhost.name, queue.name), counts
+        for connection in list(broker.connections):
+            yield ("connection", connection.name), connection_traffic(connection)
 
 
 def context(request: web.Request) -> ManagementContext:

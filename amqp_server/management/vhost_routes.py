@@ -84,7 +84,7 @@ async def vhost_connections(request: web.Request) -> web.Response:
     ctx, user = context(request), caller(request)
     vhost = vhost_named(ctx.broker, request.match_info["vhost"])
     return list_reply(request, [
-        connection_json(c, ctx.broker.node_name)
+        connection_json(c, ctx.broker.node_name, ctx.rates)
         for c in list(ctx.broker.connections)
         if c.vhost is vhost and user.may_see_connection(c)
     ])
