@@ -16,7 +16,7 @@ from amqp_server.metrics import process_stats
 from amqp_server.metrics.core_collector import AGGREGATED, PER_OBJECT, CoreCollector
 from amqp_server.metrics.detailed_collector import DetailedCollector
 from amqp_server.metrics.process_stats import ProcessStats
-from tests.frame_driver import methods, opened_client
+from tests.frame_driver import marshal, methods, opened_client
 
 FIXED_PROCESS = ProcessStats(
     resident_memory_bytes=100, memory_limit_bytes=1000, open_fds=7, max_fds=1024, disk_free_bytes=10**9,
@@ -283,3 +283,27 @@ def test_queues_deleted_counts_every_way_a_queue_goes():
     owner.send(0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
     assert not broker.vhosts["/"].queues
     assert value(aggregated(broker), "rabbitmq_queues_deleted_total") == 3
+
+
+def test_connection_traffic_counts_every_byte_read_and_written():
+    broker = Broker()
+    opened_client(broker, channels=(1, 2))
+    second = opened_client(broker)
+    payload = second.publish_bytes(1, b"x" * 500, routing_key="nowhere") + marshal(1, commands.Basic.Qos())
+    before = aggregated(broker)
+    second.connection.receive_data(payload)
+    written = second.connection.take_output()
+    after = aggregated(broker)
+    assert value(after, "rabbitmq_connection_incoming_bytes_total") - value(
+        before, "rabbitmq_connection_incoming_bytes_total") == len(payload)
+    assert value(after, "rabbitmq_connection_outgoing_bytes_total") - value(
+        before, "rabbitmq_connection_outgoing_bytes_total") == len(written) > 0
+    assert value(after, "rabbitmq_connection_incoming_packets_total") - value(
+        before, "rabbitmq_connection_incoming_packets_total") == 1
+    assert value(after, "rabbitmq_connection_channels") == 3
+
+    alone = opened_client(channels=(1, 2))  # its own broker: fake clients share one peer address
+    per_object = scrape(CoreCollector(alone.broker, PER_OBJECT, lambda: FIXED_PROCESS))
+    name = alone.connection.name
+    assert value(per_object, "rabbitmq_connection_channels", channel=name) == 2
+    assert value(per_object, "rabbitmq_connection_incoming_bytes_total", channel=name) == alone.connection.received_bytes

@@ -96,6 +96,7 @@ class CoreCollector(Collector):
         yield from self._object_totals(snapshot)
         yield from self._queues(snapshot)
         yield from self._channels(snapshot)
+        yield from self._connections()
         yield from legacy_channel_counter_families(stats, snapshot)
         yield from global_counter_families(stats, snapshot)
         yield from self._message_sizes()
@@ -228,6 +229,36 @@ class CoreCollector(Collector):
             families["consumer_prefetch"].add_metric([], snapshot.consumer_prefetch)
             families["channel_prefetch"].add_metric([], snapshot.channel_prefetch)
         yield from families.values()
+
+    def _connections(self) -> Iterator[Metric]:
+        """Traffic and channels of the open connections, as RabbitMQ's connection metrics (on
+        /metrics/per-object one series per connection, labelled `channel` with its name, as
+        RabbitMQ labels them)."""
+        per_object = self.endpoint == PER_OBJECT
+        labels = ["channel"] if per_object else None
+        families = [
+            (CounterMetricFamily("rabbitmq_connection_incoming_bytes", "Total number of bytes received on a connection",
+                                 labels=labels), lambda c: c.received_bytes),
+            (CounterMetricFamily("rabbitmq_connection_outgoing_bytes", "Total number of bytes sent on a connection",
+                                 labels=labels), lambda c: c.sent_bytes),
+            (CounterMetricFamily("rabbitmq_connection_incoming_packets",
+                                 "Total number of packets received on a connection", labels=labels),
+             lambda c: c.received_reads),
+            (CounterMetricFamily("rabbitmq_connection_outgoing_packets", "Total number of packets sent on a connection",
+                                 labels=labels), lambda c: c.sent_writes),
+            (GaugeMetricFamily("rabbitmq_connection_pending_packets",
+                               "Number of packets waiting to be sent on a connection", labels=labels), lambda c: 0),
+            (GaugeMetricFamily("rabbitmq_connection_channels", "Channels on a connection", labels=labels),
+             lambda c: len(c.channels)),
+        ]
+        connections = list(self.broker.connections)
+        for family, value in families:
+            if per_object:
+                for connection in connections:
+                    family.add_metric([connection.name], value(connection))
+            else:
+                family.add_metric([], sum(value(connection) for connection in connections))
+            yield family
 
     def _message_sizes(self) -> Iterator[Metric]:
         histogram = self.broker.message_sizes
