@@ -39,6 +39,23 @@ def connection_for_test(broker: BrokerProcess, user: str = "guest",
         connection.close()
 
 
+def channel_for_test(broker: BrokerProcess, extension: str | None = None) -> Iterator[BlockingChannel]:
+    """The body of a channel fixture: yields a channel on its own connection, then closes it.
+
+    `extension` names this broker's own feature the test needs: against an external broker
+    (INTEROP_BROKER_URL pointing at RabbitMQ) the test is skipped with that reason."""
+    if extension is not None and broker.is_external:
+        pytest.skip(extension)
+    for connection in connection_for_test(broker):
+        yield connection.channel()
+
+
+def pump(channel: BlockingChannel, done: Callable[[], object], timeout: float = 8.0) -> None:
+    """Process the channel's events until `done()`; fail the test after `timeout` seconds."""
+    if not wait_until(channel.connection, done, timeout):
+        pytest.fail(f"timed out after {timeout} s")
+
+
 @pytest.fixture
 def connection(broker: BrokerProcess) -> Iterator[pika.BlockingConnection]:
     """A guest connection to the broker for one test."""

@@ -16,7 +16,7 @@ import time
 import pika
 import pytest
 
-from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, free_port
+from interop_tests.broker_process import TEST_CONFIG, BrokerProcess
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("INTEROP_BROKER_URL")), reason="needs this project's broker with its own watermark"

@@ -7,31 +7,18 @@ from collections.abc import Iterator
 
 import pika
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker
 
 from interop_tests.broker_process import TEST_CONFIG
+from interop_tests.pika_helpers import channel_for_test, pump
 
 WAIT_S = 8.0
 
 
 @pytest.fixture
-def channel(broker) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
-    if broker.is_external:
-        pytest.skip("uses this broker's lifecycle extensions")
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    try:
-        yield connection.channel()
-    finally:
-        if connection.is_open:
-            connection.close()
-
-
-def pump(channel, done, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail("timed out")
-        channel.connection.process_data_events(time_limit=0.02)
+def channel(broker) -> Iterator[BlockingChannel]:
+    yield from channel_for_test(broker, extension="uses this broker's lifecycle extensions")
 
 
 def test_a_slow_consumer_is_cancelled_alone_and_its_delivery_goes_to_another(channel, unique):

@@ -9,19 +9,17 @@ from collections.abc import Iterator
 
 import pika
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import NackError
+
+from interop_tests.pika_helpers import channel_for_test
 
 WAIT_S = 8.0
 
 
 @pytest.fixture
-def channel(broker) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    try:
-        yield connection.channel()
-    finally:
-        if connection.is_open:
-            connection.close()
+def channel(broker) -> Iterator[BlockingChannel]:
+    yield from channel_for_test(broker)
 
 
 def wait_for_count(channel, queue: str, count: int, timeout: float = WAIT_S) -> None:

@@ -11,29 +11,16 @@ from collections.abc import Callable, Iterator
 
 import pika
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel
+
+from interop_tests.pika_helpers import channel_for_test, pump
 
 WAIT_S = 8.0
 
 
 @pytest.fixture
-def channel(broker) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
-    if broker.is_external:
-        pytest.skip("delayed retry and delivery limits are this broker's extensions")
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    try:
-        yield connection.channel()
-    finally:
-        if connection.is_open:
-            connection.close()
-
-
-def pump(channel, done: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    """Process events until `done()`; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail("timed out waiting for deliveries")
-        channel.connection.process_data_events(time_limit=0.02)
+def channel(broker) -> Iterator[BlockingChannel]:
+    yield from channel_for_test(broker, extension="delayed retry and delivery limits are this broker's extensions")
 
 
 class Recorder:

@@ -7,7 +7,6 @@ recovery under crashes, not power loss (the fsync ordering is covered by test_pe
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess

@@ -21,7 +21,6 @@ from amqp_server.management.http_io import (
     read_body,
     vhost_named,
     vhosts_visible_to,
-    visible_vhost,
 )
 from amqp_server.management.node_json import permission_json, vhost_json
 from amqp_server.metrics.broker_view import channels_of
