@@ -4,40 +4,12 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 from kombu.message import Message
 
-WAIT_S = 5.0
-
-
-def kombu_url(broker, user: str = "guest", password: str = "guest", vhost: str = "/") -> str:
-    return broker.url(user, password, vhost).replace("amqp://", "pyamqp://", 1)
-
-
-@pytest.fixture
-def connection(broker) -> Iterator[Connection]:
-    conn = Connection(kombu_url(broker), connect_timeout=WAIT_S)
-    conn.connect()
-    try:
-        yield conn
-    finally:
-        conn.release()
-
-
-def drain_until(conn: Connection, done, timeout: float = WAIT_S) -> None:
-    """Dispatch incoming deliveries until `done()` holds; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            pytest.fail("timed out waiting for deliveries")
-        try:
-            conn.drain_events(timeout=min(remaining, 0.5))
-        except socket.timeout:
-            pass
+from interop_tests.kombu_helpers import WAIT_S, connection, drain_until, kombu_url  # noqa: F401 (fixture)
 
 
 def test_connection_reports_server_and_transport(connection: Connection) -> None:

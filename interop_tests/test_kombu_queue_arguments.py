@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import amqp.exceptions
 import pytest
-from kombu import Connection, Exchange, Producer, Queue
+from kombu import Exchange, Producer, Queue
 
-WAIT_S = 5.0
-
-
-@pytest.fixture
-def connection(broker) -> Iterator[Connection]:
-    conn = Connection(broker.url().replace("amqp://", "pyamqp://", 1), connect_timeout=WAIT_S)
-    conn.connect()
-    try:
-        yield conn
-    finally:
-        conn.release()
+from interop_tests.kombu_helpers import connection  # noqa: F401 (fixture)
 
 
 def test_ttl_expires_max_length_arguments_are_accepted(connection, unique) -> None:

@@ -3,7 +3,6 @@ priorities, and delayed retry with a delivery limit."""
 
 from __future__ import annotations
 
-import socket
 import time
 
 import amqp.exceptions
@@ -16,23 +15,7 @@ from kombu.transport.native_delayed_delivery import (
     level_name,
 )
 
-WAIT_S = 10.0
-
-
-def kombu_url(broker) -> str:
-    return broker.url().replace("amqp://", "pyamqp://", 1)
-
-
-def drain_until(conn: Connection, done, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            pytest.fail("timed out waiting for deliveries")
-        try:
-            conn.drain_events(timeout=min(remaining, 0.2))
-        except socket.timeout:
-            pass
+from interop_tests.kombu_helpers import WAIT_S, drain_until, kombu_url
 
 
 def test_celery_native_delayed_delivery_holds_a_task_for_its_countdown(broker, unique):
