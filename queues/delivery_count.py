@@ -14,7 +14,7 @@ other delivery goes out as the raw bytes the publisher sent.
 from __future__ import annotations
 
 from queues.arguments import QueueArguments
-from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header, decode_properties
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header
 from queues.queue_type_rules import QUORUM
 from queues.raw_properties import RawProperties, encode_field
 
@@ -23,12 +23,7 @@ HEADER = "x-delivery-count"
 
 def header_with_delivery_count(message: Message, count: int) -> bytes:
     """`message`'s content header with x-delivery-count set to `count` (the message is not changed)."""
-    try:
-        raw = RawProperties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
-    except ValueError:  # a second property-flags word: fall back to decoding and re-encoding
-        properties = decode_properties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
-        properties.headers = {**(properties.headers or {}), HEADER: count}
-        return content_header(len(message.body), properties.marshal())
+    raw = RawProperties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
     fields = [(name, value) for name, value in raw.header_fields() if name != HEADER]
     fields.append((HEADER, encode_field(count)))
     fields.sort(key=lambda field: field[0].encode("utf-8", "surrogateescape"))

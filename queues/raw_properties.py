@@ -60,15 +60,23 @@ class RawProperties:
     __slots__ = ("_parts",)
 
     def __init__(self, raw: bytes) -> None:
-        """`raw` is a property-flags word followed by the property list. Raises ValueError if it
-        is truncated or uses a second flags word (no basic property needs one)."""
+        """`raw` is the property-flags words followed by the property list. Basic has 14
+        properties, so words after the first can only be empty continuations; they are dropped
+        (encode() writes one word). Raises ValueError if the list is truncated or a later word
+        sets a property bit no basic property has."""
         if len(raw) < 2:
             raise ValueError("no property flags")
         flags = int.from_bytes(raw[:2], "big")
-        if flags & 1:
-            raise ValueError("a second property-flags word")
-        parts: dict[int, bytes] = {}
         pos = 2
+        word = flags
+        while word & 1:  # a continuation: another flags word follows
+            if pos + 2 > len(raw):
+                raise ValueError("truncated property flags")
+            word = int.from_bytes(raw[pos : pos + 2], "big")
+            if word & ~1:
+                raise ValueError("a property bit beyond the basic properties")
+            pos += 2
+        parts: dict[int, bytes] = {}
         for flag, kind in _LAYOUT:
             if not flags & flag:
                 continue
