@@ -12,6 +12,7 @@ import sys
 from typing import Sequence
 
 from amqp_server.config import ConfigError, load_config
+from amqp_server.log_escaping import EscapingFormatter
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -43,5 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def configure_logging(level: str) -> None:
-    """Log to stderr with timestamp, level and logger name at ``level`` ("info", ...)."""
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
+    """Log to stderr with timestamp, level and logger name at ``level`` ("info", ...), one line per
+    record: what clients control is escaped (log_escaping.py), so no client can forge a line."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(EscapingFormatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
