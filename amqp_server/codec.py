@@ -85,6 +85,10 @@ class FrameReader:
             if offset:
                 del buffer[:offset]
 
+    def clear(self) -> None:
+        """Drop what is buffered: the stream is broken and nothing more will be read from it."""
+        self._buffer.clear()
+
     def take_protocol_header(self) -> bytes | None:
         """Return the 8-byte protocol header once it has arrived."""
         if len(self._buffer) < 8:

@@ -18,6 +18,7 @@ from pamqp import commands
 
 from amqp_server import codec, errors, handshake, publisher_blocking
 from amqp_server.access_control import User
+from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.channel import CLOSING as CHANNEL_CLOSING
 from amqp_server.channel import Channel
 from amqp_server.connection_states import AWAIT_HEADER, AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, CLOSED, CLOSING, OPEN
@@ -27,6 +28,7 @@ from queues.queue import Queue
 
 log = logging.getLogger(__name__)
 
+_HANDSHAKE_STATES = (AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN)
 _CHANNEL_OPEN = 0x0014000A
 _CONNECTION_CLOSE = 0x000A0032
 _CONNECTION_CLOSE_OK = 0x000A0033
@@ -45,7 +47,9 @@ class Connection:
         self.on_output = on_output or (lambda: None)
         self.state = AWAIT_HEADER
         limits = broker.limits
-        self.reader = codec.FrameReader(limits.frame_max)
+        # Until tune-ok a client gets frames of FRAME_MIN_SIZE, as in RabbitMQ: an anonymous socket
+        # can make the broker hold one small frame, not the broker's frame_max.
+        self.reader = codec.FrameReader(FRAME_MIN_SIZE)
         self.frame_max = limits.frame_max
         self.max_body_frame = self.frame_max - codec.FRAME_OVERHEAD
         self.channel_max = limits.channel_max
@@ -120,6 +124,11 @@ class Connection:
                     return
         except AMQPError as error:  # framing itself is broken: nothing after this can be read
             self._input_broken = True
+            self.reader.clear()
+            self.on_reading_paused(True)
+            if self.state in _HANDSHAKE_STATES:
+                self._handshake_frame_error(error)
+                return
             self._connection_error(error)
             self.finish()
 
@@ -299,7 +308,7 @@ class Connection:
     @property
     def reading_paused(self) -> bool:
         """No more input wanted: a congested queue (flow control) or a resource alarm blocks us."""
-        return bool(self.throttled_by) or self.blocked_by is not None
+        return bool(self.throttled_by) or self.blocked_by is not None or self._input_broken
 
     def alarm_changed(self, reason: str | None) -> None:
         """The broker's resource alarms changed (alarms.py); `reason` is None when none is left.
@@ -320,6 +329,16 @@ class Connection:
         log.warning("closing AMQP connection %s: %s", self.describe(), error.reply_text)
         self._release()
         self.send_method(0, commands.Connection.Close(error.code, error.reply_text, error.class_id, error.method_id))
+        self.state = CLOSING
+
+    def _handshake_frame_error(self, error: AMQPError) -> None:
+        """A broken frame before connection.open-ok: answer nothing and let the shell drop the
+        socket after its close-ok timeout (3 s). RabbitMQ does the same (SILENT_CLOSE_DELAY): a
+        client not yet trusted gets no reply and waits, so it cannot retry at full speed."""
+        log.warning(
+            "closing AMQP connection %s: handshake error in state %s: %s", self.describe(), self.state, error.reply_text
+        )
+        self._release()
         self.state = CLOSING
 
     def close_by_broker(self, code: int, text: str) -> None:
