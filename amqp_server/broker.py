@@ -16,6 +16,7 @@ from amqp_server.alarms import ResourceAlarms
 from amqp_server.broker_stats import BrokerStats
 from amqp_server.metrics.message_sizes import MessageSizeHistogram
 from amqp_server.config import LimitsConfig, ServerConfig
+from amqp_server.connection_limits import ConnectionLimit
 from amqp_server.errors import AMQPError
 from amqp_server.reply_to import ReplyRegistry
 from amqp_server.vhost import VirtualHost
@@ -52,6 +53,8 @@ class Broker:
         # kept here, next to the vhost records they are saved in, not in VirtualHost.
         self.vhost_metadata: dict[str, dict[str, Any]] = {}
         self.connections: set[Connection] = set()
+        # [limits] max_connections: sockets the whole broker holds (connection_limits.py).
+        self.connection_limit = ConnectionLimit("broker", config.limits.max_connections)
         # Memory and disk alarms; ResourceMonitor (alarms.py) measures, connections obey.
         self.alarms = ResourceAlarms(config.limits, lambda: self.connections)
         self.stats = BrokerStats()

@@ -19,6 +19,7 @@ from pamqp import commands
 from amqp_server import codec, errors, handshake, publisher_blocking
 from amqp_server.access_control import User
 from amqp_server.config import FRAME_MIN_SIZE
+from amqp_server.connection_limits import UNLIMITED_ADMISSION, Admission
 from amqp_server.channel import CLOSING as CHANNEL_CLOSING
 from amqp_server.channel import Channel
 from amqp_server.connection_states import AWAIT_HEADER, AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, CLOSED, CLOSING, OPEN
@@ -37,8 +38,17 @@ _CONNECTION_CLOSE_OK = 0x000A0033
 class Connection:
     """See the module docstring. `on_output` is called when output becomes available."""
 
-    def __init__(self, broker: Any, peer_host: str = "", peer_port: int = 0, on_output: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        broker: Any,
+        peer_host: str = "",
+        peer_port: int = 0,
+        on_output: Callable[[], None] | None = None,
+        admission: Admission = UNLIMITED_ADMISSION,
+    ) -> None:
         self.broker = broker
+        # Its place under the connection limits; refused at connection.open when over one.
+        self.admission = admission
         self.peer_host = peer_host
         self.peer_port = peer_port
         self.peer = f"{peer_host}:{peer_port}"

@@ -127,6 +127,9 @@ def open_vhost(connection: "Connection", method: commands.Connection.Open) -> No
         raise AMQPError(
             errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{connection.user.name}'", 10, 40
         )
+    over_limit = connection.admission.refused_by
+    if over_limit is not None:
+        raise over_limit.refusal(vhost.name, connection.user.name)
     connection.vhost = vhost
     connection.state = OPEN
     broker.connection_opened(connection)

@@ -19,6 +19,7 @@ from amqp_server.alarms import ResourceMonitor
 from amqp_server.broker import Broker
 from amqp_server.config import ServerConfig
 from amqp_server.connection import AWAIT_HEADER, CLOSED, CLOSING, OPEN, Connection
+from amqp_server.connection_limits import Admission, ConnectionLimit
 from amqp_server.errors import CONNECTION_FORCED, INTERNAL_ERROR
 from amqp_server.management.services import start_http_services, stop_http_services
 from amqp_server import codec
@@ -39,9 +40,10 @@ READ_BUDGET_PER_ITERATION = 64 * 1024
 
 
 class AMQPProtocol(asyncio.Protocol):
-    def __init__(self, broker: Broker, registry: set["AMQPProtocol"]) -> None:
+    def __init__(self, broker: Broker, registry: set["AMQPProtocol"], listener_limit: ConnectionLimit) -> None:
         self.broker = broker
         self.registry = registry
+        self.listener_limit = listener_limit
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.connection: Connection | None = None
@@ -62,7 +64,12 @@ class AMQPProtocol(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush)
+        admission = Admission((self.broker.connection_limit, self.listener_limit), f"{peer[0]}:{peer[1]}")
+        self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush, admission=admission)
+        if admission.dropped:
+            # Over a connection limit, with too many refusals already waiting (connection_limits.py).
+            transport.abort()
+            return
         local = transport.get_extra_info("sockname")
         if isinstance(local, tuple):
             self.connection.local_address = f"{local[0]}:{local[1]}"
@@ -133,6 +140,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.connection.resume_deliveries()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.connection.admission.release()
         self.registry.discard(self)
         self.connection.transport_closed()
         self.transport = None
@@ -176,10 +184,14 @@ class AMQPProtocol(asyncio.Protocol):
 class AMQPServer:
     """Listens, accepts, and runs the ticker; `stop()` closes every connection politely."""
 
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    def __init__(self, broker: Broker, host: str, port: int, max_connections: int = 0) -> None:
+        """`max_connections` bounds this listener's connections (0: no bound) within the
+        broker's own bound (connection_limits.py)."""
         self.broker = broker
         self.host = host
         self.port = port
+        self.max_connections = max_connections
+        self.connection_limit = ConnectionLimit(f"listener {host}:{port}", max_connections)
         self.protocols: set[AMQPProtocol] = set()
         self._server: asyncio.base_events.Server | None = None
         self._ticker: asyncio.Task | None = None
@@ -187,9 +199,12 @@ class AMQPServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: AMQPProtocol(self.broker, self.protocols), self.host, self.port, reuse_address=True, backlog=1024
+            lambda: AMQPProtocol(self.broker, self.protocols, self.connection_limit),
+            self.host, self.port, reuse_address=True, backlog=1024,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        # Named by the port bound (port 0 asks for any); nothing was accepted yet.
+        self.connection_limit = ConnectionLimit(f"listener {self.host}:{self.port}", self.max_connections)
         self._ticker = asyncio.create_task(self._tick_forever())
         self._timer_driver = asyncio.create_task(drive_timers(self.broker.timers))
         log.info("AMQP listener started on %s:%d", self.host, self.port)
@@ -247,7 +262,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     # Everything recovered at startup lives long: keep it out of the garbage collector's scans,
     # so a full collection does not pause every connection for the size of the recovered state.
     gc.freeze()
-    server = AMQPServer(broker, config.host, config.port)
+    server = AMQPServer(broker, config.host, config.port, config.limits.max_connections_per_listener)
     # Prometheus metrics and the management API (each off when its port is 0), up before the
     # AMQP port opens, so whoever waits for that port finds them ready too.
     http_services = await start_http_services(config, broker, config.port)

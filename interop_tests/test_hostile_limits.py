@@ -2,19 +2,25 @@
 
 Frames before tune-ok are at most 4096 bytes (RabbitMQ 3.10 checked here: a bigger one gets no
 reply, and the socket is dropped 3 s later, with "{frame_too_large,SIZE,4088}" in its log).
+`[limits] max_connections` and `max_connections_per_listener` count every socket; one over a
+limit is refused at connection.open with 530 and a text naming the limit.
 """
 
 from __future__ import annotations
 
 import time
 
+import pika
+import pytest
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 
+from interop_tests.broker_process import TEST_CONFIG
 from interop_tests.raw_client import CLIENT_CAPABILITIES, RawClient, ServerClosedSocket
 
 HANDSHAKE_TIMEOUT_S = 10.0
 SILENT_CLOSE_S = 3.0  # RabbitMQ's SILENT_CLOSE_DELAY
+SOCKETS_OVER_THE_LIMIT = 150
 
 
 def start_ok_frame(product_size: int) -> bytes:
@@ -95,3 +101,96 @@ def test_an_oversized_frame_after_start_ok_and_before_tune_ok_is_refused_too(bro
         client.send_bytes(b"\x01\x00\x00" + (5000).to_bytes(4, "big") + b"\x00" * 5000 + b"\xce")
         assert_dropped_silently(client)
     wait_for_log(broker, "{frame_too_large,5000,4088}")
+
+
+# -- connection limits -------------------------------------------------------------
+
+
+def limited_broker(broker_factory, limits: str):
+    return broker_factory(config_text=TEST_CONFIG + f"\n[limits]\n{limits}\n")
+
+
+def pika_connect(broker) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(broker.url()))
+
+
+def refusal_of(broker) -> str:
+    """pika reports a close at connection.open as it does for RabbitMQ's vhost connection limit:
+    ProbableAccessDeniedError naming the broker's close; returns that close's text."""
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused:
+        pika_connect(broker)
+    reported = str(refused.value)
+    assert 'ConnectionClosedByBroker: (530) "' in reported, reported
+    return reported.split('(530) "', 1)[1].rsplit('"', 1)[0]
+
+
+def connect_when_a_slot_is_free(broker) -> pika.BlockingConnection:
+    """The broker frees a slot when it sees the socket close, just after the client returns."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return pika_connect(broker)
+        except pika.exceptions.ProbableAccessDeniedError:
+            assert time.monotonic() < deadline, "no slot freed after a connection closed"
+            time.sleep(0.05)
+
+
+def test_max_connections_refuses_the_connection_over_it_at_open_and_says_why(broker_factory):
+    """Today's finding: with max_connections = 5, 15 connections opened."""
+    broker = limited_broker(broker_factory, "max_connections = 5")
+    connections = [pika_connect(broker) for _ in range(5)]
+    for _ in range(10):
+        text = refusal_of(broker)
+        assert text == "NOT_ALLOWED - access to vhost '/' refused for user 'guest': broker connection limit (5) is reached"
+    wait_for_log(broker, "broker connection limit (5) is reached")
+    # Those inside keep working, and a closed one makes room for a new one.
+    connections[0].channel().queue_declare("", exclusive=True)
+    connections.pop().close()
+    connections.append(connect_when_a_slot_is_free(broker))
+    refusal_of(broker)
+    for connection in connections:
+        connection.close()
+
+
+def test_max_connections_per_listener_refuses_over_it_and_names_the_listener(broker_factory):
+    broker = limited_broker(broker_factory, "max_connections_per_listener = 3")
+    connections = [pika_connect(broker) for _ in range(3)]
+    text = refusal_of(broker)
+    assert text == (
+        f"NOT_ALLOWED - access to vhost '/' refused for user 'guest': "
+        f"listener 127.0.0.1:{broker.port} connection limit (3) is reached"
+    )
+    wait_for_log(broker, f"listener 127.0.0.1:{broker.port} connection limit (3) is reached")
+    for connection in connections:
+        connection.close()
+
+
+def test_sockets_still_in_their_handshake_count_against_the_limit(broker_factory):
+    """An anonymous socket holds memory and a descriptor as an open connection does."""
+    broker = limited_broker(broker_factory, "max_connections = 2")
+    opened = pika_connect(broker)
+    with greeted(broker):  # said the protocol header, never logs in
+        refusal_of(broker)
+    connect_when_a_slot_is_free(broker).close()
+    opened.close()
+
+
+def test_sockets_over_the_limit_cannot_pile_up_waiting_for_their_refusal(broker_factory):
+    """A few over the limit wait for their refusal at connection.open; the rest are closed at once."""
+    broker = limited_broker(broker_factory, "max_connections = 1")
+    opened = pika_connect(broker)
+    clients = [RawClient(broker.host, broker.port) for _ in range(SOCKETS_OVER_THE_LIMIT)]
+    answered = 0
+    for client in clients:
+        try:
+            client.send(header.ProtocolHeader())
+            client.expect(commands.Connection.Start)
+            answered += 1
+        except (ServerClosedSocket, OSError):
+            pass
+    assert 0 < answered <= SOCKETS_OVER_THE_LIMIT // 2, answered
+    wait_for_log(broker, "connection(s) at accept")
+    for client in clients:
+        client.close()
+    opened.channel().queue_declare("", exclusive=True)
+    opened.close()
