@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
@@ -47,6 +48,22 @@ class UnsupportedMechanism(AuthenticationFailed):
     @property
     def reply_text(self) -> str:
         return f"COMMAND_INVALID - unknown authentication mechanism '{self.mechanism}'"
+
+
+class LoopbackOnly(AuthenticationFailed):
+    """The right password for a user in ``loopback_users``, from a non-loopback address."""
+
+
+def is_loopback_address(host: str | None) -> bool:
+    """Is this peer address loopback (127.0.0.0/8, ::1, or either IPv4-mapped on a dual-stack socket)?"""
+    if not host:
+        return False
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return host == "localhost"
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
 
 
 @dataclass
@@ -164,7 +181,7 @@ class AccessControl:
         if not verify_password(user.password_hash, password):
             raise AuthenticationFailed(f"{mechanism} login refused: user '{name}' - invalid credentials", mechanism)
         if name in self.loopback_users and not peer_is_loopback:
-            raise AuthenticationFailed(f"user '{name}' can only connect via localhost", mechanism)
+            raise LoopbackOnly(f"user '{name}' can only connect via localhost", mechanism)
         return user
 
     def can_access_vhost(self, user: User, vhost: str) -> bool:

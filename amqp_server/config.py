@@ -32,6 +32,8 @@ ENV_PORT = "AMQP_SERVER_PORT"
 ENV_DATA_DIR = "AMQP_SERVER_DATA_DIR"
 ENV_CONFIG = "AMQP_SERVER_CONFIG"
 ENV_LOG_LEVEL = "AMQP_SERVER_LOG_LEVEL"
+ENV_MANAGEMENT_ALLOWED_HOSTS = "AMQP_SERVER_MANAGEMENT_ALLOWED_HOSTS"
+ENV_MANAGEMENT_ALLOWED_ORIGINS = "AMQP_SERVER_MANAGEMENT_ALLOWED_ORIGINS"
 
 
 class ConfigError(ValueError):
@@ -78,6 +80,21 @@ class StorageConfig:
     parquet_side_files: bool = False  # write a Parquet copy of each sealed segment for Spark (needs pyarrow)
 
 
+@dataclass
+class ManagementConfig:
+    """[management]: how the HTTP API tells its own clients from a hostile web page, and how
+    it slows password guessing (docs/security.md, "Management API")."""
+
+    # Host header names served besides IP literals, "localhost" and this machine's name:
+    # "mq.example.com", ".example.com" (that domain and its subdomains) or "*" (any).
+    allowed_hosts: list[str] = field(default_factory=list)
+    # Origins ("https://ops.example.com:8443", or "*") whose pages may change state, besides
+    # pages served from the API's own host and port.
+    allowed_origins: list[str] = field(default_factory=list)
+    failed_login_limit: int = 10  # failed logins per client address per window, then 429; 0 = no limit
+    failed_login_window: int = 60  # seconds
+
+
 def _default_users() -> list[UserConfig]:
     return [UserConfig(DEFAULT_USER, hash_password(DEFAULT_USER), ["administrator"])]
 
@@ -101,6 +118,7 @@ class ServerConfig:
     permissions: list[PermissionConfig] = field(default_factory=_default_permissions)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     storage: StorageConfig = field(default_factory=lambda: StorageConfig())
+    management: ManagementConfig = field(default_factory=ManagementConfig)
     metrics_port: int = 15692
     management_port: int = 15672
     config_file: Path | None = None  # the TOML file read, if any
@@ -129,6 +147,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", help=f"one of {', '.join(LOG_LEVELS)} (env {ENV_LOG_LEVEL}; default info)")
     parser.add_argument("--metrics-port", help="Prometheus metrics port (default 15692, 0 disables)")
     parser.add_argument("--management-port", help="management HTTP port (default 15672, 0 disables)")
+    parser.add_argument("--management-allowed-hosts", metavar="NAMES",
+                        help=f"comma-separated Host names the management API answers besides IP addresses, "
+                        f"localhost and this machine's name (env {ENV_MANAGEMENT_ALLOWED_HOSTS})")
+    parser.add_argument("--management-allowed-origins", metavar="ORIGINS",
+                        help=f"comma-separated web origins allowed to change state through the management API "
+                        f"(env {ENV_MANAGEMENT_ALLOWED_ORIGINS})")
     return parser
 
 
@@ -162,6 +186,17 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         if value is None or value == "":  # an empty variable counts as unset
             continue
         setattr(config, key, _SERVER_KEYS[key](_coerce_text(key, value, source), source))
+
+    management_overrides = [
+        ("allowed_hosts", env.get(ENV_MANAGEMENT_ALLOWED_HOSTS), ENV_MANAGEMENT_ALLOWED_HOSTS),
+        ("allowed_origins", env.get(ENV_MANAGEMENT_ALLOWED_ORIGINS), ENV_MANAGEMENT_ALLOWED_ORIGINS),
+        ("allowed_hosts", args.management_allowed_hosts, "--management-allowed-hosts"),
+        ("allowed_origins", args.management_allowed_origins, "--management-allowed-origins"),
+    ]
+    for key, value, source in management_overrides:
+        if value:
+            names = [name.strip() for name in value.split(",") if name.strip()]
+            setattr(config.management, key, _MANAGEMENT_KEYS[key](names, source))
 
     config.data_dir = Path(config.data_dir).expanduser().resolve()
     return config
@@ -326,7 +361,33 @@ _STORAGE_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "parquet_side_files": _boolean,
 }
 
-_SECTIONS = ("server", "limits", "storage", "users", "vhosts", "permissions", "queue_defaults")
+
+def _allowed_hosts(value: Any, where: str) -> list[str]:
+    """Host names as a browser sends them, lowercased: no scheme, port or path."""
+    names = [name.lower().rstrip(".") for name in _string_list(value, where)]
+    for name in names:
+        if name != "*" and (not name or any(char in name for char in "/:@* ")):
+            _fail(where, f"must hold host names such as \"mq.example.com\", \".example.com\" or \"*\", got {name!r}")
+    return names
+
+
+def _allowed_origins(value: Any, where: str) -> list[str]:
+    """Web origins, normalised as browsers send them: scheme://host[:port], lowercased."""
+    origins = [origin.lower().rstrip("/") for origin in _string_list(value, where)]
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[^/:@\s]+(:\d{1,5})?|https?://\[[0-9a-f:.]+\](:\d{1,5})?", origin):
+            _fail(where, f"must hold origins such as \"https://ops.example.com\" or \"*\", got {origin!r}")
+    return origins
+
+
+_MANAGEMENT_KEYS: dict[str, Callable[[Any, str], Any]] = {
+    "allowed_hosts": _allowed_hosts,
+    "allowed_origins": _allowed_origins,
+    "failed_login_limit": _int_between(0, None),
+    "failed_login_window": _int_between(1, None),
+}
+
+_SECTIONS = ("server", "limits", "storage", "management", "users", "vhosts", "permissions", "queue_defaults")
 
 
 # ---- the TOML document ----
@@ -357,6 +418,11 @@ def _parse_document(doc: dict[str, Any]) -> ServerConfig:
     _reject_unknown(storage, _STORAGE_KEYS, "[storage] has")
     for key, value in storage.items():
         setattr(config.storage, key, _STORAGE_KEYS[key](value, f"[storage] {key}"))
+
+    management = _table(doc.get("management", {}), "[management]")
+    _reject_unknown(management, _MANAGEMENT_KEYS, "[management] has")
+    for key, value in management.items():
+        setattr(config.management, key, _MANAGEMENT_KEYS[key](value, f"[management] {key}"))
 
     vhost_entries = _array_of_tables(doc.get("vhosts", []), "vhosts")
     vhosts = _parse_vhosts(vhost_entries)

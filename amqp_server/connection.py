@@ -17,7 +17,7 @@ from typing import Any
 from pamqp import commands
 
 from amqp_server import codec, errors, handshake, publisher_blocking
-from amqp_server.access_control import User
+from amqp_server.access_control import User, is_loopback_address
 from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_limits import UNLIMITED_ADMISSION, Admission
 from amqp_server.channel import CLOSING as CHANNEL_CLOSING
@@ -53,7 +53,7 @@ class Connection:
         self.peer_port = peer_port
         self.peer = f"{peer_host}:{peer_port}"
         self.local_address = ""  # "ip:port" of our end, set by the shell (server.py)
-        self.peer_is_loopback = peer_host.startswith("127.") or peer_host in ("::1", "localhost")
+        self.peer_is_loopback = is_loopback_address(peer_host)
         self.on_output = on_output or (lambda: None)
         self.state = AWAIT_HEADER
         limits = broker.limits

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+
+import pytest
 from pamqp import commands
+
+from amqp_server.management.api_errors import ApiError
+from amqp_server.management.caller import authenticate
+from amqp_server.management.login_throttle import LoginThrottle
 
 from tests.frame_driver import FakeClient, opened_client
 from tests.test_management_client import api, broker  # noqa: F401  (fixtures)
@@ -103,16 +110,19 @@ def test_queue_writes_follow_the_users_amqp_permissions(api, broker):
     assert api.request("DELETE", "/api/queues/%2F/mgmt-jobs", **as_mgmt).status == 204
 
 
-def test_guest_is_refused_from_a_remote_address(broker):
-    from amqp_server.management.caller import authenticate
-    from amqp_server.management.api_errors import ApiError
-    import base64
+def test_guest_is_refused_from_a_remote_address_with_rabbitmqs_reason(broker):
+    """RabbitMQ 3.10 over HTTP from a non-loopback address: guest:guest gets 401 "User can only
+    log in via localhost" (no challenge); a wrong password still gets "Login failed"."""
     header = "Basic " + base64.b64encode(b"guest:guest").decode()
-    assert authenticate(broker.access, header, "127.0.0.1").name == "guest"
-    assert authenticate(broker.access, header, "::ffff:127.0.0.1").name == "guest"
-    try:
-        authenticate(broker.access, header, "10.1.2.3")
-    except ApiError as error:
-        assert error.status == 401
-    else:
-        raise AssertionError("guest logged in from a remote address")
+    throttle = LoginThrottle(limit=10, window=60)
+    assert authenticate(broker.access, header, "127.0.0.1", throttle).name == "guest"
+    assert authenticate(broker.access, header, "::ffff:127.0.0.1", throttle).name == "guest"
+    for remote in ("10.1.2.3", "::ffff:10.1.2.3", "2001:db8::1"):
+        with pytest.raises(ApiError) as refused:
+            authenticate(broker.access, header, remote, throttle)
+        assert (refused.value.status, refused.value.body()) == (
+            401, {"error": "not_authorised", "reason": "User can only log in via localhost"}), remote
+    wrong = "Basic " + base64.b64encode(b"guest:wrong").decode()
+    with pytest.raises(ApiError) as refused:
+        authenticate(broker.access, wrong, "10.1.2.3", throttle)
+    assert refused.value.body() == {"error": "not_authorized", "reason": "Login failed"}

@@ -18,7 +18,7 @@ from aiohttp import test_utils
 
 from amqp_server.broker import Broker
 from amqp_server.auth import hash_password
-from amqp_server.config import ServerConfig, UserConfig
+from amqp_server.config import ManagementConfig, ServerConfig, UserConfig
 from amqp_server.management.app import build_management_app
 from tests.test_metrics_values import FIXED_PROCESS
 
@@ -37,12 +37,15 @@ class Reply:
 
 
 class ManagementClient:
-    def __init__(self, broker: Broker, fixed_process_stats: bool = True) -> None:
-        """`fixed_process_stats=False` reads the real process figures and the broker's alarms."""
+    def __init__(self, broker: Broker, fixed_process_stats: bool = True, settings: ManagementConfig | None = None) -> None:
+        """`fixed_process_stats=False` reads the real process figures and the broker's alarms;
+        `settings` is the [management] configuration (defaults when None)."""
         self.broker = broker
         self.loop = asyncio.new_event_loop()
         app = build_management_app(broker, process_stats=(lambda: FIXED_PROCESS) if fixed_process_stats else None,
-                                   sample_rates=False, listeners=[{"protocol": "amqp", "port": 5672}])
+                                   sample_rates=False, listeners=[{"protocol": "amqp", "port": 5672}],
+                                   settings=settings)
+        self.app = app
         self.client = test_utils.TestClient(test_utils.TestServer(app), loop=self.loop)
         self.loop.run_until_complete(self.client.start_server())
 
@@ -51,6 +54,8 @@ class ManagementClient:
         async def call() -> Reply:
             data = raw if raw is not None else (json.dumps(body) if body is not None else None)
             sent = dict(headers or {})
+            if data is not None:
+                sent.setdefault("Content-Type", "application/json")  # as every real client of the API says
             if user:
                 sent["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
             async with self.client.request(method, path, data=data, headers=sent) as response:

@@ -13,11 +13,12 @@ REALM = 'Basic realm="RabbitMQ Management"'
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, error: str, reason: str) -> None:
+    def __init__(self, status: int, error: str, reason: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.error = error
         self.reason = reason
+        self.headers = headers or {}
 
     def body(self) -> dict[str, str]:
         return {"error": self.error, "reason": self.reason}
@@ -45,6 +46,18 @@ def bad_request(reason: str) -> ApiError:
 
 def login_failed() -> ApiError:
     return ApiError(401, "not_authorized", "Login failed")
+
+
+def loopback_only() -> ApiError:
+    """A user in `loopback_users` (guest by default) with the right password, from another address."""
+    return ApiError(401, "not_authorised", "User can only log in via localhost")
+
+
+def too_many_failed_logins(retry_after: int) -> ApiError:
+    """Not in RabbitMQ: this address failed to log in too often (management/login_throttle.py)."""
+    return ApiError(429, "too_many_requests",
+                    f"Too many failed logins from this address; retry in {retry_after} s",
+                    headers={"Retry-After": str(retry_after)})
 
 
 def not_management_user() -> ApiError:

@@ -1,8 +1,10 @@
 """The management HTTP API as an aiohttp application (RabbitMQ's rabbitmq_management, /api/...).
 
 It runs on the broker's event loop: handlers read and change broker objects directly, between
-two AMQP events, with no locking. Every /api request needs basic auth (see caller.py); errors
-come back as RabbitMQ's `{"error", "reason"}` JSON. docs/management-api.md lists the routes.
+two AMQP events, with no locking. Every request must name the API in `Host`, and a
+state-changing one must come from no web page or an allowed one and carry JSON
+(request_guard.py); every /api request needs basic auth (caller.py). Errors come back as
+RabbitMQ's `{"error", "reason"}` JSON. docs/management-api.md lists the routes.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from amqp_server.config import ManagementConfig
 from amqp_server.errors import AMQPError
 from amqp_server.management import (
     alarm_routes,
@@ -31,6 +34,13 @@ from amqp_server.management.api_errors import REALM, ApiError, from_amqp_error, 
 from amqp_server.management.caller import authenticate
 from amqp_server.management.context import CALLER_KEY, CONTEXT_KEY, ManagementContext, context
 from amqp_server.management.http_io import dumps
+from amqp_server.management.login_throttle import LoginThrottle
+from amqp_server.management.request_guard import (
+    RequestPolicy,
+    check_host_and_origin,
+    json_body_refused,
+    unsupported_media_type,
+)
 from amqp_server.metrics.broker_view import process_stats_of
 from amqp_server.metrics.process_stats import ProcessStats
 
@@ -50,17 +60,26 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error_response(error: ApiError) -> web.Response:
-    headers = {"WWW-Authenticate": REALM} if error.status == 401 and error.error == "not_authorized" else None
+    headers = dict(error.headers)
+    if error.status == 401 and error.error == "not_authorized":
+        headers["WWW-Authenticate"] = REALM
     return web.json_response(error.body(), status=error.status, headers=headers, dumps=dumps)
 
 
 @web.middleware
 async def api_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Authenticate /api requests and turn every refusal into RabbitMQ's JSON error."""
+    """Refuse requests from names and web pages the API does not serve, authenticate /api
+    requests, refuse non-JSON bodies (in RabbitMQ's order: 401 before 415), and turn every
+    refusal into RabbitMQ's JSON error."""
+    ctx = context(request)
     try:
+        check_host_and_origin(ctx.request_policy, request)
         if request.path.startswith("/api/") and request.path not in PUBLIC_PATHS:
-            access = context(request).broker.access
-            request[CALLER_KEY] = authenticate(access, request.headers.get("Authorization"), request.remote)
+            request[CALLER_KEY] = authenticate(
+                ctx.broker.access, request.headers.get("Authorization"), request.remote, ctx.login_throttle)
+        # An unknown path or method answers 404/405 from the handler, before any 415.
+        if request.match_info.http_exception is None and json_body_refused(request):
+            return unsupported_media_type()
         return await handler(request)
     except ApiError as error:
         return _error_response(error)
@@ -82,12 +101,20 @@ def build_management_app(
     process_stats: Callable[[], ProcessStats] | None = None,
     listeners: list[dict[str, Any]] | None = None,
     sample_rates: bool = True,
+    settings: ManagementConfig | None = None,
 ) -> web.Application:
     """The aiohttp application. `listeners` is what /api/overview reports; `sample_rates=False` leaves every rate
-    at 0.0 (tests that must not depend on timing)."""
+    at 0.0 (tests that must not depend on timing); `settings` is the `[management]` configuration (its
+    defaults when None)."""
     if process_stats is None:
         process_stats = lambda: process_stats_of(broker)  # noqa: E731
-    ctx = ManagementContext(broker, process_stats, listeners or [])
+    settings = settings or ManagementConfig()
+    ctx = ManagementContext(
+        broker, process_stats,
+        request_policy=RequestPolicy(settings.allowed_hosts, settings.allowed_origins),
+        login_throttle=LoginThrottle(settings.failed_login_limit, settings.failed_login_window),
+        listeners=listeners or [],
+    )
     app = web.Application(middlewares=[api_middleware], client_max_size=MAX_REQUEST_BYTES)
     app[CONTEXT_KEY] = ctx
     app.router.add_get("/", index)

@@ -1,6 +1,9 @@
 """Who is calling the management API, and what RabbitMQ's user tags let them see and do.
 
-Basic auth against the broker's own users (loopback_users apply, as in RabbitMQ). The tags:
+Basic auth against the broker's own users. As in RabbitMQ, users in `loopback_users` (guest)
+are refused from other addresses with 401 "User can only log in via localhost"; unlike
+RabbitMQ, an address that fails to log in too often gets 429 for a while (login_throttle.py).
+The tags:
 
 - no management tag: refused ("Not management user");
 - `management` (and `policymaker`): the vhosts they have permissions on, and only their own
@@ -18,12 +21,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from amqp_server.access_control import AccessControl, AuthenticationFailed, User
+from amqp_server.access_control import AccessControl, AuthenticationFailed, LoopbackOnly, User, is_loopback_address
 from amqp_server.management import api_errors
+from amqp_server.management.login_throttle import LoginThrottle
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
@@ -85,32 +88,37 @@ class Caller:
             raise api_errors.access_refused()
 
 
-def authenticate(access: AccessControl, authorization: str | None, remote: str | None) -> Caller:
-    """The Caller for an `Authorization: Basic ...` header; ApiError 401 otherwise."""
+def authenticate(access: AccessControl, authorization: str | None, remote: str | None,
+                 throttle: LoginThrottle) -> Caller:
+    """The Caller for an `Authorization: Basic ...` header; ApiError otherwise: 401 as RabbitMQ
+    answers, or 429 while `remote` has failed to log in too often (the password is then not
+    checked). A request without credentials (a browser's first try) is not counted as a failure."""
     if not authorization or not authorization.lower().startswith("basic "):
         raise api_errors.login_failed()
+    retry_after = throttle.retry_after(remote)
+    if retry_after is not None:
+        raise api_errors.too_many_failed_logins(retry_after)
     try:
-        decoded = base64.b64decode(authorization[6:].strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        raise api_errors.login_failed() from None
-    name, separator, password = decoded.partition(":")
-    if not separator:
-        raise api_errors.login_failed()
-    try:
-        user = access.authenticate("PLAIN", b"\0" + name.encode() + b"\0" + password.encode(), _is_loopback(remote))
+        name, password = _basic_credentials(authorization)
+        user = access.authenticate("PLAIN", b"\0" + name.encode() + b"\0" + password.encode(),
+                                   is_loopback_address(remote))
+    except LoopbackOnly:
+        raise api_errors.loopback_only() from None
     except AuthenticationFailed:
+        throttle.record_failure(remote)
         raise api_errors.login_failed() from None
     if not MANAGEMENT_TAGS.intersection(user.tags):
         raise api_errors.not_management_user()
     return Caller(user, access)
 
 
-def _is_loopback(remote: str | None) -> bool:
-    if not remote:
-        return False
+def _basic_credentials(authorization: str) -> tuple[str, str]:
+    """(name, password) of a Basic Authorization header; AuthenticationFailed if it is malformed."""
     try:
-        address = ipaddress.ip_address(remote.split("%")[0])
-    except ValueError:
-        return remote == "localhost"
-    mapped = getattr(address, "ipv4_mapped", None)  # "::ffff:127.0.0.1" on a dual-stack socket
-    return (mapped or address).is_loopback
+        decoded = base64.b64decode(authorization[6:].strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise AuthenticationFailed("malformed Basic credentials") from None
+    name, separator, password = decoded.partition(":")
+    if not separator:
+        raise AuthenticationFailed("malformed Basic credentials")
+    return name, password

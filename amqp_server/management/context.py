@@ -14,7 +14,9 @@ from aiohttp import web
 
 from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
 from amqp_server.management.connection_json import connection_traffic
+from amqp_server.management.login_throttle import LoginThrottle
 from amqp_server.management.rates import RateSampler
+from amqp_server.management.request_guard import RequestPolicy
 from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
 from amqp_server.metrics.process_stats import ProcessStats
 
@@ -33,6 +35,8 @@ OVERVIEW_KEY = ("overview",)
 class ManagementContext:
     broker: "Broker"
     process_stats: Callable[[], ProcessStats]
+    request_policy: RequestPolicy  # which Host names and web origins are served (request_guard.py)
+    login_throttle: LoginThrottle  # failed logins per client address
     # {"protocol": "amqp"|"http"|"http/prometheus", "port": n} for /api/overview's listeners.
     listeners: list[dict[str, Any]] = field(default_factory=list)
     rates: RateSampler = field(default_factory=RateSampler)

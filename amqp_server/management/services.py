@@ -37,7 +37,7 @@ async def start_http_services(config: "ServerConfig", broker: "Broker", amqp_por
         )
     if config.management_port:
         services.append(
-            HttpService(build_management_app(broker, listeners=listeners), config.host,
+            HttpService(build_management_app(broker, listeners=listeners, settings=config.management), config.host,
                         config.management_port, "Management API")
         )
     started: list[HttpService] = []
