@@ -8,6 +8,7 @@ interop_tests/test_hostile_management_clients.py tests drive a real broker the s
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -99,7 +100,8 @@ def test_401_and_405_come_before_415_as_in_rabbitmq(api):
 # ---- Host ---------------------------------------------------------------------------------
 
 
-def test_a_foreign_host_is_refused_before_anything_else(api, broker):
+def test_a_foreign_host_is_refused_before_anything_else(api, broker, caplog):
+    caplog.set_level(logging.WARNING, logger="amqp_server.management.request_guard")
     for method, path in (("GET", "/api/overview"), ("GET", "/"), ("GET", "/api/auth"), ("POST", "/api/definitions")):
         reply = api.request(method, path, EVIL_ADMIN, headers={"Host": "evil.example:15672"})
         assert reply.status == 403, path
@@ -107,6 +109,8 @@ def test_a_foreign_host_is_refused_before_anything_else(api, broker):
             "Host 'evil.example:15672' is not a name of this management API; "
             "add it to [management] allowed_hosts (--management-allowed-hosts)")
     assert broker.access.user("evil") is None
+    assert caplog.messages == ["management API: refused requests for Host 'evil.example'; if clients use this name, "
+                               "add it to [management] allowed_hosts"], "one line per name, not per request"
 
 
 @pytest.mark.parametrize("host", [

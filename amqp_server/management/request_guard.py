@@ -21,6 +21,7 @@ docs/security.md ("Management API") describes each check and its settings.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import urllib.parse
 from collections.abc import Iterable
@@ -29,6 +30,9 @@ from aiohttp import web
 
 from amqp_server.management.api_errors import ApiError
 
+log = logging.getLogger(__name__)
+
+REPORTED_HOSTS_MAX = 64
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 JSON_MEDIA_TYPE = "application/json"
 ANY = "*"
@@ -77,6 +81,18 @@ class RequestPolicy:
         origins = set(allowed_origins)
         self._any_origin = ANY in origins
         self._origins = frozenset(_origin_key(origin) for origin in origins - {ANY})
+        self._reported_hosts: set[str] = set()
+
+    def report_refused_host(self, host_header: str) -> None:
+        """Log a refused Host once per name (at most REPORTED_HOSTS_MAX names), so an operator
+        whose client uses a DNS name learns the setting from the broker log without a request
+        flood writing one line each."""
+        name, _port = split_host(host_header)
+        if name in self._reported_hosts or len(self._reported_hosts) >= REPORTED_HOSTS_MAX:
+            return
+        self._reported_hosts.add(name)
+        log.warning("management API: refused requests for Host %r; if clients use this name, add it to "
+                    "[management] allowed_hosts", name)
 
     def allows_host(self, host_header: str | None) -> bool:
         """May a request with this `Host` be served? (None: no header, as HTTP/1.0 clients
@@ -132,8 +148,9 @@ def origin_not_allowed(origin: str) -> ApiError:
 def check_host_and_origin(policy: RequestPolicy, request: web.Request) -> None:
     """Raise the 403 ApiError for a request from a name or a web page the API does not serve."""
     host = request.headers.get("Host")
-    if not policy.allows_host(host):
-        raise host_not_allowed(host or "")
+    if host is not None and not policy.allows_host(host):
+        policy.report_refused_host(host)
+        raise host_not_allowed(host)
     origin = request.headers.get("Origin")
     if origin is not None and request.method not in SAFE_METHODS and not policy.allows_origin(origin, host):
         raise origin_not_allowed(origin)
