@@ -110,7 +110,8 @@ def test_a_foreign_origin_may_not_change_state(api_port):
     assert reply.status == 403
     assert reply.json()["reason"].startswith("Origin 'http://evil.example' may not change state")
     assert call(api_port, "DELETE", "/api/users/guest", headers={"Origin": "null"}).status == 403
-    assert sorted(user_names(api_port)) == ["guest", "limited", "remote"]
+    users = user_names(api_port)
+    assert "guest" in users and "evil" not in users
     same_page = {**json_type, "Origin": f"http://127.0.0.1:{api_port}"}
     assert call(api_port, "PUT", "/api/vhosts/from-own-page", headers=same_page, body=b"{}").status == 201
 

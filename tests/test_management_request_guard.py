@@ -180,6 +180,7 @@ def test_the_apis_own_origin_and_configured_ones_may_change_state(broker):
     behind_proxy = RequestPolicy(own_names=[])
     assert behind_proxy.allows_origin("https://mq.example.com", "mq.example.com")
     assert not behind_proxy.allows_origin("https://mq.example.com.evil", "mq.example.com")
+    assert not behind_proxy.allows_origin("http://mq.example.com:8080", "mq.example.com"), "another port's page"
     assert RequestPolicy(allowed_origins=["*"], own_names=[]).allows_origin("null", None)
 
 

@@ -119,9 +119,9 @@ class RequestPolicy:
             return False
         scheme, name, port = key
         host_name, host_port = split_host(host_header)
-        # A Host without a port is the default port of whatever scheme reached us (a TLS
-        # proxy in front of the API forwards "mq.example.com" for https://mq.example.com).
-        return name == host_name and (host_port is None or host_port == port)
+        # Browsers leave the scheme's default port out of Host; a TLS proxy in front of the API
+        # forwards "mq.example.com" for https://mq.example.com, so compare with the origin's scheme.
+        return name == host_name and (host_port if host_port is not None else _DEFAULT_PORTS[scheme]) == port
 
 
 def _origin_key(origin: str) -> tuple[str, str, int] | None:
