@@ -5,7 +5,7 @@ from __future__ import annotations
 import amqp.sasl
 import pytest
 
-from amqp_server.access_control import AccessControl, AuthenticationFailed, UnsupportedMechanism, User
+from amqp_server.access_control import AccessControl, AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
 from amqp_server.auth import hash_password
 from amqp_server.config import ConfigError, PermissionConfig, ServerConfig, UserConfig, load_config
 
@@ -55,6 +55,13 @@ def test_guest_only_from_loopback(access: AccessControl) -> None:
     assert access.authenticate("PLAIN", plain("guest", "guest"), peer_is_loopback=True).name == "guest"
     with pytest.raises(AuthenticationFailed, match="can only connect via localhost"):
         access.authenticate("PLAIN", plain("guest", "guest"), peer_is_loopback=False)
+
+
+def test_loopback_addresses_include_the_ipv4_mapped_ones_of_a_dual_stack_socket() -> None:
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1", "localhost"):
+        assert is_loopback_address(host), host
+    for host in ("10.0.0.1", "::ffff:10.0.0.1", "192.0.2.2", "fd00::2", "", None, "example.com"):
+        assert not is_loopback_address(host), host
 
 
 def test_empty_loopback_users_lets_guest_in_remotely() -> None:
