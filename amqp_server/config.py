@@ -64,6 +64,9 @@ class LimitsConfig:
     max_message_size: int = 134217728
     max_connections: int = 0  # 0 = unlimited; counts every socket, the whole broker
     max_connections_per_listener: int = 0  # 0 = unlimited; the same, each listener on its own
+    # RabbitMQ's tcp_listen_options.send_timeout: a client that takes no bytes for this long while
+    # its output is over the bound is closed.
+    send_timeout_ms: int = 15000
     # Resource alarms (docs/operations.md); RabbitMQ's defaults: 0.4 of RAM and 50 MB free disk.
     memory_high_watermark: float = 0.4  # fraction of total RAM (or the cgroup's limit)
     memory_high_watermark_bytes: int | None = None  # absolute; overrides the fraction when set
@@ -335,6 +338,7 @@ _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "max_message_size": _int_between(1, MAX_MESSAGE_SIZE_LIMIT),
     "max_connections": _int_between(0, None),
     "max_connections_per_listener": _int_between(0, None),
+    "send_timeout_ms": _int_between(1, None),
     "memory_high_watermark": _fraction,
     "memory_high_watermark_bytes": parse_byte_size,
     "disk_free_limit": parse_byte_size,

@@ -317,19 +317,39 @@ class Connection:
 
     @property
     def reading_paused(self) -> bool:
-        """No more input wanted: a congested queue (flow control) or a resource alarm blocks us."""
-        return bool(self.throttled_by) or self.blocked_by is not None or self._input_broken
+        """No more input wanted: a congested queue (flow control), a resource alarm, output the
+        client does not read (write_paused) or broken framing."""
+        return bool(self.throttled_by) or self.blocked_by is not None or self.write_paused or self._input_broken
 
     def alarm_changed(self, reason: str | None) -> None:
         """The broker's resource alarms changed (alarms.py); `reason` is None when none is left.
         An alarm blocks the connection when it next publishes (publisher_blocking.py)."""
         publisher_blocking.alarm_changed(self, reason)
 
+    def pause_output(self) -> None:
+        """The socket's buffer passed its high-water mark: deliver nothing more, and read nothing
+        more, since what the client sends makes the broker answer (replies, basic.return,
+        confirms). A client that does not read can then hold only a bounded output buffer."""
+        self.write_paused = True
+        self.on_reading_paused(True)
+
     def resume_deliveries(self) -> None:
-        """The socket drained: consumers on this connection may receive again."""
+        """The socket drained: read again, and consumers on this connection may receive again."""
         self.write_paused = False
+        if not self.reading_paused:
+            self.on_reading_paused(False)
         for channel in list(self.channels.values()):
             channel.dispatch_all()
+
+    def send_timed_out(self, timeout_s: float, pending: int) -> None:
+        """Nothing could be written to the client for `timeout_s`: close it without waiting for a
+        close-ok (a connection.close could not reach it behind `pending` unread bytes)."""
+        log.warning(
+            "closing AMQP connection %s: client is not reading, nothing could be sent to it for %gs "
+            "with %d bytes pending (send_timeout)", self.describe(), timeout_s, pending,
+        )
+        self._release()
+        self.finish()
 
     # -- closing -----------------------------------------------------------------------
 

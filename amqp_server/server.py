@@ -33,7 +33,8 @@ TICK_SECONDS = 0.25
 HANDSHAKE_TIMEOUT_S = 10.0
 # How long we wait for close-ok after sending connection.close before dropping the socket.
 CLOSE_OK_TIMEOUT_S = 3.0
-# Pause deliveries to a consumer whose socket buffer holds more than this.
+# Pause deliveries to a client whose socket buffer holds more than this, and stop reading it
+# (what it sends makes the broker answer); both resume below a quarter of it.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 # Bytes one connection may feed the broker per event-loop iteration before others get a turn.
 READ_BUDGET_PER_ITERATION = 64 * 1024
@@ -53,6 +54,10 @@ class AMQPProtocol(asyncio.Protocol):
         self.last_read = now
         self.last_write = now
         self.closing_since: float | None = None
+        # Send timeout: bytes handed to the transport, and when the client last took some.
+        self._written = 0
+        self._sent_seen = 0
+        self.last_sent = now
         self._read_budget = READ_BUDGET_PER_ITERATION
         self._yielding = False
         self._reading_paused = False
@@ -129,12 +134,13 @@ class AMQPProtocol(asyncio.Protocol):
         data = self.connection.take_output()
         if data:
             transport.write(data)
+            self._written += len(data)
             self.last_write = time.monotonic()
         if self.connection.close_when_flushed:
             transport.close()
 
     def pause_writing(self) -> None:
-        self.connection.write_paused = True
+        self.connection.pause_output()
 
     def resume_writing(self) -> None:
         self.connection.resume_deliveries()
@@ -150,6 +156,8 @@ class AMQPProtocol(asyncio.Protocol):
         connection = self.connection
         transport = self.transport
         if transport is None or transport.is_closing():
+            return
+        if self._send_timed_out(now, transport):
             return
         state = connection.state
         if state == CLOSING:
@@ -178,7 +186,25 @@ class AMQPProtocol(asyncio.Protocol):
             transport.close()
         elif now - self.last_write >= heartbeat / 2:
             transport.write(codec.HEARTBEAT_FRAME)
+            self._written += len(codec.HEARTBEAT_FRAME)
             self.last_write = now
+
+    def _send_timed_out(self, now: float, transport: asyncio.Transport) -> bool:
+        """RabbitMQ's send_timeout: close a connection whose client took none of the bytes pending
+        for it for `send_timeout_ms`, while its buffer is over the high-water mark (so it is not
+        read either). It frees what it holds instead of holding it, or an alarm, forever."""
+        pending = transport.get_write_buffer_size()
+        sent = self._written - pending
+        if sent > self._sent_seen or not self.connection.write_paused:
+            self._sent_seen = sent
+            self.last_sent = now
+            return False
+        timeout_s = self.broker.limits.send_timeout_ms / 1000
+        if now - self.last_sent < timeout_s:
+            return False
+        self.connection.send_timed_out(timeout_s, pending)
+        transport.abort()
+        return True
 
 
 class AMQPServer:

@@ -8,12 +8,19 @@ limit is refused at connection.open with 530 and a text naming the limit.
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import time
 
 import pika
 import pytest
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
+
+from bench.procfs import rss_kib
 
 from interop_tests.broker_process import TEST_CONFIG
 from interop_tests.raw_client import CLIENT_CAPABILITIES, RawClient, ServerClosedSocket
@@ -194,3 +201,69 @@ def test_sockets_over_the_limit_cannot_pile_up_waiting_for_their_refusal(broker_
         client.close()
     opened.channel().queue_declare("", exclusive=True)
     opened.close()
+
+
+# -- a client that does not read -------------------------------------------------------
+
+UNREAD_BODY = os.urandom(64 * 1024)
+UNREAD_PUBLISH_AT_MOST = 256 * 1024 * 1024
+SEND_TIMEOUT_MS = 3000
+
+
+class NeverReadingPublisher(threading.Thread):
+    """Publishes mandatory messages nobody can route (each comes back as basic.return), as fast as
+    the broker takes them, and never reads a byte."""
+
+    def __init__(self, broker) -> None:
+        super().__init__(daemon=True)
+        self.client = RawClient(broker.host, broker.port)
+        self.client.handshake()
+        self.client.open_channel(1)
+        self.client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.client.sock.settimeout(60)
+        publish = commands.Basic.Publish(exchange="", routing_key="no-such-queue", mandatory=True)
+        self.message = (
+            pamqp_frame.marshal(publish, 1)
+            + pamqp_frame.marshal(ContentHeader(body_size=len(UNREAD_BODY)), 1)
+            + pamqp_frame.marshal(ContentBody(UNREAD_BODY), 1)
+        )
+        self.sent = 0
+        self.closed_by_broker = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while self.sent < UNREAD_PUBLISH_AT_MOST:
+                self.client.sock.sendall(self.message)
+                self.sent += len(self.message)
+        except OSError:
+            self.closed_by_broker.set()
+
+
+def test_a_client_that_never_reads_its_returns_is_paused_then_closed_and_holds_little_memory(broker_factory):
+    """Today's finding: 512 MiB of mandatory unroutable publishes with nothing read held 392-509 MiB
+    of basic.return frames in the broker."""
+    broker = limited_broker(broker_factory, f"send_timeout_ms = {SEND_TIMEOUT_MS}")
+    witness = pika_connect(broker)
+    channel = witness.channel()
+    channel.queue_declare("", exclusive=True)
+    resting_kib = rss_kib(broker.process.pid)
+
+    hostile = NeverReadingPublisher(broker)
+    started = time.monotonic()
+    hostile.start()
+    peak_kib, slowest_s = resting_kib, 0.0
+    while hostile.is_alive() and time.monotonic() - started < 60:
+        before = time.monotonic()
+        channel.queue_declare("", exclusive=True)  # the other client keeps getting answers
+        slowest_s = max(slowest_s, time.monotonic() - before)
+        peak_kib = max(peak_kib, rss_kib(broker.process.pid))
+        time.sleep(0.05)
+    hostile.join(5)
+
+    assert hostile.closed_by_broker.is_set(), f"sent {hostile.sent >> 20} MiB and was never closed"
+    assert hostile.sent < 64 * 1024 * 1024, f"the broker read {hostile.sent >> 20} MiB it had to answer unread"
+    assert (peak_kib - resting_kib) * 1024 < 64 * 1024 * 1024, f"RSS grew by {(peak_kib - resting_kib) >> 10} MiB"
+    assert slowest_s < 1.0, slowest_s
+    wait_for_log(broker, "client is not reading, nothing could be sent to it for 3s")
+    assert witness.is_open
+    witness.close()
