@@ -118,8 +118,9 @@ class Connection:
             header = self.reader.take_protocol_header()
             if header is None:
                 return
-            if header != codec.PROTOCOL_HEADER:
-                # Spec 4.2.2: answer with the protocol we speak, then close.
+            if header not in codec.ACCEPTED_HEADERS:
+                # Spec 4.2.2 and RabbitMQ: answer with the protocol we speak, then close.
+                log.error("closing AMQP connection %s: %s", self.name, codec.refused_header_reason(header))
                 self._write(codec.PROTOCOL_HEADER)
                 self.finish()
                 return

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import re
+
+import pytest
 
 from pamqp import commands
 from pamqp.header import ProtocolHeader
@@ -35,6 +38,42 @@ def test_input_after_a_wrong_header_is_ignored():
     client = FakeClient()
     client.send_bytes(b"AMQP\x01\x01\x00\x0a")
     assert client.send(0, commands.Connection.StartOk(response=plain_response("guest", "guest"))) == []
+
+
+def test_legacy_0_9_header_starts_a_0_9_1_handshake():
+    client = FakeClient()
+    start = only_method(client.start(b"AMQP\x01\x01\x00\x09"))
+    assert isinstance(start, commands.Connection.Start)
+    assert (start.version_major, start.version_minor) == (0, 9)
+
+
+def test_legacy_0_9_header_leads_to_an_open_connection():
+    client = FakeClient()
+    client.start(b"AMQP\x01\x01\x00\x09")
+    client.start_ok()
+    client.send(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
+    assert isinstance(only_method(client.send(0, commands.Connection.Open(virtual_host="/"))), commands.Connection.OpenOk)
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        (b"AMQP\x00\x00\x09\x02", "{bad_version,{0,0,9,2}}"),
+        (b"AMQP\x01\x01\x00\x0a", "{bad_version,{1,1,0,10}}"),
+        (b"AMQP\x00\x01\x00\x00", "amqp1_0_plugin_not_enabled"),
+        (b"AMQP\x03\x01\x00\x00", "amqp1_0_plugin_not_enabled"),
+        (b"AMQP\x01\x01\x08\x00", "AMQP 0-8 is not supported"),
+        (b"GET / HTTP/1.1\r\n", '{bad_header,<<"GET / HT">>}'),
+    ],
+)
+def test_refused_header_is_logged_with_the_peer_and_what_it_sent(caplog, header, reason):
+    client = FakeClient()
+    with caplog.at_level(logging.ERROR, logger="amqp_server.connection"):
+        assert isinstance(only_method(client.send_bytes(header)), ProtocolHeader)
+    assert client.connection.close_when_flushed
+    assert [record.getMessage() for record in caplog.records] == [
+        f"closing AMQP connection 127.0.0.1:50000: {reason}"
+    ]
 
 
 def test_start_names_the_product_with_a_dotted_version_and_capabilities():
