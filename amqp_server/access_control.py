@@ -15,7 +15,14 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
-from amqp_server.auth import SUPPORTED_MECHANISMS, SaslError, hash_password, parse_sasl_response, verify_password
+from amqp_server.auth import (
+    SUPPORTED_MECHANISMS,
+    SaslError,
+    hash_password,
+    parse_sasl_response,
+    secret_text,
+    verify_password,
+)
 from amqp_server.config import ConfigError, PermissionConfig
 
 if TYPE_CHECKING:
@@ -182,6 +189,19 @@ class AccessControl:
             raise AuthenticationFailed(f"{mechanism} login refused: user '{name}' - invalid credentials", mechanism)
         if name in self.loopback_users and not peer_is_loopback:
             raise LoopbackOnly(f"user '{name}' can only connect via localhost", mechanism)
+        return user
+
+    def check_new_secret(self, name: str, mechanism: str, secret: bytes | str) -> User:
+        """The user `name` as it is now, when `secret` is its password (connection.update-secret
+        on a connection that logged in as `name` with `mechanism`); else AuthenticationFailed.
+        Only the password mechanisms have a secret to renew."""
+        if mechanism not in SUPPORTED_MECHANISMS:
+            raise AuthenticationFailed(f"mechanism {mechanism} has no secret to update", mechanism)
+        user = self._users.get(name)
+        if user is None:
+            raise AuthenticationFailed(f"user '{name}' no longer exists", mechanism)
+        if not verify_password(user.password_hash, secret_text(secret)):
+            raise AuthenticationFailed(f"user '{name}' - invalid credentials", mechanism)
         return user
 
     def can_access_vhost(self, user: User, vhost: str) -> bool:

@@ -129,6 +129,12 @@ def _decode_amqplain_table(raw: bytes) -> dict:
     return table
 
 
+def secret_text(secret: bytes | str) -> str:
+    """A long-string secret (connection.update-secret) as the password text it stands for; bytes
+    that are not UTF-8 are kept byte-exact, as for a login (see parse_sasl_response)."""
+    return _as_text(secret)
+
+
 def _password_bytes(password: str) -> bytes:
     return password.encode("utf-8", "surrogateescape")
 

@@ -68,6 +68,7 @@ class Channel:
         self.pending_publish: PendingPublish | None = None  # a publish whose content is arriving
         self._tag_raw: dict[str, bytes] = {}
         self.write_permitted: set[str] = set()  # exchanges the user was allowed to publish to
+        self._published_before = False  # published before forget_permissions() emptied write_permitted
         # Consumer timeouts: deadlines of tracked deliveries (made on first use), and the tags
         # that timed out, so a late ack of one is ignored instead of being an unknown tag.
         self.delivery_timeouts: DeliveryTimeouts | None = None
@@ -184,7 +185,12 @@ class Channel:
     @property
     def has_published(self) -> bool:
         """True once the channel has published (RabbitMQ counts it as a publisher from then on)."""
-        return bool(self.write_permitted)
+        return self._published_before or bool(self.write_permitted)
+
+    def forget_permissions(self) -> None:
+        """The user's credentials were renewed: check permissions again from the next publish."""
+        self._published_before = self.has_published
+        self.write_permitted.clear()
 
     # -- delivering (the DeliverySink a consumer uses) ---------------------------------
 

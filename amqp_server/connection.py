@@ -16,7 +16,7 @@ from typing import Any
 
 from pamqp import commands
 
-from amqp_server import codec, errors, handshake, publisher_blocking
+from amqp_server import codec, errors, handshake, publisher_blocking, secret_update
 from amqp_server.access_control import User, is_loopback_address
 from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_limits import UNLIMITED_ADMISSION, Admission
@@ -67,6 +67,7 @@ class Connection:
         self.client_properties: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
         self.user: User | None = None
+        self.mechanism = ""  # the SASL mechanism the user logged in with
         self.vhost: VirtualHost | None = None
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: list[Queue] = []
@@ -225,6 +226,8 @@ class Connection:
             self.finish()
         elif isinstance(method, commands.Connection.CloseOk):
             self.finish()
+        elif isinstance(method, commands.Connection.UpdateSecret):
+            secret_update.update_secret(self, method)
         elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
             pass  # a client telling us it is blocked has no effect on a broker
         else:

@@ -86,6 +86,7 @@ def start_ok(connection: "Connection", method: commands.Connection.StartOk) -> N
         else:
             connection.finish()
         return
+    connection.mechanism = method.mechanism
     connection.send_method(
         0,
         commands.Connection.Tune(
