@@ -179,18 +179,7 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
     if channel.vhost.firehose is not None:
         channel.vhost.firehose.delivered(queue.name, message, entry.redelivered, connection, channel.id)
     raw_header = get_ok_header(queue.settings, message, entry.delivery_count)
-    frames = [
-        connection.method_frame(
-            channel.id,
-            commands.Basic.GetOk(
-                delivery_tag=tag,
-                redelivered=entry.redelivered,
-                exchange=message.exchange,
-                routing_key=message.routing_key,
-                message_count=queue.message_count,
-            ),
-        )
-    ]
+    frames = [codec.get_ok_frame(channel.id, tag, entry.redelivered, message.routing_raw, queue.message_count)]
     codec.content_frames(frames, channel.id, raw_header, message.body, connection.max_body_frame)
     connection.send_frames(frames)
     queue.after_get(entry)

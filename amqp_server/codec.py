@@ -2,7 +2,9 @@
 
 pamqp encodes and decodes every method; only the methods that run once per message
 (basic.publish, basic.ack and basic.deliver) get a hand-written path here, and the unit
-tests prove those produce and accept the same bytes as pamqp.
+tests prove those produce and accept the same bytes as pamqp. So do the replies that repeat a
+name the client chose (queue.declare-ok, basic.get-ok, basic.return): pamqp refuses to encode
+names outside the spec's character class, while RabbitMQ accepts any name a short string holds.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ _method_index = struct.Struct(">I")
 _deliver_tail = struct.Struct(">QB")
 _content_header_prefix = struct.Struct(">HHQ")
 _ack_fields = struct.Struct(">QB")
+_declare_ok_counts = struct.Struct(">II")
+_get_ok_head = struct.Struct(">IQB")
+_get_ok_tail = struct.Struct(">I")
+_return_head = struct.Struct(">IH")
+QUEUE_DECLARE_OK_METHOD = 0x0032000B  # queue.declare-ok (50, 11)
+GET_OK_METHOD = 0x003C0047  # basic.get-ok (60, 71)
+RETURN_METHOD = 0x003C0032  # basic.return (60, 50)
 
 
 class FrameReader:
@@ -208,6 +217,33 @@ def deliver_frames(
     out = [_frame_header.pack(FRAME_METHOD, channel, len(method)), method, FRAME_END_BYTE]
     content_frames(out, channel, raw_header, body, max_body_frame)
     return out
+
+
+def _method_frame_of(channel: int, payload: bytes) -> bytes:
+    return _frame_header.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def queue_declare_ok_frame(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
+    """queue.declare-ok naming the queue byte for byte, whatever characters the client chose."""
+    payload = _method_index.pack(QUEUE_DECLARE_OK_METHOD) + shortstr(queue) + _declare_ok_counts.pack(
+        message_count, consumer_count
+    )
+    return _method_frame_of(channel, payload)
+
+
+def get_ok_frame(channel: int, delivery_tag: int, redelivered: bool, routing_raw: bytes, message_count: int) -> bytes:
+    """basic.get-ok; `routing_raw` is the exchange and routing key as two short strings (Message.routing_raw)."""
+    payload = b"".join(
+        (_get_ok_head.pack(GET_OK_METHOD, delivery_tag, 1 if redelivered else 0), routing_raw,
+         _get_ok_tail.pack(message_count))
+    )
+    return _method_frame_of(channel, payload)
+
+
+def return_frame(channel: int, reply_code: int, reply_text: str, routing_raw: bytes) -> bytes:
+    """basic.return; `routing_raw` is the exchange and routing key as two short strings (Message.routing_raw)."""
+    payload = _return_head.pack(RETURN_METHOD, reply_code) + shortstr(reply_text) + routing_raw
+    return _method_frame_of(channel, payload)
 
 
 def content_frames(out: list[bytes], channel: int, raw_header: bytes, body: bytes, max_body_frame: int) -> None:

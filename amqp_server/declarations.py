@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from amqp_server import errors
+from amqp_server import codec, errors
 from amqp_server.basic_methods import queue_name_or_last, reply
 from amqp_server.errors import AMQPError
 from exchanges.registry import EXCHANGE_TYPES
@@ -110,7 +110,7 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
         name = queue_name_or_last(channel, name)
     if name and connection.broker.reply_registry.is_pseudo_queue(name):
         if not method.nowait:
-            reply(channel, commands.Queue.DeclareOk(queue=name, message_count=0, consumer_count=1))
+            connection.send_frames([codec.queue_declare_ok_frame(channel.id, name, 0, 1)])
         return
     server_named = not name
     if server_named:
@@ -137,11 +137,8 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
     connection.broker.stats.queues_declared += 1
     channel.last_queue_name = queue.name
     if not method.nowait:
-        reply(
-            channel,
-            commands.Queue.DeclareOk(
-                queue=queue.name, message_count=queue.message_count, consumer_count=queue.consumer_count
-            ),
+        connection.send_frames(
+            [codec.queue_declare_ok_frame(channel.id, queue.name, queue.message_count, queue.consumer_count)]
         )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pamqp import commands
 
 from amqp_server import codec, errors
 from amqp_server.errors import AMQPError
@@ -176,16 +175,6 @@ def _confirm_synced(channel: "Channel", seq: int, ok: bool) -> None:
 
 def send_return(channel: "Channel", message: Message) -> None:
     """basic.return of an unroutable mandatory message, with its content."""
-    frames = [
-        codec.method_frame(
-            channel.id,
-            commands.Basic.Return(
-                reply_code=errors.NO_ROUTE,
-                reply_text="NO_ROUTE",
-                exchange=message.exchange,
-                routing_key=message.routing_key,
-            ),
-        )
-    ]
+    frames = [codec.return_frame(channel.id, errors.NO_ROUTE, "NO_ROUTE", message.routing_raw)]
     codec.content_frames(frames, channel.id, message.raw_header, message.body, channel.connection.max_body_frame)
     channel.connection.send_frames(frames)

@@ -136,6 +136,21 @@ def test_method_frame_is_pamqps_marshal():
     assert codec.method_frame(4, method) == frame.marshal(method, 4)
 
 
+@pytest.mark.parametrize("redelivered", [False, True])
+def test_name_repeating_replies_are_byte_equal_to_pamqp(redelivered):
+    routing_raw = codec.shortstr("amq.direct") + codec.shortstr("rk")
+    assert codec.queue_declare_ok_frame(4, "q.1", 3, 1) == frame.marshal(
+        commands.Queue.DeclareOk(queue="q.1", message_count=3, consumer_count=1), 4
+    )
+    assert codec.get_ok_frame(2, 9, redelivered, routing_raw, 7) == frame.marshal(
+        commands.Basic.GetOk(delivery_tag=9, redelivered=redelivered, exchange="amq.direct", routing_key="rk",
+                             message_count=7), 2
+    )
+    assert codec.return_frame(5, 312, "NO_ROUTE", routing_raw) == frame.marshal(
+        commands.Basic.Return(reply_code=312, reply_text="NO_ROUTE", exchange="amq.direct", routing_key="rk"), 5
+    )
+
+
 def test_decode_method_reads_pamqp_methods():
     method = commands.Queue.Declare(queue="q", durable=True, arguments={"x-max-length": 10})
     decoded = codec.decode_method(payload_of(frame.marshal(method, 1)))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pamqp import commands
 
 from amqp_server.connection import CLOSED, CLOSING, OPEN
-from tests.frame_driver import opened_client, raw_frame
+from tests.frame_driver import FakeClient, opened_client, raw_frame
 
 METHOD_IDS = sorted(commands.INDEX_MAPPING)
 
@@ -58,3 +58,55 @@ def test_random_bytes_after_the_handshake_never_raise(data):
     client = opened_client()
     client.send_bytes(data)
     assert client.connection.state in (OPEN, CLOSING, CLOSED)
+
+
+# Found by the frame fuzzer (bench/frame_fuzz.py, seed 1, connection 2459): a bit flip turned the
+# queue name into one with a DEL character. RabbitMQ accepts any name a short string holds and
+# repeats it in its replies; pamqp refuses to encode it, which cost the client its connection
+# with INTERNAL_ERROR.
+FUZZED_DECLARE = (
+    b"\x01\x00\x01\x00\x00\x008\x002\x00\n\x00\x00\x0cfz-T0\x7f0000-q\x04\x00\x00\x00 "
+    b"\x0cx-max-lengthb2\rx-message-ttlu\xea`\xce"
+)
+ODD_NAME = b"fz weird\x01x"
+
+
+def send_raw(client: FakeClient, data: bytes) -> list[tuple[int, int, bytes]]:
+    """Feed bytes to the broker and return its frames undecoded (pamqp would refuse these names)."""
+    client.connection.receive_data(data)
+    return client.take_raw()
+
+
+def test_a_queue_name_outside_the_specs_characters_is_declared_and_named_back():
+    client = opened_client()
+    (frame_type, channel, payload), = send_raw(client, FUZZED_DECLARE)
+    assert (frame_type, channel) == (1, 1)
+    assert payload == b"\x00\x32\x00\x0b" + b"\x0cfz-T0\x7f0000-q" + struct.pack(">II", 0, 0)
+    assert client.connection.state == OPEN
+
+
+def _exchange_declare(name: bytes) -> bytes:
+    return raw_frame(1, 1, struct.pack(">HHH", 40, 10, 0) + bytes([len(name)]) + name + b"\x06direct\x00" + bytes(4))
+
+
+def _publish(name: bytes, routing_key: bytes, mandatory: bool) -> bytes:
+    method = struct.pack(">HHH", 60, 40, 0) + bytes([len(name)]) + name + bytes([len(routing_key)]) + routing_key
+    return (
+        raw_frame(1, 1, method + bytes([int(mandatory)]))
+        + raw_frame(2, 1, struct.pack(">HHQH", 60, 0, 1, 0))
+        + raw_frame(3, 1, b"x")
+    )
+
+
+def test_a_return_and_a_get_ok_repeat_an_exchange_name_outside_the_specs_characters():
+    client = opened_client()
+    assert [frame[2][:4] for frame in send_raw(client, _exchange_declare(ODD_NAME))] == [b"\x00\x28\x00\x0b"]  # exchange.declare-ok
+    client.send(1, commands.Queue.Declare(queue="bound"))
+    bind = struct.pack(">HHH", 50, 20, 0) + b"\x05bound" + bytes([len(ODD_NAME)]) + ODD_NAME + b"\x02rk\x00" + bytes(4)
+    send_raw(client, raw_frame(1, 1, bind))
+    returned = send_raw(client, _publish(ODD_NAME, b"nowhere", mandatory=True) + _publish(ODD_NAME, b"rk", mandatory=False))
+    assert returned[0][2] == b"\x00\x3c\x00\x32\x01\x38\x08NO_ROUTE" + bytes([len(ODD_NAME)]) + ODD_NAME + b"\x07nowhere"
+    get_ok = send_raw(client, raw_frame(1, 1, struct.pack(">HHH", 60, 70, 0) + b"\x05bound\x01"))[0][2]
+    assert get_ok[:4] == b"\x00\x3c\x00\x47"
+    assert bytes([len(ODD_NAME)]) + ODD_NAME + b"\x02rk" in get_ok
+    assert client.connection.state == OPEN
