@@ -67,6 +67,9 @@ class LimitsConfig:
     # RabbitMQ's tcp_listen_options.send_timeout: a client that takes no bytes for this long while
     # its output is over the bound is closed.
     send_timeout_ms: int = 15000
+    # After a refused login the socket stays open this long, or until the client's close-ok, so
+    # the client reads "access refused" rather than a reset (RabbitMQ: 3 s).
+    refused_login_close_delay_ms: int = 3000
     # Resource alarms (docs/operations.md); RabbitMQ's defaults: 0.4 of RAM and 50 MB free disk.
     memory_high_watermark: float = 0.4  # fraction of total RAM (or the cgroup's limit)
     memory_high_watermark_bytes: int | None = None  # absolute; overrides the fraction when set
@@ -339,6 +342,7 @@ _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "max_connections": _int_between(0, None),
     "max_connections_per_listener": _int_between(0, None),
     "send_timeout_ms": _int_between(1, None),
+    "refused_login_close_delay_ms": _int_between(0, 600_000),
     "memory_high_watermark": _fraction,
     "memory_high_watermark_bytes": parse_byte_size,
     "disk_free_limit": parse_byte_size,

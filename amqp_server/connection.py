@@ -17,7 +17,7 @@ from typing import Any
 from pamqp import commands
 
 from amqp_server import codec, errors, handshake, publisher_blocking, secret_update
-from amqp_server.access_control import User, is_loopback_address
+from amqp_server.access_control import AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
 from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_limits import UNLIMITED_ADMISSION, Admission
 from amqp_server.channel import CLOSING as CHANNEL_CLOSING
@@ -30,6 +30,11 @@ from queues.queue import Queue
 log = logging.getLogger(__name__)
 
 _HANDSHAKE_STATES = (AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN)
+# How long the shell keeps a socket after connection.close was sent, waiting for close-ok.
+CLOSE_OK_TIMEOUT_S = 3.0
+# Largest frame read from a client whose login was refused: close-ok is 4 payload bytes and a
+# connection.close at most 266; anything bigger ends the wait.
+_REFUSED_LOGIN_FRAME_MAX = 512
 _CHANNEL_OPEN = 0x0014000A
 _CONNECTION_CLOSE = 0x000A0032
 _CONNECTION_CLOSE_OK = 0x000A0033
@@ -83,6 +88,8 @@ class Connection:
         # Called with True/False when reading from the socket should pause/resume.
         self.on_reading_paused: Callable[[bool], None] = lambda paused: None
         self.close_when_flushed = False  # the shell closes the socket after the next write
+        # In CLOSING, the shell drops the socket after this long without close-ok.
+        self.close_ok_timeout_s = CLOSE_OK_TIMEOUT_S
         self._out: list[bytes] = []
         self._confirm_channels: set[Channel] = set()
         self._input_broken = False
@@ -151,8 +158,8 @@ class Connection:
                 if index == _CONNECTION_CLOSE_OK:
                     self.finish()
                 elif index == _CONNECTION_CLOSE:
+                    # Both sides closing: answer, and keep waiting for the close-ok of ours (RabbitMQ).
                     self.send_method(0, commands.Connection.CloseOk())
-                    self.finish()
             return
         if frame_type == codec.FRAME_HEARTBEAT:
             if channel_id != 0:
@@ -374,6 +381,27 @@ class Connection:
         )
         self._release()
         self.state = CLOSING
+
+    def refuse_login(self, failure: AuthenticationFailed) -> None:
+        """Close after a refused login as RabbitMQ does. A client that announced
+        authentication_failure_close gets connection.close (403), others nothing; the socket then
+        stays open until the client's close-ok or `refused_login_close_delay_ms`, whichever comes
+        first, so the client reads "access refused" before the socket goes, and cannot retry at
+        full speed. An unknown mechanism gets no reply and nothing more is read (RabbitMQ sleeps).
+        Meanwhile the connection keeps one small frame buffer and still holds its place under the
+        connection limits, like any socket."""
+        self.state = CLOSING
+        self.close_ok_timeout_s = self.broker.limits.refused_login_close_delay_ms / 1000
+        self.reader = codec.FrameReader(_REFUSED_LOGIN_FRAME_MAX)
+        self.client_properties = {"product": self.client_properties.get("product")}
+        if isinstance(failure, UnsupportedMechanism):
+            self._input_broken = True
+            self.on_reading_paused(True)
+        elif self.client_capabilities.get("authentication_failure_close"):
+            self.send_method(0, commands.Connection.Close(errors.ACCESS_REFUSED, failure.reply_text, 0, 0))
+        self.client_capabilities = {}
+        if not self.close_ok_timeout_s:
+            self.finish()
 
     def close_by_broker(self, code: int, text: str) -> None:
         """Close from the broker side (shutdown, management request)."""

@@ -18,7 +18,7 @@ from pamqp import commands
 from amqp_server import codec, errors
 from amqp_server.access_control import AuthenticationFailed
 from amqp_server.config import FRAME_MIN_SIZE
-from amqp_server.connection_states import AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, CLOSING, OPEN
+from amqp_server.connection_states import AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, OPEN
 from amqp_server.errors import AMQPError
 
 if TYPE_CHECKING:
@@ -78,13 +78,7 @@ def start_ok(connection: "Connection", method: commands.Connection.StartOk) -> N
         )
     except AuthenticationFailed as failure:
         log.warning("login refused for connection %s: %s", connection.describe(), failure.reason)
-        if connection.client_capabilities.get("authentication_failure_close"):
-            code = errors.COMMAND_INVALID if failure.reply_text.startswith("COMMAND_INVALID") else errors.ACCESS_REFUSED
-            connection.send_method(0, commands.Connection.Close(code, failure.reply_text, 0, 0))
-            connection.state = CLOSING
-            connection.close_when_flushed = True
-        else:
-            connection.finish()
+        connection.refuse_login(failure)
         return
     connection.mechanism = method.mechanism
     connection.send_method(

@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.25
 # RabbitMQ's handshake_timeout: a client must finish the handshake in 10 s.
 HANDSHAKE_TIMEOUT_S = 10.0
-# How long we wait for close-ok after sending connection.close before dropping the socket.
-CLOSE_OK_TIMEOUT_S = 3.0
 # Pause deliveries to a client whose socket buffer holds more than this, and stop reading it
 # (what it sends makes the broker answer); both resume below a quarter of it.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
@@ -163,7 +161,7 @@ class AMQPProtocol(asyncio.Protocol):
         if state == CLOSING:
             if self.closing_since is None:
                 self.closing_since = now
-            elif now - self.closing_since > CLOSE_OK_TIMEOUT_S:
+            elif now - self.closing_since > connection.close_ok_timeout_s:
                 transport.close()
             return
         if state == CLOSED:

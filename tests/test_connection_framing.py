@@ -97,6 +97,9 @@ def test_connection_close_crossing_the_servers_close_is_answered_with_close_ok()
     client.send_bytes(raw_frame(8, 1, b""))
     received = client.send(0, commands.Connection.Close(200, "bye", 0, 0))
     assert isinstance(received[0][1], commands.Connection.CloseOk)
+    # As in RabbitMQ, the broker still waits for the close-ok of its own close.
+    assert client.connection.state == connection_module.CLOSING
+    assert client.send(0, commands.Connection.CloseOk()) == []
     assert client.connection.state == connection_module.CLOSED
 
 

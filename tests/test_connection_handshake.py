@@ -12,6 +12,7 @@ from pamqp.header import ProtocolHeader
 
 from amqp_server import connection as connection_module
 from amqp_server.broker import Broker
+from amqp_server.config import LimitsConfig, ServerConfig
 from tests.frame_driver import PROTOCOL_HEADER, FakeClient, marshal, methods, plain_response, publish_frames
 
 
@@ -123,6 +124,40 @@ def test_wrong_password_gives_403_close_when_client_advertises_authentication_fa
         "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
         "For details see the broker logfile."
     )
+
+
+def test_after_a_refused_login_the_socket_waits_for_close_ok():
+    client = FakeClient()
+    client.start()
+    client.start_ok(password="wrong")
+    # RabbitMQ keeps the socket for 3 s (the shell's close-ok timeout) so the client reads the close.
+    assert client.connection.state == connection_module.CLOSING
+    assert not client.connection.close_when_flushed
+    assert client.connection.close_ok_timeout_s == 3.0
+
+    assert client.send(0, commands.Connection.CloseOk()) == []
+    assert client.connection.state == connection_module.CLOSED
+    assert client.connection.close_when_flushed
+
+
+def test_a_close_after_a_refused_login_is_answered_and_the_wait_goes_on():
+    client = FakeClient()
+    client.start()
+    client.start_ok(password="wrong")
+    assert isinstance(only_method(client.send(0, commands.Connection.Close(200, "bye", 0, 0))), commands.Connection.CloseOk)
+    assert client.connection.state == connection_module.CLOSING
+
+
+def test_frames_after_a_refused_login_are_ignored_and_a_big_one_ends_the_wait():
+    client = FakeClient()
+    client.start()
+    client.start_ok(password="wrong")
+    assert client.send(0, commands.Connection.TuneOk(channel_max=0, frame_max=131072, heartbeat=0)) == []
+    assert client.send(1, commands.Channel.Open()) == []
+    assert client.connection.state == connection_module.CLOSING
+    # A frame of more than 512 bytes is not something to wait for: the socket closes now.
+    client.send_bytes(b"\x01\x00\x00\x00\x00\x10\x00" + b"\x00" * 4096)
+    assert client.connection.state == connection_module.CLOSED
     assert client.connection.close_when_flushed
 
 
@@ -130,7 +165,30 @@ def test_wrong_password_closes_without_a_frame_when_client_lacks_authentication_
     client = FakeClient()
     client.start()
     assert client.start_ok(password="wrong", capabilities={}) == []
-    assert client.connection.state == connection_module.CLOSED
+    # RabbitMQ sends nothing but still closes only after its 3 s delay (or the client's close-ok).
+    assert client.connection.state == connection_module.CLOSING
+    assert not client.connection.close_when_flushed
+
+
+def test_an_unknown_mechanism_gets_no_reply_and_is_not_read_any_more():
+    client = FakeClient()
+    client.start()
+    paused = []
+    client.connection.on_reading_paused = paused.append
+    reply = client.send(0, commands.Connection.StartOk(
+        client_properties={"capabilities": {"authentication_failure_close": True}}, mechanism="FOO", response="x"))
+    # RabbitMQ: no connection.close, the socket is dropped 3 s later whatever the client sends.
+    assert reply == []
+    assert paused == [True]
+    assert client.send(0, commands.Connection.CloseOk()) == []
+    assert client.connection.state == connection_module.CLOSING
+
+
+def test_a_refused_login_delay_of_zero_closes_once_the_close_is_written():
+    broker = Broker(ServerConfig(limits=LimitsConfig(refused_login_close_delay_ms=0)))
+    client = FakeClient(broker)
+    client.start()
+    assert only_method(client.start_ok(password="wrong")).reply_code == 403
     assert client.connection.close_when_flushed
 
 
