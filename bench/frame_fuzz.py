@@ -161,32 +161,43 @@ def _publish(channel: int, exchange: str, routing_key: str, body: bytes, variant
     return frames
 
 
-def corpus_scripts() -> list[list[bytes]]:
-    """Conversations after the handshake, each on its own channel; names carry the TAG placeholder."""
+@dataclass(frozen=True)
+class Script:
+    """A piece of a client conversation on one channel. A session opens the channel before it,
+    followed by `setup` (the declarations the script relies on), if the channel is not open."""
+
+    channel: int
+    frames: list[bytes]
+    setup: list[bytes] = field(default_factory=list)
+    closes_channel: bool = False
+
+
+def corpus_scripts() -> list[Script]:
+    """Conversations after the handshake; names carry the TAG placeholder. Transactions and
+    confirms get channels of their own (a channel cannot be both), the rest share 1 to 3."""
     tag = TAG.decode()
     queue = f"fz-{tag}-q"
     args = {"x-max-length": 50, "x-message-ttl": 60000}
-    scripts: list[list[bytes]] = []
+    declare_queue = commands.Queue.Declare(queue=queue, exclusive=True, arguments=args)
+    scripts: list[Script] = []
     for channel in (1, 2, 3):
         declares = _marshal(
             channel,
-            commands.Channel.Open(),
             commands.Exchange.Declare(exchange=f"fz-x{channel}", exchange_type="topic"),
             commands.Exchange.Declare(exchange=f"fz-h{channel}", exchange_type="headers", auto_delete=True),
-            commands.Queue.Declare(queue=queue, exclusive=True, arguments=args),
+            declare_queue,
             commands.Queue.Declare(queue="", exclusive=True, auto_delete=True),
             commands.Queue.Bind(queue=queue, exchange=f"fz-x{channel}", routing_key="a.*.c"),
             commands.Queue.Bind(queue=queue, exchange=f"fz-h{channel}", arguments={"x-match": "any", "k": "v"}),
             commands.Exchange.Bind(destination=f"fz-h{channel}", source=f"fz-x{channel}", routing_key="#"),
         )
-        publishes = _marshal(channel, commands.Channel.Open())
+        publishes: list[bytes] = []
         for variant, size in enumerate((0, 10, 300, 5000, 9000)):
             publishes += _publish(channel, "", queue, bytes(range(256)) * (size // 256) + b"x" * (size % 256), variant)
         publishes += _publish(channel, f"fz-x{channel}", "a.b.c", b"routed", 3)
         consume = _marshal(
             channel,
-            commands.Channel.Open(),
-            commands.Queue.Declare(queue=queue, exclusive=True, arguments=args),
+            declare_queue,
             commands.Basic.Qos(prefetch_count=3),
             commands.Basic.Consume(queue=queue, consumer_tag=f"ctag-{tag}"),
         )
@@ -203,15 +214,6 @@ def corpus_scripts() -> list[list[bytes]]:
             commands.Basic.Cancel(consumer_tag=f"ctag-{tag}"),
             commands.Queue.Purge(queue=queue),
         )
-        tx = _marshal(channel, commands.Channel.Open(), commands.Queue.Declare(queue=queue, exclusive=True, arguments=args), commands.Tx.Select())
-        tx += _publish(channel, "", queue, b"tx one", 1)
-        tx += _marshal(channel, commands.Tx.Commit(), commands.Basic.Get(queue=queue), commands.Basic.Ack(delivery_tag=1))
-        tx += _publish(channel, "", queue, b"tx two", 2)
-        tx += _marshal(channel, commands.Tx.Rollback(), commands.Tx.Commit())
-        confirms = _marshal(channel, commands.Channel.Open(), commands.Confirm.Select())
-        confirms += _publish(channel, "", queue, b"confirmed", 1)
-        confirms += _publish(channel, "", "nowhere", b"returned", 2, mandatory=True)
-        confirms += _publish(channel, f"fz-h{channel}", "", b"to headers", 3)
         teardown = _marshal(
             channel,
             commands.Basic.Qos(prefetch_count=10, global_=True),
@@ -221,10 +223,23 @@ def corpus_scripts() -> list[list[bytes]]:
             commands.Queue.Delete(queue=queue),
             commands.Exchange.Delete(exchange=f"fz-h{channel}"),
             commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0),
-            commands.Channel.CloseOk(),
         )
-        scripts += [declares, publishes, consume, tx, confirms, teardown]
-    scripts.append([struct.pack(">BHI", 8, 0, 0) + b"\xce"])  # a heartbeat
+        scripts += [Script(channel, declares), Script(channel, publishes, declares), Script(channel, consume, declares),
+                    Script(channel, teardown, declares, closes_channel=True)]
+    for channel in (4, 5):
+        tx = _marshal(channel, declare_queue, commands.Tx.Select())
+        tx += _publish(channel, "", queue, b"tx one", 1)
+        tx += _marshal(channel, commands.Tx.Commit(), commands.Basic.Get(queue=queue), commands.Basic.Ack(delivery_tag=1))
+        tx += _publish(channel, "", queue, b"tx two", 2)
+        tx += _marshal(channel, commands.Tx.Rollback(), commands.Tx.Commit())
+        scripts.append(Script(channel, tx))
+    for channel in (6, 7):
+        confirms = _marshal(channel, commands.Confirm.Select())
+        confirms += _publish(channel, "", queue, b"confirmed", 1)
+        confirms += _publish(channel, "", "nowhere", b"returned", 2, mandatory=True)
+        confirms += _publish(channel, "amq.headers", "", b"to headers", 3)
+        scripts.append(Script(channel, confirms))
+    scripts.append(Script(0, [struct.pack(">BHI", 8, 0, 0) + b"\xce"]))  # a heartbeat
     return scripts
 
 
@@ -252,7 +267,7 @@ class Mutator:
         frames = list(frames)
         index = 0
         while index < len(frames):
-            if self.rng.random() < rate:
+            if frames[index] and self.rng.random() < rate:  # a dropped frame stays dropped
                 self.rng.choice(self.operations)(frames, index)
             index += 1
         return frames
@@ -355,7 +370,7 @@ def connection_token(number: int) -> bytes:
     return f"c{number % 16**6:06x}".encode()
 
 
-def session_frames(seed: int, number: int, scripts: list[list[bytes]]) -> list[bytes]:
+def session_frames(seed: int, number: int, scripts: list[Script]) -> list[bytes]:
     """Everything connection `number` of a run with `seed` sends, in order (deterministic)."""
     rng = random.Random(f"{seed}:{number}")
     mutator = Mutator(rng)
@@ -363,8 +378,15 @@ def session_frames(seed: int, number: int, scripts: list[list[bytes]]) -> list[b
     if rng.random() > VALID_HANDSHAKE_ODDS:
         frames = mutator.mutate(frames, 0.5)
     body: list[bytes] = []
+    open_channels = {0}
     for _ in range(rng.randint(*SCRIPTS_PER_SESSION)):
-        body += rng.choice(scripts)
+        script = rng.choice(scripts)
+        if script.channel not in open_channels:
+            body += _marshal(script.channel, commands.Channel.Open()) + script.setup
+            open_channels.add(script.channel)
+        body += script.frames
+        if script.closes_channel:
+            open_channels.discard(script.channel)
     if rng.random() < 0.5:
         body += _marshal(0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
     frames += mutator.mutate(body, MUTATION_RATE)
@@ -420,6 +442,7 @@ class FuzzReport:
     frames: int = 0
     bytes_sent: int = 0
     connections: int = 0
+    closed_by_broker: int = 0  # connections the broker closed with connection.close (an error)
     duration_s: float = 0.0
     baseline_rss_kib: int = 0
     peak_rss_kib: int = 0
@@ -459,6 +482,7 @@ class FuzzReport:
         known = "".join(f"\n  known finding, {count} x: {name}" for name, count in self.known_findings.items())
         return (
             f"seed {self.seed}: {self.frames} frames ({self.bytes_sent / 1e6:.1f} MB) on {self.connections} connections "
+            f"({self.closed_by_broker} closed by the broker with an error) "
             f"in {self.duration_s:.1f} s; RSS {self.baseline_rss_kib // 1024} MiB at start, peak "
             f"{self.peak_rss_kib // 1024} MiB (bound {self.rss_bound_kib // 1024} MiB); well-behaved client: "
             f"{self.round_trips} round trips, max {self.max_round_trip_s * 1000:.0f} ms{known}"
@@ -564,7 +588,8 @@ class Fuzzer:
                 self.report.frames += len(batch)
                 self.report.bytes_sent += len(data)
             # Give the broker the time to answer (and close what it must) before we hang up.
-            await asyncio.wait_for(asyncio.shield(answers), 0.2)
+            if await asyncio.wait_for(asyncio.shield(answers), 0.2):
+                self.report.closed_by_broker += 1
         except (OSError, asyncio.TimeoutError):
             pass
         finally:
@@ -588,9 +613,10 @@ class Fuzzer:
         return reader, writer
 
     @staticmethod
-    async def _read_until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read_until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Drop what the broker sends; at its connection.close answer close-ok, as a client must,
-        and return (the session stops: frames after it would only be discarded)."""
+        and return True (the session stops: frames after it would only be discarded). False when
+        the socket closed without one."""
         buffer = bytearray()
         while data := await reader.read(1 << 16):
             buffer += data
@@ -601,9 +627,10 @@ class Fuzzer:
                     break
                 if kind == 1 and channel == 0 and buffer[offset + 7 : offset + 11] == _CONNECTION_CLOSE:
                     writer.write(CLOSE_OK_FRAME)
-                    return
+                    return True
                 offset += size + 8
             del buffer[:offset]
+        return False
 
     async def _watch(self) -> None:
         """Sample RSS and the well-behaved client until the run ends; stop it at the first problem."""
