@@ -36,6 +36,7 @@ import struct
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,6 +164,13 @@ def _publish(channel: int, exchange: str, routing_key: str, body: bytes, variant
     return frames
 
 
+def _recover_async() -> commands.Basic.RecoverAsync:
+    """basic.recover-async: deprecated by the spec (pamqp warns), still sent by old clients."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return commands.Basic.RecoverAsync(requeue=True)
+
+
 def _features(channel: int, tag: str) -> list[bytes]:
     """Dead-lettering, overflow, priorities, delayed and alternate exchanges, direct reply-to,
     passive declares and recover: the broker's less travelled paths."""
@@ -202,7 +210,7 @@ def _features(channel: int, tag: str) -> list[bytes]:
         commands.Basic.Nack(delivery_tag=0, multiple=True, requeue=True),
         commands.Basic.Get(queue=limited),
         commands.Basic.Nack(delivery_tag=0, multiple=True, requeue=False),
-        commands.Basic.RecoverAsync(requeue=True),
+        _recover_async(),
         commands.Basic.Cancel(consumer_tag=f"dl-{tag}", nowait=True),
         commands.Queue.Delete(queue=limited, if_unused=True, if_empty=True),
     )
