@@ -168,7 +168,30 @@ class Channel:
                     errors.FRAME_ERROR,
                     f"content body larger than declared: {pending.received} > {pending.body_size}",
                 )
+            if pending.in_flight:
+                self.connection.content_finished(pending.body_size)
             complete_publish(self)
+        elif not pending.in_flight:
+            self._content_in_flight(pending)
+
+    def _content_in_flight(self, pending: PendingPublish) -> None:
+        """A content's first body frame left it incomplete: it holds memory until the rest comes.
+        Messages arriving interleaved on many channels would each hold theirs, so one connection
+        may hold at most max_content_in_flight declared bytes (one message of any allowed size
+        always). Messages whose body comes in one frame, the usual case, never get here."""
+        connection = self.connection
+        in_flight = connection.content_in_flight
+        if in_flight and in_flight + pending.body_size > connection.max_content_in_flight:
+            self.pending_publish = None
+            raise AMQPError(
+                errors.PRECONDITION_FAILED,
+                f"content in flight on this connection would reach {in_flight + pending.body_size} bytes, "
+                f"more than the configured max_content_in_flight {connection.max_content_in_flight}",
+                60,
+                40,
+            )
+        pending.in_flight = True
+        connection.content_started(pending.body_size)
 
     # -- publisher confirms ------------------------------------------------------------
 
@@ -262,6 +285,9 @@ class Channel:
 
     def release(self) -> None:
         """The channel is gone: cancel its consumers and requeue what it had not acked."""
+        pending = self.pending_publish
+        if pending is not None and pending.in_flight:
+            self.connection.content_finished(pending.body_size)
         self.pending_publish = None
         self.state = CLOSED if self.state == OPEN else self.state
         for consumer in list(self.consumers.values()):

@@ -64,6 +64,9 @@ class LimitsConfig:
     max_message_size: int = 134217728
     max_connections: int = 0  # 0 = unlimited; counts every socket, the whole broker
     max_connections_per_listener: int = 0  # 0 = unlimited; the same, each listener on its own
+    # Body bytes of publishes still arriving that one connection may hold (declared sizes, all
+    # channels); a single message of up to max_message_size is always allowed.
+    max_content_in_flight: int = 268435456
     # RabbitMQ's tcp_listen_options.send_timeout: a client that takes no bytes for this long while
     # its output is over the bound is closed.
     send_timeout_ms: int = 15000
@@ -343,6 +346,7 @@ _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "max_connections_per_listener": _int_between(0, None),
     "send_timeout_ms": _int_between(1, None),
     "refused_login_close_delay_ms": _int_between(0, 600_000),
+    "max_content_in_flight": parse_byte_size,
     "memory_high_watermark": _fraction,
     "memory_high_watermark_bytes": parse_byte_size,
     "disk_free_limit": parse_byte_size,

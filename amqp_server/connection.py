@@ -77,6 +77,10 @@ class Connection:
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: list[Queue] = []
         self.write_paused = False
+        # Declared body bytes of publishes whose content is still arriving (a first body frame
+        # came, not the last), on all channels, and how many may be (Channel.handle_body).
+        self.content_in_flight = 0
+        self.max_content_in_flight = limits.max_content_in_flight
         # Queues whose congestion pauses reading from this connection (flow control).
         self.throttled_by: set[Queue] = set()
         # Resource alarms (alarms.py): while one is in effect the next publish blocks the
@@ -200,6 +204,9 @@ class Connection:
                     publisher_blocking.block(self)
             else:
                 channel.handle_body(payload)
+                if self.block_on_publish:
+                    # A body of a publish begun before the alarm is publishing too.
+                    publisher_blocking.block(self)
         except AMQPError as error:
             if error.is_hard:
                 raise
@@ -321,6 +328,14 @@ class Connection:
         self.sent_bytes += len(data)
         self.sent_writes += 1
         return data
+
+    def content_started(self, body_size: int) -> None:
+        """A content header announced `body_size` bytes on one of the channels."""
+        self.content_in_flight += body_size
+
+    def content_finished(self, body_size: int) -> None:
+        """A publish announced with `body_size` bytes is complete, or dropped with its channel."""
+        self.content_in_flight -= body_size
 
     def throttle(self, queue: Queue) -> None:
         """Stop reading from this publisher until `queue` drains (flow control)."""

@@ -4,7 +4,10 @@ Flow control: a connection that publishes into a congested queue (queues/queue.p
 stops being read until every such queue drains. Resource alarms, as RabbitMQ does them: an
 alarm (memory or disk low) blocks a connection when it next publishes, not at once, so
 connections that only consume keep going; it stops reading from the socket and, if the client
-announced the connection.blocked capability, sends connection.blocked with the reason.
+announced the connection.blocked capability, sends connection.blocked with the reason. Body
+frames count as publishing too: a connection with publishes whose bodies are still arriving when
+an alarm goes off is blocked at once, and a body frame that arrives during an alarm blocks as a
+content header does, so publishes begun before the alarm cannot go on feeding the broker.
 Clearing the last alarm unblocks every connection at once (connection.unblocked).
 """
 
@@ -47,6 +50,10 @@ def alarm_changed(connection: "Connection", reason: str | None) -> None:
     connection.alarm_reason = reason
     if reason is not None:
         connection.block_on_publish = connection.blocked_by is None
+        if connection.block_on_publish and connection.content_in_flight:
+            # Publishes started before the alarm: their bodies are publishes too, and would
+            # otherwise go on arriving while every new one waits.
+            block(connection)
         return
     connection.block_on_publish = False
     if connection.blocked_by is None:

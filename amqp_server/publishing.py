@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 class PendingPublish:
     """A basic.publish whose content header and body are still arriving."""
 
-    __slots__ = ("exchange", "routing_key", "mandatory", "routing_raw", "raw_header", "body_size", "parts", "received")
+    __slots__ = (
+        "exchange", "routing_key", "mandatory", "routing_raw", "raw_header", "body_size", "parts", "received", "in_flight"
+    )
 
     def __init__(self, exchange: "Exchange", routing_key: str, mandatory: bool, routing_raw: bytes) -> None:
         self.exchange = exchange
@@ -50,6 +52,8 @@ class PendingPublish:
         self.body_size = 0
         self.parts: list[bytes] = []
         self.received = 0
+        # Counted in the connection's content_in_flight: a first body frame left it incomplete.
+        self.in_flight = False
 
 
 def begin_publish(channel: "Channel", payload: bytes) -> None:

@@ -23,6 +23,8 @@ from pamqp.header import ContentHeader
 from bench.procfs import rss_kib
 
 from interop_tests.broker_process import TEST_CONFIG
+from interop_tests.test_alarms_memory import HEADROOM, resting_size
+from interop_tests.test_alarms_memory import start as alarm_broker
 from interop_tests.raw_client import CLIENT_CAPABILITIES, RawClient, ServerClosedSocket
 
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -267,3 +269,99 @@ def test_a_client_that_never_reads_its_returns_is_paused_then_closed_and_holds_l
     wait_for_log(broker, "client is not reading, nothing could be sent to it for 3s")
     assert witness.is_open
     witness.close()
+
+
+# -- bodies in flight during a memory alarm ---------------------------------------------
+
+IN_FLIGHT_CHANNELS = 64
+IN_FLIGHT_BODY = 2 * 1024 * 1024  # 128 MiB announced in all, under the 256 MiB max_content_in_flight
+BODY_FRAME = 128 * 1024 - 8
+PACE_BYTES_PER_S = 25 * 1024 * 1024  # the broker checks memory once a second
+
+
+class InterleavedPublisher(threading.Thread):
+    """Starts IN_FLIGHT_CHANNELS publishes (method and content header each), then sends their
+    bodies interleaved, a frame per channel in turn: paced until `unpaced` is set, then as fast
+    as the broker reads them."""
+
+    def __init__(self, broker) -> None:
+        super().__init__(daemon=True)
+        self.client = RawClient(broker.host, broker.port)
+        self.client.handshake()
+        for channel in range(1, IN_FLIGHT_CHANNELS + 1):
+            self.client.open_channel(channel)
+        self.client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        self.client.sock.settimeout(60)
+        self.sent = 0
+        self.unpaced = threading.Event()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        sock = self.client.sock
+        try:
+            for channel in range(1, IN_FLIGHT_CHANNELS + 1):
+                sock.sendall(
+                    pamqp_frame.marshal(commands.Basic.Publish(exchange="", routing_key="in-flight-q"), channel)
+                    + pamqp_frame.marshal(ContentHeader(body_size=IN_FLIGHT_BODY), channel)
+                )
+            began = time.monotonic()
+            for offset in range(0, IN_FLIGHT_BODY, BODY_FRAME):
+                chunk = os.urandom(min(BODY_FRAME, IN_FLIGHT_BODY - offset))
+                for channel in range(1, IN_FLIGHT_CHANNELS + 1):
+                    sock.sendall(pamqp_frame.marshal(ContentBody(chunk), channel))
+                    self.sent += len(chunk)
+                    if not self.unpaced.is_set():
+                        time.sleep(max(0.0, self.sent / PACE_BYTES_PER_S - (time.monotonic() - began)))
+            self.done.set()
+        except OSError:
+            pass
+
+
+def test_a_memory_alarm_stops_the_bodies_of_publishes_already_in_flight(broker_factory):
+    """Today's finding: with the watermark at 256 MiB, a connection that had started 64 publishes
+    before the alarm went on sending their bodies, and the broker read 520-592 MiB more."""
+    watermark = resting_size(broker_factory) + HEADROOM
+    broker = alarm_broker(broker_factory, f"memory_high_watermark_bytes = {watermark}")
+    setup = pika_connect(broker)
+    setup.channel().queue_declare("in-flight-q")
+    publisher = InterleavedPublisher(broker)
+    publisher.start()
+
+    deadline = time.monotonic() + 30
+    while "memory resource limit alarm set" not in broker.log_text():
+        assert not publisher.done.is_set() and time.monotonic() < deadline, (
+            f"no memory alarm after {publisher.sent >> 20} MiB of bodies"
+        )
+        time.sleep(0.02)
+    sent_at_alarm = publisher.sent
+    publisher.unpaced.set()
+    publisher.join(3.0)  # as fast as the broker reads: all 128 MiB in well under this if it reads
+    read_after_alarm = publisher.sent - sent_at_alarm
+
+    assert read_after_alarm < 16 * 1024 * 1024, f"the broker read {read_after_alarm >> 20} MiB more after the alarm"
+    # Those who only consume are not blocked: the setup connection still gets answers.
+    setup.channel().queue_declare("in-flight-q", passive=True)
+    publisher.client.close()
+    setup.close()
+
+
+def test_one_connection_cannot_announce_more_than_max_content_in_flight_across_its_channels(broker):
+    """Before: channel_max x max_message_size (2047 x 128 MiB) could be announced and held."""
+    largest = 128 * 1024 * 1024  # the default max_message_size
+    with RawClient(broker.host, broker.port) as client:
+        client.handshake()
+        for channel in (1, 2, 3):
+            client.open_channel(channel)
+            client.send(commands.Basic.Publish(exchange="", routing_key="nowhere"), channel)
+            client.send(ContentHeader(body_size=largest), channel)
+            client.send(ContentBody(b"x"), channel)  # begun: the broker holds it until the rest comes
+        channel, close = client.expect(commands.Channel.Close)
+        assert channel == 3 and close.reply_code == 406
+        assert close.reply_text == (
+            "PRECONDITION_FAILED - content in flight on this connection would reach 402653184 bytes, "
+            "more than the configured max_content_in_flight 268435456"
+        )
+        client.send(commands.Channel.CloseOk(), 3)
+        client.send(ContentBody(b"y"), 1)  # the publishes that fit go on
+        client.send(commands.Channel.Open(), 3)
+        assert client.expect(commands.Channel.OpenOk)[0] == 3
