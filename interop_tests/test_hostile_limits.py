@@ -119,6 +119,12 @@ def limited_broker(broker_factory, limits: str):
     return broker_factory(config_text=TEST_CONFIG + f"\n[limits]\n{limits}\n")
 
 
+def first_connection(broker) -> pika.BlockingConnection:
+    """The first connection, once the socket that probed the port at startup is gone (it holds a
+    slot until the broker sees it close)."""
+    return connect_when_a_slot_is_free(broker)
+
+
 def pika_connect(broker) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(broker.url()))
 
@@ -147,7 +153,7 @@ def connect_when_a_slot_is_free(broker) -> pika.BlockingConnection:
 def test_max_connections_refuses_the_connection_over_it_at_open_and_says_why(broker_factory):
     """Today's finding: with max_connections = 5, 15 connections opened."""
     broker = limited_broker(broker_factory, "max_connections = 5")
-    connections = [pika_connect(broker) for _ in range(5)]
+    connections = [first_connection(broker)] + [pika_connect(broker) for _ in range(4)]
     for _ in range(10):
         text = refusal_of(broker)
         assert text == "NOT_ALLOWED - access to vhost '/' refused for user 'guest': broker connection limit (5) is reached"
@@ -163,7 +169,7 @@ def test_max_connections_refuses_the_connection_over_it_at_open_and_says_why(bro
 
 def test_max_connections_per_listener_refuses_over_it_and_names_the_listener(broker_factory):
     broker = limited_broker(broker_factory, "max_connections_per_listener = 3")
-    connections = [pika_connect(broker) for _ in range(3)]
+    connections = [first_connection(broker)] + [pika_connect(broker) for _ in range(2)]
     text = refusal_of(broker)
     assert text == (
         f"NOT_ALLOWED - access to vhost '/' refused for user 'guest': "
@@ -177,9 +183,29 @@ def test_max_connections_per_listener_refuses_over_it_and_names_the_listener(bro
 def test_sockets_still_in_their_handshake_count_against_the_limit(broker_factory):
     """An anonymous socket holds memory and a descriptor as an open connection does."""
     broker = limited_broker(broker_factory, "max_connections = 2")
-    opened = pika_connect(broker)
+    opened = first_connection(broker)
     with greeted(broker):  # said the protocol header, never logs in
         refusal_of(broker)
+    connect_when_a_slot_is_free(broker).close()
+    opened.close()
+
+
+def test_a_socket_waiting_after_a_refused_login_counts_against_the_limit(broker_factory):
+    broker = limited_broker(broker_factory, "max_connections = 2")
+    opened = first_connection(broker)
+    with greeted(broker) as refused:
+        refused.send(
+            commands.Connection.StartOk(
+                client_properties={"product": "raw_client", "capabilities": CLIENT_CAPABILITIES},
+                mechanism="PLAIN",
+                response="\0guest\0wrong",
+                locale="en_US",
+            )
+        )
+        _, close = refused.expect(commands.Connection.Close)
+        assert close.reply_code == 403
+        # No close-ok: the broker keeps the socket a while, and it keeps its slot.
+        assert "broker connection limit (2) is reached" in refusal_of(broker)
     connect_when_a_slot_is_free(broker).close()
     opened.close()
 
@@ -187,7 +213,7 @@ def test_sockets_still_in_their_handshake_count_against_the_limit(broker_factory
 def test_sockets_over_the_limit_cannot_pile_up_waiting_for_their_refusal(broker_factory):
     """A few over the limit wait for their refusal at connection.open; the rest are closed at once."""
     broker = limited_broker(broker_factory, "max_connections = 1")
-    opened = pika_connect(broker)
+    opened = first_connection(broker)
     clients = [RawClient(broker.host, broker.port) for _ in range(SOCKETS_OVER_THE_LIMIT)]
     answered = 0
     for client in clients:
