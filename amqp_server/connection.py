@@ -36,6 +36,8 @@ CLOSE_OK_TIMEOUT_S = 3.0
 # connection.close at most 266; anything bigger ends the wait.
 _REFUSED_LOGIN_FRAME_MAX = 512
 _CHANNEL_OPEN = 0x0014000A
+# What a client may send on channel 0 of an open connection.
+_RUNNING_CONNECTION_METHODS = (commands.Connection.Close, commands.Connection.UpdateSecret)
 _CONNECTION_CLOSE = 0x000A0032
 _CONNECTION_CLOSE_OK = 0x000A0033
 
@@ -227,6 +229,11 @@ class Connection:
         }.get(self.state)
         if expected is not None and not isinstance(method, expected):
             raise AMQPError(errors.COMMAND_INVALID, f"expected '{expected.name.lower()}'")
+        if self.state == OPEN and not isinstance(method, _RUNNING_CONNECTION_METHODS):
+            # RabbitMQ: once open, a second start-ok, tune-ok or open (which would log in or
+            # count the connection again), a close-ok nobody asked for, or a blocked/unblocked
+            # from the client is a hard error.
+            raise AMQPError(errors.CHANNEL_ERROR, "unexpected method in connection state running", *_ids(method))
         if isinstance(method, commands.Connection.StartOk):
             handshake.start_ok(self, method)
         elif isinstance(method, commands.Connection.TuneOk):
@@ -238,14 +245,8 @@ class Connection:
             self._release()
             self.send_method(0, commands.Connection.CloseOk())
             self.finish()
-        elif isinstance(method, commands.Connection.CloseOk):
-            self.finish()
-        elif isinstance(method, commands.Connection.UpdateSecret):
-            secret_update.update_secret(self, method)
-        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
-            pass  # a client telling us it is blocked has no effect on a broker
         else:
-            raise AMQPError(errors.COMMAND_INVALID, f"{method.name} not allowed", *_ids(method))
+            secret_update.update_secret(self, method)
 
     # -- channels ----------------------------------------------------------------------
 

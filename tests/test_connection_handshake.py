@@ -325,3 +325,15 @@ def test_frames_split_at_every_byte_give_the_same_output_as_one_chunk():
         "Start", "Tune", "OpenOk", "OpenOk", "SelectOk", "DeclareOk", "ConsumeOk", "Deliver", "Deliver", "Ack",
     ]
     assert (received[-1].delivery_tag, received[-1].multiple) == (2, True)
+
+
+def test_a_second_start_ok_or_open_on_an_open_connection_is_504_not_a_new_login():
+    for method in (
+        commands.Connection.StartOk(response=plain_response("guest", "guest")),
+        commands.Connection.Open(virtual_host="/"),
+    ):
+        client = FakeClient()
+        client.handshake()
+        close = only_method(client.send(0, method))
+        assert (close.reply_code, close.reply_text) == (504, "CHANNEL_ERROR - unexpected method in connection state running")
+        assert client.connection.state == connection_module.CLOSING
