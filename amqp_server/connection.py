@@ -22,8 +22,18 @@ from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_limits import UNLIMITED_ADMISSION, Admission
 from amqp_server.channel import CLOSING as CHANNEL_CLOSING
 from amqp_server.channel import Channel
-from amqp_server.connection_states import AWAIT_HEADER, AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, CLOSED, CLOSING, OPEN
-from amqp_server.errors import AMQPError
+from amqp_server.connection_states import (
+    AWAIT_HEADER,
+    AWAIT_OPEN,
+    AWAIT_START_OK,
+    AWAIT_TUNE_OK,
+    CLOSED,
+    CLOSING,
+    OPEN,
+    RABBITMQ_NAMES,
+    UNTRUSTED,
+)
+from amqp_server.errors import AMQPError, HandshakeError
 from amqp_server.vhost import VirtualHost
 from queues.queue import Queue
 
@@ -36,8 +46,13 @@ CLOSE_OK_TIMEOUT_S = 3.0
 # connection.close at most 266; anything bigger ends the wait.
 _REFUSED_LOGIN_FRAME_MAX = 512
 _CHANNEL_OPEN = 0x0014000A
-# What a client may send on channel 0 of an open connection.
-_RUNNING_CONNECTION_METHODS = (commands.Connection.Close, commands.Connection.UpdateSecret)
+# What a client may send on channel 0, by connection state.
+_CONNECTION_METHODS_BY_STATE = {
+    AWAIT_START_OK: (commands.Connection.StartOk,),
+    AWAIT_TUNE_OK: (commands.Connection.TuneOk,),
+    AWAIT_OPEN: (commands.Connection.Open,),
+    OPEN: (commands.Connection.Close, commands.Connection.UpdateSecret),
+}
 _CONNECTION_CLOSE = 0x000A0032
 _CONNECTION_CLOSE_OK = 0x000A0033
 
@@ -143,16 +158,18 @@ class Connection:
             for frame_type, channel_id, payload in self.reader.frames():
                 try:
                     self._handle_frame(frame_type, channel_id, payload)
+                except HandshakeError as error:
+                    self._stop_input()
+                    self._handshake_error(error)
+                    return
                 except AMQPError as error:
                     self._connection_error(error)
                 if self.state == CLOSED:
                     return
         except AMQPError as error:  # framing itself is broken: nothing after this can be read
-            self._input_broken = True
-            self.reader.clear()
-            self.on_reading_paused(True)
+            self._stop_input()
             if self.state in _HANDSHAKE_STATES:
-                self._handshake_frame_error(error)
+                self._handshake_error(error)
                 return
             self._connection_error(error)
             self.finish()
@@ -175,13 +192,13 @@ class Connection:
             raise AMQPError(errors.FRAME_ERROR, f"unknown frame type {frame_type}")
         if channel_id == 0:
             if frame_type != codec.FRAME_METHOD:
-                raise AMQPError(
+                raise self._out_of_turn(
                     errors.UNEXPECTED_FRAME, f"type {frame_type}, all octets = {codec.erlang_binary(payload)}"
                 )
             self._handle_connection_method(payload)
             return
         if self.state != OPEN:
-            raise AMQPError(errors.CHANNEL_ERROR, f"channel {channel_id} used before connection.open")
+            raise self._out_of_turn(errors.UNEXPECTED_FRAME, f"type {frame_type}, all octets = {codec.erlang_binary(payload)}")
         channel = self.channels.get(channel_id)
         if channel is None:
             if frame_type == codec.FRAME_METHOD:
@@ -218,22 +235,13 @@ class Connection:
 
     def _handle_connection_method(self, payload: bytes) -> None:
         method = codec.decode_method(payload)
-        if method.index >> 16 != 10:
-            raise AMQPError(
-                errors.CHANNEL_ERROR, "unexpected method in connection state running", *_ids(method)
-            )
-        expected = {
-            AWAIT_START_OK: commands.Connection.StartOk,
-            AWAIT_TUNE_OK: commands.Connection.TuneOk,
-            AWAIT_OPEN: commands.Connection.Open,
-        }.get(self.state)
-        if expected is not None and not isinstance(method, expected):
-            raise AMQPError(errors.COMMAND_INVALID, f"expected '{expected.name.lower()}'")
-        if self.state == OPEN and not isinstance(method, _RUNNING_CONNECTION_METHODS):
-            # RabbitMQ: once open, a second start-ok, tune-ok or open (which would log in or
-            # count the connection again), a close-ok nobody asked for, or a blocked/unblocked
-            # from the client is a hard error.
-            raise AMQPError(errors.CHANNEL_ERROR, "unexpected method in connection state running", *_ids(method))
+        allowed = _CONNECTION_METHODS_BY_STATE.get(self.state, ())
+        if not isinstance(method, allowed):
+            # As RabbitMQ: during the handshake only its next step, once open only close and
+            # update-secret (not a second start-ok or open, which would log in or count the
+            # connection again, nor a close-ok nobody asked for, nor blocked from a client).
+            text = f"unexpected method in connection state {RABBITMQ_NAMES[self.state]}"
+            raise self._out_of_turn(errors.CHANNEL_ERROR, text, *_ids(method))
         if isinstance(method, commands.Connection.StartOk):
             handshake.start_ok(self, method)
         elif isinstance(method, commands.Connection.TuneOk):
@@ -388,10 +396,23 @@ class Connection:
         self.send_method(0, commands.Connection.Close(error.code, error.reply_text, error.class_id, error.method_id))
         self.state = CLOSING
 
-    def _handshake_frame_error(self, error: AMQPError) -> None:
-        """A broken frame before connection.open-ok: answer nothing and let the shell drop the
-        socket after its close-ok timeout (3 s). RabbitMQ does the same (SILENT_CLOSE_DELAY): a
-        client not yet trusted gets no reply and waits, so it cannot retry at full speed."""
+    def _out_of_turn(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> AMQPError:
+        """The error for a frame the connection's state does not allow: silent before login and
+        tuning are done (HandshakeError), a connection.close after."""
+        kind = HandshakeError if self.state in UNTRUSTED else AMQPError
+        return kind(code, text, class_id, method_id)
+
+    def _stop_input(self) -> None:
+        """Nothing more will be read: drop what is buffered and stop reading the socket."""
+        self._input_broken = True
+        self.reader.clear()
+        self.on_reading_paused(True)
+
+    def _handshake_error(self, error: AMQPError) -> None:
+        """An error before connection.open-ok that gets no reply (a broken frame, or any
+        HandshakeError): the shell drops the socket after its close-ok timeout (3 s). RabbitMQ
+        does the same (SILENT_CLOSE_DELAY): a client not yet trusted gets no reply and waits, so
+        it cannot retry at full speed."""
         log.warning(
             "closing AMQP connection %s: handshake error in state %s: %s", self.describe(), self.state, error.reply_text
         )
@@ -411,8 +432,7 @@ class Connection:
         self.reader = codec.FrameReader(_REFUSED_LOGIN_FRAME_MAX)
         self.client_properties = {"product": self.client_properties.get("product")}
         if isinstance(failure, UnsupportedMechanism):
-            self._input_broken = True
-            self.on_reading_paused(True)
+            self._stop_input()
         elif self.client_capabilities.get("authentication_failure_close"):
             self.send_method(0, commands.Connection.Close(errors.ACCESS_REFUSED, failure.reply_text, 0, 0))
         self.client_capabilities = {}

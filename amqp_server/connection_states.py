@@ -13,3 +13,17 @@ AWAIT_OPEN = "await-open"  # waiting for connection.open naming the vhost
 OPEN = "open"
 CLOSING = "closing"  # connection.close sent, waiting for close-ok
 CLOSED = "closed"
+
+# How RabbitMQ's error texts name these states ("unexpected method in connection state tuning").
+RABBITMQ_NAMES = {
+    AWAIT_HEADER: "handshake",
+    AWAIT_START_OK: "starting",
+    AWAIT_TUNE_OK: "tuning",
+    AWAIT_OPEN: "opening",
+    OPEN: "running",
+    CLOSING: "closing",
+    CLOSED: "closed",
+}
+# Before these are done the client is not trusted: RabbitMQ answers its errors with no frame
+# and drops the socket a few seconds later (handshake_error).
+UNTRUSTED = (AWAIT_START_OK, AWAIT_TUNE_OK)

@@ -92,6 +92,12 @@ class AMQPError(Exception):
         return self.reply_text
 
 
+class HandshakeError(AMQPError):
+    """An error of a client that has not logged in and tuned yet (RabbitMQ's starting and tuning
+    states): RabbitMQ sends it no connection.close and drops the socket a few seconds later, so an
+    untrusted client learns nothing and cannot retry at full speed. The code and text are logged."""
+
+
 def resource(kind: str, name: str, vhost: str) -> str:
     """RabbitMQ's way of naming a resource in error texts: "queue 'q' in vhost '/'"."""
     return f"{kind} '{name}' in vhost '{vhost}'"

@@ -206,13 +206,43 @@ def test_guest_is_refused_from_a_remote_peer():
     assert only_method(client.start_ok()).reply_code == 403
 
 
-def test_login_without_tune_ok_cannot_open():
+def test_login_without_tune_ok_cannot_open_and_gets_no_reply(caplog):
     client = FakeClient()
     client.start()
     client.start_ok()
-    close = only_method(client.send(0, commands.Connection.Open(virtual_host="/")))
-    assert isinstance(close, commands.Connection.Close)
-    assert close.reply_code == 503
+    # RabbitMQ answers a client that has not tuned yet with nothing: the socket goes 3 s later.
+    with caplog.at_level(logging.WARNING, logger="amqp_server.connection"):
+        assert client.send(0, commands.Connection.Open(virtual_host="/")) == []
+    assert client.connection.state == connection_module.CLOSING
+    assert client.send(0, commands.Connection.CloseOk()) == []  # not even read any more
+    assert client.connection.state == connection_module.CLOSING
+    assert "CHANNEL_ERROR - unexpected method in connection state tuning" in caplog.text
+
+
+def test_a_channel_frame_before_login_gets_no_reply():
+    client = FakeClient()
+    client.start()
+    assert client.send(1, commands.Channel.Open()) == []
+    assert client.connection.state == connection_module.CLOSING
+
+
+def test_anything_but_connection_open_after_tuning_is_504_naming_the_method():
+    client = FakeClient()
+    client.start()
+    client.start_ok()
+    client.send(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
+    close = only_method(client.send(0, commands.Connection.Close(200, "bye", 0, 0)))
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        504, "CHANNEL_ERROR - unexpected method in connection state opening", 10, 50)
+
+
+def test_a_channel_frame_after_tuning_but_before_open_is_505():
+    client = FakeClient()
+    client.start()
+    client.start_ok()
+    client.send(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
+    close = only_method(client.send(1, commands.Channel.Open()))
+    assert (close.reply_code, close.reply_text) == (505, "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>")
 
 
 def test_tune_ok_with_frame_max_4096_is_accepted():
