@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 from amqp_server.auth import (
+    PASSWORD_MECHANISMS,
     SUPPORTED_MECHANISMS,
     SaslError,
     hash_password,
@@ -195,7 +196,7 @@ class AccessControl:
         """The user `name` as it is now, when `secret` is its password (connection.update-secret
         on a connection that logged in as `name` with `mechanism`); else AuthenticationFailed.
         Only the password mechanisms have a secret to renew."""
-        if mechanism not in SUPPORTED_MECHANISMS:
+        if mechanism not in PASSWORD_MECHANISMS:
             raise AuthenticationFailed(f"mechanism {mechanism} has no secret to update", mechanism)
         user = self._users.get(name)
         if user is None:

@@ -24,6 +24,8 @@ from typing import Sequence
 from pamqp import decode as pamqp_decode
 
 SUPPORTED_MECHANISMS: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
+# Mechanisms whose secret is the user's password (so connection.update-secret can renew it).
+PASSWORD_MECHANISMS: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
 HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 
 _SALT_LENGTH = 4

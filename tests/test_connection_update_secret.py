@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 from pamqp import commands
 
+from amqp_server.access_control import AuthenticationFailed
 from tests.frame_driver import FakeClient, methods, opened_client
 
 REFUSED = ("NOT_ALLOWED - New secret was refused by one of the backends", 10, 70)
@@ -84,3 +86,11 @@ def test_permissions_are_looked_up_again_after_the_secret_is_renewed():
     assert isinstance(close, commands.Channel.Close)
     assert (close.reply_code, close.reply_text) == (
         403, "ACCESS_REFUSED - access to exchange 'amq.direct' in vhost '/' refused for user 'guest'")
+
+
+def test_only_a_password_mechanism_has_a_secret_to_renew():
+    client = opened_client()
+    access = client.broker.access
+    assert access.check_new_secret("guest", "PLAIN", "guest").name == "guest"
+    with pytest.raises(AuthenticationFailed, match="mechanism EXTERNAL has no secret to update"):
+        access.check_new_secret("guest", "EXTERNAL", "guest")
