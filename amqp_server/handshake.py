@@ -41,7 +41,8 @@ CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": True,
 }
-MECHANISMS = "PLAIN AMQPLAIN"
+# In the order RabbitMQ 3.10 lists them (clients that take the server's first choice see the same).
+MECHANISMS = "AMQPLAIN PLAIN"
 
 
 def send_start(connection: "Connection") -> None:
