@@ -281,6 +281,13 @@ def access_request_ok_frame(channel: int) -> bytes:
     return _frame_header.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
 
 
+def channel_open_ok_frame(channel: int) -> bytes:
+    """channel.open-ok with the deprecated channel-id empty, as RabbitMQ sends it (pamqp only
+    builds it holding "0")."""
+    payload = struct.pack(">HHI", 20, 11, 0)
+    return _frame_header.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
 def erlang_binary(data: bytes, limit: int = 16) -> str:
     """Bytes as Erlang prints a binary, as RabbitMQ's frame-error texts show them."""
     data = data[:limit]

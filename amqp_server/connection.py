@@ -269,7 +269,7 @@ class Connection:
         channel = Channel(self, channel_id)
         self.channels[channel_id] = channel
         self.broker.stats.channels_opened += 1
-        self.send_method(channel_id, commands.Channel.OpenOk())
+        self._write(codec.channel_open_ok_frame(channel_id))
 
     def close_channel(self, channel: Channel) -> None:
         """The client closed the channel (channel.close): release it at once."""

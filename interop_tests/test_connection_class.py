@@ -96,3 +96,12 @@ def test_a_channel_frame_after_tuning_but_before_open_is_505(broker):
         client.send(commands.Channel.Open(), 1)
         close = client.expect_connection_close()
         assert (close.reply_code, close.reply_text) == (505, "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>")
+
+
+def test_channel_open_ok_carries_an_empty_channel_id(broker):
+    """pamqp's default is "0"; RabbitMQ sends the deprecated field empty."""
+    with RawClient(broker.host, broker.port) as client:
+        client.handshake()
+        client.send(commands.Channel.Open(), 1)
+        _, open_ok = client.expect(commands.Channel.OpenOk)
+        assert open_ok.channel_id == ""

@@ -367,3 +367,9 @@ def test_a_second_start_ok_or_open_on_an_open_connection_is_504_not_a_new_login(
         close = only_method(client.send(0, method))
         assert (close.reply_code, close.reply_text) == (504, "CHANNEL_ERROR - unexpected method in connection state running")
         assert client.connection.state == connection_module.CLOSING
+
+
+def test_channel_open_ok_carries_an_empty_channel_id_as_rabbitmq_sends_it():
+    client = FakeClient()
+    client.handshake()
+    assert client.open_channel(1)[0][1].channel_id == ""
