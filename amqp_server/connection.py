@@ -46,6 +46,8 @@ CLOSE_OK_TIMEOUT_S = 3.0
 # connection.close at most 266; anything bigger ends the wait.
 _REFUSED_LOGIN_FRAME_MAX = 512
 _CHANNEL_OPEN = 0x0014000A
+_CONNECTION_CLOSE = 0x000A0032
+_CONNECTION_CLOSE_OK = 0x000A0033
 # What a client may send on channel 0, by connection state.
 _CONNECTION_METHODS_BY_STATE = {
     AWAIT_START_OK: (commands.Connection.StartOk,),
@@ -53,8 +55,6 @@ _CONNECTION_METHODS_BY_STATE = {
     AWAIT_OPEN: (commands.Connection.Open,),
     OPEN: (commands.Connection.Close, commands.Connection.UpdateSecret),
 }
-_CONNECTION_CLOSE = 0x000A0032
-_CONNECTION_CLOSE_OK = 0x000A0033
 
 
 class Connection:
@@ -198,7 +198,9 @@ class Connection:
             self._handle_connection_method(payload)
             return
         if self.state != OPEN:
-            raise self._out_of_turn(errors.UNEXPECTED_FRAME, f"type {frame_type}, all octets = {codec.erlang_binary(payload)}")
+            raise self._out_of_turn(
+                errors.UNEXPECTED_FRAME, f"type {frame_type}, all octets = {codec.erlang_binary(payload)}"
+            )
         channel = self.channels.get(channel_id)
         if channel is None:
             if frame_type == codec.FRAME_METHOD:

@@ -68,10 +68,16 @@ def greeted(broker, logged_in: bool) -> RawClient:
 @pytest.mark.parametrize("logged_in", [False, True], ids=["starting", "tuning"])
 @pytest.mark.parametrize(
     ("channel", "method"),
-    [(0, commands.Connection.Open(virtual_host="/")), (0, commands.Connection.Close(200, "bye", 0, 0)), (1, commands.Channel.Open())],
+    [
+        (0, commands.Connection.Open(virtual_host="/")),
+        (0, commands.Connection.Close(200, "bye", 0, 0)),
+        (1, commands.Channel.Open()),
+    ],
     ids=["open", "close", "channel-open"],
 )
-def test_a_frame_out_of_turn_before_tuning_gets_no_reply_and_the_socket_goes_after_3_s(broker, logged_in, channel, method):
+def test_a_frame_out_of_turn_before_tuning_gets_no_reply_and_the_socket_goes_after_3_s(
+    broker, logged_in, channel, method
+):
     with greeted(broker, logged_in) as client:
         client.send(method, channel)
         start = time.monotonic()
