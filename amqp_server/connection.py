@@ -164,7 +164,7 @@ class Connection:
                     return
                 except AMQPError as error:
                     self._connection_error(error)
-                if self.state == CLOSED:
+                if self.state == CLOSED or self._input_broken:
                     return
         except AMQPError as error:  # framing itself is broken: nothing after this can be read
             self._stop_input()

@@ -373,3 +373,11 @@ def test_channel_open_ok_carries_an_empty_channel_id_as_rabbitmq_sends_it():
     client = FakeClient()
     client.handshake()
     assert client.open_channel(1)[0][1].channel_id == ""
+
+
+def test_frames_sent_along_with_an_unknown_mechanism_are_not_read():
+    client = FakeClient()
+    client.start()
+    start_ok = commands.Connection.StartOk(client_properties={}, mechanism="FOO", response="x")
+    assert client.send(0, start_ok, commands.Connection.CloseOk()) == []
+    assert client.connection.state == connection_module.CLOSING
