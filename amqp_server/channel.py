@@ -218,7 +218,7 @@ class Channel:
     # -- delivering (the DeliverySink a consumer uses) ---------------------------------
 
     def can_deliver(self) -> bool:
-        if self.connection.write_paused or self.state != OPEN:
+        if self.connection.deliveries_paused or self.state != OPEN:
             return False
         return not self.global_prefetch_count or len(self.unacked) < self.global_prefetch_count
 
@@ -239,7 +239,7 @@ class Channel:
             raw_header = header_with_delivery_count(message, entry.delivery_count)
         if self.vhost.firehose is not None:
             self.vhost.firehose.delivered(consumer.queue.name, message, redelivered, self.connection, self.id)
-        self.connection.send_frames(
+        self.connection.send_delivery(
             codec.deliver_frames(
                 self.id,
                 tag_raw,
@@ -249,7 +249,8 @@ class Channel:
                 raw_header,
                 message.body,
                 self.connection.max_body_frame,
-            )
+            ),
+            len(message.body),
         )
 
     def deliver_reply(self, message: Message) -> None:

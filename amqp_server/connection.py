@@ -40,6 +40,10 @@ from queues.queue import Queue
 log = logging.getLogger(__name__)
 
 _HANDSHAKE_STATES = (AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN)
+# Body bytes of deliveries that may wait for one write: past it, consumers on the connection get
+# nothing more until the shell has written them (output_flushed), so one dispatch round cannot
+# move a whole queue into memory as frames, nor hold the event loop while doing it.
+DELIVERY_BYTES_PER_WRITE = 4 * 1024 * 1024
 # How long the shell keeps a socket after connection.close was sent, waiting for close-ok.
 CLOSE_OK_TIMEOUT_S = 3.0
 # Largest frame read from a client whose login was refused: close-ok is 4 payload bytes and a
@@ -93,7 +97,10 @@ class Connection:
         self.vhost: VirtualHost | None = None
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: list[Queue] = []
-        self.write_paused = False
+        self.write_paused = False  # the socket's buffer is over its high-water mark (the shell says)
+        # No deliveries now: write_paused, or DELIVERY_BYTES_PER_WRITE wait for the next write.
+        self.deliveries_paused = False
+        self._delivered_unwritten = 0
         # Declared body bytes of publishes whose content is still arriving (a first body frame
         # came, not the last), on all channels, and how many may be (Channel.handle_body).
         self.content_in_flight = 0
@@ -315,6 +322,15 @@ class Connection:
             self.on_output()
         self._out.extend(frames)
 
+    def send_delivery(self, frames: list[bytes], body_size: int) -> None:
+        """The frames of one delivery; consumers pause once DELIVERY_BYTES_PER_WRITE wait."""
+        if not self._out:
+            self.on_output()
+        self._out.extend(frames)
+        self._delivered_unwritten += body_size
+        if self._delivered_unwritten > DELIVERY_BYTES_PER_WRITE:
+            self.deliveries_paused = True
+
     def _write(self, data: bytes) -> None:
         if not self._out:
             self.on_output()
@@ -368,6 +384,7 @@ class Connection:
         more, since what the client sends makes the broker answer (replies, basic.return,
         confirms). A client that does not read can then hold only a bounded output buffer."""
         self.write_paused = True
+        self.deliveries_paused = True
         self.on_reading_paused(True)
 
     def resume_deliveries(self) -> None:
@@ -375,6 +392,18 @@ class Connection:
         self.write_paused = False
         if not self.reading_paused:
             self.on_reading_paused(False)
+        self._resume_consumers()
+
+    def output_flushed(self) -> None:
+        """The shell wrote what take_output returned: deliveries held back for that write go on,
+        unless the socket's buffer is now over its high-water mark (then resume_deliveries will)."""
+        held_back = self._delivered_unwritten > DELIVERY_BYTES_PER_WRITE
+        self._delivered_unwritten = 0
+        if held_back and not self.write_paused:
+            self._resume_consumers()
+
+    def _resume_consumers(self) -> None:
+        self.deliveries_paused = False
         for channel in list(self.channels.values()):
             channel.dispatch_all()
 

@@ -134,6 +134,7 @@ class AMQPProtocol(asyncio.Protocol):
             transport.write(data)
             self._written += len(data)
             self.last_write = time.monotonic()
+            self.connection.output_flushed()
         if self.connection.close_when_flushed:
             transport.close()
 

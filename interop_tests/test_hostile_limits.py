@@ -236,6 +236,7 @@ def test_sockets_over_the_limit_cannot_pile_up_waiting_for_their_refusal(broker_
 UNREAD_BODY = os.urandom(64 * 1024)
 UNREAD_PUBLISH_AT_MOST = 256 * 1024 * 1024
 SEND_TIMEOUT_MS = 3000
+QUEUED_MESSAGES = 100_000  # of 2 KiB: 200 MiB
 
 
 class NeverReadingPublisher(threading.Thread):
@@ -391,3 +392,35 @@ def test_one_connection_cannot_announce_more_than_max_content_in_flight_across_i
         client.send(ContentBody(b"y"), 1)  # the publishes that fit go on
         client.send(commands.Channel.Open(), 3)
         assert client.expect(commands.Channel.OpenOk)[0] == 3
+
+
+def test_a_consumer_that_never_reads_does_not_get_a_whole_queue_moved_into_memory(broker_factory):
+    """One dispatch round used to write every message a no-ack consumer without prefetch could
+    take into the output buffer: 200 MiB queued grew the broker by 171 MiB and stalled it 0.36 s."""
+    broker = limited_broker(broker_factory, f"send_timeout_ms = {SEND_TIMEOUT_MS}")
+    witness = first_connection(broker)
+    channel = witness.channel()
+    channel.queue_declare("unread-q")
+    body = os.urandom(2048)
+    for _ in range(QUEUED_MESSAGES):
+        channel.basic_publish("", "unread-q", body)
+    channel.queue_declare("unread-q", passive=True)
+    resting_kib = rss_kib(broker.process.pid)
+
+    with RawClient(broker.host, broker.port) as consumer:
+        consumer.handshake()
+        consumer.open_channel(1)
+        consumer.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        consumer.send(commands.Basic.Consume(queue="unread-q", no_ack=True), 1)
+        peak_kib, slowest_s = resting_kib, 0.0
+        for _ in range(30):
+            before = time.monotonic()
+            channel.queue_declare("unread-q", passive=True)
+            slowest_s = max(slowest_s, time.monotonic() - before)
+            peak_kib = max(peak_kib, rss_kib(broker.process.pid))
+            time.sleep(0.03)
+        wait_for_log(broker, "client is not reading, nothing could be sent to it for 3s")
+
+    assert (peak_kib - resting_kib) * 1024 < 48 * 1024 * 1024, f"RSS grew by {(peak_kib - resting_kib) >> 10} MiB"
+    assert slowest_s < 0.2, slowest_s
+    witness.close()

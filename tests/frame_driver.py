@@ -126,10 +126,17 @@ class FakeClient:
         return self.take()
 
     def take(self) -> Received:
-        return unmarshal_all(self.connection.take_output())
+        return unmarshal_all(self._written())
 
     def take_raw(self) -> list[tuple[int, int, bytes]]:
-        return split_raw(self.connection.take_output())
+        return split_raw(self._written())
+
+    def _written(self) -> bytes:
+        """What the shell would write, told to the connection as the shell does."""
+        data = self.connection.take_output()
+        if data:
+            self.connection.output_flushed()
+        return data
 
     # -- frames ------------------------------------------------------------------------
 
