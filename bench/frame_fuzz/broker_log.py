@@ -18,7 +18,9 @@ LOG_FAILURE = re.compile(r"internal error on|^Traceback |^\S+ \S+ CRITICAL |^Exc
 UNDECODABLE_HEADER = "a content header whose properties do not decode (issue 10 'Hostile input', branch input)"
 KNOWN_FINDINGS: dict[str, str] = {
     "in decode_properties": UNDECODABLE_HEADER,  # publish checks, consumers' property reads
-    "in header_fields": UNDECODABLE_HEADER,  # dead-lettering such a message edits its headers
+    # Dead-lettering edits such a message's headers; basic.get from a queue with a delivery
+    # limit adds x-delivery-count to a property list cut short.
+    "queues/raw_properties.py": UNDECODABLE_HEADER,
 }
 
 _OUR_FRAME = re.compile(r'File "[^"]*/((?:amqp_server|queues|exchanges|persistence)/[\w/]+\.py)", line \d+, in (\w+)')
