@@ -22,6 +22,12 @@ FRAME_MAX = 131072  # what the fuzzed broker offers (its default) and the corpus
 # Placeholder in corpus names, replaced per connection by a token of the same length, so
 # connections do not fight over exclusive queues and length prefixes stay right.
 TAG = b"T000000"
+# Placeholder in exchange names, replaced by one of SLOTS tokens (mutations.session_frames):
+# exchanges outlive connections, so they are shared by a few, and each session deletes its
+# slot's exchanges before declaring them, so that one a mutation declared with other
+# properties (auto-delete, another type) does not refuse the declarations of every session after.
+SLOT = b"S00"
+SLOTS = 64
 
 
 def marshal(channel: int, *values: object) -> list[bytes]:
@@ -111,20 +117,24 @@ def _features(channel: int, tag: str) -> list[bytes]:
     """Dead-lettering, overflow, priorities, delayed and alternate exchanges, direct reply-to,
     passive declares and recover: the broker's less travelled paths."""
     dead_letters = f"fz-{tag}-dl"
+    delayed = f"fz-delayed-{SLOT.decode()}"
+    alternate = f"fz-alt-{SLOT.decode()}"
     limited = f"fz-{tag}-lim"
     frames = marshal(
         channel,
+        commands.Exchange.Delete(exchange=delayed),
+        commands.Exchange.Delete(exchange=alternate),
         commands.Queue.Declare(queue=dead_letters, exclusive=True),
         commands.Queue.Declare(queue=limited, exclusive=True, arguments={
             "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead_letters, "x-max-length": 2,
             "x-overflow": "reject-publish-dlx", "x-max-priority": 5, "x-message-ttl": 50, "x-delivery-limit": 2,
         }),
-        commands.Exchange.Declare(exchange="fz-delayed", exchange_type="x-delayed-message",
+        commands.Exchange.Declare(exchange=delayed, exchange_type="x-delayed-message",
                                   arguments={"x-delayed-type": "direct"}),
-        commands.Exchange.Declare(exchange="fz-alt", exchange_type="fanout", arguments={"alternate-exchange": "amq.fanout"}),
-        commands.Queue.Bind(queue=limited, exchange="fz-delayed", routing_key=limited),
+        commands.Exchange.Declare(exchange=alternate, exchange_type="fanout", arguments={"alternate-exchange": "amq.fanout"}),
+        commands.Queue.Bind(queue=limited, exchange=delayed, routing_key=limited),
         commands.Queue.Declare(queue=limited, passive=True),
-        commands.Exchange.Declare(exchange="fz-delayed", passive=True),
+        commands.Exchange.Declare(exchange=delayed, passive=True),
         commands.Confirm.Select(nowait=True),
         commands.Basic.Consume(queue="amq.rabbitmq.reply-to", no_ack=True, consumer_tag=f"reply-{tag}"),
         commands.Basic.Consume(queue=dead_letters, consumer_tag=f"dl-{tag}", arguments={"x-priority": 7},
@@ -134,12 +144,12 @@ def _features(channel: int, tag: str) -> list[bytes]:
         frames += _publish(channel, "", limited, b"overflow", variant)
     frames += marshal(
         channel,
-        commands.Basic.Publish(exchange="fz-delayed", routing_key=limited),
+        commands.Basic.Publish(exchange=delayed, routing_key=limited),
         ContentHeader(body_size=5, properties=commands.Basic.Properties(
             headers={"x-delay": 30}, reply_to="amq.rabbitmq.reply-to", priority=9, expiration="0")),
         ContentBody(b"later"),
     )
-    frames += _publish(channel, "fz-alt", "any", b"alternate", 2, mandatory=True)
+    frames += _publish(channel, alternate, "any", b"alternate", 2, mandatory=True)
     frames += marshal(
         channel,
         commands.Basic.Get(queue=limited),
@@ -173,20 +183,23 @@ def corpus_scripts() -> list[Script]:
     declare_queue = commands.Queue.Declare(queue=queue, exclusive=True, arguments=args)
     scripts: list[Script] = []
     for channel in (1, 2, 3):
+        topic, headers = f"fz-x{channel}-{SLOT.decode()}", f"fz-h{channel}-{SLOT.decode()}"
         declares = marshal(
             channel,
-            commands.Exchange.Declare(exchange=f"fz-x{channel}", exchange_type="topic"),
-            commands.Exchange.Declare(exchange=f"fz-h{channel}", exchange_type="headers", auto_delete=True),
+            commands.Exchange.Delete(exchange=topic),
+            commands.Exchange.Delete(exchange=headers),
+            commands.Exchange.Declare(exchange=topic, exchange_type="topic"),
+            commands.Exchange.Declare(exchange=headers, exchange_type="headers", auto_delete=True),
             declare_queue,
             commands.Queue.Declare(queue="", exclusive=True, auto_delete=True),
-            commands.Queue.Bind(queue=queue, exchange=f"fz-x{channel}", routing_key="a.*.c"),
-            commands.Queue.Bind(queue=queue, exchange=f"fz-h{channel}", arguments={"x-match": "any", "k": "v"}),
-            commands.Exchange.Bind(destination=f"fz-h{channel}", source=f"fz-x{channel}", routing_key="#"),
+            commands.Queue.Bind(queue=queue, exchange=topic, routing_key="a.*.c"),
+            commands.Queue.Bind(queue=queue, exchange=headers, arguments={"x-match": "any", "k": "v"}),
+            commands.Exchange.Bind(destination=headers, source=topic, routing_key="#"),
         )
         publishes: list[bytes] = []
         for variant, size in enumerate((0, 10, 300, 5000, 9000)):
             publishes += _publish(channel, "", queue, bytes(range(256)) * (size // 256) + b"x" * (size % 256), variant)
-        publishes += _publish(channel, f"fz-x{channel}", "a.b.c", b"routed", 3)
+        publishes += _publish(channel, topic, "a.b.c", b"routed", 3)
         consume = marshal(
             channel,
             declare_queue,
@@ -210,10 +223,10 @@ def corpus_scripts() -> list[Script]:
             channel,
             commands.Basic.Qos(prefetch_count=10, global_=True),
             commands.Channel.Flow(active=True),
-            commands.Queue.Unbind(queue=queue, exchange=f"fz-x{channel}", routing_key="a.*.c"),
-            commands.Exchange.Unbind(destination=f"fz-h{channel}", source=f"fz-x{channel}", routing_key="#"),
+            commands.Queue.Unbind(queue=queue, exchange=topic, routing_key="a.*.c"),
+            commands.Exchange.Unbind(destination=headers, source=topic, routing_key="#"),
             commands.Queue.Delete(queue=queue),
-            commands.Exchange.Delete(exchange=f"fz-h{channel}"),
+            commands.Exchange.Delete(exchange=headers),
             commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0),
         )
         scripts += [Script(channel, declares), Script(channel, publishes, declares), Script(channel, consume, declares),

@@ -9,9 +9,9 @@ import random
 import struct
 from collections.abc import Callable
 
-from pamqp import commands
+from pamqp import commands, frame
 
-from bench.frame_fuzz.corpus import FRAME_MAX, TAG, Script, handshake_frames, marshal
+from bench.frame_fuzz.corpus import FRAME_MAX, SLOT, SLOTS, TAG, Script, handshake_frames, marshal
 
 # Each frame of a session is mutated with this probability (the handshake has its own odds).
 MUTATION_RATE = 0.04
@@ -29,6 +29,43 @@ INTERESTING_BYTES = (0x00, 0x01, 0x7F, 0x80, 0xCE, 0xFF)
 FIELD_TYPES = b"tbBsuUiIlLfdDSAxTFVZ\x00\xff"
 
 
+def _nested(depth: int) -> dict[str, object]:
+    table: dict[str, object] = {"leaf": 1}
+    for _ in range(depth):
+        table = {"t": table}
+    return table
+
+
+# Values a decoded method argument or property may be set to, by AMQP type: the edges of each
+# type, and names and arguments the broker gives a meaning to.
+INTERESTING_VALUES: dict[str, tuple[object, ...]] = {
+    "octet": (0, 1, 2, 9, 10, 255),
+    "short": (0, 1, 2047, 2048, 65535),
+    "long": (0, 1, 4095, 4096, 0x7FFFFFFF, 0xFFFFFFFF),
+    "longlong": (0, 1, 2, 0x7FFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF),
+    "timestamp": (0, 0xFFFFFFFF),
+    "bit": (False, True),
+    "shortstr": ("", "amq.direct", "amq.gen-x", "amq.rabbitmq.reply-to", "amq.rabbitmq.reply-to.x", "fz-x1-s01",
+                 "#", "*.*", "a" * 255, "-1", "0", "99999999999999999999", "x-delayed-message", "headers"),
+    "longstr": ("", "\x00", "x" * 70000),
+    "table": ({}, {"x-max-length": -1}, {"x-max-length-bytes": 0}, {"x-message-ttl": -5}, {"x-message-ttl": 0},
+              {"x-expires": 0}, {"x-expires": 1}, {"x-dead-letter-exchange": "amq.direct"},
+              {"x-dead-letter-exchange": "fz-nowhere", "x-dead-letter-routing-key": 5},
+              {"x-queue-type": "quorum"}, {"x-queue-type": "stream"}, {"x-max-priority": 255}, {"x-max-priority": 0},
+              {"x-overflow": "reject-publish"}, {"x-overflow": "drop-head", "x-max-length": 0},
+              {"x-single-active-consumer": True}, {"x-priority": 0x7FFFFFFF}, {"x-priority": -1},
+              {"x-delayed-type": "x-delayed-message"}, {"alternate-exchange": ""}, {"alternate-exchange": 7},
+              {"x-match": "all-with-x"}, {"x-match": "nonsense"}, {"x-consumer-timeout": 1},
+              {"x-delivery-limit": 0}, {"x-queue-mode": "lazy"}, {"x-delay": -5}, {"x-delay": 1 << 62},
+              {"x-stream-offset": "first"}, {"CC": ["a", "b"]}, {"BCC": "x"}, {"CC": [1, None, {"a": []}]},
+              {"x-death": [{"count": -1, "queue": 5}]}, {"x-death": "no"}, {"x-delivery-count": -1},
+              {"deep": _nested(200)}),
+}
+# Arguments a semantic mutation leaves alone: durable declarations outlive the run (every
+# fuzzing connection would leave its queues in the definitions file).
+KEPT_ARGUMENTS = {"durable"}
+
+
 class Mutator:
     """Turns a session's frames into hostile ones; every choice comes from `rng`."""
 
@@ -39,6 +76,7 @@ class Mutator:
             self.flip_bits, self.flip_bits, self.truncate, self.set_length, self.set_type, self.set_channel,
             self.splice, self.repeat, self.swap, self.drop, self.overwrite_byte, self.insert_bytes,
             self.huge_body_size, self.field_type, self.oversized_frame, self.set_method_id,
+            self.set_argument, self.set_argument, self.set_property, self.set_property,
         ]
 
     def mutate(self, frames: list[bytes], rate: float) -> list[bytes]:
@@ -132,6 +170,32 @@ class Mutator:
         channel = self.rng.choice((0, 1, 2))
         frames.insert(i, struct.pack(">BHI", kind, channel, size) + bytes(size) + b"\xce")
 
+    def set_argument(self, frames: list[bytes], i: int) -> None:
+        """A decodable method with one argument set to an interesting value of its type."""
+        decoded = _unmarshal(frames[i])
+        if decoded is None or decoded[0] != 1:
+            return
+        _kind, channel, method = decoded
+        names = [name for name in getattr(method, "__slots__", ()) if name not in KEPT_ARGUMENTS]
+        if not names:
+            return
+        name = self.rng.choice(names)
+        setattr(method, name, self.rng.choice(INTERESTING_VALUES.get(method.amqp_type(name), (None,))))
+        frames[i] = _marshal_or(frames[i], method, channel)
+
+    def set_property(self, frames: list[bytes], i: int) -> None:
+        """A content header with one property set to an interesting value (headers: a table)."""
+        decoded = _unmarshal(frames[i])
+        if decoded is None or decoded[0] != 2:
+            return
+        _kind, channel, header = decoded
+        name = self.rng.choice(commands.Basic.Properties.__slots__)
+        kind = "table" if name == "headers" else commands.Basic.Properties.amqp_type(name)
+        if kind == "timestamp":
+            return  # pamqp wants a datetime; the bit flips cover the raw 64 bits
+        setattr(header.properties, name, self.rng.choice(INTERESTING_VALUES[kind]))
+        frames[i] = _marshal_or(frames[i], header, channel)
+
     def set_method_id(self, frames: list[bytes], i: int) -> None:
         data = frames[i]
         if len(data) >= 11 and data[0] == 1:
@@ -169,4 +233,22 @@ def session_frames(seed: int, number: int, scripts: list[Script]) -> list[bytes]
         body += marshal(0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
     frames += mutator.mutate(body, MUTATION_RATE)
     token = connection_token(number)
-    return [piece.replace(TAG, token) for piece in frames if piece]
+    slot = f"s{number % SLOTS:02d}".encode()
+    return [piece.replace(TAG, token).replace(SLOT, slot) for piece in frames if piece]
+
+
+def _unmarshal(data: bytes) -> tuple[int, int, object] | None:
+    """(frame type, channel, pamqp object) of a frame pamqp can read, else None."""
+    try:
+        _consumed, channel, value = frame.unmarshal(data)
+    except Exception:  # whatever pamqp raises for bytes it cannot read: nothing to mutate
+        return None
+    return data[0], channel, value
+
+
+def _marshal_or(original: bytes, value: object, channel: int) -> bytes:
+    """The frame re-encoded, or `original` when pamqp refuses the value (names it validates)."""
+    try:
+        return frame.marshal(value, channel)
+    except Exception:  # pamqp's validation and encoders raise TypeError, ValueError, struct.error
+        return original
