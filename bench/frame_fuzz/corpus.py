@@ -35,8 +35,14 @@ def marshal(channel: int, *values: object) -> list[bytes]:
     return [frame.marshal(value, channel) for value in values]
 
 
-def handshake_frames() -> list[bytes]:
-    """Protocol header through connection.open, as pika sends them."""
+# What clients answer connection.tune with (channel_max, frame_max, heartbeat): pika's (the
+# broker's values), 0 for "yours", amqplib's 4096-byte frames, a client with few channels.
+TUNINGS = ((2047, FRAME_MAX, 0), (0, 0, 0), (2047, 4096, 0), (3, 8192, 0), (2047, FRAME_MAX, 30))
+
+
+def handshake_frames(tuning: tuple[int, int, int] = TUNINGS[0]) -> list[bytes]:
+    """Protocol header through connection.open, as pika sends them, with the given tune-ok."""
+    channel_max, frame_max, heartbeat = tuning
     client_properties = {
         "product": "frame-fuzz",
         "platform": "Python",
@@ -57,7 +63,7 @@ def handshake_frames() -> list[bytes]:
             commands.Connection.StartOk(
                 client_properties=client_properties, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
             ),
-            commands.Connection.TuneOk(channel_max=2047, frame_max=FRAME_MAX, heartbeat=0),
+            commands.Connection.TuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat),
             commands.Connection.Open(virtual_host="/"),
         ),
     ]

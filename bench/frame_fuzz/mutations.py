@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from pamqp import commands, frame
 
-from bench.frame_fuzz.corpus import FRAME_MAX, SLOT, SLOTS, TAG, Script, handshake_frames, marshal
+from bench.frame_fuzz.corpus import FRAME_MAX, SLOT, SLOTS, TAG, TUNINGS, Script, handshake_frames, marshal
 
 # Each frame of a session is mutated with this probability (the handshake has its own odds).
 MUTATION_RATE = 0.04
@@ -217,7 +217,7 @@ def session_frames(seed: int, number: int, scripts: list[Script]) -> list[bytes]
     """Everything connection `number` of a run with `seed` sends, in order (deterministic)."""
     rng = random.Random(f"{seed}:{number}")
     mutator = Mutator(rng)
-    frames = handshake_frames()
+    frames = handshake_frames(rng.choice(TUNINGS))
     if rng.random() > VALID_HANDSHAKE_ODDS:
         frames = mutator.mutate(frames, 0.5)
     body: list[bytes] = []
