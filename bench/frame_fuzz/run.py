@@ -32,6 +32,8 @@ _CONNECTION_CLOSE = b"\x00\x0a\x00\x32"
 
 @dataclass
 class FuzzReport:
+    """What one run sent and saw: a record the Fuzzer running it fills in."""
+
     seed: int
     frames: int = 0
     bytes_sent: int = 0
@@ -93,9 +95,12 @@ def rss_bound_kib(baseline_kib: int, concurrency: int) -> int:
     return baseline_kib + concurrency * per_connection + 64 * 1024
 
 
-def _probe(host: str, port: int, stop: "multiprocessing.synchronize.Event", last_answer: "multiprocessing.sharedctypes.Synchronized",
-           stats: "multiprocessing.queues.Queue") -> None:
-    """The well-behaved client: a confirmed publish and a basic.get, every PROBE_INTERVAL_S."""
+def _probe(host: str, port: int, stop: Any, last_answer: Any, stats: Any) -> None:
+    """The well-behaved client: a confirmed publish and a basic.get, every PROBE_INTERVAL_S.
+
+    Runs in its own process (so the fuzzer's work does not delay it): `stop` is an Event,
+    `last_answer` a shared double it sets to the time of each answer, and `stats` a Queue that
+    gets (round trips, slowest, error or None) at the end."""
     import pika
 
     round_trips = 0
