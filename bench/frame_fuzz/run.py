@@ -42,6 +42,7 @@ class FuzzReport:
     duration_s: float = 0.0
     baseline_rss_kib: int = 0
     peak_rss_kib: int = 0
+    final_rss_kib: int = 0
     rss_bound_kib: int = 0
     round_trips: int = 0
     max_round_trip_s: float = 0.0
@@ -80,7 +81,8 @@ class FuzzReport:
             f"seed {self.seed}: {self.frames} frames ({self.bytes_sent / 1e6:.1f} MB) on {self.connections} connections "
             f"({self.closed_by_broker} closed by the broker with an error) "
             f"in {self.duration_s:.1f} s; RSS {self.baseline_rss_kib // 1024} MiB at start, peak "
-            f"{self.peak_rss_kib // 1024} MiB (bound {self.rss_bound_kib // 1024} MiB); well-behaved client: "
+            f"{self.peak_rss_kib // 1024} MiB (bound {self.rss_bound_kib // 1024} MiB), "
+            f"{self.final_rss_kib // 1024} MiB at the end; well-behaved client: "
             f"{self.round_trips} round trips, max {self.max_round_trip_s * 1000:.0f} ms{known}"
         )
 
@@ -265,7 +267,10 @@ class Fuzzer:
             self.report.duration_s = time.monotonic() - started
             stop.set()
             self._collect_probe(probe, stats)
-        self.report.broker_alive = self.report.broker_alive and Path(f"/proc/{self.pid}/status").exists()
+        try:  # after the connections are gone: what stays is what they leaked (or left in queues)
+            self.report.final_rss_kib = rss_kib(self.pid)
+        except (OSError, RuntimeError):  # gone, or a zombie without VmRSS
+            self.report.broker_alive = False
         with open(self.log_path, "rb") as log:
             log.seek(log_offset)
             self.report.log_failures = log_failures(log.read().decode(errors="replace"))
