@@ -110,3 +110,16 @@ def test_a_return_and_a_get_ok_repeat_an_exchange_name_outside_the_specs_charact
     assert get_ok[:4] == b"\x00\x3c\x00\x47"
     assert bytes([len(ODD_NAME)]) + ODD_NAME + b"\x02rk" in get_ok
     assert client.connection.state == OPEN
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80).filter(lambda name: len(name.encode()) <= 255 and not name.startswith("amq.")))
+def test_any_queue_name_a_short_string_holds_is_declared_and_named_back(name):
+    client = opened_client()
+    raw = name.encode()
+    declare = struct.pack(">HHH", 50, 10, 0) + bytes([len(raw)]) + raw + b"\x04" + bytes(4)  # exclusive
+    (_frame_type, _channel, payload), = send_raw(client, raw_frame(1, 1, declare))
+    if raw:
+        assert payload == b"\x00\x32\x00\x0b" + bytes([len(raw)]) + raw + struct.pack(">II", 0, 0)
+    else:
+        assert payload[:4] == b"\x00\x32\x00\x0b" and payload[5:13] == b"amq.gen-"  # server-named
