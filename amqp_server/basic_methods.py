@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 
 def reply(channel: "Channel", method: Any) -> None:
-    channel.connection.send_method(channel.id, method)
+    """Send a method reply on the channel, after any earlier one that waits for disk."""
+    channel.replies.send(method)
 
 
 def queue_name_or_last(channel: "Channel", name: str) -> str:
@@ -181,7 +182,7 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
     raw_header = get_ok_header(queue.settings, message, entry.delivery_count)
     frames = [codec.get_ok_frame(channel.id, tag, entry.redelivered, message.routing_raw, queue.message_count)]
     codec.content_frames(frames, channel.id, raw_header, message.body, connection.max_body_frame)
-    connection.send_frames(frames)
+    channel.replies.send_frames(frames)
     queue.after_get(entry)
     connection.broker.stats.get += 1
 
@@ -248,15 +249,11 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
         reply(channel, commands.Tx.CommitOk())
         return
     # Like a confirm, commit-ok for persistent messages waits until they are on disk.
-    def committed(error: OSError | None) -> None:
-        if channel.state != "open":
-            return
-        if error is None:
-            reply(channel, commands.Tx.CommitOk())
-        else:
-            channel.connection.close_by_broker(errors.INTERNAL_ERROR, f"tx.commit could not write to disk: {error}")
-
-    when_synced(list(journaled), committed)
+    channel.replies.send_when_durable(
+        codec.method_frame(channel.id, commands.Tx.CommitOk()),
+        lambda done: when_synced(list(journaled), done),
+        "tx.commit could not write to disk",
+    )
 
 
 def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:

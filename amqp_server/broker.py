@@ -6,6 +6,7 @@ tests build one and drive connections by feeding bytes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from pathlib import Path
@@ -20,7 +21,7 @@ from amqp_server.connection_limits import ConnectionLimit
 from amqp_server.errors import AMQPError
 from amqp_server.reply_to import ReplyRegistry
 from amqp_server.vhost import VirtualHost
-from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
+from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, DurableCallback, MemoryDefinitionStore
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
 from queues.journal import QueueJournal
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from amqp_server.connection import Connection
 
 log = logging.getLogger(__name__)
+
+# The definitions save_definitions compares (the topology is recorded change by change).
+ACCESS_KINDS = ("users", "vhosts", "permissions")
 
 
 class Broker:
@@ -76,6 +80,10 @@ class Broker:
         # kept in the definitions, with their segment files untouched, for an operator to decide.
         self.unrestored_queues: list[dict[str, Any]] = []
         self._restore(config)
+        if self.committer is not None:
+            # From here on, definition changes are fsynced in the committer's worker thread,
+            # in the same rounds as messages (replies wait: when_definitions_durable).
+            self.store.sync_with(self.committer)
 
     # -- vhosts ------------------------------------------------------------------------
 
@@ -84,7 +92,7 @@ class Broker:
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(
                 name,
-                on_durable_change=self.save_definitions,
+                on_durable_change=self._definition_changed,
                 timers=self.timers,
                 journal_factory=self._journal_for if self.committer is not None else None,
                 memory_budget=self.memory_budget,
@@ -139,6 +147,7 @@ class Broker:
         for journal in journals:
             journal.store.flush()
         await self.committer.idle()
+        self.store.close()
         for journal in journals:
             try:
                 journal.close()
@@ -186,7 +195,9 @@ class Broker:
             self._restore_topology(stored)
         finally:
             self._restoring = False
-        self.save_definitions()
+        # One full comparison at startup: what could not be restored (a binding with a missing
+        # end) leaves the store, and the configuration's users and vhosts enter it.
+        self.store.save(self.definitions())
 
     def _restore_topology(self, stored: dict[str, Any]) -> None:
         for exchange in stored.get("exchanges", []):
@@ -228,7 +239,17 @@ class Broker:
 
     def definitions(self) -> dict[str, Any]:
         """Every durable definition in RabbitMQ's export shape."""
-        exported: dict[str, Any] = {
+        exported = self._access_definitions()
+        exported.update(queues=[], exchanges=[], bindings=[])
+        for vhost in self.vhosts.values():
+            for key, entries in vhost.durable_definitions().items():
+                exported[key].extend(entries)
+        exported["queues"].extend(self.unrestored_queues)
+        return exported
+
+    def _access_definitions(self) -> dict[str, Any]:
+        """Users, vhosts (with their metadata) and permissions in RabbitMQ's export shape."""
+        return {
             "users": [
                 {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": HASHING_ALGORITHM, "tags": list(u.tags)}
                 for u in self.access.users()
@@ -238,17 +259,46 @@ class Broker:
                 {"user": p.user, "vhost": p.vhost, "configure": p.configure, "write": p.write, "read": p.read}
                 for p in self.access.permissions()
             ],
-            "queues": [],
-            "exchanges": [],
-            "bindings": [],
         }
-        for vhost in self.vhosts.values():
-            for key, entries in vhost.durable_definitions().items():
-                exported[key].extend(entries)
-        exported["queues"].extend(self.unrestored_queues)
-        return exported
 
     def save_definitions(self) -> None:
+        """Record changes to users, vhosts (with their metadata) and permissions.
+
+        Exchanges, queues and bindings are recorded one change at a time as they happen
+        (_definition_changed), so this compares only the small access definitions. Removing
+        a vhost removes its topology from the store too."""
         if self._restoring:
             return
-        self.store.save(self.definitions())
+        self.store.save(self._access_definitions(), ACCESS_KINDS)
+
+    def _definition_changed(self, kind: str, entry: dict[str, Any], present: bool) -> None:
+        if self._restoring:
+            return
+        if present:
+            self.store.put(kind, entry)
+        else:
+            self.store.remove(kind, entry)
+
+    @property
+    def definition_changes(self) -> int:
+        """Grows with every change to stored definitions; compare before and after a method."""
+        return self.store.changes
+
+    def when_definitions_durable(self, callback: DurableCallback) -> None:
+        """Call ``callback(error)`` once every definition change so far is on disk."""
+        self.store.when_durable(callback)
+
+    async def definitions_durable(self) -> None:
+        """Return once every definition change so far is on disk (OSError if it cannot be)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def durable(error: OSError | None) -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
+
+        self.store.when_durable(durable)
+        await done

@@ -20,6 +20,7 @@ from amqp_server.basic_methods import METHOD_HANDLERS
 from amqp_server.consumer_timeouts import deliveries_timed_out
 from amqp_server.declarations import DECLARATION_HANDLERS
 from amqp_server.errors import AMQPError
+from amqp_server.ordered_replies import OrderedReplies
 from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.publishing import PendingPublish, begin_publish, complete_publish
 from amqp_server.settlement import apply_settlement, settle
@@ -50,6 +51,8 @@ class Channel:
         self.id = channel_id
         self.state = OPEN
         self.vhost = connection.vhost
+        # Method replies, in order even when one waits for disk (declare-ok, commit-ok).
+        self.replies = OrderedReplies(connection, channel_id)
         self.consumers: dict[str, Consumer] = {}
         self.unacked = UnackedStore()
         self.next_delivery_tag = 1
@@ -275,7 +278,7 @@ class Channel:
         if self.consumers.pop(consumer.tag, None) is None:
             return
         if self.state == OPEN and self.connection.client_capabilities.get("consumer_cancel_notify"):
-            self.connection.send_method(self.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+            self.replies.send(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
 
     def dispatch_all(self) -> None:
         """Offer messages again to every consumer of this channel (room appeared)."""

@@ -300,9 +300,8 @@ class Connection:
         channel.release()
         channel.state = CHANNEL_CLOSING
         self.broker.stats.channels_closed += 1
-        self.send_method(
-            channel.id, commands.Channel.Close(error.code, error.reply_text, error.class_id, error.method_id)
-        )
+        # After the replies that wait for disk, so a client sees them answered before the close.
+        channel.replies.send(commands.Channel.Close(error.code, error.reply_text, error.class_id, error.method_id))
 
     def check_permission(self, kind: str, resource_kind: str, name: str) -> None:
         """403 unless the user may `kind` (configure/write/read) the named resource."""

@@ -2,6 +2,10 @@
 
 Permissions follow RabbitMQ: configure on the declared or deleted resource; for bindings,
 write on the destination and read on the source exchange; read to purge.
+
+A method that changed a durable definition is answered only once the change is on disk
+(the definition store's fsync round, off the event loop); later replies on the channel wait
+behind it (ordered_replies.py), other channels and connections do not.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pamqp import commands
 
 from amqp_server import codec, errors
 from amqp_server.basic_methods import queue_name_or_last, reply
+from amqp_server.definitions_export import is_stored_queue
 from amqp_server.errors import AMQPError
 from exchanges.registry import EXCHANGE_TYPES
 from queues.arguments import amqp_type_name
@@ -30,7 +35,25 @@ def generate_queue_name() -> str:
     return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
+DEFINITIONS_NOT_WRITTEN = "could not write definitions to disk"
+
+
+def _reply_once_stored(channel: "Channel", changes_before: int, answer: Any) -> None:
+    """Reply ``answer`` (a method, or an encoded frame) now, or once the definition changes
+    made since ``changes_before`` are durable."""
+    broker = channel.connection.broker
+    if broker.definition_changes == changes_before:
+        if isinstance(answer, bytes):
+            channel.replies.send_frame(answer)
+        else:
+            reply(channel, answer)
+        return
+    frame = answer if isinstance(answer, bytes) else codec.method_frame(channel.id, answer)
+    channel.replies.send_when_durable(frame, broker.when_definitions_durable, DEFINITIONS_NOT_WRITTEN)
+
+
 def exchange_declare(channel: "Channel", method: commands.Exchange.Declare) -> None:
+    changes_before = channel.connection.broker.definition_changes
     name = method.exchange
     if not method.passive:
         channel.connection.check_permission("configure", "exchange", name or "amq.default")
@@ -45,7 +68,7 @@ def exchange_declare(channel: "Channel", method: commands.Exchange.Declare) -> N
         arguments=method.arguments,
     )
     if not method.nowait:
-        reply(channel, commands.Exchange.DeclareOk())
+        _reply_once_stored(channel, changes_before, commands.Exchange.DeclareOk())
 
 
 def _check_alternate_exchange_type(channel: "Channel", method: commands.Exchange.Declare) -> None:
@@ -70,22 +93,25 @@ def _check_alternate_exchange_type(channel: "Channel", method: commands.Exchange
 
 
 def exchange_delete(channel: "Channel", method: commands.Exchange.Delete) -> None:
+    changes_before = channel.connection.broker.definition_changes
     channel.connection.check_permission("configure", "exchange", method.exchange or "amq.default")
     channel.vhost.delete_exchange(method.exchange, method.if_unused)
     if not method.nowait:
-        reply(channel, commands.Exchange.DeleteOk())
+        _reply_once_stored(channel, changes_before, commands.Exchange.DeleteOk())
 
 
 def exchange_bind(channel: "Channel", method: commands.Exchange.Bind) -> None:
+    changes_before = channel.connection.broker.definition_changes
     _exchange_binding(channel, method, bind=True)
     if not method.nowait:
-        reply(channel, commands.Exchange.BindOk())
+        _reply_once_stored(channel, changes_before, commands.Exchange.BindOk())
 
 
 def exchange_unbind(channel: "Channel", method: commands.Exchange.Unbind) -> None:
+    changes_before = channel.connection.broker.definition_changes
     _exchange_binding(channel, method, bind=False)
     if not method.nowait:
-        reply(channel, commands.Exchange.UnbindOk())
+        _reply_once_stored(channel, changes_before, commands.Exchange.UnbindOk())
 
 
 def _exchange_binding(channel: "Channel", method: Any, bind: bool) -> None:
@@ -105,12 +131,13 @@ def _exchange_binding(channel: "Channel", method: Any, bind: bool) -> None:
 
 def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
     connection = channel.connection
+    changes_before = connection.broker.definition_changes
     name = method.queue
     if not name and method.passive:
         name = queue_name_or_last(channel, name)
     if name and connection.broker.reply_registry.is_pseudo_queue(name):
         if not method.nowait:
-            connection.send_frames([codec.queue_declare_ok_frame(channel.id, name, 0, 1)])
+            channel.replies.send_frame(codec.queue_declare_ok_frame(channel.id, name, 0, 1))
         return
     server_named = not name
     if server_named:
@@ -137,20 +164,24 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
     connection.broker.stats.queues_declared += 1
     channel.last_queue_name = queue.name
     if not method.nowait:
-        connection.send_frames(
-            [codec.queue_declare_ok_frame(channel.id, queue.name, queue.message_count, queue.consumer_count)]
+        _reply_once_stored(
+            channel,
+            changes_before,
+            codec.queue_declare_ok_frame(channel.id, queue.name, queue.message_count, queue.consumer_count),
         )
 
 
 def queue_bind(channel: "Channel", method: commands.Queue.Bind) -> None:
+    changes_before = channel.connection.broker.definition_changes
     _queue_binding(channel, method, bind=True)
     if not method.nowait:
-        reply(channel, commands.Queue.BindOk())
+        _reply_once_stored(channel, changes_before, commands.Queue.BindOk())
 
 
 def queue_unbind(channel: "Channel", method: commands.Queue.Unbind) -> None:
+    changes_before = channel.connection.broker.definition_changes
     _queue_binding(channel, method, bind=False)
-    reply(channel, commands.Queue.UnbindOk())
+    _reply_once_stored(channel, changes_before, commands.Queue.UnbindOk())
 
 
 def _queue_binding(channel: "Channel", method: Any, bind: bool) -> None:
@@ -192,11 +223,20 @@ def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
         if method.if_empty and queue.message_count:
             raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} not empty")
         count = queue.message_count
-    # RabbitMQ answers delete-ok before its consumers hear basic.cancel.
+    # RabbitMQ answers delete-ok before its consumers hear basic.cancel. A stored queue's
+    # delete-ok waits for the deletion to be on disk: its place is held first, so this
+    # channel's basic.cancel still comes after it.
+    stored = queue is not None and is_stored_queue(queue)
+    held = None
     if not method.nowait:
-        reply(channel, commands.Queue.DeleteOk(message_count=count))
+        if stored:
+            held = channel.replies.hold(codec.method_frame(channel.id, commands.Queue.DeleteOk(message_count=count)))
+        else:
+            reply(channel, commands.Queue.DeleteOk(message_count=count))
     if queue is not None:
         vhost.delete_queue(queue)
+    if held is not None:
+        channel.replies.release(held, connection.broker.when_definitions_durable, DEFINITIONS_NOT_WRITTEN)
 
 
 DECLARATION_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {

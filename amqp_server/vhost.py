@@ -29,7 +29,15 @@ from queues.timers import Timers
 
 from amqp_server import equivalence, errors
 from amqp_server.dead_lettering import republish
-from amqp_server.definitions_export import durable_definitions
+from amqp_server.definitions_export import (
+    binding_definition,
+    durable_definitions,
+    exchange_definition,
+    is_stored_binding,
+    is_stored_exchange,
+    is_stored_queue,
+    queue_definition,
+)
 from amqp_server.delayed_exchanges import hold_delayed_messages
 from amqp_server.errors import AMQPError
 from amqp_server.routing import route_into
@@ -38,6 +46,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_EXCHANGE = ""
 # Predeclared in every vhost, as RabbitMQ does (rabbit_vhost.erl).
+# on_durable_change(kind, entry, present): see VirtualHost.
+DefinitionChanged = Callable[[str, dict[str, Any], bool], None]
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct", False),
     ("amq.fanout", "fanout", False),
@@ -49,14 +59,16 @@ STANDARD_EXCHANGES = (
 class VirtualHost:
     """The exchanges, queues and bindings of one vhost.
 
-    `on_durable_change` is called after any change to durable definitions, so the broker can
-    save them through its definition store.
+    `on_durable_change(kind, entry, present)` is called after each change to a durable
+    definition ("queues", "exchanges" or "bindings"; the entry in the definitions-export shape;
+    present False when it was removed), so the broker can record just that change in its
+    definition store. Removing a queue or exchange also removes its bindings there.
     """
 
     def __init__(
         self,
         name: str,
-        on_durable_change: Callable[[], None] | None = None,
+        on_durable_change: DefinitionChanged | None = None,
         timers: Timers | None = None,
         journal_factory: Callable[[str, str, bool], QueueJournal] | None = None,
         memory_budget: MemoryBudget | None = None,
@@ -73,7 +85,7 @@ class VirtualHost:
         self.retired_queue_stats = QueueStats()
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
-        self.on_durable_change = on_durable_change or (lambda: None)
+        self.on_durable_change: DefinitionChanged = on_durable_change or (lambda kind, entry, present: None)
         # [[queue_defaults]] of the configuration: lifecycle x-arguments by queue-name pattern.
         self.queue_defaults: list[QueueDefault] = []
         # Called for every queue removed, whatever removed it (delete, auto-delete, x-expires...).
@@ -139,8 +151,8 @@ class VirtualHost:
         if isinstance(exchange, DelayedMessageExchange):
             hold_delayed_messages(self, exchange)
         self.exchanges[name] = exchange
-        if durable:
-            self.on_durable_change()
+        if is_stored_exchange(exchange):
+            self.on_durable_change("exchanges", exchange_definition(self.name, exchange), True)
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
@@ -167,8 +179,8 @@ class VirtualHost:
         for source in self._bound_to.pop(exchange, {}):
             source.unbind_destination(exchange)
             self._maybe_auto_delete_exchange(source)
-        if exchange.durable:
-            self.on_durable_change()
+        if is_stored_exchange(exchange):
+            self.on_durable_change("exchanges", exchange_definition(self.name, exchange), False)
 
     def journals(self) -> list[QueueJournal]:
         """Every journal this vhost writes: its durable queues' and its delayed exchanges'."""
@@ -261,8 +273,8 @@ class VirtualHost:
         queue.on_unused = self.delete_queue
         queue.on_unused_expired = self.delete_queue
         self.queues[name] = queue
-        if durable:
-            self.on_durable_change()
+        if is_stored_queue(queue):
+            self.on_durable_change("queues", queue_definition(self.name, queue), True)
         return queue, True
 
     def delete_queue(self, queue: Queue) -> None:
@@ -277,8 +289,8 @@ class VirtualHost:
         for source in self._bound_to.pop(queue, {}):
             source.unbind_destination(queue)
             self._maybe_auto_delete_exchange(source)
-        if queue.durable:
-            self.on_durable_change()
+        if is_stored_queue(queue):
+            self.on_durable_change("queues", queue_definition(self.name, queue), False)
 
     # -- bindings ----------------------------------------------------------------------
 
@@ -292,8 +304,10 @@ class VirtualHost:
         if created:
             sources = self._bound_to.setdefault(destination, {})
             sources[source] = sources.get(source, 0) + 1
-            if source.durable and destination.durable:
-                self.on_durable_change()
+            if is_stored_binding(source, destination):
+                self.on_durable_change(
+                    "bindings", binding_definition(self.name, source, destination, routing_key, arguments), True
+                )
 
     def unbind(self, source: Exchange, destination: Queue | Exchange, routing_key: str, arguments: dict[str, Any]) -> None:
         if source is self.default_exchange:
@@ -301,8 +315,10 @@ class VirtualHost:
         if not source.unbind(destination, routing_key, arguments):
             return
         self._forget_binding(destination, source)
-        if source.durable and destination.durable:
-            self.on_durable_change()
+        if is_stored_binding(source, destination):
+            self.on_durable_change(
+                "bindings", binding_definition(self.name, source, destination, routing_key, arguments), False
+            )
         self._maybe_auto_delete_exchange(source)
 
     def _forget_binding(self, destination: object, source: Exchange) -> None:
@@ -376,3 +392,4 @@ class VirtualHost:
         for queue in self.queues.values():
             total.add(queue.stats)
         return total
+

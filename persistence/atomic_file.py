@@ -30,10 +30,11 @@ def write_atomically(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make the names in ``directory`` (files created, renamed or removed) durable."""
     if os.name != "posix":  # Windows cannot open a directory to fsync it.
         return
     fd = os.open(directory, os.O_RDONLY)

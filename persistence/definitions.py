@@ -1,265 +1,409 @@
 """The definitions store: vhosts, users, permissions, exchanges, queues, bindings.
 
-``DefinitionStore`` is the one interface the broker uses to load and save its
-definitions, so a ZooKeeper- or etcd-backed store can replace the file one.
+``DefinitionStore`` is the one interface the broker uses to load and change its
+definitions, so a ZooKeeper- or etcd-backed store can replace the file one. The
+document's JSON shape and encoding are in persistence/definitions_codec.py.
 
-Shape: RabbitMQ's definitions export JSON (``rabbitmqctl export_definitions``)::
+Every change is one entry (``put``/``remove``), costing the size of that entry,
+never of all definitions. ``when_durable`` says when every change so far is on
+disk; the broker answers a declare (or an API call) only then.
 
-    {"amqp_server_format": 1,
-     "users":       [{"name", "password_hash", "hashing_algorithm", "tags": [...]}],
-     "vhosts":      [{"name", "description", "tags": [...]}],   (description and tags only if set)
-     "permissions": [{"user", "vhost", "configure", "write", "read"}],
-     "queues":      [{"name", "vhost", "durable", "auto_delete", "arguments"}],
-     "exchanges":   [{"name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"}],
-     "bindings":    [{"source", "vhost", "destination", "destination_type", "routing_key", "arguments"}]}
+``FileDefinitionStore`` keeps, in the data directory (format 2, docs/durability.md):
 
-Loading fills omitted optional fields with RabbitMQ's defaults, turns a
-comma-separated ``tags`` string (older RabbitMQ exports) into a list, and
-keeps any other keys (policies, parameters, rabbit_version, an entry's
-"limits" ...) untouched, so a RabbitMQ export loads as is. A file without
-"amqp_server_format" is taken as a RabbitMQ export.
+    definitions.json          a snapshot: the export-shaped document, with
+                              "amqp_server_log": G, the first log written after it
+    definitions-<G>.log       the changes made since, one CRC-checked record a line
 
-AMQP argument values that JSON cannot hold are written in a tagged form,
-an object whose only keys are "$amqp" and "value":
-
-    bytes               {"$amqp": "bytes",     "value": "<base64>"}
-    decimal.Decimal     {"$amqp": "decimal",   "value": "12.50"}
-    datetime.datetime   {"$amqp": "timestamp", "value": "2024-01-01T00:00:00+00:00"}  (ISO 8601)
-    NaN / +-infinity    {"$amqp": "float",     "value": "nan" | "inf" | "-inf"}
-    a table that itself has a "$amqp" key
-                        {"$amqp": "table",     "value": {...}}
-
-Tags are applied at any depth inside the "arguments" of queues, exchanges
-and bindings, and decoded back to the Python values on load. Tuples come
-back as lists.
+Changes are written and fsynced by the broker's GroupCommitter (with the
+message stores, in its worker thread), never on the event loop. When a log
+holds more records than the snapshot has entries, a new log is started and the
+snapshot is rewritten in a worker thread (compaction), so each change costs
+O(1) amortised. Opening replays the snapshot and its logs (cutting a torn last
+record), writes them as one new snapshot and starts a fresh log, so a
+definitions.json of format 1 (rewritten whole on every change) is read and
+upgraded.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import copy
-import json
-import math
-from datetime import datetime
-from decimal import Decimal, InvalidOperation
+import asyncio
+import logging
+import os
+import re
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from persistence.atomic_file import write_atomically
+from persistence.atomic_file import fsync_directory, write_atomically
+from persistence.definition_table import KINDS, LOG_KEY, DefinitionTable, TableSnapshot
+from persistence.definitions_codec import (
+    FORMAT_KEY,
+    FORMAT_VERSION,
+    HASHING_ALGORITHM,
+    Definitions,
+    DefinitionsError,
+    decode_definitions,
+    empty_definitions,
+)
+from persistence.definitions_log import LOG_HEADER, encode_record, read_log
+from persistence.group_commit import SyncJob
 
-Definitions = dict[str, Any]
+if TYPE_CHECKING:
+    from persistence.group_commit import GroupCommitter
 
-FORMAT_VERSION = 1
-FORMAT_KEY = "amqp_server_format"
-HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
+__all__ = [
+    "FORMAT_KEY", "FORMAT_VERSION", "HASHING_ALGORITHM", "KINDS", "Definitions", "DefinitionsError",
+    "DefinitionStore", "FileDefinitionStore", "MemoryDefinitionStore", "empty_definitions",
+]
+
+log = logging.getLogger(__name__)
+
 FILE_NAME = "definitions.json"
-_TAG = "$amqp"
+_LOG_NAME = re.compile(r"definitions-(\d{8,})\.log")
+# A log is compacted into the snapshot once it holds this many records, or as many as the
+# last snapshot had entries if that is more: a snapshot costs at most twice the records
+# since the last one, so O(1) per change.
+COMPACT_AFTER = 1000
 
-
-class DefinitionsError(ValueError):
-    """Stored definitions are unreadable or malformed; the message names the source."""
+DurableCallback = Callable[[OSError | None], None]
 
 
 class DefinitionStore(Protocol):
     def load(self) -> Definitions:
-        """The last saved definitions, or empty ones when nothing was saved."""
+        """The stored definitions, or empty ones when nothing was saved."""
         ...
 
-    def save(self, definitions: Definitions) -> None:
-        """Durably replace the stored definitions with this snapshot."""
+    def save(self, definitions: Definitions, kinds: tuple[str, ...] = KINDS) -> None:
+        """Make the stored entries of ``kinds`` (all by default) those of ``definitions``,
+        recording only what differs."""
         ...
 
+    def put(self, kind: str, entry: dict) -> None:
+        """Add or replace one entry of ``kind`` ("queues", "bindings" ...)."""
+        ...
 
-class FileDefinitionStore:
-    """Definitions kept in ``data_dir / "definitions.json"``, replaced atomically on save."""
+    def remove(self, kind: str, entry: dict) -> None:
+        """Remove the entry with ``entry``'s key fields, and what depends on it."""
+        ...
 
-    def __init__(self, data_dir: Path) -> None:
-        self.path = Path(data_dir) / FILE_NAME
+    @property
+    def changes(self) -> int:
+        """How many changes were recorded so far (a change makes it grow)."""
+        ...
 
-    def load(self) -> Definitions:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return empty_definitions()
-        except OSError as err:
-            raise DefinitionsError(f"{self.path}: cannot be read: {err.strerror}") from err
-        return decode_definitions(data, str(self.path))
+    def when_durable(self, callback: DurableCallback) -> None:
+        """Call ``callback(error)`` once every change recorded so far is durable
+        (at once when it already is)."""
+        ...
 
-    def save(self, definitions: Definitions) -> None:
-        data = encode_definitions(definitions, str(self.path))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, data)
+    def sync_with(self, committer: "GroupCommitter") -> None:
+        """From now on, make changes durable in ``committer``'s rounds instead of at once."""
+        ...
+
+    def close(self) -> None:
+        """Make every change durable and release files and threads."""
+        ...
 
 
 class MemoryDefinitionStore:
-    """Definitions kept in memory, serialised exactly like the file store so
-    tests catch values the file store could not hold."""
+    """Definitions kept in memory, encoded exactly like the file store's, so tests catch
+    values the file store could not hold. Every change is "durable" at once."""
 
     def __init__(self) -> None:
-        self._data: bytes | None = None
+        self._table = DefinitionTable()
+        self._changes = 0
 
     def load(self) -> Definitions:
-        if self._data is None:
-            return empty_definitions()
-        return decode_definitions(self._data, "memory definition store")
+        return _decoded_snapshot(self._table, "memory definition store")
 
-    def save(self, definitions: Definitions) -> None:
-        self._data = encode_definitions(definitions, "memory definition store")
+    def save(self, definitions: Definitions, kinds: tuple[str, ...] = KINDS) -> None:
+        self._changes += len(self._table.replace(definitions, kinds))
+
+    def put(self, kind: str, entry: dict) -> None:
+        if self._table.put(kind, entry) is not None:
+            self._changes += 1
+
+    def remove(self, kind: str, entry: dict) -> None:
+        if self._table.remove(kind, entry) is not None:
+            self._changes += 1
+
+    @property
+    def changes(self) -> int:
+        return self._changes
+
+    def when_durable(self, callback: DurableCallback) -> None:
+        callback(None)
+
+    def sync_with(self, committer: "GroupCommitter") -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
-def empty_definitions() -> Definitions:
-    definitions: Definitions = {key: [] for key in _ENTITIES}
-    definitions[FORMAT_KEY] = FORMAT_VERSION
-    return definitions
+class FileDefinitionStore:
+    """Definitions in a data directory: a snapshot and change logs (see the module docstring).
 
+    Until ``sync_with`` gives it a GroupCommitter, each change is written and fsynced
+    before the call returns (startup, tools and tests); after, the committer's rounds do
+    it and ``when_durable`` tells when.
+    """
 
-def encode_definitions(definitions: Definitions, source: str = "definitions") -> bytes:
-    """Validate and serialise definitions to UTF-8 JSON (the file format)."""
-    document = _normalise(copy.deepcopy(definitions), source)
-    document[FORMAT_KEY] = FORMAT_VERSION
-    for key in _WITH_ARGUMENTS:
-        for entry in document[key]:
-            entry["arguments"] = _encode_value(entry["arguments"])
-    try:
-        text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as err:
-        raise DefinitionsError(f"{source}: cannot be written as JSON: {err}") from err
-    return text.encode("utf-8") + b"\n"
+    def __init__(self, data_dir: Path, *, compact_after: int = COMPACT_AFTER) -> None:
+        self.directory = Path(data_dir)
+        self.path = self.directory / FILE_NAME
+        self._compact_after = compact_after
+        self._table: DefinitionTable | None = None
+        self._generation = 0  # of the log being appended to
+        self._log_fd = -1
+        self._log_size = 0
+        self._log_records = 0  # records appended since the last snapshot was started
+        self._snapshot_entries = 0  # entries in that snapshot
+        self._log_is_new = False  # its directory entry is not fsynced yet
+        self._buffer: list[bytes] = []  # records not yet written to the OS
+        self._changes = 0
+        self._written = 0
+        self._durable = 0
+        self._committer: GroupCommitter | None = None
+        self._sync_requested = False
+        self._compactor: ThreadPoolExecutor | None = None
+        self._compaction: asyncio.Future[None] | Future[None] | None = None
+        self.compactions = 0  # snapshots written since opening, for tests and metrics
 
+    # -- the DefinitionStore interface ---------------------------------------------------
 
-def decode_definitions(data: bytes, source: str = "definitions") -> Definitions:
-    """Parse and validate serialised definitions; raises DefinitionsError naming ``source``."""
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DefinitionsError(f"{source}: corrupt definitions file, not valid JSON: {err}") from err
-    if not isinstance(document, dict):
-        raise DefinitionsError(f"{source}: corrupt definitions file, expected a JSON object")
-    version = document.get(FORMAT_KEY, FORMAT_VERSION)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise DefinitionsError(f"{source}: {FORMAT_KEY} must be a positive integer, got {version!r}")
-    if version > FORMAT_VERSION:
-        raise DefinitionsError(
-            f"{source}: written in format {version} by a newer amqp-server; this one reads format {FORMAT_VERSION}"
+    def load(self) -> Definitions:
+        return _decoded_snapshot(self._opened(), str(self.path))
+
+    def save(self, definitions: Definitions, kinds: tuple[str, ...] = KINDS) -> None:
+        for record in self._opened().replace(definitions, kinds):
+            self._append(record)
+
+    def put(self, kind: str, entry: dict) -> None:
+        record = self._opened().put(kind, entry)
+        if record is not None:
+            self._append(record)
+
+    def remove(self, kind: str, entry: dict) -> None:
+        record = self._opened().remove(kind, entry)
+        if record is not None:
+            self._append(record)
+
+    @property
+    def changes(self) -> int:
+        return self._changes
+
+    def when_durable(self, callback: DurableCallback) -> None:
+        if self._durable >= self._changes or self._committer is None:
+            callback(None)
+            return
+        self._sync_requested = True
+        self._committer.request_sync(self, callback)
+
+    def sync_with(self, committer: "GroupCommitter") -> None:
+        self._committer = committer
+
+    def close(self) -> None:
+        if self._compactor is not None:
+            self._compactor.shutdown(wait=True)
+            self._compactor = None
+        if self._log_fd < 0:
+            return
+        try:
+            self._write_buffer()
+            os.fsync(self._log_fd)
+            self._durable = self._written
+        finally:
+            os.close(self._log_fd)
+            self._log_fd = -1
+
+    # -- Syncable: the GroupCommitter's side (event loop) -------------------------------
+
+    def prepare_sync(self) -> SyncJob:
+        self._sync_requested = False
+        self._write_buffer()
+        directories = [str(self.directory)] if self._log_is_new else []
+        job = SyncJob(fds=[os.dup(self._log_fd)], directories=directories, token=(self._written, self._log_is_new))
+        self._log_is_new = False
+        self._maybe_compact()
+        return job
+
+    def sync_done(self, job: SyncJob, error: OSError | None) -> None:
+        written, log_was_new = job.token
+        if error is None:
+            self._durable = max(self._durable, written)
+            return
+        log.error("definitions could not be made durable (%s); waiting replies fail and it is retried", error)
+        if log_was_new:
+            self._log_is_new = True
+
+    def flush(self) -> None:
+        self._write_buffer()
+
+    # -- opening ------------------------------------------------------------------------
+
+    def _opened(self) -> DefinitionTable:
+        if self._table is None:
+            self._table = self._open()
+        return self._table
+
+    def _open(self) -> DefinitionTable:
+        """Read the snapshot and its logs, write them as one snapshot, start a new log."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = None
+        except OSError as err:
+            raise DefinitionsError(f"{self.path}: cannot be read: {err.strerror}") from err
+        document = empty_definitions() if data is None else decode_definitions(data, str(self.path))
+        first_log = document.pop(LOG_KEY, 0)
+        if not isinstance(first_log, int) or isinstance(first_log, bool) or first_log < 0:
+            raise DefinitionsError(f"{self.path}: {LOG_KEY} must be a non-negative integer, got {first_log!r}")
+        table = DefinitionTable.from_document(document)
+        generations = self._log_generations()
+        for generation in generations:
+            if generation >= first_log:
+                for record in read_log(self._log_path(generation)):
+                    table.apply(record)
+        self._generation = max([first_log, *generations]) + 1
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._create_log()
+        self._snapshot_entries = len(table)
+        _write_snapshot(self.path, table.snapshot(), self._generation, self.directory)
+        return table
+
+    def _log_generations(self) -> list[int]:
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(int(m.group(1)) for m in map(_LOG_NAME.fullmatch, names) if m)
+
+    def _log_path(self, generation: int) -> Path:
+        return _log_path(self.directory, generation)
+
+    def _create_log(self) -> None:
+        """Start appending to log ``self._generation`` (its header fsynced, its name not yet)."""
+        if self._log_fd >= 0:
+            os.close(self._log_fd)
+            self._log_fd = -1
+        fd = os.open(self._log_path(self._generation), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            _write_all(fd, LOG_HEADER)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._log_fd = fd
+        self._log_size = len(LOG_HEADER)
+        self._log_records = 0
+        self._log_is_new = True
+        if self._committer is None:
+            os.fsync(fd)
+            fsync_directory(self.directory)
+            self._log_is_new = False
+
+    # -- appending ----------------------------------------------------------------------
+
+    def _append(self, record: str) -> None:
+        self._buffer.append(encode_record(record))
+        self._changes += 1
+        self._log_records += 1
+        if self._committer is None:
+            self._write_buffer()
+            os.fsync(self._log_fd)
+            self._durable = self._written
+            self._maybe_compact()
+        elif not self._sync_requested:
+            # Every change joins the next round, so a later confirm or commit-ok (whose round
+            # cannot come earlier) never goes out before the definition it relies on is durable.
+            self._sync_requested = True
+            self._committer.request_sync(self, _unobserved)
+
+    def _write_buffer(self) -> None:
+        if not self._buffer:
+            return
+        data = b"".join(self._buffer)
+        try:
+            _write_all(self._log_fd, data)
+        except OSError:
+            # Cut a partly written record, so the next write does not continue a torn one.
+            os.ftruncate(self._log_fd, self._log_size)
+            raise
+        self._log_size += len(data)
+        self._written += len(self._buffer)
+        self._buffer.clear()
+
+    # -- compaction ---------------------------------------------------------------------
+
+    def _maybe_compact(self) -> None:
+        """Start a new log and rewrite the snapshot once the log is as big as the snapshot."""
+        table = self._table
+        if table is None or self._compaction is not None:
+            return
+        if self._log_records < max(self._compact_after, self._snapshot_entries):
+            return
+        self._write_buffer()
+        snapshot = table.snapshot()
+        self._snapshot_entries = len(table)
+        self._generation += 1
+        self._create_log()
+        if self._committer is None:
+            _write_snapshot(self.path, snapshot, self._generation, self.directory)
+            self.compactions += 1
+            return
+        if self._compactor is None:
+            self._compactor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="definitions-compaction")
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(
+            self._compactor, _write_snapshot, self.path, snapshot, self._generation, self.directory
         )
-    document = _normalise(document, source)
-    for key in _WITH_ARGUMENTS:
-        for i, entry in enumerate(document[key]):
+        self._compaction = future
+        future.add_done_callback(self._compacted)
+
+    def _compacted(self, future: "asyncio.Future[None]") -> None:
+        self._compaction = None
+        error = future.exception() if not future.cancelled() else None
+        if error is not None:
+            # Nothing is lost: the old snapshot and every log since are still there; the next
+            # compaction (after as many records again) retries.
+            log.error("rewriting %s failed (%s); the change logs are kept", self.path, error)
+        else:
+            self.compactions += 1
+
+
+def _write_snapshot(path: Path, snapshot: TableSnapshot, first_log: int, directory: Path) -> None:
+    """Worker thread (or startup): make ``snapshot`` the durable snapshot, then delete the logs it covers.
+
+    Crash-safe at any point: until the rename in write_atomically the old snapshot and all
+    logs are there; after it, the new snapshot names ``first_log`` and older logs are ignored.
+    """
+    write_atomically(path, snapshot.document_bytes(FORMAT_VERSION, first_log))
+    for name in os.listdir(directory):
+        match = _LOG_NAME.fullmatch(name)
+        if match and int(match.group(1)) < first_log:
             try:
-                entry["arguments"] = _decode_value(entry["arguments"])
-            except ValueError as err:
-                raise DefinitionsError(f"{source}: {key}[{i}] arguments: {err}") from err
-    document[FORMAT_KEY] = FORMAT_VERSION
+                os.unlink(directory / name)
+            except FileNotFoundError:
+                pass
+
+
+def _log_path(directory: Path, generation: int) -> Path:
+    return directory / f"definitions-{generation:08d}.log"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _decoded_snapshot(table: DefinitionTable, source: str) -> Definitions:
+    document = decode_definitions(table.snapshot().document_bytes(FORMAT_VERSION, 0), source)
+    document.pop(LOG_KEY, None)
     return document
 
 
-# ---- shape: required fields and RabbitMQ's defaults for optional ones ----
-
-_REQUIRED = object()
-
-_ENTITIES: dict[str, dict[str, Any]] = {
-    "users": {"name": _REQUIRED, "password_hash": "", "hashing_algorithm": HASHING_ALGORITHM, "tags": []},
-    "vhosts": {"name": _REQUIRED},
-    "permissions": {"user": _REQUIRED, "vhost": _REQUIRED, "configure": _REQUIRED, "write": _REQUIRED,
-                    "read": _REQUIRED},
-    "queues": {"name": _REQUIRED, "vhost": _REQUIRED, "durable": True, "auto_delete": False, "arguments": {}},
-    "exchanges": {"name": _REQUIRED, "vhost": _REQUIRED, "type": _REQUIRED, "durable": True,
-                  "auto_delete": False, "internal": False, "arguments": {}},
-    "bindings": {"source": _REQUIRED, "vhost": _REQUIRED, "destination": _REQUIRED,
-                 "destination_type": _REQUIRED, "routing_key": "", "arguments": {}},
-}
-_WITH_ARGUMENTS = ("queues", "exchanges", "bindings")
-_TYPES: dict[str, type | tuple[type, ...]] = {
-    "durable": bool, "auto_delete": bool, "internal": bool, "arguments": dict, "tags": list,
-}
-
-
-def _normalise(document: Definitions, source: str) -> Definitions:
-    if not isinstance(document, dict):
-        raise DefinitionsError(f"{source}: definitions must be a JSON object / dict")
-    for key, fields in _ENTITIES.items():
-        entries = document.setdefault(key, [])
-        if not isinstance(entries, list):
-            raise DefinitionsError(f"{source}: {key} must be a list")
-        for i, entry in enumerate(entries):
-            _normalise_entry(entry, fields, f"{source}: {key}[{i}]")
-    for i, binding in enumerate(document["bindings"]):
-        if binding["destination_type"] not in ("queue", "exchange"):
-            raise DefinitionsError(
-                f"{source}: bindings[{i}] destination_type must be 'queue' or 'exchange', "
-                f"got {binding['destination_type']!r}"
-            )
-    return document
-
-
-def _normalise_entry(entry: Any, fields: dict[str, Any], where: str) -> None:
-    if not isinstance(entry, dict):
-        raise DefinitionsError(f"{where} must be an object")
-    if isinstance(entry.get("tags"), str):  # RabbitMQ < 3.9 exports: "administrator,monitoring"
-        entry["tags"] = [t for t in entry["tags"].split(",") if t]
-    for name, default in fields.items():
-        if name not in entry:
-            if default is _REQUIRED:
-                raise DefinitionsError(f"{where} is missing {name!r}")
-            entry[name] = copy.deepcopy(default)
-        expected = _TYPES.get(name, str)
-        value = entry[name]
-        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
-            expected_name = expected.__name__ if isinstance(expected, type) else "value"
-            raise DefinitionsError(f"{where} {name} must be a {expected_name}, got {type(value).__name__}")
-
-
-# ---- tagged encoding of AMQP values ----
-
-def _encode_value(value: Any) -> Any:
-    if isinstance(value, dict):
-        table = {str(k): _encode_value(v) for k, v in value.items()}
-        return {_TAG: "table", "value": table} if _TAG in table else table
-    if isinstance(value, (list, tuple)):
-        return [_encode_value(v) for v in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {_TAG: "bytes", "value": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, Decimal):
-        return {_TAG: "decimal", "value": str(value)}
-    if isinstance(value, datetime):
-        return {_TAG: "timestamp", "value": value.isoformat()}
-    if isinstance(value, float) and not math.isfinite(value):
-        return {_TAG: "float", "value": repr(value)}
-    return value
-
-
-def _decode_value(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_decode_value(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if _TAG not in value:
-        return {k: _decode_value(v) for k, v in value.items()}
-    if set(value) != {_TAG, "value"} or value[_TAG] not in _DECODERS:
-        raise ValueError(f"malformed tagged value {value!r}")
-    if value[_TAG] == "table":
-        if not isinstance(value["value"], dict):
-            raise ValueError(f"malformed tagged table {value!r}")
-        return {k: _decode_value(v) for k, v in value["value"].items()}
-    if not isinstance(value["value"], str):
-        raise ValueError(f"malformed tagged value {value!r}")
-    try:
-        return _DECODERS[value[_TAG]](value["value"])
-    except (binascii.Error, InvalidOperation, ValueError) as err:
-        raise ValueError(f"malformed tagged value {value!r}: {err}") from err
-
-
-def _decode_float(text: str) -> float:
-    if text not in ("nan", "inf", "-inf"):
-        raise ValueError("expected nan, inf or -inf")
-    return float(text)
-
-
-_DECODERS: dict[str, Callable[[str], Any]] = {
-    "bytes": lambda text: base64.b64decode(text, validate=True),
-    "decimal": Decimal,
-    "timestamp": datetime.fromisoformat,
-    "float": _decode_float,
-    "table": lambda text: text,  # handled before dispatch
-}
+def _unobserved(error: OSError | None) -> None:
+    """A change nobody waits for (a nowait declare): sync_done logs a failure."""

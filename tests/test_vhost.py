@@ -216,16 +216,21 @@ def test_deleting_an_exchange_in_use_with_if_unused_gives_406(vhost):
 
 
 def test_only_durable_changes_are_reported_for_saving(vhost):
-    changes: list[None] = []
-    vhost.on_durable_change = lambda: changes.append(None)
+    changes: list[tuple[str, str, bool]] = []
+    vhost.on_durable_change = lambda kind, entry, present: changes.append((kind, entry.get("name", ""), present))
     vhost.declare_queue("transient", connection=OWNER)
     vhost.declare_exchange("transient-ex", "direct")
+    exclusive, _ = vhost.declare_queue("mine", connection=OWNER, durable=True, exclusive=True)
+    vhost.bind(vhost.exchange("amq.direct"), exclusive, "k", {})
     assert changes == []
     durable_queue, _ = vhost.declare_queue("kept", connection=OWNER, durable=True)
     durable_exchange = vhost.declare_exchange("kept-ex", "direct", durable=True)
     vhost.bind(durable_exchange, durable_queue, "k", {})
-    assert len(changes) == 3
+    assert changes == [("queues", "kept", True), ("exchanges", "kept-ex", True), ("bindings", "", True)]
     definitions = vhost.durable_definitions()
     assert [q["name"] for q in definitions["queues"]] == ["kept"]
     assert [e["name"] for e in definitions["exchanges"]] == ["kept-ex"]
     assert [(b["source"], b["destination"], b["routing_key"]) for b in definitions["bindings"]] == [("kept-ex", "kept", "k")]
+    vhost.unbind(durable_exchange, durable_queue, "k", {})
+    vhost.delete_queue(durable_queue)
+    assert changes[3:] == [("bindings", "", False), ("queues", "kept", False)]

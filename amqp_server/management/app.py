@@ -80,7 +80,11 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         # An unknown path or method answers 404/405 from the handler, before any 415.
         if request.match_info.http_exception is None and json_body_refused(request):
             return unsupported_media_type()
-        return await handler(request)
+        response = await handler(request)
+        if request.method not in ("GET", "HEAD"):
+            # A change the answer reports (a queue, a user, an import) is on disk first.
+            await ctx.broker.definitions_durable()
+        return response
     except ApiError as error:
         return _error_response(error)
     except AMQPError as error:

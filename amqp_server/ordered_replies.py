@@ -1,0 +1,110 @@
+"""The method replies of one channel, in the order of the methods, even when one waits for disk.
+
+AMQP requires a channel's replies in the order of its methods. Some replies promise
+durability and so wait for an fsync round: declare-ok (and delete-ok, bind-ok, unbind-ok)
+after a durable definition changed, commit-ok after persistent messages. While one
+waits, later replies on the channel (a passive declare's, basic.qos-ok, channel.close-ok,
+a server's channel.close) queue behind it instead of overtaking it. Deliveries and
+publisher confirms are not method replies and are not held.
+
+Nothing is allocated while no reply waits: ``send`` is one test of an empty deque.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from amqp_server import errors
+from amqp_server.connection_states import OPEN
+
+if TYPE_CHECKING:
+    from amqp_server.connection import Connection
+
+SyncCallback = Callable[[OSError | None], None]
+# Starts waiting for disk and calls the callback (error or None) when done, maybe at once.
+WaitForDisk = Callable[[SyncCallback], None]
+
+
+class _Held:
+    __slots__ = ("frame", "ready", "failure")
+
+    def __init__(self, frame: bytes, ready: bool) -> None:
+        self.frame = frame  # the encoded reply
+        self.ready = ready
+        self.failure = ""  # what could not be written, for the connection.close text
+
+
+class OrderedReplies:
+    """Sends one channel's method replies in order; see the module docstring."""
+
+    __slots__ = ("_connection", "_channel_id", "_held")
+
+    def __init__(self, connection: "Connection", channel_id: int) -> None:
+        self._connection = connection
+        self._channel_id = channel_id
+        self._held: deque[_Held] = deque()
+
+    @property
+    def waiting(self) -> bool:
+        """A reply waits for disk, so later ones are held behind it."""
+        return bool(self._held)
+
+    def send(self, method: Any) -> None:
+        """Send ``method`` now, or after the replies that wait before it."""
+        if not self._held:
+            self._connection.send_method(self._channel_id, method)
+        else:
+            self._held.append(_Held(self._connection.method_frame(self._channel_id, method), ready=True))
+
+    def send_frame(self, frame: bytes) -> None:
+        """Send an encoded reply (codec's hand-built frames) now, or after those that wait."""
+        self.send_frames([frame])
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        """Send a reply of several frames (basic.get-ok and its content) now, or after those that wait."""
+        if not self._held:
+            self._connection.send_frames(frames)
+        else:
+            self._held.append(_Held(b"".join(frames), ready=True))
+
+    def send_when_durable(self, frame: bytes, wait: WaitForDisk, failure: str) -> None:
+        """Send the encoded reply ``frame`` once ``wait`` reports the disk write done, in order
+        with the others.
+
+        If the write fails the connection is closed with 541 INTERNAL_ERROR, saying
+        ``failure`` ("tx.commit could not write to disk") and the error."""
+        self.release(self.hold(frame), wait, failure)
+
+    def hold(self, frame: bytes) -> _Held:
+        """Reserve the place of the encoded reply ``frame``: what is sent on the channel until
+        ``release`` waits behind it (queue.delete-ok goes before the basic.cancel its deletion
+        sends, as in RabbitMQ)."""
+        entry = _Held(frame, ready=False)
+        self._held.append(entry)
+        return entry
+
+    def release(self, entry: _Held, wait: WaitForDisk | None, failure: str = "") -> None:
+        """Send a held reply now (``wait`` None) or once ``wait`` reports the disk write done."""
+        if wait is None:
+            self._done(entry, None)
+            return
+        entry.failure = failure
+        wait(lambda error: self._done(entry, error))
+
+    def _done(self, entry: _Held, error: OSError | None) -> None:
+        if self._connection.state != OPEN:  # closed meanwhile: nobody to answer
+            self._held.clear()
+            return
+        if error is not None:
+            self._held.clear()
+            self._connection.close_by_broker(errors.INTERNAL_ERROR, f"{entry.failure}: {error}")
+            return
+        entry.ready = True
+        held = self._held
+        ready = []
+        while held and held[0].ready:
+            ready.append(held.popleft().frame)
+        if ready:
+            self._connection.send_frames(ready)
