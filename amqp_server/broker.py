@@ -22,7 +22,7 @@ from amqp_server.errors import AMQPError
 from amqp_server.reply_to import ReplyRegistry
 from amqp_server.vhost import VirtualHost
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, DurableCallback, MemoryDefinitionStore
-from persistence.group_commit import GroupCommitter
+from persistence.group_commit import DirectorySyncs, GroupCommitter
 from persistence.queue_store import QueueStore
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget
@@ -69,6 +69,7 @@ class Broker:
         self.store: DefinitionStore = store or MemoryDefinitionStore()
         self.message_dir = message_dir
         self.committer = GroupCommitter(config.storage.fsync) if message_dir is not None else None
+        self.directory_syncs = DirectorySyncs(self.committer) if self.committer is not None else None
         self.side_files = None
         if message_dir is not None and config.storage.parquet_side_files:
             # Imported only when asked for: it needs pyarrow, which the broker otherwise does not.
@@ -133,6 +134,7 @@ class Broker:
             queue,
             archive=archive,
             on_dirty=self.committer.request_flush,
+            on_deleted=self.directory_syncs.sync_later,
             on_segment_sealed=(
                 (lambda path: self.side_files.segment_sealed(path, vhost, queue)) if self.side_files else None
             ),

@@ -278,6 +278,53 @@ class GroupCommitter:
                     waiter.set_result(None)
 
 
+class DirectorySyncs:
+    """Directories whose entries changed on the event loop (a deleted queue's directory removed
+    from its parent), fsynced in the committer's next round instead of there and then."""
+
+    def __init__(self, committer: GroupCommitter) -> None:
+        self._committer = committer
+        self._pending: set[str] = set()
+
+    def sync_later(self, directory: "os.PathLike[str] | str") -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no event loop to wait on (startup, tools): fsync now
+            _fsync_directory_now(os.fspath(directory))
+            return
+        if not self._pending:
+            self._committer.request_sync(self, _log_failure)
+        self._pending.add(os.fspath(directory))
+
+    def prepare_sync(self) -> SyncJob:
+        # As paths, not directories: one removed meanwhile needs nothing.
+        job = SyncJob(paths=sorted(self._pending))
+        self._pending.clear()
+        return job
+
+    def sync_done(self, job: SyncJob, error: OSError | None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def _fsync_directory_now(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _log_failure(error: OSError | None) -> None:
+    if error is not None:
+        log.error("fsync of a changed directory failed: %s", error)
+
+
 def _result_or_error(done: asyncio.Future, jobs: dict[Syncable, SyncJob]) -> dict[Syncable, OSError]:
     try:
         return done.result()

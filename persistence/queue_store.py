@@ -83,7 +83,10 @@ class QueueStore:
         on_dirty: Callable[["QueueStore"], None] | None = None,
         on_segment_sealed: Callable[[Path], None] | None = None,
         sync_directory: Callable[[Path], None] = fsync_directory,
+        on_deleted: Callable[[Path], None] | None = None,
     ) -> None:
+        """``on_deleted(parent)``, when given, makes a deleted queue's removal from ``parent``
+        durable later (the group committer's round) instead of fsyncing it in ``delete``."""
         if not HEADER_SIZE < segment_size <= _MAX_SEGMENT_SIZE:
             raise ValueError(f"segment_size must be in {HEADER_SIZE + 1}..{_MAX_SEGMENT_SIZE}")
         if archive and archive_directory is None:
@@ -100,6 +103,7 @@ class QueueStore:
         # Called with a segment's path when it stops being the tail (no more appends to it).
         self.on_segment_sealed = on_segment_sealed
         self._sync_directory = sync_directory
+        self._on_deleted = on_deleted
         self._segments: list[SegmentEntry] = []
         self._segment_ids: list[int] = []
         self._tail: SegmentEntry | None = None
@@ -110,6 +114,7 @@ class QueueStore:
         self._read_fd: tuple[int, int] | None = None  # (segment id, fd) of the last sealed segment read
         self._unsynced_paths: set[str] = set()  # sealed segments written since the last sync round
         self._dir_dirty = False
+        self._unsynced_directories: set[str] = set()  # created (or changed) and not fsynced yet
         self._deleted_not_durable: set[int] = set()  # removed segments whose removal is not fsynced yet
         self._recovered = False
         self._closed = False
@@ -133,7 +138,10 @@ class QueueStore:
         """Open the queue directory (creating it if new) and return the messages still in the queue."""
         if self._recovered:
             raise RuntimeError("recover() was already called")
-        ensure_queue_directory(self.directory, self.vhost, self.queue)
+        # No fsync here (a declare runs on the event loop): the first sync round makes the new
+        # directory and meta files durable, before any record in them is acknowledged.
+        for path in ensure_queue_directory(self.directory, self.vhost, self.queue, durably=False):
+            (self._unsynced_directories if path.is_dir() else self._unsynced_paths).add(str(path))
         segments, recovery, last_seq, highest_id = replay_segments(self.directory)
         self._segments = segments
         self._segment_ids = [s.segment_id for s in segments]
@@ -361,8 +369,11 @@ class QueueStore:
             job.paths = sorted(self._unsynced_paths)
             self._unsynced_paths.clear()
         if self._dir_dirty:
-            job.directories.append(str(self.directory))
+            self._unsynced_directories.add(str(self.directory))
             self._dir_dirty = False
+        if self._unsynced_directories:
+            job.directories = sorted(self._unsynced_directories)
+            self._unsynced_directories.clear()
         return job
 
     def sync_done(self, job: SyncJob, error: OSError | None) -> None:
@@ -489,6 +500,8 @@ class QueueStore:
                     os.fsync(self._tail_fd)
                 for path in self._unsynced_paths:
                     _fsync_path(path)
+                for directory in sorted(self._unsynced_directories):
+                    self._sync_directory(Path(directory))
                 if self._dir_dirty:
                     self._sync_directory(self.directory)
         finally:
@@ -506,7 +519,9 @@ class QueueStore:
                 if entry.path.exists():
                     self._move_to_archive(entry.path)
         shutil.rmtree(self.directory, ignore_errors=True)
-        if self.directory.parent.is_dir():
+        if self._on_deleted is not None:
+            self._on_deleted(self.directory.parent)
+        elif self.directory.parent.is_dir():
             self._sync_directory(self.directory.parent)
         self._segments, self._segment_ids = [], []
 

@@ -46,14 +46,45 @@ def queue_path(data_dir: Path, vhost: str, queue: str, *, archive: bool = False)
     return root / name_to_dir(vhost) / name_to_dir(queue)
 
 
-def ensure_queue_directory(path: Path, vhost: str, queue: str) -> None:
-    """Create ``path`` (a queue directory) and its meta files if missing, durably."""
+def ensure_queue_directory(path: Path, vhost: str, queue: str, *, durably: bool = True) -> list[Path]:
+    """Create ``path`` (a queue directory) and its meta files if missing (or unreadable).
+
+    With ``durably`` everything created is fsynced before this returns, and the result is
+    empty. Without, nothing is fsynced (no disk wait: a declare on the event loop) and the
+    result lists what was created, files first then directories, for the caller to fsync
+    before anything in the directory is relied on. A crash before that loses at most the
+    empty directory, which the next start creates again.
+    """
     vhost_dir = path.parent
-    _make_dirs_durably(path)
-    if not (vhost_dir / VHOST_META).exists():
-        write_atomically(vhost_dir / VHOST_META, _meta_bytes({"vhost": vhost}))
-    if not (path / QUEUE_META).exists():
-        write_atomically(path / QUEUE_META, _meta_bytes({"vhost": vhost, "queue": queue}))
+    created = _make_dirs(path, sync=durably)
+    for meta_path, fields in ((vhost_dir / VHOST_META, {"vhost": vhost}), (path / QUEUE_META, {"vhost": vhost, "queue": queue})):
+        if _meta_readable(meta_path):
+            continue
+        if durably:
+            write_atomically(meta_path, _meta_bytes(fields))
+        else:
+            _write_replacing(meta_path, _meta_bytes(fields))
+            created.insert(0, meta_path)
+            created.append(meta_path.parent)
+    return [] if durably else list(dict.fromkeys(created))
+
+
+def _meta_readable(path: Path) -> bool:
+    try:
+        return isinstance(json.loads(path.read_bytes()), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def _write_replacing(path: Path, data: bytes) -> None:
+    """Replace ``path`` by rename (never a half-written file under its name), without fsync."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def read_queue_meta(path: Path) -> tuple[str, str]:
@@ -91,8 +122,10 @@ def _meta_bytes(fields: dict) -> bytes:
     return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
 
 
-def _make_dirs_durably(path: Path) -> None:
-    """mkdir -p, fsyncing the parent of every directory created so the new entries survive a crash."""
+def _make_dirs(path: Path, sync: bool) -> list[Path]:
+    """mkdir -p; with ``sync``, fsync the parent of every directory created so the new entries
+    survive a crash, else return those parents for the caller to fsync."""
+    to_sync: list[Path] = []
     missing: list[Path] = []
     probe = path
     while not probe.exists():
@@ -103,4 +136,8 @@ def _make_dirs_durably(path: Path) -> None:
             directory.mkdir()
         except FileExistsError:
             continue
-        fsync_directory(directory.parent)
+        if sync:
+            fsync_directory(directory.parent)
+        else:
+            to_sync.append(directory.parent)
+    return to_sync

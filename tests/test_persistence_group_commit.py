@@ -14,6 +14,7 @@ import pytest
 
 from persistence.group_commit import GroupCommitter, parse_sync_mode
 from persistence.queue_store import QueueStore
+from persistence.segment_layout import ensure_queue_directory, queue_path
 
 PROPS = b"\x10\x00\x02"
 
@@ -48,6 +49,9 @@ class FakeFsync:
 
 
 def new_store(root: Path, name: str = "q") -> QueueStore:
+    # The queue directory made durable beforehand, so the fsyncs counted are the records' only
+    # (a new store's own directory fsyncs join its first round: see the test for that).
+    ensure_queue_directory(queue_path(root, "/", name), "/", name)
     store = QueueStore.for_queue(root, "/", name)
     store.recover()
     return store
@@ -192,3 +196,28 @@ def test_request_flush_writes_buffered_records_within_one_loop_iteration(tmp_pat
 def test_bad_modes_are_refused(mode):
     with pytest.raises(ValueError):
         parse_sync_mode(mode)
+
+
+def test_a_new_queue_directory_is_made_durable_by_the_first_round_not_when_created(tmp_path):
+    """Declaring a durable queue creates its directory without waiting for the disk (it runs on
+    the event loop); the first round fsyncs the new names before any record is acknowledged."""
+    fake = FakeFsync()
+
+    async def main():
+        store = QueueStore.for_queue(tmp_path, "/", "fresh", sync_directory=fake_directory_sync)
+        store.recover()
+        assert fake.calls == 0, "nothing fsynced while declaring"
+        committer = GroupCommitter("always", sync_file=fake)
+        await publish_and_wait(committer, store, 1, fake)
+        committer.close()
+
+    synced_directories: list[Path] = []
+
+    def fake_directory_sync(path: Path) -> None:
+        synced_directories.append(path)
+
+    asyncio.run(main())
+    directory = queue_path(tmp_path, "/", "fresh")
+    for path in (directory / "queue.json", directory.parent / "vhost.json", directory, directory.parent):
+        assert fake.durable_size(path) > 0, f"{path} not fsynced by the round"
+    assert synced_directories == [], "nothing fsynced outside the round"
