@@ -115,6 +115,7 @@ class QueueStore:
         self._unsynced_paths: set[str] = set()  # sealed segments written since the last sync round
         self._dir_dirty = False
         self._unsynced_directories: set[str] = set()  # created (or changed) and not fsynced yet
+        self._directory_made = False  # the queue directory exists (made at the first segment)
         self._deleted_not_durable: set[int] = set()  # removed segments whose removal is not fsynced yet
         self._recovered = False
         self._closed = False
@@ -135,13 +136,15 @@ class QueueStore:
     # ---- recovery -------------------------------------------------------------------------
 
     def recover(self) -> Recovery:
-        """Open the queue directory (creating it if new) and return the messages still in the queue."""
+        """Open the queue directory and return the messages still in the queue.
+
+        A new queue's directory is made when its first segment is (``_roll_over``): declaring
+        a durable queue touches no file, so a storm of declarations costs the event loop no
+        disk work (the queue itself is kept by the definition store)."""
         if self._recovered:
             raise RuntimeError("recover() was already called")
-        # No fsync here (a declare runs on the event loop): the first sync round makes the new
-        # directory and meta files durable, before any record in them is acknowledged.
-        for path in ensure_queue_directory(self.directory, self.vhost, self.queue, durably=False):
-            (self._unsynced_directories if path.is_dir() else self._unsynced_paths).add(str(path))
+        if self.directory.is_dir():
+            self._make_directory()  # meta files lost or damaged since are written again
         segments, recovery, last_seq, highest_id = replay_segments(self.directory)
         self._segments = segments
         self._segment_ids = [s.segment_id for s in segments]
@@ -388,9 +391,18 @@ class QueueStore:
 
     # ---- rolling over and removing segments -----------------------------------------------
 
+    def _make_directory(self) -> None:
+        """Create the queue directory and its meta files if missing, without waiting for the
+        disk: the next sync round fsyncs the new names before any record in them is acknowledged."""
+        for path in ensure_queue_directory(self.directory, self.vhost, self.queue, durably=False):
+            (self._unsynced_directories if path.is_dir() else self._unsynced_paths).add(str(path))
+        self._directory_made = True
+
     def _roll_over(self, first_seq: int) -> SegmentEntry:
         """Seal the tail (if any) and start a new segment named ``first_seq``."""
         self.flush()
+        if not self._directory_made:
+            self._make_directory()
         path = self.directory / segment_file_name(first_seq)
         header = encode_header(first_seq, _now_ms())
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
@@ -518,6 +530,9 @@ class QueueStore:
             for entry in self._segments:
                 if entry.path.exists():
                     self._move_to_archive(entry.path)
+        if not self._directory_made:  # never written: nothing on disk to remove
+            self._segments, self._segment_ids = [], []
+            return
         shutil.rmtree(self.directory, ignore_errors=True)
         if self._on_deleted is not None:
             self._on_deleted(self.directory.parent)

@@ -151,7 +151,9 @@ def test_a_segment_of_an_unknown_format_version_is_refused_with_a_clear_error(tm
 
 
 def test_a_meta_file_of_an_unknown_format_version_is_refused(tmp_path):
-    _store(tmp_path).close()
+    store = _store(tmp_path)
+    store.append_message(1, 0, "", "orders", b"\x00\x00", b"x")  # the first record makes the directory
+    store.close()
     meta = queue_path(tmp_path, "/", "orders") / QUEUE_META
     document = json.loads(meta.read_text())
     document["format_version"] = 99
@@ -163,7 +165,10 @@ def test_a_meta_file_of_an_unknown_format_version_is_refused(tmp_path):
 def test_directory_names_are_safe_for_any_name_and_meta_files_give_the_names_back(tmp_path):
     names = [("/", "a/b"), ("vh/../x", "..\x00ü" + "z" * 250), ("", ".")]
     for vhost, queue in names:
-        QueueStore.for_queue(tmp_path, vhost, queue).recover()
+        store = QueueStore.for_queue(tmp_path, vhost, queue)
+        store.recover()
+        store.append_message(1, 0, "", "rk", b"\x00\x00", b"x")  # the first record makes the directory
+        store.close()
     found = {(d.vhost, d.queue) for d in list_queue_directories(tmp_path)}
     assert found == set(names)
     for directory in (tmp_path / "queues").iterdir():
