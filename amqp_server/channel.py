@@ -106,6 +106,7 @@ class Channel:
             # Kept by RabbitMQ for very old clients: always granted, ticket 1 (pamqp 4 lacks the class).
             self.connection.send_frames([codec.access_request_ok_frame(self.id)])
             return
+        self.connection.spend_method_budget()
         method = codec.decode_method(payload)
         handler = METHOD_HANDLERS.get(type(method)) or DECLARATION_HANDLERS.get(type(method))
         if handler is None:

@@ -46,6 +46,11 @@ _HANDSHAKE_STATES = (AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN)
 DELIVERY_BYTES_PER_WRITE = 4 * 1024 * 1024
 # How long the shell keeps a socket after connection.close was sent, waiting for close-ok.
 CLOSE_OK_TIMEOUT_S = 3.0
+# Channel methods other than publish and ack (declarations, deletions, bindings ...) cost far
+# more per byte than publishes: one connection handles at most this many per event-loop turn,
+# so a client pipelining thousands of them (one read can hold 5,000 declarations) holds the
+# loop for about a millisecond at a time, not for the whole read.
+METHODS_PER_TURN = 16
 # Largest frame read from a client whose login was refused: close-ok is 4 payload bytes and a
 # connection.close at most 266; anything bigger ends the wait.
 _REFUSED_LOGIN_FRAME_MAX = 512
@@ -121,6 +126,10 @@ class Connection:
         self._out: list[bytes] = []
         self._confirm_channels: set[Channel] = set()
         self._input_broken = False
+        # Channel methods other than publish and ack left to run in this event-loop turn; when
+        # none are, the frames still buffered wait for the next turn (input_waiting).
+        self._method_budget = METHODS_PER_TURN
+        self.input_waiting = False
         # Traffic, as the management API reports it (recv_oct, send_oct, ...): one addition per
         # read or write, never per message.
         self.connected_at_ms = int(time.time() * 1000)
@@ -161,8 +170,25 @@ class Connection:
                 self.finish()
                 return
             handshake.send_start(self)
+        self._handle_input()
+
+    def resume_input(self) -> None:
+        """A new event-loop turn: handle the frames left waiting (the shell calls this while
+        ``input_waiting``)."""
+        self._method_budget = METHODS_PER_TURN
+        self.input_waiting = False
+        if self.state == CLOSED or self._input_broken:
+            return
+        self._handle_input()
+
+    def spend_method_budget(self) -> None:
+        """A channel method other than publish and ack is being handled (see METHODS_PER_TURN)."""
+        self._method_budget -= 1
+
+    def _handle_input(self) -> None:
+        frames = self.reader.frames()
         try:
-            for frame_type, channel_id, payload in self.reader.frames():
+            for frame_type, channel_id, payload in frames:
                 try:
                     self._handle_frame(frame_type, channel_id, payload)
                 except HandshakeError as error:
@@ -173,6 +199,9 @@ class Connection:
                     self._connection_error(error)
                 if self.state == CLOSED or self._input_broken:
                     return
+                if self._method_budget <= 0:
+                    self.input_waiting = True
+                    return
         except AMQPError as error:  # framing itself is broken: nothing after this can be read
             self._stop_input()
             if self.state in _HANDSHAKE_STATES:
@@ -180,6 +209,8 @@ class Connection:
                 return
             self._connection_error(error)
             self.finish()
+        finally:
+            frames.close()  # the frames handled leave the buffer; the others wait
 
     def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
         if self.state == CLOSING:

@@ -58,6 +58,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.last_sent = now
         self._read_budget = READ_BUDGET_PER_ITERATION
         self._yielding = False
+        self._input_waiting = False  # the connection holds frames for the next turn
         self._reading_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -82,16 +83,10 @@ class AMQPProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
-        try:
-            self.connection.receive_data(data)
-        except Exception:
-            # A bug must cost this one connection, never the broker or the other clients.
-            log.exception("internal error on connection %s; closing it", self.connection.peer)
-            self.connection.close_by_broker(INTERNAL_ERROR, "internal error, see the broker log")
-            self._flush()
-            if self.transport is not None:
-                self.transport.close()
+        if not self._feed(self.connection.receive_data, data):
             return
+        if self.connection.input_waiting:
+            self._continue_next_turn()
         # Fairness: the event loop may hand us megabytes from one fast publisher in a single
         # iteration, starving every other socket (consumers' acks wait behind it). Take a
         # bounded slice per iteration, then let the others run.
@@ -100,6 +95,37 @@ class AMQPProtocol(asyncio.Protocol):
             self._yielding = True
             self._update_reading()
             self.loop.call_soon(self._end_yield)
+
+    def _feed(self, handle, *args) -> bool:
+        """Run one input step of the connection; False if a bug in it closed the connection."""
+        try:
+            handle(*args)
+        except Exception:
+            # A bug must cost this one connection, never the broker or the other clients.
+            log.exception("internal error on connection %s; closing it", self.connection.peer)
+            self.connection.close_by_broker(INTERNAL_ERROR, "internal error, see the broker log")
+            self._flush()
+            if self.transport is not None:
+                self.transport.close()
+            return False
+        return True
+
+    def _continue_next_turn(self) -> None:
+        """Frames are left for the next turn (the connection's METHODS_PER_TURN ran out): read
+        nothing more until they are handled, and let the other connections run first."""
+        if not self._input_waiting:
+            self._input_waiting = True
+            self._update_reading()
+        self.loop.call_soon(self._resume_input)
+
+    def _resume_input(self) -> None:
+        if not self._feed(self.connection.resume_input):
+            return
+        if self.connection.input_waiting:
+            self.loop.call_soon(self._resume_input)
+            return
+        self._input_waiting = False
+        self._update_reading()
 
     def _end_yield(self) -> None:
         self._yielding = False
@@ -111,7 +137,7 @@ class AMQPProtocol(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        pause = self._yielding or self.connection.reading_paused
+        pause = self._yielding or self._input_waiting or self.connection.reading_paused
         if pause != self._reading_paused:
             self._reading_paused = pause
             if pause:
