@@ -22,7 +22,7 @@ from amqp_server.declarations import DECLARATION_HANDLERS
 from amqp_server.errors import AMQPError
 from amqp_server.ordered_replies import OrderedReplies
 from amqp_server.publisher_confirms import PublisherConfirms
-from amqp_server.publishing import PendingPublish, begin_publish, complete_publish
+from amqp_server.publishing import PendingPublish, begin_publish, check_publish_header, complete_publish
 from amqp_server.settlement import apply_settlement, settle
 from queues.consumer import Consumer
 from queues.delayed_retry import RETURNED
@@ -153,6 +153,7 @@ class Channel:
                 60,
                 40,
             )
+        check_publish_header(self, payload)
         pending.raw_header = payload
         pending.body_size = body_size
         if body_size == 0:

@@ -267,9 +267,9 @@ def content_frames(out: list[bytes], channel: int, raw_header: bytes, body: byte
 
 
 def content_header_body_size(payload: bytes) -> tuple[int, int]:
-    """Class id and body size of a content header payload; 501 if it cannot hold its property
-    flags (class, weight, body size and the first flag word: 14 bytes)."""
-    if len(payload) < _content_header_prefix.size + 2:
+    """Class id and body size of a content header payload; 501 if it cannot hold them (class,
+    weight and body size: 12 bytes). A missing flag word is the property check's to refuse."""
+    if len(payload) < _content_header_prefix.size:
         raise AMQPError(FRAME_ERROR, f"type 2, all octets = {erlang_binary(payload)}: {{content_header_too_short}}")
     class_id, _weight, body_size = _content_header_prefix.unpack_from(payload)
     return class_id, body_size

@@ -77,8 +77,9 @@ class AMQPError(Exception):
     @property
     def reply_text(self) -> str:
         """RabbitMQ's text: longer than a short string allows (255 bytes), it is cut to 252
-        bytes and "..." (rabbit_binary_generator:amqp_exception_explanation)."""
-        text = f"{REPLY_NAMES[self.code]} - {self.explanation}"
+        bytes and "..." (rabbit_binary_generator:amqp_exception_explanation). With no
+        explanation it is the name alone, as RabbitMQ's 541 after a crashed channel."""
+        text = f"{REPLY_NAMES[self.code]} - {self.explanation}" if self.explanation else REPLY_NAMES[self.code]
         encoded = text.encode()
         if len(encoded) <= MAX_REPLY_TEXT:
             return text

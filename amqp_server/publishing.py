@@ -10,6 +10,7 @@ queue that journaled it has fsynced.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 
@@ -18,6 +19,12 @@ from amqp_server.errors import AMQPError
 from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
 from amqp_server.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
+from queues.field_tables import (
+    InvalidContentHeader,
+    NestedTooDeep,
+    UnknownDeliveryMode,
+    check_content_header,
+)
 from queues.journal import when_synced
 from queues.message import (
     CONTENT_HEADER_PREFIX_SIZE,
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
     from amqp_server.channel import Channel
     from exchanges import Exchange
 
+log = logging.getLogger(__name__)
 
 class PendingPublish:
     """A basic.publish whose content header and body are still arriving."""
@@ -76,6 +84,27 @@ def begin_publish(channel: "Channel", payload: bytes) -> None:
             40,
         )
     channel.pending_publish = PendingPublish(exchange, routing_key, mandatory, routing_raw)
+
+
+def check_publish_header(channel: "Channel", payload: bytes) -> None:
+    """Refuse a content header that consumers could not decode, before its body is read:
+    541 for what RabbitMQ cannot decode either (it closes the connection), 406 for a
+    delivery_mode RabbitMQ refuses and for headers nested beyond this broker's limit."""
+    try:
+        check_content_header(payload)
+    except InvalidContentHeader as invalid:
+        log.warning(
+            "refused a publish on connection %s, channel %d: content header %s",
+            channel.connection.describe(),
+            channel.id,
+            invalid.reason,
+        )
+        if isinstance(invalid, UnknownDeliveryMode):
+            text = f"invalid message: {{delivery_mode_unknown,{invalid.delivery_mode}}}"
+            raise AMQPError(errors.PRECONDITION_FAILED, text, 60, 40) from None
+        if isinstance(invalid, NestedTooDeep):
+            raise AMQPError(errors.PRECONDITION_FAILED, f"invalid message: {invalid.reason}", 60, 40) from None
+        raise AMQPError(errors.INTERNAL_ERROR, "") from None
 
 
 def complete_publish(channel: "Channel") -> None:

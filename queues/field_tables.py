@@ -1,0 +1,280 @@
+"""AMQP basic properties in their raw bytes: what the broker accepts, and how readers of stored
+messages decode what it accepted in the past.
+
+The broker relays the content header a publisher sent byte for byte, so anything it lets in
+reaches every consumer. `check_content_header` is the door: a bounded scan over the raw bytes,
+without building a single Python object, that accepts exactly what RabbitMQ 3.10 can decode
+(its field types, no continuation flag word, no byte left over) and tables and arrays nested at
+most MAX_NESTING_DEPTH deep (RabbitMQ has no limit; pika and pamqp need two Python frames per
+level and fail with RecursionError near 500 levels, less inside a deep application stack).
+
+Messages written by an older version may fail that check. `decode_field_value` decodes one
+field value for readers (the management API's get, the Spark data source) with the same depth
+limit, raising InvalidField for what cannot be decoded, so a reader shows that one field as
+invalid (`invalid_field_text`) and the read goes on. docs/security.md, "Hostile input".
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import struct
+from typing import Any
+
+# Tables and arrays inside the headers table, counting the headers table itself as level 1.
+MAX_NESTING_DEPTH = 64
+
+# Field value types as RabbitMQ 3.10 decodes them (rabbit_binary_parser): the width of a
+# fixed-size value, or a marker for values that carry a 32-bit length. 'U' (pika, py-amqp) and
+# every other letter make RabbitMQ close the connection with 541, so they do here too.
+_LONG_STRING, _TABLE, _ARRAY, _UNKNOWN = -1, -2, -3, -4
+_FIXED_SIZES = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "f": 4, "D": 5, "l": 8, "L": 8, "d": 8,
+                "T": 8, "V": 0}
+_KINDS = [_UNKNOWN] * 256
+for _letter, _size in _FIXED_SIZES.items():
+    _KINDS[ord(_letter)] = _size
+_KINDS[ord("S")] = _KINDS[ord("x")] = _LONG_STRING
+_KINDS[ord("F")] = _TABLE
+_KINDS[ord("A")] = _ARRAY
+FIELD_TYPES = frozenset(chr(code) for code, kind in enumerate(_KINDS) if kind != _UNKNOWN)
+
+# Basic properties in wire order: a short string (-1), the headers table (-2), or a fixed width.
+_SHORT_STRING, _HEADERS = -1, -2
+_PROPERTY_KINDS = (_SHORT_STRING, _SHORT_STRING, _HEADERS, 1, 1, _SHORT_STRING, _SHORT_STRING, _SHORT_STRING,
+                   _SHORT_STRING, 8, _SHORT_STRING, _SHORT_STRING, _SHORT_STRING, _SHORT_STRING)
+_DELIVERY_MODE_BIT = 1 << 12
+_CONTINUATION_BIT = 1
+_PROPERTIES_START = 14  # class, weight, body size, property flags
+_u32 = struct.Struct(">I")
+
+
+class InvalidContentHeader(ValueError):
+    """A content header the broker refuses; `reason` says why (for the log, never for clients)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class UndecodableProperties(InvalidContentHeader):
+    """RabbitMQ cannot decode these properties either: it closes the connection with 541."""
+
+
+class NestedTooDeep(InvalidContentHeader):
+    """Tables and arrays nested deeper than MAX_NESTING_DEPTH (this broker's own limit)."""
+
+
+class UnknownDeliveryMode(InvalidContentHeader):
+    """delivery_mode other than 1 or 2, which RabbitMQ refuses with 406."""
+
+    def __init__(self, delivery_mode: int) -> None:
+        super().__init__(f"delivery_mode {delivery_mode}")
+        self.delivery_mode = delivery_mode
+
+
+# The properties present for each first flag word, computed once per distinct word.
+_layouts: dict[int, tuple[int, ...]] = {}
+
+
+def _layout(flags: int) -> tuple[int, ...]:
+    layout = _layouts.get(flags)
+    if layout is None:
+        layout = tuple(kind for index, kind in enumerate(_PROPERTY_KINDS) if flags & (1 << (15 - index)))
+        if len(_layouts) < 1 << 16:
+            _layouts[flags] = layout
+    return layout
+
+
+def check_content_header(payload: bytes) -> None:
+    """Accept the basic content header `payload` (class, weight and body size, then the flags
+    and properties) or raise the InvalidContentHeader subclass that says how to refuse it.
+
+    Costs a few byte reads for properties without headers, and one step per header field."""
+    if len(payload) < _PROPERTIES_START:
+        raise UndecodableProperties("no property flags")
+    flags = (payload[12] << 8) | payload[13]
+    if flags & _CONTINUATION_BIT:
+        # RabbitMQ reads one flag word: a second one is left over (541). With none following,
+        # RabbitMQ relays the bit and pika and aio-pika consumers fail reading the missing word.
+        raise UndecodableProperties("a continuation flag word (class basic has one)")
+    end = len(payload)
+    pos = _PROPERTIES_START
+    delivery_mode_at: int | None = None
+    for kind in _layout(flags):
+        if kind == _SHORT_STRING:
+            if pos >= end:
+                raise UndecodableProperties("the property list is cut short")
+            pos += 1 + payload[pos]
+        elif kind == _HEADERS:
+            if pos + 4 > end:
+                raise UndecodableProperties("the property list is cut short")
+            table_end = pos + 4 + _u32.unpack_from(payload, pos)[0]
+            if table_end > end:
+                raise UndecodableProperties("the headers table is longer than the frame")
+            _scan_table(payload, pos + 4, table_end, 1)
+            pos = table_end
+        else:
+            if delivery_mode_at is None and flags & _DELIVERY_MODE_BIT:
+                delivery_mode_at = pos  # the first fixed-width property present
+            pos += kind
+    if pos != end:
+        raise UndecodableProperties(
+            "the property list is cut short" if pos > end else f"{end - pos} bytes after the property list"
+        )
+    # RabbitMQ checks delivery_mode once the properties decode (rabbit_basic:message).
+    if delivery_mode_at is not None and payload[delivery_mode_at] not in (1, 2):
+        raise UnknownDeliveryMode(payload[delivery_mode_at])
+
+
+def _scan_table(raw: bytes, pos: int, end: int, depth: int) -> None:
+    """Walk the entries of the table whose body is raw[pos:end]."""
+    while pos < end:
+        pos += 1 + raw[pos]  # the field name
+        if pos >= end:
+            raise UndecodableProperties("a field table entry runs past its table")
+        pos = _scan_value(raw, pos, end, depth)
+
+
+def _scan_array(raw: bytes, pos: int, end: int, depth: int) -> None:
+    while pos < end:
+        pos = _scan_value(raw, pos, end, depth)
+
+
+def _scan_value(raw: bytes, pos: int, end: int, depth: int) -> int:
+    """Position after the field value (type octet first) at `pos`, which must end by `end`."""
+    kind = _KINDS[raw[pos]]
+    pos += 1
+    if kind >= 0:
+        pos += kind
+    elif kind == _UNKNOWN:
+        raise UndecodableProperties(f"unknown field type {raw[pos - 1]:#04x}")
+    else:
+        if pos + 4 > end:
+            raise UndecodableProperties("a field value runs past its table")
+        value_end = pos + 4 + _u32.unpack_from(raw, pos)[0]
+        if value_end > end:
+            raise UndecodableProperties("a field value runs past its table")
+        if kind != _LONG_STRING:
+            if depth >= MAX_NESTING_DEPTH:
+                raise NestedTooDeep(f"tables and arrays nested deeper than {MAX_NESTING_DEPTH}")
+            if kind == _TABLE:
+                _scan_table(raw, pos + 4, value_end, depth + 1)
+            else:
+                _scan_array(raw, pos + 4, value_end, depth + 1)
+        pos = value_end
+    if pos > end:
+        raise UndecodableProperties("a field value runs past its table")
+    return pos
+
+
+# -- reading what was stored ---------------------------------------------------------------
+
+
+class InvalidField(ValueError):
+    """A stored field value that cannot be decoded (unknown type, cut short, nested too deep)."""
+
+
+def invalid_field_text(error: InvalidField) -> str:
+    """How readers show a field they could not decode, in place of its value."""
+    return f"<invalid field: {error}>"
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_NUMBERS = {"b": struct.Struct(">b"), "B": struct.Struct(">B"), "s": struct.Struct(">h"), "u": struct.Struct(">H"),
+            "I": struct.Struct(">i"), "i": struct.Struct(">I"), "l": struct.Struct(">q"), "L": struct.Struct(">Q"),
+            "f": struct.Struct(">f"), "d": struct.Struct(">d")}
+_i32, _u64 = struct.Struct(">i"), struct.Struct(">Q")
+
+
+def decode_field_value(raw: bytes, pos: int, end: int, depth: int = 1) -> tuple[Any, int]:
+    """(value, position after it) of the field value (type octet first) at `pos`, which must end
+    by `end`. Strings stay bytes; timestamps are UTC datetimes (seconds beyond year 9999 stay an
+    int). Raises InvalidField; never recurses deeper than MAX_NESTING_DEPTH."""
+    if pos >= end:
+        raise InvalidField("cut short")
+    letter = chr(raw[pos])
+    pos += 1
+    kind = _KINDS[raw[pos - 1]]
+    if kind == _UNKNOWN:
+        raise InvalidField(f"unknown field type {letter!r}")
+    if kind >= 0:
+        if pos + kind > end:
+            raise InvalidField("cut short")
+        return _fixed_value(raw, pos, letter), pos + kind
+    if pos + 4 > end:
+        raise InvalidField("cut short")
+    value_end = pos + 4 + _u32.unpack_from(raw, pos)[0]
+    if value_end > end:
+        raise InvalidField("longer than its table")
+    if kind == _LONG_STRING:
+        return raw[pos + 4 : value_end], value_end
+    if depth >= MAX_NESTING_DEPTH:
+        raise InvalidField(f"nested deeper than {MAX_NESTING_DEPTH}")
+    if kind == _TABLE:
+        return decode_table(raw, pos + 4, value_end, depth + 1), value_end
+    items = []
+    item_pos = pos + 4
+    while item_pos < value_end:
+        item, item_pos = decode_field_value(raw, item_pos, value_end, depth + 1)
+        items.append(item)
+    return items, value_end
+
+
+def decode_table(raw: bytes, pos: int, end: int, depth: int = 1) -> dict[str, Any]:
+    """The table whose body is raw[pos:end], keys as text. Raises InvalidField."""
+    table: dict[str, Any] = {}
+    while pos < end:
+        name_end = pos + 1 + raw[pos]
+        if name_end > end:
+            raise InvalidField("a field name runs past its table")
+        name = raw[pos + 1 : name_end].decode("utf-8", "replace")
+        table[name], pos = decode_field_value(raw, name_end, end, depth)
+    return table
+
+
+def _fixed_value(raw: bytes, pos: int, letter: str) -> Any:
+    if letter == "t":
+        return raw[pos] != 0
+    if letter == "V":
+        return None
+    if letter == "D":
+        return decimal.Decimal(_i32.unpack_from(raw, pos + 1)[0]).scaleb(-raw[pos])
+    if letter == "T":
+        seconds = _u64.unpack_from(raw, pos)[0]
+        try:
+            return _EPOCH + datetime.timedelta(seconds=seconds)
+        except OverflowError:
+            return seconds
+    return _NUMBERS[letter].unpack_from(raw, pos)[0]
+
+
+def decode_headers_leniently(raw: bytes, pos: int, end: int) -> dict[str, Any]:
+    """The headers table whose body is raw[pos:end] for a reader of stored messages: a field
+    that cannot be decoded becomes `invalid_field_text`; after a field whose type is unknown (its
+    length is unknown too) the rest of the table cannot be read and is left out."""
+    headers: dict[str, Any] = {}
+    while pos < end:
+        name_end = pos + 1 + raw[pos]
+        name = raw[pos + 1 : min(name_end, end)].decode("utf-8", "replace")
+        try:
+            if name_end > end:
+                raise InvalidField("a field name runs past its table")
+            headers[name], pos = decode_field_value(raw, name_end, end)
+        except InvalidField as error:
+            headers[name] = invalid_field_text(error)
+            skipped = _skip_to_next_field(raw, name_end, end)
+            if skipped is None:
+                break
+            pos = skipped
+    return headers
+
+
+def _skip_to_next_field(raw: bytes, pos: int, end: int) -> int | None:
+    """Where the field after the invalid value at `pos` starts, if its length says so."""
+    if pos >= end:
+        return None
+    kind = _KINDS[raw[pos]]
+    if kind in (_TABLE, _ARRAY, _LONG_STRING) and pos + 5 <= end:
+        value_end = pos + 5 + _u32.unpack_from(raw, pos + 1)[0]
+        return value_end if value_end <= end else None
+    return None
