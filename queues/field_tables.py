@@ -256,9 +256,13 @@ def decode_headers_leniently(raw: bytes, pos: int, end: int) -> dict[str, Any]:
     while pos < end:
         name_end = pos + 1 + raw[pos]
         name = raw[pos + 1 : min(name_end, end)].decode("utf-8", "replace")
+        if name_end < end and raw[name_end] == 0x53 and name_end + 5 <= end:  # 'S', the common case
+            value_end = name_end + 5 + _u32.unpack_from(raw, name_end + 1)[0]
+            if value_end <= end:
+                headers[name] = raw[name_end + 5 : value_end]
+                pos = value_end
+                continue
         try:
-            if name_end > end:
-                raise InvalidField("a field name runs past its table")
             headers[name], pos = decode_field_value(raw, name_end, end)
         except InvalidField as error:
             headers[name] = invalid_field_text(error)
@@ -278,3 +282,53 @@ def _skip_to_next_field(raw: bytes, pos: int, end: int) -> int | None:
         value_end = pos + 5 + _u32.unpack_from(raw, pos + 1)[0]
         return value_end if value_end <= end else None
     return None
+
+
+PROPERTY_NAMES = ("content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id",
+                  "reply_to", "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id")
+_NO_PROPERTIES = (None,) * len(PROPERTY_NAMES)
+
+
+def decode_properties_leniently(raw: bytes) -> tuple[Any, ...]:
+    """The basic properties in `raw` (flag words, then the property list, as stored) in
+    PROPERTY_NAMES order, None for an absent one, for readers of stored messages: short strings
+    as text (invalid UTF-8 replaced), timestamp as seconds, headers by
+    `decode_headers_leniently`. Raises InvalidField only if the property list itself is cut
+    short; never recurses deeper than MAX_NESTING_DEPTH."""
+    if len(raw) < 2:
+        return _NO_PROPERTIES
+    flags = (raw[0] << 8) | raw[1]
+    if not flags & 0xFFFC:
+        return _NO_PROPERTIES
+    pos = 2
+    word = flags
+    end = len(raw)
+    values: list[Any] = []
+    try:
+        while word & _CONTINUATION_BIT:  # older versions stored these; class basic uses none
+            word = (raw[pos] << 8) | raw[pos + 1]
+            pos += 2
+        for index, kind in enumerate(_PROPERTY_KINDS):
+            if not flags & (1 << (15 - index)):
+                values.append(None)
+            elif kind == _SHORT_STRING:
+                value_end = pos + 1 + raw[pos]
+                values.append(raw[pos + 1 : value_end].decode("utf-8", "replace"))
+                pos = value_end
+            elif kind == _HEADERS:
+                table_end = pos + 4 + _u32.unpack_from(raw, pos)[0]
+                if table_end > end:
+                    raise InvalidField("the headers table runs past the properties")
+                values.append(decode_headers_leniently(raw, pos + 4, table_end))
+                pos = table_end
+            elif kind == 1:
+                values.append(raw[pos])
+                pos += 1
+            else:
+                values.append(_u64.unpack_from(raw, pos)[0])
+                pos += 8
+    except (IndexError, struct.error) as error:
+        raise InvalidField(f"basic properties cut short: {error}") from error
+    if pos > end:
+        raise InvalidField("basic properties cut short")
+    return tuple(values)

@@ -21,6 +21,13 @@ void                  null
 table, array          JSON, e.g. x-death: ``[{"count": 1, ...}]``
 ====================  =================================================
 
+A field that cannot be decoded (stored by a version that did not check content headers: an
+unknown field type, a length past its table, tables nested deeper than 64) reads as
+``<invalid field: REASON>``, e.g. ``<invalid field: unknown field type 'Z'>``; the other
+fields and properties of the message read as usual. After a field of unknown type the rest
+of its table cannot be found and is left out. The decoding itself is
+``queues.field_tables.decode_properties_leniently``.
+
 Decoding the headers table dominates the cost of a full scan, which is why
 the reader skips this module entirely when no property column is selected.
 """
@@ -30,29 +37,16 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-import struct
 from typing import Any
 
-PROPERTY_NAMES = ("content_type", "content_encoding", "headers", "delivery_mode", "priority", "correlation_id",
-                  "reply_to", "expiration", "message_id", "timestamp", "type", "user_id", "app_id", "cluster_id")
-_SHORTSTR, _TABLE, _OCTET, _U64 = 0, 1, 2, 3
-_ENCODING = (_SHORTSTR, _SHORTSTR, _TABLE, _OCTET, _OCTET, _SHORTSTR, _SHORTSTR, _SHORTSTR, _SHORTSTR, _U64,
-             _SHORTSTR, _SHORTSTR, _SHORTSTR, _SHORTSTR)
-_BITS = tuple(1 << (15 - i) for i in range(len(PROPERTY_NAMES)))
-_NONE = (None,) * len(PROPERTY_NAMES)
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+from queues.field_tables import PROPERTY_NAMES, InvalidField, decode_properties_leniently
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I8, _U8 = struct.Struct(">b"), struct.Struct(">B")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64, _Q = struct.Struct(">q"), struct.Struct(">Q")
-_F32, _F64 = struct.Struct(">f"), struct.Struct(">d")
+__all__ = ["PROPERTY_NAMES", "MalformedProperties", "decode"]
+_HEADERS = PROPERTY_NAMES.index("headers")
 
 
 class MalformedProperties(ValueError):
-    """Property bytes that do not follow AMQP 0-9-1 (the broker stores what clients send)."""
+    """A property list cut short (the broker stored what clients sent before it checked)."""
 
 
 def decode(raw: bytes) -> tuple[Any, ...]:
@@ -60,66 +54,21 @@ def decode(raw: bytes) -> tuple[Any, ...]:
 
     ``timestamp`` is seconds since the epoch (an int); ``headers`` a dict of text (see the module
     docstring)."""
-    if len(raw) < 2:
-        return _NONE
-    flags = (raw[0] << 8) | raw[1]
-    if not flags & 0xFFFE:
-        return _NONE
-    pos = 2
-    word = flags
     try:
-        while word & 1:  # continuation: further flag words, unused by class basic
-            (word,) = _U16.unpack_from(raw, pos)
-            pos += 2
-        values: list[Any] = []
-        for bit, encoding in zip(_BITS, _ENCODING):
-            if not flags & bit:
-                values.append(None)
-            elif encoding == _SHORTSTR:
-                n = raw[pos]
-                values.append(raw[pos + 1 : pos + 1 + n].decode("utf-8", "replace"))
-                pos += 1 + n
-            elif encoding == _OCTET:
-                values.append(raw[pos])
-                pos += 1
-            elif encoding == _TABLE:
-                (n,) = _U32.unpack_from(raw, pos)
-                values.append(headers_text(raw, pos + 4, pos + 4 + n))
-                pos += 4 + n
-            else:
-                values.append(_Q.unpack_from(raw, pos)[0])
-                pos += 8
-    except (IndexError, struct.error) as err:
-        raise MalformedProperties(f"basic properties cut short: {err}") from err
-    if pos > len(raw):
-        raise MalformedProperties("basic properties cut short")
-    return tuple(values)
-
-
-def headers_text(raw: bytes, pos: int, end: int) -> dict[str, str | None]:
-    """A field table's entries with every value as text (see the module docstring)."""
-    out: dict[str, str | None] = {}
-    while pos < end:
-        n = raw[pos]
-        key = raw[pos + 1 : pos + 1 + n].decode("utf-8", "replace")
-        pos += 1 + n
-        kind = raw[pos]
-        pos += 1
-        if kind == 0x53:  # 'S' longstr, by far the most common header type
-            (n,) = _U32.unpack_from(raw, pos)
-            out[key] = raw[pos + 4 : pos + 4 + n].decode("utf-8", "replace")
-            pos += 4 + n
-            continue
-        value, pos = _value(raw, pos, kind)
-        out[key] = _text(value)
-    if pos != end:
-        raise MalformedProperties("a field table entry runs past the end of the table")
-    return out
+        values = decode_properties_leniently(raw)
+    except InvalidField as error:
+        raise MalformedProperties(str(error)) from error
+    headers = values[_HEADERS]
+    if not headers:
+        return values
+    return (*values[:_HEADERS], {key: _text(value) for key, value in headers.items()}, *values[_HEADERS + 1 :])
 
 
 def _text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float, decimal.Decimal)):
@@ -134,57 +83,6 @@ def _jsonable(value: Any) -> Any:
         return {key: _jsonable(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_jsonable(item) for item in value]
-    if isinstance(value, (decimal.Decimal, datetime.datetime)):
+    if isinstance(value, (bytes, decimal.Decimal, datetime.datetime)):
         return _text(value)
     return value
-
-
-def _timestamp(seconds: int) -> datetime.datetime | int:
-    try:
-        return _EPOCH + datetime.timedelta(seconds=seconds)
-    except OverflowError:
-        return seconds  # beyond year 9999: keep the number
-
-
-def _table(raw: bytes, pos: int, end: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    while pos < end:
-        n = raw[pos]
-        key = raw[pos + 1 : pos + 1 + n].decode("utf-8", "replace")
-        pos += 1 + n
-        out[key], pos = _value(raw, pos + 1, raw[pos])
-    return out
-
-
-def _value(raw: bytes, pos: int, kind: int) -> tuple[Any, int]:
-    """(decoded value, position after it) of a field value of type ``kind`` at ``pos``."""
-    c = chr(kind)
-    if c in "Sx":
-        (n,) = _U32.unpack_from(raw, pos)
-        return raw[pos + 4 : pos + 4 + n].decode("utf-8", "replace"), pos + 4 + n
-    if c == "t":
-        return raw[pos] != 0, pos + 1
-    if c in "IlLbBsuif":
-        layout = {"I": _I32, "l": _I64, "L": _I64, "b": _I8, "B": _U8, "s": _I16, "u": _U16, "i": _U32, "f": _F32}[c]
-        return layout.unpack_from(raw, pos)[0], pos + layout.size
-    if c == "d":
-        return _F64.unpack_from(raw, pos)[0], pos + 8
-    if c == "D":
-        scale = raw[pos]
-        (unscaled,) = _I32.unpack_from(raw, pos + 1)
-        return decimal.Decimal(unscaled).scaleb(-scale), pos + 5
-    if c == "T":
-        return _timestamp(_Q.unpack_from(raw, pos)[0]), pos + 8
-    if c == "F":
-        (n,) = _U32.unpack_from(raw, pos)
-        return _table(raw, pos + 4, pos + 4 + n), pos + 4 + n
-    if c == "A":
-        (n,) = _U32.unpack_from(raw, pos)
-        items, p, end = [], pos + 4, pos + 4 + n
-        while p < end:
-            item, p = _value(raw, p + 1, raw[p])
-            items.append(item)
-        return items, end
-    if c == "V":
-        return None, pos
-    raise MalformedProperties(f"unknown field value type {c!r}")

@@ -17,6 +17,14 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.management import api_errors
+from queues.field_tables import (
+    PROPERTY_NAMES as STORED_PROPERTY_ORDER,
+    InvalidContentHeader,
+    InvalidField,
+    check_content_header,
+    decode_properties_leniently,
+)
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message
 from queues.queue_entry import QueueEntry
 
 if TYPE_CHECKING:
@@ -85,7 +93,7 @@ def message_json(entry: QueueEntry, remaining: int, encoding: str, truncate: int
         "exchange": message.exchange,
         "routing_key": message.routing_key,
         "message_count": remaining,
-        "properties": properties_json(message.properties),
+        "properties": message_properties_json(message),
         "payload": payload,
         "payload_encoding": payload_encoding,
     }
@@ -98,6 +106,21 @@ def _payload(body: bytes, encoding: str) -> tuple[str, str]:
         except UnicodeDecodeError:
             pass
     return base64.b64encode(body).decode(), "base64"
+
+
+def message_properties_json(message: Message) -> dict[str, Any]:
+    """The message's properties as RabbitMQ shows them. A message stored by a version that did
+    not check content headers may hold fields no decoder can read: those are shown as
+    "<invalid field: REASON>" and the rest as usual, so a poison message never fails a get."""
+    try:
+        check_content_header(message.raw_header)
+    except InvalidContentHeader:
+        try:
+            values = decode_properties_leniently(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
+        except InvalidField:
+            return {}  # the property list itself is cut short: nothing can be shown
+        return {name: value for name, value in zip(STORED_PROPERTY_ORDER, values) if value not in (None, "")}
+    return properties_json(message.properties)
 
 
 def properties_json(properties: Any) -> dict[str, Any]:
