@@ -136,7 +136,8 @@ def decode_method(payload: bytes) -> Method:
     """Decode a method payload with pamqp.
 
     Raises AMQPError as RabbitMQ does: 503 for a class/method id that does not exist,
-    501 for arguments that cannot be decoded.
+    501 for arguments that cannot be decoded (RabbitMQ's reader crashes on those and drops the
+    socket) or that nest tables too deep for pamqp.
     """
     index = method_index(payload)
     method_class = commands.INDEX_MAPPING.get(index)
@@ -146,6 +147,10 @@ def decode_method(payload: bytes) -> Method:
     try:
         method.unmarshal(payload[4:])
     except (IndexError, ValueError, struct.error, UnicodeDecodeError):
+        raise cannot_decode(payload) from None
+    except RecursionError:
+        # pamqp decodes nested tables recursively: arguments or client properties nested
+        # hundreds of levels deep (a frame holds thousands) are refused like undecodable ones.
         raise cannot_decode(payload) from None
     return method
 
