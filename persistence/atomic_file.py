@@ -33,6 +33,18 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_directory(path.parent)
 
 
+def fsync_if_present(path: "str | os.PathLike[str]") -> None:
+    """fsync the file or directory at ``path``; one removed meanwhile needs nothing."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_directory(directory: Path) -> None:
     """Make the names in ``directory`` (files created, renamed or removed) durable."""
     if os.name != "posix":  # Windows cannot open a directory to fsync it.

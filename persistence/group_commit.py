@@ -29,6 +29,8 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from persistence.atomic_file import fsync_if_present
+
 log = logging.getLogger(__name__)
 
 SyncCallback = Callable[[OSError | None], None]
@@ -290,7 +292,7 @@ class DirectorySyncs:
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # no event loop to wait on (startup, tools): fsync now
-            _fsync_directory_now(os.fspath(directory))
+            fsync_if_present(directory)
             return
         if not self._pending:
             self._committer.request_sync(self, _log_failure)
@@ -308,16 +310,6 @@ class DirectorySyncs:
     def flush(self) -> None:
         pass
 
-
-def _fsync_directory_now(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _log_failure(error: OSError | None) -> None:

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from persistence.atomic_file import fsync_if_present
 from persistence.group_commit import SyncJob
 from persistence.queue_recovery import Recovery, highest_message_seq, replay_segments
 from persistence.record_format import (
@@ -511,7 +512,7 @@ class QueueStore:
                 if self._tail_fd is not None:
                     os.fsync(self._tail_fd)
                 for path in self._unsynced_paths:
-                    _fsync_path(path)
+                    fsync_if_present(path)
                 for directory in sorted(self._unsynced_directories):
                     self._sync_directory(Path(directory))
                 if self._dir_dirty:
@@ -555,13 +556,3 @@ class QueueStore:
         if self._failed is not None:
             raise OSError(self._failed.errno, f"queue store failed earlier: {self._failed}")
 
-
-def _fsync_path(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
