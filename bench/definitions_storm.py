@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import socket
 import subprocess
 import sys
@@ -173,11 +174,21 @@ def run(url: str, count: int) -> str:
     storm_process.start()
     probe_process.start()
     time.sleep(PROBE_IDLE_S + 1.0)  # both connected; the probe measures the idle broker
+    if not (storm_process.is_alive() and probe_process.is_alive()):
+        storm_process.kill()
+        probe_process.kill()
+        raise RuntimeError("a client could not connect (see its traceback above)")
     idle_end = time.monotonic()
     go.set()
     recorded: dict[str, tuple[float, float]] = {}
     while True:
-        phase, started, ended = phases.get()
+        try:
+            phase, started, ended = phases.get(timeout=1.0)
+        except queue.Empty:
+            if not storm_process.is_alive():
+                probe_process.kill()
+                raise RuntimeError("the storm client died (see its traceback above)") from None
+            continue
         if phase == "done":
             break
         recorded[phase] = (started, ended)
