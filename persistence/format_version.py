@@ -5,6 +5,10 @@ A reader accepts exactly the versions in ``SUPPORTED_FORMAT_VERSIONS`` and
 raises ``UnsupportedFormatVersion`` for any other, before interpreting
 anything else in the file, so that a file written by a newer broker is
 never half-understood. The contract is docs/queue-files.md.
+
+The stored definitions carry a version of their own ("amqp_server_format" in
+definitions.json and the header of each definitions log: 2, format 1 still read;
+persistence/definitions_codec.py and definitions_log.py, docs/durability.md).
 """
 
 from __future__ import annotations
