@@ -5,6 +5,7 @@ else meanwhile, and replies on the waiting channel stay in order."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import threading
 from pathlib import Path
@@ -16,6 +17,7 @@ from amqp_server.config import ServerConfig
 from persistence.definitions import FileDefinitionStore
 from persistence.group_commit import GroupCommitter
 from tests.frame_driver import methods, opened_client
+from tests.test_management_client import ManagementClient
 
 
 class GatedFsync:
@@ -152,3 +154,35 @@ def test_a_failed_fsync_closes_the_connection_instead_of_answering(tmp_path):
         committer.close()
 
     asyncio.run(main())
+
+
+def test_the_management_api_answers_a_durable_change_only_after_its_fsync(tmp_path):
+    store = FileDefinitionStore(tmp_path)
+    broker = Broker(ServerConfig(), store=store)
+    api = ManagementClient(broker)
+    fsync = GatedFsync()
+    committer = GroupCommitter("always", sync_file=fsync)
+    store.sync_with(committer)
+
+    async def scenario() -> None:
+        headers = {"Content-Type": "application/json",
+                   "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
+        put = asyncio.ensure_future(api.client.request("PUT", "/api/queues/%2F/kept", data='{"durable": true}',
+                                                       headers=headers))
+        await wait_until(fsync.started.is_set)
+        await asyncio.sleep(0.05)
+        assert not put.done(), "answered before the fsync"
+        assert "kept" in broker.vhosts["/"].queues, "the queue exists; only the answer waits"
+        fsync.gate.set()
+        response = await put
+        assert response.status == 201
+        response.release()
+        await committer.idle()
+
+    try:
+        api.loop.run_until_complete(scenario())
+    finally:
+        fsync.gate.set()
+        committer.close()
+        api.close()
+        store.close()
