@@ -195,11 +195,9 @@ def test_format_1_definitions_json_is_read_and_upgraded(tmp_path):
 
 def test_a_log_from_a_newer_format_is_refused(tmp_path):
     FileDefinitionStore(tmp_path).load()
-    generation = int(logs(tmp_path)[-1].stem.split("-")[1])
     logs(tmp_path)[-1].write_bytes(b"amqp-server definitions log 3\n")
     with pytest.raises(DefinitionsError, match="newer amqp-server"):
         FileDefinitionStore(tmp_path).load()
-    assert generation >= 1
 
 
 def test_with_a_committer_changes_are_written_in_its_rounds_and_compacted_in_a_thread(tmp_path):
