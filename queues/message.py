@@ -7,11 +7,14 @@ decoded only when a feature needs a field, and then once per message, not once p
 
 from __future__ import annotations
 
+import datetime
 import struct
 import time
 from typing import Any
 
 from pamqp import commands
+
+from queues.field_tables import decode_headers_leniently
 
 BasicProperties = commands.Basic.Properties
 
@@ -29,6 +32,7 @@ FLAG_TIMESTAMP = 1 << 6
 FLAG_TYPE = 1 << 5
 FLAG_USER_ID = 1 << 4
 FLAG_APP_ID = 1 << 3
+FLAG_CLUSTER_ID = 1 << 2
 
 _header_prefix = struct.Struct(">HHQ")
 _flags = struct.Struct(">H")
@@ -151,8 +155,74 @@ def decode_properties(raw: bytes) -> BasicProperties:
             break
         word_index += 1
     properties = BasicProperties()
-    properties.unmarshal(flags, raw[offset:])
+    try:
+        properties.unmarshal(flags, raw[offset:])
+    except (ValueError, OverflowError, OSError):
+        # pamqp refuses some property lists the broker accepts, as RabbitMQ does
+        # (field_tables.check_content_header): short strings that are not UTF-8, timestamps
+        # beyond the year 9999. The broker must still read them (user_id, expiration, headers).
+        return _decode_properties_leniently(flags, raw[offset:])
     return properties
+
+
+# The basic properties in wire order: pamqp's attribute name, flag bit and encoding.
+_PROPERTY_LAYOUT = (
+    ("content_type", FLAG_CONTENT_TYPE, "shortstr"),
+    ("content_encoding", FLAG_CONTENT_ENCODING, "shortstr"),
+    ("headers", FLAG_HEADERS, "table"),
+    ("delivery_mode", FLAG_DELIVERY_MODE, "octet"),
+    ("priority", FLAG_PRIORITY, "octet"),
+    ("correlation_id", FLAG_CORRELATION_ID, "shortstr"),
+    ("reply_to", FLAG_REPLY_TO, "shortstr"),
+    ("expiration", FLAG_EXPIRATION, "shortstr"),
+    ("message_id", FLAG_MESSAGE_ID, "shortstr"),
+    ("timestamp", FLAG_TIMESTAMP, "timestamp"),
+    ("message_type", FLAG_TYPE, "shortstr"),
+    ("user_id", FLAG_USER_ID, "shortstr"),
+    ("app_id", FLAG_APP_ID, "shortstr"),
+    ("cluster_id", FLAG_CLUSTER_ID, "shortstr"),
+)
+_u32 = struct.Struct(">I")
+_u64 = struct.Struct(">Q")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _decode_properties_leniently(flags: int, data: bytes) -> BasicProperties:
+    """The properties pamqp will not decode: text that is not UTF-8 gets U+FFFD in place of the
+    bad bytes (so user_id and expiration compare unequal, as RabbitMQ's binaries do), a
+    timestamp past year 9999 stays seconds, and headers are read as readers of stored messages
+    read them (a field that cannot be decoded shows as invalid). Never raises for a list that
+    is cut short: what is missing stays None."""
+    properties = BasicProperties()
+    pos = 0
+    end = len(data)
+    for name, flag, kind in _PROPERTY_LAYOUT:
+        if not flags & flag:
+            continue
+        if kind == "shortstr":
+            value_end = pos + 1 + data[pos] if pos < end else end + 1
+            value: Any = data[pos + 1 : value_end].decode("utf-8", "replace")
+        elif kind == "table":
+            value_end = pos + 4 + _u32.unpack_from(data, pos)[0] if pos + 4 <= end else end + 1
+            value = decode_headers_leniently(data, pos + 4, min(value_end, end))
+        elif kind == "octet":
+            value_end = pos + 1
+            value = data[pos] if pos < end else None
+        else:
+            value_end = pos + 8
+            value = _timestamp(_u64.unpack_from(data, pos)[0]) if value_end <= end else None
+        if value_end > end:
+            break
+        setattr(properties, name, value)
+        pos = value_end
+    return properties
+
+
+def _timestamp(seconds: int) -> datetime.datetime | int:
+    try:
+        return _EPOCH + datetime.timedelta(seconds=seconds)
+    except OverflowError:
+        return seconds
 
 
 

@@ -17,6 +17,7 @@ from pamqp import decode, encode
 
 from queues.message import (
     FLAG_APP_ID,
+    FLAG_CLUSTER_ID,
     FLAG_CONTENT_ENCODING,
     FLAG_CONTENT_TYPE,
     FLAG_CORRELATION_ID,
@@ -30,8 +31,6 @@ from queues.message import (
     FLAG_TYPE,
     FLAG_USER_ID,
 )
-
-FLAG_CLUSTER_ID = 1 << 2
 
 # The basic properties in wire order, with how each is encoded: a short string (length octet),
 # a field table (length u32), one octet, or a 64-bit timestamp.

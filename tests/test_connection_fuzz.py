@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands
@@ -123,3 +124,50 @@ def test_any_queue_name_a_short_string_holds_is_declared_and_named_back(name):
         assert payload == b"\x00\x32\x00\x0b" + bytes([len(raw)]) + raw + struct.pack(">II", 0, 0)
     else:
         assert payload[:4] == b"\x00\x32\x00\x0b" and payload[5:13] == b"amq.gen-"  # server-named
+
+
+# Found by the frame fuzzer (seed 20, connections 449 and 11896, after the content header check
+# landed): headers the check accepts, as RabbitMQ does, that pamqp will not decode. The broker
+# decodes them to check reply_to and expiration, and failed with INTERNAL_ERROR. The channel
+# number is the fuzzer's; the test replays them on channel 1.
+APP_ID_NOT_UTF8 = (
+    b"\x02\x00\x05\x00\x00\x015\x00<\x00\x00\x00\x00\x00\x00\x00\x00\x00\x06\xfe\xe8\x10application/json\x05utf-8"
+    b"\x00\x00\x00\xd4\x05x-bigl\x00\x00\x01\x00\x00\x00\x00\x00\x06x-boolt\x01\tx-decimalD\x02\x00\x00\x01:\x07"
+    b"x-floatf?\xc0\x00\x00\x05x-intb+\x06x-listA\x00\x00\x00\x1db\x01S\x00\x00\x00\x03twoA\x00\x00\x00\x0eb\x03F"
+    b"\x00\x00\x00\x07\x04fourb\x04\nx-negativeb\xf9\x06x-noneV\x08x-stringS\x00\x00\x00\x06h\xc3\xa9llo\x07x-tableF"
+    b"\x00\x00\x00(\x06nestedF\x00\x00\x00\x1c\x06deeperF\x00\x00\x00\x10\x07deepestS\x00\x00\x00\x03yes\x06x-timeT"
+    b"\x00\x00\x00\x00e\x93}%\x02\x01\x06corr-1\x10fz-c0001c1-reply\x05msg-1\x00\x00\x00\x00f8\x81\xd9\x04fuzz\n"
+    b"frame-f\xcezz\xce"
+)
+TIMESTAMP_PAST_9999 = (
+    b"\x02\x00\x02\x00\x00\x01;\x00<\x00\x00\x00\x00\x00\x00\x00\x00\x00\n\xff\xe8\x10application/json\x05utf-8"
+    b"\x00\x00\x00\xd4\x05x-bigl\x00\x00\x01\x00\x00\x00\x00\x00\x06x-boolt\x01\tx-decimalD\x02\x00\x00\x01:\x07"
+    b"x-floatf?\xc0\x00\x00\x05x-intb-\x06x-listA\x00\x00\x00\x1db\x01S\x00\x00\x00\x03twoA\x00\x00\x00\x0eb\x03F"
+    b"\x00\x00\x00\x07\x04fourb\x04\nx-negativeb\xf9\x06x-noneV\x08x-stringS\x00\x00\x00\x06h\xc3\xa9llo\x07x-tableF"
+    b"\x00\x00\x00(\x06nestedF\x00\x00\x00\x1c\x06deeperF\x00\x00\x00\x10\x07`eepestS\x00\x00\x00\x03yes\x06x-timeT"
+    b"\x00\x00\x00\x00e\x93}%\x02\x03\x06corr-3\x10fz-c002e78-reply\x0560000\x05msg-3\x02\x00\x00\x00f8\x81\xd9\x04"
+    b"fuzz\nframe-fuzz\xce"
+)
+
+
+@pytest.mark.parametrize("header_frame", [APP_ID_NOT_UTF8, TIMESTAMP_PAST_9999], ids=["app_id", "timestamp"])
+def test_properties_pamqp_cannot_decode_are_accepted_and_relayed_unchanged(header_frame):
+    client = opened_client()
+    client.send(1, commands.Queue.Declare(queue="fuzzed"))
+    header = header_frame[:1] + b"\x00\x01" + header_frame[3:]  # on channel 1
+    body = b"x" * struct.unpack_from(">Q", header, 11)[0]
+    publish = raw_frame(1, 1, struct.pack(">HHH", 60, 40, 0) + b"\x00\x06fuzzed\x00")
+    send_raw(client, publish + header + raw_frame(3, 1, body))
+    get = send_raw(client, raw_frame(1, 1, struct.pack(">HHH", 60, 70, 0) + b"\x06fuzzed\x01"))
+    assert [frame_type for frame_type, _channel, _payload in get] == [1, 2, 3]  # get-ok, header, body
+    assert get[1][2] == header[7:-1]  # byte for byte
+    assert client.connection.state == OPEN
+
+
+def test_a_user_id_that_is_not_utf8_is_refused_like_any_other_user_id():
+    client = opened_client()
+    properties = b"\x00\x10" + b"\x05gu\xffst"  # user_id only
+    header = raw_frame(2, 1, struct.pack(">HHQ", 60, 0, 0) + properties)
+    (close,) = client.send_bytes(raw_frame(1, 1, struct.pack(">HHH", 60, 40, 0) + b"\x00\x01q\x00") + header)
+    assert close[1].reply_code == 406
+    assert close[1].reply_text == "PRECONDITION_FAILED - user_id property set to 'gu\ufffdst' but authenticated user was 'guest'"
