@@ -13,8 +13,9 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from pamqp import decode, encode
+from pamqp import encode
 
+from queues.field_tables import decode_field_value
 from queues.message import (
     FLAG_APP_ID,
     FLAG_CLUSTER_ID,
@@ -122,9 +123,11 @@ class RawProperties:
             name_length = table[pos]
             name = table[pos + 1 : pos + 1 + name_length].decode("utf-8", "surrogateescape")
             pos += 1 + name_length
-            consumed, _value = decode.embedded_value(table[pos:end])
-            fields.append((name, table[pos : pos + consumed]))
-            pos += consumed
+            # Read as the content header check reads it: names and strings that are not UTF-8,
+            # timestamps past 9999 (which pamqp refuses) are fields like any other.
+            _value, value_end = decode_field_value(table, pos, end)
+            fields.append((name, table[pos:value_end]))
+            pos = value_end
         return fields
 
     def set_header_fields(self, fields: list[tuple[str, bytes]]) -> None:

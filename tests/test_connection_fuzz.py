@@ -171,3 +171,49 @@ def test_a_user_id_that_is_not_utf8_is_refused_like_any_other_user_id():
     (close,) = client.send_bytes(raw_frame(1, 1, struct.pack(">HHH", 60, 40, 0) + b"\x00\x01q\x00") + header)
     assert close[1].reply_code == 406
     assert close[1].reply_text == "PRECONDITION_FAILED - user_id property set to 'gu\ufffdst' but authenticated user was 'guest'"
+
+
+# Found by the frame fuzzer (FRAME_FUZZ_SEED=2350756414): headers whose nested table has a name
+# that is not UTF-8, or that hold a timestamp past 9999, passed the content header check (as
+# on RabbitMQ) and failed the broker where it edits headers: adding x-death when dead-lettering
+# and x-delivery-count for a queue with a delivery limit.
+_ODD_FIELDS = b"\x01tF\x00\x00\x00\x08\x02\xf4xS\x00\x00\x00\x00" + b"\x04timeT" + struct.pack(">Q", 1 << 62)
+ODD_HEADERS = struct.pack(">I", len(_ODD_FIELDS)) + _ODD_FIELDS
+
+
+def _publish_with_odd_headers(client: FakeClient, queue: bytes) -> None:
+    properties = b"\x20\x00" + ODD_HEADERS  # headers only
+    header = raw_frame(2, 1, struct.pack(">HHQ", 60, 0, 1) + properties)
+    publish = raw_frame(1, 1, struct.pack(">HHH", 60, 40, 0) + b"\x00" + bytes([len(queue)]) + queue + b"\x00")
+    send_raw(client, publish + header + raw_frame(3, 1, b"x"))
+
+
+def _get(client: FakeClient, queue: bytes) -> list[tuple[int, int, bytes]]:
+    return send_raw(client, raw_frame(1, 1, struct.pack(">HHH", 60, 70, 0) + bytes([len(queue)]) + queue + b"\x00"))
+
+
+def test_dead_lettering_keeps_header_fields_pamqp_cannot_decode():
+    client = opened_client()
+    client.send(1, commands.Queue.Declare(queue="dlq"))
+    client.send(1, commands.Queue.Declare(
+        queue="work", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}))
+    _publish_with_odd_headers(client, b"work")
+    (_get_ok, (_type, _channel, _header), _body) = _get(client, b"work")
+    send_raw(client, raw_frame(1, 1, struct.pack(">HHQB", 60, 90, 1, 0)))  # basic.reject, requeue=False
+    dead = _get(client, b"dlq")
+    assert [frame_type for frame_type, _channel, _payload in dead] == [1, 2, 3]
+    assert b"x-death" in dead[1][2]
+    assert ODD_HEADERS[4:20] in dead[1][2] and struct.pack(">Q", 1 << 62) in dead[1][2]  # byte for byte
+    assert client.connection.state == OPEN
+
+
+def test_a_delivery_limit_counts_deliveries_of_header_fields_pamqp_cannot_decode():
+    client = opened_client()
+    client.send(1, commands.Queue.Declare(queue="limited", arguments={"x-delivery-limit": 5}))
+    _publish_with_odd_headers(client, b"limited")
+    _get(client, b"limited")
+    send_raw(client, raw_frame(1, 1, struct.pack(">HHQB", 60, 120, 1, 2)))  # basic.nack, requeue
+    (get_ok, (_type, _channel, header), _body) = _get(client, b"limited")  # redelivered: counted
+    assert get_ok[2][:4] == b"\x00\x3c\x00\x47"
+    assert b"x-delivery-count" in header and struct.pack(">Q", 1 << 62) in header
+    assert client.connection.state == OPEN
