@@ -22,11 +22,12 @@ from amqp_server.declarations import DECLARATION_HANDLERS
 from amqp_server.errors import AMQPError
 from amqp_server.ordered_replies import OrderedReplies
 from amqp_server.publisher_confirms import PublisherConfirms
-from amqp_server.publishing import PendingPublish, begin_publish, check_publish_header, complete_publish
+from amqp_server.publishing import PendingPublish, begin_publish, complete_publish, refused_header
 from amqp_server.settlement import apply_settlement, settle
 from queues.consumer import Consumer
 from queues.delayed_retry import RETURNED
 from queues.delivery_count import header_with_delivery_count
+from queues.field_tables import InvalidContentHeader, check_content_header
 from queues.delivery_timeouts import DeliveryTimeouts
 from queues.message import Message
 from queues.queue_entry import QueueEntry
@@ -153,7 +154,10 @@ class Channel:
                 60,
                 40,
             )
-        check_publish_header(self, payload)
+        try:
+            check_content_header(payload)  # before the body is read: consumers must decode it
+        except InvalidContentHeader as invalid:
+            raise refused_header(self, invalid) from None
         pending.raw_header = payload
         pending.body_size = body_size
         if body_size == 0:

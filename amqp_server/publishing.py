@@ -19,12 +19,7 @@ from amqp_server.errors import AMQPError
 from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
 from amqp_server.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
-from queues.field_tables import (
-    InvalidContentHeader,
-    NestedTooDeep,
-    UnknownDeliveryMode,
-    check_content_header,
-)
+from queues.field_tables import InvalidContentHeader, NestedTooDeep, UnknownDeliveryMode
 from queues.journal import when_synced
 from queues.message import (
     CONTENT_HEADER_PREFIX_SIZE,
@@ -86,25 +81,22 @@ def begin_publish(channel: "Channel", payload: bytes) -> None:
     channel.pending_publish = PendingPublish(exchange, routing_key, mandatory, routing_raw)
 
 
-def check_publish_header(channel: "Channel", payload: bytes) -> None:
-    """Refuse a content header that consumers could not decode, before its body is read:
-    541 for what RabbitMQ cannot decode either (it closes the connection), 406 for a
+def refused_header(channel: "Channel", invalid: InvalidContentHeader) -> AMQPError:
+    """How to refuse a content header that `check_content_header` found consumers could not
+    decode: 541 for what RabbitMQ cannot decode either (it closes the connection), 406 for a
     delivery_mode RabbitMQ refuses and for headers nested beyond this broker's limit."""
-    try:
-        check_content_header(payload)
-    except InvalidContentHeader as invalid:
-        log.warning(
-            "refused a publish on connection %s, channel %d: content header %s",
-            channel.connection.describe(),
-            channel.id,
-            invalid.reason,
-        )
-        if isinstance(invalid, UnknownDeliveryMode):
-            text = f"invalid message: {{delivery_mode_unknown,{invalid.delivery_mode}}}"
-            raise AMQPError(errors.PRECONDITION_FAILED, text, 60, 40) from None
-        if isinstance(invalid, NestedTooDeep):
-            raise AMQPError(errors.PRECONDITION_FAILED, f"invalid message: {invalid.reason}", 60, 40) from None
-        raise AMQPError(errors.INTERNAL_ERROR, "") from None
+    log.warning(
+        "refused a publish on connection %s, channel %d: content header %s",
+        channel.connection.describe(),
+        channel.id,
+        invalid.reason,
+    )
+    if isinstance(invalid, UnknownDeliveryMode):
+        text = f"invalid message: {{delivery_mode_unknown,{invalid.delivery_mode}}}"
+        return AMQPError(errors.PRECONDITION_FAILED, text, 60, 40)
+    if isinstance(invalid, NestedTooDeep):
+        return AMQPError(errors.PRECONDITION_FAILED, f"invalid message: {invalid.reason}", 60, 40)
+    return AMQPError(errors.INTERNAL_ERROR, "")
 
 
 def complete_publish(channel: "Channel") -> None:

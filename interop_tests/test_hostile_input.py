@@ -4,16 +4,21 @@ A raw client publishes a poison header to a queue a pika consumer is reading. Th
 close the publisher as RabbitMQ 3.10 does (541 INTERNAL_ERROR on the connection for what it
 cannot decode, 406 on the channel for a delivery_mode it refuses), keep the message out of the
 queue, and the consumer must stay alive and get only the good message published after it.
-The depth limit is this broker's own (RabbitMQ has none), so that case needs this broker.
+The depth limit is this broker's own (RabbitMQ has none), so that case needs this broker; the
+deepest headers it accepts must decode in pika, aio-pika and kombu.
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
 
+import aio_pika
+import kombu
 import pytest
 from pamqp import commands
 
+from interop_tests.kombu_helpers import kombu_url
 from interop_tests.pika_helpers import connect, pump
 from interop_tests.raw_client import RawClient, raw_frame
 
@@ -135,23 +140,56 @@ def test_headers_nested_beyond_the_limit_close_the_channel_with_406(broker, cons
     assert_consumer_gets_only_good_messages(broker, consumer)
 
 
-def test_headers_at_the_nesting_limit_reach_a_pika_consumer_intact(broker, unique):
-    """The deepest headers the broker accepts are decodable by pika (two stack frames a level)."""
-    queue = unique("deep")
+def _pika_headers(broker, queue: str) -> tuple[bytes, dict]:
     connection = connect(broker)
     try:
-        channel = connection.channel()
-        channel.queue_declare(queue, auto_delete=True)
-        with RawClient(broker.host, broker.port) as client:
-            client.handshake()
-            client.open_channel(1)
-            publish_raw(client, queue, nested(MAX_NESTING_DEPTH), b"deep")
-            assert client.is_alive()  # the publish was taken
-        _method, properties, body = channel.basic_get(queue, auto_ack=True)
-        value, depth = properties.headers, 1
-        while "leaf" not in value:
-            value = value["t"] if isinstance(value, dict) else value[0]
-            depth += 1
-        assert (body, depth, value["leaf"]) == (b"deep", MAX_NESTING_DEPTH, "deep")
+        _method, properties, body = connection.channel().basic_get(queue, auto_ack=True)
+        return body, properties.headers
     finally:
         connection.close()
+
+
+def _aio_pika_headers(broker, queue: str) -> tuple[bytes, dict]:
+    async def get() -> tuple[bytes, dict]:
+        connection = await aio_pika.connect(broker.url())
+        async with connection:
+            channel = await connection.channel()
+            message = await (await channel.get_queue(queue)).get(no_ack=True)
+            return message.body, message.headers
+
+    return asyncio.run(get())
+
+
+def _kombu_headers(broker, queue: str) -> tuple[bytes, dict]:
+    with kombu.Connection(kombu_url(broker)) as connection:
+        message = connection.default_channel.basic_get(queue, no_ack=True)
+        return message.body, message.headers
+
+
+@pytest.mark.parametrize("client", [_pika_headers, _aio_pika_headers, _kombu_headers],
+                         ids=["pika", "aio-pika", "kombu"])
+def test_headers_at_the_nesting_limit_reach_python_clients_intact(broker, unique, client):
+    """The deepest headers the broker accepts decode in pika, pamqp (aio-pika) and py-amqp
+    (kombu), which all decode tables recursively."""
+    queue = unique("deep")
+    with RawClient(broker.host, broker.port) as publisher:
+        publisher.handshake()
+        publisher.open_channel(1)
+        publisher.send(commands.Queue.Declare(queue=queue, auto_delete=False), 1)
+        publisher.expect(commands.Queue.DeclareOk)
+        publish_raw(publisher, queue, nested(MAX_NESTING_DEPTH), b"deep")
+        assert publisher.is_alive()  # the publish was taken
+    try:
+        body, value = client(broker, queue)
+    finally:
+        with RawClient(broker.host, broker.port) as cleaner:
+            cleaner.handshake()
+            cleaner.open_channel(1)
+            cleaner.send(commands.Queue.Delete(queue=queue), 1)
+            cleaner.expect(commands.Queue.DeleteOk)
+    depth = 1
+    while "leaf" not in value:
+        value = value["t"] if isinstance(value, dict) else value[0]
+        depth += 1
+    leaf = value["leaf"].decode() if isinstance(value["leaf"], bytes) else value["leaf"]
+    assert (body, depth, leaf) == (b"deep", MAX_NESTING_DEPTH, "deep")

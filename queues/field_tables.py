@@ -8,10 +8,10 @@ without building a single Python object, that accepts exactly what RabbitMQ 3.10
 most MAX_NESTING_DEPTH deep (RabbitMQ has no limit; pika and pamqp need two Python frames per
 level and fail with RecursionError near 500 levels, less inside a deep application stack).
 
-Messages written by an older version may fail that check. `decode_field_value` decodes one
-field value for readers (the management API's get, the Spark data source) with the same depth
-limit, raising InvalidField for what cannot be decoded, so a reader shows that one field as
-invalid (`invalid_field_text`) and the read goes on. docs/security.md, "Hostile input".
+Messages written by an older version may fail that check. `decode_properties_leniently` decodes
+them for readers (the management API's get, the Spark data source) with the same depth limit:
+a header field that cannot be decoded is shown as invalid (`invalid_field_text`) and the read
+goes on. docs/security.md, "Hostile input".
 """
 
 from __future__ import annotations
@@ -44,12 +44,14 @@ _PROPERTY_KINDS = (_SHORT_STRING, _SHORT_STRING, _HEADERS, 1, 1, _SHORT_STRING, 
                    _SHORT_STRING, 8, _SHORT_STRING, _SHORT_STRING, _SHORT_STRING, _SHORT_STRING)
 _DELIVERY_MODE_BIT = 1 << 12
 _CONTINUATION_BIT = 1
+_PROPERTY_BITS = 0xFFFC  # bit 1 is reserved (ignored, as by RabbitMQ and every client)
 _PROPERTIES_START = 14  # class, weight, body size, property flags
 _u32 = struct.Struct(">I")
 
 
 class InvalidContentHeader(ValueError):
-    """A content header the broker refuses; `reason` says why (for the log, never for clients)."""
+    """A content header the broker refuses; `reason` says why, for the log (only the depth
+    limit's reason is also the text clients get, as RabbitMQ has no text for it)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -72,16 +74,24 @@ class UnknownDeliveryMode(InvalidContentHeader):
         self.delivery_mode = delivery_mode
 
 
+# The whole payload's length for each flag word whose properties are all fixed-width (none, or
+# any of delivery_mode, priority, timestamp; with or without the reserved bit): one dict lookup
+# and one comparison check them, delivery_mode being the first when present.
+_FIXED_WIDTH_LENGTHS = {
+    flags | reserved: _PROPERTIES_START + sum(width for bit, width in ((1 << 12, 1), (1 << 11, 1), (1 << 6, 8))
+                                              if flags & bit)
+    for flags in (0, 1 << 12, 1 << 11, 1 << 6, 3 << 11, (1 << 12) | (1 << 6), (1 << 11) | (1 << 6),
+                  (3 << 11) | (1 << 6))
+    for reserved in (0, 2)
+}
+
 # The properties present for each first flag word, computed once per distinct word.
 _layouts: dict[int, tuple[int, ...]] = {}
 
 
 def _layout(flags: int) -> tuple[int, ...]:
-    layout = _layouts.get(flags)
-    if layout is None:
-        layout = tuple(kind for index, kind in enumerate(_PROPERTY_KINDS) if flags & (1 << (15 - index)))
-        if len(_layouts) < 1 << 16:
-            _layouts[flags] = layout
+    layout = tuple(kind for index, kind in enumerate(_PROPERTY_KINDS) if flags & (1 << (15 - index)))
+    _layouts[flags] = layout  # at most 2**14 entries, one per combination of properties
     return layout
 
 
@@ -90,17 +100,24 @@ def check_content_header(payload: bytes) -> None:
     and properties) or raise the InvalidContentHeader subclass that says how to refuse it.
 
     Costs a few byte reads for properties without headers, and one step per header field."""
-    if len(payload) < _PROPERTIES_START:
+    end = len(payload)
+    if end < _PROPERTIES_START:
         raise UndecodableProperties("no property flags")
     flags = (payload[12] << 8) | payload[13]
+    if _FIXED_WIDTH_LENGTHS.get(flags) == end:  # the common case: nothing of variable length
+        if flags & _DELIVERY_MODE_BIT and payload[_PROPERTIES_START] not in (1, 2):
+            raise UnknownDeliveryMode(payload[_PROPERTIES_START])
+        return
     if flags & _CONTINUATION_BIT:
         # RabbitMQ reads one flag word: a second one is left over (541). With none following,
         # RabbitMQ relays the bit and pika and aio-pika consumers fail reading the missing word.
         raise UndecodableProperties("a continuation flag word (class basic has one)")
-    end = len(payload)
     pos = _PROPERTIES_START
     delivery_mode_at: int | None = None
-    for kind in _layout(flags):
+    layout = _layouts.get(flags & _PROPERTY_BITS)
+    if layout is None:
+        layout = _layout(flags & _PROPERTY_BITS)
+    for kind in layout:
         if kind == _SHORT_STRING:
             if pos >= end:
                 raise UndecodableProperties("the property list is cut short")

@@ -32,7 +32,8 @@ def declare(arguments: bytes) -> bytes:
 
 
 def bind(arguments: bytes) -> bytes:
-    return struct.pack(">HHH", 50, 20, 0) + shortstr(b"q") + shortstr(b"amq.direct") + shortstr(b"k") + b"\x00" + arguments
+    names = shortstr(b"q") + shortstr(b"amq.direct") + shortstr(b"k")
+    return struct.pack(">HHH", 50, 20, 0) + names + b"\x00" + arguments
 
 
 def consume(arguments: bytes) -> bytes:
