@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from amqp_server.management import api_errors
+from queues.field_tables import MAX_NESTING_DEPTH, InvalidContentHeader, check_content_header
 from queues.message import Message
 
 if TYPE_CHECKING:
@@ -83,12 +84,30 @@ def build_properties(spec: dict[str, Any]) -> commands.Basic.Properties:
                 raise api_errors.bad_request("property timestamp must be seconds since the epoch") from None
         else:
             raise api_errors.bad_request(f"unknown property {name!r}")
-    return commands.Basic.Properties(**values)
+    if values.get("delivery_mode", 1) not in (1, 2):  # pamqp would raise; RabbitMQ's words instead
+        raise _invalid_message(f"{{delivery_mode_unknown,{values['delivery_mode']}}}")
+    try:
+        return commands.Basic.Properties(**values)
+    except ValueError as error:  # pamqp's own validation of a property value
+        raise api_errors.bad_request(str(error)) from None
 
 
 def make_message(exchange_name: str, routing_key: str, properties: commands.Basic.Properties, body: bytes) -> Message:
-    raw_header = _CONTENT_HEADER_PREFIX.pack(_BASIC_CLASS, 0, len(body)) + properties.marshal()
+    """The message, or 400 as RabbitMQ's API answers for what basic.publish would refuse (its API
+    publishes through a channel): the same content header check as an AMQP publish."""
+    try:
+        raw_header = _CONTENT_HEADER_PREFIX.pack(_BASIC_CLASS, 0, len(body)) + properties.marshal()
+    except RecursionError:  # pamqp encodes tables recursively: far beyond the depth limit
+        raise _invalid_message(f"tables and arrays nested deeper than {MAX_NESTING_DEPTH}") from None
+    try:
+        check_content_header(raw_header)  # delivery_mode was checked in build_properties
+    except InvalidContentHeader as invalid:
+        raise _invalid_message(invalid.reason) from None
     return Message(exchange_name, routing_key, raw_header, body)
+
+
+def _invalid_message(reason: str) -> api_errors.ApiError:
+    return api_errors.bad_request(f"406 PRECONDITION_FAILED - invalid message: {reason}")
 
 
 def publish(broker: "Broker", vhost: "VirtualHost", exchange: "Exchange", routing_key: str,
