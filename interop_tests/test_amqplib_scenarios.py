@@ -70,3 +70,10 @@ def test_channel_error_404_surfaces_as_error_event(broker) -> None:
     assert "NOT_FOUND" in event["message"] and report["missing"] in event["message"]
     assert (event["classId"], event["methodId"]) == (50, 10)  # queue.declare
     assert report["connectionUsable"] is True
+
+
+def test_headers_at_the_nesting_limit_round_trip_and_one_more_level_is_refused(broker) -> None:
+    report = run_scenario("deep_headers.js", broker.url())
+    assert (report["body"], report["levels"], report["leaf"]) == ("deep", 64, "deep")
+    assert report["refused"]["code"] == 406
+    assert "invalid message: tables and arrays nested deeper than 64" in report["refused"]["message"]
