@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
+from amqp_server.tls import CERT_LOGIN_SOURCES, DEFAULT_VERSIONS as DEFAULT_TLS_VERSIONS, TLS_VERSIONS, VERIFY_MODES
 from persistence.group_commit import parse_sync_mode
 from queues.queue_defaults import QueueDefault, parse_entry
 
@@ -25,6 +26,8 @@ DEFAULT_VHOST = "/"
 FULL_ACCESS = ".*"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 FRAME_MIN_SIZE = 4096
+DEFAULT_AUTH_MECHANISMS = ("PLAIN", "AMQPLAIN")
+KNOWN_AUTH_MECHANISMS = ("PLAIN", "AMQPLAIN", "EXTERNAL")
 MAX_MESSAGE_SIZE_LIMIT = 512 * 1024 * 1024  # RabbitMQ's hard ceiling for max_message_size
 
 ENV_HOST = "AMQP_SERVER_HOST"
@@ -34,6 +37,10 @@ ENV_CONFIG = "AMQP_SERVER_CONFIG"
 ENV_LOG_LEVEL = "AMQP_SERVER_LOG_LEVEL"
 ENV_MANAGEMENT_ALLOWED_HOSTS = "AMQP_SERVER_MANAGEMENT_ALLOWED_HOSTS"
 ENV_MANAGEMENT_ALLOWED_ORIGINS = "AMQP_SERVER_MANAGEMENT_ALLOWED_ORIGINS"
+ENV_SSL_PORT = "AMQP_SERVER_SSL_PORT"
+ENV_SSL_CERTFILE = "AMQP_SERVER_SSL_CERTFILE"
+ENV_SSL_KEYFILE = "AMQP_SERVER_SSL_KEYFILE"
+ENV_SSL_CACERTFILE = "AMQP_SERVER_SSL_CACERTFILE"
 
 
 class ConfigError(ValueError):
@@ -104,6 +111,31 @@ class ManagementConfig:
     failed_login_window: int = 60  # seconds
 
 
+@dataclass
+class TlsConfig:
+    """`[tls]`: RabbitMQ's ssl_options and its TLS listeners (docs/security.md, "TLS").
+    TLS is on once `certfile` and `keyfile` are set; a port of 0 leaves that listener off."""
+
+    certfile: Path | None = None
+    keyfile: Path | None = None
+    cacertfile: Path | None = None
+    password: str | None = None  # of an encrypted key file
+    versions: list[str] = field(default_factory=lambda: list(DEFAULT_TLS_VERSIONS))
+    ciphers: list[str] = field(default_factory=list)  # OpenSSL names; empty = OpenSSL's defaults
+    honor_cipher_order: bool = True
+    verify: str = "verify_none"
+    fail_if_no_peer_cert: bool = False
+    amqp_port: int = 5671
+    management_port: int = 15671
+    metrics_port: int = 15691
+    # rabbitmq_auth_mechanism_ssl: EXTERNAL logs in the user named by the client certificate.
+    ssl_cert_login_from: str = "common_name"
+
+    @property
+    def enabled(self) -> bool:
+        return self.certfile is not None and self.keyfile is not None
+
+
 def _default_users() -> list[UserConfig]:
     return [UserConfig(DEFAULT_USER, hash_password(DEFAULT_USER), ["administrator"])]
 
@@ -128,6 +160,11 @@ class ServerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     storage: StorageConfig = field(default_factory=lambda: StorageConfig())
     management: ManagementConfig = field(default_factory=ManagementConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    # false: no plain AMQP listener (TLS only), as RabbitMQ's `listeners.tcp = none`
+    tcp_listener: bool = True
+    # SASL mechanisms offered, in order (RabbitMQ's auth_mechanisms); EXTERNAL needs TLS.
+    auth_mechanisms: list[str] = field(default_factory=lambda: list(DEFAULT_AUTH_MECHANISMS))
     metrics_port: int = 15692
     management_port: int = 15672
     config_file: Path | None = None  # the TOML file read, if any
@@ -162,6 +199,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--management-allowed-origins", metavar="ORIGINS",
                         help=f"comma-separated web origins allowed to change state through the management API "
                         f"(env {ENV_MANAGEMENT_ALLOWED_ORIGINS})")
+    parser.add_argument("--ssl-port", help=f"AMQPS port (env {ENV_SSL_PORT}; default 5671, 0 disables)")
+    parser.add_argument("--ssl-certfile", help=f"server certificate (PEM) for TLS (env {ENV_SSL_CERTFILE})")
+    parser.add_argument("--ssl-keyfile", help=f"its private key (PEM) (env {ENV_SSL_KEYFILE})")
+    parser.add_argument("--ssl-cacertfile", help=f"CA certificates that sign client certificates (env {ENV_SSL_CACERTFILE})")
+    parser.add_argument("--management-ssl-port", help="management HTTPS port (default 15671, 0 disables)")
+    parser.add_argument("--metrics-ssl-port", help="Prometheus HTTPS port (default 15691, 0 disables)")
     return parser
 
 
@@ -195,6 +238,23 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         if value is None or value == "":  # an empty variable counts as unset
             continue
         setattr(config, key, _SERVER_KEYS[key](_coerce_text(key, value, source), source))
+    tls_overrides: list[tuple[str, str | None, str]] = [
+        ("amqp_port", env.get(ENV_SSL_PORT), ENV_SSL_PORT),
+        ("certfile", env.get(ENV_SSL_CERTFILE), ENV_SSL_CERTFILE),
+        ("keyfile", env.get(ENV_SSL_KEYFILE), ENV_SSL_KEYFILE),
+        ("cacertfile", env.get(ENV_SSL_CACERTFILE), ENV_SSL_CACERTFILE),
+        ("amqp_port", args.ssl_port, "--ssl-port"),
+        ("certfile", args.ssl_certfile, "--ssl-certfile"),
+        ("keyfile", args.ssl_keyfile, "--ssl-keyfile"),
+        ("cacertfile", args.ssl_cacertfile, "--ssl-cacertfile"),
+        ("management_port", args.management_ssl_port, "--management-ssl-port"),
+        ("metrics_port", args.metrics_ssl_port, "--metrics-ssl-port"),
+    ]
+    for key, value, source in tls_overrides:
+        if value is None or value == "":
+            continue
+        setattr(config.tls, key, _TLS_KEYS[key](_coerce_text(key, value, source), source))
+    _check_tls(config)
 
     management_overrides = [
         ("allowed_hosts", env.get(ENV_MANAGEMENT_ALLOWED_HOSTS), ENV_MANAGEMENT_ALLOWED_HOSTS),
@@ -335,6 +395,8 @@ _SERVER_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "loopback_users": _string_list,
     "metrics_port": _PORT,
     "management_port": _PORT,
+    "tcp_listener": lambda value, where: _boolean(value, where),
+    "auth_mechanisms": lambda value, where: _auth_mechanisms(value, where),
 }
 
 _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {
@@ -399,7 +461,58 @@ _MANAGEMENT_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "failed_login_window": _int_between(1, None),
 }
 
-_SECTIONS = ("server", "limits", "storage", "management", "users", "vhosts", "permissions", "queue_defaults")
+
+def _auth_mechanisms(value: Any, where: str) -> list[str]:
+    names = _string_list(value, where)
+    unknown = [n for n in names if n not in KNOWN_AUTH_MECHANISMS]
+    if unknown or not names:
+        _fail(where, f"must list some of {', '.join(KNOWN_AUTH_MECHANISMS)}, got {value!r}")
+    return names
+
+
+def _one_of(choices: Sequence[str]) -> Callable[[Any, str], str]:
+    def check(value: Any, where: str) -> str:
+        if _string(value, where) not in choices:
+            _fail(where, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+    return check
+
+
+def _tls_versions(value: Any, where: str) -> list[str]:
+    names = _string_list(value, where)
+    if not names or any(n not in TLS_VERSIONS for n in names):
+        _fail(where, f"must list some of {', '.join(TLS_VERSIONS)}, got {value!r}")
+    return names
+
+
+_TLS_KEYS: dict[str, Callable[[Any, str], Any]] = {
+    "certfile": _path,
+    "keyfile": _path,
+    "cacertfile": _path,
+    "password": _string,
+    "versions": _tls_versions,
+    "ciphers": _string_list,
+    "honor_cipher_order": _boolean,
+    "verify": _one_of(VERIFY_MODES),
+    "fail_if_no_peer_cert": _boolean,
+    "amqp_port": _PORT,
+    "management_port": _PORT,
+    "metrics_port": _PORT,
+    "ssl_cert_login_from": _one_of(CERT_LOGIN_SOURCES),
+}
+
+
+def _check_tls(config: ServerConfig) -> None:
+    tls = config.tls
+    if (tls.certfile is None) != (tls.keyfile is None):
+        _fail("[tls]", "must set both certfile and keyfile, or neither")
+    if tls.verify == "verify_peer" and tls.cacertfile is None and tls.enabled:
+        _fail("[tls] verify", "= \"verify_peer\" needs cacertfile to check client certificates against")
+    if not config.tcp_listener and not (tls.enabled and tls.amqp_port):
+        _fail("[server] tcp_listener", "= false needs a TLS listener ([tls] certfile, keyfile, amqp_port)")
+
+
+_SECTIONS = ("server", "limits", "storage", "management", "tls", "users", "vhosts", "permissions", "queue_defaults")
 
 
 # ---- the TOML document ----
@@ -435,6 +548,10 @@ def _parse_document(doc: dict[str, Any]) -> ServerConfig:
     _reject_unknown(management, _MANAGEMENT_KEYS, "[management] has")
     for key, value in management.items():
         setattr(config.management, key, _MANAGEMENT_KEYS[key](value, f"[management] {key}"))
+    tls = _table(doc.get("tls", {}), "[tls]")
+    _reject_unknown(tls, _TLS_KEYS, "[tls] has")
+    for key, value in tls.items():
+        setattr(config.tls, key, _TLS_KEYS[key](value, f"[tls] {key}"))
 
     vhost_entries = _array_of_tables(doc.get("vhosts", []), "vhosts")
     vhosts = _parse_vhosts(vhost_entries)

@@ -34,6 +34,9 @@ from amqp_server.connection_states import (
     UNTRUSTED,
 )
 from amqp_server.errors import AMQPError, HandshakeError
+from amqp_server.connection_states import AWAIT_HEADER, AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, CLOSED, CLOSING, OPEN
+from amqp_server.errors import AMQPError
+from amqp_server.tls import TlsSession
 from amqp_server.vhost import VirtualHost
 from queues.queue import Queue
 
@@ -76,10 +79,12 @@ class Connection:
         peer_port: int = 0,
         on_output: Callable[[], None] | None = None,
         admission: Admission = UNLIMITED_ADMISSION,
+        tls: TlsSession | None = None,
     ) -> None:
         self.broker = broker
         # Its place under the connection limits; refused at connection.open when over one.
         self.admission = admission
+        self.tls = tls  # the negotiated TLS session on an AMQPS listener, None on a plain one
         self.peer_host = peer_host
         self.peer_port = peer_port
         self.peer = f"{peer_host}:{peer_port}"

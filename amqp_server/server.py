@@ -13,6 +13,7 @@ import gc
 import logging
 import signal
 import socket
+import ssl
 import time
 
 from amqp_server.alarms import ResourceMonitor
@@ -22,6 +23,7 @@ from amqp_server.connection import AWAIT_HEADER, CLOSED, CLOSING, OPEN, Connecti
 from amqp_server.connection_limits import Admission, ConnectionLimit
 from amqp_server.errors import CONNECTION_FORCED, INTERNAL_ERROR
 from amqp_server.management.services import start_http_services, stop_http_services
+from amqp_server.tls import TlsListenerContext, session_of
 from amqp_server import codec
 from persistence.definitions import FileDefinitionStore
 from queues.timers import Timers
@@ -69,7 +71,10 @@ class AMQPProtocol(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         admission = Admission((self.broker.connection_limit, self.listener_limit), f"{peer[0]}:{peer[1]}")
-        self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush, admission=admission)
+        # On an AMQPS listener asyncio calls connection_made after the TLS handshake.
+        tls = session_of(transport.get_extra_info("ssl_object"))
+        self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush,
+                                     admission=admission, tls=tls)
         if admission.dropped:
             # Over a connection limit, with too many refusals already waiting (connection_limits.py).
             transport.abort()
@@ -233,32 +238,47 @@ class AMQPProtocol(asyncio.Protocol):
 
 
 class AMQPServer:
-    """Listens, accepts, and runs the ticker; `stop()` closes every connection politely."""
+    """Listens (plain AMQP on `port` unless it is None, AMQPS on `tls_port` when `tls` is given),
+    accepts, and runs the ticker; `stop()` closes every connection politely."""
 
-    def __init__(self, broker: Broker, host: str, port: int, max_connections: int = 0) -> None:
-        """`max_connections` bounds this listener's connections (0: no bound) within the
+    def __init__(self, broker: Broker, host: str, port: int | None, max_connections: int = 0,
+                 tls: TlsListenerContext | None = None, tls_port: int | None = None) -> None:
+        """`max_connections` bounds each listener's connections (0: no bound) within the
         broker's own bound (connection_limits.py)."""
         self.broker = broker
         self.host = host
         self.port = port
         self.max_connections = max_connections
-        self.connection_limit = ConnectionLimit(f"listener {host}:{port}", max_connections)
+        self.tls = tls
+        self.tls_port = tls_port if tls is not None else None
         self.protocols: set[AMQPProtocol] = set()
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._ticker: asyncio.Task | None = None
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: AMQPProtocol(self.broker, self.protocols, self.connection_limit),
-            self.host, self.port, reuse_address=True, backlog=1024,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        # Named by the port bound (port 0 asks for any); nothing was accepted yet.
-        self.connection_limit = ConnectionLimit(f"listener {self.host}:{self.port}", self.max_connections)
+        if self.tls_port is not None:
+            # Bound first: whoever waits for the plain port then finds AMQPS ready too.
+            self.tls_port = await self._listen(self.tls_port, self.tls.context)
+            log.info("AMQPS (TLS) listener started on %s:%d", self.host, self.tls_port)
+        if self.port is not None:
+            self.port = await self._listen(self.port, None)
+            log.info("AMQP listener started on %s:%d", self.host, self.port)
         self._ticker = asyncio.create_task(self._tick_forever())
         self._timer_driver = asyncio.create_task(drive_timers(self.broker.timers))
-        log.info("AMQP listener started on %s:%d", self.host, self.port)
+
+    async def _listen(self, port: int, ssl_context: "ssl.SSLContext | None") -> int:
+        """Accept on `port` (TLS when `ssl_context` is given); returns the port bound."""
+        limit: list[ConnectionLimit] = []  # its own limit, named by the port bound (port 0 asks for any)
+        tls_options = {"ssl": ssl_context, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S} if ssl_context else {}
+        server = await asyncio.get_running_loop().create_server(
+            lambda: AMQPProtocol(self.broker, self.protocols, limit[0]),
+            self.host, port, reuse_address=True, backlog=1024, start_serving=False, **tls_options,
+        )
+        bound = server.sockets[0].getsockname()[1]
+        limit.append(ConnectionLimit(f"listener {self.host}:{bound}", self.max_connections))
+        self._servers.append(server)
+        await server.start_serving()  # only now: every accepted connection finds its limit
+        return bound
 
     async def _tick_forever(self) -> None:
         while True:
@@ -271,8 +291,8 @@ class AMQPServer:
                     log.exception("heartbeat check failed for a connection")
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self._ticker is not None:
             self._ticker.cancel()
             self._timer_driver.cancel()
@@ -283,8 +303,8 @@ class AMQPServer:
             protocol._flush()
             if protocol.transport is not None:
                 protocol.transport.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
 
 
 async def drive_timers(timers: Timers) -> None:
@@ -313,10 +333,12 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     # Everything recovered at startup lives long: keep it out of the garbage collector's scans,
     # so a full collection does not pause every connection for the size of the recovered state.
     gc.freeze()
-    server = AMQPServer(broker, config.host, config.port, config.limits.max_connections_per_listener)
+    tls = TlsListenerContext(config.tls) if config.tls.enabled else None
+    server = AMQPServer(broker, config.host, config.port if config.tcp_listener else None,
+                        config.limits.max_connections_per_listener, tls, config.tls.amqp_port or None)
     # Prometheus metrics and the management API (each off when its port is 0), up before the
     # AMQP port opens, so whoever waits for that port finds them ready too.
-    http_services = await start_http_services(config, broker, config.port)
+    http_services = await start_http_services(config, broker, server, tls)
     await server.start()
     # Memory and disk alarms, checked about once a second.
     monitor = asyncio.create_task(ResourceMonitor(broker).run())
@@ -327,6 +349,11 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
             loop.add_signal_handler(signum, stop.set)
         except (NotImplementedError, RuntimeError):  # not on the main thread
             pass
+    if tls is not None:
+        try:
+            loop.add_signal_handler(signal.SIGHUP, reload_certificates, tls)
+        except (NotImplementedError, RuntimeError):
+            pass
     if ready is not None:
         ready.set()
     await stop.wait()
@@ -335,6 +362,14 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     await stop_http_services(http_services)
     await server.stop()
     await broker.close()
+
+
+def reload_certificates(tls: TlsListenerContext) -> None:
+    """SIGHUP: read the TLS certificate and key again; a bad file is logged and the old one kept."""
+    try:
+        tls.reload()
+    except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+        log.error("TLS certificate not reloaded, the previous one stays in use: %s", error)
 
 
 def run_server(config: ServerConfig) -> int:

@@ -46,6 +46,7 @@ from amqp_server.metrics.process_stats import ProcessStats
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
+    from amqp_server.tls import TlsListenerContext
 
 # Definitions files of large brokers run to megabytes; aiohttp's default cap is 1 MiB.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -106,6 +107,7 @@ def build_management_app(
     listeners: list[dict[str, Any]] | None = None,
     sample_rates: bool = True,
     settings: ManagementConfig | None = None,
+    tls: "TlsListenerContext | None" = None,
 ) -> web.Application:
     """The aiohttp application. `listeners` is what /api/overview reports; `sample_rates=False` leaves every rate
     at 0.0 (tests that must not depend on timing); `settings` is the `[management]` configuration (its
@@ -118,6 +120,7 @@ def build_management_app(
         request_policy=RequestPolicy(settings.allowed_hosts, settings.allowed_origins),
         login_throttle=LoginThrottle(settings.failed_login_limit, settings.failed_login_window),
         listeners=listeners or [],
+        tls=tls,
     )
     app = web.Application(middlewares=[api_middleware], client_max_size=MAX_REQUEST_BYTES)
     app[CONTEXT_KEY] = ctx

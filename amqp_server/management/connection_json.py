@@ -69,18 +69,11 @@ def connection_json(connection: "Connection", node: str, rates: "RateSampler") -
         "host": host,
         "name": connection.name,
         "node": node,
-        "peer_cert_issuer": None,
-        "peer_cert_subject": None,
-        "peer_cert_validity": None,
+        **_tls_items(connection),
         "peer_host": connection.peer_host,
         "peer_port": connection.peer_port,
         "port": port,
         "protocol": PROTOCOL,
-        "ssl": False,
-        "ssl_cipher": None,
-        "ssl_hash": None,
-        "ssl_key_exchange": None,
-        "ssl_protocol": None,
         "state": connection_state(connection),
         "timeout": connection.heartbeat,
         "type": "network",
@@ -94,6 +87,17 @@ def connection_json(connection: "Connection", node: str, rates: "RateSampler") -
         "send_pend": 0,  # written at once by the event loop; nothing waits in a send queue
         **rates.details(("connection", connection.name), connection_traffic(connection)),
     }
+
+
+def _tls_items(connection: "Connection") -> dict[str, Any]:
+    """RabbitMQ's ssl* and peer_cert_* items: null on a plain connection."""
+    tls = connection.tls
+    if tls is None:
+        return {"ssl": False, "ssl_cipher": None, "ssl_hash": None, "ssl_key_exchange": None, "ssl_protocol": None,
+                "peer_cert_issuer": None, "peer_cert_subject": None, "peer_cert_validity": None}
+    return {"ssl": True, "ssl_cipher": tls.cipher, "ssl_hash": tls.hash, "ssl_key_exchange": tls.key_exchange,
+            "ssl_protocol": tls.protocol, "peer_cert_issuer": tls.peer_cert_issuer,
+            "peer_cert_subject": tls.peer_cert_subject, "peer_cert_validity": tls.peer_cert_validity}
 
 
 def connection_details(connection: "Connection") -> dict[str, Any]:

@@ -23,6 +23,7 @@ from amqp_server.metrics.process_stats import ProcessStats
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
     from amqp_server.management.caller import Caller
+    from amqp_server.tls import TlsListenerContext
 
 CONTEXT_KEY = web.AppKey("management_context", object)
 # aiohttp 3.12+ types request keys; older versions take a plain string.
@@ -37,9 +38,11 @@ class ManagementContext:
     process_stats: Callable[[], ProcessStats]
     request_policy: RequestPolicy  # which Host names and web origins are served (request_guard.py)
     login_throttle: LoginThrottle  # failed logins per client address
-    # {"protocol": "amqp"|"http"|"http/prometheus", "port": n} for /api/overview's listeners.
+    # {"protocol": "amqp"|"amqp/ssl"|"http"|"https"|..., "port": n} for /api/overview's listeners.
     listeners: list[dict[str, Any]] = field(default_factory=list)
     rates: RateSampler = field(default_factory=RateSampler)
+    # The TLS listeners' certificate (certificate-expiration check, reload_certificates), if TLS is on.
+    tls: "TlsListenerContext | None" = None
 
     def rate_samples(self) -> Iterator[tuple[Hashable, dict[str, int]]]:
         """Every object's counters now: what the rate sampler records each round."""

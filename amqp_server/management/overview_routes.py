@@ -8,6 +8,7 @@ broker that has none, instead of a 404.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from aiohttp import web
@@ -100,13 +101,28 @@ async def protocol_listener_check(request: web.Request) -> web.Response:
 
 
 async def certificate_expiration_check(request: web.Request) -> web.Response:
-    """No TLS listener, so no certificate can expire; the arguments are still checked as RabbitMQ does."""
+    """Fails when the TLS listeners' certificate expires within the period (ok without TLS)."""
     within, unit = request.match_info["within"], request.match_info["unit"]
     if not within.isdigit():
         raise api_errors.bad_request("Invalid expiration value.")
-    if unit not in ("days", "weeks", "months", "years"):
+    if unit not in _EXPIRY_UNIT_DAYS:
         raise api_errors.bad_request(f"Invalid unit: {unit}")
-    return json_reply({"status": "ok"})
+    tls = context(request).tls
+    if tls is None:
+        return json_reply({"status": "ok"})
+    horizon = datetime.now(timezone.utc) + timedelta(days=int(within) * _EXPIRY_UNIT_DAYS[unit])
+    not_after = tls.certificate_not_after()
+    if not_after > horizon:
+        return json_reply({"status": "ok"})
+    expired = [{"certfile": str(tls.settings.certfile), "expires": not_after.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "protocol": listener["protocol"], "port": listener["port"]}
+               for listener in context(request).listeners if listener["protocol"] in _TLS_PROTOCOLS]
+    return _failed("Certificates expiring", expired=expired)
+
+
+# RabbitMQ counts a month as 30 days and a year as 365.
+_EXPIRY_UNIT_DAYS = {"days": 1, "weeks": 7, "months": 30, "years": 365}
+_TLS_PROTOCOLS = ("amqp/ssl", "https", "https/prometheus")
 
 
 async def port_listener_check(request: web.Request) -> web.Response:

@@ -18,28 +18,41 @@ from amqp_server.metrics.http_service import HttpService
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
     from amqp_server.config import ServerConfig
+    from amqp_server.server import AMQPServer
+    from amqp_server.tls import TlsListenerContext
 
 log = logging.getLogger(__name__)
 
 
-async def start_http_services(config: "ServerConfig", broker: "Broker", amqp_port: int) -> list[HttpService]:
-    """Start the enabled services; the caller stops them with `stop_http_services`."""
-    listeners = [{"protocol": "amqp", "port": amqp_port}]
+async def start_http_services(config: "ServerConfig", broker: "Broker", amqp: "AMQPServer",
+                              tls: "TlsListenerContext | None") -> list[HttpService]:
+    """Start the enabled services, HTTPS ones too when `tls` is given; the caller stops them with
+    `stop_http_services`."""
+    # RabbitMQ's protocol names for its listeners, as /api/overview lists them.
+    listeners = []
+    if amqp.port is not None:
+        listeners.append({"protocol": "amqp", "port": amqp.port})
+    if amqp.tls_port is not None:
+        listeners.append({"protocol": "amqp/ssl", "port": amqp.tls_port})
     if config.management_port:
         listeners.append({"protocol": "http", "port": config.management_port})
+    https_management = config.tls.management_port if tls is not None else 0
+    https_metrics = config.tls.metrics_port if tls is not None else 0
+    if https_management:
+        listeners.append({"protocol": "https", "port": https_management})
     if config.metrics_port:
         listeners.append({"protocol": "http/prometheus", "port": config.metrics_port})
+    if https_metrics:
+        listeners.append({"protocol": "https/prometheus", "port": https_metrics})
+    tls_context = tls.context if tls is not None else None
     services = []
-    if config.metrics_port:
-        services.append(
-            HttpService(build_metrics_app(broker), config.host, config.metrics_port,
-                        "Prometheus metrics")
-        )
-    if config.management_port:
-        services.append(
-            HttpService(build_management_app(broker, listeners=listeners, settings=config.management), config.host,
-                        config.management_port, "Management API")
-        )
+    if config.metrics_port or https_metrics:
+        services.append(HttpService(build_metrics_app(broker), config.host, config.metrics_port or None,
+                                    "Prometheus metrics", https_metrics or None, tls_context))
+    if config.management_port or https_management:
+        management_app = build_management_app(broker, listeners=listeners, settings=config.management, tls=tls)
+        services.append(HttpService(management_app, config.host, config.management_port or None, "Management API",
+                                    https_management or None, tls_context))
     started: list[HttpService] = []
     for service in services:
         try:
