@@ -1,0 +1,225 @@
+"""The etcd backend: etcd v3's JSON gateway on the client port, over aiohttp.
+
+Requests go to the first endpoint that answers; a refused or failed endpoint sends the request
+to the next, so a three-member etcd keeps serving while one member (its leader included) is
+down. The session is one etcd lease, renewed every third of its TTL by a background task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import AsyncIterator, Collection
+from typing import Any
+
+import aiohttp
+
+from cluster.address import ClusterAddress
+from cluster.coordinator import (
+    CoordinationUnavailable, Coordinator, EventKind, HistoryLost, KeyValue, VersionConflict, WatchEvent,
+)
+
+log = logging.getLogger(__name__)
+
+REQUEST_DEADLINE_S = 10.0  # how long one call keeps trying members (covers a leader election)
+RETRY_PAUSE_S = 0.2
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: str | None) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+def _range_end(prefix: bytes) -> bytes:
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
+class EtcdCoordinator(Coordinator):
+    def __init__(self, address: ClusterAddress, session: aiohttp.ClientSession, session_ttl: float) -> None:
+        self._endpoints = [f"http://{host}:{port}" for host, port in address.endpoints]
+        self._root = address.prefix + "/"
+        self._http = session
+        self._ttl = max(2, round(session_ttl))  # etcd grants whole seconds, 2 at least
+        self._lease_id = 0
+        self._keepalive: asyncio.Task | None = None
+
+    @classmethod
+    async def open(cls, address: ClusterAddress, session_ttl: float) -> "EtcdCoordinator":
+        coordinator = cls(address, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)), session_ttl)
+        try:
+            await coordinator._grant_lease()
+        except BaseException:
+            await coordinator._http.close()
+            raise
+        coordinator._keepalive = asyncio.create_task(coordinator._keep_lease_alive())
+        return coordinator
+
+    # ---- transport ----
+
+    async def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        deadline = asyncio.get_running_loop().time() + REQUEST_DEADLINE_S
+        last_error = "no endpoint"
+        while True:
+            for index, endpoint in enumerate(list(self._endpoints)):
+                try:
+                    async with self._http.post(endpoint + path, json=body,
+                                               timeout=aiohttp.ClientTimeout(total=5)) as response:
+                        reply = await response.json(content_type=None)
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
+                    last_error = f"{endpoint}: {error!r}"
+                    continue
+                if response.status == 200:
+                    if index:  # remember the member that answered, try it first next time
+                        self._endpoints.insert(0, self._endpoints.pop(index))
+                    return reply
+                # 503 and friends: no leader yet, or this member is cut off; try another.
+                last_error = f"{endpoint}: {response.status} {reply.get('error') or reply.get('message')}"
+            if asyncio.get_running_loop().time() > deadline:
+                raise CoordinationUnavailable(f"etcd did not answer {path}: {last_error}")
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+    def _key(self, key: str) -> bytes:
+        return (self._root + key).encode()
+
+    def _kv(self, item: dict[str, Any]) -> KeyValue:
+        key = _unb64(item["key"]).decode()[len(self._root):]
+        revision = int(item.get("mod_revision", 0))
+        return KeyValue(key, _unb64(item.get("value")), revision, revision)
+
+    # ---- the session lease ----
+
+    async def _grant_lease(self) -> None:
+        reply = await self._call("/v3/lease/grant", {"TTL": self._ttl})
+        self._lease_id = int(reply["ID"])
+
+    async def _keep_lease_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            try:
+                reply = await self._call("/v3/lease/keepalive", {"ID": str(self._lease_id)})
+            except CoordinationUnavailable as error:
+                log.warning("cannot renew the etcd session lease: %s", error)
+                continue
+            if not int(reply.get("result", {}).get("TTL", 0)):
+                # Expired while we could not reach etcd: our ephemeral keys are gone. A new
+                # lease lets new ephemeral writes work; their owners re-register them.
+                log.warning("etcd session lease %x expired; granting a new one", self._lease_id)
+                await self._grant_lease()
+
+    # ---- keys ----
+
+    async def get(self, key: str) -> KeyValue | None:
+        reply = await self._call("/v3/kv/range", {"key": _b64(self._key(key))})
+        kvs = reply.get("kvs") or []
+        return self._kv(kvs[0]) if kvs else None
+
+    def _put_request(self, key: str, value: bytes, ephemeral: bool) -> dict[str, Any]:
+        request: dict[str, Any] = {"key": _b64(self._key(key)), "value": _b64(value)}
+        if ephemeral:
+            request["lease"] = str(self._lease_id)
+        return request
+
+    async def put(self, key: str, value: bytes, *, ephemeral: bool = False) -> int:
+        reply = await self._call("/v3/kv/put", self._put_request(key, value, ephemeral))
+        return int(reply["header"]["revision"])
+
+    def _compare(self, key: str, expected_version: int | None) -> dict[str, Any]:
+        if expected_version is None:  # absent: its create revision is 0
+            return {"key": _b64(self._key(key)), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+        return {"key": _b64(self._key(key)), "target": "MOD", "result": "EQUAL",
+                "mod_revision": str(expected_version)}
+
+    async def _txn(self, key: str, expected_version: int | None, success: dict[str, Any]) -> dict[str, Any]:
+        reply = await self._call("/v3/kv/txn", {
+            "compare": [self._compare(key, expected_version)],
+            "success": [success],
+            "failure": [{"request_range": {"key": _b64(self._key(key))}}],
+        })
+        if not reply.get("succeeded"):
+            kvs = reply["responses"][0]["response_range"].get("kvs") or []
+            raise VersionConflict(key, self._kv(kvs[0]) if kvs else None)
+        return reply
+
+    async def compare_and_set(self, key: str, value: bytes, expected_version: int | None, *,
+                              ephemeral: bool = False) -> int:
+        reply = await self._txn(key, expected_version, {"request_put": self._put_request(key, value, ephemeral)})
+        return int(reply["header"]["revision"])
+
+    async def delete(self, key: str, expected_version: int | None = None) -> bool:
+        request = {"request_delete_range": {"key": _b64(self._key(key))}}
+        if expected_version is None:
+            reply = await self._call("/v3/kv/deleterange", request["request_delete_range"])
+            return int(reply.get("deleted", 0)) > 0
+        reply = await self._txn(key, expected_version, request)
+        return int(reply["responses"][0]["response_delete_range"].get("deleted", 0)) > 0
+
+    def _directory_range(self, directory: str) -> tuple[bytes, bytes]:
+        start = self._key(directory.strip("/") + "/")
+        return start, _range_end(start)
+
+    def _directly_in(self, directory: str, key: str) -> bool:
+        return "/" not in key[len(directory.strip("/")) + 1:]
+
+    async def list(self, directory: str) -> tuple[list[KeyValue], int]:
+        start, end = self._directory_range(directory)
+        reply = await self._call("/v3/kv/range", {"key": _b64(start), "range_end": _b64(end)})
+        items = [self._kv(item) for item in reply.get("kvs") or []]
+        return [kv for kv in items if self._directly_in(directory, kv.key)], int(reply["header"]["revision"])
+
+    async def watch(self, directory: str, after_revision: int,
+                    known_keys: Collection[str] | None = None) -> AsyncIterator[WatchEvent]:
+        # etcd replays its own history, deletions included: known_keys is not needed.
+        start, end = self._directory_range(directory)
+        next_revision = after_revision + 1
+        while True:
+            try:
+                async for event in self._watch_stream(start, end, next_revision):
+                    next_revision = event.revision + 1
+                    if self._directly_in(directory, event.key):
+                        yield event
+            except (aiohttp.ClientError, asyncio.TimeoutError, CoordinationUnavailable) as error:
+                # The member we watched died: resume on another from where we were.
+                log.info("etcd watch on %s broke (%s); resuming at revision %d", directory, error, next_revision)
+                self._endpoints.append(self._endpoints.pop(0))
+                await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def _watch_stream(self, start: bytes, end: bytes, start_revision: int) -> AsyncIterator[WatchEvent]:
+        request = {"create_request": {"key": _b64(start), "range_end": _b64(end),
+                                      "start_revision": str(start_revision)}}
+        async with self._http.post(self._endpoints[0] + "/v3/watch", json=request) as response:
+            if response.status != 200:
+                raise CoordinationUnavailable(f"etcd watch answered {response.status}")
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    message = json.loads(line)
+                    if "error" in message:
+                        raise CoordinationUnavailable(f"etcd watch failed: {message['error']}")
+                    result = message.get("result", {})
+                    if int(result.get("compact_revision", 0)):
+                        raise HistoryLost(f"etcd compacted history past revision {start_revision}")
+                    for item in result.get("events") or []:
+                        kv = self._kv(item["kv"])
+                        if item.get("type") == "DELETE":
+                            yield WatchEvent(EventKind.DELETE, kv.key, b"", kv.revision)
+                        else:
+                            yield WatchEvent(EventKind.PUT, kv.key, kv.value, kv.revision)
+            raise CoordinationUnavailable("etcd closed the watch stream")
+
+    async def close(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        try:
+            await self._call("/v3/lease/revoke", {"ID": str(self._lease_id)})
+        except CoordinationUnavailable:
+            pass  # it expires on its own
+        await self._http.close()
