@@ -192,6 +192,18 @@ class AccessControl:
             raise LoopbackOnly(f"user '{name}' can only connect via localhost", mechanism)
         return user
 
+    def authenticate_external(self, name: str | None, peer_is_loopback: bool) -> User:
+        """SASL EXTERNAL (rabbitmq_auth_mechanism_ssl): log in as `name`, the user the client's
+        verified certificate names; no password. Raise AuthenticationFailed if it names none."""
+        if name is None:
+            raise AuthenticationFailed("EXTERNAL login refused: the client certificate names no user", "EXTERNAL")
+        user = self._users.get(name)
+        if user is None:
+            raise AuthenticationFailed(f"EXTERNAL login refused: user '{name}' - invalid credentials", "EXTERNAL")
+        if name in self.loopback_users and not peer_is_loopback:
+            raise LoopbackOnly(f"user '{name}' can only connect via localhost", "EXTERNAL")
+        return user
+
     def check_new_secret(self, name: str, mechanism: str, secret: bytes | str) -> User:
         """The user `name` as it is now, when `secret` is its password (connection.update-secret
         on a connection that logged in as `name` with `mechanism`); else AuthenticationFailed.

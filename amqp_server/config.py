@@ -26,7 +26,8 @@ DEFAULT_VHOST = "/"
 FULL_ACCESS = ".*"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 FRAME_MIN_SIZE = 4096
-DEFAULT_AUTH_MECHANISMS = ("PLAIN", "AMQPLAIN")
+# Offered in this order: RabbitMQ 3.10's connection.start lists "AMQPLAIN PLAIN".
+DEFAULT_AUTH_MECHANISMS = ("AMQPLAIN", "PLAIN")
 KNOWN_AUTH_MECHANISMS = ("PLAIN", "AMQPLAIN", "EXTERNAL")
 MAX_MESSAGE_SIZE_LIMIT = 512 * 1024 * 1024  # RabbitMQ's hard ceiling for max_message_size
 

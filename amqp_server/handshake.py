@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from amqp_server import codec, errors
-from amqp_server.access_control import AuthenticationFailed
+from amqp_server.access_control import AuthenticationFailed, UnsupportedMechanism
 from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_states import AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, OPEN
 from amqp_server.errors import AMQPError
@@ -41,8 +41,14 @@ CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": True,
 }
-# In the order RabbitMQ 3.10 lists them (clients that take the server's first choice see the same).
-MECHANISMS = "AMQPLAIN PLAIN"
+EXTERNAL = "EXTERNAL"
+
+
+def offered_mechanisms(connection: "Connection") -> list[str]:
+    """The configured SASL mechanisms ([server] auth_mechanisms, in its order), less EXTERNAL
+    unless this is a TLS connection whose client presented a verified certificate."""
+    has_peer_cert = connection.tls is not None and connection.tls.peer_cert is not None
+    return [m for m in connection.broker.config.auth_mechanisms if m != EXTERNAL or has_peer_cert]
 
 
 def send_start(connection: "Connection") -> None:
@@ -61,7 +67,7 @@ def send_start(connection: "Connection") -> None:
                 "cluster_name": connection.broker.cluster_name,
                 "capabilities": dict(CAPABILITIES),
             },
-            mechanisms=MECHANISMS,
+            mechanisms=" ".join(offered_mechanisms(connection)),
             locales="en_US",
         ),
     )
@@ -73,10 +79,16 @@ def start_ok(connection: "Connection", method: commands.Connection.StartOk) -> N
     connection.client_properties = method.client_properties or {}
     capabilities = connection.client_properties.get("capabilities")
     connection.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+    access = connection.broker.access
     try:
-        connection.user = connection.broker.access.authenticate(
-            method.mechanism, method.response, connection.peer_is_loopback
-        )
+        if method.mechanism not in offered_mechanisms(connection):
+            raise UnsupportedMechanism(f"unknown authentication mechanism {method.mechanism!r}", method.mechanism)
+        if method.mechanism == EXTERNAL:
+            login_from = connection.broker.config.tls.ssl_cert_login_from
+            connection.user = access.authenticate_external(connection.tls.login_name(login_from),
+                                                           connection.peer_is_loopback)
+        else:
+            connection.user = access.authenticate(method.mechanism, method.response, connection.peer_is_loopback)
     except AuthenticationFailed as failure:
         log.warning("login refused for connection %s: %s", connection.describe(), failure.reason)
         connection.refuse_login(failure)

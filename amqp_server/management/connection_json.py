@@ -61,7 +61,7 @@ def connection_json(connection: "Connection", node: str, rates: "RateSampler") -
     properties = connection.client_properties
     user = connection.user.name if connection.user else ""
     return {
-        "auth_mechanism": "PLAIN",
+        "auth_mechanism": connection.mechanism or None,  # null until the client logged in
         "channel_max": connection.channel_max,
         "channels": len(connection.channels),
         "client_properties": properties,
