@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from amqp_server.ctl import admin_commands as admin
-from amqp_server.ctl import alarm_commands
+from amqp_server.ctl import alarm_commands, tls_commands
 from amqp_server.ctl.admin_commands import Session
 from amqp_server.ctl.api_client import ApiError, ManagementClient
 from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_USAGE, ArgumentError, CtlError
@@ -61,6 +61,8 @@ ADMIN_COMMANDS: dict[str, tuple[Callable[..., int], tuple[str, ...], str]] = {
     "set_disk_free_limit": (alarm_commands.set_disk_free_limit, ("setting+",),
                             "<disk_limit> | mem_relative <fraction>: the free-disk alarm's limit in bytes "
                             "(units: 50MB, 1GiB) or times total memory; until restart"),
+    "reload_certificates": (tls_commands.reload_certificates, (),
+                            "read the TLS certificate, key and CA files again; open connections keep theirs"),
 }
 _VARIADIC = ("*", "+")  # argparse nargs markers
 

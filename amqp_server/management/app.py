@@ -27,6 +27,7 @@ from amqp_server.management import (
     feature_routes,
     overview_routes,
     queue_routes,
+    tls_routes,
     user_routes,
     vhost_routes,
 )
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 ROUTE_MODULES = (
     overview_routes, vhost_routes, user_routes, connection_routes, exchange_routes, queue_routes, binding_routes,
-    definition_routes, alarm_routes, feature_routes,
+    definition_routes, alarm_routes, feature_routes, tls_routes,
 )
 # Answered without credentials, as RabbitMQ does (the web UI asks before it logs in).
 PUBLIC_PATHS = frozenset({feature_routes.AUTH_PATH})
