@@ -30,11 +30,20 @@ from queues.timers import Timers
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
+    from cluster.membership import Membership, NodeRecord
 
 log = logging.getLogger(__name__)
 
 # The definitions save_definitions compares (the topology is recorded change by change).
 ACCESS_KINDS = ("users", "vhosts", "permissions")
+
+
+def _cluster_name(config: ServerConfig) -> str | None:
+    if not config.cluster.url:
+        return None
+    from cluster.address import parse_cluster_address
+
+    return parse_cluster_address(config.cluster.url).prefix
 
 
 class Broker:
@@ -49,8 +58,10 @@ class Broker:
         self.config = config
         self.limits: LimitsConfig = config.limits
         self.max_message_size = config.limits.max_message_size
-        self.node_name = f"amqp-server@{socket.gethostname()}"
-        self.cluster_name = self.node_name
+        self.node_name = config.cluster.node_name or f"amqp-server@{socket.gethostname()}"
+        # Every node of a cluster reports the same name: the prefix its keys live under.
+        self.cluster_name = _cluster_name(config) or self.node_name
+        self._membership: "Membership | None" = None
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
         # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
@@ -140,6 +151,16 @@ class Broker:
             ),
         )
         return QueueJournal(store, self.committer)
+
+    def joined_cluster(self, membership: "Membership") -> None:
+        """This node is now a member of a cluster (amqp_server/cluster_node.py)."""
+        self._membership = membership
+
+    def other_live_nodes(self) -> list["NodeRecord"]:
+        """The cluster's other live nodes; none when running alone."""
+        if self._membership is None:
+            return []
+        return [node for node in self._membership.live_nodes() if node.name != self.node_name]
 
     async def close(self) -> None:
         """Write out and fsync every journal, then stop the fsync worker."""

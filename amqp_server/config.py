@@ -36,6 +36,8 @@ ENV_PORT = "AMQP_SERVER_PORT"
 ENV_DATA_DIR = "AMQP_SERVER_DATA_DIR"
 ENV_CONFIG = "AMQP_SERVER_CONFIG"
 ENV_LOG_LEVEL = "AMQP_SERVER_LOG_LEVEL"
+ENV_CLUSTER = "AMQP_SERVER_CLUSTER"
+ENV_NODE_NAME = "AMQP_SERVER_NODE_NAME"
 ENV_MANAGEMENT_ALLOWED_HOSTS = "AMQP_SERVER_MANAGEMENT_ALLOWED_HOSTS"
 ENV_MANAGEMENT_ALLOWED_ORIGINS = "AMQP_SERVER_MANAGEMENT_ALLOWED_ORIGINS"
 ENV_SSL_PORT = "AMQP_SERVER_SSL_PORT"
@@ -137,6 +139,15 @@ class TlsConfig:
         return self.certfile is not None and self.keyfile is not None
 
 
+@dataclass
+class ClusterConfig:
+    """Joining a cluster (docs/cluster.md); no url means this node runs alone."""
+
+    url: str | None = None  # etcd://h:p,h:p/prefix or zookeeper://h:p,.../prefix
+    node_name: str | None = None  # default amqp-server@<hostname>
+    session_ttl: float = 5.0  # seconds until a killed node's membership key expires
+
+
 def _default_users() -> list[UserConfig]:
     return [UserConfig(DEFAULT_USER, hash_password(DEFAULT_USER), ["administrator"])]
 
@@ -171,6 +182,7 @@ class ServerConfig:
     config_file: Path | None = None  # the TOML file read, if any
     # [[queue_defaults]]: lifecycle x-arguments by vhost and queue-name pattern (docs/lifecycle.md).
     queue_defaults: list[QueueDefault] = field(default_factory=list)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -194,6 +206,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", help=f"one of {', '.join(LOG_LEVELS)} (env {ENV_LOG_LEVEL}; default info)")
     parser.add_argument("--metrics-port", help="Prometheus metrics port (default 15692, 0 disables)")
     parser.add_argument("--management-port", help="management HTTP port (default 15672, 0 disables)")
+    parser.add_argument("--cluster", metavar="URL",
+                        help=f"join the cluster at etcd://host:port,.../prefix or zookeeper://... (env {ENV_CLUSTER})")
+    parser.add_argument("--node-name", help=f"this node's name (env {ENV_NODE_NAME}; default amqp-server@<hostname>)")
     parser.add_argument("--management-allowed-hosts", metavar="NAMES",
                         help=f"comma-separated Host names the management API answers besides IP addresses, "
                         f"localhost and this machine's name (env {ENV_MANAGEMENT_ALLOWED_HOSTS})")
@@ -267,6 +282,16 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         if value:
             names = [name.strip() for name in value.split(",") if name.strip()]
             setattr(config.management, key, _MANAGEMENT_KEYS[key](names, source))
+
+    cluster_overrides = [
+        ("url", env.get(ENV_CLUSTER), ENV_CLUSTER),
+        ("node_name", env.get(ENV_NODE_NAME), ENV_NODE_NAME),
+        ("url", args.cluster, "--cluster"),
+        ("node_name", args.node_name, "--node-name"),
+    ]
+    for key, value, source in cluster_overrides:
+        if value:
+            setattr(config.cluster, key, _CLUSTER_KEYS[key](value, source))
 
     config.data_dir = Path(config.data_dir).expanduser().resolve()
     return config
@@ -513,7 +538,32 @@ def _check_tls(config: ServerConfig) -> None:
         _fail("[server] tcp_listener", "= false needs a TLS listener ([tls] certfile, keyfile, amqp_port)")
 
 
-_SECTIONS = ("server", "limits", "storage", "management", "tls", "users", "vhosts", "permissions", "queue_defaults")
+def _cluster_url(value: Any, where: str) -> str:
+    text = _nonempty_string(value, where)
+    # The address format is the cluster package's; that module is small and imports no client.
+    from cluster.address import parse_cluster_address
+
+    try:
+        parse_cluster_address(text)
+    except ValueError as err:
+        _fail(where, str(err))
+    return text
+
+
+def _session_ttl(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 60:
+        _fail(where, f"must be a number of seconds between 1 and 60, got {value!r}")
+    return float(value)
+
+
+_CLUSTER_KEYS: dict[str, Callable[[Any, str], Any]] = {
+    "url": _cluster_url,
+    "node_name": _nonempty_string,
+    "session_ttl": _session_ttl,
+}
+
+_SECTIONS = ("server", "limits", "storage", "management", "tls", "cluster", "users", "vhosts", "permissions",
+             "queue_defaults")
 
 
 # ---- the TOML document ----
@@ -553,6 +603,11 @@ def _parse_document(doc: dict[str, Any]) -> ServerConfig:
     _reject_unknown(tls, _TLS_KEYS, "[tls] has")
     for key, value in tls.items():
         setattr(config.tls, key, _TLS_KEYS[key](value, f"[tls] {key}"))
+
+    cluster = _table(doc.get("cluster", {}), "[cluster]")
+    _reject_unknown(cluster, _CLUSTER_KEYS, "[cluster] has")
+    for key, value in cluster.items():
+        setattr(config.cluster, key, _CLUSTER_KEYS[key](value, f"[cluster] {key}"))
 
     vhost_entries = _array_of_tables(doc.get("vhosts", []), "vhosts")
     vhosts = _parse_vhosts(vhost_entries)

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.25
 # RabbitMQ's handshake_timeout: a client must finish the handshake in 10 s.
 HANDSHAKE_TIMEOUT_S = 10.0
+EXIT_CLUSTER_JOIN_FAILED = 1
 # Pause deliveries to a client whose socket buffer holds more than this, and stop reading it
 # (what it sends makes the broker answer); both resume below a quarter of it.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
@@ -326,8 +327,8 @@ async def drive_timers(timers: Timers) -> None:
         timers.run_due()
 
 
-async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
-    """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives)."""
+async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> int:
+    """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives); returns the exit code."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
     # Everything recovered at startup lives long: keep it out of the garbage collector's scans,
@@ -340,6 +341,19 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     # AMQP port opens, so whoever waits for that port finds them ready too.
     http_services = await start_http_services(config, broker, server, tls)
     await server.start()
+    cluster_node = None
+    if config.cluster.url:
+        # Imported only here: a single node needs no coordination service and loads no client.
+        from amqp_server.cluster_node import ClusterJoinFailed, ClusterNode
+
+        try:
+            cluster_node = await ClusterNode.join(config, broker, server.port or config.port)
+        except ClusterJoinFailed as error:
+            log.error("cannot join the cluster at %s: %s", config.cluster.url, error)
+            await stop_http_services(http_services)
+            await server.stop()
+            await broker.close()
+            return EXIT_CLUSTER_JOIN_FAILED
     # Memory and disk alarms, checked about once a second.
     monitor = asyncio.create_task(ResourceMonitor(broker).run())
     stop = stop or asyncio.Event()
@@ -361,7 +375,10 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     monitor.cancel()
     await stop_http_services(http_services)
     await server.stop()
+    if cluster_node is not None:
+        await cluster_node.leave()
     await broker.close()
+    return 0
 
 
 def reload_certificates(tls: TlsListenerContext) -> None:
@@ -380,8 +397,8 @@ def run_server(config: ServerConfig) -> int:
         uvloop = None
     log.info("starting amqp-server (data dir %s, event loop %s)", config.data_dir, "uvloop" if uvloop else "asyncio")
     if uvloop is not None:
-        uvloop.run(serve(config))
+        code = uvloop.run(serve(config))
     else:
-        asyncio.run(serve(config))
+        code = asyncio.run(serve(config))
     log.info("stopped")
-    return 0
+    return code

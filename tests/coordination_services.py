@@ -108,6 +108,7 @@ def _etcd_healthy(member: EtcdMember) -> bool:
 
 
 def start_etcd(directory: Path, members: int = 1) -> CoordinationService:
+    directory.mkdir(parents=True, exist_ok=True)
     service = CoordinationService("etcd", directory)
     service.etcd_members = [EtcdMember(f"m{i}", free_port(), free_port()) for i in range(members)]
     initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer_port}" for m in service.etcd_members)
@@ -141,6 +142,7 @@ def _zookeeper_ok(port: int) -> bool:
 
 
 def start_zookeeper(directory: Path) -> CoordinationService:
+    directory.mkdir(parents=True, exist_ok=True)
     service = CoordinationService("zookeeper", directory)
     service.zookeeper_port = free_port()
     (directory / "data").mkdir()

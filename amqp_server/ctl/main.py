@@ -20,6 +20,7 @@ from amqp_server.ctl.api_client import ApiError, ManagementClient
 from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_USAGE, ArgumentError, CtlError
 from amqp_server.ctl.formatting import write_json, write_table
 from amqp_server.ctl.listings import LISTINGS, Listing
+from amqp_server.ctl.cluster_status import cluster_status
 from amqp_server.ctl.status import status
 
 ENV_PREFIX = "AMQP_SERVER_CTL_"
@@ -118,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("-u", "--if-unused", action="store_true", help="only if it has no consumers")
     sub = commands.add_parser("status", help="node status: memory, alarms, disk, file descriptors, listeners")
     _connection_options(sub, suppress=True)
+    sub = commands.add_parser("cluster_status", help="the cluster's name and its live nodes")
+    _connection_options(sub, suppress=True)
     sub = commands.add_parser("help", help="help on one command")
     sub.add_argument("topic", nargs="?")
     return parser
@@ -161,6 +164,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, out: TextIO) 
         return run_listing(session, LISTINGS[args.command], args, headers)
     if args.command == "status":
         return status(session, args.formatter)
+    if args.command == "cluster_status":
+        return cluster_status(session, args.formatter)
     handler, arguments, _help = ADMIN_COMMANDS[args.command]
     values: list[Any] = []
     for argument in arguments:

@@ -19,6 +19,7 @@ from amqp_server.metrics.process_stats import uptime_seconds
 if TYPE_CHECKING:
     from amqp_server.management.caller import Caller
     from amqp_server.vhost import VirtualHost
+    from cluster.membership import NodeRecord
 
 EXCHANGE_TYPES = [
     {"name": "direct", "description": "AMQP direct exchange, as per the AMQP specification", "enabled": True},
@@ -167,6 +168,21 @@ def node_json(ctx: ManagementContext) -> dict[str, Any]:
     }
     node.update(ctx.rates.details(OVERVIEW_KEY, _churn(broker.stats)))
     return node
+
+
+def remote_node_json(node: "NodeRecord") -> dict[str, Any]:
+    """Another live cluster node as /api/nodes lists it: what its membership record says. Its
+    resource figures live on that node (its own /api/nodes); none are invented here."""
+    return {
+        "name": node.name,
+        "type": "disc",
+        "running": True,
+        "being_drained": False,
+        "amqp_address": node.amqp_address,
+        "management_address": node.management_address,
+        "started_at": int(node.started_at * 1000),
+        "partitions": [],
+    }
 
 
 def vhost_json(ctx: ManagementContext, vhost: "VirtualHost") -> dict[str, Any]:

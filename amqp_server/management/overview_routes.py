@@ -16,7 +16,7 @@ from aiohttp import web
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import item_reply, json_reply, list_reply, vhost_named
-from amqp_server.management.node_json import node_json, overview_json
+from amqp_server.management.node_json import node_json, overview_json, remote_node_json
 
 EMPTY_LISTS = (
     "/api/policies", "/api/policies/{vhost}", "/api/operator-policies", "/api/operator-policies/{vhost}",
@@ -35,16 +35,22 @@ async def overview(request: web.Request) -> web.Response:
 async def nodes(request: web.Request) -> web.Response:
     if not caller(request).is_monitor:
         raise api_errors.ApiError(401, "not_authorised", "Not monitor user")
-    return list_reply(request, [node_json(context(request))])
+    ctx = context(request)
+    others = [remote_node_json(node) for node in ctx.broker.other_live_nodes()]
+    return list_reply(request, [node_json(ctx), *others])
 
 
 async def node(request: web.Request) -> web.Response:
     if not caller(request).is_monitor:
         raise api_errors.ApiError(401, "not_authorised", "Not monitor user")
     ctx = context(request)
-    if request.match_info["node"] != ctx.broker.node_name:
-        raise api_errors.not_found()
-    return item_reply(request, node_json(ctx))
+    name = request.match_info["node"]
+    if name == ctx.broker.node_name:
+        return item_reply(request, node_json(ctx))
+    for other in ctx.broker.other_live_nodes():
+        if other.name == name:
+            return item_reply(request, remote_node_json(other))
+    raise api_errors.not_found()
 
 
 async def whoami(request: web.Request) -> web.Response:

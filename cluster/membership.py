@@ -1,0 +1,112 @@
+"""Cluster membership: each live node holds an ephemeral key ``nodes/<name>`` with its record.
+
+`Membership.join` writes this node's record (create-if-absent, so two live nodes can never share
+a name) and then mirrors the ``nodes/`` directory by list-then-watch; `live_nodes()` is that
+mirror. A node killed with kill -9 loses its key when its session expires, and every other node's
+mirror drops it from the watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+from cluster.coordinator import (
+    CoordinationUnavailable, Coordinator, EventKind, HistoryLost, VersionConflict, leaf_name,
+)
+
+log = logging.getLogger(__name__)
+
+NODES = "nodes"
+
+
+class NodeNameInUse(Exception):
+    """Another live node holds this node name."""
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    amqp_address: str  # host:port clients connect to
+    management_address: str  # host:port of the management API ("" when it is off)
+    started_at: float  # seconds since the epoch
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "NodeRecord":
+        fields = json.loads(data)
+        return cls(str(fields["name"]), str(fields["amqp_address"]), str(fields["management_address"]),
+                   float(fields["started_at"]))
+
+
+class Membership:
+    """This node's registration and the live nodes as the coordination service sees them."""
+
+    def __init__(self, coordinator: Coordinator, me: NodeRecord, session_ttl: float) -> None:
+        self._coordinator = coordinator
+        self.me = me
+        self._session_ttl = session_ttl
+        self._live: dict[str, NodeRecord] = {}
+        self._mirror: asyncio.Task | None = None
+
+    def live_nodes(self) -> list[NodeRecord]:
+        """Every live node, this one included, by name."""
+        return sorted(self._live.values(), key=lambda node: node.name)
+
+    async def join(self) -> None:
+        """Register; a key left by this name's previous, killed process is waited out (it expires
+        within the session TTL). Raises NodeNameInUse if a live node keeps it longer."""
+        key = f"{NODES}/{leaf_name(self.me.name)}"
+        deadline = time.monotonic() + self._session_ttl + 2
+        while True:
+            try:
+                await self._coordinator.compare_and_set(key, self.me.encode(), None, ephemeral=True)
+                break
+            except VersionConflict:
+                if time.monotonic() > deadline:
+                    raise NodeNameInUse(f"node name {self.me.name!r} is held by another live node") from None
+                await asyncio.sleep(0.2)
+        revision = await self._load()
+        self._mirror = asyncio.create_task(self._follow(revision))
+
+    async def _load(self) -> int:
+        items, revision = await self._coordinator.list(NODES)
+        self._live = {}
+        for item in items:
+            self._add(item.key, item.value)
+        return revision
+
+    def _add(self, key: str, value: bytes) -> None:
+        try:
+            node = NodeRecord.decode(value)
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring an unreadable node record at %s", key)
+            return
+        self._live[key] = node
+
+    async def _follow(self, revision: int) -> None:
+        while True:
+            try:
+                if not revision:
+                    revision = await self._load()
+                async for event in self._coordinator.watch(NODES, revision, list(self._live)):
+                    revision = event.revision
+                    if event.kind is EventKind.PUT:
+                        self._add(event.key, event.value)
+                    else:
+                        self._live.pop(event.key, None)
+            except HistoryLost:
+                revision = 0  # list again
+            except CoordinationUnavailable as error:
+                log.warning("membership watch interrupted: %s", error)
+                await asyncio.sleep(1)
+
+    async def leave(self) -> None:
+        if self._mirror is not None:
+            self._mirror.cancel()
+        await self._coordinator.delete(f"{NODES}/{leaf_name(self.me.name)}")
