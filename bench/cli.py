@@ -22,6 +22,7 @@ examples:
   python -m bench pubsub latency \\
       --target ours=amqp://guest:guest@127.0.0.1:5673/ --target rabbitmq=amqp://guest:guest@127.0.0.1:5672/
   python -m bench confirms --confirm-windows 1,64 --count 20000 --url amqp://127.0.0.1:5672/
+  python -m bench pubsub --url 'amqps://guest:guest@localhost:5671/?cafile=ca.pem'   # over TLS
   python -m bench client-ceiling      # the client's own limits, against an in-process null broker
 """
 

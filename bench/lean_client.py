@@ -15,6 +15,7 @@ by default (incoming heartbeats are answered).
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -54,25 +55,38 @@ class AMQPError(Exception):
 
 @dataclass(frozen=True)
 class BrokerAddress:
+    """Where a broker listens. `amqps://` URLs connect over TLS (default port 5671), checking the
+    server's certificate against `?cafile=PATH` (else the system's CAs)."""
+
     host: str
     port: int
     user: str
     password: str
     vhost: str
+    tls: bool = False
+    cafile: str | None = None
 
     @classmethod
     def from_url(cls, url: str) -> BrokerAddress:
         parsed = urllib.parse.urlparse(url)
-        if parsed.scheme != "amqp":
-            raise ValueError(f"only amqp:// URLs are supported: {url}")
+        if parsed.scheme not in ("amqp", "amqps"):
+            raise ValueError(f"only amqp:// and amqps:// URLs are supported: {url}")
+        tls = parsed.scheme == "amqps"
         path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
+        query = urllib.parse.parse_qs(parsed.query)
         return cls(
             host=parsed.hostname or "127.0.0.1",
-            port=parsed.port or 5672,
+            port=parsed.port or (5671 if tls else 5672),
             user=urllib.parse.unquote(parsed.username or "guest"),
             password=urllib.parse.unquote(parsed.password or "guest"),
             vhost=urllib.parse.unquote(path) if path else "/",
+            tls=tls,
+            cafile=query.get("cafile", [None])[0],
         )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client TLS context for an amqps:// address, None for amqp://."""
+        return ssl.create_default_context(cafile=self.cafile) if self.tls else None
 
 
 class LeanChannel:
@@ -271,7 +285,10 @@ class LeanConnection(asyncio.Protocol):
         address = BrokerAddress.from_url(url)
         loop = asyncio.get_running_loop()
         conn = cls(address, heartbeat, frame_max, name)
-        await asyncio.wait_for(loop.create_connection(lambda: conn, address.host, address.port), timeout)
+        context = address.ssl_context()
+        tls_options = {"ssl": context, "server_hostname": address.host} if context else {}
+        await asyncio.wait_for(loop.create_connection(lambda: conn, address.host, address.port, **tls_options),
+                               timeout)
         try:
             await asyncio.wait_for(asyncio.shield(conn._opened), timeout)
         except asyncio.TimeoutError:
