@@ -363,11 +363,11 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
             loop.add_signal_handler(signum, stop.set)
         except (NotImplementedError, RuntimeError):  # not on the main thread
             pass
-    if tls is not None:
-        try:
-            loop.add_signal_handler(signal.SIGHUP, reload_certificates, tls)
-        except (NotImplementedError, RuntimeError):
-            pass
+    try:
+        # Always handled: SIGHUP's default action would stop a broker without TLS.
+        loop.add_signal_handler(signal.SIGHUP, reload_certificates, tls)
+    except (NotImplementedError, RuntimeError):
+        pass
     if ready is not None:
         ready.set()
     await stop.wait()
@@ -381,8 +381,11 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     return 0
 
 
-def reload_certificates(tls: TlsListenerContext) -> None:
+def reload_certificates(tls: TlsListenerContext | None) -> None:
     """SIGHUP: read the TLS certificate and key again; a bad file is logged and the old one kept."""
+    if tls is None:
+        log.warning("SIGHUP: TLS is not configured, no certificate to reload")
+        return
     try:
         tls.reload()
     except (OSError, ValueError) as error:  # ssl.SSLError is an OSError

@@ -96,3 +96,19 @@ def test_a_bad_certificate_file_is_refused_and_the_old_one_kept(tmp_path: Path):
         assert served_certificate(files, ports["amqps"]) == before
     finally:
         process.stop()
+
+
+def test_sighup_without_tls_keeps_the_broker_running(tmp_path: Path):
+    process = launch(tmp_path / "broker")
+    try:
+        process.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + WAIT_S
+        while "no certificate to reload" not in process.log_text():
+            assert process.process.poll() is None, "SIGHUP stopped the broker"
+            assert time.monotonic() < deadline, "no log line for SIGHUP"
+            time.sleep(0.05)
+        connection = pika.BlockingConnection(pika.URLParameters(process.url()))
+        assert connection.is_open
+        connection.close()
+    finally:
+        process.stop()
