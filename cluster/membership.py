@@ -53,6 +53,7 @@ class Membership:
         self._session_ttl = session_ttl
         self._live: dict[str, NodeRecord] = {}
         self._mirror: asyncio.Task | None = None
+        self._key = f"{NODES}/{leaf_name(me.name)}"
 
     def live_nodes(self) -> list[NodeRecord]:
         """Every live node, this one included, by name."""
@@ -61,7 +62,7 @@ class Membership:
     async def join(self) -> None:
         """Register; a key left by this name's previous, killed process is waited out (it expires
         within the session TTL). Raises NodeNameInUse if a live node keeps it longer."""
-        key = f"{NODES}/{leaf_name(self.me.name)}"
+        key = self._key
         deadline = time.monotonic() + self._session_ttl + 2
         while True:
             try:
@@ -100,13 +101,29 @@ class Membership:
                         self._add(event.key, event.value)
                     else:
                         self._live.pop(event.key, None)
+                        if event.key == self._key:
+                            await self._register_again()
             except HistoryLost:
                 revision = 0  # list again
             except CoordinationUnavailable as error:
+                # Resume from the revision reached; the keys we had let it report what went.
                 log.warning("membership watch interrupted: %s", error)
                 await asyncio.sleep(1)
+            except Exception:  # the live list must never silently stop following
+                log.exception("membership watch failed; listing the nodes again")
+                revision = 0
+                await asyncio.sleep(1)
+
+    async def _register_again(self) -> None:
+        """Our key went while we are alive: the session expired while the coordination service
+        was out of reach (it has a new one now), or someone deleted it. Write it back."""
+        log.warning("this node's membership key %s was removed; registering again", self._key)
+        try:
+            await self._coordinator.compare_and_set(self._key, self.me.encode(), None, ephemeral=True)
+        except VersionConflict:
+            log.error("node name %r was taken by another node while this one was out", self.me.name)
 
     async def leave(self) -> None:
         if self._mirror is not None:
             self._mirror.cancel()
-        await self._coordinator.delete(f"{NODES}/{leaf_name(self.me.name)}")
+        await self._coordinator.delete(self._key)

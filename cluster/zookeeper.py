@@ -15,7 +15,10 @@ from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError, ConnectionClosedError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 
 from cluster.address import ClusterAddress
@@ -24,6 +27,10 @@ from cluster.coordinator import (
 )
 
 CONNECT_TIMEOUT_S = 10.0
+# kazoo's ways of saying "ZooKeeper is out of reach now"; it reconnects (with a new session if
+# the old one expired) on its own, and callers see CoordinationUnavailable meanwhile.
+_UNREACHABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, OperationTimeoutError,
+                KazooTimeoutError)
 
 
 class ZooKeeperCoordinator(Coordinator):
@@ -53,6 +60,8 @@ class ZooKeeperCoordinator(Coordinator):
                     return
                 try:
                     future.set_result(result.get_nowait())
+                except _UNREACHABLE as error:
+                    future.set_exception(CoordinationUnavailable(f"ZooKeeper out of reach: {error!r}"))
                 except Exception as error:  # kazoo's own exception types, passed on as they are
                     future.set_exception(error)
             self._loop.call_soon_threadsafe(on_loop)
@@ -66,9 +75,14 @@ class ZooKeeperCoordinator(Coordinator):
     def _kv(self, key: str, data: bytes, stat: Any) -> KeyValue:
         return KeyValue(key, data, stat.version, stat.mzxid)
 
+    async def _ensure_path(self, path: str) -> None:
+        try:
+            await asyncio.to_thread(self._client.ensure_path, path)
+        except _UNREACHABLE as error:
+            raise CoordinationUnavailable(f"ZooKeeper out of reach: {error!r}") from None
+
     async def _ensure_parent(self, key: str) -> None:
-        parent = self._path(key).rsplit("/", 1)[0]
-        await asyncio.to_thread(self._client.ensure_path, parent)
+        await self._ensure_path(self._path(key).rsplit("/", 1)[0])
 
     async def get(self, key: str) -> KeyValue | None:
         try:
@@ -114,7 +128,7 @@ class ZooKeeperCoordinator(Coordinator):
     async def _read_directory(self, directory: str, watch: Any = None) -> tuple[dict[str, KeyValue], int]:
         """Every key in `directory` and the directory's child-change zxid (pzxid)."""
         path = self._path(directory)
-        await asyncio.to_thread(self._client.ensure_path, path)
+        await self._ensure_path(path)
         names, parent = await self._await(self._client.get_children_async(path, watch=watch, include_data=True))
         items: dict[str, KeyValue] = {}
         for name in names:

@@ -96,3 +96,37 @@ def test_a_second_live_node_with_the_same_name_is_refused(coordination, tmp_path
         assert "node name 'same' is held by another live node" in second.stderr
     finally:
         first.kill()
+
+
+def test_a_node_whose_membership_key_is_removed_registers_again(coordination, tmp_path):
+    """What a node does when its session expired while the coordination service was out of
+    reach: it finds its key gone and writes it back, so it does not vanish for good."""
+    import asyncio
+
+    from cluster import connect, parse_cluster_address
+
+    url = coordination.url("again")
+    port = free_port()
+    node = launch(tmp_path / "n", NODE_CONFIG, extra_args=(
+        "--management-port", str(port), "--cluster", url, "--node-name", "lonely"))
+    try:
+
+        async def registered(coordinator) -> None:
+            deadline = time.monotonic() + 10
+            while (await coordinator.get("nodes/lonely")) is None:
+                assert time.monotonic() < deadline, "the node is not registered"
+                await asyncio.sleep(0.1)
+
+        async def remove_and_wait_for_return() -> None:
+            coordinator = await connect(parse_cluster_address(url), session_ttl=SESSION_TTL)
+            try:
+                await registered(coordinator)
+                assert await coordinator.delete("nodes/lonely")
+                await registered(coordinator)
+            finally:
+                await coordinator.close()
+
+        asyncio.run(remove_and_wait_for_return())
+        _wait_for_nodes(port, ["lonely"], within=5)
+    finally:
+        node.kill()
