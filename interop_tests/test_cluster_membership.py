@@ -54,10 +54,12 @@ def test_nodes_see_each_other_and_a_killed_node_drops_out(coordination, tmp_path
     url = coordination.url(f"cluster-{uuid.uuid4().hex[:6]}")
     nodes = {}
     try:
+        metrics_port = free_port()
         for name in ("alpha", "beta", "gamma"):
             port = free_port()
             broker = launch(tmp_path / name, NODE_CONFIG, extra_args=(
-                "--management-port", str(port), "--cluster", url, "--node-name", name))
+                "--management-port", str(port), "--cluster", url, "--node-name", name,
+                *(("--metrics-port", str(metrics_port)) if name == "alpha" else ())))
             nodes[name] = (broker, port)
         alpha_port = nodes["alpha"][1]
         _wait_for_nodes(alpha_port, ["alpha", "beta", "gamma"], within=10)
@@ -71,6 +73,12 @@ def test_nodes_see_each_other_and_a_killed_node_drops_out(coordination, tmp_path
         text = out.getvalue()
         assert "Running Nodes\n\nalpha\nbeta\ngamma\n" in text
         assert "Cluster name: " + url.rsplit("/", 1)[1] in text
+
+        # Each node's metrics name it and the cluster (the address's prefix), as RabbitMQ's do.
+        metrics = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        identity = next(line for line in metrics.splitlines() if line.startswith("rabbitmq_identity_info{"))
+        assert 'rabbitmq_node="alpha"' in identity
+        assert f'rabbitmq_cluster="{url.rsplit("/", 1)[1]}"' in identity
 
         nodes["beta"][0].kill()  # kill -9: no goodbye, only the session's expiry
         took = _wait_for_nodes(alpha_port, ["alpha", "gamma"], within=SESSION_TTL + 5)
