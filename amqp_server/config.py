@@ -250,10 +250,7 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         ("metrics_port", args.metrics_port, "--metrics-port"),
         ("management_port", args.management_port, "--management-port"),
     ]
-    for key, value, source in overrides:
-        if value is None or value == "":  # an empty variable counts as unset
-            continue
-        setattr(config, key, _SERVER_KEYS[key](_coerce_text(key, value, source), source))
+    _apply_overrides(config, _SERVER_KEYS, overrides)
     tls_overrides: list[tuple[str, str | None, str]] = [
         ("amqp_port", env.get(ENV_SSL_PORT), ENV_SSL_PORT),
         ("certfile", env.get(ENV_SSL_CERTFILE), ENV_SSL_CERTFILE),
@@ -266,10 +263,7 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         ("management_port", args.management_ssl_port, "--management-ssl-port"),
         ("metrics_port", args.metrics_ssl_port, "--metrics-ssl-port"),
     ]
-    for key, value, source in tls_overrides:
-        if value is None or value == "":
-            continue
-        setattr(config.tls, key, _TLS_KEYS[key](_coerce_text(key, value, source), source))
+    _apply_overrides(config.tls, _TLS_KEYS, tls_overrides)
     _check_tls(config)
 
     management_overrides = [
@@ -295,6 +289,15 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
 
     config.data_dir = Path(config.data_dir).expanduser().resolve()
     return config
+
+
+def _apply_overrides(target: Any, validators: Mapping[str, Callable[[Any, str], Any]],
+                     overrides: list[tuple[str, str | None, str]]) -> None:
+    """Set each (key, text, source) on `target`, in order, so a later source wins."""
+    for key, value, source in overrides:
+        if value is None or value == "":  # an empty variable counts as unset
+            continue
+        setattr(target, key, validators[key](_coerce_text(key, value, source), source))
 
 
 def _first_set(*candidates: tuple[str | None, str]) -> tuple[str, str] | None:

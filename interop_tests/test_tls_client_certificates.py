@@ -4,7 +4,6 @@ a listener with fail_if_no_peer_cert refuses a client without one."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import ssl
@@ -19,7 +18,7 @@ import pytest
 
 from interop_tests.broker_process import TEST_CONFIG, launch
 from interop_tests.node_runner import run_scenario
-from interop_tests.tls_helpers import TlsFiles, make_tls_files, tls_args, tls_config, tls_ports
+from interop_tests.tls_helpers import TlsFiles, aio_pika_round_trip, make_tls_files, tls_args, tls_config, tls_ports
 from interop_tests.test_tls_listeners import https_get
 
 pytestmark = pytest.mark.timeout(90)
@@ -105,17 +104,8 @@ def test_aio_pika_logs_in_with_external(external_broker):
     query = urllib.parse.urlencode({"auth": "external", "cafile": str(files.ca_file), "certfile": str(client_pem),
                                     "keyfile": str(client_pem)})
 
-    async def scenario() -> bytes:
-        connection = await aio_pika.connect(f"amqps://localhost:{ports['amqps']}/?{query}")
-        async with connection:
-            channel = await connection.channel()
-            queue = await channel.declare_queue("", exclusive=True)
-            await channel.default_exchange.publish(aio_pika.Message(b"by certificate"), routing_key=queue.name)
-            message = await queue.get(timeout=5)
-            await message.ack()
-            return message.body
-
-    assert asyncio.run(scenario()) == b"by certificate"
+    url = f"amqps://localhost:{ports['amqps']}/?{query}"
+    assert aio_pika_round_trip(lambda: aio_pika.connect(url), b"by certificate") == b"by certificate"
 
 
 def test_kombu_logs_in_with_external(external_broker):

@@ -6,7 +6,6 @@ reports the session as RabbitMQ does; TLS 1.1 is refused by default; a TLS-only 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import socket
@@ -22,7 +21,7 @@ import pytest
 
 from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, free_port, launch
 from interop_tests.node_runner import run_scenario
-from interop_tests.tls_helpers import TlsFiles, amqps_url, make_tls_files, tls_args, tls_config, tls_ports
+from interop_tests.tls_helpers import TlsFiles, aio_pika_round_trip, amqps_url, make_tls_files, tls_args, tls_config, tls_ports
 
 pytestmark = pytest.mark.timeout(90)
 GUEST_AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
@@ -70,18 +69,9 @@ def test_pika_publishes_and_gets_over_amqps(tls_broker):
 def test_aio_pika_publishes_and_gets_over_amqps(tls_broker):
     _process, files, ports = tls_broker
 
-    async def scenario() -> bytes:
-        connection = await aio_pika.connect(host="localhost", port=ports["amqps"], login="guest", password="guest",
-                                            ssl=True, ssl_context=files.client_context())
-        async with connection:
-            channel = await connection.channel()
-            queue = await channel.declare_queue("", exclusive=True)
-            await channel.default_exchange.publish(aio_pika.Message(b"over tls"), routing_key=queue.name)
-            message = await queue.get(timeout=5)
-            await message.ack()
-            return message.body
-
-    assert asyncio.run(scenario()) == b"over tls"
+    connect = lambda: aio_pika.connect(host="localhost", port=ports["amqps"], login="guest",  # noqa: E731
+                                       password="guest", ssl=True, ssl_context=files.client_context())
+    assert aio_pika_round_trip(connect, b"over tls") == b"over tls"
 
 
 def test_kombu_publishes_and_gets_over_amqps(tls_broker):

@@ -47,12 +47,18 @@ def round_trip(connection: pika.BlockingConnection, body: bytes) -> bytes:
     return received
 
 
-def test_reload_by_ctl_and_by_sighup_keeps_open_connections(tmp_path: Path):
+def start_tls_broker(tmp_path: Path):
+    """A broker with TLS listeners and a plain management port for the ctl."""
     files = make_tls_files(tmp_path / "certs")
     ports = tls_ports()
     management = free_port()
     process = launch(tmp_path / "broker", tls_config(files, TEST_CONFIG),
                      (*tls_args(ports), "--management-port", str(management)))
+    return process, files, ports, management
+
+
+def test_reload_by_ctl_and_by_sighup_keeps_open_connections(tmp_path: Path):
+    process, files, ports, management = start_tls_broker(tmp_path)
     try:
         first = served_certificate(files, ports["amqps"])
         old = pika.BlockingConnection(pika.ConnectionParameters(
@@ -82,11 +88,7 @@ def test_reload_by_ctl_and_by_sighup_keeps_open_connections(tmp_path: Path):
 
 
 def test_a_bad_certificate_file_is_refused_and_the_old_one_kept(tmp_path: Path):
-    files = make_tls_files(tmp_path / "certs")
-    ports = tls_ports()
-    management = free_port()
-    process = launch(tmp_path / "broker", tls_config(files, TEST_CONFIG),
-                     (*tls_args(ports), "--management-port", str(management)))
+    process, files, ports, management = start_tls_broker(tmp_path)
     try:
         before = served_certificate(files, ports["amqps"])
         files.cert_file.write_text("not a certificate\n")

@@ -6,11 +6,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import aio_pika
 import trustme
 
 from interop_tests.broker_process import BrokerProcess, free_port
@@ -88,3 +91,17 @@ def tls_args(ports: dict[str, int]) -> tuple[str, ...]:
 
 def amqps_url(broker: BrokerProcess, port: int, user: str = "guest", password: str = "guest") -> str:
     return f"amqps://{user}:{password}@localhost:{port}/%2F"
+
+
+def aio_pika_round_trip(connect: "Callable[[], Awaitable[aio_pika.abc.AbstractRobustConnection]]", body: bytes) -> bytes:
+    """Connect with aio-pika, publish `body` to a fresh queue and get it back."""
+    async def scenario() -> bytes:
+        async with await connect() as connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue("", exclusive=True)
+            await channel.default_exchange.publish(aio_pika.Message(body), routing_key=queue.name)
+            message = await queue.get(timeout=5)
+            await message.ack()
+            return message.body
+
+    return asyncio.run(scenario())
