@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from amqp_server.config import ServerConfig
 
 PERMISSION_KINDS = ("configure", "write", "read")
+# The user another node of the cluster logs in as over its link (cluster_link.py), with the
+# cluster secret as its password. It may do anything in every vhost; it is never listed,
+# exported or stored, and without a cluster secret nobody can log in as it.
+CLUSTER_LINK_USER = "amqp-server-cluster-link"
 
 
 class AuthenticationFailed(Exception):
@@ -104,6 +109,8 @@ class AccessControl:
         self.loopback_users = frozenset(loopback_users)
         self._users: dict[str, User] = {}
         self._permissions: dict[tuple[str, str], _CompiledPermission] = {}
+        self._cluster_secret: bytes | None = None
+        self.cluster_link_user: User | None = None  # set by admit_cluster_links
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> AccessControl:
@@ -173,6 +180,11 @@ class AccessControl:
         for key in [k for k in self._permissions if k[1] == vhost]:
             del self._permissions[key]
 
+    def admit_cluster_links(self, secret: str) -> None:
+        """Let the cluster's other nodes log in as CLUSTER_LINK_USER with `secret`."""
+        self._cluster_secret = secret.encode()
+        self.cluster_link_user = User(CLUSTER_LINK_USER, "", [])
+
     # ---- checks ----
 
     def authenticate(self, mechanism: str, response: bytes | str, peer_is_loopback: bool) -> User:
@@ -183,6 +195,10 @@ class AccessControl:
             name, password = parse_sasl_response(mechanism, response)
         except SaslError as err:
             raise AuthenticationFailed(f"{mechanism} login refused: {err}", mechanism) from err
+        if name == CLUSTER_LINK_USER and self.cluster_link_user is not None:
+            if hmac.compare_digest(password.encode("utf-8", "surrogateescape"), self._cluster_secret):
+                return self.cluster_link_user
+            raise AuthenticationFailed(f"{mechanism} login refused: user '{name}' - invalid credentials", mechanism)
         user = self._users.get(name)
         if user is None:
             raise AuthenticationFailed(f"{mechanism} login refused: user '{name}' - invalid credentials", mechanism)
@@ -218,6 +234,8 @@ class AccessControl:
         return user
 
     def can_access_vhost(self, user: User, vhost: str) -> bool:
+        if user is self.cluster_link_user and user is not None:
+            return True
         return (user.name, vhost) in self._permissions and user.name in self._users
 
     def is_permitted(self, user: User, vhost: str, kind: str, resource: str) -> bool:
@@ -225,5 +243,5 @@ class AccessControl:
         exchange or queue named ``resource`` in ``vhost``?"""
         permission = self._permissions.get((user.name, vhost))
         if permission is None:
-            return False
+            return user is self.cluster_link_user and user is not None
         return permission.permits(kind, resource or "amq.default")

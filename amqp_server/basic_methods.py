@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from amqp_server import codec, errors
+from amqp_server.cluster_remote_queue import refuse_if_unavailable
+from amqp_server.cluster_transactions import check_one_node
 from amqp_server.errors import AMQPError
 from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.publishing import route_publish
@@ -93,6 +95,7 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
         return
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
+    refuse_if_unavailable(queue)
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumer_count):
         raise AMQPError(
             errors.ACCESS_REFUSED, f"{errors.resource('queue', queue.name, channel.vhost.name)} in exclusive use"
@@ -123,6 +126,9 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
         timeout_ms=None if method.no_ack else timeout_ms or None,
     )
     channel.consumers[tag] = consumer
+    if queue.is_remote:
+        queue.subscribe(channel, consumer, method.nowait)  # consume-ok once its owner node's comes
+        return
     if not method.nowait:
         reply(channel, commands.Basic.ConsumeOk(consumer_tag=tag))
     queue.add_consumer(consumer)
@@ -159,6 +165,10 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
     connection = channel.connection
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
+    if queue.is_remote:
+        queue.check_available()
+        queue.fetch_for(channel, method.no_ack)  # get-ok or get-empty once its owner node answers
+        return
     if queue.single_active is not None:
         raise AMQPError(
             errors.RESOURCE_LOCKED,
@@ -237,6 +247,8 @@ def tx_select(channel: "Channel", method: commands.Tx.Select) -> None:
 def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
     if not channel.transactional:
         raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
+    if channel.connection.broker.cluster_links is not None:
+        check_one_node(channel, channel.tx_publishes, channel.tx_settlements)
     publishes, channel.tx_publishes = channel.tx_publishes, []
     settlements = forget_transaction_settlements(channel)
     journaled: set = set()

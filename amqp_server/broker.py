@@ -30,6 +30,7 @@ from queues.timers import Timers
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
+    from amqp_server.cluster_links import ClusterLinks
     from cluster.membership import Membership, NodeRecord
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Broker:
         # Every node of a cluster reports the same name: the prefix its keys live under.
         self.cluster_name = _cluster_name(config) or self.node_name
         self._membership: "Membership | None" = None
+        self.cluster_links: "ClusterLinks | None" = None  # set on joining a cluster
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
         # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
@@ -152,9 +154,11 @@ class Broker:
         )
         return QueueJournal(store, self.committer)
 
-    def joined_cluster(self, membership: "Membership") -> None:
-        """This node is now a member of a cluster (amqp_server/cluster_node.py)."""
+    def joined_cluster(self, membership: "Membership", links: "ClusterLinks") -> None:
+        """This node is now a member of a cluster (amqp_server/cluster_node.py); `links` reach
+        the queues other nodes own."""
         self._membership = membership
+        self.cluster_links = links
 
     def other_live_nodes(self) -> list["NodeRecord"]:
         """The cluster's other live nodes; none when running alone."""

@@ -17,11 +17,13 @@ from pamqp import commands
 
 from amqp_server import codec, errors
 from amqp_server.basic_methods import METHOD_HANDLERS
+from amqp_server.cluster_link_frames import FORWARD_TO_METHOD
 from amqp_server.consumer_timeouts import deliveries_timed_out
 from amqp_server.declarations import DECLARATION_HANDLERS
 from amqp_server.errors import AMQPError
 from amqp_server.ordered_replies import OrderedReplies
 from amqp_server.publisher_confirms import PublisherConfirms
+from amqp_server.cluster_forwarded import forwarded_queues
 from amqp_server.publishing import PendingPublish, begin_publish, complete_publish, refused_header
 from amqp_server.settlement import apply_settlement, settle
 from queues.consumer import Consumer
@@ -36,6 +38,7 @@ from queues.unacked_store import Unacked, UnackedStore
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
     from exchanges import Exchange
+    from queues.queue import Queue
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,9 @@ class Channel:
         # that timed out, so a late ack of one is ignored instead of being an unknown tag.
         self.delivery_timeouts: DeliveryTimeouts | None = None
         self.timed_out: set[int] = set()
+        # On a cluster link's channel, after a forward-to: the queues of this node the next
+        # publishes go into, unrouted (cluster_forwarded.py). None on every client channel.
+        self.forward_targets: tuple["Queue", ...] | None = None
 
     # -- frames in ---------------------------------------------------------------------
 
@@ -103,6 +109,9 @@ class Channel:
                 return
         except (IndexError, struct.error, UnicodeDecodeError):
             raise codec.cannot_decode(payload) from None
+        if index == FORWARD_TO_METHOD and self.connection.is_cluster_link:
+            self.forward_targets = forwarded_queues(self, payload)
+            return
         if index == codec.ACCESS_REQUEST_METHOD:
             # Kept by RabbitMQ for very old clients: always granted, ticket 1 (pamqp 4 lacks the class).
             self.connection.send_frames([codec.access_request_ok_frame(self.id)])
@@ -225,6 +234,17 @@ class Channel:
         self.write_permitted.clear()
 
     # -- delivering (the DeliverySink a consumer uses) ---------------------------------
+
+    def take_delivery_tag(self) -> int:
+        """The next delivery tag of this channel."""
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        return tag
+
+    def forget_consumer(self, consumer: Consumer) -> None:
+        """Drop a consumer that never started (its remote queue's owner refused it), untold."""
+        if self.consumers.get(consumer.tag) is consumer:
+            del self.consumers[consumer.tag]
 
     def can_deliver(self) -> bool:
         if self.connection.deliveries_paused or self.state != OPEN:

@@ -6,11 +6,13 @@ Imported only when a cluster is configured, so a single node loads no coordinati
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from typing import TYPE_CHECKING
 
 from cluster import connect, parse_cluster_address
-from cluster.coordinator import CoordinationUnavailable, Coordinator
+from amqp_server.cluster_links import ClusterLinks
+from cluster.coordinator import CoordinationUnavailable, Coordinator, VersionConflict
 from cluster.membership import Membership, NodeNameInUse, NodeRecord
 
 if TYPE_CHECKING:
@@ -18,6 +20,9 @@ if TYPE_CHECKING:
     from amqp_server.config import ServerConfig
 
 log = logging.getLogger(__name__)
+
+# Where the cluster secret is kept when the configuration gives none.
+SECRET_KEY = "link-secret"
 
 
 class ClusterJoinFailed(Exception):
@@ -27,9 +32,10 @@ class ClusterJoinFailed(Exception):
 class ClusterNode:
     """This broker's place in the cluster: its coordinator session and its membership."""
 
-    def __init__(self, coordinator: Coordinator, membership: Membership) -> None:
+    def __init__(self, coordinator: Coordinator, membership: Membership, links: ClusterLinks) -> None:
         self._coordinator = coordinator
         self.membership = membership
+        self.links = links
 
     @classmethod
     async def join(cls, config: "ServerConfig", broker: "Broker", amqp_port: int) -> "ClusterNode":
@@ -46,20 +52,44 @@ class ClusterNode:
         )
         membership = Membership(coordinator, me, config.cluster.session_ttl)
         try:
+            # Other nodes may connect as soon as this one is listed: admit them first.
+            secret = config.cluster.secret or await _shared_secret(coordinator)
+            broker.access.admit_cluster_links(secret)
             await membership.join()
         except NodeNameInUse as error:
+            await coordinator.close()
+            raise ClusterJoinFailed(str(error)) from None
+        except CoordinationUnavailable as error:
             await coordinator.close()
             raise ClusterJoinFailed(str(error)) from None
         except BaseException:
             await coordinator.close()
             raise
-        broker.joined_cluster(membership)
+        links = ClusterLinks(secret, lambda: {
+            node.name: node.amqp_address for node in membership.live_nodes() if node.name != me.name
+        })
+        broker.joined_cluster(membership, links)
+        broker.reply_registry.forward_elsewhere(me.name, links.forward_reply)
         log.info("joined cluster %s as %s; live nodes: %s", address.prefix, me.name,
                  ", ".join(node.name for node in membership.live_nodes()))
-        return cls(coordinator, membership)
+        return cls(coordinator, membership, links)
 
     async def leave(self) -> None:
+        self.links.close()
         try:
             await self.membership.leave()
         finally:
             await self._coordinator.close()
+
+
+async def _shared_secret(coordinator: Coordinator) -> str:
+    """The cluster secret kept in the coordination service; the first node to ask makes it."""
+    stored = await coordinator.get(SECRET_KEY)
+    if stored is not None:
+        return stored.value.decode()
+    secret = secrets.token_urlsafe(32)
+    try:
+        await coordinator.compare_and_set(SECRET_KEY, secret.encode(), None)
+    except VersionConflict as conflict:  # another node made it at the same moment
+        return conflict.current.value.decode()
+    return secret

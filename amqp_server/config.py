@@ -37,6 +37,7 @@ ENV_DATA_DIR = "AMQP_SERVER_DATA_DIR"
 ENV_CONFIG = "AMQP_SERVER_CONFIG"
 ENV_LOG_LEVEL = "AMQP_SERVER_LOG_LEVEL"
 ENV_CLUSTER = "AMQP_SERVER_CLUSTER"
+ENV_CLUSTER_SECRET = "AMQP_SERVER_CLUSTER_SECRET"
 ENV_NODE_NAME = "AMQP_SERVER_NODE_NAME"
 ENV_MANAGEMENT_ALLOWED_HOSTS = "AMQP_SERVER_MANAGEMENT_ALLOWED_HOSTS"
 ENV_MANAGEMENT_ALLOWED_ORIGINS = "AMQP_SERVER_MANAGEMENT_ALLOWED_ORIGINS"
@@ -146,6 +147,9 @@ class ClusterConfig:
     url: str | None = None  # etcd://h:p,h:p/prefix or zookeeper://h:p,.../prefix
     node_name: str | None = None  # default amqp-server@<hostname>
     session_ttl: float = 5.0  # seconds until a killed node's membership key expires
+    # What nodes log in to each other with (docs/cluster.md); None: the first node makes one
+    # and keeps it in the coordination service.
+    secret: str | None = None
 
 
 def _default_users() -> list[UserConfig]:
@@ -280,6 +284,7 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
     cluster_overrides = [
         ("url", env.get(ENV_CLUSTER), ENV_CLUSTER),
         ("node_name", env.get(ENV_NODE_NAME), ENV_NODE_NAME),
+        ("secret", env.get(ENV_CLUSTER_SECRET), ENV_CLUSTER_SECRET),
         ("url", args.cluster, "--cluster"),
         ("node_name", args.node_name, "--node-name"),
     ]
@@ -553,6 +558,13 @@ def _cluster_url(value: Any, where: str) -> str:
     return text
 
 
+def _cluster_secret(value: Any, where: str) -> str:
+    text = _nonempty_string(value, where)
+    if len(text) < 16:
+        _fail(where, "must be at least 16 characters (every node of the cluster uses the same)")
+    return text
+
+
 def _session_ttl(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 60:
         _fail(where, f"must be a number of seconds between 1 and 60, got {value!r}")
@@ -563,6 +575,7 @@ _CLUSTER_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "url": _cluster_url,
     "node_name": _nonempty_string,
     "session_ttl": _session_ttl,
+    "secret": _cluster_secret,
 }
 
 _SECTIONS = ("server", "limits", "storage", "management", "tls", "cluster", "users", "vhosts", "permissions",

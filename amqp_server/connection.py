@@ -148,6 +148,11 @@ class Connection:
         """RabbitMQ's connection name: "client_ip:port -> server_ip:port"."""
         return f"{self.peer} -> {self.local_address}" if self.local_address else self.peer
 
+    @property
+    def is_cluster_link(self) -> bool:
+        """Logged in as another node of the cluster (with the cluster secret)."""
+        return self.user is not None and self.user is self.broker.access.cluster_link_user
+
     def describe(self) -> str:
         """The connection for log lines: name, vhost, user and client product."""
         vhost = f", vhost: '{self.vhost.name}'" if self.vhost is not None else ""

@@ -20,6 +20,7 @@ from pamqp import commands
 from amqp_server import codec, errors
 from amqp_server.basic_methods import queue_name_or_last, reply
 from amqp_server.definitions_export import is_stored_queue
+from amqp_server.cluster_remote_queue import refuse_if_unavailable
 from amqp_server.errors import AMQPError
 from exchanges.registry import EXCHANGE_TYPES
 from queues.arguments import amqp_type_name
@@ -157,6 +158,7 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
         allow_reserved_name=server_named,  # amq.gen-… is ours to give
         server_named=server_named,
     )
+    refuse_if_unavailable(queue)
     if created:
         connection.broker.stats.queues_created += 1
         if queue.exclusive:
@@ -204,6 +206,10 @@ def queue_purge(channel: "Channel", method: commands.Queue.Purge) -> None:
     connection = channel.connection
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
+    if queue.is_remote:
+        queue.check_available()
+        queue.purge_for(channel, method.nowait)  # purge-ok with its owner node's count
+        return
     count = queue.purge()
     if not method.nowait:
         reply(channel, commands.Queue.PurgeOk(message_count=count))

@@ -93,6 +93,29 @@ class OrderedReplies:
         entry.failure = failure
         wait(lambda error: self._done(entry, error))
 
+    def fill(self, entry: _Held, frames: list[bytes]) -> None:
+        """Send a held reply whose frames are known only now (a basic.get-ok a cluster node
+        answered), in order with the others."""
+        entry.frame = b"".join(frames)
+        self._done(entry, None)
+
+    def withdraw(self, entry: _Held) -> None:
+        """A held reply will not be sent after all (its request failed): what waited behind
+        it goes out."""
+        try:
+            self._held.remove(entry)
+        except ValueError:
+            return
+        if self._connection.state != OPEN:
+            self._held.clear()
+            return
+        held = self._held
+        ready = []
+        while held and held[0].ready:
+            ready.append(held.popleft().frame)
+        if ready:
+            self._connection.send_frames(ready)
+
     def _done(self, entry: _Held, error: OSError | None) -> None:
         if self._connection.state != OPEN:  # closed meanwhile: nobody to answer
             self._held.clear()

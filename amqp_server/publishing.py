@@ -66,12 +66,16 @@ def begin_publish(channel: "Channel", payload: bytes) -> None:
         raise AMQPError(errors.NOT_IMPLEMENTED, "immediate=true", 60, 40)
     vhost = channel.vhost
     exchange = vhost.exchanges.get(exchange_name)
-    if exchange is None:
+    if exchange is None and channel.forward_targets is not None:
+        # Forwarded by a node that routed it a moment before the exchange was deleted: it still
+        # goes to its queues, named as published (deliveries repeat routing_raw byte for byte).
+        exchange = vhost.default_exchange
+    elif exchange is None:
         raise AMQPError(errors.NOT_FOUND, f"no {errors.resource('exchange', exchange_name, vhost.name)}", 60, 40)
     if exchange_name not in channel.write_permitted:
         channel.connection.check_permission("write", "exchange", exchange_name or "amq.default")
         channel.write_permitted.add(exchange_name)
-    if exchange.internal:
+    if exchange.internal and channel.forward_targets is None:  # a dead-lettered message may come from one
         raise AMQPError(
             errors.ACCESS_REFUSED,
             f"cannot publish to internal {errors.resource('exchange', exchange_name, vhost.name)}",
@@ -157,14 +161,20 @@ def route_publish(channel: "Channel", exchange: "Exchange", message: Message, ma
     seq = confirms.take_seq() if confirms is not None else 0
     accepted = True
     journaled: list[Queue] | None = None
-    if exchange is vhost.default_exchange and is_reply_key(message.routing_key):
-        delivered = broker.reply_registry.deliver(message)
+    destinations = channel.forward_targets
+    if destinations is None and exchange is vhost.default_exchange and is_reply_key(message.routing_key):
+        delivered = broker.reply_registry.deliver(message, vhost.name)
     else:
-        routing_keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
-        if routing_keys is not None:
-            message = strip_bcc(message)
+        if destinations is None:
+            routing_keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
+            if routing_keys is not None:
+                message = strip_bcc(message)
+            destinations = vhost.route(exchange, message, routing_keys)
+        else:
+            # Forwarded by another node, which routed it to these queues of ours (cluster_forwarded.py).
+            destinations = [queue for queue in destinations if not queue.deleted]
         delivered = False
-        for queue in vhost.route(exchange, message, routing_keys):
+        for queue in destinations:
             outcome = queue.publish(message)
             if outcome == REJECTED:
                 accepted = False  # a queue at its length limit with x-overflow reject-publish

@@ -277,6 +277,19 @@ class VirtualHost:
             self.on_durable_change("queues", queue_definition(self.name, queue), True)
         return queue, True
 
+    def adopt_remote_queue(self, queue: Queue) -> None:
+        """Hold the stand-in of a queue another node of the cluster owns (cluster_links.py), in
+        place of any queue of that name here. Its definition is the cluster's: nothing is
+        recorded here, now or when it goes (delete_queue). A stand-in already there is replaced
+        (with its bindings: the caller binds the new one); a queue of this node never is
+        (ValueError): its messages are here."""
+        existing = self.queues.get(queue.name)
+        if existing is not None:
+            if not existing.is_remote:
+                raise ValueError(f"{queue!r}: this node owns a queue of that name")
+            self.delete_queue(existing)
+        self.queues[queue.name] = queue
+
     def delete_queue(self, queue: Queue) -> None:
         """Remove a queue, its bindings and its consumers (who are told by their channels)."""
         if self.queues.get(queue.name) is not queue:
@@ -289,7 +302,7 @@ class VirtualHost:
         for source in self._bound_to.pop(queue, {}):
             source.unbind_destination(queue)
             self._maybe_auto_delete_exchange(source)
-        if is_stored_queue(queue):
+        if is_stored_queue(queue) and not queue.is_remote:
             self.on_durable_change("queues", queue_definition(self.name, queue), False)
 
     # -- bindings ----------------------------------------------------------------------

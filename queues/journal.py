@@ -131,7 +131,8 @@ class QueueJournal:
 
 
 def when_synced(queues: "list[Queue]", callback: SyncCallback) -> None:
-    """Call `callback(error)` once the journals of all `queues` are fsynced (first error wins)."""
+    """Call `callback(error)` once all `queues` stored what was just published to them (their
+    journals fsynced; a remote queue's owner confirmed it); the first error wins."""
     waiting = len(queues)
     failure: list[OSError] = []
 
@@ -144,4 +145,4 @@ def when_synced(queues: "list[Queue]", callback: SyncCallback) -> None:
             callback(failure[0] if failure else None)
 
     for queue in queues:
-        queue.journal.request_sync(one_done)
+        queue.when_stored(one_done)

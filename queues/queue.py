@@ -58,6 +58,9 @@ class Queue:
     journal (queue_recovery.py). docs/lifecycle.md.
     """
 
+    # A queue owned by another node of a cluster is an amqp_server.cluster_remote_queue.RemoteQueue.
+    is_remote = False
+
     def __init__(
         self,
         name: str,
@@ -189,6 +192,12 @@ class Queue:
         if limited:
             length_limit.drop_head_over_limit(self)
         return outcome
+
+    def when_stored(self, callback: Callable[[OSError | None], None]) -> None:
+        """Call `callback(error)` once what was published here so far is stored as durably as
+        the queue promises (its journal fsynced). Only after a publish that returned
+        ENQUEUED_DURABLY."""
+        self.journal.request_sync(callback)
 
     def load_paged(self, seq: int, delivery_count: int) -> QueueEntry | None:
         """Read a paged-out message back from the journal (None if it cannot be read)."""

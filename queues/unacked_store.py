@@ -54,6 +54,13 @@ class UnackedStore:
             taken.append(by_tag.popitem(last=False)[1])
         return taken
 
+    def get(self, tag: int) -> Unacked | None:
+        return self._by_tag.get(tag)
+
+    def items(self):
+        """(tag, delivery) pairs, oldest first (do not settle while iterating)."""
+        return self._by_tag.items()
+
     def values(self):
         """The unacked deliveries, oldest first (do not settle while iterating)."""
         return self._by_tag.values()

@@ -1,0 +1,65 @@
+"""The receiving end of forwarding: a cluster link's forward-to on this node.
+
+Another node routed a message with the full binding table and found queues this node owns; it
+sends forward-to (their names, cluster_link_frames.py) and then the publishes, on a channel of
+a connection logged in with the cluster secret. Each publish then goes into those queues as it
+is, without routing it again (publishing.route_publish), and is confirmed as any publish: at
+once, or once every queue that journaled it fsynced.
+
+Only queues this node owns are taken: a name that is gone, or that stands for a queue of yet
+another node (ownership moved meanwhile), is left out, and a message with no queue left is
+dropped and confirmed, as a publish to a queue deleted a moment earlier would be. A name may
+also be a direct reply-to address of a channel here (a reply published on another node): the
+message is delivered to that channel, as a reply published here would be.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from amqp_server import codec
+from amqp_server.cluster_link_frames import decode_forward_to
+from amqp_server.reply_to import ReplyRegistry, is_reply_key
+from queues.message import Message
+from queues.publish_outcome import ENQUEUED
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+    from queues.queue import Queue
+
+
+def forwarded_queues(channel: "Channel", payload: bytes) -> tuple["Queue", ...]:
+    """The queues a forward-to names that this node owns; 501 if it cannot be decoded."""
+    try:
+        names = decode_forward_to(payload)
+    except (IndexError, struct.error, UnicodeDecodeError):
+        raise codec.cannot_decode(payload) from None
+    vhost = channel.vhost
+    queues = vhost.queues
+    registry = channel.connection.broker.reply_registry
+    found: list = []
+    for name in names:
+        queue = queues.get(name)
+        if queue is not None and not queue.is_remote:
+            found.append(queue)
+        elif is_reply_key(name) and registry.has_key(name):
+            found.append(ReplyAddress(registry, vhost.name))
+    return tuple(found)
+
+
+class ReplyAddress:
+    """A forward-to destination that is a direct reply-to address of a channel of this node:
+    taken by route_publish like a queue (publish, deleted, congested)."""
+
+    __slots__ = ("_registry", "_vhost")
+    deleted = False
+    congested = False
+
+    def __init__(self, registry: ReplyRegistry, vhost: str) -> None:
+        self._registry = registry
+        self._vhost = vhost
+
+    def publish(self, message: Message) -> int:
+        self._registry.deliver(message, self._vhost)
+        return ENQUEUED

@@ -1,0 +1,381 @@
+"""A queue owned by another node, as this node holds it: `RemoteQueue`.
+
+It sits in the vhost's `queues` like any queue, so bindings lead to it and routing finds it;
+what it does goes to the owner over the link (cluster_link.py):
+
+- `publish` forwards the message on the owner's forward stream and reports ENQUEUED_DURABLY,
+  so the publisher's confirm waits for the owner's (`when_stored`). With the owner down the
+  message is refused (REJECTED: the publisher gets a basic.nack), as RabbitMQ 3.10 rejects
+  publishes to a classic queue whose node is down.
+- a consumer here is a consumer there, on a mirror channel of its own with its prefetch,
+  priority, exclusivity and arguments; the owner decides who gets what (priorities, single
+  active consumer) and this node hands each delivery to its client with its own delivery tag.
+  Acks, rejects and requeues go back with the owner's tag; the owner's basic.cancel (queue
+  deleted) reaches the client as a consumer cancel notification.
+- basic.get and queue.purge ask the owner and answer when it does (in order with the channel's
+  other replies).
+
+Memory stays bounded: the owner sends a consumer at most its prefetch (LINK_WINDOW when it has
+none) beyond what the client acked, and forwarding stops reading a publisher while the stream
+to the owner has FORWARD_HIGH messages unconfirmed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from amqp_server import codec, errors
+from amqp_server.cluster_link import MirrorChannel, MirrorState, NodeLink, QueueUnavailable
+from amqp_server.errors import AMQPError
+from queues.consumer import Consumer
+from queues.message import Message
+from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED
+from queues.queue import Queue
+from queues.queue_entry import GONE, QueueEntry
+from queues.unacked_store import Unacked
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+    from amqp_server.cluster_links import ClusterLinks
+    from amqp_server.ordered_replies import SyncCallback
+    from queues.timers import Timers
+
+# A consumer without a prefetch limit gets at most this many unsettled deliveries from the owner
+# at a time, so a slow client cannot make this node buffer the whole queue.
+LINK_WINDOW = 2000
+# Stands for "a connection of another node" as the exclusive owner: no connection here may use it.
+OTHER_NODES_CONNECTION = object()
+
+
+class RemoteDelivery(QueueEntry):
+    """A message the owner delivered to this node, with the owner's delivery tag."""
+
+    __slots__ = ("mirror", "link_tag")
+
+    def __init__(self, message: Message, mirror: MirrorChannel, link_tag: int, redelivered: bool) -> None:
+        super().__init__(message, link_tag)
+        self.mirror = mirror
+        self.link_tag = link_tag
+        self.delivery_count = 1 if redelivered else 0
+
+
+class RemoteConsumer:
+    """One client consumer of a remote queue: its mirror channel on the owner and the deliveries
+    that arrived while the client had no room."""
+
+    __slots__ = ("queue", "consumer", "mirror", "waiting", "active")
+
+    def __init__(self, queue: "RemoteQueue", consumer: Consumer, mirror: MirrorChannel) -> None:
+        self.queue = queue
+        self.consumer = consumer
+        self.mirror = mirror
+        self.waiting: deque[RemoteDelivery] = deque()
+        self.active = False  # the owner answered consume-ok
+
+    def delivered(self, mirror: MirrorChannel, consumer_tag: str, link_tag: int, redelivered: bool,
+                  message: Message) -> None:
+        self.queue.delivered(self, RemoteDelivery(message, mirror, link_tag, redelivered))
+
+    def cancelled_by_owner(self, mirror: MirrorChannel, consumer_tag: str) -> None:
+        self.queue.owner_cancelled(self)
+
+    def mirror_failed(self, mirror: MirrorChannel, error: QueueUnavailable) -> None:
+        if self.active:  # a refused consume is answered by its callback instead
+            self.queue.owner_cancelled(self)
+
+
+class RemoteQueue(Queue):
+    """A queue whose owner is another node (see the module docstring)."""
+
+    is_remote = True
+
+    def __init__(self, name: str, vhost: str, *, owner: str, links: "ClusterLinks", durable: bool,
+                 exclusive: bool, auto_delete: bool, arguments: dict[str, Any] | None, timers: "Timers") -> None:
+        super().__init__(name, vhost, durable=durable, exclusive_owner=OTHER_NODES_CONNECTION if exclusive else None,
+                         auto_delete=auto_delete, arguments=arguments, timers=timers)
+        # Deduplication, length limits, TTLs and x-delivery-count are the owner's to apply.
+        self.__dict__.pop("publish", None)
+        self.dedup = None
+        self.adds_delivery_count = False
+        self.owner = owner
+        self._links = links
+        self._link: NodeLink | None = None  # the link the last message was forwarded on
+        self._last_seq = 0
+        self._remote_consumers: dict[Consumer, RemoteConsumer] = {}
+        self._fetcher: MirrorChannel | None = None  # the mirror channel for basic.get and purge
+
+    def __repr__(self) -> str:
+        return f"<RemoteQueue {self.name!r} vhost={self.vhost!r} owner={self.owner!r}>"
+
+    # -- availability ------------------------------------------------------------------
+
+    def unavailable(self) -> AMQPError:
+        """RabbitMQ's error for a queue whose home node is down (rabbit_amqqueue:not_found_or_absent)."""
+        return AMQPError(
+            errors.NOT_FOUND,
+            f"home node '{self.owner}' of durable {errors.resource('queue', self.name, self.vhost)} "
+            "is down or inaccessible",
+        )
+
+    def check_available(self) -> None:
+        """404 while the owner is not live (declare, consume, get and purge ask first)."""
+        if not self._links.is_live(self.owner):
+            raise self.unavailable()
+
+    def _owner_link(self) -> NodeLink:
+        link = self._links.link(self.owner, self.vhost)
+        if link is None:
+            raise self.unavailable()
+        return link
+
+    # -- publishing --------------------------------------------------------------------
+
+    def publish(self, message: Message) -> int:
+        link = self._links.link(self.owner, self.vhost)
+        if link is None:
+            return REJECTED
+        self._link = link
+        self._last_seq = link.stream.forward(self.name, message)
+        return ENQUEUED_DURABLY
+
+    def when_stored(self, callback: "SyncCallback") -> None:
+        """Call back once the owner confirmed the message last published here."""
+        self._link.stream.when_confirmed(self._last_seq, callback)
+
+    @property
+    def congested(self) -> bool:
+        link = self._link
+        return link is not None and link.stream.is_congested(self)
+
+    def touch(self) -> None:
+        """x-expires runs on the owner."""
+
+    # -- consumers ---------------------------------------------------------------------
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self._remote_consumers)
+
+    def consumers(self) -> list[Consumer]:
+        return list(self._remote_consumers)
+
+    def has_exclusive_consumer(self) -> bool:
+        return False  # the owner knows every node's consumers and refuses what it must
+
+    def subscribe(self, channel: "Channel", consumer: Consumer, nowait: bool) -> None:
+        """Consume on the owner for `consumer`; consume-ok (unless nowait) follows the owner's,
+        and the owner's refusal closes the client's channel with the owner's code and text."""
+        link = self._owner_link()
+        remote = RemoteConsumer(self, consumer, None)  # type: ignore[arg-type]
+        remote.mirror = link.open_mirror(remote)
+        self._remote_consumers[consumer] = remote
+        held = None if nowait else channel.replies.hold(
+            codec.method_frame(channel.id, commands.Basic.ConsumeOk(consumer_tag=consumer.tag)))
+        prefetch = consumer.prefetch_count
+        if channel.global_prefetch_count:
+            prefetch = min(prefetch or channel.global_prefetch_count, channel.global_prefetch_count)
+        remote.mirror.consume(
+            self.name, consumer.tag, no_ack=False, exclusive=consumer.exclusive,
+            prefetch_count=prefetch if prefetch and not consumer.no_ack else LINK_WINDOW,
+            # The consumer timeout is kept here, where the client's acks arrive.
+            arguments={key: value for key, value in consumer.arguments.items() if key != "x-consumer-timeout"},
+            on_reply=lambda reply: self._consume_answered(channel, remote, held, reply),
+        )
+
+    def _consume_answered(self, channel: "Channel", remote: RemoteConsumer, held: Any, reply: Any) -> None:
+        if not isinstance(reply, QueueUnavailable):
+            remote.active = True
+            if held is not None:
+                channel.replies.release(held, None)
+            return
+        self._remote_consumers.pop(remote.consumer, None)
+        channel.forget_consumer(remote.consumer)
+        if held is not None:
+            channel.replies.withdraw(held)
+        if channel.state == "open":
+            error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
+            error.class_id, error.method_id = 60, 20
+            channel.connection.fail_channel(channel, error)
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        raise NotImplementedError("a remote queue's consumers come through subscribe()")
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """The client cancelled (or its channel closed): cancel on the owner; what the client
+        still holds unacked stays settleable until it is settled."""
+        remote = self._remote_consumers.pop(consumer, None)
+        if remote is None:
+            return
+        mirror = remote.mirror
+        while remote.waiting:
+            mirror.reject(remote.waiting.popleft().link_tag, requeue=True)
+        if mirror.state is MirrorState.OPEN:
+            mirror.cancel(consumer.tag, lambda reply: self._close_if_done(mirror))
+        else:
+            self._close_if_done(mirror)
+
+    def delivered(self, remote: RemoteConsumer, entry: RemoteDelivery) -> None:
+        """The owner delivered to `remote`; one that was cancelled here meanwhile gives it back."""
+        if self._remote_consumers.get(remote.consumer) is not remote:
+            entry.mirror.reject(entry.link_tag, requeue=True)
+            self._close_if_done(entry.mirror)
+            return
+        remote.waiting.append(entry)
+        self.dispatch()
+
+    def owner_cancelled(self, remote: RemoteConsumer) -> None:
+        """The owner cancelled the consumer (its queue is gone) or the link went."""
+        if self._remote_consumers.pop(remote.consumer, None) is None:
+            return
+        remote.waiting.clear()
+        remote.consumer.sink.consumer_cancelled(remote.consumer)
+
+    def dispatch(self, now: float | None = None) -> None:
+        """Hand waiting deliveries to the consumers that have room."""
+        for remote in list(self._remote_consumers.values()):
+            waiting = remote.waiting
+            consumer = remote.consumer
+            while waiting and consumer.has_capacity():
+                entry = waiting.popleft()
+                if consumer.no_ack:
+                    entry.state = GONE
+                    entry.mirror.ack(entry.link_tag)  # the client settles nothing: settle here
+                else:
+                    consumer.unacked += 1
+                    self.unacked_count += 1
+                consumer.sink.deliver(consumer, entry)
+
+    # -- settling ----------------------------------------------------------------------
+
+    def ack(self, entry: QueueEntry, consumer: Consumer | None) -> None:
+        self.settle(entry, consumer)
+        entry.mirror.ack(entry.link_tag)
+        self._close_if_done(entry.mirror)
+
+    def reject(self, entry: QueueEntry, consumer: Consumer | None) -> None:
+        self.settle(entry, consumer)
+        entry.mirror.reject(entry.link_tag, requeue=False)  # the owner dead-letters it
+        self._close_if_done(entry.mirror)
+
+    def requeue(self, entries: Any, cause: str | None = None) -> None:
+        mirrors = set()
+        for entry, consumer in entries:
+            self.settle(entry, consumer)
+            entry.mirror.reject(entry.link_tag, requeue=True)
+            mirrors.add(entry.mirror)
+        for mirror in mirrors:
+            self._close_if_done(mirror)
+
+    def _close_if_done(self, mirror: MirrorChannel) -> None:
+        """A mirror channel with no consumer here and nothing unsettled is closed."""
+        if not mirror.idle:
+            return
+        if mirror is self._fetcher:
+            self._fetcher = None
+        elif any(remote.mirror is mirror for remote in self._remote_consumers.values()):
+            return
+        mirror.close()
+
+    # -- basic.get and queue.purge ---------------------------------------------------------
+
+    def _fetch_channel(self) -> MirrorChannel:
+        fetcher = self._fetcher
+        if fetcher is None or fetcher.state is not MirrorState.OPEN:
+            fetcher = self._fetcher = self._owner_link().open_mirror(self)
+        return fetcher
+
+    def fetch_for(self, channel: "Channel", no_ack: bool) -> None:
+        """basic.get on the owner; get-ok or get-empty in order with the channel's replies."""
+        fetcher = self._fetch_channel()
+        held = channel.replies.hold(b"")
+        fetcher.get(self.name, lambda reply: self._fetched(channel, fetcher, held, no_ack, reply))
+
+    def _fetched(self, channel: "Channel", fetcher: MirrorChannel, held: Any, no_ack: bool, reply: Any) -> None:
+        if isinstance(reply, QueueUnavailable):
+            self._refused(channel, held, reply, 70)
+            return
+        if channel.state != "open":
+            if reply is not None and not no_ack:
+                fetcher.reject(reply[0], requeue=True)
+            self._close_if_done(fetcher)
+            return
+        broker = channel.connection.broker
+        if reply is None:
+            broker.stats.get_empty += 1
+            channel.replies.fill(held, [codec.method_frame(channel.id, commands.Basic.GetEmpty())])
+            self._close_if_done(fetcher)
+            return
+        link_tag, redelivered, message, count = reply
+        entry = RemoteDelivery(message, fetcher, link_tag, redelivered)
+        tag = channel.take_delivery_tag()
+        if no_ack:
+            entry.state = GONE
+            fetcher.ack(link_tag)
+        else:
+            self.unacked_count += 1
+            channel.unacked.add(tag, Unacked(entry, self, None))
+        frames = [codec.get_ok_frame(channel.id, tag, redelivered, message.routing_raw, count)]
+        codec.content_frames(frames, channel.id, message.raw_header, message.body, channel.connection.max_body_frame)
+        channel.replies.fill(held, frames)
+        broker.stats.get += 1
+        self._close_if_done(fetcher)
+
+    def purge_for(self, channel: "Channel", nowait: bool) -> None:
+        """queue.purge on the owner; purge-ok with the owner's count."""
+        fetcher = self._fetch_channel()
+        held = None if nowait else channel.replies.hold(b"")
+        fetcher.purge(self.name, lambda reply: self._purged(channel, fetcher, held, reply))
+
+    def _purged(self, channel: "Channel", fetcher: MirrorChannel, held: Any, reply: Any) -> None:
+        if isinstance(reply, QueueUnavailable):
+            self._refused(channel, held, reply, 30)
+            return
+        if held is not None and channel.state == "open":
+            channel.replies.fill(held, [codec.method_frame(channel.id, commands.Queue.PurgeOk(reply.message_count))])
+        self._close_if_done(fetcher)
+
+    def _refused(self, channel: "Channel", held: Any, reply: QueueUnavailable, method_id: int) -> None:
+        self._fetcher = None
+        if held is not None:
+            channel.replies.withdraw(held)
+        if channel.state == "open":
+            error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
+            error.class_id, error.method_id = (60 if method_id == 70 else 50), method_id
+            channel.connection.fail_channel(channel, error)
+
+    # MirrorHandler of the fetch channel (it never consumes, so it gets no deliveries).
+    def cancelled_by_owner(self, *args: Any) -> None:
+        pass
+
+    def mirror_failed(self, mirror: MirrorChannel, error: QueueUnavailable) -> None:
+        if mirror is self._fetcher:
+            self._fetcher = None
+
+    # -- administration ----------------------------------------------------------------
+
+    def purge(self) -> int:
+        """Nothing is held here to purge (AMQP's queue.purge goes to the owner: purge_for)."""
+        return 0
+
+    def delete(self) -> list[Consumer]:
+        """This node forgets the queue (deleted on its owner): consumers here are told."""
+        self.deleted = True
+        consumers = list(self._remote_consumers)
+        for remote in self._remote_consumers.values():
+            remote.waiting.clear()
+            remote.mirror.close()
+        self._remote_consumers.clear()
+        if self._fetcher is not None:
+            self._fetcher.close()
+            self._fetcher = None
+        return consumers
+
+
+def refuse_if_unavailable(queue: Queue) -> None:
+    """404 when `queue` is a remote queue whose owner is not live."""
+    if queue.is_remote:
+        queue.check_available()  # type: ignore[attr-defined]
+

@@ -1,0 +1,88 @@
+"""A coordination service and three broker nodes on loopback, for the cluster interop tests.
+
+`three_nodes(tmp_path)` starts one etcd member and nodes "a", "b" and "c" (each its own process,
+data directory and free ports) and waits until each lists all three in /api/nodes. Node `restart`
+after `kill` keeps its data directory and ports, as a crashed node that comes back does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, free_port, launch
+from tests.coordination_services import start_etcd
+
+SESSION_TTL = 2
+NODE_CONFIG = TEST_CONFIG + """
+[cluster]
+session_ttl = %d
+""" % SESSION_TTL
+NAMES = ("a", "b", "c")
+
+
+@dataclass
+class ClusterNode:
+    name: str
+    broker: BrokerProcess
+    management_port: int
+
+    @property
+    def port(self) -> int:
+        return self.broker.port
+
+    def url(self) -> str:
+        return self.broker.url()
+
+    def api(self, path: str) -> requests.Response:
+        return requests.get(f"http://127.0.0.1:{self.management_port}/api/{path}", auth=("guest", "guest"),
+                            timeout=5)
+
+    def live_nodes(self) -> list[str]:
+        return sorted(node["name"] for node in self.api("nodes").json())
+
+
+def wait_until(check: Callable[[], bool], what: str, within: float = 15.0) -> float:
+    """Seconds until `check()` held; fails the test after `within`."""
+    started = time.monotonic()
+    while True:
+        try:
+            if check():
+                return time.monotonic() - started
+        except (requests.RequestException, OSError):
+            pass
+        assert time.monotonic() - started < within, f"not within {within} s: {what}"
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def three_nodes(tmp_path: Path) -> Iterator[dict[str, ClusterNode]]:
+    etcd = start_etcd(tmp_path / "etcd")
+    url = etcd.url(f"forwarding-{uuid.uuid4().hex[:6]}")
+    nodes: dict[str, ClusterNode] = {}
+    try:
+        for name in NAMES:
+            management_port = free_port()
+            broker = launch(tmp_path / name, NODE_CONFIG, extra_args=(
+                "--management-port", str(management_port), "--cluster", url, "--node-name", name))
+            nodes[name] = ClusterNode(name, broker, management_port)
+        for node in nodes.values():
+            wait_until(lambda node=node: node.live_nodes() == list(NAMES), f"{node.name} lists every node")
+        yield nodes
+    finally:
+        for node in nodes.values():
+            node.broker.kill()
+        etcd.stop()
+
+
+def queue_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:
+    """Wait until every node lists queue `name` (shared definitions reached it)."""
+    for node in nodes.values():
+        wait_until(lambda node=node: node.api(f"queues/%2F/{name}").status_code == 200,
+                   f"{node.name} knows queue {name}")
