@@ -235,6 +235,10 @@ class Channel:
 
     # -- delivering (the DeliverySink a consumer uses) ---------------------------------
 
+    @property
+    def is_open(self) -> bool:
+        return self.state == OPEN
+
     def take_delivery_tag(self) -> int:
         """The next delivery tag of this channel."""
         tag = self.next_delivery_tag

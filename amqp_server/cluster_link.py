@@ -140,6 +140,8 @@ class NodeLink(asyncio.Protocol):
                 mirror = self._channels.get(channel_id)
                 if mirror is not None:
                     mirror.frame(frame_type, payload)
+                if self.state is LinkState.FAILED:
+                    return
         except (errors.AMQPError, IndexError, ValueError) as error:
             self._fail(f"unreadable frame from node {self.node}: {error}")
 

@@ -19,6 +19,8 @@ from queues.timers import Timers
 
 # node name -> "host:port" of its AMQP listener, for every live node but this one
 LiveAddresses = Callable[[], dict[str, str]]
+# (vhost, queue) -> whether its owner holds it now; None when the query does not know the queue
+OwnerHoldsQueue = Callable[[str, str], "bool | None"]
 
 
 class ClusterLinks:
@@ -28,9 +30,23 @@ class ClusterLinks:
         self._secret = secret
         self._live_addresses = live_addresses
         self._links: dict[tuple[str, str], NodeLink] = {}
+        self._owner_holds: OwnerHoldsQueue | None = None
 
     def is_live(self, node: str) -> bool:
         return node in self._live_addresses()
+
+    def ask_owners(self, owner_holds: OwnerHoldsQueue) -> None:
+        """Judge a queue's availability by `owner_holds` (shared definitions know whether its
+        owner took it), not only by whether the owner node is live."""
+        self._owner_holds = owner_holds
+
+    def queue_available(self, vhost: str, queue: str, owner: str) -> bool:
+        """Can the owner node serve this queue now?"""
+        if self._owner_holds is not None:
+            holds = self._owner_holds(vhost, queue)
+            if holds is not None:
+                return holds
+        return self.is_live(owner)
 
     def link(self, node: str, vhost: str) -> NodeLink | None:
         """The link to `node` for `vhost`, connecting if there is none; None while the node is

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from amqp_server import codec, errors
-from amqp_server.cluster_link import MirrorChannel, MirrorState, NodeLink, QueueUnavailable
+from amqp_server.cluster_link import LinkState, MirrorChannel, MirrorState, NodeLink, QueueUnavailable
 from amqp_server.errors import AMQPError
 from queues.consumer import Consumer
 from queues.message import Message
@@ -122,7 +122,7 @@ class RemoteQueue(Queue):
 
     def check_available(self) -> None:
         """404 while the owner is not live (declare, consume, get and purge ask first)."""
-        if not self._links.is_live(self.owner):
+        if not self._links.queue_available(self.vhost, self.name, self.owner):
             raise self.unavailable()
 
     def _owner_link(self) -> NodeLink:
@@ -134,10 +134,12 @@ class RemoteQueue(Queue):
     # -- publishing --------------------------------------------------------------------
 
     def publish(self, message: Message) -> int:
-        link = self._links.link(self.owner, self.vhost)
-        if link is None:
-            return REJECTED
-        self._link = link
+        link = self._link
+        if link is None or link.state is LinkState.FAILED:
+            link = self._links.link(self.owner, self.vhost)
+            if link is None:
+                return REJECTED
+            self._link = link
         self._last_seq = link.stream.forward(self.name, message)
         return ENQUEUED_DURABLY
 
@@ -195,7 +197,7 @@ class RemoteQueue(Queue):
         channel.forget_consumer(remote.consumer)
         if held is not None:
             channel.replies.withdraw(held)
-        if channel.state == "open":
+        if channel.is_open:
             error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
             error.class_id, error.method_id = 60, 20
             channel.connection.fail_channel(channel, error)
@@ -297,7 +299,7 @@ class RemoteQueue(Queue):
         if isinstance(reply, QueueUnavailable):
             self._refused(channel, held, reply, 70)
             return
-        if channel.state != "open":
+        if not channel.is_open:
             if reply is not None and not no_ack:
                 fetcher.reject(reply[0], requeue=True)
             self._close_if_done(fetcher)
@@ -333,7 +335,7 @@ class RemoteQueue(Queue):
         if isinstance(reply, QueueUnavailable):
             self._refused(channel, held, reply, 30)
             return
-        if held is not None and channel.state == "open":
+        if held is not None and channel.is_open:
             channel.replies.fill(held, [codec.method_frame(channel.id, commands.Queue.PurgeOk(reply.message_count))])
         self._close_if_done(fetcher)
 
@@ -341,7 +343,7 @@ class RemoteQueue(Queue):
         self._fetcher = None
         if held is not None:
             channel.replies.withdraw(held)
-        if channel.state == "open":
+        if channel.is_open:
             error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
             error.class_id, error.method_id = (60 if method_id == 70 else 50), method_id
             channel.connection.fail_channel(channel, error)

@@ -112,7 +112,8 @@ def complete_publish(channel: "Channel") -> None:
     message = Message(pending.exchange.name, pending.routing_key, pending.raw_header, body, pending.routing_raw)
     flags = message.property_flags
     # One test of the flag word; properties are decoded only for messages that set these.
-    if flags & (FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION):
+    if flags & (FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION) and channel.forward_targets is None:
+        # (A forwarded message was checked by the node its publisher is connected to.)
         message = check_special_properties(channel, message, flags)
     if flags & FLAG_HEADERS:
         check_routing_headers(message)

@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", action="append", default=[], metavar="LABEL=URL",
                    help="a broker to measure; repeat to compare (targets take turns, in the given order)")
     p.add_argument("--url", action="append", default=[], help="a broker to measure, labelled host:port")
+    p.add_argument("--publish-via", action="append", default=[], metavar="LABEL=URL",
+                   help="publishers of target LABEL connect to URL, another node of its cluster (forwarding)")
     p.add_argument("--broker-pid", action="append", default=[], metavar="LABEL=PID",
                    help="broker process for CPU and RSS figures (default: the process listening on the port)")
     p.add_argument("--size", type=int, default=100, help="message body bytes (default 100)")
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if "all" in names:
         names = list(ALL_ORDER)
     try:
-        targets = parse_targets(args.target, args.url, args.broker_pid)
+        targets = parse_targets(args.target, args.url, args.broker_pid, args.publish_via)
         plan = [v for name in names for v in scenarios.variants(name, opts)]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"# machine: {machine_summary()}")
     for t in targets:
-        print(f"# target {t.label}: {t.url} (pid {t.pid if t.pid else 'unknown'})")
+        via = f", publishers on {t.publish_via}" if t.publish_via else ""
+        print(f"# target {t.label}: {t.url} (pid {t.pid if t.pid else 'unknown'}{via})")
     results = run_plan(plan, targets, args.rounds)
     print()
     print(results.table())

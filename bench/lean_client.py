@@ -137,10 +137,12 @@ class LeanChannel:
         await self._call(commands.Exchange.Delete(exchange=exchange), commands.Exchange.DeleteOk)
 
     async def queue_declare(self, queue: str = "", durable: bool = False, exclusive: bool = False,
-                            auto_delete: bool = False, arguments: dict | None = None) -> str:
-        """Declare a queue; returns its name (the broker's choice when `queue` is empty)."""
+                            auto_delete: bool = False, arguments: dict | None = None, passive: bool = False) -> str:
+        """Declare a queue (or check it exists: `passive`); returns its name (the broker's
+        choice when `queue` is empty)."""
         ok = await self._call(commands.Queue.Declare(queue=queue, durable=durable, exclusive=exclusive,
-                                                     auto_delete=auto_delete, arguments=arguments),
+                                                     auto_delete=auto_delete, arguments=arguments,
+                                                     passive=passive),
                               commands.Queue.DeclareOk)
         return ok.queue
 

@@ -7,12 +7,13 @@ them again, so targets can take turns without leftovers influencing each other.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from bench import memory, topic_bindings
-from bench.lean_client import LeanChannel, LeanConnection
+from bench.lean_client import AMQPError, LeanChannel, LeanConnection
 from bench.orchestrator import Outcome, percentile, run_workers
 from bench.targets import Target
 from bench.workers import ConsumerSpec, PublisherSpec, Timing
@@ -80,6 +81,28 @@ def _cleanup(url: str, queues: list[str], exchanges: list[str] = ()) -> None:
     _with_channel(url, delete)
 
 
+def _await_visible(target: Target, queue: str, within_s: float = 10.0) -> None:
+    """With publishers on another cluster node: wait until that node knows the queue."""
+    if target.publish_via is None:
+        return
+
+    async def wait() -> None:
+        deadline = time.monotonic() + within_s
+        while True:
+            conn = await LeanConnection.open(target.publish_via, name="bench-setup")
+            try:
+                await (await conn.channel()).queue_declare(queue, passive=True)
+                return
+            except AMQPError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+            finally:
+                await conn.close()
+
+    asyncio.run(wait())
+
+
 def _consumer_groups(specs: list[ConsumerSpec], procs: int) -> list[list[ConsumerSpec]]:
     """Spread consumer connections round-robin over at most `procs` processes."""
     procs = max(1, min(procs, len(specs)))
@@ -110,8 +133,9 @@ def _cpu_rows(outcome: Outcome) -> list[Row]:
 def publish_only(target: Target, opts: Options) -> list[Row]:
     queue = _unique("publish-only")
     _with_channel(target.url, lambda ch: ch.queue_declare(queue))
+    _await_visible(target, queue)
     try:
-        pubs = [PublisherSpec(target.url, "", (queue,), opts.size) for _ in range(opts.publishers)]
+        pubs = [PublisherSpec(target.publish_url, "", (queue,), opts.size) for _ in range(opts.publishers)]
         outcome = run_workers(pubs, [], opts.timing, target.pid)
     finally:
         _cleanup(target.url, [queue])
@@ -124,8 +148,9 @@ def publish_only(target: Target, opts: Options) -> list[Row]:
 def pubsub(target: Target, opts: Options, no_ack: bool) -> list[Row]:
     queue = _unique("pubsub")
     _with_channel(target.url, lambda ch: ch.queue_declare(queue))
+    _await_visible(target, queue)
     try:
-        pubs = [PublisherSpec(target.url, "", (queue,), opts.size) for _ in range(opts.publishers)]
+        pubs = [PublisherSpec(target.publish_url, "", (queue,), opts.size) for _ in range(opts.publishers)]
         cons = [ConsumerSpec(target.url, queue, no_ack, opts.prefetch) for _ in range(opts.consumers)]
         expected = opts.count * opts.publishers if opts.count else None
         outcome = run_workers(pubs, _consumer_groups(cons, opts.consumer_procs), opts.timing, target.pid, expected)
@@ -140,8 +165,9 @@ def pubsub(target: Target, opts: Options, no_ack: bool) -> list[Row]:
 def confirms(target: Target, opts: Options, window: int) -> list[Row]:
     queue = _unique("confirms")
     _with_channel(target.url, lambda ch: ch.queue_declare(queue, durable=True))
+    _await_visible(target, queue)
     try:
-        pubs = [PublisherSpec(target.url, "", (queue,), opts.size, persistent=True, confirm_window=window)
+        pubs = [PublisherSpec(target.publish_url, "", (queue,), opts.size, persistent=True, confirm_window=window)
                 for _ in range(opts.publishers)]
         outcome = run_workers(pubs, [], opts.timing, target.pid)
     finally:
@@ -213,6 +239,7 @@ def topic(target: Target, opts: Options) -> list[Row]:
 def latency(target: Target, opts: Options, rate: int) -> list[Row]:
     queue = _unique("latency")
     _with_channel(target.url, lambda ch: ch.queue_declare(queue))
+    _await_visible(target, queue)
     try:
         pubs = [PublisherSpec(target.url, "", (queue,), opts.size, rate=rate)]
         cons = [ConsumerSpec(target.url, queue, False, opts.prefetch, latency=True)]

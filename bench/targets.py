@@ -13,13 +13,21 @@ class Target:
     label: str
     url: str
     pid: int | None
+    # Publishers connect here instead of `url` (another node of the same cluster: the messages
+    # are forwarded to the queues' owner, which `url` is).
+    publish_via: str | None = None
 
     @property
     def address(self) -> BrokerAddress:
         return BrokerAddress.from_url(self.url)
 
+    @property
+    def publish_url(self) -> str:
+        return self.publish_via or self.url
 
-def parse_targets(target_args: list[str], url_args: list[str], pid_args: list[str]) -> list[Target]:
+
+def parse_targets(target_args: list[str], url_args: list[str], pid_args: list[str],
+                  publish_via_args: list[str] = ()) -> list[Target]:
     """Build targets from `--target label=url` and `--url url` options, in the order given.
 
     `--broker-pid label=pid` names a target's broker process; otherwise the pid is
@@ -44,7 +52,13 @@ def parse_targets(target_args: list[str], url_args: list[str], pid_args: list[st
         if not sep or label not in labels:
             raise ValueError(f"--broker-pid wants label=pid for a known label, got {arg!r}")
         pids[label] = int(pid)
-    return [Target(label, url, pids.get(label) or _find_pid(label, url)) for label, url in pairs]
+    via: dict[str, str] = {}
+    for arg in publish_via_args:
+        label, sep, url = arg.partition("=")
+        if not sep or label not in labels or not url:
+            raise ValueError(f"--publish-via wants label=amqp://... for a known label, got {arg!r}")
+        via[label] = url
+    return [Target(label, url, pids.get(label) or _find_pid(label, url), via.get(label)) for label, url in pairs]
 
 
 def _find_pid(label: str, url: str) -> int | None:
