@@ -5,7 +5,6 @@ requeue work across nodes (docs/cluster.md, "Any queue from any node")."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import aio_pika

@@ -122,6 +122,10 @@ class DelayedMessages:
         self.deadline.arm(due_ms / 1000.0)
         return outcome
 
+    def when_stored(self, callback: Callable[[OSError | None], None]) -> None:
+        """Like Queue.when_stored: once the journal holding what was published here is fsynced."""
+        self.journal.request_sync(callback)
+
     def release_due(self) -> None:
         """Timer callback: route the messages whose time has come (a batch at a time)."""
         now_ms = self._now_ms()
