@@ -188,6 +188,10 @@ class RemoteQueue(Queue):
         )
 
     def _consume_answered(self, channel: "Channel", remote: RemoteConsumer, held: Any, reply: Any) -> None:
+        if not channel.is_open:  # closed meanwhile: its release() cancelled the consumer
+            if held is not None:
+                channel.replies.withdraw(held)
+            return
         if not isinstance(reply, QueueUnavailable):
             remote.active = True
             if held is not None:

@@ -22,17 +22,42 @@ from tests.cluster_pair import Pair, linked_pair
 PERSISTENT = aio_pika.DeliveryMode.PERSISTENT
 
 
+_open_connections: list[aio_pika.abc.AbstractConnection] = []
+
+
 def run(tmp_path: Path, scenario: Callable[[Pair], Awaitable[None]]) -> None:
     async def main() -> None:
         async with linked_pair(tmp_path) as pair:
-            await asyncio.wait_for(scenario(pair), 30)
+            try:
+                await asyncio.wait_for(scenario(pair), 30)
+            finally:
+                while _open_connections:
+                    connection = _open_connections.pop()
+                    if not connection.is_closed:
+                        await connection.close()
 
     asyncio.run(main())
 
 
-async def channel_on(url: str, confirms: bool = True) -> aio_pika.abc.AbstractChannel:
+async def connect(url: str) -> aio_pika.abc.AbstractConnection:
     connection = await aio_pika.connect(url)
-    return await connection.channel(publisher_confirms=confirms)
+    _open_connections.append(connection)
+    return connection
+
+
+async def channel_on(url: str, confirms: bool = True) -> aio_pika.abc.AbstractChannel:
+    return await (await connect(url)).channel(publisher_confirms=confirms)
+
+
+async def get_within(queue: aio_pika.abc.AbstractQueue, seconds: float = 5) -> aio_pika.abc.AbstractIncomingMessage:
+    """The next message of `queue` by basic.get, waiting up to `seconds` for one to arrive."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        message = await queue.get(no_ack=True, fail=False)
+        if message is not None:
+            return message
+        assert asyncio.get_running_loop().time() < deadline, f"nothing arrived in {queue.name}"
+        await asyncio.sleep(0.02)
 
 
 async def next_message(queue: aio_pika.abc.AbstractQueue, received: asyncio.Queue) -> aio_pika.abc.AbstractIncomingMessage:
@@ -160,7 +185,7 @@ def test_reject_with_requeue_on_b_redelivers_and_without_dead_letters_on_the_own
         again = await next_message(queue, received)
         assert (again.body, again.redelivered) == (b"task", True)
         await again.nack(requeue=False)
-        dead = await (await on_a.get_queue("dead")).get(no_ack=True, timeout=5)
+        dead = await get_within(await on_a.get_queue("dead"))
         assert dead.body == b"task"
         assert dead.headers["x-death"][0]["reason"] == "rejected"
 
@@ -226,7 +251,7 @@ def test_a_transaction_touching_queues_of_two_nodes_is_refused_and_nothing_is_ap
         on_a = await channel_on(pair.a.url)
         await on_a.declare_queue("remote-part", durable=True)
         pair.stand_in("remote-part")
-        connection = await aio_pika.connect(pair.b.url)
+        connection = await connect(pair.b.url)
         on_b = await connection.channel(publisher_confirms=False)
         await on_b.declare_queue("local-part", durable=True)
         transaction = on_b.transaction()
@@ -290,7 +315,7 @@ def test_direct_reply_to_reaches_a_requester_on_another_node(tmp_path):
         await reply_queue.consume(replies.put_nowait, no_ack=True)
         await client.default_exchange.publish(
             aio_pika.Message(b"ping", reply_to="amq.rabbitmq.reply-to", correlation_id="1"), "rpc")
-        request = await requests.get(no_ack=True, timeout=5)
+        request = await get_within(requests)
         assert request.reply_to.startswith("amq.rabbitmq.reply-to.")
         await server.default_exchange.publish(aio_pika.Message(b"pong", correlation_id="1"), request.reply_to)
         reply = await asyncio.wait_for(replies.get(), 5)
