@@ -102,19 +102,7 @@ class OrderedReplies:
     def withdraw(self, entry: _Held) -> None:
         """A held reply will not be sent after all (its request failed): what waited behind
         it goes out."""
-        try:
-            self._held.remove(entry)
-        except ValueError:
-            return
-        if self._connection.state != OPEN:
-            self._held.clear()
-            return
-        held = self._held
-        ready = []
-        while held and held[0].ready:
-            ready.append(held.popleft().frame)
-        if ready:
-            self._connection.send_frames(ready)
+        self.fill(entry, [])
 
     def _done(self, entry: _Held, error: OSError | None) -> None:
         if self._connection.state != OPEN:  # closed meanwhile: nobody to answer
