@@ -7,7 +7,8 @@ waits, later replies on the channel (a passive declare's, basic.qos-ok, channel.
 a server's channel.close) queue behind it instead of overtaking it. Deliveries and
 publisher confirms are not method replies and are not held.
 
-Nothing is allocated while no reply waits: ``send`` is one test of an empty deque.
+Nothing is allocated while no reply waits: ``send`` is one test, and the deque of held replies
+exists only while one waits (an idle channel does not carry one, about 700 bytes).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class OrderedReplies:
     def __init__(self, connection: "Connection", channel_id: int) -> None:
         self._connection = connection
         self._channel_id = channel_id
-        self._held: deque[_Held] = deque()
+        self._held: deque[_Held] | None = None  # made by hold(), dropped when drained
 
     @property
     def waiting(self) -> bool:
@@ -82,6 +83,8 @@ class OrderedReplies:
         ``release`` waits behind it (queue.delete-ok goes before the basic.cancel its deletion
         sends, as in RabbitMQ)."""
         entry = _Held(frame, ready=False)
+        if self._held is None:
+            self._held = deque()
         self._held.append(entry)
         return entry
 
@@ -106,10 +109,10 @@ class OrderedReplies:
 
     def _done(self, entry: _Held, error: OSError | None) -> None:
         if self._connection.state != OPEN:  # closed meanwhile: nobody to answer
-            self._held.clear()
+            self._held = None
             return
         if error is not None:
-            self._held.clear()
+            self._held = None
             self._connection.close_by_broker(errors.INTERNAL_ERROR, f"{entry.failure}: {error}")
             return
         entry.ready = True
@@ -117,5 +120,7 @@ class OrderedReplies:
         ready = []
         while held and held[0].ready:
             ready.append(held.popleft().frame)
+        if not held:
+            self._held = None
         if ready:
             self._connection.send_frames(ready)
