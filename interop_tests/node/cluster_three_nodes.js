@@ -42,7 +42,8 @@ run(async (urls) => {
   let held = 0;
   let maxHeld = 0;
   let nacked = false;
-  await consuming.consume(queue, (msg) => {
+  const { consumerTag } = await consuming.consume(queue, (msg) => {
+    if (msg === null) return; // cancelled by the broker
     received.push({ body: msg.content.toString(), redelivered: msg.fields.redelivered, tag: msg.fields.deliveryTag });
     held += 1;
     maxHeld = Math.max(maxHeld, held);
@@ -58,6 +59,7 @@ run(async (urls) => {
   });
   const deliveries = await received.done;
   await new Promise((resolve) => setTimeout(resolve, 100));
+  await consuming.cancel(consumerTag);
   const check = await declaring.checkQueue(queue);
   await declaring.deleteQueue(queue);
   await Promise.all([a.close(), b.close(), c.close()]);
