@@ -468,6 +468,10 @@ class MirrorChannel:
         self._get_callbacks.append(on_reply)
         self._send(commands.Basic.Get(queue=queue, no_ack=False), None, None)
 
+    def declare_passive(self, queue: str, on_reply: Callable[[Any], None]) -> None:
+        """queue.declare passive; `on_reply` gets DeclareOk (the owner's counts) or a QueueUnavailable."""
+        self._send(commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk, on_reply)
+
     def purge(self, queue: str, on_reply: Callable[[Any], None]) -> None:
         """queue.purge; `on_reply` gets PurgeOk or a QueueUnavailable."""
         self._send(commands.Queue.Purge(queue=queue), commands.Queue.PurgeOk, on_reply)

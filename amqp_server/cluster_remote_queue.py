@@ -12,8 +12,8 @@ what it does goes to the owner over the link (cluster_link.py):
   active consumer) and this node hands each delivery to its client with its own delivery tag.
   Acks, rejects and requeues go back with the owner's tag; the owner's basic.cancel (queue
   deleted) reaches the client as a consumer cancel notification.
-- basic.get and queue.purge ask the owner and answer when it does (in order with the channel's
-  other replies).
+- basic.get, queue.purge and queue.declare-ok (its message and consumer counts) ask the owner
+  and answer when it does, in order with the channel's other replies.
 
 Memory stays bounded: the owner sends a consumer at most its prefetch (LINK_WINDOW when it has
 none) beyond what the client acked, and forwarding stops reading a publisher while the stream
@@ -301,7 +301,7 @@ class RemoteQueue(Queue):
 
     def _fetched(self, channel: "Channel", fetcher: MirrorChannel, held: Any, no_ack: bool, reply: Any) -> None:
         if isinstance(reply, QueueUnavailable):
-            self._refused(channel, held, reply, 70)
+            self._refused(channel, held, reply, 60, 70)
             return
         if not channel.is_open:
             if reply is not None and not no_ack:
@@ -337,19 +337,35 @@ class RemoteQueue(Queue):
 
     def _purged(self, channel: "Channel", fetcher: MirrorChannel, held: Any, reply: Any) -> None:
         if isinstance(reply, QueueUnavailable):
-            self._refused(channel, held, reply, 30)
+            self._refused(channel, held, reply, 50, 30)
             return
         if held is not None and channel.is_open:
             channel.replies.fill(held, [codec.method_frame(channel.id, commands.Queue.PurgeOk(reply.message_count))])
         self._close_if_done(fetcher)
 
-    def _refused(self, channel: "Channel", held: Any, reply: QueueUnavailable, method_id: int) -> None:
+    def declare_ok_for(self, channel: "Channel") -> None:
+        """queue.declare-ok with the owner's message and consumer counts, as RabbitMQ's nodes
+        answer for a queue of another node."""
+        fetcher = self._fetch_channel()
+        held = channel.replies.hold(b"")
+        fetcher.declare_passive(self.name, lambda reply: self._declared(channel, fetcher, held, reply))
+
+    def _declared(self, channel: "Channel", fetcher: MirrorChannel, held: Any, reply: Any) -> None:
+        if isinstance(reply, QueueUnavailable):
+            self._refused(channel, held, reply, 50, 10)
+            return
+        if channel.is_open:
+            channel.replies.fill(held, [codec.queue_declare_ok_frame(
+                channel.id, self.name, reply.message_count, reply.consumer_count)])
+        self._close_if_done(fetcher)
+
+    def _refused(self, channel: "Channel", held: Any, reply: QueueUnavailable, class_id: int, method_id: int) -> None:
         self._fetcher = None
         if held is not None:
             channel.replies.withdraw(held)
         if channel.is_open:
             error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
-            error.class_id, error.method_id = (60 if method_id == 70 else 50), method_id
+            error.class_id, error.method_id = class_id, method_id
             channel.connection.fail_channel(channel, error)
 
     # MirrorHandler of the fetch channel (it never consumes, so it gets no deliveries).

@@ -165,6 +165,9 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
             connection.exclusive_queues.append(queue)
     connection.broker.stats.queues_declared += 1
     channel.last_queue_name = queue.name
+    if not method.nowait and queue.is_remote and connection.broker.definition_changes == changes_before:
+        queue.declare_ok_for(channel)  # with its owner node's message and consumer counts
+        return
     if not method.nowait:
         _reply_once_stored(
             channel,

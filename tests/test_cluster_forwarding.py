@@ -279,7 +279,7 @@ def test_a_transaction_touching_queues_of_two_nodes_is_refused_and_nothing_is_ap
 # -- basic.get and purge on b ----------------------------------------------------------------
 
 
-def test_basic_get_on_b_fetches_from_the_owner(tmp_path):
+def test_basic_get_and_declare_ok_on_b_come_from_the_owner(tmp_path):
     async def scenario(pair: Pair) -> None:
         on_a = await channel_on(pair.a.url)
         await on_a.declare_queue("inbox", durable=True)
@@ -287,6 +287,8 @@ def test_basic_get_on_b_fetches_from_the_owner(tmp_path):
             await on_a.default_exchange.publish(aio_pika.Message(body, delivery_mode=PERSISTENT), "inbox")
         pair.stand_in("inbox")
         on_b = await channel_on(pair.b.url, confirms=False)
+        declared = await on_b.declare_queue("inbox", passive=True)
+        assert declared.declaration_result.message_count == 3  # the owner's count
         inbox = await on_b.get_queue("inbox", ensure=False)
         first = await inbox.get(no_ack=False)
         assert (first.body, first.delivery_tag, first.message_count) == (b"one", 1, 2)
