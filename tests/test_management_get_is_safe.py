@@ -62,6 +62,7 @@ def populated(broker: Broker, api) -> tuple[Any, dict[str, str]]:
         "source": "audit-x", "kind": "q", "destination": "audit-q", "props": binding["properties_key"],
         "connection": urllib.parse.quote(connection.name, safe=""),
         "channel": urllib.parse.quote(channel_label(connection.name, 1), safe=""),
+        "path": "js/main.js",  # a web UI file
     }
 
 

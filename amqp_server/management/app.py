@@ -1,10 +1,13 @@
-"""The management HTTP API as an aiohttp application (RabbitMQ's rabbitmq_management, /api/...).
+"""The management HTTP API as an aiohttp application (RabbitMQ's rabbitmq_management, /api/...),
+and the web UI that uses it (web_ui.py, served at /).
 
 It runs on the broker's event loop: handlers read and change broker objects directly, between
 two AMQP events, with no locking. Every request must name the API in `Host`, and a
 state-changing one must come from no web page or an allowed one and carry JSON
-(request_guard.py); every /api request needs basic auth (caller.py). Errors come back as
-RabbitMQ's `{"error", "reason"}` JSON. docs/management-api.md lists the routes.
+(request_guard.py); every /api request needs basic auth (caller.py) or the web UI's session
+cookie (ui_sessions.py, with its CSRF token on writes). Errors come back as RabbitMQ's
+`{"error", "reason"}` JSON. docs/management-api.md lists the routes, docs/management-ui.md
+describes the UI.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ from amqp_server.management import (
     feature_routes,
     overview_routes,
     queue_routes,
+    session_routes,
     tls_routes,
     user_routes,
     vhost_routes,
 )
 from amqp_server.management.api_errors import REALM, ApiError, from_amqp_error, not_found
-from amqp_server.management.caller import authenticate
+from amqp_server.management.caller import Caller, authenticate
 from amqp_server.management.context import CALLER_KEY, CONTEXT_KEY, ManagementContext, context
 from amqp_server.management.http_io import dumps
 from amqp_server.management.login_throttle import LoginThrottle
@@ -42,6 +46,8 @@ from amqp_server.management.request_guard import (
     json_body_refused,
     unsupported_media_type,
 )
+from amqp_server.management.ui_sessions import COOKIE_NAME, UI_REQUEST_HEADER, UiSessions
+from amqp_server.management.web_ui import WebUi
 from amqp_server.metrics.broker_view import process_stats_of
 from amqp_server.metrics.process_stats import ProcessStats
 
@@ -53,7 +59,7 @@ if TYPE_CHECKING:
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 ROUTE_MODULES = (
     overview_routes, vhost_routes, user_routes, connection_routes, exchange_routes, queue_routes, binding_routes,
-    definition_routes, alarm_routes, feature_routes, tls_routes,
+    definition_routes, alarm_routes, feature_routes, tls_routes, session_routes,
 )
 # Answered without credentials, as RabbitMQ does (the web UI asks before it logs in).
 PUBLIC_PATHS = frozenset({feature_routes.AUTH_PATH})
@@ -61,9 +67,9 @@ PUBLIC_PATHS = frozenset({feature_routes.AUTH_PATH})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _error_response(error: ApiError) -> web.Response:
+def _error_response(error: ApiError, request: web.Request) -> web.Response:
     headers = dict(error.headers)
-    if error.status == 401 and error.error == "not_authorized":
+    if error.status == 401 and error.error == "not_authorized" and UI_REQUEST_HEADER not in request.headers:
         headers["WWW-Authenticate"] = REALM
     return web.json_response(error.body(), status=error.status, headers=headers, dumps=dumps)
 
@@ -76,9 +82,8 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     ctx = context(request)
     try:
         check_host_and_origin(ctx.request_policy, request)
-        if request.path.startswith("/api/") and request.path not in PUBLIC_PATHS:
-            request[CALLER_KEY] = authenticate(
-                ctx.broker.access, request.headers.get("Authorization"), request.remote, ctx.login_throttle)
+        if request.path.startswith("/api/") and request.path not in PUBLIC_PATHS and not session_routes.is_public(request):
+            request[CALLER_KEY] = _identify(ctx, request)
         # An unknown path or method answers 404/405 from the handler, before any 415.
         if request.match_info.http_exception is None and json_body_refused(request):
             return unsupported_media_type()
@@ -88,18 +93,22 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
             await ctx.broker.definitions_durable()
         return response
     except ApiError as error:
-        return _error_response(error)
+        return _error_response(error, request)
     except AMQPError as error:
-        return _error_response(from_amqp_error(error))
+        return _error_response(from_amqp_error(error), request)
     except web.HTTPNotFound:
-        return _error_response(not_found())
+        return _error_response(not_found(), request)
     except web.HTTPMethodNotAllowed as error:
         return web.json_response({"error": "Method Not Allowed", "reason": f"{request.method} not allowed"},
                                  status=405, headers={"Allow": ",".join(sorted(error.allowed_methods))})
 
 
-async def index(request: web.Request) -> web.Response:
-    return web.Response(text="amqp-server management API: see /api/overview (basic auth)\n")
+def _identify(ctx: ManagementContext, request: web.Request) -> Caller:
+    """Basic auth when the request has an Authorization header, else the web UI's session cookie."""
+    authorization = request.headers.get("Authorization")
+    if authorization is None and COOKIE_NAME in request.cookies:
+        return ctx.ui_sessions.caller(request, ctx.broker.access)
+    return authenticate(ctx.broker.access, authorization, request.remote, ctx.login_throttle)
 
 
 def build_management_app(
@@ -120,12 +129,13 @@ def build_management_app(
         broker, process_stats,
         request_policy=RequestPolicy(settings.allowed_hosts, settings.allowed_origins),
         login_throttle=LoginThrottle(settings.failed_login_limit, settings.failed_login_window),
+        ui_sessions=UiSessions(),
         listeners=listeners or [],
         tls=tls,
     )
     app = web.Application(middlewares=[api_middleware], client_max_size=MAX_REQUEST_BYTES)
     app[CONTEXT_KEY] = ctx
-    app.router.add_get("/", index)
+    WebUi().add_routes(app.router)
     for module in ROUTE_MODULES:
         module.add_routes(app.router)
     if sample_rates:

@@ -100,6 +100,25 @@ def authenticate(access: AccessControl, authorization: str | None, remote: str |
         raise api_errors.too_many_failed_logins(retry_after)
     try:
         name, password = _basic_credentials(authorization)
+    except AuthenticationFailed:
+        throttle.record_failure(remote)
+        raise api_errors.login_failed() from None
+    return _verified(access, name, password, remote, throttle)
+
+
+def check_credentials(access: AccessControl, name: str, password: str, remote: str | None,
+                      throttle: LoginThrottle) -> Caller:
+    """The Caller for a name and password, by the rules of `authenticate` (the web UI's login
+    form comes here, so it meets the same throttle, loopback rule and tag rule)."""
+    retry_after = throttle.retry_after(remote)
+    if retry_after is not None:
+        raise api_errors.too_many_failed_logins(retry_after)
+    return _verified(access, name, password, remote, throttle)
+
+
+def _verified(access: AccessControl, name: str, password: str, remote: str | None,
+              throttle: LoginThrottle) -> Caller:
+    try:
         user = access.authenticate("PLAIN", b"\0" + name.encode() + b"\0" + password.encode(),
                                    is_loopback_address(remote))
     except LoopbackOnly:
@@ -107,6 +126,11 @@ def authenticate(access: AccessControl, authorization: str | None, remote: str |
     except AuthenticationFailed:
         throttle.record_failure(remote)
         raise api_errors.login_failed() from None
+    return management_caller(user, access)
+
+
+def management_caller(user: User, access: AccessControl) -> Caller:
+    """The Caller for an authenticated user; 401 "Not management user" without a management tag."""
     if not MANAGEMENT_TAGS.intersection(user.tags):
         raise api_errors.not_management_user()
     return Caller(user, access)

@@ -17,6 +17,7 @@ from amqp_server.management.connection_json import connection_traffic
 from amqp_server.management.login_throttle import LoginThrottle
 from amqp_server.management.rates import RateSampler
 from amqp_server.management.request_guard import RequestPolicy
+from amqp_server.management.ui_sessions import UiSessions
 from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
 from amqp_server.metrics.process_stats import ProcessStats
 
@@ -38,9 +39,11 @@ class ManagementContext:
     process_stats: Callable[[], ProcessStats]
     request_policy: RequestPolicy  # which Host names and web origins are served (request_guard.py)
     login_throttle: LoginThrottle  # failed logins per client address
+    ui_sessions: UiSessions  # the web UI's logins (session cookies)
     # {"protocol": "amqp"|"amqp/ssl"|"http"|"https"|..., "port": n} for /api/overview's listeners.
     listeners: list[dict[str, Any]] = field(default_factory=list)
-    rates: RateSampler = field(default_factory=RateSampler)
+    # The overview keeps an hour of samples for its charts (?msg_rates_age=...); other objects two.
+    rates: RateSampler = field(default_factory=lambda: RateSampler(history_keys=(OVERVIEW_KEY,)))
     # The TLS listeners' certificate (certificate-expiration check, reload_certificates), if TLS is on.
     tls: "TlsListenerContext | None" = None
 

@@ -12,6 +12,7 @@ from amqp_server.firehose import is_tracing
 from amqp_server.management.context import OVERVIEW_KEY, ManagementContext
 from amqp_server.management.http_io import vhosts_visible_to
 from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
+from amqp_server.management.rates import SampleWindow
 from amqp_server.metrics import identity
 from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
 from amqp_server.metrics.process_stats import uptime_seconds
@@ -55,17 +56,21 @@ def _listeners(ctx: ManagementContext) -> list[dict[str, Any]]:
     ]
 
 
-def overview_json(ctx: ManagementContext, caller: "Caller") -> dict[str, Any]:
+def overview_json(ctx: ManagementContext, caller: "Caller", msg_rates_window: SampleWindow | None = None,
+                  lengths_window: SampleWindow | None = None) -> dict[str, Any]:
     """Broker-wide figures for monitoring users; a user with the management tag only sees the
-    queues, exchanges and connections of their own vhosts and connections."""
+    queues, exchanges and connections of their own vhosts and connections. The windows add
+    RabbitMQ's `samples` to `message_stats` and `queue_totals` (monitoring users only, whose
+    figures are the broker-wide ones the history holds)."""
     broker = ctx.broker
     rates = ctx.rates
     stats = broker.stats
     if caller.is_monitor:
         snapshot = take_snapshot(broker)
-        message_stats = rates.details(OVERVIEW_KEY, broker_message_counts(stats, snapshot.queue_stats))
+        message_stats = rates.details(OVERVIEW_KEY, broker_message_counts(stats, snapshot.queue_stats),
+                                      msg_rates_window)
         queue_totals = rates.details(OVERVIEW_KEY, queue_depth_counts(snapshot.messages_ready,
-                                                                       snapshot.messages_unacked))
+                                                                       snapshot.messages_unacked), lengths_window)
         object_totals = {
             "channels": snapshot.channels,
             "connections": snapshot.connections,

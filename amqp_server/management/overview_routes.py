@@ -15,8 +15,9 @@ from aiohttp import web
 
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
-from amqp_server.management.http_io import item_reply, json_reply, list_reply, vhost_named
+from amqp_server.management.http_io import as_int, item_reply, json_reply, list_reply, vhost_named
 from amqp_server.management.node_json import node_json, overview_json, remote_node_json
+from amqp_server.management.rates import SampleWindow
 
 EMPTY_LISTS = (
     "/api/policies", "/api/policies/{vhost}", "/api/operator-policies", "/api/operator-policies/{vhost}",
@@ -29,7 +30,19 @@ EMPTY_LISTS = (
 
 
 async def overview(request: web.Request) -> web.Response:
-    return item_reply(request, overview_json(context(request), caller(request)))
+    return item_reply(request, overview_json(context(request), caller(request), _sample_window(request, "msg_rates"),
+                                             _sample_window(request, "lengths")))
+
+
+def _sample_window(request: web.Request, prefix: str) -> SampleWindow | None:
+    """RabbitMQ's `{prefix}_age` and `{prefix}_incr` (seconds) query parameters; None without them."""
+    age, incr = request.query.get(f"{prefix}_age"), request.query.get(f"{prefix}_incr")
+    if age is None and incr is None:
+        return None
+    window = SampleWindow(as_int(age, 0), as_int(incr, 0))
+    if window.age <= 0 or window.incr <= 0:
+        raise api_errors.bad_request(f"{prefix}_age and {prefix}_incr must be positive whole seconds")
+    return window
 
 
 async def nodes(request: web.Request) -> web.Response:

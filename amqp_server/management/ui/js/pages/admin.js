@@ -1,0 +1,272 @@
+// Admin (administrators): users and their permissions, virtual hosts with their limits and
+// firehose tracing, policies, feature flags, and definitions export (download) and import
+// (upload).
+
+import { h, replace, num, jsonText } from '../dom.js';
+import { get, put, del, request, api } from '../api.js';
+import { table, form, field, textInput, select, checkbox, confirmAction, act, showOk, showError } from '../widgets.js';
+
+const TABS = [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['policies', 'Policies and limits'],
+  ['features', 'Feature flags'], ['definitions', 'Definitions']];
+const TAGS = ['administrator', 'monitoring', 'policymaker', 'management'];
+
+export function render(app, tab = 'users') {
+  const nav = h('div.subnav', {}, TABS.map(([name, label]) => h('a', { href: `#/admin/${name}`, class: name === tab ? 'active' : null }, label)));
+  if (!app.isAdmin()) {
+    return { el: h('div', {}, h('h1', {}, 'Admin'), h('p', {}, 'The admin pages are for users tagged administrator.')) };
+  }
+  const page = { users, vhosts, policies, features, definitions }[tab] || users;
+  const body = page(app);
+  return { el: h('div', {}, h('div.page-head', {}, h('h1', {}, 'Admin')), nav, body.el), refresh: body.refresh };
+}
+
+// ---- users and permissions -----------------------------------------------------------------
+
+function tagChecks(selected = []) {
+  const boxes = TAGS.map((tag) => checkbox(`tag-${tag}`, tag, selected.includes(tag)));
+  const other = textInput('other-tags', { placeholder: 'other tags, comma-separated', value: selected.filter((t) => !TAGS.includes(t)).join(',') });
+  return {
+    el: h('div.checks', {}, boxes.map((b) => b.el), other),
+    value: () => [...TAGS.filter((tag, i) => boxes[i].box.checked), ...other.value.split(',').map((t) => t.trim()).filter(Boolean)],
+  };
+}
+
+function users(app) {
+  const userTable = h('div');
+  const permissionTable = h('div');
+  const editBox = h('div');
+  const userSelects = [];
+  let userNames = [];
+
+  async function refresh() {
+    const [userList, permissions] = await Promise.all([get('/api/users'), get('/api/permissions')]);
+    userNames = userList.map((u) => u.name);
+    for (const choice of userSelects) {
+      const kept = choice.value;
+      replace(choice, userNames.map((name) => h('option', { value: name, selected: name === kept }, name)));
+    }
+    replace(userTable, table([
+      { title: 'Name', cls: 'name', cell: (u) => u.name },
+      { title: 'Tags', cell: (u) => u.tags.join(', ') || h('span.muted', {}, 'none: cannot use the management UI') },
+      { title: 'Password', cell: (u) => (u.password_hash ? 'set' : h('span.muted', {}, 'none')) },
+      { title: 'Virtual hosts', cls: 'wrap', cell: (u) => permissions.filter((p) => p.user === u.name).map((p) => p.vhost).join(', ') || '–' },
+      { title: '', cell: (u) => h('div.actions', {},
+        h('button.small', { type: 'button', name: 'edit-user', onclick: () => edit(u) }, 'Edit'),
+        h('button.small.danger', { type: 'button', name: 'delete-user', onclick: () => removeUser(u.name) }, 'Delete')) },
+    ], userList));
+    replace(permissionTable, table([
+      { title: 'User', cell: (p) => p.user }, { title: 'Virtual host', cell: (p) => p.vhost },
+      { title: 'Configure', cell: (p) => h('code', {}, p.configure) }, { title: 'Write', cell: (p) => h('code', {}, p.write) },
+      { title: 'Read', cell: (p) => h('code', {}, p.read) },
+      { title: '', cell: (p) => h('button.small.danger', { type: 'button', name: 'clear-permission', onclick: () => clearPermission(p) }, 'Clear') },
+    ], permissions, { empty: 'No permissions.' }));
+  }
+
+  async function removeUser(name) {
+    const self = name === app.user.name ? ' You are logged in as this user: your session ends.' : '';
+    if (!await confirmAction(`Delete user "${name}"? Its permissions go too.${self}`)) return;
+    if (await act(() => del(api`/api/users/${name}`), `User ${name} deleted.`, 'Delete user')) await refresh().catch(showError);
+  }
+
+  async function clearPermission(permission) {
+    if (!await confirmAction(`Clear the permissions of ${permission.user} in ${permission.vhost}?`, { confirmLabel: 'Clear' })) return;
+    if (await act(() => del(api`/api/permissions/${permission.vhost}/${permission.user}`), 'Permissions cleared.', 'Clear permissions')) {
+      await refresh().catch(showError);
+    }
+  }
+
+  function edit(user) {
+    const tags = tagChecks(user.tags);
+    const password = h('input', { type: 'password', name: 'new-password', autocomplete: 'new-password' });
+    replace(editBox, h('div.panel', {}, h('h2', {}, `Edit user ${user.name}`), form('stacked', [
+      field('New password', password, 'Leave empty to keep the current password'),
+      field('Tags', tags.el),
+    ], async () => {
+      const body = { tags: tags.value().join(',') };
+      if (password.value) body.password = password.value;
+      await put(api`/api/users/${user.name}`, body);
+      showOk(`User ${user.name} updated.`);
+      replace(editBox);
+      await refresh();
+    }, 'Update user')));
+    editBox.scrollIntoView({ block: 'nearest' });
+  }
+
+  const addName = textInput('new-user', { required: true, autocomplete: 'off' });
+  const addPassword = h('input', { type: 'password', name: 'new-user-password', autocomplete: 'new-password' });
+  const addTags = tagChecks(['management']);
+  const addUser = form('stacked', [field('Name', addName), field('Password', addPassword), field('Tags', addTags.el)], async () => {
+    await put(api`/api/users/${addName.value}`, { password: addPassword.value, tags: addTags.value().join(',') });
+    showOk(`User ${addName.value} added.`);
+    addName.value = '';
+    addPassword.value = '';
+    await refresh();
+  }, 'Add user');
+
+  const permissionUser = h('select', { name: 'permission-user' });
+  userSelects.push(permissionUser);
+  const permissionVhost = select('permission-vhost', app.vhostChoices(), app.vhost);
+  const [configure, write, read] = ['configure', 'write', 'read'].map((name) => textInput(name, { value: '.*' }));
+  const setPermission = form('stacked', [
+    field('User', permissionUser), field('Virtual host', permissionVhost),
+    field('Configure regexp', configure), field('Write regexp', write), field('Read regexp', read),
+  ], async () => {
+    await put(api`/api/permissions/${permissionVhost.value}/${permissionUser.value}`,
+      { configure: configure.value, write: write.value, read: read.value });
+    showOk(`Permissions of ${permissionUser.value} in ${permissionVhost.value} set.`);
+    await refresh();
+  }, 'Set permissions');
+
+  return {
+    el: h('div', {},
+      h('div.panel', {}, h('h2', {}, 'Users'), userTable), editBox,
+      h('div.panel', {}, h('h2', {}, 'Add a user'), addUser),
+      h('div.panel', {}, h('h2', {}, 'Permissions'), permissionTable, h('h3', {}, 'Set permissions'), setPermission)),
+    refresh,
+  };
+}
+
+// ---- virtual hosts -------------------------------------------------------------------------
+
+function vhosts(app) {
+  const vhostTable = h('div');
+
+  async function refresh() {
+    const list = await get('/api/vhosts');
+    replace(vhostTable, table([
+      { title: 'Name', cls: 'name', cell: (v) => v.name },
+      { title: 'Description', cls: 'wrap', cell: (v) => v.description || '–' },
+      { title: 'Tags', cell: (v) => v.tags.join(', ') || '–' },
+      { title: 'Tracing (firehose)', cell: (v) => {
+        const box = h('input', { type: 'checkbox', name: 'tracing', checked: v.tracing, onchange: async () => {
+          // A vhost PUT replaces description and tags, so send them back unchanged.
+          const ok = await act(() => put(api`/api/vhosts/${v.name}`, { description: v.description, tags: v.tags.join(','), tracing: box.checked }),
+            `Tracing ${box.checked ? 'on' : 'off'} in ${v.name}: messages are copied to amq.rabbitmq.trace.`, 'Tracing');
+          if (!ok) box.checked = !box.checked;
+        } });
+        return h('label', {}, box, v.tracing ? ' on' : ' off');
+      } },
+      { title: 'Ready', num: true, cell: (v) => num(v.messages_ready) },
+      { title: 'Unacked', num: true, cell: (v) => num(v.messages_unacknowledged) },
+      { title: '', cell: (v) => h('button.small.danger', { type: 'button', name: 'delete-vhost', onclick: async () => {
+        if (!await confirmAction(`Delete virtual host "${v.name}" with all its queues, exchanges and messages?`)) return;
+        if (await act(() => del(api`/api/vhosts/${v.name}`), `Virtual host ${v.name} deleted.`, 'Delete virtual host')) await refresh().catch(showError);
+      } }, 'Delete') },
+    ], list));
+  }
+
+  const name = textInput('vhost-name', { required: true });
+  const description = textInput('vhost-description');
+  const tags = textInput('vhost-tags', { placeholder: 'comma-separated' });
+  const tracing = checkbox('vhost-tracing', 'Trace every message (firehose)');
+  const addVhost = form('stacked', [field('Name', name), field('Description', description), field('Tags', tags), field('Tracing', tracing.el)], async () => {
+    await put(api`/api/vhosts/${name.value}`, { description: description.value, tags: tags.value, tracing: tracing.box.checked });
+    showOk(`Virtual host ${name.value} added; you have full permissions in it.`);
+    name.value = '';
+    await refresh();
+  }, 'Add virtual host');
+
+  return {
+    el: h('div', {}, h('div.panel', {}, h('h2', {}, 'Virtual hosts'), vhostTable), h('div.panel', {}, h('h2', {}, 'Add a virtual host'), addVhost)),
+    refresh,
+  };
+}
+
+// ---- policies and limits ---------------------------------------------------------------------
+
+function policies() {
+  const boxes = { policies: h('div'), operator: h('div'), vhostLimits: h('div'), userLimits: h('div') };
+
+  async function refresh() {
+    const [policyList, operatorList, vhostLimits, userLimits] = await Promise.all([
+      get('/api/policies'), get('/api/operator-policies'), get('/api/vhost-limits'), get('/api/user-limits')]);
+    const policyColumns = [
+      { title: 'Virtual host', cell: (p) => p.vhost }, { title: 'Name', cls: 'name', cell: (p) => p.name },
+      { title: 'Pattern', cell: (p) => h('code', {}, p.pattern) }, { title: 'Apply to', cell: (p) => p['apply-to'] },
+      { title: 'Definition', cls: 'wrap', cell: (p) => h('code', {}, jsonText(p.definition)) },
+      { title: 'Priority', num: true, cell: (p) => num(p.priority) },
+    ];
+    replace(boxes.policies, table(policyColumns, policyList, { empty: 'No policies.' }));
+    replace(boxes.operator, table(policyColumns, operatorList, { empty: 'No operator policies.' }));
+    replace(boxes.vhostLimits, table([{ title: 'Virtual host', cell: (l) => l.vhost },
+      { title: 'Limits', cell: (l) => h('code', {}, jsonText(l.value)) }], vhostLimits, { empty: 'No virtual host limits.' }));
+    replace(boxes.userLimits, table([{ title: 'User', cell: (l) => l.user },
+      { title: 'Limits', cell: (l) => h('code', {}, jsonText(l.value)) }], userLimits, { empty: 'No user limits.' }));
+  }
+
+  return {
+    el: h('div', {},
+      h('div.panel', {}, h('h2', {}, 'Policies'), boxes.policies),
+      h('div.panel', {}, h('h2', {}, 'Operator policies'), boxes.operator),
+      h('div.grid', {},
+        h('div.panel', {}, h('h2', {}, 'Virtual host limits'), boxes.vhostLimits),
+        h('div.panel', {}, h('h2', {}, 'User limits'), boxes.userLimits))),
+    refresh,
+  };
+}
+
+// ---- feature flags -------------------------------------------------------------------------
+
+function features() {
+  const flags = h('div');
+  return {
+    el: h('div', {}, h('div.panel', {}, h('h2', {}, 'Feature flags'), flags,
+      h('p.muted', {}, 'Firehose tracing is switched per virtual host on the Virtual hosts tab.'))),
+    async refresh() {
+      replace(flags, table([
+        { title: 'Name', cell: (f) => h('code', {}, f.name) }, { title: 'State', cell: (f) => f.state },
+        { title: 'Description', cls: 'wrap', cell: (f) => f.desc }, { title: 'Provided by', cell: (f) => f.provided_by },
+      ], await get('/api/feature-flags')));
+    },
+  };
+}
+
+// ---- definitions ---------------------------------------------------------------------------
+
+function definitions(app) {
+  const ALL = '';
+  const exportScope = select('export-vhost', [[ALL, 'All (users, vhosts, permissions, topology)'], ...app.vhosts.map((v) => [v, `Virtual host ${v} only`])], ALL);
+  const download = h('button.primary', { type: 'button', name: 'export', onclick: async () => {
+    const path = exportScope.value ? api`/api/definitions/${exportScope.value}` : '/api/definitions';
+    try {
+      const text = await request('GET', path, { text: true });
+      const link = h('a', { href: URL.createObjectURL(new Blob([text], { type: 'application/json' })), download: definitionsFileName(exportScope.value) });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+      showOk('Definitions exported.');
+    } catch (error) {
+      showError(error, 'Export');
+    }
+  } }, 'Download broker definitions');
+
+  const file = h('input', { type: 'file', name: 'definitions-file', accept: '.json,application/json', required: true });
+  const importScope = select('import-vhost', [[ALL, 'All: as the file says'], ...app.vhosts.map((v) => [v, `Into virtual host ${v}`])], ALL);
+  const upload = form('stacked', [field('Definitions file', file), field('Import into', importScope)], async () => {
+    const chosen = file.files[0];
+    if (!chosen) throw new Error('Choose a definitions file first.');
+    const text = await chosen.text();
+    try {
+      JSON.parse(text);
+    } catch (error) {
+      throw new Error(`${chosen.name} is not JSON: ${error.message}`);
+    }
+    if (!await confirmAction(`Import ${chosen.name}? Users in it get its passwords and tags; queues, exchanges and bindings in it are declared.`, { confirmLabel: 'Import' })) return;
+    const path = importScope.value ? api`/api/definitions/${importScope.value}` : '/api/definitions';
+    await request('POST', path, { body: text });
+    showOk(`Definitions imported from ${chosen.name}.`);
+  }, 'Upload broker definitions');
+
+  return {
+    el: h('div', {},
+      h('div.panel', {}, h('h2', {}, 'Export definitions'), h('p.muted', {}, 'Users (with password hashes), virtual hosts, permissions, exchanges, queues and bindings, as RabbitMQ exports them.'),
+        h('form.inline', {}, exportScope, download)),
+      h('div.panel', {}, h('h2', {}, 'Import definitions'), h('p.muted', {}, 'A RabbitMQ or amqp-server export. The first thing the broker refuses stops the import.'), upload)),
+  };
+}
+
+function definitionsFileName(vhost) {
+  const date = new Date().toISOString().slice(0, 10);
+  return vhost ? `definitions-${vhost.replace(/[^A-Za-z0-9._-]/g, '_')}-${date}.json` : `definitions-${date}.json`;
+}

@@ -1,0 +1,321 @@
+"""The management web UI in a real browser: headless Chromium against the real broker.
+
+One broker and one browser for the module (tests log in as they need and keep apart by
+unique names). An operator's round: log in, create a queue, publish to it, get the message
+back with its headers, purge, bind; close a pika connection; add a user and see, as that
+user, what it may not do; export and re-import definitions; watch the rate chart move while a
+publisher runs; and time the overview against 10,000 queues (recorded in
+docs/management-ui.md, not asserted). Every page is photographed for that doc.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+import requests
+from pika.exceptions import ConnectionClosedByBroker
+from selenium.webdriver.common.by import By
+
+from interop_tests.broker_process import BrokerProcess, free_port, launch
+from interop_tests.browser import Ui, screenshot_dir, start_chromium
+
+BULK_QUEUES = 10_000
+PUBLISHER_LIMIT_S = 40.0
+
+
+@pytest.fixture(scope="module")
+def ui_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
+    port = free_port()
+    broker = launch(tmp_path_factory.mktemp("ui-broker"), extra_args=("--management-port", str(port)))
+    try:
+        yield broker, f"http://127.0.0.1:{port}"
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def downloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def ui(ui_broker, downloads, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
+    _broker, base_url = ui_broker
+    driver = start_chromium(downloads)
+    try:
+        yield Ui(driver, base_url, screenshot_dir(tmp_path_factory.mktemp("screenshots")))
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def http(ui_broker) -> Iterator[requests.Session]:
+    """The API as a script sees it (basic auth), to check what the UI did."""
+    session = requests.Session()
+    session.auth = ("guest", "guest")
+    yield session
+    session.close()
+
+
+def api_url(ui_broker, path: str) -> str:
+    return ui_broker[1] + path
+
+
+def as_guest(ui: Ui) -> None:
+    if ui.driver.find_elements(By.CSS_SELECTOR, "button[name=logout]") and "guest" in ui.find("header .who").text:
+        return
+    ui.log_in("guest", "guest")
+    ui.find("nav.main")
+
+
+def test_login_refuses_a_user_without_a_management_tag(ui):
+    ui.open("/", reload=True)
+    ui.find("input[name=username]")
+    ui.screenshot("login")
+    ui.log_in("limited", "limited")  # a user of the broker, without any management tag
+    assert "Not management user" in ui.wait_for_text("Not management user", ".login .notice.error").text
+    ui.log_in("guest", "wrong")
+    ui.wait_for_text("Login failed", ".login .notice.error")
+    ui.log_in("guest", "guest")
+    assert "guest" in ui.find("header .who").text
+    assert not ui.driver.find_elements(By.CSS_SELECTOR, ".login")
+
+
+def test_create_publish_get_purge_and_bind_a_queue(ui, ui_broker, http, unique):
+    as_guest(ui)
+    queue = unique("ui-queue")
+    ui.open("/queues")
+    add = ui.section("Add a queue")
+    ui.fill("name", queue, add)
+    ui.fill("arguments", '{"x-max-length": 1000}', add)
+    ui.press("Add queue", add)
+    ui.wait_for_text(f"Queue {queue} declared", ".notice.ok")
+    ui.fill("filter", queue + "\n")
+    ui.wait(lambda d: d.find_element(By.LINK_TEXT, queue), what="the new queue in the list").click()
+    ui.wait_for_text(f"Queue {queue}", "h1")
+
+    publish = ui.section("Publish a message")
+    ui.fill("publish_headers", '{"trace-id": "t-42", "attempt": 3}', publish)
+    ui.fill("payload", "hello from the browser", publish)
+    ui.press("Publish message", publish)
+    ui.wait_for_text("Message published.", ".publish-result")
+
+    got = ui.section("Get messages")
+    ui.fill("ackmode", "ack_requeue_true", got)
+    ui.press("Get messages", got)
+    message = ui.find(".message[data-position='1']")
+    assert ui.find("pre.payload", message).text == "hello from the browser"
+    headers = ui.find(".headers", message).text
+    assert "trace-id" in headers and "t-42" in headers and "attempt" in headers
+    ui.screenshot("queue")
+
+    ui.press("Purge messages", ui.section("Purge and delete"))
+    assert "Purge queue" in ui.confirm()
+    ui.wait_for_text(f"Queue {queue} purged.", ".notice.ok")
+    assert http.get(api_url(ui_broker, f"/api/queues/%2F/{queue}")).json()["messages"] == 0
+
+    bind_form = ui.find("input[name=source]").find_element(By.XPATH, "ancestor::form")
+    ui.fill("source", "amq.direct", bind_form)
+    ui.fill("routing_key", "ui-key", bind_form)
+    ui.press("Bind", bind_form)
+    ui.wait_for_text("amq.direct", ".panel table")
+    bindings = http.get(api_url(ui_broker, f"/api/queues/%2F/{queue}/bindings")).json()
+    assert {(b["source"], b["routing_key"]) for b in bindings} == {("", queue), ("amq.direct", "ui-key")}
+    assert ui.errors() == []
+
+
+def test_close_a_connection_opened_by_pika(ui, ui_broker):
+    as_guest(ui)
+    broker, _base = ui_broker
+    parameters = pika.URLParameters(broker.url())
+    parameters.client_properties = {"connection_name": "billing-worker"}
+    connection = pika.BlockingConnection(parameters)
+    try:
+        ui.open("/connections")
+        ui.wait(lambda d: d.find_element(By.XPATH, "//td[.//div[text()='billing-worker']]//a"),
+                what="the pika connection").click()
+        ui.wait_for_text("Pika", ".panel")  # its client properties
+        ui.screenshot("connection")
+        ui.press("Close this connection")
+        ui.confirm(typed="maintenance window")
+        ui.wait_for_text("closed.", ".notice.ok")
+        with pytest.raises(ConnectionClosedByBroker) as closed:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                connection.process_data_events(time_limit=0.5)
+        assert closed.value.reply_code == 320
+        assert "maintenance window" in closed.value.reply_text
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def test_a_new_user_sees_what_it_may_not_do(ui, ui_broker, http, unique):
+    as_guest(ui)
+    user, protected = unique("viewer"), unique("protected")
+    assert http.put(api_url(ui_broker, f"/api/queues/%2F/{protected}"), json={"durable": True}).status_code == 201
+    ui.open("/admin/users")
+    ui.fill("new-user", user)
+    ui.fill("new-user-password", "viewer-secret")
+    ui.press("Add user")
+    ui.wait_for_text(f"User {user} added.", ".notice.ok")
+    permission_form = ui.find("select[name=permission-user]").find_element(By.XPATH, "ancestor::form")
+    ui.wait(lambda d: user in [o.text for o in d.find_elements(By.CSS_SELECTOR, "select[name=permission-user] option")],
+            what="the new user in the permission form")
+    ui.fill("permission-user", user, permission_form)
+    ui.fill("permission-vhost", "/", permission_form)
+    ui.fill("configure", "^$", permission_form)  # may declare and delete nothing
+    ui.press("Set permissions", permission_form)
+    ui.wait_for_text(f"Permissions of {user} in / set.", ".notice.ok")
+    ui.screenshot("admin-users")
+
+    ui.log_out()
+    ui.log_in(user, "viewer-secret")
+    ui.find("nav.main")
+    assert [a.text for a in ui.driver.find_elements(By.CSS_SELECTOR, "nav.main a")] == [
+        "Overview", "Connections", "Channels", "Exchanges", "Queues"], "no Admin for a management user"
+    ui.open(f"/queues/%2F/{protected}")
+    ui.press("Delete queue", ui.section("Purge and delete"))
+    ui.confirm()
+    error = ui.wait_for_text("Access refused.", ".notice.error")
+    assert "401" in error.text
+    assert http.get(api_url(ui_broker, f"/api/queues/%2F/{protected}")).status_code == 200, "still there"
+    ui.screenshot("refused")
+    ui.open("/admin")
+    ui.wait_for_text("The admin pages are for users tagged administrator.")
+    ui.log_out()
+
+
+def test_export_and_reimport_definitions(ui, ui_broker, http, downloads, unique):
+    as_guest(ui)
+    queue = unique("defs-queue")
+    assert http.put(api_url(ui_broker, f"/api/queues/%2F/{queue}"),
+                    json={"durable": True, "arguments": {"x-message-ttl": 60000}}).status_code == 201
+    ui.open("/admin/definitions")
+    ui.press("Download broker definitions")
+    ui.wait_for_text("Definitions exported.", ".notice.ok")
+    exported = ui.wait(lambda d: next((p for p in downloads.glob("definitions-*.json") if p.stat().st_size), None),
+                       what="the downloaded definitions file")
+    definitions = json.loads(exported.read_text())
+    assert {"name": queue, "vhost": "/", "durable": True, "auto_delete": False,
+            "arguments": {"x-message-ttl": 60000}} in definitions["queues"]
+
+    assert http.delete(api_url(ui_broker, f"/api/queues/%2F/{queue}")).status_code == 204
+    upload = ui.find("input[name=definitions-file]")
+    upload.send_keys(str(exported))
+    ui.press("Upload broker definitions")
+    assert "Import definitions-" in ui.confirm()
+    ui.wait_for_text(f"Definitions imported from {exported.name}.", ".notice.ok")
+    restored = http.get(api_url(ui_broker, f"/api/queues/%2F/{queue}")).json()
+    assert (restored["durable"], restored["arguments"]) == (True, {"x-message-ttl": 60000})
+    ui.screenshot("admin-definitions")
+
+
+PUBLISHER_RATE = 100.0  # messages/s: far above what the other tests publish, far below the publisher
+
+
+def top_publish_rate(ui: Ui) -> float:
+    """The highest point of the publish series the overview's rate chart draws now."""
+    series = ui.script("const chart = window.amqpUi.charts['message-rates']; return chart ? chart.data[1] : [];") or []
+    return max([rate for rate in series if rate is not None], default=0.0)
+
+
+def test_the_rate_chart_moves_while_a_publisher_runs(ui, ui_broker):
+    as_guest(ui)
+    broker, _base = ui_broker
+    ui.open("/", reload=True)
+    ui.find(".overview[data-ready]")
+    assert top_publish_rate(ui) < PUBLISHER_RATE, "quiet before the publisher starts"
+    stop = threading.Event()
+
+    def publish() -> None:
+        connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+        channel = connection.channel()
+        channel.queue_declare("ui-rate-chart", auto_delete=True)
+        deadline = time.monotonic() + PUBLISHER_LIMIT_S
+        while not stop.is_set() and time.monotonic() < deadline:
+            for _ in range(50):
+                channel.basic_publish("", "ui-rate-chart", b"tick")
+            connection.process_data_events(time_limit=0.05)
+        connection.close()
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    try:
+        # The broker samples every 5 s and the page polls every 5 s: two samples after the start.
+        ui.wait(lambda d: top_publish_rate(ui) > PUBLISHER_RATE, timeout=35, what="the publish rate to rise")
+        ui.screenshot("overview")
+    finally:
+        stop.set()
+        publisher.join()
+
+
+def test_overview_time_to_interactive_with_10000_queues(ui, ui_broker, http):
+    as_guest(ui)
+    assert http.put(api_url(ui_broker, "/api/vhosts/bulk"), json={}).status_code in (201, 204)
+    queues = [{"name": f"bulk-{n:05d}", "vhost": "bulk", "durable": False, "auto_delete": False, "arguments": {}}
+              for n in range(BULK_QUEUES)]
+    imported = http.post(api_url(ui_broker, "/api/definitions"), json={"queues": queues})
+    assert imported.status_code == 204
+    assert http.get(api_url(ui_broker, "/api/overview")).json()["object_totals"]["queues"] >= BULK_QUEUES
+
+    timings = []
+    for _ in range(5):
+        ui.open("/", reload=True)
+        ui.find(".overview[data-ready]")
+        timings.append(ui.script("return performance.getEntriesByName('overview-ready')[0].startTime"))
+    print(f"\noverview ready with {BULK_QUEUES} queues: median {statistics.median(timings):.0f} ms "
+          f"(runs: {', '.join(f'{t:.0f}' for t in timings)})")
+
+    ui.open("/queues")
+    started = time.monotonic()
+    ui.fill("filter", "bulk-0999\n")
+    ui.wait_for_text("10 match the filter", ".pager")
+    print(f"queue list filtered among {BULK_QUEUES} queues in {1000 * (time.monotonic() - started):.0f} ms")
+    total = http.get(api_url(ui_broker, "/api/queues?page=1&page_size=1")).json()["total_count"]
+    ui.fill("filter", "\n")
+    ui.wait_for_text(f"{total:,} in all", ".pager")
+    assert len(ui.driver.find_elements(By.CSS_SELECTOR, ".list-table tbody tr")) == 100, "one page of 100 reached the browser"
+    ui.screenshot("queues")
+
+
+PAGES = [
+    ("/exchanges", "exchanges", "amq.topic"),
+    ("/exchanges/%2F/amq.direct", "exchange", "Bindings from this exchange"),
+    ("/channels", "channels", "Channel"),
+    ("/admin/vhosts", "admin-vhosts", "Tracing (firehose)"),
+    ("/admin/policies", "admin-policies", "Operator policies"),
+    ("/admin/features", "admin-features", "quorum_queue"),
+]
+
+
+def test_every_page_shows_without_errors(ui, ui_broker):
+    as_guest(ui)
+    broker, _base = ui_broker
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_qos(prefetch_count=10)
+        channel.queue_declare("ui-consumed")
+        channel.basic_consume("ui-consumed", lambda *args: None, consumer_tag="ui-consumer")
+        for path, name, text in PAGES:
+            ui.open(path)
+            ui.wait_for_text(text, "main")
+            assert ui.errors() == [], path
+            ui.screenshot(name)
+        ui.open("/channels")
+        ui.wait(lambda d: d.find_element(By.PARTIAL_LINK_TEXT, "(1)"), what="a channel link").click()
+        ui.wait_for_text("ui-consumer", "main")
+        assert ui.find("main").find_element(By.XPATH, ".//tr[th='Confirm mode']/td").text == "on"
+        assert ui.errors() == []
+        ui.screenshot("channel")
+    finally:
+        connection.close()
