@@ -115,6 +115,14 @@ class Ui:
         self.find("button[name=logout]").click()
         self.find("input[name=username]")
 
+    def click(self, by: str, locator: str) -> None:
+        """Click what `locator` finds, trying again while the page redraws it (a refresh replaces
+        list rows, which leaves an element found a moment before stale)."""
+        def clicked(driver: webdriver.Chrome) -> bool:
+            driver.find_element(by, locator).click()
+            return True
+        self.wait(clicked, what=f"{locator} to click")
+
     def type(self, element: WebElement, text: str) -> None:
         element.clear()
         element.send_keys(text)
@@ -161,7 +169,7 @@ class Ui:
 
     def screenshot(self, name: str) -> Path:
         """The whole page (the window grows to the page's height for the picture)."""
-        height = self.script("return Math.ceil(document.documentElement.scrollHeight)")
+        height = self.script("window.scrollTo(0, 0); return Math.ceil(document.documentElement.scrollHeight)")
         self.driver.set_window_size(WINDOW[0], max(WINDOW[1], min(height, 6000)))
         # Two animation frames: the charts' resize observers have redrawn them at the new size.
         self.driver.execute_async_script(

@@ -98,7 +98,7 @@ def test_create_publish_get_purge_and_bind_a_queue(ui, ui_broker, http, unique):
     ui.press("Add queue", add)
     ui.wait_for_text(f"Queue {queue} declared", ".notice.ok")
     ui.fill("filter", queue + "\n")
-    ui.wait(lambda d: d.find_element(By.LINK_TEXT, queue), what="the new queue in the list").click()
+    ui.click(By.LINK_TEXT, queue)
     ui.wait_for_text(f"Queue {queue}", "h1")
 
     publish = ui.section("Publish a message")
@@ -139,8 +139,7 @@ def test_close_a_connection_opened_by_pika(ui, ui_broker):
     connection = pika.BlockingConnection(parameters)
     try:
         ui.open("/connections")
-        ui.wait(lambda d: d.find_element(By.XPATH, "//td[.//div[text()='billing-worker']]//a"),
-                what="the pika connection").click()
+        ui.click(By.XPATH, "//td[.//div[text()='billing-worker']]//a")
         ui.wait_for_text("Pika", ".panel")  # its client properties
         ui.screenshot("connection")
         ui.press("Close this connection")
@@ -281,8 +280,11 @@ def test_overview_time_to_interactive_with_10000_queues(ui, ui_broker, http):
     print(f"queue list filtered among {BULK_QUEUES} queues in {1000 * (time.monotonic() - started):.0f} ms")
     total = http.get(api_url(ui_broker, "/api/queues?page=1&page_size=1")).json()["total_count"]
     ui.fill("filter", "\n")
-    ui.wait_for_text(f"{total:,} in all", ".pager")
+    ui.wait(lambda d: "match the filter" not in ui.find(".pager").text, what="the unfiltered list")
+    assert f"Page 1 of {-(-total // 100)} · {total:,} in all" in ui.find(".pager").text
     assert len(ui.driver.find_elements(By.CSS_SELECTOR, ".list-table tbody tr")) == 100, "one page of 100 reached the browser"
+    ui.fill("page-size", "20")
+    ui.wait_for_text(f"Page 1 of {-(-total // 20)} ·", ".pager")
     ui.screenshot("queues")
 
 
@@ -312,7 +314,7 @@ def test_every_page_shows_without_errors(ui, ui_broker):
             assert ui.errors() == [], path
             ui.screenshot(name)
         ui.open("/channels")
-        ui.wait(lambda d: d.find_element(By.PARTIAL_LINK_TEXT, "(1)"), what="a channel link").click()
+        ui.click(By.PARTIAL_LINK_TEXT, "(1)")
         ui.wait_for_text("ui-consumer", "main")
         assert ui.find("main").find_element(By.XPATH, ".//tr[th='Confirm mode']/td").text == "on"
         assert ui.errors() == []

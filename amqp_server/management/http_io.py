@@ -15,7 +15,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from amqp_server.vhost import VirtualHost
 
 MAX_PAGE_SIZE = 500  # RabbitMQ's limit
+T = TypeVar("T")
 
 
 def _json_default(value: Any) -> Any:
@@ -213,7 +214,28 @@ def list_reply(
     return json_reply(items)
 
 
-def _page(request: web.Request, items: list[dict[str, Any]]) -> dict[str, Any]:
+def lazy_page_reply(request: web.Request, objects: list[T], name_of: Callable[[T], str],
+                    vhost_of: Callable[[T], str], build: Callable[[T], dict[str, Any]]) -> web.Response:
+    """`list_reply(request, [build(o) for o in objects], paginated=True)`, the same answer, but
+    when the request asks for a page sorted by name or vhost (or not sorted), only that page's
+    objects are built: a page of 10,000 queues costs 100 queue_json calls, not 10,000."""
+    query = request.query
+    sort = query.get("sort") or None
+    if "page" not in query or sort not in (None, "name", "vhost"):
+        return list_reply(request, [build(o) for o in objects], paginated=True)
+    if sort is None:
+        ordered = sorted(objects, key=lambda o: (vhost_of(o), name_of(o)))
+    else:
+        ordered = sorted(objects, key=name_of if sort == "name" else vhost_of, reverse=query.get("sort_reverse") == "true")
+    return json_reply(_page(request, ordered, name_of, build))
+
+
+def _item_name(item: dict[str, Any]) -> str:
+    return str(item.get("name", ""))
+
+
+def _page(request: web.Request, items: list[Any], name_of: Callable[[Any], str] = _item_name,
+          build: Callable[[Any], dict[str, Any]] | None = None) -> dict[str, Any]:
     query = request.query
     page = as_int(query.get("page"), 1)
     page_size = as_int(query.get("page_size"), 100)
@@ -230,9 +252,9 @@ def _page(request: web.Request, items: list[dict[str, Any]]) -> dict[str, Any]:
                 pattern = re.compile(name)
             except re.error as error:
                 raise api_errors.bad_request(f"invalid regular expression: {error}") from None
-            items = [item for item in items if pattern.search(str(item.get("name", "")))]
+            items = [item for item in items if pattern.search(name_of(item))]
         else:
-            items = [item for item in items if name in str(item.get("name", ""))]
+            items = [item for item in items if name in name_of(item)]
     filtered = len(items)
     page_count = max(1, math.ceil(filtered / page_size))
     if page > page_count:
@@ -240,6 +262,8 @@ def _page(request: web.Request, items: list[dict[str, Any]]) -> dict[str, Any]:
             400, "page_out_of_range", f"Page out of range, page: {page} page size: {page_size}, len: {filtered}"
         )
     chosen = items[(page - 1) * page_size: page * page_size]
+    if build is not None:
+        chosen = [build(item) for item in chosen]
     columns = _columns(request)
     if columns:
         chosen = [select_columns(item, columns) for item in chosen]

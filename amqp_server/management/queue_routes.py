@@ -21,6 +21,7 @@ from amqp_server.management.http_io import (
     created_or_updated,
     item_reply,
     json_reply,
+    lazy_page_reply,
     list_reply,
     no_content,
     read_body,
@@ -53,10 +54,9 @@ async def list_queues(request: web.Request) -> web.Response:
     vhosts = vhosts_in_scope(request)
     node = ctx.broker.node_name
     unacked_bytes = unacked_bytes_by_queue(ctx.broker)
-    queues = [
-        queue_json(v, q, ctx.rates, node, unacked_bytes.get(q, 0)) for v in vhosts for q in list(v.queues.values())
-    ]
-    return list_reply(request, queues, paginated=True)
+    queues = [(v, q) for v in vhosts for q in list(v.queues.values())]
+    return lazy_page_reply(request, queues, lambda pair: pair[1].name, lambda pair: pair[0].name,
+                           lambda pair: queue_json(pair[0], pair[1], ctx.rates, node, unacked_bytes.get(pair[1], 0)))
 
 
 async def show_queue(request: web.Request) -> web.Response:

@@ -5,7 +5,7 @@
 
 import { h, replace } from './dom.js';
 import { get, post, del, setSession, ApiError } from './api.js';
-import { setNoticeBox, showError, clearNotices } from './widgets.js';
+import { setNoticeBox, showError, clearErrors } from './widgets.js';
 import * as overview from './pages/overview.js';
 import * as connections from './pages/connections.js';
 import * as channels from './pages/channels.js';
@@ -120,7 +120,7 @@ function buildShell() {
     app.vhost = vhostSelect.value;
     localStorage.setItem('amqp-ui-vhost', app.vhost);
     route();
-  } }, h('option', { value: ALL_VHOSTS }, 'All'), app.vhosts.map((name) => h('option', { value: name, selected: name === app.vhost }, name)));
+  } });
   const intervalSelect = h('select', { name: 'refresh', onchange: () => {
     app.interval = Number(intervalSelect.value);
     localStorage.setItem('amqp-ui-interval', String(app.interval));
@@ -130,6 +130,7 @@ function buildShell() {
   setNoticeBox(notices);
   const pageBox = h('div.page');
   shell = { nav, pageBox, vhostSelect };
+  showVhostChoices();
   replace(root(),
     h('header.top', {},
       h('a.brand', { href: '#/' }, 'amqp', h('span', {}, '-server')),
@@ -140,6 +141,18 @@ function buildShell() {
         h('span.who', { title: 'Logged in user and tags' }, app.user.name, ' ', h('span.tags', {}, `(${app.user.tags.join(', ') || 'no tags'})`)),
         h('button.small', { type: 'button', name: 'logout', onclick: logout }, 'Log out'))),
     h('main', {}, notices, pageBox));
+}
+
+function showVhostChoices() {
+  replace(shell.vhostSelect, h('option', { value: ALL_VHOSTS }, 'All'),
+    app.vhosts.map((name) => h('option', { value: name, selected: name === app.vhost }, name)));
+}
+
+// Vhosts come and go (the Admin page, other operators): the selector follows at each page change.
+async function followVhosts() {
+  const before = app.vhosts.join('\n');
+  await loadVhosts();
+  if (shell && app.vhosts.join('\n') !== before) showVhostChoices();
 }
 
 // ---- routing and polling -------------------------------------------------------------------
@@ -154,14 +167,19 @@ function stopPage() {
 function route() {
   if (!shell) return;
   stopPage();
-  clearNotices();
-  const path = decodeURI(window.location.hash.replace(/^#/, '')) || '/';
-  const raw = window.location.hash.replace(/^#/, '') || '/';
+  clearErrors();
+  followVhosts();
+  const path = window.location.hash.replace(/^#/, '') || '/';
   for (const [pattern, render, name] of ROUTES) {
-    const match = raw.match(pattern);
+    const match = path.match(pattern);
     if (!match) continue;
+    let params;
+    try {
+      params = match.slice(1).map((part) => (part === undefined ? undefined : decodeURIComponent(part)));
+    } catch (error) {
+      break; // a malformed %-escape: no such page
+    }
     for (const link of shell.nav.querySelectorAll('a')) link.classList.toggle('active', link.dataset.page === name);
-    const params = match.slice(1).map((part) => (part === undefined ? undefined : decodeURIComponent(part)));
     current = render(app, ...params);
     replace(shell.pageBox, current.el);
     refreshNow();

@@ -29,16 +29,22 @@ export function showError(error, context) {
   noticeBox.append(notice);
 }
 
+const MAX_OK_NOTICES = 3;
+
 export function showOk(text) {
   if (!noticeBox) return;
+  const shown = noticeBox.querySelectorAll('.notice.ok');
+  if (shown.length >= MAX_OK_NOTICES) shown[0].remove();
   const notice = h('div.notice.ok', { role: 'status' }, h('span', {}, text),
     h('button.small', { type: 'button', onclick: () => notice.remove() }, 'Dismiss'));
   noticeBox.append(notice);
   setTimeout(() => notice.remove(), 6000);
 }
 
-export function clearNotices() {
-  noticeBox?.replaceChildren();
+// A new page starts without the last page's errors; confirmations of what was just done
+// (which may have led to the new page) stay until they fade.
+export function clearErrors() {
+  for (const notice of noticeBox?.querySelectorAll('.notice.error') || []) notice.remove();
 }
 
 // ---- confirmation: every destructive action asks first ------------------------------------
@@ -276,14 +282,17 @@ export function exchangeFeatures(exchange) {
 
 // ---- charts (uPlot, vendored in ui/vendor/uplot) ------------------------------------------
 
+const COUNT_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 1e8, 1e9];
 const PALETTE = ['#e8641b', '#1f5fa8', '#1b7f3b', '#8e44ad', '#b3261e', '#6b7280', '#0e8a8a'];
 
 // Charts register here by name so the browser tests read the very data a chart draws.
 window.amqpUi = window.amqpUi || { charts: {} };
 
 export class LineChart {
-  constructor(name, seriesLabels, { valueFormat = (v) => v, height = 220 } = {}) {
+  // counts: the values are whole numbers (no 0.5 ticks on a message count axis).
+  constructor(name, seriesLabels, { valueFormat = (v) => v, height = 220, counts = false } = {}) {
     this.name = name;
+    this.counts = counts;
     this.el = h('div.chart', { id: `chart-${name}` });
     this.labels = seriesLabels;
     this.valueFormat = valueFormat;
@@ -297,11 +306,22 @@ export class LineChart {
     return {
       width, height: this.height,
       cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max * 1.1, 1)] } },
-      axes: [{}, { size: 60, values: (u, ticks) => ticks.map((v) => this.valueFormat(v)) }],
+      scales: {
+        // At least a minute wide: a single point or a few seconds of them get a readable axis,
+        // not one of years or of milliseconds.
+        x: { time: true, range: (u, min, max) => (max - min < 60 ? [max - 60, max] : [min, max]) },
+        y: { range: (u, min, max) => [0, Math.max(max * 1.1, this.counts ? 5 : 1)] },
+      },
+      axes: [{}, { size: 64, values: (u, ticks) => ticks.map((v) => this.valueFormat(v)),
+        incrs: this.counts ? COUNT_STEPS : undefined }],
       series: [{}, ...this.labels.map((label, i) => ({ label, stroke: PALETTE[i % PALETTE.length], width: 2,
         value: (u, v) => (v === null || v === undefined ? '–' : this.valueFormat(v)) }))],
     };
+  }
+
+  // Shown instead of an empty chart until there are points to draw.
+  waiting(text) {
+    if (!this.plot) replace(this.el, h('p.muted', {}, text));
   }
 
   // times: seconds since the epoch, ascending; columns: one array per series.
@@ -309,6 +329,7 @@ export class LineChart {
     const data = [times, ...columns];
     if (!this.plot) {
       if (typeof window.uPlot !== 'function') return; // the deferred library is still loading
+      this.el.replaceChildren();
       this.plot = new window.uPlot(this.options(Math.max(this.el.clientWidth, 300)), data, this.el);
       window.amqpUi.charts[this.name] = this.plot;
     } else {

@@ -48,7 +48,8 @@ export function render(app) {
   let first = true;
   const alarms = h('div.alarms');
   const cards = h('div.cards');
-  const lengthsChart = new LineChart('queued-messages', LENGTHS.map(([, label]) => label), { valueFormat: (v) => num(Math.round(v)) });
+  const totals = h('div.cards');
+  const lengthsChart = new LineChart('queued-messages', LENGTHS.map(([, label]) => label), { valueFormat: (v) => num(Math.round(v)), counts: true });
   const ratesChart = new LineChart('message-rates', RATES.map(([, label]) => label), { valueFormat: (v) => rate(v) });
   const lengthsNow = h('div.now');
   const ratesNow = h('div.now');
@@ -65,7 +66,7 @@ export function render(app) {
 
   const el = h('div.overview', {},
     h('div.page-head', {}, h('h1', {}, 'Overview')),
-    alarms, cards,
+    alarms, cards, totals,
     h('div.panel', {}, h('div.chart-head', {}, h('h2', {}, 'Queued messages'), h('div.ranges', {}, rangeButtons)), lengthsChart.el, lengthsNow),
     h('div.panel', {}, h('div.chart-head', {}, h('h2', {}, 'Message rates')), ratesChart.el, ratesNow),
     h('div.grid', {},
@@ -102,31 +103,36 @@ export function render(app) {
   }
 
   function showCards(overview, node) {
-    const totals = overview.object_totals || {};
+    const counts = overview.object_totals || {};
     replace(cards,
       card('Node', overview.node, null, true),
       card('Version', `${overview.product_name} ${overview.product_version}`, null, true),
       card('Uptime', node ? duration(node.uptime) : '–', null, true),
-      card('Cluster', overview.cluster_name, null, true),
-      card('Connections', num(totals.connections), '#/connections'),
-      card('Channels', num(totals.channels), '#/channels'),
-      card('Exchanges', num(totals.exchanges), '#/exchanges'),
-      card('Queues', num(totals.queues), '#/queues'),
-      card('Consumers', num(totals.consumers), '#/queues'));
+      card('Cluster', overview.cluster_name, null, true));
+    replace(totals,
+      card('Connections', num(counts.connections), '#/connections'),
+      card('Channels', num(counts.channels), '#/channels'),
+      card('Exchanges', num(counts.exchanges), '#/exchanges'),
+      card('Queues', num(counts.queues), '#/queues'),
+      card('Consumers', num(counts.consumers), '#/queues'));
   }
 
   function showCharts(overview) {
     const queueTotals = overview.queue_totals || {};
     const lengthSeries = LENGTHS.map(([field]) => series(queueTotals[`${field}_details`]?.samples));
     if (lengthSeries[0][0].length) lengthsChart.update(lengthSeries[0][0], lengthSeries.map(([, values]) => values));
+    else lengthsChart.waiting(queueTotals.messages_details ? 'Collecting samples (one every 5 s)…'
+      : 'Queued messages over time are charted for users tagged monitoring or administrator.');
     replace(lengthsNow, table(LENGTHS.map(([field, label]) => ({ title: label, num: true, cell: () => num(queueTotals[field]) })), [{}]));
     const stats = overview.message_stats || {};
     if (!Object.keys(stats).length) {
+      ratesChart.waiting('');
       replace(ratesNow, h('p.muted', {}, 'Broker-wide message rates are shown to users tagged monitoring or administrator.'));
       return;
     }
     const rateSeries = RATES.map(([field]) => rates(stats[`${field}_details`]?.samples));
     if (rateSeries[0][0].length) ratesChart.update(rateSeries[0][0], rateSeries.map(([, values]) => values));
+    else ratesChart.waiting('Collecting samples (one every 5 s): rates need two…');
     replace(ratesNow, table(RATES.map(([field, label]) => ({ title: label, num: true, cell: () => rate(stats[`${field}_details`]?.rate) })), [{}]));
   }
 

@@ -79,7 +79,7 @@ export function renderDetail(app, vhost, name) {
   const consumers = h('div');
   const bindings = h('div');
   const chart = new PolledChart('queue-rates', ['Publish', 'Deliver / get', 'Ack', 'Redeliver'], { valueFormat: (v) => rate(v), height: 180 });
-  const depthChart = new PolledChart('queue-depth', ['Ready', 'Unacked'], { valueFormat: (v) => num(Math.round(v)), height: 180 });
+  const depthChart = new PolledChart('queue-depth', ['Ready', 'Unacked'], { valueFormat: (v) => num(Math.round(v)), height: 180, counts: true });
   const messages = h('div.messages');
 
   async function refresh() {
