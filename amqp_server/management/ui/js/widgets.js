@@ -285,6 +285,11 @@ export function exchangeFeatures(exchange) {
 const COUNT_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 1e8, 1e9];
 const PALETTE = ['#e8641b', '#1f5fa8', '#1b7f3b', '#8e44ad', '#b3261e', '#6b7280', '#0e8a8a'];
 
+function showNewest(plot) {
+  const points = plot.data[0].length;
+  if (points && plot.cursor.idx == null) plot.setLegend({ idx: points - 1 });
+}
+
 // Charts register here by name so the browser tests read the very data a chart draws.
 window.amqpUi = window.amqpUi || { charts: {} };
 
@@ -314,6 +319,8 @@ export class LineChart {
       },
       axes: [{}, { size: 64, values: (u, ticks) => ticks.map((v) => this.valueFormat(v)),
         incrs: this.counts ? COUNT_STEPS : undefined }],
+      // Away from the cursor the legend shows the newest values rather than dashes.
+      hooks: { setCursor: [(u) => { if (u.cursor.idx == null) showNewest(u); }] },
       series: [{}, ...this.labels.map((label, i) => ({ label, stroke: PALETTE[i % PALETTE.length], width: 2,
         value: (u, v) => (v === null || v === undefined ? '–' : this.valueFormat(v)) }))],
     };
@@ -335,6 +342,7 @@ export class LineChart {
     } else {
       this.plot.setData(data);
     }
+    showNewest(this.plot);
   }
 
   fit() {

@@ -4,7 +4,7 @@
 
 import { h, replace, num, jsonText } from '../dom.js';
 import { get, put, del, request, api } from '../api.js';
-import { table, form, field, textInput, select, checkbox, confirmAction, act, showOk, showError } from '../widgets.js';
+import { table, form, field, textInput, select, checkbox, parseObject, section, confirmAction, act, showOk, showError } from '../widgets.js';
 
 const TABS = [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['policies', 'Policies and limits'],
   ['features', 'Feature flags'], ['definitions', 'Definitions']];
@@ -174,33 +174,88 @@ function vhosts(app) {
 
 // ---- policies and limits ---------------------------------------------------------------------
 
-function policies() {
+const POLICY_KINDS = [['policies', 'Policy'], ['operator-policies', 'Operator policy']];
+const VHOST_LIMITS = ['max-connections', 'max-queues'];
+const USER_LIMITS = ['max-connections', 'max-channels'];
+
+function policies(app) {
   const boxes = { policies: h('div'), operator: h('div'), vhostLimits: h('div'), userLimits: h('div') };
+  const userChoice = h('select', { name: 'limit-user' });
+
+  const removePolicy = (kind, policy) => async () => {
+    if (!await confirmAction(`Delete ${kind === 'policies' ? 'policy' : 'operator policy'} "${policy.name}" in ${policy.vhost}? Queues and exchanges it applies to lose its settings.`)) return;
+    if (await act(() => del(api`/api/${kind}/${policy.vhost}/${policy.name}`), `Deleted ${policy.name}.`, 'Delete policy')) await refresh().catch(showError);
+  };
+  const clearLimit = (path, label) => async () => {
+    if (!await confirmAction(`Clear the ${label}?`, { confirmLabel: 'Clear' })) return;
+    if (await act(() => del(path), 'Limit cleared.', 'Clear limit')) await refresh().catch(showError);
+  };
+  const limitCells = (limits, pathOf, who) => Object.entries(limits || {}).map(([name, value]) => h('div', {},
+    h('code', {}, `${name}: ${value}`), ' ',
+    h('button.small.danger', { type: 'button', name: 'clear-limit', onclick: clearLimit(pathOf(name), `${name} limit of ${who}`) }, 'Clear')));
 
   async function refresh() {
-    const [policyList, operatorList, vhostLimits, userLimits] = await Promise.all([
-      get('/api/policies'), get('/api/operator-policies'), get('/api/vhost-limits'), get('/api/user-limits')]);
-    const policyColumns = [
+    const [policyList, operatorList, vhostLimits, userLimits, users] = await Promise.all([
+      get('/api/policies'), get('/api/operator-policies'), get('/api/vhost-limits'), get('/api/user-limits'), get('/api/users')]);
+    const policyColumns = (kind) => [
       { title: 'Virtual host', cell: (p) => p.vhost }, { title: 'Name', cls: 'name', cell: (p) => p.name },
       { title: 'Pattern', cell: (p) => h('code', {}, p.pattern) }, { title: 'Apply to', cell: (p) => p['apply-to'] },
       { title: 'Definition', cls: 'wrap', cell: (p) => h('code', {}, jsonText(p.definition)) },
       { title: 'Priority', num: true, cell: (p) => num(p.priority) },
+      { title: '', cell: (p) => h('button.small.danger', { type: 'button', name: 'delete-policy', onclick: removePolicy(kind, p) }, 'Delete') },
     ];
-    replace(boxes.policies, table(policyColumns, policyList, { empty: 'No policies.' }));
-    replace(boxes.operator, table(policyColumns, operatorList, { empty: 'No operator policies.' }));
+    replace(boxes.policies, table(policyColumns('policies'), policyList, { empty: 'No policies.' }));
+    replace(boxes.operator, table(policyColumns('operator-policies'), operatorList, { empty: 'No operator policies.' }));
     replace(boxes.vhostLimits, table([{ title: 'Virtual host', cell: (l) => l.vhost },
-      { title: 'Limits', cell: (l) => h('code', {}, jsonText(l.value)) }], vhostLimits, { empty: 'No virtual host limits.' }));
+      { title: 'Limits', cell: (l) => limitCells(l.value, (name) => api`/api/vhost-limits/${l.vhost}/${name}`, `virtual host ${l.vhost}`) }],
+    vhostLimits, { empty: 'No virtual host limits.' }));
     replace(boxes.userLimits, table([{ title: 'User', cell: (l) => l.user },
-      { title: 'Limits', cell: (l) => h('code', {}, jsonText(l.value)) }], userLimits, { empty: 'No user limits.' }));
+      { title: 'Limits', cell: (l) => limitCells(l.value, (name) => api`/api/user-limits/${l.user}/${name}`, `user ${l.user}`) }],
+    userLimits, { empty: 'No user limits.' }));
+    const kept = userChoice.value;
+    replace(userChoice, users.map((u) => h('option', { value: u.name, selected: u.name === kept }, u.name)));
   }
+
+  const kind = select('policy-kind', POLICY_KINDS, 'policies');
+  const vhost = select('policy-vhost', app.vhostChoices(), app.vhost);
+  const name = textInput('policy-name', { required: true });
+  const pattern = textInput('policy-pattern', { required: true, placeholder: '^orders\\.' });
+  const applyTo = select('policy-apply-to', [['all', 'Exchanges and queues'], ['queues', 'Queues'], ['exchanges', 'Exchanges']], 'all');
+  const priority = h('input', { type: 'number', name: 'policy-priority', value: '0' });
+  const definition = h('textarea', { name: 'policy-definition', placeholder: '{"max-length": 10000, "dead-letter-exchange": "dlx"}' });
+  const addPolicy = form('stacked', [field('Kind', kind), field('Virtual host', vhost), field('Name', name), field('Pattern (regexp)', pattern),
+    field('Apply to', applyTo), field('Priority', priority), field('Definition (JSON)', definition)], async () => {
+    await put(api`/api/${kind.value}/${vhost.value}/${name.value}`, { pattern: pattern.value, 'apply-to': applyTo.value,
+      priority: Number(priority.value || 0), definition: parseObject(definition.value, 'Definition') });
+    showOk(`Policy ${name.value} set in ${vhost.value}.`);
+    await refresh();
+  }, 'Set policy');
+
+  const limitVhost = select('limit-vhost', app.vhostChoices(), app.vhost);
+  const vhostLimit = select('vhost-limit', VHOST_LIMITS, VHOST_LIMITS[0]);
+  const vhostValue = h('input', { type: 'number', name: 'vhost-limit-value', required: true, placeholder: '-1 for no limit' });
+  const setVhostLimit = form('stacked', [field('Virtual host', limitVhost), field('Limit', vhostLimit), field('Value', vhostValue)], async () => {
+    await put(api`/api/vhost-limits/${limitVhost.value}/${vhostLimit.value}`, { value: Number(vhostValue.value) });
+    showOk(`${vhostLimit.value} of ${limitVhost.value} set to ${vhostValue.value}.`);
+    await refresh();
+  }, 'Set virtual host limit');
+
+  const userLimit = select('user-limit', USER_LIMITS, USER_LIMITS[0]);
+  const userValue = h('input', { type: 'number', name: 'user-limit-value', required: true, placeholder: '-1 for no limit' });
+  const setUserLimit = form('stacked', [field('User', userChoice), field('Limit', userLimit), field('Value', userValue)], async () => {
+    await put(api`/api/user-limits/${userChoice.value}/${userLimit.value}`, { value: Number(userValue.value) });
+    showOk(`${userLimit.value} of ${userChoice.value} set to ${userValue.value}.`);
+    await refresh();
+  }, 'Set user limit');
 
   return {
     el: h('div', {},
       h('div.panel', {}, h('h2', {}, 'Policies'), boxes.policies),
       h('div.panel', {}, h('h2', {}, 'Operator policies'), boxes.operator),
+      section('Add or update a policy', addPolicy),
       h('div.grid', {},
-        h('div.panel', {}, h('h2', {}, 'Virtual host limits'), boxes.vhostLimits),
-        h('div.panel', {}, h('h2', {}, 'User limits'), boxes.userLimits))),
+        h('div.panel', {}, h('h2', {}, 'Virtual host limits'), boxes.vhostLimits, h('h3', {}, 'Set a limit'), setVhostLimit),
+        h('div.panel', {}, h('h2', {}, 'User limits'), boxes.userLimits, h('h3', {}, 'Set a limit'), setUserLimit))),
     refresh,
   };
 }

@@ -123,7 +123,7 @@ export function render(app) {
     if (lengthSeries[0][0].length) lengthsChart.update(lengthSeries[0][0], lengthSeries.map(([, values]) => values));
     else lengthsChart.waiting(queueTotals.messages_details ? 'Collecting samples (one every 5 s)…'
       : 'Queued messages over time are charted for users tagged monitoring or administrator.');
-    replace(lengthsNow, table(LENGTHS.map(([field, label]) => ({ title: label, num: true, cell: () => num(queueTotals[field]) })), [{}]));
+    replace(lengthsNow, table(LENGTHS.map(([field, label]) => ({ title: `${label} now`, num: true, cell: () => num(queueTotals[field]) })), [{}]));
     const stats = overview.message_stats || {};
     if (!Object.keys(stats).length) {
       ratesChart.waiting('');
@@ -133,7 +133,7 @@ export function render(app) {
     const rateSeries = RATES.map(([field]) => rates(stats[`${field}_details`]?.samples));
     if (rateSeries[0][0].length) ratesChart.update(rateSeries[0][0], rateSeries.map(([, values]) => values));
     else ratesChart.waiting('Collecting samples (one every 5 s): rates need two…');
-    replace(ratesNow, table(RATES.map(([field, label]) => ({ title: label, num: true, cell: () => rate(stats[`${field}_details`]?.rate) })), [{}]));
+    replace(ratesNow, table(RATES.map(([field, label]) => ({ title: `${label} now`, num: true, cell: () => rate(stats[`${field}_details`]?.rate) })), [{}]));
   }
 
   function showResources(node) {
