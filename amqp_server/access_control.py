@@ -133,6 +133,16 @@ class AccessControl:
         self._users[name] = user
         return user
 
+    def set_user(self, name: str, password_hash: str, tags: Iterable[str]) -> bool:
+        """Create the user or replace its password hash and tags; True if it was created."""
+        user = self._users.get(name)
+        if user is None:
+            self.add_user(name, password_hash, tags)
+            return True
+        user.password_hash = password_hash
+        user.tags = list(tags)
+        return False
+
     def delete_user(self, name: str) -> None:
         """Remove a user and all its permissions; raises KeyError if unknown."""
         if name not in self._users:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from amqp_server.connection_limits import ConnectionLimit
 from amqp_server.errors import AMQPError
 from amqp_server.reply_to import ReplyRegistry
 from amqp_server.vhost import VirtualHost
-from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, DurableCallback, MemoryDefinitionStore
+from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
 from persistence.group_commit import DirectorySyncs, GroupCommitter
 from persistence.queue_store import QueueStore
 from queues.journal import QueueJournal
@@ -29,8 +30,9 @@ from queues.memory_budget import MemoryBudget
 from queues.timers import Timers
 
 if TYPE_CHECKING:
-    from amqp_server.connection import Connection
+    from amqp_server.cluster_definitions import SharedDefinitions
     from amqp_server.cluster_links import ClusterLinks
+    from amqp_server.connection import Connection
     from cluster.membership import Membership, NodeRecord
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,8 @@ class Broker:
         self.cluster_name = _cluster_name(config) or self.node_name
         self._membership: "Membership | None" = None
         self.cluster_links: "ClusterLinks | None" = None  # set on joining a cluster
+        # The cluster's shared definitions (amqp_server/cluster_definitions.py) once joined.
+        self._shared: "SharedDefinitions | None" = None
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
         # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
@@ -110,6 +114,7 @@ class Broker:
                 timers=self.timers,
                 journal_factory=self._journal_for if self.committer is not None else None,
                 memory_budget=self.memory_budget,
+                on_change=self._topology_changed,
             )
             vhost.on_queue_deleted = self._queue_deleted
             vhost.queue_defaults = self.config.queue_defaults  # [[queue_defaults]] (docs/lifecycle.md)
@@ -160,6 +165,19 @@ class Broker:
         self._membership = membership
         self.cluster_links = links
 
+    def share_definitions(self, shared: "SharedDefinitions") -> None:
+        """From now on every definition change is shared with the cluster, and a method's reply
+        waits until the coordination service committed it."""
+        self._shared = shared
+
+    def queue_location(self, vhost: str, queue: str) -> tuple[str, bool]:
+        """The node holding the queue's messages, and whether it is up (always this node, up,
+        when running alone)."""
+        owner = self._shared.owner_of(vhost, queue) if self._shared is not None else None
+        if owner is None:
+            return self.node_name, True
+        return owner.node, owner.live
+
     def other_live_nodes(self) -> list["NodeRecord"]:
         """The cluster's other live nodes; none when running alone."""
         if self._membership is None:
@@ -200,8 +218,11 @@ class Broker:
     def _restore(self, config: ServerConfig) -> None:
         """Stored definitions first, then the config file's users, vhosts and permissions on top."""
         self._restoring = True
+        # A cluster node takes its definitions from the cluster when it joins (its own store
+        # only seeds an empty cluster): here it starts from its configuration alone.
+        clustered = bool(config.cluster.url)
         try:
-            stored = self.store.load()
+            stored = self.store.load() if not clustered else {}
             for user in stored.get("users", []):
                 if self.access.user(user["name"]) is None:
                     tags = user.get("tags") or []
@@ -224,7 +245,8 @@ class Broker:
             self._restoring = False
         # One full comparison at startup: what could not be restored (a binding with a missing
         # end) leaves the store, and the configuration's users and vhosts enter it.
-        self.store.save(self.definitions())
+        if not clustered:
+            self.store.save(self.definitions())
 
     def _restore_topology(self, stored: dict[str, Any]) -> None:
         for exchange in stored.get("exchanges", []):
@@ -266,7 +288,7 @@ class Broker:
 
     def definitions(self) -> dict[str, Any]:
         """Every durable definition in RabbitMQ's export shape."""
-        exported = self._access_definitions()
+        exported = self.access_definitions()
         exported.update(queues=[], exchanges=[], bindings=[])
         for vhost in self.vhosts.values():
             for key, entries in vhost.durable_definitions().items():
@@ -274,7 +296,7 @@ class Broker:
         exported["queues"].extend(self.unrestored_queues)
         return exported
 
-    def _access_definitions(self) -> dict[str, Any]:
+    def access_definitions(self) -> dict[str, Any]:
         """Users, vhosts (with their metadata) and permissions in RabbitMQ's export shape."""
         return {
             "users": [
@@ -296,7 +318,10 @@ class Broker:
         a vhost removes its topology from the store too."""
         if self._restoring:
             return
-        self.store.save(self._access_definitions(), ACCESS_KINDS)
+        access = self.access_definitions()
+        self.store.save(access, ACCESS_KINDS)
+        if self._shared is not None:
+            self._shared.access_changed(access)
 
     def _definition_changed(self, kind: str, entry: dict[str, Any], present: bool) -> None:
         if self._restoring:
@@ -306,20 +331,39 @@ class Broker:
         else:
             self.store.remove(kind, entry)
 
+    def _topology_changed(self, kind: str, entry: dict[str, Any], present: bool) -> None:
+        if self._shared is not None and not self._restoring:
+            self._shared.topology_changed(kind, entry, present)
+
+    @property
+    def definitions_failure(self) -> str:
+        """What a refused reply says when definition changes could not be stored."""
+        return "could not write definitions to disk" if self._shared is None else "could not commit definitions"
+
     @property
     def definition_changes(self) -> int:
-        """Grows with every change to stored definitions; compare before and after a method."""
-        return self.store.changes
+        """Grows with every change a method makes to definitions (in a cluster: to the shared
+        ones); compare before and after a method, and pass the first to wait for its changes."""
+        return self.store.changes if self._shared is None else self._shared.changes
 
-    def when_definitions_durable(self, callback: DurableCallback) -> None:
-        """Call ``callback(error)`` once every definition change so far is on disk."""
-        self.store.when_durable(callback)
+    def when_definitions_durable(self, callback: "DefinitionsCallback", since: int | None = None) -> None:
+        """Call ``callback(error)`` once every definition change so far is on disk and, in a
+        cluster, committed in the coordination service. The error is an OSError, or for the
+        changes made after ``since`` (a ``definition_changes`` value) the AMQPError a lost
+        declare race gets (cluster_definitions.py)."""
+        if self._shared is None:
+            self.store.when_durable(callback)
+            return
+        waiting = _BothDone(callback)
+        self.store.when_durable(waiting.one_done)
+        self._shared.when_committed(self._shared.changes if since is None else since, waiting.one_done)
 
-    async def definitions_durable(self) -> None:
-        """Return once every definition change so far is on disk (OSError if it cannot be)."""
+    async def definitions_durable(self, since: int | None = None) -> None:
+        """Return once every definition change so far is durable (and committed, in a cluster);
+        raise its error (see when_definitions_durable)."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def durable(error: OSError | None) -> None:
+        def durable(error: Exception | None) -> None:
             if done.done():
                 return
             if error is None:
@@ -327,5 +371,26 @@ class Broker:
             else:
                 done.set_exception(error)
 
-        self.store.when_durable(durable)
+        self.when_definitions_durable(durable, since)
         await done
+
+
+DefinitionsCallback = Callable[[Exception | None], None]
+
+
+class _BothDone:
+    """Calls back once both the local store and the cluster reported, with the first error."""
+
+    __slots__ = ("_callback", "_left", "_error")
+
+    def __init__(self, callback: DefinitionsCallback) -> None:
+        self._callback = callback
+        self._left = 2
+        self._error: Exception | None = None
+
+    def one_done(self, error: Exception | None) -> None:
+        if self._error is None:
+            self._error = error
+        self._left -= 1
+        if not self._left:
+            self._callback(self._error)

@@ -1,6 +1,8 @@
 """Join the cluster that --cluster names, and leave it on shutdown.
 
-Imported only when a cluster is configured, so a single node loads no coordination client.
+Joining is: membership (cluster/membership.py), then the shared definitions
+(cluster_definitions.py), which also take back the queues whose home is this node. Imported only
+when a cluster is configured, so a single node loads no coordination client.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from cluster import connect, parse_cluster_address
+from amqp_server.cluster_definitions import SharedDefinitions
 from amqp_server.cluster_links import ClusterLinks
+from cluster import connect, parse_cluster_address
 from cluster.coordinator import CoordinationUnavailable, Coordinator, VersionConflict
 from cluster.membership import Membership, NodeNameInUse, NodeRecord
 
@@ -30,12 +33,15 @@ class ClusterJoinFailed(Exception):
 
 
 class ClusterNode:
-    """This broker's place in the cluster: its coordinator session and its membership."""
+    """This broker's place in the cluster: its coordinator session, its membership and the
+    shared definitions."""
 
-    def __init__(self, coordinator: Coordinator, membership: Membership, links: ClusterLinks) -> None:
+    def __init__(self, coordinator: Coordinator, membership: Membership, links: ClusterLinks,
+                 definitions: SharedDefinitions) -> None:
         self._coordinator = coordinator
         self.membership = membership
         self.links = links
+        self.definitions = definitions
 
     @classmethod
     async def join(cls, config: "ServerConfig", broker: "Broker", amqp_port: int) -> "ClusterNode":
@@ -70,16 +76,40 @@ class ClusterNode:
         })
         broker.joined_cluster(membership, links)
         broker.reply_registry.forward_elsewhere(me.name, links.forward_reply)
-        log.info("joined cluster %s as %s; live nodes: %s", address.prefix, me.name,
-                 ", ".join(node.name for node in membership.live_nodes()))
-        return cls(coordinator, membership, links)
+        definitions = SharedDefinitions(coordinator, broker, me.name,
+                                        lambda: [node.name for node in membership.live_nodes()])
+        # Another node's queue is a RemoteQueue here, reaching its owner over the links, which
+        # judge whether the owner holds it by its ownership key.
+        definitions.set_remote_queue_factory(lambda vhost, value: links.remote_queue(
+            vhost.name, value.entry["name"], owner=value.home, durable=value.entry["durable"],
+            exclusive=value.exclusive, auto_delete=value.entry["auto_delete"],
+            arguments=value.entry["arguments"], timers=vhost.timers))
+        links.ask_owners(lambda vhost, queue: _owner_holds(definitions, vhost, queue))
+        broker.share_definitions(definitions)
+        try:
+            await definitions.start()
+        except CoordinationUnavailable as error:
+            links.close()
+            await definitions.stop()
+            await membership.leave()
+            await coordinator.close()
+            raise ClusterJoinFailed(str(error)) from None
+        log.info("joined cluster %s as %s; live nodes: %s; %d shared definitions", address.prefix, me.name,
+                 ", ".join(node.name for node in membership.live_nodes()), definitions.size)
+        return cls(coordinator, membership, links, definitions)
 
     async def leave(self) -> None:
         self.links.close()
         try:
+            await self.definitions.stop()
             await self.membership.leave()
         finally:
             await self._coordinator.close()
+
+
+def _owner_holds(definitions: SharedDefinitions, vhost: str, queue: str) -> bool | None:
+    owner = definitions.owner_of(vhost, queue)
+    return None if owner is None else owner.live
 
 
 async def _shared_secret(coordinator: Coordinator) -> str:

@@ -26,7 +26,9 @@ from exchanges.registry import EXCHANGE_TYPES
 from queues.arguments import amqp_type_name
 
 if TYPE_CHECKING:
+    from amqp_server.broker import Broker
     from amqp_server.channel import Channel
+    from amqp_server.ordered_replies import WaitForDisk
 
 MAX_NAME_LENGTH = 255
 
@@ -34,9 +36,6 @@ MAX_NAME_LENGTH = 255
 def generate_queue_name() -> str:
     """A server-named queue: "amq.gen-" and 22 URL-safe characters, as RabbitMQ names them."""
     return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
-
-
-DEFINITIONS_NOT_WRITTEN = "could not write definitions to disk"
 
 
 def _reply_once_stored(channel: "Channel", changes_before: int, answer: Any) -> None:
@@ -50,7 +49,13 @@ def _reply_once_stored(channel: "Channel", changes_before: int, answer: Any) -> 
             reply(channel, answer)
         return
     frame = answer if isinstance(answer, bytes) else codec.method_frame(channel.id, answer)
-    channel.replies.send_when_durable(frame, broker.when_definitions_durable, DEFINITIONS_NOT_WRITTEN)
+    channel.replies.send_when_durable(frame, _changes_since(broker, changes_before), broker.definitions_failure)
+
+
+def _changes_since(broker: "Broker", changes_before: int) -> WaitForDisk:
+    """Waits for the definition changes so far; refused with what a change made after
+    ``changes_before`` got (a lost declare race in a cluster: 406)."""
+    return lambda callback: broker.when_definitions_durable(callback, changes_before)
 
 
 def exchange_declare(channel: "Channel", method: commands.Exchange.Declare) -> None:
@@ -220,6 +225,7 @@ def queue_purge(channel: "Channel", method: commands.Queue.Purge) -> None:
 
 def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
     connection = channel.connection
+    changes_before = connection.broker.definition_changes
     vhost = channel.vhost
     name = queue_name_or_last(channel, method.queue)
     connection.check_permission("configure", "queue", name)
@@ -245,7 +251,8 @@ def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
     if queue is not None:
         vhost.delete_queue(queue)
     if held is not None:
-        channel.replies.release(held, connection.broker.when_definitions_durable, DEFINITIONS_NOT_WRITTEN)
+        channel.replies.release(held, _changes_since(connection.broker, changes_before),
+                                connection.broker.definitions_failure)
 
 
 DECLARATION_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {

@@ -7,6 +7,11 @@ waits, later replies on the channel (a passive declare's, basic.qos-ok, channel.
 a server's channel.close) queue behind it instead of overtaking it. Deliveries and
 publisher confirms are not method replies and are not held.
 
+In a cluster the wait is also for the coordination service to commit a definition change,
+and a change can be refused there (another node declared the same queue differently at the
+same moment): the held reply then becomes the channel.close (or connection.close) of that
+refusal, and the replies after it on the channel are dropped, as the client will never read them.
+
 Nothing is allocated while no reply waits: ``send`` is one test, and the deque of held replies
 exists only while one waits (an idle channel does not carry one, about 700 bytes).
 """
@@ -19,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server import errors
 from amqp_server.connection_states import OPEN
+from amqp_server.errors import AMQPError
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
 
-SyncCallback = Callable[[OSError | None], None]
+# None when done; an OSError when the write failed; an AMQPError when the change was refused.
+SyncCallback = Callable[[Exception | None], None]
 # Starts waiting for disk and calls the callback (error or None) when done, maybe at once.
 WaitForDisk = Callable[[SyncCallback], None]
 
@@ -107,9 +114,12 @@ class OrderedReplies:
         it goes out."""
         self.fill(entry, [])
 
-    def _done(self, entry: _Held, error: OSError | None) -> None:
+    def _done(self, entry: _Held, error: Exception | None) -> None:
         if self._connection.state != OPEN:  # closed meanwhile: nobody to answer
             self._held = None
+            return
+        if isinstance(error, AMQPError):
+            self._refused(entry, error)
             return
         if error is not None:
             self._held = None
@@ -124,3 +134,24 @@ class OrderedReplies:
             self._held = None
         if ready:
             self._connection.send_frames(ready)
+
+    def _refused(self, entry: _Held, error: AMQPError) -> None:
+        """The method whose reply ``entry`` holds was refused: answer with the error instead."""
+        held = self._held
+        if held is None or not any(waiting is entry for waiting in held):
+            return
+        while held[-1] is not entry:
+            held.pop()  # replies to methods after it: the client never reads them
+        held.pop()
+        if not held:
+            self._held = None
+        connection = self._connection
+        if error.is_hard:
+            self._held = None
+            connection.close_by_broker(error.code, error.reply_text)
+            return
+        channel = connection.channels.get(self._channel_id)
+        if channel is None or channel.state != OPEN:
+            return
+        # Its channel.close goes out in the refused reply's place, after the replies before it.
+        connection.fail_channel(channel, error)

@@ -256,19 +256,30 @@ class AMQPServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._ticker: asyncio.Task | None = None
 
-    async def start(self) -> None:
+    async def bind(self) -> None:
+        """Bind the listening sockets (port 0 gets its number here) without accepting yet."""
+        if self._servers:
+            return
         if self.tls_port is not None:
             # Bound first: whoever waits for the plain port then finds AMQPS ready too.
             self.tls_port = await self._listen(self.tls_port, self.tls.context)
-            log.info("AMQPS (TLS) listener started on %s:%d", self.host, self.tls_port)
         if self.port is not None:
             self.port = await self._listen(self.port, None)
+
+    async def start(self) -> None:
+        """Accept connections (binding first if `bind` was not called)."""
+        await self.bind()
+        for server in self._servers:
+            await server.start_serving()
+        if self.tls_port is not None:
+            log.info("AMQPS (TLS) listener started on %s:%d", self.host, self.tls_port)
+        if self.port is not None:
             log.info("AMQP listener started on %s:%d", self.host, self.port)
         self._ticker = asyncio.create_task(self._tick_forever())
         self._timer_driver = asyncio.create_task(drive_timers(self.broker.timers))
 
     async def _listen(self, port: int, ssl_context: "ssl.SSLContext | None") -> int:
-        """Accept on `port` (TLS when `ssl_context` is given); returns the port bound."""
+        """Bind `port` (TLS when `ssl_context` is given) without accepting yet; returns the port bound."""
         limit: list[ConnectionLimit] = []  # its own limit, named by the port bound (port 0 asks for any)
         tls_options = {"ssl": ssl_context, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S} if ssl_context else {}
         server = await asyncio.get_running_loop().create_server(
@@ -276,9 +287,9 @@ class AMQPServer:
             self.host, port, reuse_address=True, backlog=1024, start_serving=False, **tls_options,
         )
         bound = server.sockets[0].getsockname()[1]
+        # Before serving starts: every accepted connection finds its limit.
         limit.append(ConnectionLimit(f"listener {self.host}:{bound}", self.max_connections))
         self._servers.append(server)
-        await server.start_serving()  # only now: every accepted connection finds its limit
         return bound
 
     async def _tick_forever(self) -> None:
@@ -340,12 +351,13 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     # Prometheus metrics and the management API (each off when its port is 0), up before the
     # AMQP port opens, so whoever waits for that port finds them ready too.
     http_services = await start_http_services(config, broker, server, tls)
-    await server.start()
+    await server.bind()
     cluster_node = None
     if config.cluster.url:
         # Imported only here: a single node needs no coordination service and loads no client.
         from amqp_server.cluster_node import ClusterJoinFailed, ClusterNode
 
+        # Joined before clients are accepted: they find the cluster's definitions in place.
         try:
             cluster_node = await ClusterNode.join(config, broker, server.port or config.port)
         except ClusterJoinFailed as error:
@@ -354,6 +366,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
             await server.stop()
             await broker.close()
             return EXIT_CLUSTER_JOIN_FAILED
+    await server.start()
     # Memory and disk alarms, checked about once a second.
     monitor = asyncio.create_task(ResourceMonitor(broker).run())
     stop = stop or asyncio.Event()

@@ -63,6 +63,8 @@ class VirtualHost:
     definition ("queues", "exchanges" or "bindings"; the entry in the definitions-export shape;
     present False when it was removed), so the broker can record just that change in its
     definition store. Removing a queue or exchange also removes its bindings there.
+    `on_change` is called the same way for every exchange, queue and binding, durable or not
+    (not for the default and amq.* exchanges, which every vhost has): a cluster shares them all.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class VirtualHost:
         timers: Timers | None = None,
         journal_factory: Callable[[str, str, bool], QueueJournal] | None = None,
         memory_budget: MemoryBudget | None = None,
+        on_change: DefinitionChanged | None = None,
     ) -> None:
         """`journal_factory(vhost, queue, archive)` gives durable queues their journal (None: no
         persistence); `archive` is the queue's x-archive argument."""
@@ -86,6 +89,7 @@ class VirtualHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.on_durable_change: DefinitionChanged = on_durable_change or (lambda kind, entry, present: None)
+        self._on_change = on_change
         # [[queue_defaults]] of the configuration: lifecycle x-arguments by queue-name pattern.
         self.queue_defaults: list[QueueDefault] = []
         # Called for every queue removed, whatever removed it (delete, auto-delete, x-expires...).
@@ -151,8 +155,7 @@ class VirtualHost:
         if isinstance(exchange, DelayedMessageExchange):
             hold_delayed_messages(self, exchange)
         self.exchanges[name] = exchange
-        if is_stored_exchange(exchange):
-            self.on_durable_change("exchanges", exchange_definition(self.name, exchange), True)
+        self._changed("exchanges", exchange_definition(self.name, exchange), True, is_stored_exchange(exchange))
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
@@ -179,8 +182,7 @@ class VirtualHost:
         for source in self._bound_to.pop(exchange, {}):
             source.unbind_destination(exchange)
             self._maybe_auto_delete_exchange(source)
-        if is_stored_exchange(exchange):
-            self.on_durable_change("exchanges", exchange_definition(self.name, exchange), False)
+        self._changed("exchanges", exchange_definition(self.name, exchange), False, is_stored_exchange(exchange))
 
     def journals(self) -> list[QueueJournal]:
         """Every journal this vhost writes: its durable queues' and its delayed exchanges'."""
@@ -273,16 +275,15 @@ class VirtualHost:
         queue.on_unused = self.delete_queue
         queue.on_unused_expired = self.delete_queue
         self.queues[name] = queue
-        if is_stored_queue(queue):
-            self.on_durable_change("queues", queue_definition(self.name, queue), True)
+        self._changed("queues", queue_definition(self.name, queue), True, is_stored_queue(queue))
         return queue, True
 
     def adopt_remote_queue(self, queue: Queue) -> None:
-        """Hold the stand-in of a queue another node of the cluster owns (cluster_links.py), in
-        place of any queue of that name here. Its definition is the cluster's: nothing is
-        recorded here, now or when it goes (delete_queue). A stand-in already there is replaced
-        (with its bindings: the caller binds the new one); a queue of this node never is
-        (ValueError): its messages are here."""
+        """Hold the stand-in of a queue another node of the cluster owns (cluster_definitions.py
+        places it, cluster_links.py makes it), in place of any queue of that name here. Its
+        definition is the cluster's: nothing is recorded here, now or when it goes
+        (delete_queue). A stand-in already there is replaced (with its bindings: the caller
+        binds the new one); a queue of this node never is (ValueError): its messages are here."""
         existing = self.queues.get(queue.name)
         if existing is not None:
             if not existing.is_remote:
@@ -302,8 +303,8 @@ class VirtualHost:
         for source in self._bound_to.pop(queue, {}):
             source.unbind_destination(queue)
             self._maybe_auto_delete_exchange(source)
-        if is_stored_queue(queue) and not queue.is_remote:
-            self.on_durable_change("queues", queue_definition(self.name, queue), False)
+        stored = is_stored_queue(queue) and not queue.is_remote
+        self._changed("queues", queue_definition(self.name, queue), False, stored)
 
     # -- bindings ----------------------------------------------------------------------
 
@@ -317,10 +318,8 @@ class VirtualHost:
         if created:
             sources = self._bound_to.setdefault(destination, {})
             sources[source] = sources.get(source, 0) + 1
-            if is_stored_binding(source, destination):
-                self.on_durable_change(
-                    "bindings", binding_definition(self.name, source, destination, routing_key, arguments), True
-                )
+            self._changed("bindings", binding_definition(self.name, source, destination, routing_key, arguments),
+                          True, is_stored_binding(source, destination))
 
     def unbind(self, source: Exchange, destination: Queue | Exchange, routing_key: str, arguments: dict[str, Any]) -> None:
         if source is self.default_exchange:
@@ -328,11 +327,15 @@ class VirtualHost:
         if not source.unbind(destination, routing_key, arguments):
             return
         self._forget_binding(destination, source)
-        if is_stored_binding(source, destination):
-            self.on_durable_change(
-                "bindings", binding_definition(self.name, source, destination, routing_key, arguments), False
-            )
+        self._changed("bindings", binding_definition(self.name, source, destination, routing_key, arguments),
+                      False, is_stored_binding(source, destination))
         self._maybe_auto_delete_exchange(source)
+
+    def _changed(self, kind: str, entry: dict[str, Any], present: bool, stored: bool) -> None:
+        if stored:
+            self.on_durable_change(kind, entry, present)
+        if self._on_change is not None and (kind != "exchanges" or not entry["name"].startswith("amq.")):
+            self._on_change(kind, entry, present)
 
     def _forget_binding(self, destination: object, source: Exchange) -> None:
         sources = self._bound_to.get(destination)

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_DEADLINE_S = 10.0  # how long one call keeps trying members (covers a leader election)
 RETRY_PAUSE_S = 0.2
+LIST_PAGE = 1000  # keys per range request when listing a directory
 
 
 def _b64(data: bytes) -> str:
@@ -166,10 +167,23 @@ class EtcdCoordinator(Coordinator):
         return "/" not in key[len(directory.strip("/")) + 1:]
 
     async def list(self, directory: str) -> tuple[list[KeyValue], int]:
+        # In pages, all at the first page's revision: one consistent listing, however many keys
+        # (10,000 bindings would not fit one gRPC message of the gateway).
         start, end = self._directory_range(directory)
-        reply = await self._call("/v3/kv/range", {"key": _b64(start), "range_end": _b64(end)})
-        items = [self._kv(item) for item in reply.get("kvs") or []]
-        return [kv for kv in items if self._directly_in(directory, kv.key)], int(reply["header"]["revision"])
+        request: dict[str, Any] = {"key": _b64(start), "range_end": _b64(end), "limit": str(LIST_PAGE)}
+        items: list[KeyValue] = []
+        revision = 0
+        while True:
+            reply = await self._call("/v3/kv/range", request)
+            kvs = reply.get("kvs") or []
+            items += [self._kv(item) for item in kvs]
+            if not revision:
+                revision = int(reply["header"]["revision"])
+                request["revision"] = str(revision)
+            if not reply.get("more") or not kvs:
+                break
+            request["key"] = _b64(_unb64(kvs[-1]["key"]) + b"\0")
+        return [kv for kv in items if self._directly_in(directory, kv.key)], revision
 
     async def watch(self, directory: str, after_revision: int,
                     known_keys: Collection[str] | None = None) -> AsyncIterator[WatchEvent]:

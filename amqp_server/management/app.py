@@ -87,10 +87,12 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         # An unknown path or method answers 404/405 from the handler, before any 415.
         if request.match_info.http_exception is None and json_body_refused(request):
             return unsupported_media_type()
+        changes_before = ctx.broker.definition_changes
         response = await handler(request)
         if request.method not in ("GET", "HEAD"):
-            # A change the answer reports (a queue, a user, an import) is on disk first.
-            await ctx.broker.definitions_durable()
+            # A change the answer reports (a queue, a user, an import) is on disk (and, in a
+            # cluster, committed in the coordination service) first.
+            await ctx.broker.definitions_durable(changes_before)
         return response
     except ApiError as error:
         return _error_response(error, request)

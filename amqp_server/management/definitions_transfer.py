@@ -143,13 +143,7 @@ def password_hash_of(entry: dict[str, Any]) -> str:
 
 def set_user(broker: "Broker", name: str, password_hash: str, tags: list[str]) -> bool:
     """Create the user or replace its hash and tags; True if it was created."""
-    user = broker.access.user(name)
-    if user is None:
-        broker.access.add_user(name, password_hash, tags)
-        return True
-    user.password_hash = password_hash
-    user.tags = list(tags)
-    return False
+    return broker.access.set_user(name, password_hash, tags)
 
 
 def _import_users(broker: "Broker", entries: list[dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from amqp_server.connection import Connection
 from amqp_server.management.connection_json import connection_details, consumer_json
 from amqp_server.management.message_stats import queue_depth_counts, queue_message_counts
 from amqp_server.management.rates import RateSampler
@@ -27,9 +28,10 @@ if TYPE_CHECKING:
 
 
 def queue_json(
-    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0
+    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0, running: bool = True
 ) -> dict[str, Any]:
-    """`unacked_bytes`: from metrics.queue_sizes.unacked_bytes_by_queue, computed once per request."""
+    """`unacked_bytes`: from metrics.queue_sizes.unacked_bytes_by_queue, computed once per request.
+    `node` holds the queue's messages; `running` False says that node is down (in a cluster)."""
     key = ("queue", vhost.name, queue.name)
     sizes = queue_sizes(queue, unacked_bytes)
     exclusive_consumer = next((c.tag for c in queue.consumers() if c.exclusive), None)
@@ -54,7 +56,7 @@ def queue_json(
         "operator_policy": None,
         "policy": None,
         "single_active_consumer_tag": None,
-        "state": "running",
+        "state": "running" if running else "down",
         "type": "classic",
         "vhost": vhost.name,
     }
@@ -66,16 +68,16 @@ def queue_json(
     item["messages_paged_out"] = sizes.paged_out
     item["recoverable_slaves"] = None
     owner = queue.exclusive_owner
-    if owner is not None:
+    if isinstance(owner, Connection):  # not an exclusive queue of another cluster node
         item["owner_pid_details"] = connection_details(owner)
     return dict(sorted(item.items()))
 
 
 def queue_detail_json(
-    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0
+    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0, running: bool = True
 ) -> dict[str, Any]:
     """One queue (GET /api/queues/{vhost}/{name}): the list shape plus its consumers."""
-    item = queue_json(vhost, queue, rates, node, unacked_bytes)
+    item = queue_json(vhost, queue, rates, node, unacked_bytes, running)
     item["consumer_details"] = [
         consumer_json(consumer.sink.connection, consumer.sink, consumer, node)
         for consumer in queue.consumers()

@@ -35,6 +35,7 @@ from amqp_server.management.topology_json import all_bindings, binding_json
 from amqp_server.metrics.queue_sizes import unacked_bytes_by_queue
 
 if TYPE_CHECKING:
+    from amqp_server.broker import Broker
     from amqp_server.vhost import VirtualHost
     from queues.queue import Queue
 
@@ -49,21 +50,28 @@ def _queue_of(request: web.Request) -> tuple["VirtualHost", "Queue"]:
     return vhost, queue
 
 
+def _location(broker: "Broker", vhost: "VirtualHost", queue: "Queue", unacked_bytes: int) -> tuple[str, int, bool]:
+    """queue_json's node, unacked_bytes and running arguments for `queue`."""
+    node, live = broker.queue_location(vhost.name, queue.name)
+    return node, unacked_bytes, live
+
+
 async def list_queues(request: web.Request) -> web.Response:
     ctx = context(request)
     vhosts = vhosts_in_scope(request)
-    node = ctx.broker.node_name
-    unacked_bytes = unacked_bytes_by_queue(ctx.broker)
+    broker = ctx.broker
+    unacked_bytes = unacked_bytes_by_queue(broker)
     queues = [(v, q) for v in vhosts for q in list(v.queues.values())]
     return lazy_page_reply(request, queues, lambda pair: pair[1].name, lambda pair: pair[0].name,
-                           lambda pair: queue_json(pair[0], pair[1], ctx.rates, node, unacked_bytes.get(pair[1], 0)))
+                           lambda pair: queue_json(pair[0], pair[1], ctx.rates,
+                                                   *_location(broker, pair[0], pair[1], unacked_bytes.get(pair[1], 0))))
 
 
 async def show_queue(request: web.Request) -> web.Response:
     ctx = context(request)
     vhost, queue = _queue_of(request)
     unacked_bytes = unacked_bytes_by_queue(ctx.broker).get(queue, 0)
-    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, ctx.broker.node_name, unacked_bytes))
+    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, *_location(ctx.broker, vhost, queue, unacked_bytes)))
 
 
 async def put_queue(request: web.Request) -> web.Response:
