@@ -195,7 +195,11 @@ def test_a_restarted_node_takes_back_its_queues_and_their_persistent_messages(no
     assert wait_until(lambda: ledger_state() == ("alpha", "running"), "beta sees alpha holding the ledger")
     alpha.broker.kill()  # kill -9: its ownership lapses with its session, the definition stays
     wait_until(lambda: ledger_state() == ("alpha", "down"), "beta sees the ledger's owner down")
-    assert _passive_declare_code(beta, "ledger") == 200
+    with beta.connect() as connection:  # RabbitMQ's answer for a queue whose home node is down
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            connection.channel().queue_declare("ledger", passive=True)
+    assert (refused.value.reply_code, refused.value.reply_text) == (
+        404, "NOT_FOUND - home node 'alpha' of durable queue 'ledger' in vhost '/' is down or inaccessible")
 
     restart_node(alpha)
     wait_until(lambda: ledger_state() == ("alpha", "running"), "beta sees alpha holding the ledger again")
