@@ -62,16 +62,20 @@ async def list_queues(request: web.Request) -> web.Response:
     broker = ctx.broker
     unacked_bytes = unacked_bytes_by_queue(broker)
     queues = [(v, q) for v in vhosts for q in list(v.queues.values())]
-    return lazy_page_reply(request, queues, lambda pair: pair[1].name, lambda pair: pair[0].name,
-                           lambda pair: queue_json(pair[0], pair[1], ctx.rates,
-                                                   *_location(broker, pair[0], pair[1], unacked_bytes.get(pair[1], 0))))
+
+    def as_json(pair: tuple["VirtualHost", "Queue"]) -> dict:
+        vhost, queue = pair
+        return queue_json(vhost, queue, ctx.rates, *_location(broker, vhost, queue, unacked_bytes.get(queue, 0)))
+
+    return lazy_page_reply(request, queues, lambda pair: pair[1].name, lambda pair: pair[0].name, as_json)
 
 
 async def show_queue(request: web.Request) -> web.Response:
     ctx = context(request)
     vhost, queue = _queue_of(request)
     unacked_bytes = unacked_bytes_by_queue(ctx.broker).get(queue, 0)
-    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, *_location(ctx.broker, vhost, queue, unacked_bytes)))
+    location = _location(ctx.broker, vhost, queue, unacked_bytes)
+    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, *location))
 
 
 async def put_queue(request: web.Request) -> web.Response:
