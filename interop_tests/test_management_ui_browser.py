@@ -256,6 +256,36 @@ def test_the_rate_chart_moves_while_a_publisher_runs(ui, ui_broker):
         publisher.join()
 
 
+def test_an_alarm_in_force_is_shown_on_the_overview(ui, ui_broker, http):
+    as_guest(ui)
+    watermark = api_url(ui_broker, "/api/amqp-server/vm-memory-high-watermark")
+    assert http.put(watermark, json={"absolute": 1}).status_code == 204  # any memory use is over it
+    try:
+        ui.open("/", reload=True)
+        alarm = ui.wait_for_text("Memory alarm", ".alarm-box")
+        assert "Publishing connections are blocked" in alarm.text
+        ui.screenshot("overview-alarm")
+    finally:
+        assert http.put(watermark, json={"relative": 0.4}).status_code == 204
+    ui.wait(lambda d: not d.find_elements(By.CSS_SELECTOR, ".alarm-box"), timeout=20, what="the alarm to clear")
+
+
+def test_names_from_clients_are_shown_as_text_never_run(ui, ui_broker, http):
+    as_guest(ui)
+    name = '<img src=x onerror="window.injected=1">'
+    queue_path = "/api/queues/%2F/" + requests.utils.quote(name, safe="")
+    assert http.put(api_url(ui_broker, queue_path), json={}).status_code == 201
+    try:
+        ui.open("/queues")
+        ui.fill("filter", "onerror\n")
+        ui.wait_for_text(name, ".list-table")
+        ui.click(By.LINK_TEXT, name)
+        ui.wait_for_text(name, "h1")
+        assert ui.script("return window.injected === undefined && document.querySelectorAll('main img').length === 0")
+    finally:
+        http.delete(api_url(ui_broker, queue_path))
+
+
 def test_overview_time_to_interactive_with_10000_queues(ui, ui_broker, http):
     as_guest(ui)
     assert http.put(api_url(ui_broker, "/api/vhosts/bulk"), json={}).status_code in (201, 204)

@@ -4,6 +4,8 @@ tag and throttle rules as basic auth."""
 
 from __future__ import annotations
 
+from aiohttp import web
+
 from amqp_server.config import ManagementConfig
 from amqp_server.management.ui_sessions import COOKIE_NAME, UiSessions
 from amqp_server.access_control import User
@@ -144,3 +146,14 @@ def test_sessions_expire_and_are_bounded():
     now[0] += 61
     assert sessions.find(started[4].token) is None
     assert len({s.token for s in started}) == 5 and len({s.csrf_token for s in started}) == 5
+
+
+def test_the_cookie_is_secure_when_the_ui_is_served_over_https():
+    sessions = UiSessions()
+    session = sessions.start(User("u", "hash", ["management"]))
+    for secure in (True, False):
+        response = web.Response()
+        sessions.set_cookie(response, session, secure=secure)
+        cookie = response.cookies[COOKIE_NAME]
+        assert bool(cookie["secure"]) is secure
+        assert cookie["httponly"] and cookie["samesite"] == "Strict"
