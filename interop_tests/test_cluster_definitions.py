@@ -99,6 +99,25 @@ def test_declared_on_one_node_bound_on_another_deleted_on_a_third(nodes):
     assert _passive_declare_code(alpha, "invoices") == 404
 
 
+def test_an_exclusive_queue_is_seen_everywhere_usable_only_by_its_connection_and_goes_with_it(nodes):
+    alpha, beta = nodes("alpha", "beta")
+    owner = alpha.connect()
+    name = owner.channel().queue_declare("", exclusive=True).method.queue
+    wait_until(lambda: name in beta.queue_names(), "beta lists the exclusive queue")
+    listed = {queue["name"]: queue for queue in beta.api("queues")}[name]
+    assert listed["exclusive"] and listed["node"] == "alpha"
+    with beta.connect() as connection:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            connection.channel().queue_declare(name, passive=True)
+    assert refused.value.reply_code == 405
+    assert refused.value.reply_text == (
+        f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{name}' in vhost '/'. It could be "
+        "originally declared on another connection or the exclusive property value does not match that of "
+        "the original declaration.")
+    owner.close()  # the queue goes with its connection, on every node
+    wait_until(lambda: name not in beta.queue_names(), "beta dropped the exclusive queue")
+
+
 def test_concurrent_conflicting_declares_have_one_winner_and_a_406(nodes):
     alpha, beta = nodes("alpha", "beta")
     outcomes: dict[str, list[tuple]] = {}

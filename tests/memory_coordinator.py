@@ -1,6 +1,7 @@
 """An in-memory coordination service for unit tests of what is built on the Coordinator
 interface: several `MemoryCoordinator`s (one per simulated node) share one `MemoryService`, with
-etcd's semantics (revisions, history, compare-and-set, ephemeral keys per session). Every call
+etcd's semantics (revisions, history and its compaction, compare-and-set, ephemeral keys per
+session). Every call
 yields to the event loop first, so calls of two nodes interleave as over a network."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Collection
 
 from cluster.coordinator import (
-    CoordinationUnavailable, Coordinator, EventKind, KeyValue, VersionConflict, WatchEvent,
+    CoordinationUnavailable, Coordinator, EventKind, HistoryLost, KeyValue, VersionConflict, WatchEvent,
 )
 
 
@@ -20,6 +21,15 @@ class MemoryService:
         self.history: list[WatchEvent] = []
         self.changed = asyncio.Event()
         self.reachable = True
+        self.watches_paused = False  # watchers fall behind: they deliver nothing
+        self.compacted_through = 0  # history up to here is gone, as after etcd's compaction
+
+    def compact(self) -> None:
+        """Forget the history so far: every watch that had not delivered it gets HistoryLost."""
+        self.compacted_through = self.revision
+        self.watches_paused = False
+        self.changed.set()
+        self.changed = asyncio.Event()
 
     def commit(self, key: str, value: bytes | None, session: object | None = None) -> int:
         self.revision += 1
@@ -90,6 +100,11 @@ class MemoryCoordinator(Coordinator):
         position = after_revision
         while True:
             changed = service.changed
+            if position < service.compacted_through:
+                raise HistoryLost(f"compacted through revision {service.compacted_through}")
+            if service.watches_paused:
+                await changed.wait()
+                continue
             for event in service.history[position:]:
                 position = event.revision
                 if _directly_in(directory, event.key):

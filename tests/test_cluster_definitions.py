@@ -137,3 +137,25 @@ def test_with_the_service_out_of_reach_a_declaration_is_refused_and_undone():
         service.reachable = True
 
     run(scenario)
+
+
+def test_a_watch_that_fell_behind_history_lists_again_and_catches_up():
+    async def scenario(service, node_a, node_b):
+        (a, shared_a), (b, shared_b) = node_a, node_b
+        client = opened_client(a)
+        client.send(1, commands.Queue.Declare(queue="old", durable=True))
+        await _settled(shared_a, shared_b)
+        assert "old" in b.vhosts["/"].queues
+        service.watches_paused = True  # every watch falls behind...
+        client.send(1, commands.Queue.Declare(queue="new", durable=True))
+        client.send(1, commands.Queue.Bind(queue="new", exchange="amq.fanout"))
+        client.send(1, commands.Queue.Delete(queue="old"))
+        await _settled(shared_a, shared_b)
+        assert "new" not in b.vhosts["/"].queues and "old" in b.vhosts["/"].queues
+        service.compact()  # ...and the history it needed is gone
+        await _settled(shared_a, shared_b)
+        queues = b.vhosts["/"].queues
+        assert "new" in queues and "old" not in queues
+        assert [destination.name for destination, _key, _args in b.vhosts["/"].exchanges["amq.fanout"].bindings()] == ["new"]
+
+    run(scenario)
