@@ -103,11 +103,16 @@ class NodeLink(asyncio.Protocol):
         self._reader = codec.FrameReader(LINK_FRAME_MAX)
         self._transport: asyncio.Transport | None = None
         self._handshake_done = False
-        self._waiting_output: list[bytes] = []  # written once the connection is open
+        # Frames to write, gathered during one event-loop turn and written at its end (or, before
+        # connection.open-ok, once the connection is open).
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._acking: list["MirrorChannel"] = []  # mirror channels with acks gathered
         self._channels: dict[int, "MirrorChannel"] = {}
         self._next_channel = _STREAM_CHANNEL + 1
         self.write_paused = False
         self.stream = ForwardStream(self)
+        self.stream.open()  # first of what waits for connection.open-ok
         self._task = asyncio.get_running_loop().create_task(self._connect())
 
     def __repr__(self) -> str:
@@ -164,10 +169,7 @@ class NodeLink(asyncio.Protocol):
         elif isinstance(method, commands.Connection.OpenOk):
             self.state = LinkState.OPEN
             self._handshake_done = True
-            self.stream.open()
-            waiting, self._waiting_output = self._waiting_output, []
-            if waiting:
-                self._transport.write(b"".join(waiting))
+            self.schedule_flush()
             log.info("cluster link to node %s (vhost '%s') is open", self.node, self.vhost)
         elif isinstance(method, commands.Connection.Close):
             self._transport.write(codec.method_frame(0, commands.Connection.CloseOk()))
@@ -178,12 +180,42 @@ class NodeLink(asyncio.Protocol):
     # -- writing -----------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        """Send now, or once the connection is open (channel frames wait for connection.open-ok)."""
+        """Send at the end of this event-loop turn, with everything else written in it (channel
+        frames wait for connection.open-ok)."""
         if self.state is LinkState.FAILED:
             return
-        if not self._handshake_done:
-            self._waiting_output.append(data)
-        else:
+        self._out.append(data)
+        self.schedule_flush()
+
+    def write_frames(self, frames: list[bytes]) -> None:
+        """Like write, for frames in parts (a message's method, header and body frames)."""
+        if self.state is LinkState.FAILED:
+            return
+        self._out.extend(frames)
+        self.schedule_flush()
+
+    def acks_waiting(self, mirror: "MirrorChannel") -> None:
+        """`mirror` gathered acks: they go with the next write."""
+        self._acking.append(mirror)
+        self.schedule_flush()
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self.state is LinkState.FAILED:
+            return
+        self.stream.emit_pending()
+        if self._acking:
+            acking, self._acking = self._acking, []
+            for mirror in acking:
+                mirror.flush_acks()
+        if self._handshake_done and self._out:
+            data = b"".join(self._out)
+            self._out.clear()
             self._transport.write(data)
 
     def pause_writing(self) -> None:
@@ -227,7 +259,7 @@ class NodeLink(asyncio.Protocol):
             log.warning("cluster link to node %s (vhost '%s') failed: %s", self.node, self.vhost, reason)
         self.state = LinkState.FAILED
         self.failed_at = time.monotonic()
-        self._waiting_output.clear()
+        self._out.clear()
         if self._transport is not None:
             self._transport.abort()
         self.stream.link_lost(reason)
@@ -248,8 +280,6 @@ class ForwardStream:
 
     def __init__(self, link: NodeLink) -> None:
         self._link = link
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
         self._next_seq = 1
         self._message: Message | None = None  # the message whose queues are still being gathered
         self._message_seq = 0
@@ -261,7 +291,7 @@ class ForwardStream:
         self._lost: str | None = None
 
     def open(self) -> None:
-        """The connection is open: open the channel and turn confirms on, ahead of any publish."""
+        """Open the channel and turn confirms on, ahead of any publish."""
         self._link.write(codec.method_frame(_STREAM_CHANNEL, commands.Channel.Open())
                          + codec.method_frame(_STREAM_CHANNEL, commands.Confirm.Select()))
 
@@ -293,9 +323,7 @@ class ForwardStream:
         self._message_seq = seq
         self._targets = [queue_name]
         self._unconfirmed[seq] = None
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._link.schedule_flush()
         return seq
 
     def when_confirmed(self, seq: int, callback: SyncCallback) -> None:
@@ -316,21 +344,18 @@ class ForwardStream:
         message = self._message
         self._message = None
         targets = tuple(self._targets)
-        out = self._out
+        out: list[bytes] = []
         if targets != self._sent_targets:
             out.append(forward_to_frame(_STREAM_CHANNEL, targets))
             self._sent_targets = targets
         out.append(publish_frame(_STREAM_CHANNEL, message.routing_raw))
         codec.content_frames(out, _STREAM_CHANNEL, message.raw_header, message.body, self._link.max_body_frame)
+        self._link.write_frames(out)
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
+    def emit_pending(self) -> None:
+        """The message whose queues were being gathered goes out (the link is about to write)."""
         if self._message is not None:
             self._emit()
-        if self._out:
-            data = b"".join(self._out)
-            self._out.clear()
-            self._link.write(data)
 
     def frame(self, frame_type: int, payload: bytes) -> None:
         if frame_type != codec.FRAME_METHOD:
@@ -379,7 +404,6 @@ class ForwardStream:
         republishes a nacked message may make a duplicate, never a loss)."""
         self._lost = reason
         self._message = None
-        self._out.clear()
         unconfirmed, self._unconfirmed = self._unconfirmed, OrderedDict()
         for callbacks in unconfirmed.values():
             if callbacks is not None:
@@ -434,6 +458,12 @@ class MirrorChannel:
         self.handler = handler
         self.state = MirrorState.OPEN
         self.unsettled = 0  # deliveries handed out and not yet settled
+        # Acks are gathered for the link's next write and sent as one `multiple` ack where they
+        # settle the oldest deliveries: the owner's tags in delivery order, and those settled
+        # while an older one is not (they are skipped when they reach the front).
+        self._delivered: deque[int] = deque()
+        self._settled_early: set[int] = set()
+        self._acks: list[int] = []
         self._replies: deque[_Reply] = deque()
         self._incoming: _Incoming | None = None
         self._get_callbacks: deque[Callable[[Any], None]] = deque()
@@ -477,22 +507,55 @@ class MirrorChannel:
         self._send(commands.Queue.Purge(queue=queue), commands.Queue.PurgeOk, on_reply)
 
     def ack(self, link_tag: int) -> None:
+        """Ack at the link's next write (gathered: see flush_acks)."""
         if self.state is MirrorState.OPEN:
             self.unsettled -= 1
-            self.link.write(ack_frame(self.id, link_tag))
+            if not self._acks:
+                self.link.acks_waiting(self)
+            self._acks.append(link_tag)
 
     def reject(self, link_tag: int, requeue: bool) -> None:
         """Reject without requeue (the owner dead-letters it), or nack with requeue (the
         owner's basic.nack: requeued as a failed delivery, delayed retry included)."""
         if self.state is MirrorState.OPEN:
+            self.flush_acks()  # a multiple ack after this must not be sent before it
             self.unsettled -= 1
+            self._settled_early.add(link_tag)
             self.link.write(nack_frame(self.id, link_tag, False, True) if requeue else
                             reject_frame(self.id, link_tag, False))
+
+    def flush_acks(self) -> None:
+        """Send the gathered acks: one `multiple` ack for those that settle the oldest
+        deliveries, single acks for the others."""
+        if not self._acks or self.state is not MirrorState.OPEN:
+            self._acks.clear()
+            return
+        acked = set(self._acks)
+        self._acks.clear()
+        delivered = self._delivered
+        settled_early = self._settled_early
+        up_to = 0
+        while delivered:
+            oldest = delivered[0]
+            if oldest in acked:
+                acked.discard(oldest)
+                up_to = oldest
+            elif oldest in settled_early:
+                settled_early.discard(oldest)  # its reject or single ack went before
+            else:
+                break
+            delivered.popleft()
+        frames = [ack_frame(self.id, up_to, multiple=True)] if up_to else []
+        for tag in acked:
+            frames.append(ack_frame(self.id, tag))
+            settled_early.add(tag)
+        self.link.write_frames(frames)
 
     def close(self) -> None:
         """Close the channel: the owner requeues whatever is still unsettled on it."""
         if self.state is not MirrorState.OPEN:
             return
+        self.flush_acks()
         self.state = MirrorState.CLOSING
         self.link.write(codec.method_frame(self.id, commands.Channel.Close(200, "", 0, 0)))
 
@@ -556,6 +619,7 @@ class MirrorChannel:
         exchange, routing_key = split_routing_raw(incoming.routing_raw)
         message = Message(exchange, routing_key, incoming.raw_header, body, incoming.routing_raw)
         self.unsettled += 1
+        self._delivered.append(incoming.link_tag)
         if incoming.consumer_tag is None:
             if self._get_callbacks:
                 self._get_callbacks.popleft()((incoming.link_tag, incoming.redelivered, message,
