@@ -1,0 +1,136 @@
+"""Client failover: pika with a list of connection parameters and kombu with `amqp://b;amqp://c`
+URLs go on with a surviving node after `kill -9` of theirs, with the same queues; the killed
+node's queues are unavailable (RabbitMQ's 404) until it returns with their persistent messages,
+reachable from every node. Prints the confirmed messages lost (0 for queues of surviving nodes).
+"""
+
+from __future__ import annotations
+
+import kombu
+import pika
+import pytest
+from pika.exceptions import AMQPConnectionError, AMQPError as PikaError
+
+from interop_tests.cluster_nodes import SESSION_TTL, ClusterNode, queue_known_everywhere, three_nodes, wait_until
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+def _parameters(node: ClusterNode) -> pika.ConnectionParameters:
+    return pika.ConnectionParameters("127.0.0.1", node.port, credentials=pika.PlainCredentials("guest", "guest"),
+                                     connection_attempts=1, blocked_connection_timeout=10)
+
+
+def _drain(node: ClusterNode, queue: str) -> list[bytes]:
+    connection = pika.BlockingConnection(_parameters(node))
+    channel = connection.channel()
+    bodies = []
+    while True:
+        method, _properties, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        bodies.append(body)
+    connection.close()
+    return bodies
+
+
+def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path):
+    with three_nodes(tmp_path) as nodes:
+        a, b, c = nodes["a"], nodes["b"], nodes["c"]
+        setup = pika.BlockingConnection(_parameters(a))
+        setup.channel().queue_declare("survivor-pika", durable=True)
+        setup.channel().queue_declare("survivor-kombu", durable=True)
+        setup.close()
+        on_b = pika.BlockingConnection(_parameters(b))
+        victim = on_b.channel()
+        victim.queue_declare("victim", durable=True)  # owned by b
+        victim.confirm_delivery()
+        for number in range(10):
+            victim.basic_publish("", "victim", f"kept {number}".encode(), PERSISTENT)
+        on_b.close()
+        for name in ("survivor-pika", "survivor-kombu", "victim"):
+            queue_known_everywhere(nodes, name)
+
+        # pika: the host list starts with b, the node about to die.
+        hosts = [_parameters(b), _parameters(c), _parameters(a)]
+        connection = pika.BlockingConnection(hosts)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        # kombu: failover URLs, b first.
+        kombu_connection = kombu.Connection(f"{b.url()};{c.url()}", failover_strategy="round-robin",
+                                            transport_options={"confirm_publish": True})
+        producer = kombu_connection.Producer()
+        publish = kombu_connection.ensure(producer, producer.publish, max_retries=10, interval_start=0.2)
+
+        confirmed_pika = confirmed_kombu = 0
+        reconnected_to = None
+        for number in range(200):
+            if number == 100:
+                b.broker.kill()  # kill -9
+            while True:
+                try:
+                    channel.basic_publish("", "survivor-pika", f"p{number}".encode(), PERSISTENT)
+                    confirmed_pika += 1
+                    break
+                except (PikaError, OSError):
+                    # The node died: connect again, through the same list.
+                    connection = pika.BlockingConnection(hosts)
+                    reconnected_to = connection._impl.params.port
+                    channel = connection.channel()
+                    channel.confirm_delivery()
+            publish(f"k{number}", routing_key="survivor-kombu", delivery_mode=2)
+            confirmed_kombu += 1
+        assert reconnected_to in (c.port, a.port)
+        assert kombu_connection.port == c.port  # the next URL of its list
+        connection.close()
+        kombu_connection.release()
+
+        pika_bodies = set(_drain(c, "survivor-pika"))
+        kombu_count = len(_drain(a, "survivor-kombu"))
+        lost_pika = confirmed_pika - len(pika_bodies)
+        lost_kombu = confirmed_kombu - kombu_count
+        print(f"confirmed messages lost: pika {lost_pika} of {confirmed_pika}, kombu {lost_kombu} of {confirmed_kombu} "
+              "(queues owned by surviving nodes)")
+        assert lost_pika <= 0 and lost_kombu <= 0
+
+        # b's queue is unavailable once b's session expired, with RabbitMQ's error ...
+        def victim_refused_on_c() -> bool:
+            probe = pika.BlockingConnection(_parameters(c))
+            try:
+                probe.channel().queue_declare("victim", passive=True)
+                return False
+            except pika.exceptions.ChannelClosedByBroker as refused:
+                assert refused.reply_code == 404
+                assert refused.reply_text == (
+                    "NOT_FOUND - home node 'b' of durable queue 'victim' in vhost '/' is down or inaccessible")
+                return True
+            finally:
+                if probe.is_open:
+                    probe.close()
+
+        took = wait_until(victim_refused_on_c, "c refuses b's queue", within=SESSION_TTL + 5)
+        print(f"c refused b's queue {took:.1f} s after the failover")
+
+        # ... and back, with its persistent messages, reachable from every node, once b returns.
+        b.broker.start()
+        wait_until(lambda: a.live_nodes() == ["a", "b", "c"], "b is back in membership")
+
+        def victim_reachable_from_c() -> bool:
+            connection = pika.BlockingConnection(_parameters(c))
+            try:
+                return connection.channel().queue_declare("victim", passive=True) is not None
+            except PikaError:
+                return False
+            finally:
+                if connection.is_open:
+                    connection.close()
+
+        wait_until(victim_reachable_from_c, "victim is reachable from c again", within=20)
+        peek = pika.BlockingConnection(_parameters(a))
+        peeking = peek.channel()
+        method, _properties, body = peeking.basic_get("victim")
+        assert body == b"kept 0"
+        peeking.basic_nack(method.delivery_tag, requeue=True)
+        peek.close()
+        kept = _drain(c, "victim")
+        assert sorted(kept) == sorted(f"kept {n}".encode() for n in range(10))
