@@ -12,7 +12,7 @@ import kombu
 import pika
 import pytest
 
-from interop_tests.cluster_nodes import three_nodes, queue_known_everywhere
+from interop_tests.cluster_nodes import queue_known_everywhere, three_nodes, wait_until
 from interop_tests.node_runner import run_scenario
 
 
@@ -63,6 +63,46 @@ def test_pika_declare_on_a_publish_on_b_consume_on_c(nodes):
         assert [redelivered for body, redelivered, _tag in got if body == requeued] == [False, True]
     assert [tag for _body, _redelivered, tag in got] == list(range(1, 33))  # c's own tags
     assert declaring.queue_declare("pika-any-node", passive=True).method.message_count == 0
+    for connection in (on_a, on_b, on_c):
+        connection.close()
+
+
+def test_pika_reject_on_b_dead_letters_from_a_to_a_queue_of_c_and_alternate_exchanges_route_on_b(nodes):
+    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    on_c = pika.BlockingConnection(pika.URLParameters(c.url()))
+    on_c.channel().queue_declare("dead-on-c", durable=True)  # owned by c
+    on_a = pika.BlockingConnection(pika.URLParameters(a.url()))
+    declaring = on_a.channel()
+    declaring.queue_declare("work-on-a", durable=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead-on-c"})
+    declaring.exchange_declare("unrouted-on-a", "fanout", durable=True)
+    declaring.queue_declare("caught-on-a", durable=True)
+    declaring.queue_bind("caught-on-a", "unrouted-on-a")
+    declaring.exchange_declare("with-alternate", "direct", durable=True,
+                               arguments={"alternate-exchange": "unrouted-on-a"})
+    for name in ("dead-on-c", "work-on-a", "caught-on-a"):
+        queue_known_everywhere(nodes, name)
+
+    on_b = pika.BlockingConnection(pika.URLParameters(b.url()))
+    channel = on_b.channel()
+    channel.confirm_delivery()
+    channel.basic_publish("", "work-on-a", b"doomed", pika.BasicProperties(delivery_mode=2))
+    # No binding matches: the alternate exchange, routed on b, takes it to a's queue.
+    channel.basic_publish("with-alternate", "nowhere", b"caught", pika.BasicProperties(delivery_mode=2),
+                          mandatory=True)
+    method, _properties, body = channel.basic_get("work-on-a")
+    assert body == b"doomed"
+    channel.basic_reject(method.delivery_tag, requeue=False)  # a dead-letters it to c's queue
+
+    def dead_lettered_on_c() -> bool:
+        got = on_c.channel().basic_get("dead-on-c", auto_ack=True)
+        if got[0] is None:
+            return False
+        assert got[2] == b"doomed" and got[1].headers["x-death"][0]["queue"] == "work-on-a"
+        return True
+
+    wait_until(dead_lettered_on_c, "the rejected message reaches dead-on-c")
+    assert declaring.basic_get("caught-on-a", auto_ack=True)[2] == b"caught"
     for connection in (on_a, on_b, on_c):
         connection.close()
 

@@ -276,6 +276,32 @@ def test_a_transaction_touching_queues_of_two_nodes_is_refused_and_nothing_is_ap
     run(tmp_path, scenario)
 
 
+def test_single_active_consumer_holds_across_nodes(tmp_path):
+    async def scenario(pair: Pair) -> None:
+        arguments = {"x-single-active-consumer": True}
+        on_a = await channel_on(pair.a.url, confirms=False)
+        await on_a.declare_queue("one-at-a-time", durable=True, arguments=arguments)
+        pair.stand_in("one-at-a-time", arguments=arguments)
+        on_b = await channel_on(pair.b.url, confirms=False)
+        first: asyncio.Queue = asyncio.Queue()
+        first_tag = await (await on_b.get_queue("one-at-a-time", ensure=False)).consume(first.put_nowait)
+        second: asyncio.Queue = asyncio.Queue()
+        await (await on_a.get_queue("one-at-a-time")).consume(second.put_nowait)
+        for number in range(5):
+            await on_a.default_exchange.publish(aio_pika.Message(str(number).encode()), "one-at-a-time")
+        bodies = [(await asyncio.wait_for(first.get(), 5)).body for _ in range(5)]
+        assert bodies == [str(number).encode() for number in range(5)]
+        assert second.empty()  # the consumer on b, first in, is the active one
+        # It goes (cancelled on b): the one on a takes over, with what b left unacked.
+        await (await on_b.get_queue("one-at-a-time", ensure=False)).cancel(first_tag)
+        await on_b.close()
+        redelivered = [await asyncio.wait_for(second.get(), 5) for _ in range(5)]
+        assert [message.body for message in redelivered] == bodies
+        assert all(message.redelivered for message in redelivered)
+
+    run(tmp_path, scenario)
+
+
 # -- basic.get and purge on b ----------------------------------------------------------------
 
 
