@@ -188,7 +188,20 @@ def test_a_new_user_sees_what_it_may_not_do(ui, ui_broker, http, unique):
     assert http.get(api_url(ui_broker, f"/api/queues/%2F/{protected}")).status_code == 200, "still there"
     ui.screenshot("refused")
     ui.open("/admin")
-    ui.wait_for_text("The admin pages are for users tagged administrator.")
+    ui.wait_for_text("The admin pages are for users tagged administrator")
+    ui.log_out()
+
+
+def test_a_policymaker_gets_the_policies_tab_only(ui, ui_broker, http, unique):
+    user = unique("policymaker")
+    assert http.put(api_url(ui_broker, f"/api/users/{user}"), json={"password": "pm", "tags": "policymaker"}).status_code == 201
+    assert http.put(api_url(ui_broker, f"/api/permissions/%2F/{user}"),
+                    json={"configure": ".*", "write": ".*", "read": ".*"}).status_code == 201
+    ui.log_in(user, "pm")
+    ui.click(By.LINK_TEXT, "Admin")
+    ui.wait_for_text("Policies", "main h2")
+    assert [a.text for a in ui.driver.find_elements(By.CSS_SELECTOR, ".subnav a")] == ["Policies and limits"]
+    assert ui.errors() == []
     ui.log_out()
 
 

@@ -40,6 +40,8 @@ const app = {
   interval: Number(localStorage.getItem('amqp-ui-interval') ?? 5000),
   isAdmin() { return this.user?.tags.includes('administrator'); },
   isMonitor() { return this.isAdmin() || this.user?.tags.includes('monitoring'); },
+  // Policymakers manage policies in their vhosts, as in RabbitMQ (the Admin tab shows them that part).
+  isPolicymaker() { return this.isAdmin() || this.user?.tags.includes('policymaker'); },
   go(hash) { window.location.hash = hash; },
   // The vhosts a form may offer: the selected one first.
   vhostChoices() { return this.vhost ? [this.vhost, ...this.vhosts.filter((v) => v !== this.vhost)] : this.vhosts; },
@@ -114,7 +116,7 @@ async function logout() {
 // ---- the shell -----------------------------------------------------------------------------
 
 function buildShell() {
-  const nav = h('nav.main', {}, NAV.filter(([name]) => name !== 'admin' || app.isAdmin())
+  const nav = h('nav.main', {}, NAV.filter(([name]) => name !== 'admin' || app.isPolicymaker())
     .map(([name, label, href]) => h('a', { href, dataset: { page: name } }, label)));
   const vhostSelect = h('select', { name: 'vhost', onchange: () => {
     app.vhost = vhostSelect.value;

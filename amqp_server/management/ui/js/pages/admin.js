@@ -10,12 +10,15 @@ const TABS = [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['policies', 'Pol
   ['features', 'Feature flags'], ['definitions', 'Definitions']];
 const TAGS = ['administrator', 'monitoring', 'policymaker', 'management'];
 
-export function render(app, tab = 'users') {
-  const nav = h('div.subnav', {}, TABS.map(([name, label]) => h('a', { href: `#/admin/${name}`, class: name === tab ? 'active' : null }, label)));
-  if (!app.isAdmin()) {
-    return { el: h('div', {}, h('h1', {}, 'Admin'), h('p', {}, 'The admin pages are for users tagged administrator.')) };
+export function render(app, tab) {
+  if (!app.isPolicymaker()) {
+    return { el: h('div', {}, h('h1', {}, 'Admin'), h('p', {}, 'The admin pages are for users tagged administrator (or policymaker, for policies).')) };
   }
-  const page = { users, vhosts, policies, features, definitions }[tab] || users;
+  // A policymaker gets the policies tab only; the API decides what it may change there.
+  const tabs = app.isAdmin() ? TABS : TABS.filter(([name]) => name === 'policies');
+  const chosen = tabs.some(([name]) => name === tab) ? tab : tabs[0][0];
+  const nav = h('div.subnav', {}, tabs.map(([name, label]) => h('a', { href: `#/admin/${name}`, class: name === chosen ? 'active' : null }, label)));
+  const page = { users, vhosts, policies, features, definitions }[chosen];
   const body = page(app);
   return { el: h('div', {}, h('div.page-head', {}, h('h1', {}, 'Admin')), nav, body.el), refresh: body.refresh };
 }
@@ -195,8 +198,10 @@ function policies(app) {
     h('button.small.danger', { type: 'button', name: 'clear-limit', onclick: clearLimit(pathOf(name), `${name} limit of ${who}`) }, 'Clear')));
 
   async function refresh() {
+    const admin = app.isAdmin();
     const [policyList, operatorList, vhostLimits, userLimits, users] = await Promise.all([
-      get('/api/policies'), get('/api/operator-policies'), get('/api/vhost-limits'), get('/api/user-limits'), get('/api/users')]);
+      get('/api/policies'), admin ? get('/api/operator-policies') : [], admin ? get('/api/vhost-limits') : [],
+      admin ? get('/api/user-limits') : [], admin ? get('/api/users') : []]);
     const policyColumns = (kind) => [
       { title: 'Virtual host', cell: (p) => p.vhost }, { title: 'Name', cls: 'name', cell: (p) => p.name },
       { title: 'Pattern', cell: (p) => h('code', {}, p.pattern) }, { title: 'Apply to', cell: (p) => p['apply-to'] },
@@ -248,14 +253,17 @@ function policies(app) {
     await refresh();
   }, 'Set user limit');
 
+  // Operator policies and limits are the administrators' (RabbitMQ's rule); a policymaker has its vhosts' policies.
+  const admin = app.isAdmin();
+  if (!admin) kind.replaceChildren(h('option', { value: 'policies' }, 'Policy'));
   return {
     el: h('div', {},
       h('div.panel', {}, h('h2', {}, 'Policies'), boxes.policies),
-      h('div.panel', {}, h('h2', {}, 'Operator policies'), boxes.operator),
+      admin ? h('div.panel', {}, h('h2', {}, 'Operator policies'), boxes.operator) : null,
       section('Add or update a policy', addPolicy),
-      h('div.grid', {},
+      admin ? h('div.grid', {},
         h('div.panel', {}, h('h2', {}, 'Virtual host limits'), boxes.vhostLimits, h('h3', {}, 'Set a limit'), setVhostLimit),
-        h('div.panel', {}, h('h2', {}, 'User limits'), boxes.userLimits, h('h3', {}, 'Set a limit'), setUserLimit))),
+        h('div.panel', {}, h('h2', {}, 'User limits'), boxes.userLimits, h('h3', {}, 'Set a limit'), setUserLimit)) : null),
     refresh,
   };
 }
