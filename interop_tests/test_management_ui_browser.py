@@ -10,6 +10,7 @@ docs/management-ui.md, not asserted). Every page is photographed for that doc.
 
 from __future__ import annotations
 
+import http.server as http_server
 import json
 import statistics
 import threading
@@ -297,6 +298,56 @@ def test_names_from_clients_are_shown_as_text_never_run(ui, ui_broker, http):
         assert ui.script("return window.injected === undefined && document.querySelectorAll('main img').length === 0")
     finally:
         http.delete(api_url(ui_broker, queue_path))
+
+
+ATTACK_PAGE = """<!doctype html><title>cat pictures</title>
+<form id="import" method="POST" action="{api}/api/definitions" enctype="text/plain">
+<input name='{{"users": [{{"name": "csrf-admin", "password": "x", "tags": "administrator"}}], "ignored": "' value='"}}'>
+</form>
+<script>
+const api = "{api}";
+Promise.allSettled([
+  fetch(api + "/api/vhosts/csrf-vhost", {{method: "PUT", credentials: "include",
+    headers: {{"Content-Type": "application/json"}}, body: "{{}}"}}),
+  fetch(api + "/api/queues/%2F/csrf-queue", {{method: "PUT", credentials: "include", mode: "no-cors", body: "{{}}"}}),
+  fetch(api + "/api/definitions", {{method: "POST", credentials: "include", mode: "no-cors",
+    body: JSON.stringify({{users: [{{name: "csrf-admin", password: "x", tags: "administrator"}}]}})}}),
+]).then(() => document.getElementById("import").submit());
+</script>"""
+
+
+def test_a_foreign_page_cannot_use_the_operators_session(ui, ui_broker, http):
+    """Another origin on the same machine (same site for the browser: SameSite does not help
+    here) tries a preflighted JSON write, simple no-cors writes and a text/plain form import
+    while the operator is logged in; the CSRF token and the Origin check refuse them all."""
+    as_guest(ui)
+    page = ATTACK_PAGE.format(api=ui_broker[1]).encode()
+
+    class AttackPage(http_server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    attacker = http_server.HTTPServer(("127.0.0.1", 0), AttackPage)
+    serving = threading.Thread(target=attacker.serve_forever)
+    serving.start()
+    try:
+        ui.driver.get(f"http://127.0.0.1:{attacker.server_address[1]}/")
+        ui.wait(lambda d: d.current_url.endswith("/api/definitions"), what="the forged form to be sent")
+        assert "forbidden" in ui.page_text()
+    finally:
+        attacker.shutdown()
+        serving.join()
+        attacker.server_close()
+    assert http.get(api_url(ui_broker, "/api/users/csrf-admin")).status_code == 404
+    assert http.get(api_url(ui_broker, "/api/vhosts/csrf-vhost")).status_code == 404
+    assert http.get(api_url(ui_broker, "/api/queues/%2F/csrf-queue")).status_code == 404
+    as_guest(ui)
 
 
 def test_overview_time_to_interactive_with_10000_queues(ui, ui_broker, http):

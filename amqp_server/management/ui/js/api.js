@@ -37,7 +37,8 @@ export async function request(method, path, { body, headers = {}, text = false }
   }
   let response;
   try {
-    response = await fetch(path, init);
+    // Relative to the page ("api/..."), so a proxy that serves the UI under a prefix works too.
+    response = await fetch(path.replace(/^\//, ''), init);
   } catch (error) {
     throw new ApiError(0, 'network', `The broker did not answer: ${error.message}`);
   }
