@@ -20,8 +20,11 @@ from amqp_server.metrics.message_sizes import MessageSizeHistogram
 from amqp_server.config import LimitsConfig, ServerConfig
 from amqp_server.connection_limits import ConnectionLimit
 from amqp_server.errors import AMQPError
+from amqp_server.policies import parse_policy
+from amqp_server.policy_keys import PolicyError
 from amqp_server.reply_to import ReplyRegistry
-from amqp_server.vhost import VirtualHost
+from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, UserLimits, check_limits
+from amqp_server.vhost import OPERATOR_POLICIES, POLICIES, VHOST_LIMITS as VHOST_LIMITS_KIND, VirtualHost
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
 from persistence.group_commit import DirectorySyncs, GroupCommitter
 from persistence.queue_store import QueueStore
@@ -37,8 +40,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The definitions save_definitions compares (the topology is recorded change by change).
+# The definitions save_definitions compares (the topology, policies and limits are recorded
+# change by change).
 ACCESS_KINDS = ("users", "vhosts", "permissions")
+USER_LIMITS_KIND = "user_limits"
 
 
 def _cluster_name(config: ServerConfig) -> str | None:
@@ -74,6 +79,9 @@ class Broker:
         # kept here, next to the vhost records they are saved in, not in VirtualHost.
         self.vhost_metadata: dict[str, dict[str, Any]] = {}
         self.connections: set[Connection] = set()
+        # Users' max-connections and max-channels (resource_limits.py): made at a user's first
+        # connection or limit and kept, so connections are counted before a limit is ever set.
+        self._user_limits: dict[str, UserLimits] = {}
         # [limits] max_connections: sockets the whole broker holds (connection_limits.py).
         self.connection_limit = ConnectionLimit("broker", config.limits.max_connections)
         # Memory and disk alarms; ResourceMonitor (alarms.py) measures, connections obey.
@@ -108,6 +116,7 @@ class Broker:
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
+            storage = self.config.storage
             vhost = self.vhosts[name] = VirtualHost(
                 name,
                 on_durable_change=self._definition_changed,
@@ -115,6 +124,7 @@ class Broker:
                 journal_factory=self._journal_for if self.committer is not None else None,
                 memory_budget=self.memory_budget,
                 on_change=self._topology_changed,
+                archives_everything=storage.archive or name in storage.archive_vhosts,
             )
             vhost.on_queue_deleted = self._queue_deleted
             vhost.queue_defaults = self.config.queue_defaults  # [[queue_defaults]] (docs/lifecycle.md)
@@ -138,6 +148,37 @@ class Broker:
             connection.close_by_broker(320, f"vhost '{name}' is deleted")
         vhost.delete_everything()
         self.access.forget_vhost(name)
+        self.save_definitions()
+
+    # -- users -------------------------------------------------------------------------
+
+    def limits_of(self, user: str) -> UserLimits:
+        """The user's limits and what counts against them (none set: no limit)."""
+        limits = self._user_limits.get(user)
+        if limits is None:
+            limits = self._user_limits[user] = UserLimits()
+        return limits
+
+    def user_limits(self) -> dict[str, dict[str, int]]:
+        """Each user with limits set: their limits (RabbitMQ's "value")."""
+        return {user: limits.as_value() for user, limits in self._user_limits.items() if limits.as_value()}
+
+    def set_user_limits(self, user: str, limits: dict[str, int]) -> None:
+        """Replace the user's limits (checked by resource_limits.check_limits); {} lifts them all."""
+        current = self.limits_of(user)
+        if limits == current.as_value():
+            return
+        current.replace(limits)
+        self._definition_changed(USER_LIMITS_KIND, {"user": user, "value": dict(limits)}, bool(limits))
+
+    def open_channels_of(self, user: object) -> int:
+        """Channels open on every connection of `user` (counted only when a channel limit is set)."""
+        return sum(len(connection.channels) for connection in self.connections if connection.user is user)
+
+    def delete_user(self, name: str) -> None:
+        """Remove a user, their permissions and their limits; KeyError if unknown."""
+        self.access.delete_user(name)
+        self._user_limits.pop(name, None)
         self.save_definitions()
 
     def _queue_deleted(self, queue: object) -> None:
@@ -232,6 +273,7 @@ class Broker:
                 self.set_vhost_metadata(vhost["name"], vhost.get("description", ""), vhost.get("tags", []))
             for name in config.vhosts:
                 self.add_vhost(name)
+            self._restore_policies_and_limits(stored)
             configured = {(p.user, p.vhost) for p in config.permissions}
             for permission in stored.get("permissions", []):
                 key = (permission["user"], permission["vhost"])
@@ -247,6 +289,33 @@ class Broker:
         # end) leaves the store, and the configuration's users and vhosts enter it.
         if not clustered:
             self.store.save(self.definitions())
+
+    def _restore_policies_and_limits(self, stored: dict[str, Any]) -> None:
+        """Before the topology, so restored queues and exchanges start under their policies."""
+        for kind, operator in ((POLICIES, False), (OPERATOR_POLICIES, True)):
+            for entry in stored.get(kind, []):
+                vhost = self.vhosts.get(entry["vhost"])
+                if vhost is None:
+                    continue
+                try:
+                    vhost.set_policy(parse_policy(entry["vhost"], entry["name"], entry, operator), operator)
+                except PolicyError as error:  # written by a version that took what this one refuses
+                    label = "operator policy" if operator else "policy"
+                    log.error("stored %s '%s' in vhost '%s' was not restored: %s",
+                              label, entry["name"], entry["vhost"], error)
+        for entry in stored.get(VHOST_LIMITS_KIND, []):
+            vhost = self.vhosts.get(entry["vhost"])
+            try:
+                if vhost is not None:
+                    vhost.set_limits(check_limits(entry["value"], VHOST_LIMITS, "vhost limits"))
+            except LimitError as error:
+                log.error("stored limits of vhost '%s' were not restored: %s", entry["vhost"], error)
+        for entry in stored.get(USER_LIMITS_KIND, []):
+            try:
+                if self.access.user(entry["user"]) is not None:
+                    self.set_user_limits(entry["user"], check_limits(entry["value"], USER_LIMITS, "user limits"))
+            except LimitError as error:
+                log.error("stored limits of user '%s' were not restored: %s", entry["user"], error)
 
     def _restore_topology(self, stored: dict[str, Any]) -> None:
         for exchange in stored.get("exchanges", []):
@@ -290,9 +359,15 @@ class Broker:
         """Every durable definition in RabbitMQ's export shape."""
         exported = self.access_definitions()
         exported.update(queues=[], exchanges=[], bindings=[])
+        exported.update({POLICIES: [], OPERATOR_POLICIES: [], VHOST_LIMITS_KIND: [], USER_LIMITS_KIND: []})
         for vhost in self.vhosts.values():
             for key, entries in vhost.durable_definitions().items():
                 exported[key].extend(entries)
+            exported[POLICIES].extend(policy.as_json() for policy in vhost.policies)
+            exported[OPERATOR_POLICIES].extend(policy.as_json() for policy in vhost.operator_policies)
+            if vhost.limits.as_value():
+                exported[VHOST_LIMITS_KIND].append({"vhost": vhost.name, "value": vhost.limits.as_value()})
+        exported[USER_LIMITS_KIND] = [{"user": user, "value": value} for user, value in self.user_limits().items()]
         exported["queues"].extend(self.unrestored_queues)
         return exported
 

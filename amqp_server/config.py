@@ -38,6 +38,7 @@ ENV_CONFIG = "AMQP_SERVER_CONFIG"
 ENV_LOG_LEVEL = "AMQP_SERVER_LOG_LEVEL"
 ENV_CLUSTER = "AMQP_SERVER_CLUSTER"
 ENV_CLUSTER_SECRET = "AMQP_SERVER_CLUSTER_SECRET"
+ENV_DEFINITIONS = "AMQP_SERVER_DEFINITIONS"
 ENV_NODE_NAME = "AMQP_SERVER_NODE_NAME"
 ENV_MANAGEMENT_ALLOWED_HOSTS = "AMQP_SERVER_MANAGEMENT_ALLOWED_HOSTS"
 ENV_MANAGEMENT_ALLOWED_ORIGINS = "AMQP_SERVER_MANAGEMENT_ALLOWED_ORIGINS"
@@ -187,6 +188,8 @@ class ServerConfig:
     # [[queue_defaults]]: lifecycle x-arguments by vhost and queue-name pattern (docs/lifecycle.md).
     queue_defaults: list[QueueDefault] = field(default_factory=list)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    # [definitions] load_file / --definitions: a RabbitMQ definitions file imported at every start.
+    definitions_file: Path | None = None
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -213,6 +216,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster", metavar="URL",
                         help=f"join the cluster at etcd://host:port,.../prefix or zookeeper://... (env {ENV_CLUSTER})")
     parser.add_argument("--node-name", help=f"this node's name (env {ENV_NODE_NAME}; default amqp-server@<hostname>)")
+    parser.add_argument("--definitions", metavar="FILE",
+                        help=f"import this RabbitMQ definitions file at startup, as load_definitions does "
+                        f"(env {ENV_DEFINITIONS})")
     parser.add_argument("--management-allowed-hosts", metavar="NAMES",
                         help=f"comma-separated Host names the management API answers besides IP addresses, "
                         f"localhost and this machine's name (env {ENV_MANAGEMENT_ALLOWED_HOSTS})")
@@ -291,6 +297,11 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
     for key, value, source in cluster_overrides:
         if value:
             setattr(config.cluster, key, _CLUSTER_KEYS[key](value, source))
+    for value, source in ((env.get(ENV_DEFINITIONS), ENV_DEFINITIONS), (args.definitions, "--definitions")):
+        if value:
+            config.definitions_file = _path(value, source)
+    if config.definitions_file is not None:
+        config.definitions_file = Path(config.definitions_file).expanduser().resolve()
 
     config.data_dir = Path(config.data_dir).expanduser().resolve()
     return config
@@ -578,8 +589,9 @@ _CLUSTER_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "secret": _cluster_secret,
 }
 
-_SECTIONS = ("server", "limits", "storage", "management", "tls", "cluster", "users", "vhosts", "permissions",
-             "queue_defaults")
+_SECTIONS = ("server", "limits", "storage", "management", "tls", "cluster", "definitions", "users", "vhosts",
+             "permissions", "queue_defaults")
+_DEFINITIONS_KEYS: dict[str, Callable[[Any, str], Any]] = {"load_file": lambda value, where: _path(value, where)}
 
 
 # ---- the TOML document ----
@@ -624,6 +636,11 @@ def _parse_document(doc: dict[str, Any]) -> ServerConfig:
     _reject_unknown(cluster, _CLUSTER_KEYS, "[cluster] has")
     for key, value in cluster.items():
         setattr(config.cluster, key, _CLUSTER_KEYS[key](value, f"[cluster] {key}"))
+
+    definitions = _table(doc.get("definitions", {}), "[definitions]")
+    _reject_unknown(definitions, _DEFINITIONS_KEYS, "[definitions] has")
+    if "load_file" in definitions:
+        config.definitions_file = _DEFINITIONS_KEYS["load_file"](definitions["load_file"], "[definitions] load_file")
 
     vhost_entries = _array_of_tables(doc.get("vhosts", []), "vhosts")
     vhosts = _parse_vhosts(vhost_entries)

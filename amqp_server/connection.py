@@ -19,7 +19,7 @@ from pamqp import commands
 from amqp_server import codec, errors, handshake, publisher_blocking, secret_update
 from amqp_server.access_control import AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
 from amqp_server.config import FRAME_MIN_SIZE
-from amqp_server.connection_limits import UNLIMITED_ADMISSION, Admission
+from amqp_server.connection_limits import Admission
 from amqp_server.channel import CLOSING as CHANNEL_CLOSING
 from amqp_server.channel import Channel
 from amqp_server.connection_states import (
@@ -92,12 +92,13 @@ class Connection:
         peer_host: str = "",
         peer_port: int = 0,
         on_output: Callable[[], None] | None = None,
-        admission: Admission = UNLIMITED_ADMISSION,
+        admission: Admission | None = None,
         tls: TlsSession | None = None,
     ) -> None:
         self.broker = broker
         # Its place under the connection limits; refused at connection.open when over one.
-        self.admission = admission
+        # Connections made without a shell (unit tests) are under no node limit.
+        self.admission = admission if admission is not None else Admission((), "")
         self.tls = tls  # the negotiated TLS session on an AMQPS listener, None on a plain one
         self.peer_host = peer_host
         self.peer_port = peer_port
@@ -330,6 +331,9 @@ class Connection:
                 f"number of channels opened ({len(self.channels)}) has reached the negotiated "
                 f"channel_max ({self.channel_max})",
             )
+        user_limits = self.broker.limits_of(self.user.name)
+        if user_limits.max_channels >= 0:
+            user_limits.check_new_channel(self.user.name, self.broker.open_channels_of(self.user))
         channel = Channel(self, channel_id)
         self.channels[channel_id] = channel
         self.broker.stats.channels_opened += 1

@@ -1,5 +1,4 @@
-"""Connection limits: how many connections the broker, a listener (and later a vhost or a user)
-may hold at once.
+"""Connection limits: how many connections the broker, a listener, a vhost or a user may hold at once.
 
 Every accepted socket is a connection here, from accept until the socket closes: one still in
 its handshake, one waiting out a refused login and an open one all hold memory and a file
@@ -15,6 +14,7 @@ closed as soon as it is accepted.
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import Sequence
@@ -30,12 +30,22 @@ REFUSING_AT_MOST = 64
 DROP_LOG_INTERVAL_S = 10.0
 
 
-class ConnectionLimit:
-    """At most `maximum` connections (0: no limit) in one scope. `scope` names it in the refusal
-    ("broker", "listener 0.0.0.0:5672"); an empty scope gives RabbitMQ's vhost-limit text."""
+class LimitScope(enum.Enum):
+    """Whose connections a limit counts, which decides what "no limit" is and the refusal text."""
 
-    def __init__(self, scope: str, maximum: int) -> None:
+    NODE = "node"  # the broker or one listener: 0 is no limit ([limits] max_connections)
+    VHOST = "vhost"  # RabbitMQ's vhost max-connections: negative is no limit, 0 refuses every one
+    USER = "user"  # RabbitMQ's user max-connections: the same
+
+
+class ConnectionLimit:
+    """At most `maximum` connections in one scope (see LimitScope for what means "no limit").
+    `scope` names a NODE limit in the refusal ("broker", "listener 0.0.0.0:5672"); an empty
+    scope gives RabbitMQ's vhost-limit text."""
+
+    def __init__(self, scope: str, maximum: int, kind: LimitScope = LimitScope.NODE) -> None:
         self.scope = scope
+        self.kind = kind
         self.maximum = maximum
         self.count = 0  # connections holding a slot
         self.refusing = 0  # sockets over the limit waiting for their refusal
@@ -43,8 +53,16 @@ class ConnectionLimit:
         self._dropped_logged_at = 0.0
 
     @property
+    def is_limited(self) -> bool:
+        return self.maximum > 0 if self.kind is LimitScope.NODE else self.maximum >= 0
+
+    @property
     def is_reached(self) -> bool:
-        return 0 < self.maximum <= self.count
+        return self.is_limited and self.count >= self.maximum
+
+    def set_maximum(self, maximum: int) -> None:
+        """A new limit; connections already over it stay (as in RabbitMQ)."""
+        self.maximum = maximum
 
     def take(self) -> None:
         self.count += 1
@@ -63,11 +81,14 @@ class ConnectionLimit:
         self.refusing -= 1
 
     def refusal(self, vhost: str, user: str) -> AMQPError:
-        """The connection.close that refuses a connection over this limit at connection.open."""
-        limit = f"{self.scope} connection limit" if self.scope else "connection limit"
-        return AMQPError(
-            NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{user}': {limit} ({self.maximum}) is reached", 10, 40
-        )
+        """The connection.close that refuses a connection over this limit at connection.open
+        (RabbitMQ's texts for the vhost and user limits, rabbit_reader.erl)."""
+        if self.kind is LimitScope.USER:
+            text = f"Connection refused for user '{user}': user connection limit ({self.maximum}) is reached"
+        else:
+            limit = f"{self.scope} connection limit" if self.scope else "connection limit"
+            text = f"access to vhost '{vhost}' refused for user '{user}': {limit} ({self.maximum}) is reached"
+        return AMQPError(NOT_ALLOWED, text, 10, 40)
 
     def dropped(self, peer: str, now: float) -> None:
         """A socket over this limit was closed at accept: log it, at most once per interval."""
@@ -102,6 +123,15 @@ class Admission:
             self.refused_by.dropped(peer, time.monotonic())
         self._released = False
 
+    def enter(self, limit: ConnectionLimit) -> bool:
+        """At connection.open: take a slot in `limit` too (a vhost's or a user's, known only
+        now); False, holding nothing more, when it is reached."""
+        if limit.is_reached:
+            return False
+        limit.take()
+        self._held = (*self._held, limit)
+        return True
+
     def release(self) -> None:
         """The socket closed: give its slots back (once)."""
         if self._released:
@@ -112,5 +142,3 @@ class Admission:
         if self.refused_by is not None and not self.dropped:
             self.refused_by.stop_refusing()
 
-
-UNLIMITED_ADMISSION = Admission((), "")  # for connections made without a shell (unit tests)

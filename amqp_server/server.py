@@ -25,6 +25,7 @@ from amqp_server.errors import CONNECTION_FORCED, INTERNAL_ERROR
 from amqp_server.management.services import start_http_services, stop_http_services
 from amqp_server.tls import TlsListenerContext, session_of
 from amqp_server import codec
+from amqp_server.boot_definitions import DefinitionsFileRefused, load_definitions_file
 from persistence.definitions import FileDefinitionStore
 from queues.timers import Timers
 
@@ -34,6 +35,7 @@ TICK_SECONDS = 0.25
 # RabbitMQ's handshake_timeout: a client must finish the handshake in 10 s.
 HANDSHAKE_TIMEOUT_S = 10.0
 EXIT_CLUSTER_JOIN_FAILED = 1
+EXIT_DEFINITIONS_REFUSED = 1
 # Pause deliveries to a client whose socket buffer holds more than this, and stop reading it
 # (what it sends makes the broker answer); both resume below a quarter of it.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
@@ -342,6 +344,13 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives); returns the exit code."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
+    if config.definitions_file is not None:
+        try:
+            load_definitions_file(broker, config.definitions_file)
+        except DefinitionsFileRefused as error:
+            log.error("%s", error)
+            await broker.close()
+            return EXIT_DEFINITIONS_REFUSED
     # Everything recovered at startup lives long: keep it out of the garbage collector's scans,
     # so a full collection does not pause every connection for the size of the recovered state.
     gc.freeze()

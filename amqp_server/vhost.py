@@ -27,7 +27,7 @@ from queues.queue_entry import QueueEntry
 from queues.queue_stats import QueueStats
 from queues.timers import Timers
 
-from amqp_server import equivalence, errors
+from amqp_server import equivalence, errors, policy_application
 from amqp_server.dead_lettering import republish
 from amqp_server.definitions_export import (
     binding_definition,
@@ -40,6 +40,8 @@ from amqp_server.definitions_export import (
 )
 from amqp_server.delayed_exchanges import hold_delayed_messages
 from amqp_server.errors import AMQPError
+from amqp_server.policies import Policy, PolicySet
+from amqp_server.resource_limits import VhostLimits
 from amqp_server.routing import route_into
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,10 @@ DEFAULT_EXCHANGE = ""
 # Predeclared in every vhost, as RabbitMQ does (rabbit_vhost.erl).
 # on_durable_change(kind, entry, present): see VirtualHost.
 DefinitionChanged = Callable[[str, dict[str, Any], bool], None]
+# The definition-store kinds of a vhost's policies, operator policies and limits.
+POLICIES = "policies"
+OPERATOR_POLICIES = "operator_policies"
+VHOST_LIMITS = "vhost_limits"
 STANDARD_EXCHANGES = (
     ("amq.direct", "direct", False),
     ("amq.fanout", "fanout", False),
@@ -57,12 +63,13 @@ STANDARD_EXCHANGES = (
     ("amq.rabbitmq.trace", "topic", True),
 )
 class VirtualHost:
-    """The exchanges, queues and bindings of one vhost.
+    """The exchanges, queues and bindings of one vhost, its policies and its limits.
 
     `on_durable_change(kind, entry, present)` is called after each change to a durable
-    definition ("queues", "exchanges" or "bindings"; the entry in the definitions-export shape;
-    present False when it was removed), so the broker can record just that change in its
-    definition store. Removing a queue or exchange also removes its bindings there.
+    definition ("queues", "exchanges", "bindings", "policies", "operator_policies" or
+    "vhost_limits"; the entry in the definition store's shape; present False when it was
+    removed), so the broker can record just that change in its definition store. Removing a
+    queue or exchange also removes its bindings there.
     `on_change` is called the same way for every exchange, queue and binding, durable or not
     (not for the default and amq.* exchanges, which every vhost has): a cluster shares them all.
     """
@@ -75,10 +82,17 @@ class VirtualHost:
         journal_factory: Callable[[str, str, bool], QueueJournal] | None = None,
         memory_budget: MemoryBudget | None = None,
         on_change: DefinitionChanged | None = None,
+        archives_everything: bool = False,
     ) -> None:
         """`journal_factory(vhost, queue, archive)` gives durable queues their journal (None: no
-        persistence); `archive` is the queue's x-archive argument."""
+        persistence); `archive` is the queue's x-archive (its own or a policy's);
+        `archives_everything` says the configuration archives every queue of this vhost."""
         self.name = name
+        self.archives_everything = archives_everything
+        # Policies and operator policies (policies.py); policy_application.py applies them.
+        self.policies = PolicySet()
+        self.operator_policies = PolicySet()
+        self.limits = VhostLimits()
         self.journal_factory = journal_factory
         self.memory_budget = memory_budget if memory_budget is not None else MemoryBudget()
         self.timers = timers if timers is not None else Timers()
@@ -154,6 +168,7 @@ class VirtualHost:
             raise AMQPError(errors.PRECONDITION_FAILED, str(error)) from None
         if isinstance(exchange, DelayedMessageExchange):
             hold_delayed_messages(self, exchange)
+        policy_application.apply_to_exchange(self, exchange)
         self.exchanges[name] = exchange
         self._changed("exchanges", exchange_definition(self.name, exchange), True, is_stored_exchange(exchange))
         return exchange
@@ -236,6 +251,8 @@ class VirtualHost:
             equivalence.check_queue(self.name, existing, durable, auto_delete, arguments)
             existing.touch()
             return existing, False
+        # RabbitMQ checks the vhost's queue limit before the new queue's arguments.
+        self.limits.check_new_queue(name, self.name, len(self.queues))
         defaults = defaults_for(self.queue_defaults, self.name, name) if self.queue_defaults else None
         if server_named:
             refusal = queue_type_rules.server_named_refusal({**(defaults or {}), **arguments})
@@ -251,10 +268,11 @@ class VirtualHost:
         )
         if refused is not None:
             raise AMQPError(errors.PRECONDITION_FAILED, f"invalid property '{refused}' for {resource}")
+        settings, archive = policy_application.queue_settings(self, name, arguments, settings)
         # Exclusive queues die with their connection, so only shared durable queues keep files.
         journal = None
         if durable and not exclusive and self.journal_factory is not None:
-            journal = self.journal_factory(self.name, name, arguments.get("x-archive") is True)
+            journal = self.journal_factory(self.name, name, archive)
         queue = Queue(
             name,
             self.name,
@@ -305,6 +323,32 @@ class VirtualHost:
             self._maybe_auto_delete_exchange(source)
         stored = is_stored_queue(queue) and not queue.is_remote
         self._changed("queues", queue_definition(self.name, queue), False, stored)
+
+    # -- policies and limits -----------------------------------------------------------
+
+    def set_policy(self, policy: Policy, operator: bool = False) -> None:
+        """Add or replace a policy (an operator policy); every queue and exchange takes what
+        is in force now, in place."""
+        policies = self.operator_policies if operator else self.policies
+        if policies.put(policy):
+            self.on_durable_change(OPERATOR_POLICIES if operator else POLICIES, policy.as_json(), True)
+            policy_application.reapply(self)
+
+    def clear_policy(self, name: str, operator: bool = False) -> bool:
+        """Remove a policy (an operator policy); False when there was none of that name."""
+        removed = (self.operator_policies if operator else self.policies).remove(name)
+        if removed is None:
+            return False
+        self.on_durable_change(OPERATOR_POLICIES if operator else POLICIES, removed.as_json(), False)
+        policy_application.reapply(self)
+        return True
+
+    def set_limits(self, limits: dict[str, int]) -> None:
+        """Replace the vhost's limits (checked by resource_limits.check_limits); {} lifts them all."""
+        if limits == self.limits.as_value():
+            return
+        self.limits.replace(limits)
+        self.on_durable_change(VHOST_LIMITS, {"vhost": self.name, "value": dict(limits)}, bool(limits))
 
     # -- bindings ----------------------------------------------------------------------
 

@@ -44,6 +44,12 @@ class Exchange:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} bindings={self._count}>"
 
+    def use_policy_alternate(self, name: str | None) -> None:
+        """A policy's alternate exchange (None: no policy gives one); the exchange's own
+        alternate-exchange argument wins over it, as in RabbitMQ."""
+        own = _alternate_exchange(self.arguments)
+        self.alternate_exchange = own if own is not None else name
+
     # -- bindings ---------------------------------------------------------
 
     def bind(self, destination: Hashable, routing_key: str, arguments: dict | None) -> bool:

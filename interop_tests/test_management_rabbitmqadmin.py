@@ -153,3 +153,30 @@ def test_export_and_import_definitions(admin, broker_factory, unique, tmp_path):
     channel.basic_publish(exchange, "a.b", b"routed by imported binding")
     assert channel.basic_get(queue, auto_ack=True)[2] == b"routed by imported binding"
     connection.close()
+
+
+def test_declare_list_and_delete_a_policy_and_an_operator_policy(admin, unique):
+    run, broker = admin
+    queue = unique("admin-pol")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    channel = connection.channel()
+    channel.queue_declare(queue)
+    run("declare", "policy", f"name={queue}", f"pattern=^{queue}$", 'definition={"max-length": 1}',
+        "apply-to=queues", "priority=3")
+    run("declare", "operator_policy", "name=cap", f"pattern=^{queue}$", 'definition={"message-ttl": 60000}')
+    [policy] = [p for p in listing(run, "policies") if p["name"] == queue]
+    assert policy == {"vhost": "/", "name": queue, "pattern": f"^{queue}$", "apply-to": "queues",
+                      "definition": {"max-length": 1}, "priority": 3}
+    assert [p["name"] for p in listing(run, "operator_policies")] == ["cap"]
+    [shown] = [q for q in listing(run, "queues", "name", "policy", "operator_policy") if q["name"] == queue]
+    assert (shown["policy"], shown["operator_policy"]) == (queue, "cap")
+    channel.confirm_delivery()
+    for body in (b"m1", b"m2"):
+        channel.basic_publish("", queue, body)
+    assert channel.queue_declare(queue, passive=True).method.message_count == 1
+    run("delete", "policy", f"name={queue}")
+    run("delete", "operator_policy", "name=cap")
+    assert listing(run, "policies") == [] and listing(run, "operator_policies") == []
+    channel.basic_publish("", queue, b"m3")
+    assert channel.queue_declare(queue, passive=True).method.message_count == 2
+    connection.close()

@@ -13,7 +13,8 @@ replayed log reaches the same table as the broker that wrote it:
 
     a queue     its bindings (as destination)
     an exchange its bindings (as source or as destination)
-    a vhost     its permissions, queues, exchanges and bindings
+    a vhost     its permissions, queues, exchanges, bindings, policies and limits
+    a user      its limits
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "queues": ("vhost", "name"),
     "exchanges": ("vhost", "name"),
     "bindings": ("vhost", "source", "destination_type", "destination", "routing_key", "arguments"),
+    "policies": ("vhost", "name"),
+    "operator_policies": ("vhost", "name"),
+    "vhost_limits": ("vhost",),
+    "user_limits": ("user",),
 }
 LOG_KEY = "amqp_server_log"  # in a snapshot: the first log generation written after it
 PUT = "put"
@@ -203,12 +208,15 @@ class DefinitionTable:
                         del self._binding_ends[end]
         elif kind == "queues":
             self._discard_bindings((key[0], "queue", key[1]))
+        elif kind == "users":
+            self._entries["user_limits"].pop(key, None)
         elif kind == "exchanges":
             self._discard_bindings((key[0], "exchange", key[1]))
             self._discard_bindings((key[0], "source", key[1]))
         elif kind == "vhosts":
             vhost = key[0]
-            for dependent in ("bindings", "queues", "exchanges", "permissions"):
+            for dependent in ("bindings", "queues", "exchanges", "permissions", "policies", "operator_policies",
+                              "vhost_limits"):
                 entries = self._entries[dependent]
                 vhost_at = KEY_FIELDS[dependent].index("vhost")
                 for dependent_key in [k for k in entries if k[vhost_at] == vhost]:

@@ -8,7 +8,11 @@ Shape: RabbitMQ's definitions export JSON (``rabbitmqctl export_definitions``)::
      "permissions": [{"user", "vhost", "configure", "write", "read"}],
      "queues":      [{"name", "vhost", "durable", "auto_delete", "arguments"}],
      "exchanges":   [{"name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"}],
-     "bindings":    [{"source", "vhost", "destination", "destination_type", "routing_key", "arguments"}]}
+     "bindings":    [{"source", "vhost", "destination", "destination_type", "routing_key", "arguments"}],
+     "policies":    [{"vhost", "name", "pattern", "apply-to", "definition", "priority"}],
+     "operator_policies": [the same shape],                      (format 3)
+     "vhost_limits": [{"vhost", "value": {"max-connections": N, "max-queues": N}}],
+     "user_limits": [{"user", "value": {"max-connections": N, "max-channels": N}}]}
 
 Loading fills omitted optional fields with RabbitMQ's defaults, turns a
 comma-separated ``tags`` string (older RabbitMQ exports) into a list, and
@@ -17,7 +21,9 @@ keeps any other keys (policies, parameters, rabbit_version, an entry's
 "amqp_server_format" is taken as a RabbitMQ export. Format 1 is a whole
 definitions.json rewritten on every change; format 2 is the same document
 as a snapshot followed by change logs (persistence/definitions.py,
-docs/durability.md). Both are read; format 2 is written.
+docs/durability.md); format 3 adds policies, operator policies and vhost
+and user limits (an older broker would refuse their records rather than
+drop them). All three are read; format 3 is written.
 
 AMQP argument values that JSON cannot hold are written in a tagged form,
 an object whose only keys are "$amqp" and "value":
@@ -47,7 +53,7 @@ from typing import Any, Callable
 
 Definitions = dict[str, Any]
 
-FORMAT_VERSION = 2  # written; 1 (a lone definitions.json) is still read
+FORMAT_VERSION = 3  # written; 1 (a lone definitions.json) and 2 (no policies or limits) are still read
 FORMAT_KEY = "amqp_server_format"
 HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 _TAG = "$amqp"
@@ -103,10 +109,17 @@ ENTITIES: dict[str, dict[str, Any]] = {
                   "auto_delete": False, "internal": False, "arguments": {}},
     "bindings": {"source": _REQUIRED, "vhost": _REQUIRED, "destination": _REQUIRED,
                  "destination_type": _REQUIRED, "routing_key": "", "arguments": {}},
+    "policies": {"vhost": _REQUIRED, "name": _REQUIRED, "pattern": _REQUIRED, "apply-to": "all",
+                 "definition": _REQUIRED, "priority": 0},
+    "operator_policies": {"vhost": _REQUIRED, "name": _REQUIRED, "pattern": _REQUIRED, "apply-to": "all",
+                          "definition": _REQUIRED, "priority": 0},
+    "vhost_limits": {"vhost": _REQUIRED, "value": _REQUIRED},
+    "user_limits": {"user": _REQUIRED, "value": _REQUIRED},
 }
 WITH_ARGUMENTS = ("queues", "exchanges", "bindings")
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "durable": bool, "auto_delete": bool, "internal": bool, "arguments": dict, "tags": list,
+    "definition": dict, "priority": int, "value": dict,
 }
 
 

@@ -1,8 +1,8 @@
-"""The framing of a definitions change log (``definitions-<G>.log``, format 2).
+"""The framing of a definitions change log (``definitions-<G>.log``, format 3; 2 is still read).
 
 A log is a header line, then one record a line::
 
-    amqp-server definitions log 2\\n
+    amqp-server definitions log 3\\n
     <crc32 of the JSON, 8 lowercase hex digits> <JSON record, UTF-8>\\n
 
 JSON escapes newlines inside strings, so a record never contains one. Reading
@@ -25,8 +25,11 @@ from persistence.definitions_codec import DefinitionsError
 
 log = logging.getLogger(__name__)
 
-LOG_FORMAT_VERSION = 2
+# Format 3 logs may hold policy and limit records, which a format-2 reader would refuse as
+# unknown kinds: the header tells it so before it reads any record.
+LOG_FORMAT_VERSION = 3
 LOG_HEADER = f"amqp-server definitions log {LOG_FORMAT_VERSION}\n".encode()
+_READABLE_HEADERS = (LOG_HEADER, b"amqp-server definitions log 2\n")
 
 
 def encode_record(text: str) -> bytes:
@@ -38,15 +41,16 @@ def encode_record(text: str) -> bytes:
 def read_log(path: Path) -> Iterator[Any]:
     """The parsed records of the log at ``path``, in order (see the module docstring)."""
     data = path.read_bytes()
-    if not data.startswith(LOG_HEADER):
-        if LOG_HEADER.startswith(data):
+    header = next((header for header in _READABLE_HEADERS if data.startswith(header)), None)
+    if header is None:
+        if any(header.startswith(data) for header in _READABLE_HEADERS):
             return  # torn while its header was written: it holds nothing
         first_line = data.split(b"\n", 1)[0][:80]
         raise DefinitionsError(
             f"{path}: not a definitions log of format {LOG_FORMAT_VERSION} (it starts with {first_line!r}); "
             "it was probably written by a newer amqp-server"
         )
-    lines = data[len(LOG_HEADER):].split(b"\n")
+    lines = data[len(header):].split(b"\n")
     torn = lines.pop()  # after the last newline: empty unless the last write was torn
     if torn:
         log.warning("%s: cutting a torn last record (%d bytes, never acknowledged)", path, len(torn))

@@ -122,6 +122,13 @@ class QueueStore:
         self._closed = False
         self._failed: OSError | None = None
 
+    def set_archive(self, archive: bool) -> None:
+        """Keep fully acked segments from now on (or stop keeping them); segments already
+        deleted stay deleted."""
+        if archive and self.archive_directory is None:
+            raise ValueError("archive=True needs an archive_directory")
+        self.archive = archive
+
     @classmethod
     def for_queue(cls, data_dir: Path, vhost: str, queue: str, *, archive: bool = False, **options) -> "QueueStore":
         """The store of queue ``queue`` in ``vhost`` under ``data_dir`` (layout in segment_layout)."""

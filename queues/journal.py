@@ -48,6 +48,10 @@ class QueueJournal:
         self.store = store
         self.committer = committer
 
+    def set_archive(self, archive: bool) -> None:
+        """Archive fully acked segments from now on (a policy's `archive`), or stop."""
+        self.store.set_archive(archive)
+
     def recover(self) -> JournalRecovery:
         """What the journal holds of the queue's messages; see JournalRecovery."""
         recovery = self.store.recover()

@@ -95,6 +95,22 @@ class MessageExpiry:
         dead_letter.hand_off(queue, expired, dead_letter.EXPIRED)
         return len(expired)
 
+    def retime(self, queue_ttl_ms: int | None) -> None:
+        """The queue's x-message-ttl changed (a policy): every in-memory ready message gets its
+        expiry time under the new TTL, still counted from when it was published, and those
+        already past it expire now."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        heap = self.heap
+        heap.clear()
+        for entry in self.queue.ready.in_memory_entries():
+            entry.expires_at = expiry_time(entry.message, queue_ttl_ms)
+            if entry.expires_at:
+                heap.append((entry.expires_at, entry.seq, entry))
+        heapq.heapify(heap)
+        self.expire_due()
+
     def clear(self) -> None:
         """Forget every tracked message (they were purged)."""
         self.heap.clear()

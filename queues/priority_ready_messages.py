@@ -112,6 +112,9 @@ class PriorityReadyMessages:
                 return entry
         raise IndexError("no ready messages")
 
+    def in_memory_entries(self) -> list[QueueEntry]:
+        return [entry for level in self._order for entry in level.in_memory_entries()]
+
     def peek(self, count: int) -> list[QueueEntry]:
         entries: list[QueueEntry] = []
         for level in self._order:

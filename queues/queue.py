@@ -225,7 +225,53 @@ class Queue:
 
     def may_hold_expired(self) -> bool:
         """Could a ready message have an expiry time (so dispatch must look at the clock)?"""
-        return bool(self.expiry.heap) or (self.paged_expiry is not None and len(self.paged_expiry) > 0)
+        return (
+            bool(self.expiry.heap)
+            or (self.paged_expiry is not None and len(self.paged_expiry) > 0)
+            or self.settings.message_ttl_ms is not None  # paged-out messages are timed when read back
+        )
+
+    # -- settings ----------------------------------------------------------------------
+
+    def reconfigure(self, settings: QueueArguments) -> None:
+        """Take new effective settings (a policy changed) without a restart or a lost message.
+
+        A lowered length limit drops (or dead-letters) the oldest ready messages at once, as
+        drop-head does; a new message TTL times the ready messages from when they were
+        published, so those already past it expire now (paged-out ones when they are read
+        back); a new x-expires restarts the queue's clock. Messages waiting for a delayed
+        retry keep their schedule. The queue type and x-max-priority never change (no policy
+        sets them); consumer timeouts apply to consumers that start afterwards.
+        """
+        old = self.settings
+        if settings == old:
+            return
+        self.settings = settings
+        self.adds_delivery_count = settings.adds_delivery_count
+        if settings.expires_ms != old.expires_ms:
+            if self._queue_ttl is not None:
+                self._queue_ttl.stop()
+            self._queue_ttl = QueueTtl(self, settings.expires_ms) if settings.expires_ms is not None else None
+            self.touch()
+        if settings.message_ttl_ms != old.message_ttl_ms:
+            if self.paged_expiry is not None:
+                self.paged_expiry.clear()  # their times were under the old TTL
+            self.expiry.retime(settings.message_ttl_ms)
+        if self._deduplication_changed(old, settings):
+            self.__dict__.pop("publish", None)  # back to the class's publish
+            self.dedup = None
+            if settings.deduplication:
+                self.dedup = DeduplicationCache(
+                    settings.dedup_cache_size, settings.dedup_cache_ttl_ms, settings.dedup_header
+                )
+                self.publish = deduplicating(self.publish, self.dedup)  # type: ignore[method-assign]
+        length_limit.drop_head_after_return(self)
+
+    @staticmethod
+    def _deduplication_changed(old: QueueArguments, new: QueueArguments) -> bool:
+        return (old.deduplication, old.dedup_cache_size, old.dedup_cache_ttl_ms, old.dedup_header) != (
+            new.deduplication, new.dedup_cache_size, new.dedup_cache_ttl_ms, new.dedup_header
+        )
 
     # -- consumers ---------------------------------------------------------------------
 

@@ -215,6 +215,12 @@ class ReadyMessages:
         self.bytes += size - run.sizes[i]
         return entry
 
+    def in_memory_entries(self) -> list[QueueEntry]:
+        """The ready messages held as objects (not paged out), in no particular order."""
+        entries = [entry for _seq, entry in self._returned if entry.state == READY]
+        entries.extend(item for item in self._fifo if isinstance(item, QueueEntry) and item.state == READY)
+        return entries
+
     def peek(self, count: int) -> list[QueueEntry]:
         """The first `count` ready messages in delivery order, left where they are."""
         returned = heapq.nsmallest(count, (item for item in self._returned if item[1].state == READY))

@@ -36,33 +36,33 @@ def _missing(error: ApiError) -> bool:
     return error.status == 404
 
 
-def _refused(error: ApiError) -> CtlError:
+def refused(error: ApiError) -> CtlError:
     return CtlError(EX_SOFTWARE, error.reason or error.error)
 
 
-def _user(session: Session, name: str) -> dict[str, Any]:
+def existing_user(session: Session, name: str) -> dict[str, Any]:
     try:
         return session.client.get(f"/api/users/{quote(name)}")
     except ApiError as error:
         if _missing(error):
             raise CtlError(EX_NOUSER, f'User "{name}" does not exist') from None
-        raise _refused(error) from None
+        raise refused(error) from None
 
 
-def _require_vhost(session: Session, vhost: str) -> dict[str, Any]:
+def require_vhost(session: Session, vhost: str) -> dict[str, Any]:
     try:
         return session.client.get(f"/api/vhosts/{quote(vhost)}")
     except ApiError as error:
         if _missing(error):
             raise CtlError(EX_UNAVAILABLE, f"Virtual host {vhost} does not exist") from None
-        raise _refused(error) from None
+        raise refused(error) from None
 
 
 def _call(action: Callable[[], Any]) -> Any:
     try:
         return action()
     except ApiError as error:
-        raise _refused(error) from None
+        raise refused(error) from None
 
 
 # -- users and permissions ------------------------------------------------------------------
@@ -74,7 +74,7 @@ def add_user(session: Session, name: str, password: str) -> int:
         session.client.get(f"/api/users/{quote(name)}")
     except ApiError as error:
         if not _missing(error):
-            raise _refused(error) from None
+            raise refused(error) from None
     else:
         raise CtlError(EX_SOFTWARE, f'User "{name}" already exists')
     _call(lambda: session.client.put(f"/api/users/{quote(name)}", {"password": password, "tags": ""}))
@@ -92,13 +92,13 @@ def delete_user(session: Session, name: str) -> int:
     except ApiError as error:
         if _missing(error):
             raise CtlError(EX_NOUSER, f'User "{name}" does not exist') from None
-        raise _refused(error) from None
+        raise refused(error) from None
     return EX_OK
 
 
 def change_password(session: Session, name: str, password: str) -> int:
     session.info(f'Changing password for user "{name}" ...')
-    user = _user(session, name)
+    user = existing_user(session, name)
     body = {"password": password, "tags": ",".join(user.get("tags") or [])}
     _call(lambda: session.client.put(f"/api/users/{quote(name)}", body))
     return EX_OK
@@ -106,7 +106,7 @@ def change_password(session: Session, name: str, password: str) -> int:
 
 def set_user_tags(session: Session, name: str, *tags: str) -> int:
     session.info(f'Setting tags for user "{name}" to {cell(list(tags))} ...')
-    _user(session, name)
+    existing_user(session, name)
     # Without a password field the broker keeps the user's password.
     _call(lambda: session.client.put(f"/api/users/{quote(name)}", {"tags": ",".join(tags)}))
     return EX_OK
@@ -115,8 +115,8 @@ def set_user_tags(session: Session, name: str, *tags: str) -> int:
 def set_permissions(session: Session, user: str, configure: str, write: str, read: str) -> int:
     vhost = session.vhost
     session.info(f'Setting permissions for user "{user}" in vhost "{vhost}" ...')
-    _require_vhost(session, vhost)
-    _user(session, user)
+    require_vhost(session, vhost)
+    existing_user(session, user)
     body = {"configure": configure, "write": write, "read": read}
     _call(lambda: session.client.put(f"/api/permissions/{quote(vhost)}/{quote(user)}", body))
     return EX_OK
@@ -125,13 +125,13 @@ def set_permissions(session: Session, user: str, configure: str, write: str, rea
 def clear_permissions(session: Session, user: str) -> int:
     vhost = session.vhost
     session.info(f'Clearing permissions for user "{user}" in vhost "{vhost}" ...')
-    _require_vhost(session, vhost)
-    _user(session, user)
+    require_vhost(session, vhost)
+    existing_user(session, user)
     try:
         session.client.delete(f"/api/permissions/{quote(vhost)}/{quote(user)}")
     except ApiError as error:
         if not _missing(error):  # no permissions to clear is fine, as in rabbitmqctl
-            raise _refused(error) from None
+            raise refused(error) from None
     return EX_OK
 
 
@@ -151,17 +151,17 @@ def delete_vhost(session: Session, name: str) -> int:
     except ApiError as error:
         if _missing(error):
             raise CtlError(EX_DATAERR, f"Virtual host '{name}' does not exist") from None
-        raise _refused(error) from None
+        raise refused(error) from None
     return EX_OK
 
 
 def _set_tracing(session: Session, on: bool) -> None:
     vhost = session.vhost
-    current = _require_vhost(session, vhost)
+    current = require_vhost(session, vhost)
     body = {key: current[key] for key in ("description", "tags", "default_queue_type") if key in current}
     body["tracing"] = on
     _call(lambda: session.client.put(f"/api/vhosts/{quote(vhost)}", body))
-    if bool(_require_vhost(session, vhost).get("tracing")) != on:
+    if bool(require_vhost(session, vhost).get("tracing")) != on:
         raise CtlError(EX_SOFTWARE, f"the broker did not switch tracing {'on' if on else 'off'} for vhost {vhost}")
 
 
@@ -195,7 +195,7 @@ def purge_queue(session: Session, name: str) -> int:
     try:
         session.client.delete(_queue_path(session, name) + "/contents")
     except ApiError as error:
-        raise (_queue_not_found(session, name) if _missing(error) else _refused(error)) from None
+        raise (_queue_not_found(session, name) if _missing(error) else refused(error)) from None
     return EX_OK
 
 
@@ -207,7 +207,7 @@ def delete_queue(session: Session, name: str, if_empty: bool = False, if_unused:
         conditions = [f"{flag}=true" for flag, wanted in (("if-empty", if_empty), ("if-unused", if_unused)) if wanted]
         session.client.delete(path + ("?" + "&".join(conditions) if conditions else ""))
     except ApiError as error:
-        raise (_queue_not_found(session, name) if _missing(error) else _refused(error)) from None
+        raise (_queue_not_found(session, name) if _missing(error) else refused(error)) from None
     session.info(f"Queue was successfully deleted with {ready} ready messages")
     return EX_OK
 
@@ -221,7 +221,7 @@ def close_connection(session: Session, name: str, reason: str) -> int:
     except ApiError as error:
         if _missing(error):
             raise CtlError(EX_UNAVAILABLE, f"connection {name} not found") from None
-        raise _refused(error) from None
+        raise refused(error) from None
     return EX_OK
 
 

@@ -8,6 +8,7 @@ are empty.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,11 @@ def _constant(value: Any) -> Extractor:
 def _protocol(item: dict[str, Any]) -> Any:
     # rabbitmqctl prints the protocol as an Erlang tuple.
     return "{0,9,1}" if item.get("protocol") == "AMQP 0-9-1" else item.get("protocol")
+
+
+def _json(key: str) -> Extractor:
+    """A value rabbitmqctl prints as compact JSON (a policy's definition)."""
+    return lambda item: json.dumps(item.get(key), separators=(",", ":"))
 
 
 def _message_bytes(item: dict[str, Any]) -> Any:
@@ -149,6 +155,22 @@ LISTINGS: dict[str, Listing] = {
         path="/api/vhosts/{vhost}/permissions",
         defaults=("user", "configure", "write", "read"),
         columns=("user", "configure", "write", "read"),
+        accepts_columns=False,
+    ),
+    "list_policies": Listing(
+        title='Listing policies for vhost "{vhost}" ...',
+        path="/api/policies/{vhost}",
+        defaults=("vhost", "name", "pattern", "apply-to", "definition", "priority"),
+        columns=("vhost", "name", "pattern", "apply-to", "definition", "priority"),
+        extractors={"definition": _json("definition")},
+        accepts_columns=False,
+    ),
+    "list_operator_policies": Listing(
+        title='Listing operator policy overrides for vhost "{vhost}" ...',
+        path="/api/operator-policies/{vhost}",
+        defaults=("vhost", "name", "pattern", "apply-to", "definition", "priority"),
+        columns=("vhost", "name", "pattern", "apply-to", "definition", "priority"),
+        extractors={"definition": _json("definition")},
         accepts_columns=False,
     ),
     "list_user_permissions": Listing(

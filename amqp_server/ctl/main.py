@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from amqp_server.ctl import admin_commands as admin
-from amqp_server.ctl import alarm_commands, tls_commands
+from amqp_server.ctl import alarm_commands, policy_commands, tls_commands
 from amqp_server.ctl.admin_commands import Session
 from amqp_server.ctl.api_client import ApiError, ManagementClient
 from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_USAGE, ArgumentError, CtlError
@@ -64,7 +64,24 @@ ADMIN_COMMANDS: dict[str, tuple[Callable[..., int], tuple[str, ...], str]] = {
                             "(units: 50MB, 1GiB) or times total memory; until restart"),
     "reload_certificates": (tls_commands.reload_certificates, (),
                             "read the TLS certificate, key and CA files again; open connections keep theirs"),
+    "set_policy": (policy_commands.set_policy, ("name", "pattern", "definition"),
+                   "set a policy in the vhost given with -p (--priority, --apply-to)"),
+    "clear_policy": (policy_commands.clear_policy, ("name",), "remove a policy"),
+    "set_operator_policy": (policy_commands.set_operator_policy, ("name", "pattern", "definition"),
+                            "set an operator policy, which caps what policies and arguments set"),
+    "clear_operator_policy": (policy_commands.clear_operator_policy, ("name",), "remove an operator policy"),
+    "set_vhost_limits": (policy_commands.set_vhost_limits, ("definition",),
+                         "replace the limits of the vhost given with -p: {\"max-connections\": N, \"max-queues\": N}"),
+    "clear_vhost_limits": (policy_commands.clear_vhost_limits, (), "lift every limit of the vhost given with -p"),
+    "list_vhost_limits": (policy_commands.list_vhost_limits, (), "the limits of the vhost given with -p, as JSON"),
+    "set_user_limits": (policy_commands.set_user_limits, ("username", "definition"),
+                        "replace a user's limits: {\"max-connections\": N, \"max-channels\": N}"),
+    "clear_user_limits": (policy_commands.clear_user_limits, ("username", "limit"),
+                          "lift one limit of a user (or all)"),
+    "list_user_limits": (policy_commands.list_user_limits, (), "the limits of the user given with --user, as JSON"),
 }
+# Commands with options of their own besides the connection options.
+_POLICY_SETTERS = ("set_policy", "set_operator_policy")
 _VARIADIC = ("*", "+")  # argparse nargs markers
 
 
@@ -117,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "delete_queue":
             sub.add_argument("-e", "--if-empty", action="store_true", help="only if it has no ready messages")
             sub.add_argument("-u", "--if-unused", action="store_true", help="only if it has no consumers")
+        if name in _POLICY_SETTERS:
+            sub.add_argument("--priority", default="0", help="the policy's priority (default 0)")
+            sub.add_argument("--apply-to", dest="apply_to", default="all",
+                             help="queues, classic_queues, quorum_queues, streams, exchanges or all (default)")
+        if name == "list_user_limits":
+            sub.add_argument("--user", dest="limits_user", help="the user whose limits to list")
     sub = commands.add_parser("status", help="node status: memory, alarms, disk, file descriptors, listeners")
     _connection_options(sub, suppress=True)
     sub = commands.add_parser("cluster_status", help="the cluster's name and its live nodes")
@@ -173,6 +196,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, out: TextIO) 
         values.extend(value) if argument[-1] in _VARIADIC else values.append(value)
     if args.command == "delete_queue":
         return handler(session, *values, if_empty=args.if_empty, if_unused=args.if_unused)
+    if args.command in _POLICY_SETTERS:
+        return handler(session, *values, priority=args.priority, apply_to=args.apply_to)
+    if args.command == "list_user_limits":
+        return handler(session, args.limits_user)
     return handler(session, *values)
 
 

@@ -28,7 +28,9 @@ from amqp_server.management import (
     definition_routes,
     exchange_routes,
     feature_routes,
+    limit_routes,
     overview_routes,
+    policy_routes,
     queue_routes,
     session_routes,
     tls_routes,
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 ROUTE_MODULES = (
     overview_routes, vhost_routes, user_routes, connection_routes, exchange_routes, queue_routes, binding_routes,
-    definition_routes, alarm_routes, feature_routes, tls_routes, session_routes,
+    definition_routes, alarm_routes, feature_routes, tls_routes, session_routes, policy_routes, limit_routes,
 )
 # Answered without credentials, as RabbitMQ does (the web UI asks before it logs in).
 PUBLIC_PATHS = frozenset({feature_routes.AUTH_PATH})

@@ -5,11 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from amqp_server.management.context import caller, context
-from amqp_server.management.definitions_transfer import (
-    export_definitions,
-    export_vhost_definitions,
-    import_definitions,
-)
+from amqp_server.management.definitions_import import import_definitions
+from amqp_server.management.definitions_transfer import export_definitions, export_vhost_definitions
 from amqp_server.management.http_io import json_reply, no_content, read_body, vhost_for_write
 from amqp_server.management.request_guard import declares_json, unsupported_media_type
 
@@ -24,7 +21,8 @@ async def get_definitions(request: web.Request) -> web.Response:
 
 async def post_definitions(request: web.Request) -> web.Response:
     """An import must say it is JSON even without a body (RabbitMQ's 415 comes after the
-    administrator check and before the vhost's 404)."""
+    administrator check and before the vhost's 404). 204 when everything was applied, as
+    RabbitMQ answers; 200 with {"not_applied": [...]} naming what this broker cannot honour."""
     caller(request).require_admin()
     if not declares_json(request):
         return unsupported_media_type()
@@ -32,7 +30,9 @@ async def post_definitions(request: web.Request) -> web.Response:
     only_vhost = None
     if "vhost" in request.match_info:
         only_vhost = vhost_for_write(broker, request.match_info["vhost"]).name
-    import_definitions(broker, await read_body(request), only_vhost)
+    not_applied = import_definitions(broker, await read_body(request), only_vhost)
+    if not_applied:
+        return json_reply({"not_applied": not_applied})
     return no_content()
 
 

@@ -1,6 +1,6 @@
 """/api/overview, /api/nodes, /api/whoami, health checks, and the always-empty lists.
 
-The empty lists (policies, parameters, limits...) exist so that tools which read them as part
+The empty lists (parameters, topic permissions...) exist so that tools which read them as part
 of a routine (rabbitmqadmin list policies, monitoring agents) get RabbitMQ's answer for a
 broker that has none, instead of a 404.
 """
@@ -20,10 +20,8 @@ from amqp_server.management.node_json import node_json, overview_json, remote_no
 from amqp_server.management.rates import SampleWindow
 
 EMPTY_LISTS = (
-    "/api/policies", "/api/policies/{vhost}", "/api/operator-policies", "/api/operator-policies/{vhost}",
     "/api/parameters", "/api/parameters/{component}", "/api/parameters/{component}/{vhost}",
-    "/api/global-parameters", "/api/vhost-limits", "/api/vhost-limits/{vhost}", "/api/user-limits",
-    "/api/topic-permissions", "/api/extensions",
+    "/api/global-parameters", "/api/topic-permissions", "/api/extensions",
 )
 # Not here: /api/federation-links and /api/shovels answer 404, as RabbitMQ does without those
 # plugins; tools detect the plugins by that 404.

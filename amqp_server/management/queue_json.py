@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.connection import Connection
+from amqp_server import policy_application
 from amqp_server.management.connection_json import connection_details, consumer_json
 from amqp_server.management.message_stats import queue_depth_counts, queue_message_counts
 from amqp_server.management.rates import RateSampler
@@ -40,7 +41,6 @@ def queue_json(
         "auto_delete": queue.auto_delete,
         "consumers": queue.consumer_count,
         "durable": queue.durable,
-        "effective_policy_definition": {},
         "exclusive": queue.exclusive,
         "exclusive_consumer_tag": exclusive_consumer,
         "head_message_timestamp": None,
@@ -53,13 +53,12 @@ def queue_json(
         "messages_delayed": queue.waiting_count,
         "name": queue.name,
         "node": node,
-        "operator_policy": None,
-        "policy": None,
         "single_active_consumer_tag": None,
         "state": "running" if running else "down",
         "type": "classic",
         "vhost": vhost.name,
     }
+    item.update(policy_application.for_queue(vhost, queue.name, queue.settings.queue_type).as_json())
     item.update(rates.details(key, queue_depth_counts(queue.message_count, queue.unacked_count)))
     # Durable queues page persistent messages out to their journal; the rest are in memory.
     item["messages_ready_ram"] = sizes.in_memory

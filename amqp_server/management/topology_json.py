@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from amqp_server import policy_application
 from exchanges.exchange import Exchange
 from exchanges.field_table import canonical_table
 from queues.queue import Queue
@@ -25,7 +26,9 @@ Binding = tuple[Exchange, "Queue | Exchange", str, dict[str, Any]]
 
 
 def exchange_json(vhost: "VirtualHost", exchange: Exchange) -> dict[str, Any]:
+    in_force = policy_application.for_exchange(vhost, exchange.name)
     return {
+        **in_force.as_json(),
         "arguments": exchange.arguments,
         "auto_delete": exchange.auto_delete,
         "durable": exchange.durable,

@@ -62,8 +62,7 @@ async def put_user(request: web.Request) -> web.Response:
 async def delete_user(request: web.Request) -> web.Response:
     caller(request).require_admin()
     broker = context(request).broker
-    broker.access.delete_user(_user_named(request).name)
-    broker.save_definitions()
+    broker.delete_user(_user_named(request).name)
     return no_content()
 
 
@@ -75,7 +74,7 @@ async def bulk_delete_users(request: web.Request) -> web.Response:
         raise api_errors.bad_request("users must be a list of names")
     for name in names:
         if broker.access.user(str(name)) is not None:
-            broker.access.delete_user(str(name))
+            broker.delete_user(str(name))
     broker.save_definitions()
     return no_content()
 

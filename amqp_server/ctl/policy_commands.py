@@ -1,0 +1,154 @@
+"""Policies, operator policies and limits: rabbitmqctl's set_/clear_ commands, through the API.
+
+Same arguments, options (-p, --priority, --apply-to) and progress lines as rabbitmqctl 3.10;
+a definition the broker refuses prints its "Validation failed" text and exits 65 (EX_DATAERR).
+list_policies and list_operator_policies are tables (listings.py); list_vhost_limits and
+list_user_limits print the limits as JSON, as rabbitmqctl does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from amqp_server.ctl.admin_commands import Session, existing_user, refused, require_vhost
+from amqp_server.ctl.api_client import ApiError, quote
+from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_USAGE, CtlError
+
+
+def _definition(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise CtlError(EX_DATAERR, f"Could not parse JSON document: {error}") from None
+
+
+def _put(session: Session, path: str, body: Any) -> None:
+    try:
+        session.client.put(path, body)
+    except ApiError as error:
+        if error.status == 400:
+            raise CtlError(EX_DATAERR, (error.reason or error.error).rstrip("\n")) from None
+        raise refused(error) from None
+
+
+def _delete(session: Session, path: str, missing: str | None = None) -> None:
+    try:
+        session.client.delete(path)
+    except ApiError as error:
+        if error.status == 404 and missing is not None:
+            raise CtlError(EX_DATAERR, missing) from None
+        if error.status != 404:
+            raise refused(error) from None
+
+
+def _set(session: Session, kind: str, name: str, pattern: str, definition: str, priority: str,
+         apply_to: str) -> int:
+    require_vhost(session, session.vhost)
+    body = {"pattern": pattern, "definition": _definition(definition), "priority": priority, "apply-to": apply_to}
+    _put(session, f"/api/{kind}/{quote(session.vhost)}/{quote(name)}", body)
+    return EX_OK
+
+
+def set_policy(session: Session, name: str, pattern: str, definition: str, priority: str = "0",
+               apply_to: str = "all") -> int:
+    session.info(f'Setting policy "{name}" for pattern "{pattern}" to "{definition}" with priority "{priority}" '
+                 f'for vhost "{session.vhost}" ...')
+    return _set(session, "policies", name, pattern, definition, priority, apply_to)
+
+
+def set_operator_policy(session: Session, name: str, pattern: str, definition: str, priority: str = "0",
+                        apply_to: str = "all") -> int:
+    session.info(f'Setting operator policy override "{name}" for pattern "{pattern}" to "{definition}" '
+                 f'with priority "{priority}" for vhost "{session.vhost}" ...')
+    return _set(session, "operator-policies", name, pattern, definition, priority, apply_to)
+
+
+def clear_policy(session: Session, name: str) -> int:
+    session.info(f'Clearing policy "{name}" on vhost "{session.vhost}" ...')
+    _delete(session, f"/api/policies/{quote(session.vhost)}/{quote(name)}", "Parameter does not exist")
+    return EX_OK
+
+
+def clear_operator_policy(session: Session, name: str) -> int:
+    session.info(f'Clearing operator policy "{name}" on vhost "{session.vhost}" ...')
+    _delete(session, f"/api/operator-policies/{quote(session.vhost)}/{quote(name)}", "Parameter does not exist")
+    return EX_OK
+
+
+def _replace_limits(session: Session, base: str, current: dict[str, Any], wanted: Any) -> None:
+    if not isinstance(wanted, dict):
+        raise CtlError(EX_DATAERR, f"limits must be a JSON object, got {json.dumps(wanted)}")
+    for name, value in wanted.items():
+        _put(session, f"{base}/{quote(name)}", {"value": value})
+    for name in current:
+        if name not in wanted:
+            _delete(session, f"{base}/{quote(name)}")
+
+
+def _limits_of(session: Session, path: str) -> dict[str, Any]:
+    try:
+        items = session.client.get(path)
+    except ApiError as error:
+        raise refused(error) from None
+    return items[0]["value"] if items else {}
+
+
+def set_vhost_limits(session: Session, definition: str) -> int:
+    vhost = session.vhost
+    session.info(f'Setting vhost limits to "{definition}" for vhost "{vhost}" ...')
+    require_vhost(session, vhost)
+    current = _limits_of(session, f"/api/vhost-limits/{quote(vhost)}")
+    _replace_limits(session, f"/api/vhost-limits/{quote(vhost)}", current, _definition(definition))
+    return EX_OK
+
+
+def clear_vhost_limits(session: Session) -> int:
+    vhost = session.vhost
+    session.info(f'Clearing vhost "{vhost}" limits ...')
+    require_vhost(session, vhost)
+    for name in _limits_of(session, f"/api/vhost-limits/{quote(vhost)}"):
+        _delete(session, f"/api/vhost-limits/{quote(vhost)}/{quote(name)}")
+    return EX_OK
+
+
+def list_vhost_limits(session: Session) -> int:
+    vhost = session.vhost
+    session.info(f'Listing limits for vhost "{vhost}" ...')
+    require_vhost(session, vhost)
+    limits = _limits_of(session, f"/api/vhost-limits/{quote(vhost)}")
+    if limits:
+        session.out.write(json.dumps(limits, separators=(",", ":")) + "\n")
+    return EX_OK
+
+
+def set_user_limits(session: Session, user: str, definition: str) -> int:
+    session.info(f'Setting user limits to "{definition}" for user "{user}" ...')
+    existing_user(session, user)
+    current = _limits_of(session, f"/api/user-limits/{quote(user)}")
+    _replace_limits(session, f"/api/user-limits/{quote(user)}", current, _definition(definition))
+    return EX_OK
+
+
+def clear_user_limits(session: Session, user: str, limit: str) -> int:
+    """`limit` is a limit's name or "all"."""
+    if limit == "all":
+        session.info(f'Clearing all limits for user "{user}" ...')
+    else:
+        session.info(f'Clearing "{limit}" limit for user "{user}" ...')
+    existing_user(session, user)
+    names = list(_limits_of(session, f"/api/user-limits/{quote(user)}")) if limit == "all" else [limit]
+    for name in names:
+        _delete(session, f"/api/user-limits/{quote(user)}/{quote(name)}")
+    return EX_OK
+
+
+def list_user_limits(session: Session, user: str | None = None) -> int:
+    if user is None:
+        raise CtlError(EX_USAGE, "list_user_limits needs --user USERNAME")
+    session.info(f'Listing limits for user "{user}" ...')
+    existing_user(session, user)
+    limits = _limits_of(session, f"/api/user-limits/{quote(user)}")
+    if limits:
+        session.out.write(json.dumps(limits, separators=(",", ":")) + "\n")
+    return EX_OK

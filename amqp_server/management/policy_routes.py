@@ -1,0 +1,107 @@
+"""/api/policies and /api/operator-policies: list, show, set and clear, as RabbitMQ's API does.
+
+Policies need the `policymaker` or `administrator` tag and access to the vhost; operator
+policies need `administrator`. A PUT body is `{"pattern", "definition", "priority",
+"apply-to"}` (priority 0 and apply-to "all" when left out); a refused one answers 400 with
+RabbitMQ's "Validation failed" text. Setting or clearing one applies at once to the queues and
+exchanges that exist (policy_application.py).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from amqp_server.management import api_errors
+from amqp_server.management.caller import ADMINISTRATOR, Caller
+from amqp_server.management.context import caller, context
+from amqp_server.management.http_io import (
+    created_or_updated,
+    item_reply,
+    list_reply,
+    no_content,
+    read_body,
+    vhost_named,
+)
+from amqp_server.policies import parse_policy
+from amqp_server.policy_keys import PolicyError
+
+POLICYMAKER = "policymaker"
+
+
+def validation_failed(error: Exception) -> api_errors.ApiError:
+    """RabbitMQ's 400 for a refused runtime parameter (a policy, a limit)."""
+    return api_errors.bad_request(f"Validation failed\n\n{error}\n")
+
+
+def _require_policy_rights(user: Caller, operator: bool) -> None:
+    if operator or not (POLICYMAKER in user.tags or ADMINISTRATOR in user.tags):
+        user.require_admin()
+
+
+def _operator(request: web.Request) -> bool:
+    return request.path.startswith("/api/operator-policies")
+
+
+async def list_policies(request: web.Request) -> web.Response:
+    user, broker = caller(request), context(request).broker
+    operator = _operator(request)
+    _require_policy_rights(user, operator)
+    if "vhost" in request.match_info:
+        vhosts = [vhost_named(broker, request.match_info["vhost"])]
+        user.require_vhost(vhosts[0].name)
+    else:
+        vhosts = [vhost for vhost in broker.vhosts.values() if user.is_admin or user.may_see_vhost_contents(vhost.name)]
+    items = [
+        policy.as_json()
+        for vhost in vhosts
+        for policy in (vhost.operator_policies if operator else vhost.policies)
+    ]
+    return list_reply(request, items)
+
+
+async def show_policy(request: web.Request) -> web.Response:
+    user, broker = caller(request), context(request).broker
+    operator = _operator(request)
+    _require_policy_rights(user, operator)
+    vhost = vhost_named(broker, request.match_info["vhost"])
+    user.require_vhost(vhost.name)
+    policy = (vhost.operator_policies if operator else vhost.policies).get(request.match_info["name"])
+    if policy is None:
+        raise api_errors.not_found()
+    return item_reply(request, policy.as_json())
+
+
+async def put_policy(request: web.Request) -> web.Response:
+    user, broker = caller(request), context(request).broker
+    operator = _operator(request)
+    _require_policy_rights(user, operator)
+    vhost = vhost_named(broker, request.match_info["vhost"])
+    user.require_vhost(vhost.name)
+    name = request.match_info["name"]
+    try:
+        policy = parse_policy(vhost.name, name, await read_body(request), operator)
+    except PolicyError as error:
+        raise validation_failed(error) from None
+    created = (vhost.operator_policies if operator else vhost.policies).get(name) is None
+    vhost.set_policy(policy, operator)
+    return created_or_updated(created)
+
+
+async def delete_policy(request: web.Request) -> web.Response:
+    user, broker = caller(request), context(request).broker
+    operator = _operator(request)
+    _require_policy_rights(user, operator)
+    vhost = vhost_named(broker, request.match_info["vhost"])
+    user.require_vhost(vhost.name)
+    if not vhost.clear_policy(request.match_info["name"], operator):
+        raise api_errors.not_found()
+    return no_content()
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    for base in ("/api/policies", "/api/operator-policies"):
+        router.add_get(base, list_policies)
+        router.add_get(base + "/{vhost}", list_policies)
+        router.add_get(base + "/{vhost}/{name}", show_policy)
+        router.add_put(base + "/{vhost}/{name}", put_policy)
+        router.add_delete(base + "/{vhost}/{name}", delete_policy)

@@ -1,0 +1,117 @@
+"""Vhost and user limits refuse pika clients with RabbitMQ's codes and texts, when the limit is hit.
+
+Each test works in a vhost (or as a user) of its own, made over the management API and removed
+afterwards. Checked against RabbitMQ 3.10 with INTEROP_BROKER_URL and INTEROP_MANAGEMENT_URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pika
+import pytest
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
+
+from interop_tests.broker_process import BrokerProcess
+from interop_tests.management_helpers import Management, management_broker, management_for_test, quote
+
+
+@pytest.fixture(scope="module")
+def managed(tmp_path_factory) -> Iterator[tuple[BrokerProcess, str]]:
+    yield from management_broker(tmp_path_factory)
+
+
+@pytest.fixture
+def api(managed) -> Iterator[Management]:
+    yield from management_for_test(managed[1])
+
+
+def connect(broker: BrokerProcess, vhost: str, user: str = "guest", password: str = "guest") -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(broker.url(user, password, vhost)))
+
+
+def refusal(broker: BrokerProcess, vhost: str, user: str = "guest", password: str = "guest") -> tuple[int, str]:
+    with pytest.raises(ConnectionClosedByBroker) as raised:
+        connect(broker, vhost, user, password)
+    return raised.value.reply_code, raised.value.reply_text
+
+
+def test_a_vhosts_connection_limit_refuses_the_next_connection(api, managed, unique):
+    broker, vhost = managed[0], unique("lim-conn")
+    api.add_vhost(vhost)
+    api.put(f"/api/vhost-limits/{quote(vhost)}/max-connections", {"value": 1})
+    first = connect(broker, vhost)
+    try:
+        assert refusal(broker, vhost) == (
+            530, f"NOT_ALLOWED - access to vhost '{vhost}' refused for user 'guest': connection limit (1) is reached")
+    finally:
+        first.close()
+
+
+def test_a_vhost_limit_of_zero_refuses_every_connection(api, managed, unique):
+    broker, vhost = managed[0], unique("lim-zero")
+    api.add_vhost(vhost)
+    api.put(f"/api/vhost-limits/{quote(vhost)}/max-connections", {"value": 0})
+    assert refusal(broker, vhost)[0] == 530
+
+
+def test_a_vhosts_queue_limit_refuses_the_next_new_queue(api, managed, unique):
+    broker, vhost = managed[0], unique("lim-queues")
+    api.add_vhost(vhost)
+    api.put(f"/api/vhost-limits/{quote(vhost)}/max-queues", {"value": 1})
+    connection = connect(broker, vhost)
+    try:
+        channel = connection.channel()
+        channel.queue_declare("one")
+        channel.queue_declare("one")  # a redeclare is not a new queue
+        with pytest.raises(ChannelClosedByBroker) as raised:
+            channel.queue_declare("two")
+        assert (raised.value.reply_code, raised.value.reply_text) == (
+            406, f"PRECONDITION_FAILED - cannot declare queue 'two': queue limit in vhost '{vhost}' (1) is reached")
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def user(api, unique) -> str:
+    """A user of its own with every permission on "/"."""
+    name = unique("lim-user")
+    api.put(f"/api/users/{name}", {"password": name, "tags": ""})
+    api.put(f"/api/permissions/%2F/{name}", {"configure": ".*", "write": ".*", "read": ".*"})
+    return name
+
+
+def test_a_users_connection_limit_refuses_their_next_connection(api, managed, user):
+    broker = managed[0]
+    api.put(f"/api/user-limits/{user}/max-connections", {"value": 1})
+    first = connect(broker, "/", user, user)
+    try:
+        assert refusal(broker, "/", user, user) == (
+            530, f"NOT_ALLOWED - Connection refused for user '{user}': user connection limit (1) is reached")
+    finally:
+        first.close()
+
+
+def test_a_users_channel_limit_closes_the_connection_that_opens_one_more(api, managed, user):
+    broker = managed[0]
+    api.put(f"/api/user-limits/{user}/max-channels", {"value": 2})
+    first, second = connect(broker, "/", user, user), connect(broker, "/", user, user)
+    try:
+        first.channel()
+        second.channel()
+        with pytest.raises(ConnectionClosedByBroker) as raised:
+            second.channel()
+        assert (raised.value.reply_code, raised.value.reply_text) == (
+            530, f"NOT_ALLOWED - number of channels opened for user '{user}' has reached the maximum allowed user "
+                 "limit of (2)")
+    finally:
+        first.close()
+
+
+def test_limits_are_listed_as_rabbitmq_lists_them(api, unique, user):
+    vhost = unique("lim-list")
+    api.add_vhost(vhost)
+    api.put(f"/api/vhost-limits/{quote(vhost)}/max-queues", {"value": 7})
+    api.put(f"/api/user-limits/{user}/max-channels", {"value": 3})
+    assert api.get(f"/api/vhost-limits/{quote(vhost)}") == [{"vhost": vhost, "value": {"max-queues": 7}}]
+    assert api.get(f"/api/user-limits/{user}") == [{"user": user, "value": {"max-channels": 3}}]

@@ -1,0 +1,77 @@
+"""Policies and limits as a kombu (Celery) application meets them: queues it declared change
+under a policy set afterwards, and a limit refuses it with RabbitMQ's text.
+
+Checked against RabbitMQ 3.10 with INTEROP_BROKER_URL and INTEROP_MANAGEMENT_URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import amqp
+import pytest
+from kombu import Connection, Exchange, Producer, Queue
+
+from interop_tests.broker_process import BrokerProcess
+from interop_tests.kombu_helpers import kombu_url
+from interop_tests.management_helpers import Management, eventually, management_broker, management_for_test, quote
+
+LIVE_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def managed(tmp_path_factory) -> Iterator[tuple[BrokerProcess, str]]:
+    yield from management_broker(tmp_path_factory)
+
+
+@pytest.fixture
+def api(managed) -> Iterator[Management]:
+    yield from management_for_test(managed[1])
+
+
+@pytest.fixture
+def conn(managed) -> Iterator[Connection]:
+    connection = Connection(kombu_url(managed[0]), connect_timeout=10)
+    connection.connect()
+    try:
+        yield connection
+    finally:
+        connection.release()
+
+
+def ready(conn: Connection, name: str) -> int:
+    return conn.default_channel.queue_declare(name, passive=True).message_count
+
+
+def test_a_celery_style_queue_is_capped_and_dead_lettered_by_a_policy(api, conn, unique):
+    name, dead = unique("kombu-pol"), unique("kombu-pol-dead")
+    exchange = Exchange(unique("kombu-pol-x"), "direct", durable=False, auto_delete=True)
+    queue = Queue(name, exchange, routing_key="task", durable=False, auto_delete=False)
+    dead_queue = Queue(dead, Exchange("", "direct"), routing_key=dead, durable=False)
+    channel = conn.default_channel
+    queue(channel).declare()
+    dead_queue(channel).declare()
+    producer = Producer(channel, exchange)
+    for number in range(4):
+        producer.publish({"task": number}, routing_key="task", serializer="json")
+    assert eventually(lambda: ready(conn, name) == 4, LIVE_S)
+    api.set_policy(name, f"^{name}$", {"max-length": 1, "dead-letter-exchange": "", "dead-letter-routing-key": dead},
+                   apply_to="queues")
+    assert eventually(lambda: ready(conn, name) == 1, LIVE_S), "trimmed to the policy's max-length"
+    assert eventually(lambda: ready(conn, dead) == 3, LIVE_S), "what was dropped went to the dead-letter queue"
+    message = queue(channel).get(no_ack=True)
+    assert message.payload == {"task": 3}
+    channel.queue_delete(name)
+    channel.queue_delete(dead)
+
+
+def test_a_vhost_connection_limit_refuses_a_kombu_connection(api, managed, unique):
+    vhost = unique("kombu-lim")
+    api.add_vhost(vhost)
+    api.put(f"/api/vhost-limits/{quote(vhost)}/max-connections", {"value": 0})
+    refused = Connection(kombu_url(managed[0], vhost=vhost), connect_timeout=10)
+    with pytest.raises(amqp.exceptions.NotAllowed) as raised:
+        refused.connect()
+    assert str(raised.value.reply_text) == (
+        f"NOT_ALLOWED - access to vhost '{vhost}' refused for user 'guest': connection limit (0) is reached")
+    refused.release()

@@ -1,0 +1,194 @@
+"""Policies and operator policies change queues and exchanges that already exist, seen from pika.
+
+Set over the management API while a pika client holds the queues: each key takes effect within
+a second, in place (the same queue, its consumers and messages kept). Checked against RabbitMQ
+3.10 with INTEROP_BROKER_URL (and INTEROP_MANAGEMENT_URL); tests of this broker's own
+behaviour say so and are skipped there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pika
+import pytest
+from pika.exceptions import NackError
+
+from interop_tests.broker_process import BrokerProcess
+from interop_tests.management_helpers import Management, eventually, management_broker, management_for_test
+from interop_tests.pika_helpers import drain, publish_confirmed, ready_count, wait_until
+
+LIVE_S = 1.0  # the issue's bound for a policy change to reach an existing queue
+
+
+@pytest.fixture(scope="module")
+def managed(tmp_path_factory) -> Iterator[tuple[BrokerProcess, str]]:
+    yield from management_broker(tmp_path_factory)
+
+
+@pytest.fixture
+def api(managed) -> Iterator[Management]:
+    yield from management_for_test(managed[1])
+
+
+@pytest.fixture
+def channel(managed):
+    connection = pika.BlockingConnection(pika.URLParameters(managed[0].url()))
+    yield connection.channel()
+    if connection.is_open:
+        connection.close()
+
+
+def own_broker_only(managed) -> None:
+    if managed[0].is_external:
+        pytest.skip("this broker's own behaviour")
+
+
+def test_a_lowered_max_length_trims_an_existing_queue_at_once(api, channel, unique):
+    queue = unique("pol-maxlen")
+    channel.queue_declare(queue)
+    publish_confirmed(channel.connection, queue, [b"m1", b"m2", b"m3", b"m4", b"m5"])
+    api.set_policy(queue, f"^{queue}$", {"max-length": 2}, apply_to="queues")
+    assert eventually(lambda: ready_count(channel, queue) == 2, LIVE_S)
+    assert drain(channel, queue) == [b"m4", b"m5"]
+    assert api.queue(queue)["policy"] == queue
+
+
+def test_max_length_bytes_and_reject_publish_nack_the_next_publish(api, channel, unique):
+    queue = unique("pol-bytes")
+    channel.queue_declare(queue)
+    api.set_policy(queue, f"^{queue}$", {"max-length-bytes": 10, "overflow": "reject-publish"}, apply_to="queues")
+    eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    channel.confirm_delivery()
+    channel.basic_publish("", queue, b"0123456789")
+    with pytest.raises(NackError):
+        channel.basic_publish("", queue, b"x")
+    assert ready_count(channel, queue) == 1
+
+
+def test_a_new_dead_letter_exchange_receives_the_next_dead_letter(api, channel, unique):
+    queue, dlx, dead = unique("pol-work"), unique("pol-dlx"), unique("pol-dead")
+    channel.exchange_declare(dlx, "fanout", auto_delete=True)
+    channel.queue_declare(dead, auto_delete=True)
+    channel.queue_bind(dead, dlx)
+    channel.queue_declare(queue)
+    publish_confirmed(channel.connection, queue, [b"before", b"after"])
+    method, _, _ = channel.basic_get(queue)
+    channel.basic_reject(method.delivery_tag, requeue=False)  # no dead-letter exchange yet: dropped
+    api.set_policy(queue, f"^{queue}$", {"dead-letter-exchange": dlx}, apply_to="queues")
+    eventually(lambda: api.queue(queue).get("effective_policy_definition"), LIVE_S)
+    method, _, body = channel.basic_get(queue)
+    assert body == b"after"
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S)
+    assert drain(channel, dead) == [b"after"]
+
+
+def test_a_new_expires_deletes_an_existing_idle_queue(api, channel, unique):
+    queue = unique("pol-expires")
+    channel.queue_declare(queue)
+    api.set_policy(queue, f"^{queue}$", {"expires": 300}, apply_to="queues")
+    assert eventually(lambda: api.request("GET", f"/api/queues/%2F/{queue}").status_code == 404, 3.0)
+
+
+def test_the_highest_priority_applies_and_arguments_win_or_the_lower_limit_does(api, channel, unique):
+    queue, dlx = unique("pol-prec"), unique("pol-own-dlx")
+    channel.exchange_declare(dlx, "fanout", auto_delete=True)
+    channel.queue_declare(queue, arguments={"x-max-length": 4, "x-dead-letter-exchange": dlx})
+    api.set_policy(queue + "-low", f"^{queue}", {"max-length": 1}, priority=0, apply_to="queues")
+    api.set_policy(queue + "-high", f"^{queue}$", {"max-length": 3, "dead-letter-exchange": "elsewhere"},
+                   priority=5, apply_to="queues")
+    assert eventually(lambda: api.queue(queue).get("policy") == queue + "-high", LIVE_S)
+    publish_confirmed(channel.connection, queue, [b"m1", b"m2", b"m3", b"m4"])
+    assert ready_count(channel, queue) == 3, "the policy's max-length 3 is lower than the argument's 4"
+    api.set_policy(queue + "-high", f"^{queue}$", {"max-length": 10}, priority=5, apply_to="queues")
+    eventually(lambda: api.queue(queue).get("effective_policy_definition") == {"max-length": 10}, LIVE_S)
+    publish_confirmed(channel.connection, queue, [b"m5", b"m6"])
+    assert ready_count(channel, queue) == 4, "now the argument's 4 is lower"
+
+
+def test_an_operator_policy_caps_the_policy_and_the_argument(api, channel, unique):
+    queue = unique("pol-op")
+    channel.queue_declare(queue, arguments={"x-max-length": 8})
+    api.set_policy(queue, f"^{queue}$", {"max-length": 6, "message-ttl": 600000}, apply_to="queues")
+    api.set_policy(queue, f"^{queue}$", {"max-length": 2}, apply_to="queues", operator=True)
+    shown = eventually(lambda: api.queue(queue).get("operator_policy") == queue and api.queue(queue), LIVE_S)
+    assert shown["policy"] == queue
+    assert shown["effective_policy_definition"] == {"max-length": 2, "message-ttl": 600000}
+    publish_confirmed(channel.connection, queue, [b"m1", b"m2", b"m3"])
+    assert drain(channel, queue) == [b"m2", b"m3"]
+
+
+def test_a_policys_alternate_exchange_takes_unroutable_messages(api, channel, unique):
+    exchange, alternate, caught = unique("pol-x"), unique("pol-ae"), unique("pol-caught")
+    channel.exchange_declare(exchange, "direct", auto_delete=False)
+    channel.exchange_declare(alternate, "fanout")
+    channel.queue_declare(caught)
+    channel.queue_bind(caught, alternate)
+    api.set_policy(exchange, f"^{exchange}$", {"alternate-exchange": alternate}, apply_to="exchanges")
+    eventually(lambda: api.get(f"/api/exchanges/%2F/{exchange}").get("policy") == exchange, LIVE_S)
+    channel.confirm_delivery()
+    channel.basic_publish(exchange, "nobody", b"lost?")
+    assert eventually(lambda: ready_count(channel, caught) == 1, LIVE_S)
+    for name in (exchange, alternate):
+        channel.exchange_delete(name)
+    channel.queue_delete(caught)
+
+
+def test_refused_policies_answer_rabbitmqs_validation_texts(api, unique):
+    name = unique("pol-bad")
+    cases = [
+        ({"max-priority": 10}, '[{<<"max-priority">>,10}] are not recognised policy settings'),
+        ({"message-ttl": -1}, "-1 is not a valid message TTL"),
+        ({"overflow": "sideways"}, '<<"sideways">> is not a valid overflow value'),
+    ]
+    for definition, text in cases:
+        reply = api.request("PUT", f"/api/policies/%2F/{name}", {"pattern": ".*", "definition": definition})
+        assert (reply.status_code, reply.json()) == (400, {"error": "bad_request",
+                                                           "reason": f"Validation failed\n\n{text}\n"})
+
+
+def test_clearing_a_policy_restores_the_queue(api, channel, unique):
+    queue = unique("pol-clear")
+    channel.queue_declare(queue)
+    api.set_policy(queue, f"^{queue}$", {"max-length": 1}, apply_to="queues")
+    eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    api.clear_policy(queue)
+    assert eventually(lambda: api.queue(queue).get("policy") is None, LIVE_S)
+    publish_confirmed(channel.connection, queue, [b"m1", b"m2"])
+    assert ready_count(channel, queue) == 2
+
+
+# -- this broker's own behaviour ---------------------------------------------------------
+
+
+def test_a_new_message_ttl_expires_messages_already_past_it(api, channel, managed, unique):
+    own_broker_only(managed)
+    queue = unique("pol-ttl")
+    channel.queue_declare(queue)
+    publish_confirmed(channel.connection, queue, [b"old"])
+    wait_until(channel.connection, lambda: False, 0.3)
+    publish_confirmed(channel.connection, queue, [b"new"])
+    api.set_policy(queue, f"^{queue}$", {"message-ttl": 200}, apply_to="queues")
+    assert eventually(lambda: ready_count(channel, queue) == 1, LIVE_S)
+    assert drain(channel, queue) == [b"new"]
+
+
+def test_delivery_limit_and_delayed_retry_reach_an_existing_classic_queue(api, channel, managed, unique):
+    own_broker_only(managed)
+    queue, dead = unique("pol-retry"), unique("pol-retry-dead")
+    channel.queue_declare(dead)
+    channel.queue_declare(queue)
+    publish_confirmed(channel.connection, queue, [b"poison"])
+    api.set_policy(queue, f"^{queue}$", {"delivery-limit": 1, "delayed-retry-type": "failed",
+                                         "delayed-retry-min": 100, "dead-letter-exchange": "",
+                                         "dead-letter-routing-key": dead}, apply_to="queues")
+    eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    method, _, _ = channel.basic_get(queue)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    assert ready_count(channel, queue) == 0, "it waits for its delayed retry"
+    assert eventually(lambda: ready_count(channel, queue) == 1, 2.0)
+    method, properties, _ = channel.basic_get(queue)
+    assert properties.headers["x-delivery-count"] == 1
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S), "past its delivery limit: dead-lettered"

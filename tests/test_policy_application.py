@@ -1,0 +1,162 @@
+"""Policies take effect on queues and exchanges that already exist, in place, without losing messages."""
+
+from __future__ import annotations
+
+import struct
+
+from amqp_server.policies import parse_policy
+from amqp_server.vhost import VirtualHost
+from queues.delayed_retry import FAILED
+from queues.message import Message
+from queues.timers import Timers
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup() -> tuple[VirtualHost, Timers, Clock]:
+    clock = Clock()
+    timers = Timers(clock=clock)
+    return VirtualHost("/", timers=timers), timers, clock
+
+
+def message(body: bytes, published_at: float) -> Message:
+    made = Message("", "q", struct.pack(">HHQH", 60, 0, len(body), 0), body)
+    made.published_at = published_at
+    return made
+
+
+def policy(name: str, definition: dict, pattern: str = ".*", priority: int = 0, apply_to: str = "all",
+           operator: bool = False):
+    return parse_policy("/", name, {"pattern": pattern, "definition": definition, "priority": priority,
+                                    "apply-to": apply_to}, operator)
+
+
+def ready_bodies(vhost: VirtualHost, name: str) -> list[bytes]:
+    queue = vhost.queues[name]
+    return [entry.message.body for entry in queue.ready.peek(len(queue.ready))]
+
+
+def test_a_lowered_max_length_trims_the_oldest_at_once():
+    vhost, _timers, clock = setup()
+    queue, _ = vhost.declare_queue("q", connection=None)
+    for n in range(5):
+        queue.publish(message(b"m%d" % n, clock.now))
+    vhost.set_policy(policy("cap", {"max-length": 2}))
+    assert ready_bodies(vhost, "q") == [b"m3", b"m4"]
+    vhost.clear_policy("cap")
+    queue.publish(message(b"m5", clock.now))
+    assert len(queue.ready) == 3
+
+
+def test_a_new_message_ttl_expires_messages_already_past_it_and_dead_letters_them():
+    vhost, timers, clock = setup()
+    queue, _ = vhost.declare_queue("q", connection=None)
+    dead, _ = vhost.declare_queue("dead", connection=None)
+    vhost.declare_exchange("dlx", "fanout")
+    vhost.bind(vhost.exchanges["dlx"], dead, "", {})
+    queue.publish(message(b"old", clock.now - 5))
+    queue.publish(message(b"new", clock.now))
+    vhost.set_policy(policy("ttl", {"message-ttl": 2000, "dead-letter-exchange": "dlx"}, pattern="^q$"))
+    assert ready_bodies(vhost, "q") == [b"new"]
+    assert ready_bodies(vhost, "dead") == [b"old"]
+    clock.now += 2.5
+    timers.run_due(clock.now)
+    assert ready_bodies(vhost, "q") == []
+
+
+def test_clearing_a_message_ttl_keeps_the_messages():
+    vhost, timers, clock = setup()
+    vhost.set_policy(policy("ttl", {"message-ttl": 1000}))
+    queue, _ = vhost.declare_queue("q", connection=None)
+    queue.publish(message(b"kept", clock.now))
+    vhost.clear_policy("ttl")
+    clock.now += 5
+    timers.run_due(clock.now)
+    assert ready_bodies(vhost, "q") == [b"kept"]
+
+
+def test_the_queues_own_arguments_win_except_for_limits_where_the_lower_wins():
+    vhost, _timers, _clock = setup()
+    own, _ = vhost.declare_queue("own", connection=None, arguments={"x-max-length": 10, "x-dead-letter-exchange": "a"})
+    vhost.set_policy(policy("p", {"max-length": 3, "dead-letter-exchange": "b", "message-ttl": 60000}))
+    assert (own.settings.max_length, own.settings.dead_letter_exchange, own.settings.message_ttl_ms) == (3, "a", 60000)
+    vhost.set_policy(policy("p", {"max-length": 30}))
+    assert (own.settings.max_length, own.settings.message_ttl_ms) == (10, None)
+
+
+def test_priority_decides_and_operator_policies_cap():
+    vhost, _timers, _clock = setup()
+    queue, _ = vhost.declare_queue("jobs", connection=None)
+    vhost.set_policy(policy("broad", {"max-length": 100}))
+    vhost.set_policy(policy("narrow", {"max-length": 50}, pattern="^jobs$", priority=5))
+    assert queue.settings.max_length == 50
+    vhost.set_policy(policy("cap", {"max-length": 7}, operator=True), operator=True)
+    assert queue.settings.max_length == 7
+    vhost.clear_policy("narrow")
+    assert queue.settings.max_length == 7
+    vhost.clear_policy("cap", operator=True)
+    assert queue.settings.max_length == 100
+
+
+def test_a_new_queue_starts_under_the_policy_in_force():
+    vhost, _timers, _clock = setup()
+    vhost.set_policy(policy("retry", {"delayed-retry-type": "failed", "delayed-retry-min": 500, "delivery-limit": 4}))
+    queue, _ = vhost.declare_queue("work", connection=None)
+    assert (queue.settings.retry_type, queue.settings.retry_min_ms, queue.settings.delivery_limit) == ("failed", 500, 4)
+
+
+def test_a_policy_value_that_cannot_combine_with_the_queues_own_is_left_out():
+    vhost, _timers, _clock = setup()
+    queue, _ = vhost.declare_queue("q", connection=None, arguments={"x-delayed-retry-min": 5000})
+    vhost.set_policy(policy("p", {"delayed-retry-max": 100, "max-length": 3}))
+    assert (queue.settings.retry_max_ms, queue.settings.max_length, queue.settings.retry_min_ms) == (None, 3, 5000)
+
+
+def test_messages_waiting_for_a_delayed_retry_keep_their_schedule():
+    vhost, timers, clock = setup()
+    vhost.set_policy(policy("retry", {"delayed-retry-type": "failed", "delayed-retry-min": 1000}))
+    queue, _ = vhost.declare_queue("q", connection=None)
+    queue.publish(message(b"m", clock.now))
+    entry = queue.get(no_ack=False)
+    queue.after_get(entry)
+    queue.requeue([(entry, None)], FAILED)
+    assert queue.waiting_count == 1
+    vhost.set_policy(policy("retry", {"delayed-retry-type": "failed", "delayed-retry-min": 60000, "max-length": 5}))
+    clock.now += 1.1
+    timers.run_due(clock.now)
+    assert (queue.waiting_count, len(queue.ready)) == (0, 1)
+
+
+def test_a_policys_alternate_exchange_applies_unless_the_exchange_names_its_own():
+    vhost, _timers, _clock = setup()
+    plain = vhost.declare_exchange("plain", "direct")
+    own = vhost.declare_exchange("own", "direct", arguments={"alternate-exchange": "mine"})
+    vhost.set_policy(policy("ae", {"alternate-exchange": "unrouted"}, apply_to="exchanges"))
+    assert (plain.alternate_exchange, own.alternate_exchange) == ("unrouted", "mine")
+    later = vhost.declare_exchange("later", "fanout")
+    assert later.alternate_exchange == "unrouted"
+    vhost.clear_policy("ae")
+    assert plain.alternate_exchange is None
+
+
+def test_a_new_x_expires_deletes_an_idle_queue():
+    vhost, timers, clock = setup()
+    vhost.declare_queue("idle", connection=None)
+    vhost.set_policy(policy("expire", {"expires": 1000}))
+    clock.now += 1.5
+    timers.run_due(clock.now)
+    assert "idle" not in vhost.queues
+
+
+def test_queues_of_another_type_or_name_are_untouched():
+    vhost, _timers, _clock = setup()
+    classic, _ = vhost.declare_queue("c", connection=None)
+    quorum, _ = vhost.declare_queue("qq", connection=None, durable=True, arguments={"x-queue-type": "quorum"})
+    vhost.set_policy(policy("quorum-only", {"max-length": 1}, apply_to="quorum_queues"))
+    assert (classic.settings.max_length, quorum.settings.max_length) == (None, 1)
