@@ -123,14 +123,13 @@ class Admission:
             self.refused_by.dropped(peer, time.monotonic())
         self._released = False
 
-    def enter(self, limit: ConnectionLimit) -> bool:
+    def enter(self, limit: ConnectionLimit) -> None:
         """At connection.open: take a slot in `limit` too (a vhost's or a user's, known only
-        now); False, holding nothing more, when it is reached."""
-        if limit.is_reached:
-            return False
+        now, and checked by the caller with `is_reached`), given back with the others."""
+        if self._released:
+            return  # the socket is already gone: nothing to hold
         limit.take()
         self._held = (*self._held, limit)
-        return True
 
     def release(self) -> None:
         """The socket closed: give its slots back (once)."""

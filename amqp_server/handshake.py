@@ -139,10 +139,13 @@ def open_vhost(connection: "Connection", method: commands.Connection.Open) -> No
     if over_limit is not None:
         raise over_limit.refusal(vhost.name, connection.user.name)
     # The vhost's limit, then the user's (rabbit_reader.erl); the connection holds a slot in
-    # each from here until its socket closes.
-    for limit in (vhost.limits.connections, broker.limits_of(connection.user.name).connections):
-        if not connection.admission.enter(limit):
+    # both from here until its socket closes.
+    limits = (vhost.limits.connections, broker.limits_of(connection.user.name).connections)
+    for limit in limits:
+        if limit.is_reached:
             raise limit.refusal(vhost.name, connection.user.name)
+    for limit in limits:
+        connection.admission.enter(limit)
     connection.vhost = vhost
     connection.state = OPEN
     broker.connection_opened(connection)

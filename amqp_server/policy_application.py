@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Arguments checked against another one (queues/arguments.py): a refusal of the first may be
+# the other's fault.
+_CHECKED_AGAINST = {"x-delayed-retry-max": "x-delayed-retry-min"}
+
 
 @dataclass(frozen=True)
 class PoliciesInForce:
@@ -90,11 +94,13 @@ def queue_settings(
         try:
             settings = QueueArguments.parse(combined)
         except InvalidArgument as error:
-            if error.key not in from_policy:
+            # The policy's value for the refused key, or for the one it is checked against.
+            key = error.key if error.key in from_policy else _CHECKED_AGAINST.get(error.key)
+            if key not in from_policy:
                 return checked, own_archive  # the queue's own arguments alone decide (they were accepted)
             log.warning(
                 "policy value %s=%r not applied to queue '%s' in vhost '%s': %s",
-                error.key, from_policy.pop(error.key), name, vhost.name, error.reason,
+                key, from_policy.pop(key), name, vhost.name, error.reason,
             )
             continue
         archive = combined.get("x-archive") is True

@@ -291,3 +291,16 @@ def test_cli_log_lines_have_timestamp_level_and_logger(fake_server: list[ServerC
     assert " INFO amqp_server.cli: starting on 0.0.0.0:5672" in line
     assert line[:4].isdigit()
 
+
+
+# ---- definitions at boot ----
+
+def test_a_definitions_file_from_the_file_the_environment_or_the_flag(in_tmp_dir: Path) -> None:
+    assert load().definitions_file is None
+    path = write_config(in_tmp_dir, '[definitions]\nload_file = "from-file.json"\n')
+    assert load(["--config", path]).definitions_file == in_tmp_dir / "from-file.json"
+    assert load(["--config", path], AMQP_SERVER_DEFINITIONS="env.json").definitions_file == in_tmp_dir / "env.json"
+    assert load(["--config", path, "--definitions", "/srv/defs.json"]).definitions_file == Path("/srv/defs.json")
+    bad = write_config(in_tmp_dir, '[definitions]\nfile = "x.json"\n')
+    with pytest.raises(ConfigError, match=r"\[definitions\] has unknown key 'file' \(known: load_file\)"):
+        load(["--config", bad])

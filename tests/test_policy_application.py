@@ -160,3 +160,10 @@ def test_queues_of_another_type_or_name_are_untouched():
     quorum, _ = vhost.declare_queue("qq", connection=None, durable=True, arguments={"x-queue-type": "quorum"})
     vhost.set_policy(policy("quorum-only", {"max-length": 1}, apply_to="quorum_queues"))
     assert (classic.settings.max_length, quorum.settings.max_length) == (None, 1)
+
+
+def test_a_policy_minimum_above_the_queues_own_maximum_is_left_out():
+    vhost, _timers, _clock = setup()
+    queue, _ = vhost.declare_queue("q", connection=None, arguments={"x-delayed-retry-max": 2000})
+    vhost.set_policy(policy("p", {"delayed-retry-min": 5000, "max-length": 3}))
+    assert (queue.settings.retry_min_ms, queue.settings.retry_max_ms, queue.settings.max_length) == (1000, 2000, 3)
