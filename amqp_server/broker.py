@@ -273,7 +273,7 @@ class Broker:
                 self.set_vhost_metadata(vhost["name"], vhost.get("description", ""), vhost.get("tags", []))
             for name in config.vhosts:
                 self.add_vhost(name)
-            self._restore_policies_and_limits(stored)
+            self._restore_policies(stored)
             configured = {(p.user, p.vhost) for p in config.permissions}
             for permission in stored.get("permissions", []):
                 key = (permission["user"], permission["vhost"])
@@ -283,6 +283,9 @@ class Broker:
                         permission["configure"], permission["write"], permission["read"],
                     )
             self._restore_topology(stored)
+            # After the topology: a queue limit lowered below the queues a vhost has must not
+            # keep them from coming back.
+            self._restore_limits(stored)
         finally:
             self._restoring = False
         # One full comparison at startup: what could not be restored (a binding with a missing
@@ -290,7 +293,7 @@ class Broker:
         if not clustered:
             self.store.save(self.definitions())
 
-    def _restore_policies_and_limits(self, stored: dict[str, Any]) -> None:
+    def _restore_policies(self, stored: dict[str, Any]) -> None:
         """Before the topology, so restored queues and exchanges start under their policies."""
         for kind, operator in ((POLICIES, False), (OPERATOR_POLICIES, True)):
             for entry in stored.get(kind, []):
@@ -303,6 +306,8 @@ class Broker:
                     label = "operator policy" if operator else "policy"
                     log.error("stored %s '%s' in vhost '%s' was not restored: %s",
                               label, entry["name"], entry["vhost"], error)
+
+    def _restore_limits(self, stored: dict[str, Any]) -> None:
         for entry in stored.get(VHOST_LIMITS_KIND, []):
             vhost = self.vhosts.get(entry["vhost"])
             try:

@@ -39,7 +39,7 @@ def export_definitions(broker: "Broker") -> dict[str, Any]:
     user_limits = broker.user_limits()
     return {
         **_VERSION_FIELDS,
-        "users": [{**user_json(user), "limits": user_limits.get(user.name, {})} for user in broker.access.users()],
+        "users": [user_json(user, user_limits.get(user.name)) for user in broker.access.users()],
         # RabbitMQ 3.10 exports a vhost as its name alone (description and tags are not exported).
         "vhosts": [{"name": name} for name in broker.vhosts],
         "permissions": [permission_json(permission) for permission in broker.access.permissions()],

@@ -1,8 +1,8 @@
 """/api/vhost-limits and /api/user-limits: RabbitMQ's per-vhost and per-user limits.
 
-GET lists `{"vhost", "value"}` (`{"user", "value"}`) for those that have limits; PUT
-`.../{name}` with `{"value": N}` sets one limit, DELETE `.../{name}` lifts it. Only
-administrators change them. resource_limits.py enforces them.
+GET lists `{"vhost", "value"}` (`{"user", "value"}`) for those that have limits (any management
+user may read them, as in RabbitMQ); PUT `.../{name}` with `{"value": N}` sets one limit,
+DELETE `.../{name}` lifts it (administrators only). resource_limits.py enforces them.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ async def delete_vhost_limit(request: web.Request) -> web.Response:
 
 
 async def list_user_limits(request: web.Request) -> web.Response:
-    user, broker = caller(request), context(request).broker
-    user.require_admin()
+    """Any management user may read them, as in RabbitMQ."""
+    broker = context(request).broker
     limits = broker.user_limits()
     if "user" in request.match_info:
         name = request.match_info["user"]

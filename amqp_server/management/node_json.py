@@ -209,13 +209,14 @@ def vhost_json(ctx: ManagementContext, vhost: "VirtualHost") -> dict[str, Any]:
     return item
 
 
-def user_json(user: User) -> dict[str, Any]:
+def user_json(user: User, limits: dict[str, int] | None = None) -> dict[str, Any]:
+    """`limits`: the user's max-connections and max-channels where set (Broker.user_limits)."""
     return {
         "name": user.name,
         "password_hash": user.password_hash,
         "hashing_algorithm": HASHING_ALGORITHM,
         "tags": list(user.tags),
-        "limits": {},
+        "limits": dict(limits or {}),
     }
 
 

@@ -20,7 +20,9 @@ PERMISSION_FIELDS = ("configure", "write", "read")
 
 async def list_users(request: web.Request) -> web.Response:
     caller(request).require_admin()
-    return list_reply(request, [user_json(u) for u in context(request).broker.access.users()])
+    broker = context(request).broker
+    limits = broker.user_limits()
+    return list_reply(request, [user_json(u, limits.get(u.name)) for u in broker.access.users()])
 
 
 async def users_without_permissions(request: web.Request) -> web.Response:
@@ -39,7 +41,8 @@ def _user_named(request: web.Request):
 
 async def show_user(request: web.Request) -> web.Response:
     caller(request).require_admin()
-    return item_reply(request, user_json(_user_named(request)))
+    user = _user_named(request)
+    return item_reply(request, user_json(user, context(request).broker.user_limits().get(user.name)))
 
 
 async def put_user(request: web.Request) -> web.Response:
@@ -89,12 +92,6 @@ async def user_permissions(request: web.Request) -> web.Response:
 async def user_topic_permissions(request: web.Request) -> web.Response:
     """Always empty: this broker has no topic permissions (RabbitMQ answers [] for a user with none)."""
     caller(request).require_admin()
-    _user_named(request)
-    return list_reply(request, [])
-
-
-async def user_limits(request: web.Request) -> web.Response:
-    """Always empty: no per-user limits (RabbitMQ shows them to any management user)."""
     _user_named(request)
     return list_reply(request, [])
 
@@ -156,7 +153,6 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_delete("/api/users/{user}", delete_user)
     router.add_get("/api/users/{user}/permissions", user_permissions)
     router.add_get("/api/users/{user}/topic-permissions", user_topic_permissions)
-    router.add_get("/api/user-limits/{user}", user_limits)
     router.add_get("/api/permissions", list_permissions)
     router.add_get("/api/permissions/{vhost}/{user}", show_permission)
     router.add_put("/api/permissions/{vhost}/{user}", put_permission)
