@@ -84,7 +84,7 @@ class ConnectionLimit:
         """The connection.close that refuses a connection over this limit at connection.open
         (RabbitMQ's texts for the vhost and user limits, rabbit_reader.erl)."""
         if self.kind is LimitScope.USER:
-            text = f"Connection refused for user '{user}': user connection limit ({self.maximum}) is reached"
+            text = f"connection refused for user '{user}': user connection limit ({self.maximum}) is reached"
         else:
             limit = f"{self.scope} connection limit" if self.scope else "connection limit"
             text = f"access to vhost '{vhost}' refused for user '{user}': {limit} ({self.maximum}) is reached"

@@ -131,6 +131,12 @@ def open_vhost(connection: "Connection", method: commands.Connection.Open) -> No
     vhost = broker.vhosts.get(method.virtual_host)
     if vhost is None:
         raise AMQPError(errors.NOT_ALLOWED, f"vhost {method.virtual_host} not found", 10, 40)
+    # The vhost's limit, then the user's, before the user's access to the vhost, as
+    # rabbit_reader.erl checks them (a user without access is told the vhost is full).
+    limits = (vhost.limits.connections, broker.limits_of(connection.user.name).connections)
+    for limit in limits:
+        if limit.is_reached:
+            raise limit.refusal(vhost.name, connection.user.name)
     if not broker.access.can_access_vhost(connection.user, vhost.name):
         raise AMQPError(
             errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{connection.user.name}'", 10, 40
@@ -138,13 +144,7 @@ def open_vhost(connection: "Connection", method: commands.Connection.Open) -> No
     over_limit = connection.admission.refused_by
     if over_limit is not None:
         raise over_limit.refusal(vhost.name, connection.user.name)
-    # The vhost's limit, then the user's (rabbit_reader.erl); the connection holds a slot in
-    # both from here until its socket closes.
-    limits = (vhost.limits.connections, broker.limits_of(connection.user.name).connections)
-    for limit in limits:
-        if limit.is_reached:
-            raise limit.refusal(vhost.name, connection.user.name)
-    for limit in limits:
+    for limit in limits:  # held from here until the socket closes
         connection.admission.enter(limit)
     connection.vhost = vhost
     connection.state = OPEN

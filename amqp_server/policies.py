@@ -79,14 +79,16 @@ def parse_policy(vhost: str, name: str, body: dict[str, Any], operator: bool = F
     optional priority and apply-to); PolicyError with RabbitMQ's text when it would refuse it."""
     for key in ("pattern", "definition"):
         if key not in body:
-            raise PolicyError(f'Key "{key}" not found in {name}')
+            raise PolicyError(f"[{{key_missing,{key}}}]", validation=False)
     pattern = body["pattern"]
-    if not isinstance(pattern, str):
-        raise PolicyError(f"{erlang_term('pattern')} should be a regular expression but is {erlang_term(pattern)}")
     try:
+        if not isinstance(pattern, str):
+            raise re.error("not a string")
         regex = re.compile(pattern)
     except re.error as error:
-        raise PolicyError(f"{erlang_term('pattern')} should be a regular expression but is invalid: {error}") from None
+        # RabbitMQ quotes PCRE's {"message",position}; Python's message stands in for it.
+        reason = f'{{"{error.msg}",{error.pos or 0}}}'
+        raise PolicyError(f"pattern should be regular expression but is invalid: {reason}") from None
     priority = _priority(body.get("priority", 0))
     apply_to_text = body.get("apply-to", ApplyTo.ALL.value)
     try:
@@ -109,7 +111,7 @@ def _priority(value: Any) -> int:
             return int(value)
         except ValueError:
             pass
-    raise PolicyError(f"{erlang_term(value)} priority must be a number")
+    raise PolicyError(f"priority should be a number, actually was {erlang_term(value)}")
 
 
 class PolicySet:

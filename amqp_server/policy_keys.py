@@ -35,7 +35,13 @@ class AppliesTo(enum.Enum):
 
 
 class PolicyError(ValueError):
-    """A policy RabbitMQ would refuse; the message is RabbitMQ's text (without "Validation failed")."""
+    """A policy RabbitMQ would refuse; the message is RabbitMQ's text. `validation` is False for
+    a body missing a key, which RabbitMQ's API reports bare ("[{key_missing,pattern}]"), not
+    as "Validation failed"."""
+
+    def __init__(self, text: str, validation: bool = True) -> None:
+        super().__init__(text)
+        self.validation = validation
 
 
 def erlang_term(value: Any) -> str:
@@ -152,7 +158,7 @@ def check_definition(definition: Any, operator: bool = False) -> dict[str, Any]:
     for name, value in definition.items():
         if name in allowed:
             KEYS[name].check(value)
-    unknown = [(name, value) for name, value in definition.items() if name not in allowed]
+    unknown = sorted((name, value) for name, value in definition.items() if name not in allowed)
     if unknown:
         listed = ",".join(f"{{{erlang_term(name)},{erlang_term(value)}}}" for name, value in unknown)
         raise PolicyError(f"[{listed}] are not recognised policy settings")

@@ -7,7 +7,7 @@ same ConnectionLimit as the node's (connection_limits.py), entered at connection
 refusal is RabbitMQ's, at the moment the limit is hit:
 
     connection.open   530 "access to vhost '/' refused for user 'u': connection limit (N) is reached"
-                      530 "Connection refused for user 'u': user connection limit (N) is reached"
+                      530 "connection refused for user 'u': user connection limit (N) is reached"
     channel.open      530 "number of channels opened for user 'u' has reached the maximum allowed
                            user limit of (N)"
     queue.declare     406 "cannot declare queue 'q': queue limit in vhost '/' (N) is reached"

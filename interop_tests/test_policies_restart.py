@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pika
 import pytest
-from pika.exceptions import ConnectionClosedByBroker
+from pika.exceptions import ProbableAccessDeniedError
 
 from interop_tests.broker_process import free_port
 from interop_tests.management_helpers import Management
@@ -49,9 +49,8 @@ def test_policies_and_limits_are_in_force_after_a_sigkill(broker_factory):
     assert ready_count(channel, "orders") == 2, "the restored queue is under its restored policy"
     assert api.queue("orders")["effective_policy_definition"] == {"max-length": 2, "message-ttl": 600000}
     connection.close()
-    with pytest.raises(ConnectionClosedByBroker) as raised:
+    with pytest.raises(ProbableAccessDeniedError, match=r"\(530\).*connection limit \(0\) is reached"):
         pika.BlockingConnection(pika.URLParameters(broker.url(vhost="tenant")))
-    assert raised.value.reply_code == 530
 
 
 def test_a_rabbitmq_export_loads_at_boot_and_loading_it_again_changes_nothing(broker_factory):

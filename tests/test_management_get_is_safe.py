@@ -47,6 +47,11 @@ def populated(broker: Broker, api) -> tuple[Any, dict[str, str]]:
     assert api.request("PUT", "/api/exchanges/%2F/audit-x", {"type": "direct", "durable": True}).status == 201
     assert api.request("PUT", "/api/queues/%2F/audit-q", {"durable": True}).status == 201
     assert api.request("POST", "/api/bindings/%2F/e/audit-x/q/audit-q", {"routing_key": "k"}).status == 201
+    for kind in ("policies", "operator-policies"):
+        policy = {"pattern": "^audit", "definition": {"max-length": 100}}
+        assert api.request("PUT", f"/api/{kind}/%2F/audit-p", policy).status == 201
+    assert api.request("PUT", "/api/vhost-limits/%2F/max-queues", {"value": 100}).status == 204
+    assert api.request("PUT", "/api/user-limits/guest/max-channels", {"value": 100}).status == 204
     for n in range(3):
         published = api.request("POST", "/api/exchanges/%2F/audit-x/publish",
                                 {"routing_key": "k", "payload": f"m{n}", "payload_encoding": "string", "properties": {}})
@@ -75,6 +80,8 @@ def concrete(path: str, values: dict[str, str]) -> str:
         path = path.replace("{name}", "audit-x")
     elif path.startswith("/api/queues/"):
         path = path.replace("{name}", "audit-q")
+    elif path.startswith(("/api/policies/", "/api/operator-policies/")):
+        path = path.replace("{name}", "audit-p")
     for key, value in values.items():
         path = path.replace("{" + key + "}", value)
     assert "{" not in path, path

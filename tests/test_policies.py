@@ -29,6 +29,8 @@ def test_unknown_keys_and_max_priority_are_not_recognised_policy_settings():
         '[{<<"max-priority">>,10}] are not recognised policy settings')
     assert refusal({"pattern": ".*", "definition": {"ha-mode": "all", "message-ttl": 5}}) == (
         '[{<<"ha-mode">>,<<"all">>}] are not recognised policy settings')
+    assert refusal({"pattern": ".*", "definition": {"foo": 1, "bar": "x"}}) == (
+        '[{<<"bar">>,<<"x">>},{<<"foo">>,1}] are not recognised policy settings')
 
 
 def test_an_operator_policy_takes_only_the_limits():
@@ -40,12 +42,14 @@ def test_an_operator_policy_takes_only_the_limits():
 
 def test_shape_errors():
     assert refusal({"pattern": ".*", "definition": {}}) == "no policy provided"
-    assert refusal({"definition": {"max-length": 1}}) == 'Key "pattern" not found in p'
+    assert refusal({"definition": {"max-length": 1}}) == "[{key_missing,pattern}]"
     assert refusal({"pattern": ".*", "definition": {"max-length": 1}, "apply-to": "topics"}) == (
         "apply-to 'topics' unrecognised; should be one of: 'queues', 'classic_queues',  'quorum_queues', "
         "'streams', 'exchanges', or 'all'")
     assert refusal({"pattern": ".*", "definition": {"max-length": 1}, "priority": "high"}) == (
-        '<<"high">> priority must be a number')
+        'priority should be a number, actually was <<"high">>')
+    assert refusal({"pattern": "(", "definition": {"max-length": 1}}).startswith(
+        "pattern should be regular expression but is invalid: {")
 
 
 def test_defaults_and_priority_given_as_text():

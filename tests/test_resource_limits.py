@@ -43,7 +43,7 @@ def test_a_users_connection_limit_counts_connections_made_before_it_was_set():
     opened_client(broker, channels=())
     broker.set_user_limits("guest", {"max-connections": 1})
     close = refused_at_open(broker)
-    assert close.reply_text == "NOT_ALLOWED - Connection refused for user 'guest': user connection limit (1) is reached"
+    assert close.reply_text == "NOT_ALLOWED - connection refused for user 'guest': user connection limit (1) is reached"
 
 
 def test_a_users_channel_limit_counts_channels_on_all_their_connections():
@@ -70,8 +70,19 @@ def test_a_vhosts_queue_limit_refuses_new_queues_but_not_redeclares():
 
 
 def test_limits_are_checked_as_rabbitmq_checks_them():
-    assert check_limits({"max-queues": 3}, VHOST_LIMITS, "vhost-limits") == {"max-queues": 3}
-    with pytest.raises(LimitError, match=r'Unrecognised terms \[\{<<"max-widgets">>,1\}\] in vhost-limits'):
-        check_limits({"max-widgets": 1}, VHOST_LIMITS, "vhost-limits")
+    assert check_limits({"max-queues": 3}, VHOST_LIMITS, "limits") == {"max-queues": 3}
+    with pytest.raises(LimitError, match=r'Unrecognised terms \[\{<<"max-widgets">>,1\}\] in limits'):
+        check_limits({"max-widgets": 1}, VHOST_LIMITS, "limits")
     with pytest.raises(LimitError, match='max-queues should be a number, actually was <<"x">>'):
-        check_limits({"max-queues": "x"}, VHOST_LIMITS, "vhost-limits")
+        check_limits({"max-queues": "x"}, VHOST_LIMITS, "limits")
+
+
+def test_a_full_vhost_is_reported_before_the_users_lack_of_access_as_rabbitmq_does():
+    broker = Broker()
+    broker.add_vhost("full").set_limits({"max-connections": 0})
+    client = FakeClient(broker)
+    client.start()
+    client.start_ok()
+    client.send(0, commands.Connection.TuneOk(channel_max=0, frame_max=131072, heartbeat=0))
+    close = client.send(0, commands.Connection.Open(virtual_host="full"))[-1][1]
+    assert close.reply_text == "NOT_ALLOWED - access to vhost 'full' refused for user 'guest': connection limit (0) is reached"

@@ -1,19 +1,21 @@
 """Policies, operator policies and limits: rabbitmqctl's set_/clear_ commands, through the API.
 
-Same arguments, options (-p, --priority, --apply-to) and progress lines as rabbitmqctl 3.10;
-a definition the broker refuses prints its "Validation failed" text and exits 65 (EX_DATAERR).
+Same arguments, options (-p, --priority, --apply-to), progress lines and exit codes as
+rabbitmqctl 3.10: a definition the broker refuses prints its "Validation failed" text and exits
+69, as does clearing a policy that does not exist ("Parameter does not exist").
 list_policies and list_operator_policies are tables (listings.py); list_vhost_limits and
 list_user_limits print the limits as JSON, as rabbitmqctl does.
 """
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
 from amqp_server.ctl.admin_commands import Session, existing_user, refused, require_vhost
 from amqp_server.ctl.api_client import ApiError, quote
-from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_USAGE, CtlError
+from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_UNAVAILABLE, CtlError
 
 
 def _definition(text: str) -> Any:
@@ -28,7 +30,9 @@ def _put(session: Session, path: str, body: Any) -> None:
         session.client.put(path, body)
     except ApiError as error:
         if error.status == 400:
-            raise CtlError(EX_DATAERR, (error.reason or error.error).rstrip("\n")) from None
+            # The API escapes < and > in a policy's refusal, rabbitmqctl does not; the reason
+            # ends with a newline, which rabbitmqctl prints too.
+            raise CtlError(EX_UNAVAILABLE, html.unescape(error.reason or error.error)) from None
         raise refused(error) from None
 
 
@@ -37,7 +41,7 @@ def _delete(session: Session, path: str, missing: str | None = None) -> None:
         session.client.delete(path)
     except ApiError as error:
         if error.status == 404 and missing is not None:
-            raise CtlError(EX_DATAERR, missing) from None
+            raise CtlError(EX_UNAVAILABLE, missing) from None
         if error.status != 404:
             raise refused(error) from None
 
@@ -117,8 +121,8 @@ def list_vhost_limits(session: Session) -> int:
     session.info(f'Listing limits for vhost "{vhost}" ...')
     require_vhost(session, vhost)
     limits = _limits_of(session, f"/api/vhost-limits/{quote(vhost)}")
-    if limits:
-        session.out.write(json.dumps(limits, separators=(",", ":")) + "\n")
+    # rabbitmqctl prints an empty line for a vhost without limits.
+    session.out.write((json.dumps(limits, separators=(",", ":")) if limits else "") + "\n")
     return EX_OK
 
 
@@ -144,11 +148,10 @@ def clear_user_limits(session: Session, user: str, limit: str) -> int:
 
 
 def list_user_limits(session: Session, user: str | None = None) -> int:
-    if user is None:
-        raise CtlError(EX_USAGE, "list_user_limits needs --user USERNAME")
+    """`user` defaults to guest, as rabbitmqctl's does; a user without limits prints {}."""
+    user = user or "guest"
     session.info(f'Listing limits for user "{user}" ...')
     existing_user(session, user)
     limits = _limits_of(session, f"/api/user-limits/{quote(user)}")
-    if limits:
-        session.out.write(json.dumps(limits, separators=(",", ":")) + "\n")
+    session.out.write(json.dumps(limits, separators=(",", ":")) + "\n")
     return EX_OK

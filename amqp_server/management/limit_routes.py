@@ -45,8 +45,7 @@ async def put_vhost_limit(request: web.Request) -> web.Response:
     vhost = vhost_named(context(request).broker, request.match_info["vhost"])
     value = await _limit_value(request)
     try:
-        limits = check_limits(updated(vhost.limits.as_value(), request.match_info["name"], value), VHOST_LIMITS,
-                              "vhost-limits")
+        limits = check_limits(updated(vhost.limits.as_value(), request.match_info["name"], value), VHOST_LIMITS, "limits")
     except LimitError as error:
         raise validation_failed(error) from None
     vhost.set_limits(limits)
@@ -80,7 +79,7 @@ async def put_user_limit(request: web.Request) -> web.Response:
     value = await _limit_value(request)
     try:
         limits = check_limits(updated(broker.limits_of(name).as_value(), request.match_info["name"], value),
-                              USER_LIMITS, "user-limits")
+                              USER_LIMITS, "limits")
     except LimitError as error:
         raise validation_failed(error) from None
     broker.set_user_limits(name, limits)

@@ -28,9 +28,15 @@ from amqp_server.policy_keys import PolicyError
 POLICYMAKER = "policymaker"
 
 
-def validation_failed(error: Exception) -> api_errors.ApiError:
-    """RabbitMQ's 400 for a refused runtime parameter (a policy, a limit)."""
-    return api_errors.bad_request(f"Validation failed\n\n{error}\n")
+def validation_failed(error: Exception, escape_tags: bool = False) -> api_errors.ApiError:
+    """RabbitMQ's 400 for a refused runtime parameter (a policy, a limit). RabbitMQ 3.10 escapes
+    < and > in a refused policy's text (not in an operator policy's, nor a limit's)."""
+    if isinstance(error, PolicyError) and not error.validation:
+        return api_errors.bad_request(str(error))
+    text = str(error)
+    if escape_tags:
+        text = text.replace("<", "&lt;").replace(">", "&gt;")
+    return api_errors.bad_request(f"Validation failed\n\n{text}\n")
 
 
 def _require_policy_rights(user: Caller, operator: bool) -> None:
@@ -81,7 +87,7 @@ async def put_policy(request: web.Request) -> web.Response:
     try:
         policy = parse_policy(vhost.name, name, await read_body(request), operator)
     except PolicyError as error:
-        raise validation_failed(error) from None
+        raise validation_failed(error, escape_tags=not operator) from None
     created = (vhost.operator_policies if operator else vhost.policies).get(name) is None
     vhost.set_policy(policy, operator)
     return created_or_updated(created)
