@@ -72,7 +72,7 @@ def test_a_definitions_file_the_broker_refuses_stops_it_from_starting(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "amqp_server", "--port", str(free_port()), "--data-dir", str(tmp_path / "data"),
          "--management-port", "0", "--metrics-port", "0", "--definitions", str(bad)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )
     assert result.returncode == 1
     assert (f"definitions file {bad} was refused: invalid arg 'x-max-length' for queue 'q' in vhost '/': "

@@ -26,9 +26,14 @@ Binding = tuple[Exchange, "Queue | Exchange", str, dict[str, Any]]
 
 
 def exchange_json(vhost: "VirtualHost", exchange: Exchange) -> dict[str, Any]:
+    """As RabbitMQ 3.10 shows an exchange; the policy fields only when a policy or operator
+    policy applies (RabbitMQ shows `policy` alone; the other two are this broker's addition)."""
     in_force = policy_application.for_exchange(vhost, exchange.name)
+    policy_fields = in_force.as_json() if in_force.policy or in_force.operator_policy else {}
+    if in_force.policy is None:
+        policy_fields.pop("policy", None)
     return {
-        **in_force.as_json(),
+        **policy_fields,
         "arguments": exchange.arguments,
         "auto_delete": exchange.auto_delete,
         "durable": exchange.durable,
