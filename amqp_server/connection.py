@@ -332,7 +332,7 @@ class Connection:
                 f"channel_max ({self.channel_max})",
             )
         user_limits = self.broker.limits_of(self.user.name)
-        if user_limits.max_channels >= 0:
+        if user_limits.limits_channels:  # counting the user's channels costs a pass over connections
             user_limits.check_new_channel(self.user.name, self.broker.open_channels_of(self.user))
         channel = Channel(self, channel_id)
         self.channels[channel_id] = channel

@@ -48,57 +48,64 @@ def check_limits(value: Any, names: tuple[str, ...], component: str) -> dict[str
     return dict(value)
 
 
-class VhostLimits:
-    """A vhost's max-connections and max-queues."""
+class _Limits:
+    """Limits as set (RabbitMQ's "value"), a ConnectionLimit counting connections, and one
+    count checked when an object is made (`counted`: max-queues or max-channels)."""
+
+    counted = ""  # the limit name of the count the subclass checks
+    scope = LimitScope.VHOST
 
     def __init__(self) -> None:
-        self.connections = ConnectionLimit("", NO_LIMIT, LimitScope.VHOST)
-        self.max_queues = NO_LIMIT
+        self.connections = ConnectionLimit("", NO_LIMIT, self.scope)
+        self.maximum = NO_LIMIT  # of the counted objects
         self._set: dict[str, int] = {}
 
     def replace(self, limits: dict[str, int]) -> None:
-        """Make `limits` (checked by check_limits) the vhost's limits; unnamed ones are lifted."""
+        """Make `limits` (checked by check_limits) the limits; those it does not name are lifted."""
         self._set = dict(limits)
         self.connections.set_maximum(limits.get("max-connections", NO_LIMIT))
-        self.max_queues = limits.get("max-queues", NO_LIMIT)
+        self.maximum = limits.get(self.counted, NO_LIMIT)
 
     def as_value(self) -> dict[str, int]:
-        """The limits as set (RabbitMQ's "value"), {} when none is."""
+        """The limits as set, {} when none is."""
         return dict(self._set)
+
+    def _reached(self, count: int) -> bool:
+        return 0 <= self.maximum <= count
+
+
+class VhostLimits(_Limits):
+    """A vhost's max-connections and max-queues."""
+
+    counted = "max-queues"
 
     def check_new_queue(self, queue: str, vhost: str, queue_count: int) -> None:
         """406 when one more queue would pass max-queues."""
-        if 0 <= self.max_queues <= queue_count:
+        if self._reached(queue_count):
             raise AMQPError(
                 errors.PRECONDITION_FAILED,
-                f"cannot declare queue '{queue}': queue limit in vhost '{vhost}' ({self.max_queues}) is reached",
+                f"cannot declare queue '{queue}': queue limit in vhost '{vhost}' ({self.maximum}) is reached",
             )
 
 
-class UserLimits:
-    """A user's max-connections and max-channels."""
+class UserLimits(_Limits):
+    """A user's max-connections and max-channels (over all their connections)."""
 
-    def __init__(self) -> None:
-        self.connections = ConnectionLimit("", NO_LIMIT, LimitScope.USER)
-        self.max_channels = NO_LIMIT
-        self._set: dict[str, int] = {}
-
-    def replace(self, limits: dict[str, int]) -> None:
-        self._set = dict(limits)
-        self.connections.set_maximum(limits.get("max-connections", NO_LIMIT))
-        self.max_channels = limits.get("max-channels", NO_LIMIT)
-
-    def as_value(self) -> dict[str, int]:
-        return dict(self._set)
+    counted = "max-channels"
+    scope = LimitScope.USER
 
     def check_new_channel(self, user: str, open_channels: int) -> None:
         """530 when one more channel would pass max-channels."""
-        if 0 <= self.max_channels <= open_channels:
+        if self._reached(open_channels):
             raise AMQPError(
                 errors.NOT_ALLOWED,
                 f"number of channels opened for user '{user}' has reached the maximum allowed user limit of "
-                f"({self.max_channels})",
+                f"({self.maximum})",
             )
+
+    @property
+    def limits_channels(self) -> bool:
+        return self.maximum >= 0
 
 
 def updated(current: dict[str, int], name: str, value: int | None) -> dict[str, int]:

@@ -75,6 +75,18 @@ class Management:
         self._undo.clear()
 
 
+@pytest.fixture(scope="module")
+def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
+    """(broker, management base URL) for a test module; import it by name."""
+    yield from management_broker(tmp_path_factory)
+
+
+@pytest.fixture
+def api(managed: tuple[BrokerProcess, str]) -> Iterator["Management"]:
+    """The management API of `managed`, with what the test set undone after it."""
+    yield from management_for_test(managed[1])
+
+
 def management_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
     """The body of a module fixture: (broker, management base URL)."""
     external = external_broker()

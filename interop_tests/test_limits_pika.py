@@ -6,24 +6,13 @@ afterwards. Checked against RabbitMQ 3.10 with INTEROP_BROKER_URL and INTEROP_MA
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, ProbableAccessDeniedError
 
 from interop_tests.broker_process import BrokerProcess
-from interop_tests.management_helpers import Management, management_broker, management_for_test, quote
-
-
-@pytest.fixture(scope="module")
-def managed(tmp_path_factory) -> Iterator[tuple[BrokerProcess, str]]:
-    yield from management_broker(tmp_path_factory)
-
-
-@pytest.fixture
-def api(managed) -> Iterator[Management]:
-    yield from management_for_test(managed[1])
+from interop_tests.management_helpers import api, managed, quote  # noqa: F401 (fixtures)
 
 
 def connect(broker: BrokerProcess, vhost: str, user: str = "guest", password: str = "guest") -> pika.BlockingConnection:

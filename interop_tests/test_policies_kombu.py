@@ -12,21 +12,10 @@ import amqp
 import pytest
 from kombu import Connection, Exchange, Producer, Queue
 
-from interop_tests.broker_process import BrokerProcess
 from interop_tests.kombu_helpers import kombu_url
-from interop_tests.management_helpers import Management, eventually, management_broker, management_for_test, quote
+from interop_tests.management_helpers import api, eventually, managed, quote  # noqa: F401 (fixtures)
 
 LIVE_S = 1.0
-
-
-@pytest.fixture(scope="module")
-def managed(tmp_path_factory) -> Iterator[tuple[BrokerProcess, str]]:
-    yield from management_broker(tmp_path_factory)
-
-
-@pytest.fixture
-def api(managed) -> Iterator[Management]:
-    yield from management_for_test(managed[1])
 
 
 @pytest.fixture

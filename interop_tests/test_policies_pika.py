@@ -8,30 +8,18 @@ behaviour say so and are skipped there.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pika
 import pytest
 from pika.exceptions import NackError
 
-from interop_tests.broker_process import BrokerProcess
-from interop_tests.management_helpers import Management, eventually, management_broker, management_for_test
+from interop_tests.management_helpers import api, eventually, managed  # noqa: F401 (fixtures)
 from interop_tests.pika_helpers import drain, publish_confirmed, ready_count, wait_until
 
 LIVE_S = 1.0  # the bound for a policy change to reach an existing queue
 # How long /api/queues may take to show it: RabbitMQ's management statistics lag up to about
 # 5 s (this broker answers with current values).
 SHOWN_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def managed(tmp_path_factory) -> Iterator[tuple[BrokerProcess, str]]:
-    yield from management_broker(tmp_path_factory)
-
-
-@pytest.fixture
-def api(managed) -> Iterator[Management]:
-    yield from management_for_test(managed[1])
 
 
 @pytest.fixture

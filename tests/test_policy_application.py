@@ -9,14 +9,7 @@ from amqp_server.vhost import VirtualHost
 from queues.delayed_retry import FAILED
 from queues.message import Message
 from queues.timers import Timers
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.test_queue_expires import Clock
 
 
 def setup() -> tuple[VirtualHost, Timers, Clock]:

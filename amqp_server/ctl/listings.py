@@ -64,6 +64,13 @@ def _message_bytes(item: dict[str, Any]) -> Any:
     return sum(part for part in parts if isinstance(part, int)) if any(p is not None for p in parts) else None
 
 
+def _policy_listing(title: str, path: str) -> Listing:
+    """rabbitmqctl's policy tables: fixed columns, the definition as compact JSON."""
+    columns = ("vhost", "name", "pattern", "apply-to", "definition", "priority")
+    return Listing(title=title, path=path, defaults=columns, columns=columns,
+                   extractors={"definition": _json("definition")}, accepts_columns=False)
+
+
 LISTINGS: dict[str, Listing] = {
     "list_queues": Listing(
         title="Listing queues for vhost {vhost} ...",
@@ -157,21 +164,9 @@ LISTINGS: dict[str, Listing] = {
         columns=("user", "configure", "write", "read"),
         accepts_columns=False,
     ),
-    "list_policies": Listing(
-        title='Listing policies for vhost "{vhost}" ...',
-        path="/api/policies/{vhost}",
-        defaults=("vhost", "name", "pattern", "apply-to", "definition", "priority"),
-        columns=("vhost", "name", "pattern", "apply-to", "definition", "priority"),
-        extractors={"definition": _json("definition")},
-        accepts_columns=False,
-    ),
-    "list_operator_policies": Listing(
-        title='Listing operator policy overrides for vhost "{vhost}" ...',
-        path="/api/operator-policies/{vhost}",
-        defaults=("vhost", "name", "pattern", "apply-to", "definition", "priority"),
-        columns=("vhost", "name", "pattern", "apply-to", "definition", "priority"),
-        extractors={"definition": _json("definition")},
-        accepts_columns=False,
+    "list_policies": _policy_listing('Listing policies for vhost "{vhost}" ...', "/api/policies/{vhost}"),
+    "list_operator_policies": _policy_listing(
+        'Listing operator policy overrides for vhost "{vhost}" ...', "/api/operator-policies/{vhost}"
     ),
     "list_user_permissions": Listing(
         title='Listing permissions for user "{arg}" ...',

@@ -9,6 +9,8 @@ exchanges that exist (policy_application.py).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from amqp_server.management import api_errors
@@ -22,8 +24,11 @@ from amqp_server.management.http_io import (
     read_body,
     vhost_named,
 )
-from amqp_server.policies import parse_policy
+from amqp_server.policies import PolicySet, parse_policy
 from amqp_server.policy_keys import PolicyError
+
+if TYPE_CHECKING:
+    from amqp_server.vhost import VirtualHost
 
 POLICYMAKER = "policymaker"
 
@@ -48,57 +53,53 @@ def _operator(request: web.Request) -> bool:
     return request.path.startswith("/api/operator-policies")
 
 
-async def list_policies(request: web.Request) -> web.Response:
-    user, broker = caller(request), context(request).broker
-    operator = _operator(request)
+def _policies_in(request: web.Request) -> tuple["VirtualHost", PolicySet, bool]:
+    """The URL's vhost, its policies or operator policies, and which, once the caller may
+    manage them there."""
+    user, operator = caller(request), _operator(request)
     _require_policy_rights(user, operator)
+    vhost = vhost_named(context(request).broker, request.match_info["vhost"])
+    user.require_vhost(vhost.name)
+    return vhost, (vhost.operator_policies if operator else vhost.policies), operator
+
+
+async def list_policies(request: web.Request) -> web.Response:
     if "vhost" in request.match_info:
-        vhosts = [vhost_named(broker, request.match_info["vhost"])]
-        user.require_vhost(vhosts[0].name)
-    else:
-        vhosts = [vhost for vhost in broker.vhosts.values() if user.is_admin or user.may_see_vhost_contents(vhost.name)]
+        _vhost, policies, _operator_ = _policies_in(request)
+        return list_reply(request, [policy.as_json() for policy in policies])
+    user, operator = caller(request), _operator(request)
+    _require_policy_rights(user, operator)
     items = [
         policy.as_json()
-        for vhost in vhosts
+        for vhost in context(request).broker.vhosts.values()
+        if user.is_admin or user.may_see_vhost_contents(vhost.name)
         for policy in (vhost.operator_policies if operator else vhost.policies)
     ]
     return list_reply(request, items)
 
 
 async def show_policy(request: web.Request) -> web.Response:
-    user, broker = caller(request), context(request).broker
-    operator = _operator(request)
-    _require_policy_rights(user, operator)
-    vhost = vhost_named(broker, request.match_info["vhost"])
-    user.require_vhost(vhost.name)
-    policy = (vhost.operator_policies if operator else vhost.policies).get(request.match_info["name"])
+    _vhost, policies, _operator_ = _policies_in(request)
+    policy = policies.get(request.match_info["name"])
     if policy is None:
         raise api_errors.not_found()
     return item_reply(request, policy.as_json())
 
 
 async def put_policy(request: web.Request) -> web.Response:
-    user, broker = caller(request), context(request).broker
-    operator = _operator(request)
-    _require_policy_rights(user, operator)
-    vhost = vhost_named(broker, request.match_info["vhost"])
-    user.require_vhost(vhost.name)
+    vhost, policies, operator = _policies_in(request)
     name = request.match_info["name"]
     try:
         policy = parse_policy(vhost.name, name, await read_body(request), operator)
     except PolicyError as error:
         raise validation_failed(error, escape_tags=not operator) from None
-    created = (vhost.operator_policies if operator else vhost.policies).get(name) is None
+    created = policies.get(name) is None
     vhost.set_policy(policy, operator)
     return created_or_updated(created)
 
 
 async def delete_policy(request: web.Request) -> web.Response:
-    user, broker = caller(request), context(request).broker
-    operator = _operator(request)
-    _require_policy_rights(user, operator)
-    vhost = vhost_named(broker, request.match_info["vhost"])
-    user.require_vhost(vhost.name)
+    vhost, _policies, operator = _policies_in(request)
     if not vhost.clear_policy(request.match_info["name"], operator):
         raise api_errors.not_found()
     return no_content()
