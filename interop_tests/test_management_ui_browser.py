@@ -79,9 +79,9 @@ def as_guest(ui: Ui) -> None:
 def test_login_refuses_a_user_without_a_management_tag(ui):
     ui.open("/", reload=True)
     ui.find("input[name=username]")
-    ui.screenshot("login")
     ui.log_in("limited", "limited")  # a user of the broker, without any management tag
     assert "Not management user" in ui.wait_for_text("Not management user", ".login .notice.error").text
+    ui.screenshot("login")
     ui.log_in("guest", "wrong")
     ui.wait_for_text("Login failed", ".login .notice.error")
     ui.log_in("guest", "guest")

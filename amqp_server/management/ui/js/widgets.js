@@ -312,9 +312,7 @@ export class LineChart {
       width, height: this.height,
       cursor: { drag: { x: false, y: false } },
       scales: {
-        // At least a minute wide: a single point or a few seconds of them get a readable axis,
-        // not one of years or of milliseconds.
-        x: { time: true, range: (u, min, max) => (max - min < 60 ? [max - 60, max] : [min, max]) },
+        x: { time: true },
         y: { range: (u, min, max) => [0, Math.max(max * 1.1, this.counts ? 5 : 1)] },
       },
       axes: [{}, { size: 64, values: (u, ticks) => ticks.map((v) => this.valueFormat(v)),
@@ -342,6 +340,10 @@ export class LineChart {
     } else {
       this.plot.setData(data);
     }
+    // At least a minute wide: a single point or a few seconds of them get a readable axis, not
+    // one of years (uPlot's choice for one point) or of milliseconds.
+    const newest = times[times.length - 1];
+    if (times.length && newest - times[0] < 60) this.plot.setScale('x', { min: newest - 60, max: newest });
     showNewest(this.plot);
   }
 
