@@ -125,6 +125,7 @@ class SharedDefinitions:
         self._service = ServiceMirror()
         self._owners: dict[str, str] = {}  # queue-owners key -> node
         self._claimed: set[tuple[str, str]] = set()  # (vhost, queue) whose ownership key we wrote
+        self._lapsed: set[str] = set()  # ownership keys seen going (their owner let go, or died)
         self._local = LocalDefinitions(broker, node_name, self._service, lambda key: key in self._pending,
                                        self._set_ownership)
         self._access = DefinitionTable()  # users, vhosts, permissions as last shared
@@ -145,7 +146,13 @@ class SharedDefinitions:
             return None
         if value.home == self._node:
             return QueueOwner(self._node, self._local.holds(vhost, queue), True)
-        return QueueOwner(value.home, self._owners.get(owner_key(vhost, queue)) == value.home, False)
+        key = owner_key(vhost, queue)
+        holder = self._owners.get(key)
+        if holder is None and key not in self._lapsed:
+            # Not seen yet (its owner writes it just after the queue, and it comes through
+            # another watch): a queue of a live node is that node's until its key goes.
+            return QueueOwner(value.home, value.home in self._live_nodes(), False)
+        return QueueOwner(value.home, holder == value.home, False)
 
     def on_owner_change(self, listener: OwnerListener) -> None:
         """Call `listener(vhost, queue)` whenever `owner_of` may answer differently for it (a
@@ -554,7 +561,9 @@ class SharedDefinitions:
         if kind != "queues":
             return
         entry = (value or previous).entry  # type: ignore[union-attr]
-        if value is None and self._tidies_up():
+        if previous is None or value is None:  # a new queue, or none: no lapse to remember
+            self._lapsed.discard(owner_key(entry["vhost"], entry["name"]))
+        if value is None and self._tidies_up(previous.home):  # type: ignore[union-attr]
             # Its bindings' keys go too. The node that deleted a queue deletes them, but a
             # transient queue vanishes with its dead home node's session: one live node does it.
             self._forget_bindings_of((entry["vhost"], "queue", entry["name"]))
@@ -567,9 +576,10 @@ class SharedDefinitions:
             except Exception:
                 log.exception("a queue owner listener failed for queue '%s' in vhost '%s'", queue, vhost)
 
-    def _tidies_up(self) -> bool:
-        """Is this node the one that removes what a dead node left behind (the first live one)?"""
-        return min(self._live_nodes(), default=self._node) == self._node
+    def _tidies_up(self, dead: str) -> bool:
+        """Is this node the one that removes what node `dead` left behind: the first live node
+        but that one (its membership may outlive its queues' keys by a moment)?"""
+        return min((node for node in self._live_nodes() if node != dead), default=self._node) == self._node
 
     def _decoded(self, kind: str, item: KeyValue) -> SharedValue | None:
         try:
@@ -588,8 +598,10 @@ class SharedDefinitions:
             return
         if node is None:
             self._owners.pop(event.key, None)
+            self._lapsed.add(event.key)
         else:
             self._owners[event.key] = node
+            self._lapsed.discard(event.key)
         vhost_and_queue = self._queue_of_owner_key(event.key)
         if vhost_and_queue is None:
             return

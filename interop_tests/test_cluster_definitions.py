@@ -59,8 +59,8 @@ def _passive_declare_code(node: ClusterNode, queue: str) -> int:
 def _can_log_in(node: ClusterNode, user: str, password: str) -> bool:
     try:
         node.connect(user, password).close()
-    except pika.exceptions.ProbableAuthenticationError:
-        return False
+    except (pika.exceptions.ProbableAuthenticationError, pika.exceptions.ProbableAccessDeniedError):
+        return False  # no such user (or password) here, or no permission on the vhost yet
     return True
 
 
@@ -231,6 +231,29 @@ def test_a_restarted_node_takes_back_its_queues_and_their_persistent_messages(no
                 break
             bodies.append(body)
     assert bodies == [str(number).encode() for number in range(50)]
+
+
+def test_a_transient_queue_goes_with_its_dead_owner_and_its_bindings_with_it(nodes):
+    alpha, beta = nodes("alpha", "beta")
+    with alpha.connect() as connection:
+        channel = connection.channel()
+        channel.queue_declare("scratch")  # not durable
+        channel.queue_bind("scratch", "amq.topic", "scratch.#")
+        channel.queue_declare("kept", durable=True)
+    wait_until(lambda: {"scratch", "kept"} <= beta.queue_names(), "beta lists both queues")
+
+    alpha.broker.kill()  # as RabbitMQ drops a lost node's transient queues
+    wait_until(lambda: "scratch" not in beta.queue_names(), "beta dropped the transient queue")
+    assert "kept" in beta.queue_names()
+    assert not [b for b in beta.api("bindings") if b["destination"] == "scratch"]
+
+    restart_node(alpha)
+    assert alpha.queue_names() == {"kept"}
+    with alpha.connect() as connection:  # a new queue of that name starts without the old binding
+        connection.channel().queue_declare("scratch")
+    wait_until(lambda: "scratch" in beta.queue_names(), "beta lists the new queue")
+    for node in (alpha, beta):  # the old binding's key went with the old queue
+        assert [b["source"] for b in node.api("queues/%2F/scratch/bindings")] == [""]
 
 
 def test_ten_thousand_bindings_on_one_exchange(nodes):
