@@ -95,6 +95,10 @@ class Broker:
         self.message_dir = message_dir
         self.committer = GroupCommitter(config.storage.fsync) if message_dir is not None else None
         self.directory_syncs = DirectorySyncs(self.committer) if self.committer is not None else None
+        # Every durable queue's store gets these same two callables (see _journal_for): a bound
+        # method made per queue is one more object per queue for each full GC pass to scan.
+        self._store_dirty = self.committer.request_flush if self.committer is not None else None
+        self._store_deleted = self.directory_syncs.sync_later if self.directory_syncs is not None else None
         self.side_files = None
         if message_dir is not None and config.storage.parquet_side_files:
             # Imported only when asked for: it needs pyarrow, which the broker otherwise does not.
@@ -192,8 +196,8 @@ class Broker:
             vhost,
             queue,
             archive=archive,
-            on_dirty=self.committer.request_flush,
-            on_deleted=self.directory_syncs.sync_later,
+            on_dirty=self._store_dirty,
+            on_deleted=self._store_deleted,
             on_segment_sealed=(
                 (lambda path: self.side_files.segment_sealed(path, vhost, queue)) if self.side_files else None
             ),

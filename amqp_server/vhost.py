@@ -110,6 +110,10 @@ class VirtualHost:
         self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
         # destination (queue or exchange) -> {source exchange: number of bindings}, for cleanup on delete.
         self._bound_to: dict[object, dict[Exchange, int]] = {}
+        # The callbacks every queue of this vhost gets, made once: a bound method made per queue
+        # is one more object per queue for each full garbage collection to scan.
+        self._delete_queue_callback = self.delete_queue
+        self._dead_letter_callback = self.dead_letter
         self.default_exchange = create_exchange("direct", DEFAULT_EXCHANGE, durable=True)
         self.exchanges[DEFAULT_EXCHANGE] = self.default_exchange
         for exchange_name, type_name, internal in STANDARD_EXCHANGES:
@@ -281,7 +285,7 @@ class VirtualHost:
             auto_delete=auto_delete,
             arguments=arguments,
             timers=self.timers,
-            dead_letterer=self.dead_letter,
+            dead_letterer=self._dead_letter_callback,
             journal=journal,
             memory_budget=self.memory_budget,
             defaults=defaults,
@@ -290,8 +294,8 @@ class VirtualHost:
         recovered = queue.recover()
         if recovered:
             log.info("recovered %d messages of %s", recovered, errors.resource("queue", name, self.name))
-        queue.on_unused = self.delete_queue
-        queue.on_unused_expired = self.delete_queue
+        queue.on_unused = self._delete_queue_callback
+        queue.on_unused_expired = self._delete_queue_callback
         self.queues[name] = queue
         self._changed("queues", queue_definition(self.name, queue), True, is_stored_queue(queue))
         return queue, True

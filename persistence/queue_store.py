@@ -63,6 +63,14 @@ _RUNTIME_STATE = {
 }
 
 
+# What a store that has no segments holds instead of lists of its own, and the empty value of its
+# sets of pending syncs (frozensets, replaced on change: they are small and rarely change): shared
+# and immutable, so the many idle durable queues of a broker carry no such objects of their own
+# (each would be one more for every full garbage collection to scan).
+_NO_SEGMENTS: tuple[()] = ()
+_NOTHING: frozenset = frozenset()
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -92,10 +100,11 @@ class QueueStore:
             raise ValueError(f"segment_size must be in {HEADER_SIZE + 1}..{_MAX_SEGMENT_SIZE}")
         if archive and archive_directory is None:
             raise ValueError("archive=True needs an archive_directory")
-        self.directory = Path(directory)
+        # Kept as text (see directory): a Path is two objects for the garbage collector to scan.
+        self._directory = str(directory)
         self.vhost = vhost
         self.queue = queue
-        self.archive_directory = archive_directory
+        self._archive_directory = None if archive_directory is None else str(archive_directory)
         self.archive = archive
         self.segment_size = segment_size
         self.write_buffer_size = write_buffer_size
@@ -105,22 +114,32 @@ class QueueStore:
         self.on_segment_sealed = on_segment_sealed
         self._sync_directory = sync_directory
         self._on_deleted = on_deleted
-        self._segments: list[SegmentEntry] = []
-        self._segment_ids: list[int] = []
+        self._segments: list[SegmentEntry] | tuple[()] = _NO_SEGMENTS
+        self._segment_ids: list[int] | tuple[()] = _NO_SEGMENTS
         self._tail: SegmentEntry | None = None
         self._tail_fd: int | None = None
         self._buffer = bytearray()
         self._last_seq = 0
         self._next_segment_floor = 1  # a new segment's id is at least this
         self._read_fd: tuple[int, int] | None = None  # (segment id, fd) of the last sealed segment read
-        self._unsynced_paths: set[str] = set()  # sealed segments written since the last sync round
+        self._unsynced_paths: frozenset[str] = _NOTHING  # sealed segments written since the last sync round
         self._dir_dirty = False
-        self._unsynced_directories: set[str] = set()  # created (or changed) and not fsynced yet
+        self._unsynced_directories: frozenset[str] = _NOTHING  # created (or changed) and not fsynced yet
         self._directory_made = False  # the queue directory exists (made at the first segment)
-        self._deleted_not_durable: set[int] = set()  # removed segments whose removal is not fsynced yet
+        self._deleted_not_durable: frozenset[int] = _NOTHING  # removed segments whose removal is not fsynced yet
         self._recovered = False
         self._closed = False
         self._failed: OSError | None = None
+
+    @property
+    def directory(self) -> Path:
+        """The queue's directory (made when its first segment is)."""
+        return Path(self._directory)
+
+    @property
+    def archive_directory(self) -> Path | None:
+        """Where settled segments go when the queue archives (None: nowhere)."""
+        return None if self._archive_directory is None else Path(self._archive_directory)
 
     def set_archive(self, archive: bool) -> None:
         """Keep fully acked segments from now on (or stop keeping them); segments already
@@ -154,8 +173,9 @@ class QueueStore:
         if self.directory.is_dir():
             self._make_directory()  # meta files lost or damaged since are written again
         segments, recovery, last_seq, highest_id = replay_segments(self.directory)
-        self._segments = segments
-        self._segment_ids = [s.segment_id for s in segments]
+        if segments:
+            self._segments = segments
+            self._segment_ids = [s.segment_id for s in segments]
         self._last_seq = last_seq
         floor = max(last_seq + 1, highest_id, 1)
         if not segments and self.archive_directory is not None and self.archive_directory.is_dir():
@@ -378,13 +398,14 @@ class QueueStore:
             job.fds.append(os.dup(self._tail_fd))
         if self._unsynced_paths:
             job.paths = sorted(self._unsynced_paths)
-            self._unsynced_paths.clear()
+            self._unsynced_paths = _NOTHING
+        directories = self._unsynced_directories
         if self._dir_dirty:
-            self._unsynced_directories.add(str(self.directory))
+            directories = directories | {self._directory}
             self._dir_dirty = False
-        if self._unsynced_directories:
-            job.directories = sorted(self._unsynced_directories)
-            self._unsynced_directories.clear()
+        if directories:
+            job.directories = sorted(directories)
+            self._unsynced_directories = _NOTHING
         return job
 
     def sync_done(self, job: SyncJob, error: OSError | None) -> None:
@@ -395,7 +416,8 @@ class QueueStore:
             log.error("fsync failed in %s: %s; the queue store stops accepting writes", self.directory, error)
             return
         assert isinstance(job.token, frozenset)
-        self._deleted_not_durable -= job.token
+        if self._deleted_not_durable:
+            self._deleted_not_durable = (self._deleted_not_durable - job.token) or _NOTHING
 
     # ---- rolling over and removing segments -----------------------------------------------
 
@@ -403,7 +425,10 @@ class QueueStore:
         """Create the queue directory and its meta files if missing, without waiting for the
         disk: the next sync round fsyncs the new names before any record in them is acknowledged."""
         for path in ensure_queue_directory(self.directory, self.vhost, self.queue, durably=False):
-            (self._unsynced_directories if path.is_dir() else self._unsynced_paths).add(str(path))
+            if path.is_dir():
+                self._unsynced_directories = self._unsynced_directories | {str(path)}
+            else:
+                self._unsynced_paths = self._unsynced_paths | {str(path)}
         self._directory_made = True
 
     def _roll_over(self, first_seq: int) -> SegmentEntry:
@@ -424,9 +449,11 @@ class QueueStore:
         sealed = None
         if self._tail is not None and self._tail_fd is not None:
             os.close(self._tail_fd)
-            self._unsynced_paths.add(str(self._tail.path))
+            self._unsynced_paths = self._unsynced_paths | {str(self._tail.path)}
             sealed = self._tail.path
         entry = SegmentEntry(first_seq, path, HEADER_SIZE, len(header))
+        if self._segments is _NO_SEGMENTS:
+            self._segments, self._segment_ids = [], []
         self._segments.append(entry)
         self._segment_ids.append(first_seq)
         self._tail, self._tail_fd = entry, fd
@@ -457,7 +484,7 @@ class QueueStore:
         commit's rounds usually made the removals durable already)."""
         if any(entry.refs & self._deleted_not_durable for entry in entries):
             self._sync_directory(self.directory)
-            self._deleted_not_durable.clear()
+            self._deleted_not_durable = _NOTHING
 
     def _reset_drained_tail(self, force: bool) -> bool:
         """When every message in the tail is settled and it holds at least ``drain_rollover_size``
@@ -490,8 +517,8 @@ class QueueStore:
         k = self._segments.index(entry)
         del self._segments[k]
         del self._segment_ids[k]
-        self._unsynced_paths.discard(str(entry.path))
-        self._deleted_not_durable.add(entry.segment_id)
+        self._unsynced_paths = self._unsynced_paths - {str(entry.path)} or _NOTHING
+        self._deleted_not_durable = self._deleted_not_durable | {entry.segment_id}
         self._dir_dirty = True
 
     def _move_to_archive(self, path: Path) -> None:
@@ -539,14 +566,14 @@ class QueueStore:
                 if entry.path.exists():
                     self._move_to_archive(entry.path)
         if not self._directory_made:  # never written: nothing on disk to remove
-            self._segments, self._segment_ids = [], []
+            self._segments, self._segment_ids = _NO_SEGMENTS, _NO_SEGMENTS
             return
         shutil.rmtree(self.directory, ignore_errors=True)
         if self._on_deleted is not None:
             self._on_deleted(self.directory.parent)
         elif self.directory.parent.is_dir():
             self._sync_directory(self.directory.parent)
-        self._segments, self._segment_ids = [], []
+        self._segments, self._segment_ids = _NO_SEGMENTS, _NO_SEGMENTS
 
     def _release_fds(self) -> None:
         self._closed = True

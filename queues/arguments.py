@@ -149,6 +149,8 @@ class QueueArguments:
         `defaults` (x-argument keys, from the configuration's [[queue_defaults]]) apply where
         `arguments` does not set the key.
         """
+        if not arguments and not defaults:
+            return NO_ARGUMENTS
         if defaults:
             arguments = {**defaults, **arguments}
         get = arguments.get
@@ -228,6 +230,10 @@ class QueueArguments:
             get = arguments.get
         _parse_lifecycle(get, settings)
         return cls(**settings)
+
+
+# The settings of every queue declared without x-arguments: immutable, so they share one object.
+NO_ARGUMENTS = QueueArguments()
 
 
 def _boolean(key: str, value: Any) -> bool:

@@ -18,7 +18,9 @@ class ConsumerRotation:
     __slots__ = ("_groups",)
 
     def __init__(self) -> None:
-        self._groups: list[tuple[int, deque[Consumer]]] = []  # highest priority first
+        # Highest priority first; a list from the first consumer on (a queue without consumers
+        # shares the empty tuple: one object less per queue for the garbage collector to scan).
+        self._groups: list[tuple[int, deque[Consumer]]] | tuple[()] = ()
 
     def __iter__(self) -> Iterator[Consumer]:
         for _priority, group in self._groups:
@@ -29,8 +31,10 @@ class ConsumerRotation:
             if priority == consumer.priority:
                 group.append(consumer)
                 return
-        self._groups.append((consumer.priority, deque([consumer])))
-        self._groups.sort(key=lambda item: -item[0])
+        groups = self._groups or []
+        groups.append((consumer.priority, deque([consumer])))
+        groups.sort(key=lambda item: -item[0])
+        self._groups = groups
 
     def remove(self, consumer: Consumer) -> bool:
         """Take `consumer` out; False if it was not here."""
@@ -39,6 +43,8 @@ class ConsumerRotation:
                 group.remove(consumer)
                 if not group:
                     del self._groups[index]
+                    if not self._groups:
+                        self._groups = ()
                 return True
         return False
 
@@ -53,4 +59,4 @@ class ConsumerRotation:
         return None
 
     def clear(self) -> None:
-        self._groups.clear()
+        self._groups = ()

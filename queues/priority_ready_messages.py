@@ -128,6 +128,13 @@ class PriorityReadyMessages:
         self._count = 0
         return count
 
+    def close(self) -> int:
+        """The queue is deleted: see ReadyMessages.close."""
+        self.loader = None
+        count = sum(level.close() for level in self._order)
+        self._count = 0
+        return count
+
     def levels(self) -> Iterator[tuple[int, int]]:
         """(priority, ready messages) of each level in use, highest first (for inspection)."""
         for priority in sorted(self._levels, reverse=True):

@@ -108,15 +108,16 @@ class Queue:
             self.dedup = DeduplicationCache(settings.dedup_cache_size, settings.dedup_cache_ttl_ms, settings.dedup_header)
             self.publish = deduplicating(self.publish, self.dedup)  # type: ignore[method-assign]
         self._rotation = ConsumerRotation()
-        self._next_consumer = self._rotation.next_with_room
         self.single_active: ActiveConsumer | None = None
         if settings.single_active_consumer:
             self.single_active = ActiveConsumer()
-            self._next_consumer = self.single_active.next_with_room
-        self.expiry = MessageExpiry(self)
+        # The parts below refer back to the queue; each is made when first needed (most queues
+        # never need them: fewer objects for each full garbage collection to scan), and dropped
+        # on delete, so a deleted queue holds no reference cycle and reference counting frees it.
+        self.expiry: MessageExpiry | None = None  # ready messages that can expire (message_expiry())
         self._queue_ttl = QueueTtl(self, settings.expires_ms) if settings.expires_ms is not None else None
-        # Paged-out messages that can expire (only a durable queue pages messages out).
-        self.paged_expiry = PagedExpiry(self) if journal is not None else None
+        # Paged-out messages that can expire (paged_message_expiry(); only a durable queue pages).
+        self.paged_expiry: PagedExpiry | None = None
         self.unacked_count = 0
         self.stats = QueueStats()
         self.deleted = False
@@ -178,14 +179,14 @@ class Queue:
                 # Memory is tight and a consumer will not want it soon: keep it on disk only.
                 self.ready.page(entry)
                 if expires_at:
-                    self.paged_expiry.track(entry.seq, expires_at)
+                    self.paged_message_expiry().track(entry.seq, expires_at)
                 return ENQUEUED_DURABLY
             outcome = ENQUEUED_DURABLY
         else:
             outcome = ENQUEUED
         self.ready.append(entry)
         if expires_at:
-            self.expiry.track(entry)
+            self.message_expiry().track(entry)
         if self._consumer_count:
             # Judge expiry at publish time: a TTL of 0 still reaches a consumer that has room.
             self.dispatch(message.published_at)
@@ -221,15 +222,27 @@ class Queue:
 
     def expire_due(self, now: float | None = None) -> int:
         """Remove (or dead-letter) every in-memory ready message whose TTL has passed; returns how many."""
-        return self.expiry.expire_due(now)
+        return self.expiry.expire_due(now) if self.expiry is not None else 0
 
     def may_hold_expired(self) -> bool:
         """Could a ready message have an expiry time (so dispatch must look at the clock)?"""
         return (
-            bool(self.expiry.heap)
+            (self.expiry is not None and bool(self.expiry.heap))
             or (self.paged_expiry is not None and len(self.paged_expiry) > 0)
             or self.settings.message_ttl_ms is not None  # paged-out messages are timed when read back
         )
+
+    def message_expiry(self) -> MessageExpiry:
+        """The in-memory ready messages that can expire (made on first use)."""
+        if self.expiry is None:
+            self.expiry = MessageExpiry(self)
+        return self.expiry
+
+    def paged_message_expiry(self) -> PagedExpiry:
+        """The paged-out ready messages that can expire (made on first use)."""
+        if self.paged_expiry is None:
+            self.paged_expiry = PagedExpiry(self)
+        return self.paged_expiry
 
     # -- settings ----------------------------------------------------------------------
 
@@ -256,7 +269,7 @@ class Queue:
         if settings.message_ttl_ms != old.message_ttl_ms:
             if self.paged_expiry is not None:
                 self.paged_expiry.clear()  # their times were under the old TTL
-            self.expiry.retime(settings.message_ttl_ms)
+            self.message_expiry().retime(settings.message_ttl_ms)
         if self._deduplication_changed(old, settings):
             self.__dict__.pop("publish", None)  # back to the class's publish
             self.dedup = None
@@ -308,7 +321,8 @@ class Queue:
         try:
             ready = self.ready
             stats = self.stats
-            next_consumer = self._next_consumer
+            single_active = self.single_active
+            next_consumer = self._rotation.next_with_room if single_active is None else single_active.next_with_room
             if self.may_hold_expired():
                 now = self.timers.now() if now is None else now
             else:
@@ -411,7 +425,7 @@ class Queue:
         if entry.persisted:
             self.journal.requeued(entry)
         if entry.expires_at:
-            self.expiry.track(entry)  # a message whose TTL passed meanwhile expires at once
+            self.message_expiry().track(entry)  # a message whose TTL passed meanwhile expires at once
 
     def delayed_retry(self) -> DelayedRetry:
         """The messages waiting for a delayed retry (made on first use)."""
@@ -428,7 +442,8 @@ class Queue:
 
     def purge(self) -> int:
         """Drop every ready message and every message waiting for a retry; return how many."""
-        self.expiry.clear()
+        if self.expiry is not None:
+            self.expiry.clear()
         if self.paged_expiry is not None:
             self.paged_expiry.clear()
         if self.journal is not None:
@@ -437,20 +452,29 @@ class Queue:
         return self.ready.clear() + waiting
 
     def delete(self) -> list[Consumer]:
-        """Mark deleted and return the consumers that must be told (basic.cancel)."""
+        """Mark deleted and return the consumers that must be told (basic.cancel).
+
+        Every part that refers back to the queue is stopped and dropped, so once the vhost and
+        the consumers' channels let go of it, reference counting frees the queue at once (no
+        full garbage collection needed)."""
         self.deleted = True
         self.release_flow()
-        self.expiry.stop()
+        if self.expiry is not None:
+            self.expiry.stop()
+            self.expiry = None
         if self._queue_ttl is not None:
             self._queue_ttl.stop()
+            self._queue_ttl = None
         if self.retry is not None:
             self.retry.clear()
+            self.retry = None
         if self.paged_expiry is not None:
             self.paged_expiry.stop()
+            self.paged_expiry = None
         consumers = self.consumers()
         self._rotation.clear()
         self._consumer_count = 0
-        self.ready.clear()
+        self.ready.close()
         if self.journal is not None:
             self.journal.delete()
         return consumers

@@ -33,7 +33,6 @@ def take_back(queue: "Queue", recovery: "JournalRecovery") -> None:
     by_priority = isinstance(ready, PriorityReadyMessages)
     queue_ttl_ms = queue.settings.message_ttl_ms
     expiring = recovery.expiring_properties
-    paged_expiry = queue.paged_expiry
     waiting: list[tuple[int, int, int]] = []
     tracks_expiry = queue_ttl_ms is not None or bool(expiring)
     for seq, delivery_count, size, due_ms, published_at_ms in recovery.messages:
@@ -51,7 +50,7 @@ def take_back(queue: "Queue", recovery: "JournalRecovery") -> None:
             expiration = _expiration(expiring[seq]) if seq in expiring else None
             expires_at = expiry_of(published_at_ms / 1000.0, expiration, queue_ttl_ms)
             if expires_at:
-                paged_expiry.track(seq, expires_at)
+                queue.paged_message_expiry().track(seq, expires_at)
     if waiting:
         queue.delayed_retry().recover(waiting)
 

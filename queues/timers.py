@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 _COMPACT_MIN_CANCELLED = 1024
 
 
+def _spent() -> None:
+    """What a cancelled timer calls instead of its callback (never: it is skipped)."""
+
+
 class Timer:
     """A scheduled callback; `cancel()` makes it a no-op (it stays in the heap until due)."""
 
@@ -39,6 +43,9 @@ class Timer:
     def cancel(self) -> None:
         if not self.cancelled:
             self.cancelled = True
+            # The callback (a bound method of a queue's part, usually) goes at once, not when the
+            # timer leaves the heap: a deleted queue is then freed by reference counting alone.
+            self.callback = _spent
             if self._timers is not None:
                 self._timers._cancelled += 1
 
@@ -98,9 +105,11 @@ class Timers:
                 if timer.cancelled:
                     self._cancelled -= 1
                     continue
+                callback = timer.callback
                 timer.cancelled = True
+                timer.callback = _spent  # a spent timer holds nothing (see Timer.cancel)
                 try:
-                    timer.callback()
+                    callback()
                 except Exception:  # one failing callback must not stop every other delay in the broker
                     log.exception("timer callback failed")
                 ran += 1
