@@ -113,10 +113,17 @@ class DelayedRetry:
             self.deadline.arm(due_ms / 1000.0)
 
     def clear(self) -> int:
-        """Drop every waiting message (purge, delete); returns how many there were."""
+        """Drop every waiting message (purge); returns how many there were."""
         self.deadline.disarm()
         removed = self.lanes.clear()
         for item in removed:
             if item.entry is not None:
                 item.entry.state = GONE
         return len(removed)
+
+    def stop(self) -> int:
+        """The queue is deleted: drop every waiting message (returns how many) and the timer's
+        callback, so no reference cycle outlives the queue."""
+        removed = self.clear()
+        self.deadline.close()
+        return removed

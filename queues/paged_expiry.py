@@ -126,5 +126,5 @@ class PagedExpiry:
 
     def stop(self) -> None:
         """The queue is deleted: no timer fires any more."""
-        self.deadline.disarm()
+        self.deadline.close()
         self.heap.clear()

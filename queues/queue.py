@@ -466,11 +466,13 @@ class Queue:
             self._queue_ttl.stop()
             self._queue_ttl = None
         if self.retry is not None:
-            self.retry.clear()
+            self.retry.stop()
             self.retry = None
         if self.paged_expiry is not None:
             self.paged_expiry.stop()
             self.paged_expiry = None
+        # A deduplicating queue's publish wraps its own bound method (deduplication.py).
+        self.__dict__.pop("publish", None)
         consumers = self.consumers()
         self._rotation.clear()
         self._consumer_count = 0

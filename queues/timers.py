@@ -155,3 +155,9 @@ class Deadline:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def close(self) -> None:
+        """Disarm for good (its owner is going away) and drop the callback, which refers back
+        to the owner: no reference cycle is left for the garbage collector."""
+        self.disarm()
+        self.callback = _spent
