@@ -13,13 +13,17 @@ of the storm, the probe's round trips (count, p50, p99, max) and the storm's dur
 
 Without --url the broker is started from --broker-path (default: this checkout) with
 `python -m amqp_server` on a free port and a temporary data directory (fsync on, the
-default). Storm and probe run in processes of their own, so neither waits for the other's
-Python. Results in docs/benchmarks.md ("Durable definition storms").
+default), through bench/gc_timed_broker.py: the report then also gives the broker's full
+garbage-collection passes during each phase, timed from inside it (wall clock, and the broker
+thread's CPU time, which a loaded machine does not inflate). Storm and probe run in processes
+of their own, so neither waits for the other's Python. Results in docs/benchmarks.md
+("Durable definition storms").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import queue
@@ -124,14 +128,17 @@ def probe(url: str, stop: mp.Event, samples: mp.Queue) -> None:
 # -- the broker ---------------------------------------------------------------------------
 
 
-def start_broker(broker_path: Path, workdir: Path) -> tuple[subprocess.Popen, str]:
+def start_broker(broker_path: Path, workdir: Path, gc_log: Path) -> tuple[subprocess.Popen, str]:
+    """Start the broker of `broker_path`; it writes its garbage-collection passes to `gc_log` when it stops."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(broker_path)}
     log = open(workdir / "broker.log", "wb")
+    timed_broker = Path(__file__).resolve().with_name("gc_timed_broker.py")
     process = subprocess.Popen(
-        [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, str(timed_broker), str(gc_log), "--",
+         "--host", "127.0.0.1", "--port", str(port),
          "--data-dir", str(workdir / "data"), "--metrics-port", "0", "--management-port", "0"],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(workdir),
     )
@@ -164,7 +171,8 @@ def summarise(label: str, samples: list[tuple[float, float]], start: float, end:
             f"{percentile(rtts, 99):>9.2f} {max(rtts, default=float('nan')):>10.2f}")
 
 
-def run(url: str, count: int) -> str:
+def run(url: str, count: int) -> tuple[str, dict[str, tuple[float, float]]]:
+    """The probe's round trips per phase (a table), and each phase's (start, end) in time.monotonic."""
     ctx = mp.get_context("spawn")
     go, stop = ctx.Event(), ctx.Event()
     phases, samples = ctx.Queue(), ctx.Queue()
@@ -196,14 +204,31 @@ def run(url: str, count: int) -> str:
     taken = samples.get()
     storm_process.join()
     probe_process.join()
+    phases = {"idle": (idle_end - PROBE_IDLE_S, idle_end)}
+    phases.update((f"{count} {phase}s", span) for phase, span in recorded.items())
     lines = [
         f"{count} durable queues, declared then deleted, pipelined on one connection; "
         "probe = basic.qos round trips on another connection",
         f"{'phase':<22} {'duration':>11} {'probe RTs':>8} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>10}",
-        summarise("idle", taken, idle_end - PROBE_IDLE_S, idle_end),
     ]
-    for phase, (started, ended) in recorded.items():
-        lines.append(summarise(f"{count} {phase}s", taken, started, ended))
+    for phase, (started, ended) in phases.items():
+        lines.append(summarise(phase, taken, started, ended))
+    return "\n".join(lines), phases
+
+
+def gc_report(gc_log: Path, phases: dict[str, tuple[float, float]]) -> str:
+    """The broker's full garbage-collection passes that began during each phase."""
+    passes = json.loads(gc_log.read_text())["full_passes"]
+    lines = [
+        "broker's full (generation 2) garbage-collection passes, timed inside the broker",
+        f"{'phase':<22} {'passes':>8} {'max wall ms':>12} {'max CPU ms':>11} {'freed':>9}",
+    ]
+    for phase, (started, ended) in phases.items():
+        during = [p for p in passes if started <= p["at"] < ended]
+        lines.append(
+            f"{phase:<22} {len(during):>8} {max((p['wall_ms'] for p in during), default=0.0):>12.2f} "
+            f"{max((p['cpu_ms'] for p in during), default=0.0):>11.2f} {sum(p['collected'] for p in during):>9}"
+        )
     return "\n".join(lines)
 
 
@@ -216,16 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     if args.url:
-        print(run(args.url, args.count))
+        print(run(args.url, args.count)[0])
         return 0
     with tempfile.TemporaryDirectory(prefix="definitions-storm-") as workdir:
-        process, url = start_broker(args.broker_path, Path(workdir))
+        gc_log = Path(workdir) / "gc.json"
+        process, url = start_broker(args.broker_path, Path(workdir), gc_log)
         try:
             print(f"broker: {args.broker_path}")
-            print(run(url, args.count))
+            table, phases = run(url, args.count)
+            print(table)
         finally:
             process.terminate()
             process.wait(30)
+        print(gc_report(gc_log, phases))
     print(f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     return 0
 
