@@ -18,8 +18,8 @@ class ConsumerRotation:
     __slots__ = ("_groups",)
 
     def __init__(self) -> None:
-        # Highest priority first; a list from the first consumer on (a queue without consumers
-        # shares the empty tuple: one object less per queue for the garbage collector to scan).
+        # Highest priority first; a list from the first consumer on (an empty one shares the
+        # empty tuple).
         self._groups: list[tuple[int, deque[Consumer]]] | tuple[()] = ()
 
     def __iter__(self) -> Iterator[Consumer]:
@@ -60,3 +60,8 @@ class ConsumerRotation:
 
     def clear(self) -> None:
         self._groups = ()
+
+
+# The rotation of every queue that never had a consumer: empty, and never added to (Queue makes
+# its own at its first consumer), so such a queue carries no rotation object of its own.
+NO_CONSUMERS = ConsumerRotation()

@@ -14,7 +14,7 @@ from typing import Any
 from queues import dead_letter, length_limit
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
-from queues.consumer_rotation import ConsumerRotation
+from queues.consumer_rotation import NO_CONSUMERS, ConsumerRotation
 from queues.deduplication import DeduplicationCache, deduplicating
 from queues.delayed_retry import DelayedRetry
 from queues.journal import QueueJournal
@@ -107,7 +107,7 @@ class Queue:
         if settings.deduplication:
             self.dedup = DeduplicationCache(settings.dedup_cache_size, settings.dedup_cache_ttl_ms, settings.dedup_header)
             self.publish = deduplicating(self.publish, self.dedup)  # type: ignore[method-assign]
-        self._rotation = ConsumerRotation()
+        self._rotation = NO_CONSUMERS  # its own ConsumerRotation from the first consumer on
         self.single_active: ActiveConsumer | None = None
         if settings.single_active_consumer:
             self.single_active = ActiveConsumer()
@@ -289,6 +289,8 @@ class Queue:
     # -- consumers ---------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
+        if self._rotation is NO_CONSUMERS:
+            self._rotation = ConsumerRotation()
         self._rotation.add(consumer)
         self._consumer_count += 1
         if self.single_active is not None:

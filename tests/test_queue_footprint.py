@@ -31,9 +31,9 @@ from queues.timers import Timers
 
 QUEUES = 500
 # Tracked objects a new durable queue (no arguments) adds, everything the broker keeps for it
-# included: 8 today (the queue, its ready messages and their deque, its consumer rotation, its
-# counters, its journal and store, and the journal loader); it was 36.
-TRACKED_PER_DURABLE_QUEUE = 10
+# included: 6 today (the queue, its ready messages, its counters, its journal, its store and the
+# journal's loader); it was 36.
+TRACKED_PER_DURABLE_QUEUE = 8
 
 
 @contextmanager
