@@ -169,8 +169,12 @@ class Ui:
 
     def screenshot(self, name: str) -> Path:
         """The whole page (the window grows to the page's height for the picture)."""
-        height = self.script("window.scrollTo(0, 0); return Math.ceil(document.documentElement.scrollHeight)")
-        self.driver.set_window_size(WINDOW[0], max(WINDOW[1], min(height, 6000)))
+        height = min(self.script("window.scrollTo(0, 0); return Math.ceil(document.documentElement.scrollHeight)"), 6000)
+        self.driver.set_window_size(WINDOW[0], max(WINDOW[1], height))
+        # The window's size includes what is not page: grow it by the difference once.
+        shortfall = height - self.script("return window.innerHeight")
+        if shortfall > 0:
+            self.driver.set_window_size(WINDOW[0], max(WINDOW[1], height) + shortfall)
         # Two animation frames: the charts' resize observers have redrawn them at the new size.
         self.driver.execute_async_script(
             "const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(done));")

@@ -206,6 +206,44 @@ def test_a_policymaker_gets_the_policies_tab_only(ui, ui_broker, http, unique):
     ui.log_out()
 
 
+def test_policies_and_limits_from_admin(ui, ui_broker, http, unique):
+    as_guest(ui)
+    policy, queue = unique("ui-ttl"), unique("ui-policed")
+    ui.open("/admin/policies")
+    add = ui.section("Add or update a policy")
+    ui.fill("policy-name", policy, add)
+    ui.fill("policy-pattern", "^ui-policed-", add)
+    ui.fill("policy-apply-to", "queues", add)
+    ui.fill("policy-definition", '{"message-ttl": 60000}', add)
+    ui.press("Set policy", add)
+    ui.wait_for_text(f"Policy {policy} set in /.", ".notice.ok")
+    ui.wait_for_text(policy, ".panel table")
+
+    limits = ui.find("select[name=limit-vhost]").find_element(By.XPATH, "ancestor::form")
+    ui.fill("limit-vhost", "other", limits)
+    ui.fill("vhost-limit", "max-connections", limits)
+    ui.fill("vhost-limit-value", "10", limits)
+    ui.press("Set virtual host limit", limits)
+    ui.wait_for_text("max-connections: 10", ".panel table")
+    ui.screenshot("admin-policies")
+
+    assert http.put(api_url(ui_broker, f"/api/queues/%2F/{queue}"), json={}).status_code == 201
+    assert http.get(api_url(ui_broker, f"/api/queues/%2F/{queue}")).json()["policy"] == policy
+    ui.open("/queues")
+    ui.fill("filter", queue + "\n")
+    ui.wait_for_text(policy, ".list-table .badge.policy")
+
+    ui.open("/admin/policies")
+    ui.press("Clear", ui.wait_for_text("max-connections: 10", ".panel table"))
+    ui.confirm()
+    ui.wait_for_text("No virtual host limits.")
+    ui.press("Delete", ui.wait_for_text(policy, ".panel table"))
+    assert policy in ui.confirm()
+    ui.wait_for_text("No policies.")
+    assert http.get(api_url(ui_broker, "/api/vhost-limits/other")).json() == []
+    assert ui.errors() == []
+
+
 def test_export_and_reimport_definitions(ui, ui_broker, http, downloads, unique):
     as_guest(ui)
     queue = unique("defs-queue")
@@ -387,7 +425,6 @@ PAGES = [
     ("/exchanges/%2F/amq.direct", "exchange", "Bindings from this exchange"),
     ("/channels", "channels", "Channel"),
     ("/admin/vhosts", "admin-vhosts", "Tracing (firehose)"),
-    ("/admin/policies", "admin-policies", "Operator policies"),
     ("/admin/features", "admin-features", "quorum_queue"),
 ]
 

@@ -102,6 +102,7 @@ export function renderDetail(app, vhost, name) {
         ['Features', queueFeatures(queue)],
         ['Arguments', h('code', {}, jsonText(queue.arguments))],
         ['Policy', queue.policy || '–'],
+        queue.policy || queue.operator_policy ? ['Effective policy definition', h('code', {}, jsonText(queue.effective_policy_definition))] : null,
         owner ? ['Exclusive owner', h('a', { href: `#/connections/${seg(owner.name)}` }, owner.name)] : null,
         ['Consumers', num(queue.consumers)],
         ['Consumer utilisation', queue.consumers ? `${Math.round((queue.consumer_utilisation || 0) * 100)} %` : '–'],
