@@ -1,0 +1,86 @@
+"""A follower's side of one queue's replication, sans-I/O.
+
+`FollowerReplication.on_append` applies one APPEND frame to the local log:
+
+* a frame of a term below the one this replica promised is refused (REFUSE carries the
+  promised term): a stale leader never gets an acknowledgement from it;
+* a newer term is promised durably first (the log's term file is fsynced);
+* the entry before the frame's run must be the leader's (same index and term), otherwise the
+  answer is MISMATCH with the index to resend from: after a different leader's term, the
+  follower skips back over that whole term at once;
+* entries it already has with the same term are kept; at the first entry whose term differs
+  the follower truncates its log there (a suffix the new leader does not have) and appends the
+  rest verbatim.
+
+The follower acknowledges (``ack()``) the highest index that is both fsynced (the log's
+``durable_index``, raised by the group committer) and verified against this leader's log, so an
+ACK never vouches for a stale suffix the leader has not checked yet.
+"""
+
+from __future__ import annotations
+
+from cluster.replication.entries import BadEntry, scan_entries
+from cluster.replication.log import ReplicaLog
+from cluster.replication.wire import Append, ProtocolError, encode_ack, encode_hello, encode_mismatch, encode_refuse
+
+
+class FollowerReplication:
+    """Applies a leader's APPEND frames to ``log``; see the module docstring."""
+
+    def __init__(self, node: str, queue: str, log: ReplicaLog) -> None:
+        self.node = node
+        self.queue = queue
+        self.log = log
+        self.leader_term = 0
+        self.leader_commit_index = 0
+        self._verified = 0  # entries up to here match the current leader's log
+        self._acked = 0
+
+    def hello(self) -> bytes:
+        """The first frame on a new stream to the leader."""
+        self._acked = 0
+        log = self.log
+        return encode_hello(log.promised_term, log.last_index, log.last_term, self.node, self.queue)
+
+    def on_append(self, append: Append) -> bytes | None:
+        """Apply ``append``; returns an immediate answer (REFUSE or MISMATCH) or None when entries
+        may have been appended, to be acknowledged with ``ack()`` once the log is fsynced."""
+        log = self.log
+        if append.term < log.promised_term:
+            return encode_refuse(log.promised_term)
+        if append.term > log.promised_term:
+            log.promise(append.term)
+        if append.term != self.leader_term:
+            self.leader_term = append.term
+            self._verified = self._acked = 0
+        prev = append.prev_index
+        if prev > log.last_index:
+            return encode_mismatch(append.term, log.last_index)
+        if log.term_at(prev) != append.prev_term:
+            # Everything of our entry's term from its first index on is suspect: skip it whole.
+            return encode_mismatch(append.term, min(prev, log.first_index_of_term(log.term_at(prev))) - 1)
+        try:
+            heads, _ = scan_entries(append.entries, prev + 1)
+        except BadEntry as error:
+            raise ProtocolError(f"APPEND entries: {error}") from error
+        new_from = len(heads)
+        for k, head in enumerate(heads):
+            if head.index > log.last_index:
+                new_from = k
+                break
+            if log.term_at(head.index) != head.term:
+                log.truncate_after(head.index - 1)
+                new_from = k
+                break
+        log.append_entries(append.entries, heads[new_from:])
+        self._verified = max(self._verified, prev + len(heads))
+        self.leader_commit_index = max(self.leader_commit_index, append.commit_index)
+        return None
+
+    def ack(self) -> bytes | None:
+        """An ACK for what is fsynced and verified, if that is more than was acknowledged."""
+        index = min(self.log.durable_index, self._verified)
+        if index <= self._acked or self.leader_term == 0:
+            return None
+        self._acked = index
+        return encode_ack(self.leader_term, index)

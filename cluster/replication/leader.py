@@ -1,0 +1,194 @@
+"""The leader's side of one queue's replication, sans-I/O.
+
+`LeaderReplication` owns the per-follower progress and the commit index for one term:
+
+* ``append(payload)`` adds an entry to the local log; ``outgoing(node)`` gives the next APPEND
+  frame for a follower (a run of the log, as stored), pipelined up to ``WINDOW`` entries ahead
+  of what the follower acknowledged;
+* a follower's ACK says up to which index its log is fsynced and matches ours; the local log's
+  ``durable_index`` says the same for the leader;
+* ``commit_index`` is the highest index that a majority of the group (leader included) has
+  fsynced, counted only once an entry of this term reaches it (as in Raft: an older term's entry
+  is never committed by counting replicas). A confirm for an entry leaves only when
+  ``commit_index`` reaches it;
+* a follower that answers with a newer term (REFUSE) has promised that term to another
+  candidate: the leader steps down and its commit index never moves again, so a stale leader
+  cannot confirm anything.
+
+A follower is *in sync* once its acknowledged index reached the commit index, and stops being
+when its stream breaks; the shell publishes the set in the coordination service.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+from cluster.replication.log import ReplicaLog
+from cluster.replication.wire import MAX_APPEND_BYTES, Ack, Hello, Mismatch, Refuse, encode_append
+
+WINDOW = 65536  # entries a follower may be sent beyond what it acknowledged
+
+
+class LeaderRole(enum.Enum):
+    LEADING = "leading"
+    STEPPED_DOWN = "stepped_down"  # a newer term exists: nothing more is appended or committed
+
+
+class NotLeader(RuntimeError):
+    """This replica is no longer the leader of its term."""
+
+
+class _Follower:
+    __slots__ = ("next_index", "match_index", "window_base", "connected", "probing", "awaiting", "in_sync")
+
+    def __init__(self, next_index: int) -> None:
+        self.next_index = next_index  # the first entry to send next
+        self.match_index = 0  # fsynced there and known to match ours
+        self.window_base = 0  # the in-flight window counts from here (or from match_index if higher)
+        self.connected = False
+        self.probing = True  # until an ACK confirms where its log matches, one APPEND at a time
+        self.awaiting = False
+        self.in_sync = False
+
+
+class LeaderReplication:
+    """One term of leadership over ``log``, for the group ``members`` (this node included)."""
+
+    def __init__(self, node: str, term: int, log: ReplicaLog, members: Iterable[str]) -> None:
+        members = list(dict.fromkeys(members))
+        if node not in members:
+            raise ValueError(f"{node} is not a member of {members}")
+        if term < log.promised_term:
+            raise ValueError(f"term {term} is below the promised term {log.promised_term}")
+        log.promise(term)
+        self.node = node
+        self.term = term
+        self.log = log
+        self.role = LeaderRole.LEADING
+        self.newer_term = 0  # the term that made us step down
+        self.commit_index = 0
+        self.majority = len(members) // 2 + 1
+        self._followers = {m: _Follower(log.last_index + 1) for m in members if m != node}
+
+    # ---- appending -------------------------------------------------------------------------
+
+    def start_term(self) -> int:
+        """Append the term's first entry, an empty no-op: committing it commits every earlier
+        entry this leader inherited."""
+        return self.append(b"")
+
+    def append(self, payload: bytes) -> int:
+        if self.role is not LeaderRole.LEADING:
+            raise NotLeader(f"term {self.term} is over (term {self.newer_term} exists)")
+        return self.log.append(self.term, payload)
+
+    # ---- followers -------------------------------------------------------------------------
+
+    def follower_connected(self, hello: Hello) -> bool:
+        """A follower's stream opened; False if it is not a member or knows a newer term."""
+        follower = self._followers.get(hello.node)
+        if follower is None:
+            return False
+        if hello.term > self.term:
+            self._step_down(hello.term)
+            return False
+        follower.connected = True
+        follower.probing, follower.awaiting = True, False
+        follower.next_index = min(hello.last_index, self.log.last_index) + 1
+        follower.window_base = follower.next_index - 1
+        # A follower that lost its disk has less than it acknowledged; count what it has now.
+        follower.match_index = min(follower.match_index, hello.last_index)
+        return True
+
+    def follower_lost(self, node: str) -> None:
+        follower = self._followers.get(node)
+        if follower is None:
+            return
+        follower.connected = False
+        follower.in_sync = False
+
+    def outgoing(self, node: str) -> bytes | None:
+        """The next APPEND for ``node``, or None when there is nothing to send now."""
+        follower = self._followers[node]
+        if self.role is not LeaderRole.LEADING or not follower.connected or follower.awaiting:
+            return None
+        first = follower.next_index
+        if first - 1 - max(follower.match_index, follower.window_base) >= WINDOW:
+            return None
+        if first > self.log.last_index and not follower.probing:
+            return None
+        # While probing, an APPEND without entries still checks where the logs match.
+        entries, last = self.log.read_entries(first, MAX_APPEND_BYTES)
+        prev = first - 1
+        frame = encode_append(self.term, prev, self.log.term_at(prev), self.commit_index, entries)
+        follower.next_index = last + 1
+        follower.awaiting = follower.probing
+        return frame
+
+    def on_ack(self, node: str, ack: Ack) -> bool:
+        """True if the commit index moved."""
+        follower = self._followers.get(node)
+        if follower is None or ack.term != self.term:
+            if ack.term > self.term:
+                self._step_down(ack.term)
+            return False
+        follower.match_index = max(follower.match_index, ack.index)
+        follower.probing = follower.awaiting = False
+        follower.next_index = max(follower.next_index, follower.match_index + 1)
+        moved = self._advance_commit()
+        if not follower.in_sync and follower.connected and follower.match_index >= self.commit_index:
+            follower.in_sync = True
+        return moved
+
+    def on_mismatch(self, node: str, mismatch: Mismatch) -> None:
+        follower = self._followers.get(node)
+        if mismatch.term > self.term:
+            self._step_down(mismatch.term)
+            return
+        if follower is None:
+            return
+        follower.next_index = min(mismatch.hint, self.log.last_index) + 1
+        follower.window_base = follower.next_index - 1
+        follower.match_index = min(follower.match_index, mismatch.hint)
+        follower.probing, follower.awaiting = True, False
+
+    def on_refuse(self, node: str, refuse: Refuse) -> None:
+        self._step_down(max(refuse.term, self.term + 1))
+
+    def local_synced(self) -> bool:
+        """The local log's durable index rose; True if the commit index moved."""
+        return self._advance_commit()
+
+    # ---- facts -----------------------------------------------------------------------------
+
+    def in_sync_members(self) -> list[str]:
+        """This node and every follower that has caught up, by name."""
+        return sorted([self.node] + [n for n, f in self._followers.items() if f.in_sync])
+
+    def progress(self) -> dict[str, tuple[bool, int, int]]:
+        """Per follower: (connected, acknowledged index, next index to send)."""
+        return {n: (f.connected, f.match_index, f.next_index) for n, f in sorted(self._followers.items())}
+
+    def connected_followers(self) -> list[str]:
+        return sorted(n for n, f in self._followers.items() if f.connected)
+
+    def match_index(self, node: str) -> int:
+        return self.log.durable_index if node == self.node else self._followers[node].match_index
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _advance_commit(self) -> bool:
+        if self.role is not LeaderRole.LEADING:
+            return False
+        acknowledged = sorted([self.log.durable_index] + [f.match_index for f in self._followers.values()],
+                              reverse=True)
+        candidate = acknowledged[self.majority - 1]
+        if candidate > self.commit_index and self.log.term_at(candidate) == self.term:
+            self.commit_index = candidate
+            return True
+        return False
+
+    def _step_down(self, newer_term: int) -> None:
+        self.role = LeaderRole.STEPPED_DOWN
+        self.newer_term = max(self.newer_term, newer_term)

@@ -1,0 +1,121 @@
+"""A replicated queue's state, rebuilt from its log.
+
+Each log payload is one segment record of docs/queue-files.md §3 (a message, or a state record
+about one: delivered, acked, requeued, dead_lettered, ...), so a follower's log holds exactly what
+the leader's queue store held, in the same order; the empty payload is a new leader's no-op.
+
+`QueueState` folds those records into the queue's messages: which are ready (in publish
+order), which are held by a consumer and their delivery counts. A new leader folds its whole
+log (``QueueState.rebuild``) and then hands back what the old leader had delivered and not seen
+settled (``held_at_failover``): each gets a ``requeued`` record with its delivery count plus
+one, so it is delivered again with ``redelivered=true`` and a higher ``x-delivery-count``.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import zlib
+from collections.abc import Iterable
+
+from persistence.record_format import (
+    RECORD_HEAD,
+    MessageRecord,
+    MessageState,
+    RecordType,
+    StateRecord,
+    decode_payload,
+    encode_message,
+    encode_state,
+)
+
+
+class Held(enum.Enum):
+    READY = "ready"
+    DELIVERED = "delivered"
+
+
+class QueueState:
+    """Messages not yet settled, from the records applied so far."""
+
+    def __init__(self) -> None:
+        self.messages: dict[int, MessageRecord] = {}
+        self.held: dict[int, Held] = {}
+        self.delivery_count: dict[int, int] = {}
+        self._ready: list[int] = []  # heap of seqs, lazily cleaned
+        self.next_seq = 1
+
+    @classmethod
+    def rebuild(cls, payloads: Iterable[bytes | memoryview]) -> "QueueState":
+        state = cls()
+        for payload in payloads:
+            state.apply(payload)
+        return state
+
+    def apply(self, payload: bytes | memoryview) -> None:
+        """Fold one log payload (a segment record; empty is a no-op)."""
+        if not payload:
+            return
+        length, crc, rtype = RECORD_HEAD.unpack_from(payload)
+        if zlib.crc32(payload[8:4 + length]) != crc:
+            raise ValueError("a replicated record failed its CRC")
+        record = decode_payload(rtype, payload[9:4 + length])
+        if isinstance(record, MessageRecord):
+            self.messages[record.seq] = record
+            self.held[record.seq] = Held.READY
+            heapq.heappush(self._ready, record.seq)
+            self.next_seq = max(self.next_seq, record.seq + 1)
+        elif isinstance(record, StateRecord):
+            self._apply_state(record)
+
+    def _apply_state(self, record: StateRecord) -> None:
+        seq = record.seq
+        if record.state is MessageState.PURGED:
+            for s in [s for s, h in self.held.items() if s <= seq and h is Held.READY]:
+                self._settle(s)
+            return
+        if seq not in self.held:
+            return  # settled already
+        if record.state.settles:
+            self._settle(seq)
+        elif record.state is MessageState.DELIVERED:
+            self.held[seq] = Held.DELIVERED
+            self.delivery_count[seq] = record.delivery_count
+        else:  # requeued, waiting_retry: back to the queue at its original position
+            self.held[seq] = Held.READY
+            self.delivery_count[seq] = record.delivery_count
+            heapq.heappush(self._ready, seq)
+
+    def _settle(self, seq: int) -> None:
+        self.held.pop(seq, None)
+        self.messages.pop(seq, None)
+        self.delivery_count.pop(seq, None)
+
+    def next_ready(self) -> int | None:
+        """The oldest ready message, without taking it."""
+        ready = self._ready
+        while ready and self.held.get(ready[0]) is not Held.READY:
+            heapq.heappop(ready)
+        return ready[0] if ready else None
+
+    def held_at_failover(self) -> list[tuple[int, int]]:
+        """(seq, delivery count after returning) of each message a consumer held."""
+        return sorted((seq, self.delivery_count.get(seq, 0) + 1)
+                      for seq, held in self.held.items() if held is Held.DELIVERED)
+
+    @property
+    def ready_count(self) -> int:
+        return sum(1 for held in self.held.values() if held is Held.READY)
+
+
+def message_payload(seq: int, published_at_ms: int, exchange: str, routing_key: str,
+                    raw_properties: bytes, body: bytes) -> bytes:
+    head, body = encode_message(seq, published_at_ms, exchange, routing_key, raw_properties, body)
+    return head + body
+
+
+def state_payload(seq: int, state: MessageState, at_ms: int, *, delivery_count: int = 0) -> bytes:
+    return encode_state(state, seq, at_ms, delivery_count=delivery_count)
+
+
+__all__ = ["Held", "QueueState", "RecordType", "message_payload", "state_payload"]

@@ -1,0 +1,427 @@
+"""The asyncio shell of one queue's replica on one node: `QueueReplica`, and the node's
+`ReplicationListener` that followers connect to.
+
+One TCP stream per follower and queue carries the leader's APPEND frames one way and the
+follower's ACKs the other. Nothing is created per record: appends made in one event-loop
+iteration are sent to every follower and handed to the group committer once, at the end of it
+(`_flush_soon`); a follower fsyncs what one read of its stream brought in one group-commit
+round and acknowledges it with one ACK.
+
+Roles and the coordination service (`election`): a background task polls the group record and
+the leader's lease. With a live lease of the record's term the replica follows that leader;
+without a lease a member votes for the next term and the winner takes the lease and the term;
+a leader whose term was superseded, or whose lease vanished, steps down.
+
+The owner (the broker's queue, or a test harness) passes ``on_commit(index)``, called with the
+new commit index whenever it rises (confirms up to it may leave), and ``on_role(role)``, called
+when this replica becomes leader (after the term's no-op is appended, before any commit) or
+stops being it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from cluster.coordinator import CoordinationUnavailable, Coordinator
+from cluster.replication.election import GroupKeys, GroupRecord, Lease, Vote, choose_leader
+from cluster.replication.follower import FollowerReplication
+from cluster.replication.leader import LeaderReplication, LeaderRole, NotLeader
+from cluster.replication.log import FileReplicaLog
+from cluster.replication.wire import Ack, Append, FrameReader, Hello, Mismatch, ProtocolError, Refuse
+from persistence.group_commit import GroupCommitter
+
+log = logging.getLogger(__name__)
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    LEADER = "leader"
+    STOPPED = "stopped"
+
+
+class _Stream(asyncio.Protocol):
+    """One replication TCP stream; frames go to ``handler(stream, frame)``."""
+
+    def __init__(self, on_frame: Callable[["_Stream", object], None], on_lost: Callable[["_Stream"], None],
+                 peer: str = "") -> None:
+        self._reader = FrameReader()
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self.transport: asyncio.Transport | None = None
+        self.paused = False
+        self.peer = peer  # the node at the other end (on the leader's side: once HELLO named it)
+        self.on_resume: Callable[["_Stream"], None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for frame in self._reader.feed(data):
+                self._on_frame(self, frame)
+        except ProtocolError as error:
+            log.warning("replication stream from %s closed: %s", self.peer or "a peer", error)
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._on_lost(self)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.on_resume is not None:
+            self.on_resume(self)
+
+    def attach(self, peer: str, on_frame: Callable[["_Stream", object], None],
+               on_lost: Callable[["_Stream"], None], on_resume: Callable[["_Stream"], None]) -> None:
+        """Hand the stream's later frames, its loss and its drained buffer to a replica."""
+        self.peer = peer
+        self._on_frame, self._on_lost, self.on_resume = on_frame, on_lost, on_resume
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class ReplicationListener:
+    """This node's replication port: a follower's stream starts with HELLO naming its queue."""
+
+    def __init__(self) -> None:
+        self._replicas: dict[str, "QueueReplica"] = {}
+        self._server: asyncio.base_events.Server | None = None
+        self.address = ""
+
+    def register(self, replica: "QueueReplica") -> None:
+        self._replicas[replica.queue] = replica
+
+    def unregister(self, replica: "QueueReplica") -> None:
+        self._replicas.pop(replica.queue, None)
+
+    async def start(self, host: str, port: int) -> str:
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Stream(self._first_frame, lambda stream: None), host, port)
+        sock_host, sock_port = self._server.sockets[0].getsockname()[:2]
+        self.address = f"{sock_host}:{sock_port}"
+        return self.address
+
+    def _first_frame(self, stream: _Stream, frame: object) -> None:
+        replica = self._replicas.get(frame.queue) if isinstance(frame, Hello) else None
+        if replica is None or not replica.accept_follower(stream, frame):
+            stream.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+class QueueReplica:
+    """One node's replica of one queue; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        queue: str,
+        node: str,
+        members: Sequence[str],
+        log: FileReplicaLog,
+        coordinator: Coordinator,
+        listener: ReplicationListener,
+        committer: GroupCommitter,
+        on_commit: Callable[[int], None],
+        on_role: Callable[[Role], None],
+        poll_interval: float = 0.1,
+        election_timeout: float = 3.0,
+    ) -> None:
+        self.queue = queue
+        self.node = node
+        self.members = tuple(members)
+        self.log = log
+        self._keys = GroupKeys(coordinator, queue)
+        self._listener = listener
+        self._committer = committer
+        self._on_commit = on_commit
+        self._on_role = on_role
+        self._poll = poll_interval
+        self._election_timeout = election_timeout
+        self.role = Role.FOLLOWER
+        self.leader: LeaderReplication | None = None
+        self._follower = FollowerReplication(node, queue, log)
+        self._followers: dict[str, _Stream] = {}  # leader side: follower name -> stream
+        self._upstream: _Stream | None = None  # follower side: the stream to the leader
+        self._upstream_term = 0
+        self._sync_requested = False  # follower: a group-commit round will ACK what arrived
+        self._caught_up = False  # see _may_vote
+        self._flush_scheduled = False
+        self._task: asyncio.Task | None = None
+        self.record: GroupRecord | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._listener.register(self)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop replicating; a leader releases its lease so a follower takes over at once."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        was_leader = self.role is Role.LEADER
+        self._become(Role.STOPPED)
+        self._listener.unregister(self)
+        await self._committer.idle()
+        if was_leader:
+            with contextlib.suppress(CoordinationUnavailable):
+                await self._keys.release_lease()
+
+    # ---- the leader's data path ----------------------------------------------------------------
+
+    def publish(self, payload: bytes) -> int:
+        """Append ``payload`` as leader; its index is confirmed once ``on_commit`` reaches it."""
+        if self.role is not Role.LEADER or self.leader is None:
+            raise NotLeader(f"{self.node} is not the leader of {self.queue}")
+        index = self.leader.append(payload)
+        self._flush_soon()
+        return index
+
+    def _flush_soon(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """End of the loop iteration: one group-commit request and one pump per follower."""
+        self._flush_scheduled = False
+        if self.role is not Role.LEADER:
+            return
+        self._committer.request_sync(self.log, self._leader_synced)
+        for stream in self._followers.values():
+            self._pump(stream)
+
+    def _leader_synced(self, error: OSError | None) -> None:
+        if error is not None or self.leader is None:
+            return
+        if self.leader.local_synced():
+            self._on_commit(self.leader.commit_index)
+
+    def _pump(self, stream: _Stream) -> None:
+        leader = self.leader
+        if leader is None:
+            return
+        while not stream.paused:
+            frame = leader.outgoing(stream.peer)
+            if frame is None:
+                return
+            stream.write(frame)
+
+    def accept_follower(self, stream: _Stream, hello: Hello) -> bool:
+        leader = self.leader
+        if self.role is not Role.LEADER or leader is None or not leader.follower_connected(hello):
+            self._check_stepped_down()
+            return False
+        old = self._followers.pop(hello.node, None)
+        if old is not None and old is not stream:
+            old.close()
+        log.info("%s: follower %s of %s connected at its index %d (term %d)", self.node, hello.node, self.queue,
+                 hello.last_index, hello.term)
+        stream.attach(hello.node, self._leader_frame, self._follower_lost, self._pump)
+        self._followers[hello.node] = stream
+        self._pump(stream)
+        return True
+
+    def _leader_frame(self, stream: _Stream, frame: object) -> None:
+        leader = self.leader
+        if leader is None or self._followers.get(stream.peer) is not stream:
+            stream.close()
+            return
+        if isinstance(frame, Ack):
+            if leader.on_ack(stream.peer, frame):
+                self._on_commit(leader.commit_index)
+        elif isinstance(frame, Mismatch):
+            leader.on_mismatch(stream.peer, frame)
+        elif isinstance(frame, Refuse):
+            leader.on_refuse(stream.peer, frame)
+        else:
+            stream.close()
+            return
+        if not self._check_stepped_down():
+            self._pump(stream)
+
+    def _follower_lost(self, stream: _Stream) -> None:
+        if self._followers.get(stream.peer) is stream:
+            del self._followers[stream.peer]
+            if self.leader is not None:
+                self.leader.follower_lost(stream.peer)
+
+    def _check_stepped_down(self) -> bool:
+        if self.leader is not None and self.leader.role is LeaderRole.STEPPED_DOWN:
+            log.warning("%s: leader of %s at term %d steps down (term %d exists)",
+                        self.node, self.queue, self.leader.term, self.leader.newer_term)
+            self._become(Role.FOLLOWER)
+            return True
+        return False
+
+    # ---- the follower's data path --------------------------------------------------------------
+
+    def _upstream_frame(self, stream: _Stream, frame: object) -> None:
+        if stream is not self._upstream or not isinstance(frame, Append):
+            stream.close()
+            return
+        reply = self._follower.on_append(frame)
+        if reply is not None:
+            log.debug("%s: answering %r to an APPEND after %d", self.node, reply, frame.prev_index)
+            stream.write(reply)
+        elif not self._sync_requested:
+            self._sync_requested = True
+            self._committer.request_sync(self.log, self._follower_synced)
+
+    def _follower_synced(self, error: OSError | None) -> None:
+        """One group-commit round ended: one ACK for everything it made durable."""
+        self._sync_requested = False
+        if error is not None or self._upstream is None:
+            return
+        frame = self._follower.ack()
+        if frame is not None:
+            self._upstream.write(frame)
+        if self.log.durable_index < self.log.last_index:  # arrived while the round ran
+            self._sync_requested = True
+            self._committer.request_sync(self.log, self._follower_synced)
+
+    def _upstream_lost(self, stream: _Stream) -> None:
+        if stream is self._upstream:
+            self._upstream = None
+
+    async def _follow(self, record: GroupRecord) -> None:
+        if self._upstream is not None and self._upstream_term == record.term:
+            return
+        self._drop_upstream()
+        host, _, port = record.leader_address.rpartition(":")
+        try:
+            _, stream = await asyncio.get_running_loop().create_connection(
+                lambda: _Stream(self._upstream_frame, self._upstream_lost, record.leader), host, int(port))
+        except OSError:
+            return  # the leader is not listening (yet, or any more): the next poll tries again
+        self._upstream, self._upstream_term = stream, record.term
+        stream.write(self._follower.hello())
+
+    def _drop_upstream(self) -> None:
+        if self._upstream is not None:
+            self._upstream.close()
+            self._upstream = None
+
+    # ---- roles and elections -----------------------------------------------------------------
+
+    def _become(self, role: Role) -> None:
+        if role is self.role:
+            return
+        previous, self.role = self.role, role
+        if previous is Role.LEADER:
+            for stream in list(self._followers.values()):
+                stream.close()
+            self._followers.clear()
+            self.leader = None
+        if role is not Role.FOLLOWER:
+            self._drop_upstream()
+        self._on_role(role)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._tick()
+            except CoordinationUnavailable as error:
+                log.warning("%s: replication of %s cannot reach the coordination service: %s",
+                            self.node, self.queue, error)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: replication of %s failed a step; retrying", self.node, self.queue)
+            await asyncio.sleep(self._poll)
+
+    async def _tick(self) -> None:
+        record, version = await self._keys.read()
+        if record is None:
+            # Any member may create it (one wins); term 1 is then elected like any other.
+            await self._keys.create(GroupRecord(0, "", "", self.members, ()))
+            return
+        self.record = record
+        lease = await self._keys.lease()
+        if self.role is Role.LEADER:
+            await self._lead(record, version, lease)
+        elif lease is not None and lease.term == record.term and record.leader != self.node:
+            await self._follow(record)
+        elif lease is None and self.node in record.members and self._may_vote(record):
+            assert version is not None
+            await self._elect(record, version)
+
+    def _may_vote(self, record: GroupRecord) -> bool:
+        """A replica whose log started empty in a group that already had a leader (a new member,
+        or one whose disk was wiped) may lack committed entries it once acknowledged: it votes
+        only after it has caught up with a leader's commit index once."""
+        if record.term == 0 or not self.log.created_empty or self._caught_up:
+            return True
+        follower = self._follower
+        self._caught_up = follower.leader_term > 0 and self.log.durable_index >= follower.leader_commit_index
+        return self._caught_up
+
+    async def _lead(self, record: GroupRecord, version: int | None, lease: Lease | None) -> None:
+        leader = self.leader
+        assert leader is not None
+        if self._check_stepped_down():
+            return
+        if record.term != leader.term or lease is None or lease != Lease(leader.term, self.node):
+            log.warning("%s: lost the lease of %s at term %d; stepping down", self.node, self.queue, leader.term)
+            self._become(Role.FOLLOWER)
+            return
+        # Compared with the record at every poll, so a lost compare-and-set is retried by the next.
+        if set(record.in_sync) != set(leader.in_sync_members()):
+            updated = GroupRecord(record.term, record.leader, record.leader_address, record.members,
+                                  tuple(leader.in_sync_members()))
+            assert version is not None
+            await self._keys.replace(updated, version)
+
+    async def _elect(self, record: GroupRecord, version: int) -> None:
+        term = record.term + 1
+        self._drop_upstream()
+        self.log.flush()
+        self.log.promise(term)  # from here on no leader of an older term gets an ACK from us
+        await self._keys.vote(term, Vote(self.node, self.log.last_term, self.log.last_index))
+        deadline = time.monotonic() + self._election_timeout
+        while time.monotonic() < deadline:
+            winner = choose_leader(await self._keys.votes(term, record.members), record)
+            if winner == self.node:
+                await self._claim(record, version, term)
+                return
+            if winner is not None:
+                return  # the winner claims the term; we follow it once its lease is there
+            await asyncio.sleep(self._poll)
+
+    async def _claim(self, record: GroupRecord, version: int, term: int) -> None:
+        if not await self._keys.take_lease(Lease(term, self.node)):
+            return
+        claimed = GroupRecord(term, self.node, self._listener.address, record.members, (self.node,))
+        if await self._keys.replace(claimed, version) is None:
+            await self._keys.release_lease()
+            return
+        self.record = claimed
+        self.leader = LeaderReplication(self.node, term, self.log, record.members)
+        self.leader.start_term()
+        log.info("%s: leader of %s at term %d (log ends at %d)", self.node, self.queue, term, self.log.last_index)
+        self._become(Role.LEADER)
+        self._flush_soon()
+        with contextlib.suppress(CoordinationUnavailable):
+            await self._keys.forget_votes_below(term)
