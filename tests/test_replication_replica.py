@@ -76,15 +76,21 @@ def leader_of(nodes):
     return leaders[0] if len(leaders) == 1 else None
 
 
+async def start_group(tmp_path):
+    """Three replicas with a leader that has every member in sync."""
+    store = MemoryStore()
+    nodes = {n: Node(n, store, tmp_path / n) for n in MEMBERS}
+    for node in nodes.values():
+        await node.start()
+    await wait_for(lambda: leader_of(nodes) is not None)
+    leader = leader_of(nodes)
+    await wait_for(lambda: leader.replica.leader.in_sync_members() == list(MEMBERS))
+    return store, nodes, leader
+
+
 def test_confirmed_entries_survive_the_leaders_crash_and_the_old_leader_rejoins(tmp_path):
     async def scenario():
-        store = MemoryStore()
-        nodes = {n: Node(n, store, tmp_path / n) for n in MEMBERS}
-        for node in nodes.values():
-            await node.start()
-        await wait_for(lambda: leader_of(nodes) is not None)
-        first = leader_of(nodes)
-        await wait_for(lambda: first.replica.leader.in_sync_members() == list(MEMBERS))
+        store, nodes, first = await start_group(tmp_path)
         indexes = [first.replica.publish(b"m%d" % k) for k in range(100)]
         await wait_for(lambda: first.commits and first.commits[-1] >= indexes[-1])
         first_term = first.replica.leader.term
@@ -112,13 +118,7 @@ def test_confirmed_entries_survive_the_leaders_crash_and_the_old_leader_rejoins(
 
 def test_no_commit_without_a_majority(tmp_path):
     async def scenario():
-        store = MemoryStore()
-        nodes = {n: Node(n, store, tmp_path / n) for n in MEMBERS}
-        for node in nodes.values():
-            await node.start()
-        await wait_for(lambda: leader_of(nodes) is not None)
-        leader = leader_of(nodes)
-        await wait_for(lambda: leader.replica.leader.in_sync_members() == list(MEMBERS))
+        _, nodes, leader = await start_group(tmp_path)
         for node in nodes.values():
             if node is not leader:
                 await node.crash()
@@ -137,12 +137,7 @@ def test_trace_every_commit_follows_a_majority_of_fsyncs_of_that_entry(tmp_path)
     three nodes."""
     async def scenario():
         TRACE.clear()
-        store = MemoryStore()
-        nodes = {n: Node(n, store, tmp_path / n) for n in MEMBERS}
-        for node in nodes.values():
-            await node.start()
-        await wait_for(lambda: leader_of(nodes) is not None)
-        leader = leader_of(nodes)
+        _, nodes, leader = await start_group(tmp_path)
         last = 0
         for batch in range(10):  # each batch waits for its commit: at least 10 commits to check
             for k in range(1 + batch % 7):
