@@ -1,6 +1,6 @@
 """The asyncio shell (`QueueReplica`) of three replicas in one event loop, over real TCP
-streams and real files, with an in-memory coordination service whose sessions the test can
-expire as a kill -9 would."""
+streams and real files, with the in-memory coordination service (tests/memory_coordinator.py);
+a crash ends a node's session without releasing anything, as a lease expiry after kill -9 does."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from cluster.replication.log import FileReplicaLog
 from cluster.replication.replica import QueueReplica, ReplicationListener, Role
 from persistence.group_commit import GroupCommitter
-from tests.memory_coordinator import MemoryStore
+from tests.memory_coordinator import MemoryCoordinator, MemoryService
 
 MEMBERS = ("a", "b", "c")
 
@@ -34,7 +34,7 @@ class TracedLog(FileReplicaLog):
 class Node:
     def __init__(self, name, store, directory):
         self.name = name
-        self.session = store.session()
+        self.session = MemoryCoordinator(store)
         self.listener = ReplicationListener()
         self.committer = GroupCommitter("always")
         self.directory = directory
@@ -59,7 +59,7 @@ class Node:
         self.replica._task.cancel()
         await self.listener.close()
         self.replica._become(Role.STOPPED)
-        self.session.expire()
+        await self.session.close()  # its ephemeral keys go, as when a lease expires
         self.replica.log.close()
 
 
@@ -78,7 +78,7 @@ def leader_of(nodes):
 
 async def start_group(tmp_path):
     """Three replicas with a leader that has every member in sync."""
-    store = MemoryStore()
+    store = MemoryService()
     nodes = {n: Node(n, store, tmp_path / n) for n in MEMBERS}
     for node in nodes.values():
         await node.start()
