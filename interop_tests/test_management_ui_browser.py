@@ -174,10 +174,17 @@ def test_a_new_user_sees_what_it_may_not_do(ui, ui_broker, http, unique):
     ui.fill("configure", "^$", permission_form)  # may declare and delete nothing
     ui.press("Set permissions", permission_form)
     ui.wait_for_text(f"Permissions of {user} in / set.", ".notice.ok")
+    row = ui.find("main").find_element(By.XPATH, f".//tr[td[1]='{user}']")
+    ui.press("Edit", row)
+    ui.fill("new-password", "viewer-secret-2")
+    ui.press("Update user")
+    ui.wait_for_text(f"User {user} updated.", ".notice.ok")
     ui.screenshot("admin-users")
 
     ui.log_out()
     ui.log_in(user, "viewer-secret")
+    ui.wait_for_text("Login failed", ".login .notice.error")  # the password was changed
+    ui.log_in(user, "viewer-secret-2")
     ui.find("nav.main")
     assert [a.text for a in ui.driver.find_elements(By.CSS_SELECTOR, "nav.main a")] == [
         "Overview", "Connections", "Channels", "Exchanges", "Queues"], "no Admin for a management user"
@@ -429,8 +436,9 @@ PAGES = [
 ]
 
 
-def test_every_page_shows_without_errors(ui, ui_broker):
+def test_every_page_shows_without_errors(ui, ui_broker, http, unique):
     as_guest(ui)
+    vhost = unique("ui-vhost")
     broker, _base = ui_broker
     connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
     try:
@@ -444,6 +452,20 @@ def test_every_page_shows_without_errors(ui, ui_broker):
             ui.wait_for_text(text, "main")
             assert ui.errors() == [], path
             ui.screenshot(name)
+
+        ui.open("/admin/vhosts")
+        ui.fill("vhost-name", vhost)
+        ui.fill("vhost-description", "made in the browser")
+        ui.press("Add virtual host")
+        row = ui.wait(lambda d: d.find_element(By.XPATH, f"//tr[td[1]='{vhost}']"), what="the new vhost")
+        row.find_element(By.CSS_SELECTOR, "input[name=tracing]").click()
+        ui.wait_for_text(f"Tracing on in {vhost}", ".notice.ok")
+        assert http.get(api_url(ui_broker, "/api/vhosts/" + vhost)).json()["tracing"] is True
+        assert http.get(api_url(ui_broker, "/api/vhosts/" + vhost)).json()["description"] == "made in the browser"
+        ui.press("Delete", ui.find("main").find_element(By.XPATH, f".//tr[td[1]='{vhost}']"))
+        assert vhost in ui.confirm()
+        ui.wait_for_text(f"Virtual host {vhost} deleted.", ".notice.ok")
+        assert http.get(api_url(ui_broker, "/api/vhosts/" + vhost)).status_code == 404
         ui.open("/channels")
         ui.click(By.PARTIAL_LINK_TEXT, "(1)")
         ui.wait_for_text("ui-consumer", "main")
