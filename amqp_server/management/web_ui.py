@@ -4,7 +4,7 @@ package at start: a broker on a closed network needs no CDN.
 
 The page is a client of the API (/api/...), nothing more: every figure it shows and every
 change it makes goes through the same routes, authorization and checks as rabbitmqadmin's.
-Only files that exist under ui/ when the broker starts are served (the table below), so no
+Only files that exist under ui/ when the broker starts are served (WebUi keeps their table), so no
 path in a URL can reach another file. Every answer forbids framing (clickjacking) and content
 sniffing; the page's Content-Security-Policy lets it load scripts, styles and data only from
 the broker itself, so an injected `<script>` or a foreign script URL does not run.
