@@ -250,7 +250,7 @@ def test_an_ack_never_vouches_for_an_unchecked_stale_suffix(tmp_path):
 
 
 def test_election_needs_a_majority_of_votes_and_picks_the_most_complete_log():
-    record = GroupRecord(4, "a", "", ("a", "b", "c"), ("a", "b"))
+    record = GroupRecord("/:q", 4, "a", "", ("a", "b", "c"), ("a", "b"))
     assert choose_leader([Vote("b", 4, 10)], record) is None
     assert choose_leader([Vote("b", 4, 10), Vote("c", 4, 12)], record) == "c"
     assert choose_leader([Vote("b", 4, 10), Vote("c", 3, 50)], record) == "b"  # a newer term wins

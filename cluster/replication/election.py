@@ -15,7 +15,8 @@ Keys, under the cluster's prefix (``<q>`` is the queue's id as a `leaf_name`):
     leader), so once a majority has voted the old leader can no longer commit anything.
 
 The winner of an election is the voter whose log is the most up to date (last term, then last
-index; then in-sync members, then the name, to make it deterministic). Because every committed
+index; on a tie the record's leader, which before term 1 is the node that created the group,
+then in-sync members, then the name, to make it deterministic). Because every committed
 entry is on a majority and the winner is chosen from a majority of votes, the winner's log holds
 every committed entry: this is Raft's election restriction with the coordination service
 counting the votes (`choose_leader`).
@@ -24,7 +25,7 @@ counting the votes (`choose_leader`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cluster.coordinator import Coordinator, VersionConflict, leaf_name
@@ -36,6 +37,7 @@ VOTES = "replica-votes"
 
 @dataclass(frozen=True)
 class GroupRecord:
+    queue: str  # the queue's id, as the broker names it
     term: int
     leader: str
     leader_address: str  # host:port of the leader's replication listener
@@ -43,13 +45,14 @@ class GroupRecord:
     in_sync: tuple[str, ...]
 
     def encode(self) -> bytes:
-        return json.dumps({"term": self.term, "leader": self.leader, "leader_address": self.leader_address,
-                           "members": list(self.members), "in_sync": list(self.in_sync)}, sort_keys=True).encode()
+        return json.dumps({"queue": self.queue, "term": self.term, "leader": self.leader,
+                           "leader_address": self.leader_address, "members": list(self.members),
+                           "in_sync": list(self.in_sync)}, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> "GroupRecord":
         fields = json.loads(data)
-        return cls(int(fields["term"]), str(fields["leader"]), str(fields["leader_address"]),
+        return cls(str(fields["queue"]), int(fields["term"]), str(fields["leader"]), str(fields["leader_address"]),
                    tuple(fields["members"]), tuple(fields["in_sync"]))
 
     @property
@@ -75,7 +78,8 @@ def choose_leader(votes: Iterable[Vote], record: GroupRecord) -> str | None:
     ballots = [v for v in votes if v.node in record.members]
     if len(ballots) < record.majority:
         return None
-    best = max(ballots, key=lambda v: (v.last_term, v.last_index, v.node in record.in_sync, v.node))
+    best = max(ballots, key=lambda v: (v.last_term, v.last_index, v.node == record.leader,
+                                       v.node in record.in_sync, v.node))
     return best.node
 
 
@@ -96,13 +100,12 @@ class GroupKeys:
             return None, None
         return GroupRecord.decode(item.value), item.version
 
-    async def create(self, record: GroupRecord) -> bool:
-        """Create the group with its first term; False if it already exists."""
+    async def create(self, record: GroupRecord) -> int | None:
+        """Create the group; its version, or None if it already exists."""
         try:
-            await self._coordinator.compare_and_set(self._group_key, record.encode(), None)
+            return await self._coordinator.compare_and_set(self._group_key, record.encode(), None)
         except VersionConflict:
-            return False
-        return True
+            return None
 
     async def replace(self, record: GroupRecord, version: int) -> int | None:
         """Compare-and-set the record; its new version, or None if it changed meanwhile."""
@@ -130,6 +133,12 @@ class GroupKeys:
     async def release_lease(self) -> None:
         await self._coordinator.delete(self._lease_key)
 
+    async def delete(self) -> None:
+        """Remove the group: its record, lease and votes."""
+        await self._coordinator.delete(self._group_key)
+        await self._coordinator.delete(self._lease_key)
+        await self.forget_votes_below(1 << 62)
+
     async def vote(self, term: int, vote: Vote) -> None:
         value = json.dumps({"last_term": vote.last_term, "last_index": vote.last_index}).encode()
         await self._coordinator.put(f"{self._votes_directory}/{term:020d}.{leaf_name(vote.node)}", value,
@@ -156,13 +165,3 @@ class GroupKeys:
             leaf = item.key.rsplit("/", 1)[-1]
             if leaf[:20].isdigit() and int(leaf[:20]) < term:
                 await self._coordinator.delete(item.key)
-
-
-def group_view(record: GroupRecord | None, lease: Lease | None, live: Mapping[str, object] | None = None) -> dict:
-    """What /api/queues shows of a replicated queue, in RabbitMQ's field names."""
-    if record is None:
-        return {}
-    leader = record.leader if lease is not None and lease.term == record.term else ""
-    online = [m for m in record.members if live is None or m in live]
-    return {"leader": leader, "members": list(record.members), "online": online,
-            "in_sync": list(record.in_sync), "term": record.term}

@@ -145,7 +145,11 @@ class QueueReplica:
         on_role: Callable[[Role], None],
         poll_interval: float = 0.1,
         election_timeout: float = 3.0,
+        create_group: bool = True,
     ) -> None:
+        """``create_group``: create the group in the coordination service if it is not there
+        (the node that declares the queue); a replica started because a group names this node
+        never does, so a deleted group is not brought back."""
         self.queue = queue
         self.node = node
         self.members = tuple(members)
@@ -157,6 +161,7 @@ class QueueReplica:
         self._on_role = on_role
         self._poll = poll_interval
         self._election_timeout = election_timeout
+        self._create_group = create_group
         self.role = Role.FOLLOWER
         self.leader: LeaderReplication | None = None
         self._follower = FollowerReplication(node, queue, log)
@@ -188,6 +193,16 @@ class QueueReplica:
         if was_leader:
             with contextlib.suppress(CoordinationUnavailable):
                 await self._keys.release_lease()
+
+    def attach(self, on_commit: Callable[[int], None], on_role: Callable[[Role], None]) -> None:
+        """Report commits and role changes to a new owner (the broker took over a follower)."""
+        self._on_commit, self._on_role = on_commit, on_role
+        if self.role is Role.LEADER:
+            on_role(Role.LEADER)
+
+    async def delete_group(self) -> None:
+        """The queue is gone: remove its group from the coordination service."""
+        await self._keys.delete()
 
     # ---- the leader's data path ----------------------------------------------------------------
 
@@ -355,8 +370,14 @@ class QueueReplica:
     async def _tick(self) -> None:
         record, version = await self._keys.read()
         if record is None:
-            # Any member may create it (one wins); term 1 is then elected like any other.
-            await self._keys.create(GroupRecord(0, "", "", self.members, ()))
+            if self._create_group:
+                created = GroupRecord(self.queue, 0, self.node, "", self.members, ())
+                version = await self._keys.create(created)
+                if version is not None:
+                    # A new group has no entries to lose: its creator takes term 1 at once
+                    # (the lease still makes it the only one that can).
+                    self.log.promise(1)
+                    await self._claim(created, version, 1)
             return
         self.record = record
         lease = await self._keys.lease()
@@ -389,7 +410,7 @@ class QueueReplica:
             return
         # Compared with the record at every poll, so a lost compare-and-set is retried by the next.
         if set(record.in_sync) != set(leader.in_sync_members()):
-            updated = GroupRecord(record.term, record.leader, record.leader_address, record.members,
+            updated = GroupRecord(record.queue, record.term, record.leader, record.leader_address, record.members,
                                   tuple(leader.in_sync_members()))
             assert version is not None
             await self._keys.replace(updated, version)
@@ -413,7 +434,7 @@ class QueueReplica:
     async def _claim(self, record: GroupRecord, version: int, term: int) -> None:
         if not await self._keys.take_lease(Lease(term, self.node)):
             return
-        claimed = GroupRecord(term, self.node, self._listener.address, record.members, (self.node,))
+        claimed = GroupRecord(record.queue, term, self.node, self._listener.address, record.members, (self.node,))
         if await self._keys.replace(claimed, version) is None:
             await self._keys.release_lease()
             return

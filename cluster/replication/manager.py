@@ -1,0 +1,153 @@
+"""The replicas one node holds, and which nodes a new replicated queue's group gets.
+
+`ReplicaManager` is the node's side of replication, shared by all its queues: one
+`ReplicationListener`, one group committer, one directory per queue replica under
+``<data_dir>/replicas/``. The broker asks it to ``host`` a queue it serves (with the callbacks
+that release its confirms); every group record in the coordination service that names this node
+as a member gets a replica here too (``sync_groups``, run every ``poll_interval``), so a follower
+node needs nothing but the record to start copying a queue. A group whose record is deleted is
+stopped and its directory removed.
+
+`group_members` picks a new group: this node first, then other live nodes, ``size`` in all
+(default 3, or every live node when the cluster is smaller), as RabbitMQ places a quorum queue's
+members for ``x-quorum-initial-group-size``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from cluster.coordinator import CoordinationUnavailable, Coordinator
+from cluster.replication.election import GROUPS, GroupRecord
+from cluster.replication.log import FileReplicaLog
+from cluster.replication.replica import QueueReplica, ReplicationListener, Role
+from persistence.group_commit import GroupCommitter
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP_SIZE = 3
+
+
+def group_members(this_node: str, live_nodes: Iterable[str], size: int | None = None) -> list[str]:
+    """``size`` members (default 3), this node first, then the other live nodes by name; fewer
+    when the cluster is smaller."""
+    wanted = DEFAULT_GROUP_SIZE if size is None else size
+    if wanted < 1:
+        raise ValueError("a group has at least one member")
+    others = sorted(set(live_nodes) - {this_node})
+    return [this_node] + others[:wanted - 1]
+
+
+def _ignore_commit(index: int) -> None:
+    pass
+
+
+def _ignore_role(role: Role) -> None:
+    pass
+
+
+class ReplicaManager:
+    """This node's queue replicas; see the module docstring."""
+
+    def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
+                 poll_interval: float = 1.0, replica_poll_interval: float = 0.1) -> None:
+        self.node = node
+        self._coordinator = coordinator
+        self._directory = Path(data_dir) / "replicas"
+        self._committer = committer
+        self._poll = poll_interval
+        self._replica_poll = replica_poll_interval
+        self.listener = ReplicationListener()
+        self.replicas: dict[str, QueueReplica] = {}
+        self._task: asyncio.Task | None = None
+
+    async def start(self, host: str, port: int = 0) -> str:
+        """Listen for followers and start following the groups that name this node; returns the
+        replication address."""
+        address = await self.listener.start(host, port)
+        self._task = asyncio.get_running_loop().create_task(self._follow_groups())
+        return address
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for replica in list(self.replicas.values()):
+            await replica.stop()
+            replica.log.close()
+        self.replicas.clear()
+        await self.listener.close()
+
+    def host(self, queue: str, members: Iterable[str], on_commit: Callable[[int], None],
+             on_role: Callable[[Role], None]) -> QueueReplica:
+        """The replica of ``queue`` here, started if needed, reporting to these callbacks."""
+        replica = self.replicas.get(queue)
+        if replica is not None:
+            replica.attach(on_commit, on_role)
+            return replica
+        return self._start(queue, list(members), on_commit, on_role, create_group=True)
+
+    def _start(self, queue: str, members: list[str], on_commit: Callable[[int], None],
+               on_role: Callable[[Role], None], *, create_group: bool) -> QueueReplica:
+        replica = QueueReplica(
+            queue=queue, node=self.node, members=members, log=FileReplicaLog(self._replica_directory(queue)),
+            coordinator=self._coordinator, listener=self.listener, committer=self._committer,
+            on_commit=on_commit, on_role=on_role, poll_interval=self._replica_poll, create_group=create_group)
+        self.replicas[queue] = replica
+        replica.start()
+        return replica
+
+    def _replica_directory(self, queue: str) -> Path:
+        return self._directory / hashlib.sha1(queue.encode("utf-8")).hexdigest()
+
+    async def sync_groups(self) -> None:
+        """Start a replica for each group naming this node; stop those whose group is gone."""
+        items, _ = await self._coordinator.list(GROUPS)
+        named: dict[str, GroupRecord] = {}
+        for item in items:
+            try:
+                record = GroupRecord.decode(item.value)
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring an unreadable replica group record at %s", item.key)
+                continue
+            if self.node in record.members:
+                named[record.queue] = record
+        for queue, record in named.items():
+            if queue not in self.replicas:
+                log.info("%s: following replicated queue %s (members %s)", self.node, queue, ",".join(record.members))
+                self._start(queue, list(record.members), _ignore_commit, _ignore_role, create_group=False)
+        for queue in [q for q in self.replicas if q not in named and self.replicas[q].record is not None]:
+            await self._remove(queue)
+            log.info("%s: replicated queue %s was deleted; its replica is removed", self.node, queue)
+
+    async def delete_group(self, queue: str) -> None:
+        """The queue was deleted: remove its group (every other member then drops its replica)
+        and this node's replica."""
+        replica = self.replicas.get(queue)
+        if replica is not None:
+            await replica.stop()
+            await replica.delete_group()
+            await self._remove(queue)
+
+    async def _remove(self, queue: str) -> None:
+        replica = self.replicas.pop(queue)
+        await replica.stop()
+        replica.log.close()
+        shutil.rmtree(self._replica_directory(queue), ignore_errors=True)
+
+    async def _follow_groups(self) -> None:
+        while True:
+            try:
+                await self.sync_groups()
+            except CoordinationUnavailable as error:
+                log.warning("%s: cannot list replica groups: %s", self.node, error)
+            except Exception:
+                log.exception("%s: following replica groups failed a step; retrying", self.node)
+            await asyncio.sleep(self._poll)

@@ -1,0 +1,60 @@
+"""`ReplicaManager`: a group record naming a node is enough for that node to hold a replica of
+the queue, and deleting the group removes every member's copy; `group_members` sizes groups as
+RabbitMQ sizes quorum queues."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cluster.replication.manager import ReplicaManager, group_members
+from cluster.replication.replica import Role
+from persistence.group_commit import GroupCommitter
+from tests.memory_coordinator import MemoryCoordinator, MemoryService
+
+
+def test_group_size_defaults_to_three_or_the_cluster_and_starts_with_this_node():
+    assert group_members("n2", ["n1", "n2", "n3", "n4", "n5"]) == ["n2", "n1", "n3"]
+    assert group_members("n1", ["n1", "n2"]) == ["n1", "n2"]  # a smaller cluster: all of it
+    assert group_members("n1", ["n1", "n2", "n3", "n4", "n5"], size=5) == ["n1", "n2", "n3", "n4", "n5"]
+    assert group_members("n1", ["n1", "n2", "n3"], size=1) == ["n1"]
+    with pytest.raises(ValueError):
+        group_members("n1", ["n1"], size=0)
+
+
+async def wait_for(predicate, timeout=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.01)
+
+
+def test_members_follow_a_group_that_names_them_and_drop_it_when_deleted(tmp_path):
+    async def scenario():
+        service = MemoryService()
+        managers = {n: ReplicaManager(node=n, coordinator=MemoryCoordinator(service), data_dir=tmp_path / n,
+                                      committer=GroupCommitter("always"), poll_interval=0.05,
+                                      replica_poll_interval=0.02) for n in ("a", "b", "c", "d")}
+        for manager in managers.values():
+            await manager.start("127.0.0.1")
+        commits: list[int] = []
+        roles: list[Role] = []
+        members = group_members("a", managers)  # a, b, c: d holds nothing
+        replica = managers["a"].host("/:q", members, commits.append, roles.append)
+        await wait_for(lambda: roles and roles[-1] is Role.LEADER)  # the declaring node leads
+        index = replica.publish(b"first")
+        await wait_for(lambda: commits and commits[-1] >= index)
+        for name in ("b", "c"):
+            await wait_for(lambda: "/:q" in managers[name].replicas
+                           and managers[name].replicas["/:q"].log.durable_index >= index)
+        assert managers["d"].replicas == {}
+        await managers["a"].delete_group("/:q")
+        for name in ("b", "c"):
+            await wait_for(lambda: "/:q" not in managers[name].replicas)
+            assert not any((tmp_path / name / "replicas").iterdir())
+        assert not any(key.startswith(("replicas/", "replica-leases/")) for key in service.keys)
+        for manager in managers.values():
+            await manager.close()
+    asyncio.run(scenario())
