@@ -1,5 +1,5 @@
 """Replicated queue under kill -9: three harness nodes (tests/replication_node.py, the real
-replication core) on a real etcd; publishers with confirms and a consumer acking run while the
+replication core) on a real etcd (and, with fewer kills, ZooKeeper); publishers with confirms and a consumer acking run while the
 test kills the leader, then a follower, then the leader again, restarting each one. It prints
 the seed and "confirmed lost: N".
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.coordination_services import free_port, start_etcd
+from tests.coordination_services import free_port, start_etcd, start_zookeeper
 
 NODES = ("n1", "n2", "n3")
 IN_FLIGHT = 32
@@ -45,9 +45,17 @@ def etcd():
     service.stop()
 
 
+@pytest.fixture(scope="module")
+def zookeeper():
+    directory = Path(tempfile.mkdtemp(prefix="repl-zookeeper-"))
+    service = start_zookeeper(directory)
+    yield service
+    service.stop()
+
+
 class Cluster:
-    def __init__(self, etcd, directory: Path, broken: bool) -> None:
-        self.url = etcd.url(f"repl-{uuid.uuid4().hex[:8]}")
+    def __init__(self, service, directory: Path, broken: bool) -> None:
+        self.url = service.url(f"repl-{uuid.uuid4().hex[:8]}")
         self.directory = directory
         self.broken = broken
         self.ports = {n: free_port() for n in NODES}
@@ -299,11 +307,11 @@ def order_violations(ledger: Ledger) -> list[str]:
     return problems
 
 
-def _run(etcd, broken: bool, leader_kills: int) -> tuple[int, Ledger]:
+def _run(service, broken: bool, leader_kills: int) -> tuple[int, Ledger]:
     seed = int(os.environ.get("REPLICATION_SEED", random.randrange(1 << 30)))
     print(f"REPLICATION_SEED={seed}", flush=True)
     directory = Path(tempfile.mkdtemp(prefix="repl-fault-"))
-    cluster = Cluster(etcd, directory, broken)
+    cluster = Cluster(service, directory, broken)
     try:
         ledger = asyncio.run(fault_run(cluster, seed, leader_kills))
     finally:
@@ -328,3 +336,12 @@ def test_no_confirmed_message_is_lost_over_leader_kills(etcd):
 def test_the_broken_build_that_confirms_before_replication_loses_messages(etcd):
     lost, _ = _run(etcd, broken=True, leader_kills=int(os.environ.get("REPLICATION_BROKEN_LEADER_KILLS", 5)))
     assert lost > 0
+
+
+@pytest.mark.timeout(300)
+def test_no_confirmed_message_is_lost_with_zookeeper_as_the_coordination_service(zookeeper):
+    lost, ledger = _run(zookeeper, broken=False,
+                        leader_kills=int(os.environ.get("REPLICATION_ZOOKEEPER_LEADER_KILLS", 5)))
+    assert lost == 0
+    assert ledger.violations == []
+    assert order_violations(ledger) == []
