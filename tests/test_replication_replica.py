@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from cluster.replication.log import FileReplicaLog
 from cluster.replication.replica import QueueReplica, ReplicationListener, Role

@@ -78,6 +78,3 @@ def scan_entries(buffer: bytes | bytearray | memoryview, first_index: int | None
         pos = end
     return heads, pos
 
-
-def entry_payload(buffer: bytes | bytearray | memoryview, head: EntryHead) -> memoryview:
-    return memoryview(buffer)[head.start + HEAD_SIZE:head.end]

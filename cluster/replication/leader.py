@@ -170,12 +170,6 @@ class LeaderReplication:
         """Per follower: (connected, acknowledged index, next index to send)."""
         return {n: (f.connected, f.match_index, f.next_index) for n, f in sorted(self._followers.items())}
 
-    def connected_followers(self) -> list[str]:
-        return sorted(n for n, f in self._followers.items() if f.connected)
-
-    def match_index(self, node: str) -> int:
-        return self.log.durable_index if node == self.node else self._followers[node].match_index
-
     # ---- internals -------------------------------------------------------------------------
 
     def _advance_commit(self) -> bool:

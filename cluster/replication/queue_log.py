@@ -22,7 +22,6 @@ from persistence.record_format import (
     RECORD_HEAD,
     MessageRecord,
     MessageState,
-    RecordType,
     StateRecord,
     decode_payload,
     encode_message,
@@ -103,10 +102,6 @@ class QueueState:
         return sorted((seq, self.delivery_count.get(seq, 0) + 1)
                       for seq, held in self.held.items() if held is Held.DELIVERED)
 
-    @property
-    def ready_count(self) -> int:
-        return sum(1 for held in self.held.values() if held is Held.READY)
-
 
 def message_payload(seq: int, published_at_ms: int, exchange: str, routing_key: str,
                     raw_properties: bytes, body: bytes) -> bytes:
@@ -116,6 +111,3 @@ def message_payload(seq: int, published_at_ms: int, exchange: str, routing_key: 
 
 def state_payload(seq: int, state: MessageState, at_ms: int, *, delivery_count: int = 0) -> bytes:
     return encode_state(state, seq, at_ms, delivery_count=delivery_count)
-
-
-__all__ = ["Held", "QueueState", "RecordType", "message_payload", "state_payload"]
