@@ -74,6 +74,9 @@ class ClusterNode:
         links = ClusterLinks(secret, lambda: {
             node.name: node.amqp_address for node in membership.live_nodes() if node.name != me.name
         })
+        # A node whose session expired (even one hung with its sockets open) is given up on:
+        # what waited on its links is nacked or cancelled rather than left waiting.
+        membership.on_node_left(links.node_left)
         broker.joined_cluster(membership, links)
         broker.reply_registry.forward_elsewhere(me.name, links.forward_reply)
         definitions = SharedDefinitions(coordinator, broker, me.name,

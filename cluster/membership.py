@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from cluster.coordinator import (
@@ -54,6 +55,21 @@ class Membership:
         self._live: dict[str, NodeRecord] = {}
         self._mirror: asyncio.Task | None = None
         self._key = f"{NODES}/{leaf_name(me.name)}"
+        self._left_listeners: list[Callable[[str], None]] = []
+
+    def on_node_left(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(name)` whenever another node leaves the live list (stopped, or its
+        session expired: killed, hung or cut off)."""
+        self._left_listeners.append(listener)
+
+    def _left(self, node: NodeRecord) -> None:
+        if node.name == self.me.name:
+            return
+        for listener in self._left_listeners:
+            try:
+                listener(node.name)
+            except Exception:  # one listener must not stop the membership watch
+                log.exception("a node-left listener failed for %s", node.name)
 
     def live_nodes(self) -> list[NodeRecord]:
         """Every live node, this one included, by name."""
@@ -77,9 +93,13 @@ class Membership:
 
     async def _load(self) -> int:
         items, revision = await self._coordinator.list(NODES)
+        before = self._live
         self._live = {}
         for item in items:
             self._add(item.key, item.value)
+        for key, node in before.items():
+            if key not in self._live:
+                self._left(node)
         return revision
 
     def _add(self, key: str, value: bytes) -> None:
@@ -100,7 +120,9 @@ class Membership:
                     if event.kind is EventKind.PUT:
                         self._add(event.key, event.value)
                     else:
-                        self._live.pop(event.key, None)
+                        gone = self._live.pop(event.key, None)
+                        if gone is not None:
+                            self._left(gone)
                         if event.key == self._key:
                             await self._register_again()
             except HistoryLost:

@@ -6,6 +6,9 @@ reachable from every node. Prints the confirmed messages lost (0 for queues of s
 
 from __future__ import annotations
 
+import signal
+import time
+
 import kombu
 import pika
 import pytest
@@ -134,3 +137,39 @@ def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path
         peek.close()
         kept = _drain(c, "victim")
         assert sorted(kept) == sorted(f"kept {n}".encode() for n in range(10))
+
+
+def test_a_hung_node_is_given_up_on_once_its_session_expires(tmp_path):
+    """A node that stops answering without closing its sockets (SIGSTOP: a hung process, a
+    machine cut off) is dropped from membership when its session expires; the other nodes then
+    nack what they forwarded to it and cancel their consumers of its queues, instead of waiting
+    for it forever."""
+    with three_nodes(tmp_path) as nodes:
+        a, b = nodes["a"], nodes["b"]
+        setup = pika.BlockingConnection(_parameters(b))
+        setup.channel().queue_declare("on-hung-node", durable=True)  # owned by b
+        setup.close()
+        queue_known_everywhere(nodes, "on-hung-node")
+        on_a = pika.BlockingConnection(_parameters(a))
+        publishing = on_a.channel()
+        publishing.confirm_delivery()
+        publishing.basic_publish("", "on-hung-node", b"before", PERSISTENT)  # confirmed by b
+        consuming = on_a.channel()
+        cancelled = []
+        consuming.add_on_cancel_callback(cancelled.append)
+        consuming.basic_consume("on-hung-node", lambda *delivery: None)
+        on_a.process_data_events(0.5)
+
+        b.broker.process.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(pika.exceptions.NackError):
+                publishing.basic_publish("", "on-hung-node", b"during", PERSISTENT)
+            took = time.monotonic() - started
+            print(f"the publish to the hung node's queue was nacked after {took:.1f} s")
+            assert took < SESSION_TTL + 5
+            wait_until(lambda: on_a.process_data_events(0.1) or bool(cancelled),
+                       "the consumer of the hung node's queue is cancelled")
+        finally:
+            b.broker.process.send_signal(signal.SIGCONT)
+        on_a.close()
