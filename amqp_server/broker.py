@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 # The definitions save_definitions compares (the topology, policies and limits are recorded
 # change by change).
 ACCESS_KINDS = ("users", "vhosts", "permissions")
+# Durable settings a cluster shares as they change (the topology is shared by _topology_changed).
+SHARED_SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits")
 USER_LIMITS_KIND = "user_limits"
 
 
@@ -414,10 +416,12 @@ class Broker:
             self.store.put(kind, entry)
         else:
             self.store.remove(kind, entry)
+        if self._shared is not None and kind in SHARED_SETTINGS:  # the topology comes by _topology_changed
+            self._shared.changed(kind, entry, present)
 
     def _topology_changed(self, kind: str, entry: dict[str, Any], present: bool) -> None:
         if self._shared is not None and not self._restoring:
-            self._shared.topology_changed(kind, entry, present)
+            self._shared.changed(kind, entry, present)
 
     @property
     def definitions_failure(self) -> str:

@@ -1,7 +1,7 @@
 """Applying the cluster's shared definitions to this node (cluster_definitions.py says when).
 
-`LocalDefinitions.apply(key, value)` makes this node's user, vhost, permission, exchange, queue or
-binding at `key` what the coordination service holds there, through the broker's own methods (so
+`LocalDefinitions.apply(key, value)` makes this node's user, vhost, permission, policy, limit,
+exchange, queue or binding at `key` what the coordination service holds there, through the broker's own methods (so
 this node's definitions store records it as any change). A queue whose home is this node is a
 real queue (its messages, if any, recovered from this node's disk) and this node takes its
 ownership; a queue of another node is a stand-in built by the remote-queue factory. What needs an
@@ -20,6 +20,8 @@ from amqp_server.cluster_definition_keys import KIND_OF_DIRECTORY, SharedValue, 
 from amqp_server.cluster_mirror import ServiceMirror
 from amqp_server.definitions_export import exchange_definition, queue_definition
 from amqp_server.errors import AMQPError
+from amqp_server.policies import parse_policy
+from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, check_limits
 from queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -169,6 +171,48 @@ class LocalDefinitions:
         self._broker.access.clear_permissions(entry["user"], entry["vhost"])
         self._broker.save_definitions()
 
+    # policies and limits
+
+    def _apply_policy(self, key: str, value: SharedValue) -> bool:
+        entry = value.entry
+        vhost = self._broker.vhosts.get(entry["vhost"])
+        if vhost is None:
+            return self._park(key, value)
+        operator = value.kind == "operator_policies"
+        vhost.set_policy(parse_policy(entry["vhost"], entry["name"], entry, operator), operator)
+        return True
+
+    def _remove_policy(self, entry: dict[str, Any], operator: bool = False) -> None:
+        vhost = self._broker.vhosts.get(entry["vhost"])
+        if vhost is not None:
+            vhost.clear_policy(entry["name"], operator)
+
+    def _remove_operator_policy(self, entry: dict[str, Any]) -> None:
+        self._remove_policy(entry, operator=True)
+
+    def _apply_vhost_limits(self, key: str, value: SharedValue) -> bool:
+        vhost = self._broker.vhosts.get(value.entry["vhost"])
+        if vhost is None:
+            return self._park(key, value)
+        vhost.set_limits(check_limits(value.entry["value"], VHOST_LIMITS, "vhost limits"))
+        return True
+
+    def _remove_vhost_limits(self, entry: dict[str, Any]) -> None:
+        vhost = self._broker.vhosts.get(entry["vhost"])
+        if vhost is not None:
+            vhost.set_limits({})
+
+    def _apply_user_limits(self, key: str, value: SharedValue) -> bool:
+        user = value.entry["user"]
+        if self._broker.access.user(user) is None:
+            return self._park(key, value)
+        self._broker.set_user_limits(user, check_limits(value.entry["value"], USER_LIMITS, "user limits"))
+        return True
+
+    def _remove_user_limits(self, entry: dict[str, Any]) -> None:
+        if self._broker.access.user(entry["user"]) is not None:
+            self._broker.set_user_limits(entry["user"], {})
+
     # exchanges
 
     def _apply_exchange(self, key: str, value: SharedValue) -> bool:
@@ -294,6 +338,10 @@ _APPLIERS: dict[str, Callable[[LocalDefinitions, str, SharedValue], bool]] = {
     "users": LocalDefinitions._apply_user,
     "vhosts": LocalDefinitions._apply_vhost,
     "permissions": LocalDefinitions._apply_permission,
+    "policies": LocalDefinitions._apply_policy,
+    "operator_policies": LocalDefinitions._apply_policy,
+    "vhost_limits": LocalDefinitions._apply_vhost_limits,
+    "user_limits": LocalDefinitions._apply_user_limits,
     "exchanges": LocalDefinitions._apply_exchange,
     "queues": LocalDefinitions._apply_queue,
     "bindings": LocalDefinitions._apply_binding,
@@ -302,6 +350,10 @@ _REMOVERS: dict[str, Callable[[LocalDefinitions, dict[str, Any]], None]] = {
     "users": LocalDefinitions._remove_user,
     "vhosts": LocalDefinitions._remove_vhost,
     "permissions": LocalDefinitions._remove_permission,
+    "policies": LocalDefinitions._remove_policy,
+    "operator_policies": LocalDefinitions._remove_operator_policy,
+    "vhost_limits": LocalDefinitions._remove_vhost_limits,
+    "user_limits": LocalDefinitions._remove_user_limits,
     "exchanges": LocalDefinitions._remove_exchange,
     "queues": LocalDefinitions._remove_queue,
     "bindings": LocalDefinitions._remove_binding,

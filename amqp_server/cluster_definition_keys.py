@@ -9,6 +9,9 @@ One key per object, in one directory per kind, under the cluster's prefix:
     definitions/queues/<vhost>,<queue>             + "home": the owner node, "exclusive": bool
     definitions/bindings/<sha256 of the binding>   one key per binding, so 10,000 bindings on
                                                    one exchange are 10,000 small values
+    definitions/policies/<vhost>,<policy>          (and operator_policies/ the same way)
+    definitions/vhost_limits/<vhost>
+    definitions/user_limits/<user>
     queue-owners/<vhost>,<queue>                   {"node": owner}: ephemeral, in the owner's session
 
 Names are made safe key segments by `leaf_name` (percent-encoding, so "," never appears inside
@@ -30,7 +33,10 @@ from persistence.definitions_codec import ENTITIES, decode_value, encode_value, 
 DEFINITIONS = "definitions"
 OWNERS = "queue-owners"
 # In the order a node applies a listing: what an object needs exists before it.
-KINDS = ("users", "vhosts", "permissions", "exchanges", "queues", "bindings")
+KINDS = ("users", "vhosts", "permissions", "policies", "operator_policies", "exchanges", "queues", "bindings",
+         "vhost_limits", "user_limits")
+# Set by the management API and ctl, applied to what exists (policies.py, resource_limits.py).
+SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits")
 DIRECTORIES = {kind: f"{DEFINITIONS}/{kind}" for kind in KINDS}
 KIND_OF_DIRECTORY = {directory: kind for kind, directory in DIRECTORIES.items()}
 WITH_ARGUMENTS = ("exchanges", "queues", "bindings")
@@ -49,6 +55,10 @@ def entry_key(kind: str, entry: dict[str, Any]) -> str:
         return f"{directory}/{leaf_name(entry['name'])}"
     if kind == "permissions":
         return f"{directory}/{leaf_name(entry['vhost'])},{leaf_name(entry['user'])}"
+    if kind == "vhost_limits":
+        return f"{directory}/{leaf_name(entry['vhost'])}"
+    if kind == "user_limits":
+        return f"{directory}/{leaf_name(entry['user'])}"
     if kind == "bindings":
         identity = _text([entry["vhost"], entry["source"], entry["destination_type"], entry["destination"],
                           entry["routing_key"], encode_value(entry.get("arguments") or {})])

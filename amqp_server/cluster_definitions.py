@@ -50,6 +50,7 @@ from amqp_server.cluster_definition_keys import (
     KINDS,
     OWNERS,
     SEEDED_MARKER,
+    SETTINGS,
     SharedValue,
     decode_owner,
     encode_owner,
@@ -193,7 +194,7 @@ class SharedDefinitions:
         topology of its own definitions store (a single node becoming a cluster keeps it)."""
         stored = self._broker.store.load()
         documents = self._broker.access_definitions()
-        for kind in ("exchanges", "queues", "bindings"):
+        for kind in ("exchanges", "queues", "bindings", *SETTINGS):
             documents[kind] = stored.get(kind, [])
         for kind in KINDS:
             for entry in documents.get(kind, []):
@@ -244,8 +245,8 @@ class SharedDefinitions:
         """Writes issued so far; compare before and after a method."""
         return self._seq
 
-    def topology_changed(self, kind: str, entry: dict[str, Any], present: bool) -> None:
-        """A local exchange, queue or binding was created (`present`) or removed."""
+    def changed(self, kind: str, entry: dict[str, Any], present: bool) -> None:
+        """A local exchange, queue, binding, policy or limit was set (`present`) or removed."""
         if self._local.applying:
             return
         key = entry_key(kind, entry)
@@ -289,6 +290,10 @@ class SharedDefinitions:
                 for other, value in self._service.items():
                     if value.entry.get("vhost") == entry["name"] and other != key:
                         self._issue(other, None)
+            elif kind == "users":  # and a user's limits with the user
+                limits = entry_key("user_limits", {"user": entry["name"]})
+                if limits in self._service:
+                    self._issue(limits, None)
 
     def _forget_bindings_of(self, end: BindingEnd) -> None:
         for key in self._service.bindings_of(end):

@@ -15,6 +15,7 @@ import signal
 import socket
 import ssl
 import time
+from pathlib import Path
 
 from amqp_server.alarms import ResourceMonitor
 from amqp_server.broker import Broker
@@ -344,13 +345,11 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives); returns the exit code."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
-    if config.definitions_file is not None:
-        try:
-            load_definitions_file(broker, config.definitions_file)
-        except DefinitionsFileRefused as error:
-            log.error("%s", error)
-            await broker.close()
-            return EXIT_DEFINITIONS_REFUSED
+    # A cluster node imports the file into the cluster's definitions, once it has joined.
+    boot_definitions = config.definitions_file if not config.cluster.url else None
+    if boot_definitions is not None and not _imported(broker, boot_definitions):
+        await broker.close()
+        return EXIT_DEFINITIONS_REFUSED
     # Everything recovered at startup lives long: keep it out of the garbage collector's scans,
     # so a full collection does not pause every connection for the size of the recovered state.
     gc.freeze()
@@ -375,6 +374,12 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
             await server.stop()
             await broker.close()
             return EXIT_CLUSTER_JOIN_FAILED
+        if config.definitions_file is not None and not await _imported_into_cluster(broker, config.definitions_file):
+            await stop_http_services(http_services)
+            await server.stop()
+            await cluster_node.leave()
+            await broker.close()
+            return EXIT_DEFINITIONS_REFUSED
     await server.start()
     # Memory and disk alarms, checked about once a second.
     monitor = asyncio.create_task(ResourceMonitor(broker).run())
@@ -401,6 +406,28 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
         await cluster_node.leave()
     await broker.close()
     return 0
+
+
+def _imported(broker: Broker, path: Path) -> bool:
+    """Import the definitions file given at startup; False (logged) if it was refused."""
+    try:
+        load_definitions_file(broker, path)
+    except DefinitionsFileRefused as error:
+        log.error("%s", error)
+        return False
+    return True
+
+
+async def _imported_into_cluster(broker: Broker, path: Path) -> bool:
+    """The same in a cluster: what the file adds is shared, committed before clients come."""
+    if not _imported(broker, path):
+        return False
+    try:
+        await broker.definitions_durable()
+    except Exception as error:  # the coordination service refused or could not be reached
+        log.error("definitions file %s could not be shared with the cluster: %s", path, error)
+        return False
+    return True
 
 
 def reload_certificates(tls: TlsListenerContext | None) -> None:

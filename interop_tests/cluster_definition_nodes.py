@@ -45,10 +45,11 @@ class ClusterNode:
             connection_attempts=1, blocked_connection_timeout=30))
 
 
-def start_node(directory: Path, url: str, name: str, config: str = NODE_CONFIG) -> ClusterNode:
+def start_node(directory: Path, url: str, name: str, config: str = NODE_CONFIG,
+               extra_args: tuple[str, ...] = ()) -> ClusterNode:
     port = free_port()
     broker = launch(directory / name, config, extra_args=(
-        "--management-port", str(port), "--cluster", url, "--node-name", name))
+        "--management-port", str(port), "--cluster", url, "--node-name", name, *extra_args))
     return ClusterNode(name, broker, port)
 
 

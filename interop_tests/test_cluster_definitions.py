@@ -7,6 +7,7 @@ existing queues keep working."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import uuid
 
@@ -176,6 +177,53 @@ def test_users_and_permissions_made_on_one_node_log_in_on_another(nodes, cluster
 
     assert gamma.api_write("DELETE", "users/carol").status_code == 204
     wait_until(lambda: not _can_log_in(alpha, "carol", "s3cret-pw"), "carol is refused on alpha")
+
+
+def test_policies_and_limits_set_on_one_node_apply_on_another(nodes):
+    alpha, beta = nodes("alpha", "beta")
+    assert alpha.api_write("PUT", "policies/%2F/short-lived", {
+        "pattern": "^short\\.", "apply-to": "queues", "definition": {"message-ttl": 60000}}).status_code == 201
+    assert alpha.api_write("PUT", "vhost-limits/%2F/max-queues", {"value": 2}).status_code == 204
+    wait_until(lambda: [p["name"] for p in beta.api("policies")] == ["short-lived"], "beta has the policy")
+    wait_until(lambda: beta.api("vhost-limits") == [{"vhost": "/", "value": {"max-queues": 2}}],
+               "beta has the vhost limit")
+
+    with beta.connect() as connection:  # the policy applies to a queue declared on beta
+        connection.channel().queue_declare("short.one")
+    listed = {q["name"]: q for q in beta.api("queues")}["short.one"]
+    assert listed["policy"] == "short-lived"
+    with alpha.connect() as connection:
+        connection.channel().queue_declare("other")
+    wait_until(lambda: beta.queue_names() == {"short.one", "other"}, "beta counts alpha's queue")
+    with beta.connect() as connection:  # the limit counts the cluster's queues, as RabbitMQ's does
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            connection.channel().queue_declare("third")
+    assert (refused.value.reply_code, refused.value.reply_text) == (
+        406, "PRECONDITION_FAILED - cannot declare queue 'third': queue limit in vhost '/' (2) is reached")
+
+    assert beta.api_write("DELETE", "policies/%2F/short-lived").status_code == 204
+    wait_until(lambda: alpha.api("policies") == [], "alpha lost the policy deleted on beta")
+
+
+def test_a_definitions_file_given_to_a_joining_node_is_imported_into_the_cluster(cluster_url, tmp_path):
+    document = {
+        "queues": [{"name": "from-file", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}],
+        "policies": [{"vhost": "/", "name": "filed", "pattern": "^from-file$", "apply-to": "queues",
+                      "definition": {"max-length": 10}, "priority": 0}],
+    }
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps(document))
+    beta = start_node(tmp_path, cluster_url, "beta")  # the cluster exists before alpha joins it
+    alpha = None
+    try:
+        alpha = start_node(tmp_path, cluster_url, "alpha", extra_args=("--definitions", str(path)))
+        assert "from-file" in alpha.queue_names()
+        wait_until(lambda: "from-file" in beta.queue_names(), "beta lists the queue from alpha's file")
+        assert [p["name"] for p in beta.api("policies")] == ["filed"]
+    finally:
+        for node in (alpha, beta):
+            if node is not None:
+                node.broker.kill()
 
 
 def test_a_node_that_was_down_catches_up_when_it_returns(nodes):
