@@ -111,6 +111,10 @@ class Queue:
         self.single_active: ActiveConsumer | None = None
         if settings.single_active_consumer:
             self.single_active = ActiveConsumer()
+        # What dispatch asks for the next consumer with room (next_with_room()): the single
+        # active consumer's order, or the rotation. An object, not a stored bound method (one
+        # object more per queue for the garbage collector).
+        self._picker: ConsumerRotation | ActiveConsumer = self.single_active or self._rotation
         # The parts below refer back to the queue; each is made when first needed (most queues
         # never need them: fewer objects for each full garbage collection to scan), and dropped
         # on delete, so a deleted queue holds no reference cycle and reference counting frees it.
@@ -291,6 +295,8 @@ class Queue:
     def add_consumer(self, consumer: Consumer) -> None:
         if self._rotation is NO_CONSUMERS:
             self._rotation = ConsumerRotation()
+            if self.single_active is None:
+                self._picker = self._rotation
         self._rotation.add(consumer)
         self._consumer_count += 1
         if self.single_active is not None:
@@ -323,14 +329,13 @@ class Queue:
         try:
             ready = self.ready
             stats = self.stats
-            single_active = self.single_active
-            next_consumer = self._rotation.next_with_room if single_active is None else single_active.next_with_room
+            picker = self._picker
             if self.may_hold_expired():
                 now = self.timers.now() if now is None else now
             else:
                 now = 0.0
             while ready:
-                consumer = next_consumer()
+                consumer = picker.next_with_room()
                 if consumer is None:
                     return
                 entry = pop_unexpired(self, now) if now else ready.pop()
