@@ -180,3 +180,23 @@ def test_declare_list_and_delete_a_policy_and_an_operator_policy(admin, unique):
     channel.basic_publish("", queue, b"m3")
     assert channel.queue_declare(queue, passive=True).method.message_count == 2
     connection.close()
+
+
+def test_declare_list_and_delete_a_vhost_limit(admin, unique):
+    run, broker = admin
+    vhost = unique("admin-lim")
+    run("declare", "vhost", f"name={vhost}")
+    run("declare", "vhost_limit", f"vhost={vhost}", "name=max-queues", "value=1")
+    assert [v for v in listing(run, "vhost_limits") if v["vhost"] == vhost] == [
+        {"vhost": vhost, "value": {"max-queues": 1}}]
+    run("declare", "permission", f"vhost={vhost}", "user=guest", "configure=.*", "write=.*", "read=.*")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url(vhost=vhost)))
+    channel = connection.channel()
+    channel.queue_declare("first")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.queue_declare("second")
+    assert refused.value.reply_code == 406
+    connection.close()
+    run("delete", "vhost_limit", f"vhost={vhost}", "name=max-queues")
+    assert not [v for v in listing(run, "vhost_limits") if v["vhost"] == vhost]
+    run("delete", "vhost", f"name={vhost}")

@@ -203,3 +203,20 @@ def test_the_export_carries_policies_operator_policies_and_limits(api, broker):
         client.close()
     assert fresh.definitions()["policies"] == broker.definitions()["policies"]
     assert fresh.vhosts["tenant"].operator_policies.get("cap").definition == {"max-length": 100}
+
+
+def test_a_vhost_import_brings_its_policies_operator_policies_and_limits(api, broker):
+    document = {
+        "policies": [{"name": "ttl", "pattern": "^w", "apply-to": "queues", "definition": {"message-ttl": 10},
+                      "priority": 0}],
+        "parameters": [{"value": {"max-queues": 5}, "component": "vhost-limits", "name": "limits"},
+                       {"value": {"pattern": ".*", "definition": [["max-length", 7]], "priority": 0,
+                                  "apply-to": "all"}, "component": "operator_policy", "name": "cap"}],
+        "queues": [{"name": "work", "durable": True, "auto_delete": False, "arguments": {}}],
+    }
+    assert api.request("POST", "/api/definitions/other", document).status == 204
+    other = broker.vhosts["other"]
+    assert (other.queues["work"].settings.message_ttl_ms, other.queues["work"].settings.max_length) == (10, 7)
+    assert other.limits.as_value() == {"max-queues": 5}
+    exported = api.get("/api/definitions/other")
+    assert [p["name"] for p in exported["policies"]] == ["ttl"] and "vhost" not in exported["policies"][0]

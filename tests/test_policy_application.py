@@ -9,6 +9,7 @@ from amqp_server.vhost import VirtualHost
 from queues.delayed_retry import FAILED
 from queues.message import Message
 from queues.timers import Timers
+from tests.test_lifecycle_dedup_and_defaults import message as with_properties
 from tests.test_queue_expires import Clock
 
 
@@ -160,3 +161,31 @@ def test_a_policy_minimum_above_the_queues_own_maximum_is_left_out():
     queue, _ = vhost.declare_queue("q", connection=None, arguments={"x-delayed-retry-max": 2000})
     vhost.set_policy(policy("p", {"delayed-retry-min": 5000, "max-length": 3}))
     assert (queue.settings.retry_min_ms, queue.settings.retry_max_ms, queue.settings.max_length) == (1000, 2000, 3)
+
+
+def test_deduplication_and_consumer_timeout_come_and_go_with_a_policy():
+    vhost, _timers, clock = setup()
+    queue, _ = vhost.declare_queue("q", connection=None)
+    vhost.set_policy(policy("dedup", {"message-deduplication": True, "consumer-timeout": 5000}))
+    assert queue.settings.consumer_timeout_ms == 5000
+    first, again = with_properties(b"a", message_id="id-1"), with_properties(b"a", message_id="id-1")
+    queue.publish(first)
+    queue.publish(again)
+    assert len(queue.ready) == 1, "the second copy was a duplicate"
+    vhost.clear_policy("dedup")
+    queue.publish(again)
+    assert len(queue.ready) == 2 and queue.settings.consumer_timeout_ms is None
+
+
+def test_a_policys_archive_switches_the_queues_segment_archive(tmp_path):
+    from amqp_server.broker import Broker
+    from amqp_server.config import ServerConfig
+
+    broker = Broker(ServerConfig(), message_dir=tmp_path)
+    vhost = broker.vhosts["/"]
+    queue, _ = vhost.declare_queue("kept", connection=None, durable=True)
+    assert not queue.journal.store.archive
+    vhost.set_policy(policy("archive", {"archive": True}))
+    assert queue.journal.store.archive
+    vhost.clear_policy("archive")
+    assert not queue.journal.store.archive
