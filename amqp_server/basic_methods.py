@@ -81,6 +81,8 @@ def basic_qos(channel: "Channel", method: commands.Basic.Qos) -> None:
         # running ones too is what Celery's dynamic prefetch needs (rabbitmq-server#11948).
         for consumer in channel.consumers.values():
             consumer.prefetch_count = method.prefetch_count
+            if consumer.queue.is_remote:
+                consumer.queue.prefetch_changed(consumer)  # its owner node's limit too
     reply(channel, commands.Basic.QosOk())
     channel.dispatch_all()
 

@@ -488,6 +488,11 @@ class MirrorChannel:
         self._send(commands.Basic.Consume(queue=queue, consumer_tag=tag, no_ack=no_ack, exclusive=exclusive,
                                           arguments=arguments), commands.Basic.ConsumeOk, on_reply)
 
+    def qos(self, prefetch_count: int) -> None:
+        """A new prefetch for the channel's consumer (the owner applies it to running ones)."""
+        if self.state is MirrorState.OPEN:
+            self._send(commands.Basic.Qos(prefetch_count=prefetch_count), commands.Basic.QosOk, None)
+
     def cancel(self, tag: str, on_reply: Callable[[Any], None]) -> None:
         self._send(commands.Basic.Cancel(consumer_tag=tag), commands.Basic.CancelOk, on_reply)
 

@@ -206,6 +206,12 @@ class RemoteQueue(Queue):
             error.class_id, error.method_id = 60, 20
             channel.connection.fail_channel(channel, error)
 
+    def prefetch_changed(self, consumer: Consumer) -> None:
+        """A basic.qos changed the running consumer's prefetch: the owner applies it too."""
+        remote = self._remote_consumers.get(consumer)
+        if remote is not None and not consumer.no_ack and consumer.prefetch_count:
+            remote.mirror.qos(consumer.prefetch_count)
+
     def add_consumer(self, consumer: Consumer) -> None:
         raise NotImplementedError("a remote queue's consumers come through subscribe()")
 
@@ -358,6 +364,22 @@ class RemoteQueue(Queue):
             channel.replies.fill(held, [codec.queue_declare_ok_frame(
                 channel.id, self.name, reply.message_count, reply.consumer_count)])
         self._close_if_done(fetcher)
+
+    def counts_for(self, channel: "Channel", held: Any, then: Any) -> None:
+        """Ask the owner for the queue's message and consumer counts and call `then(messages,
+        consumers)`; the owner's refusal closes the channel instead (`held`, the reply's place,
+        is withdrawn)."""
+        fetcher = self._fetch_channel()
+
+        def counted(reply: Any) -> None:
+            if isinstance(reply, QueueUnavailable):
+                self._refused(channel, held, reply, 50, 40)
+                return
+            self._close_if_done(fetcher)
+            if channel.is_open:
+                then(reply.message_count, reply.consumer_count)
+
+        fetcher.declare_passive(self.name, counted)
 
     def _refused(self, channel: "Channel", held: Any, reply: QueueUnavailable, class_id: int, method_id: int) -> None:
         self._fetcher = None

@@ -26,6 +26,7 @@ from exchanges.registry import EXCHANGE_TYPES
 from queues.arguments import amqp_type_name
 
 if TYPE_CHECKING:
+    from queues.queue import Queue
     from amqp_server.broker import Broker
     from amqp_server.channel import Channel
     from amqp_server.ordered_replies import WaitForDisk
@@ -230,24 +231,58 @@ def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
     name = queue_name_or_last(channel, method.queue)
     connection.check_permission("configure", "queue", name)
     queue = vhost.queues.get(name)
-    count = 0
-    if queue is not None:
+    if queue is not None and queue.is_remote:
         vhost.queue(name, connection)  # 405 if another connection owns it
-        if method.if_unused and queue.consumer_count:
-            raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} in use")
-        if method.if_empty and queue.message_count:
-            raise AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} not empty")
-        count = queue.message_count
+        queue.check_available()
+        # if-unused, if-empty and delete-ok's count are the owner's: ask it first.
+        held = channel.replies.hold(b"")
+        queue.counts_for(channel, held, lambda messages, consumers: _delete_counted(
+            channel, method, queue, held, messages, consumers))
+        return
+    _delete_counted(channel, method, queue, None, queue.message_count if queue is not None else 0,
+                    queue.consumer_count if queue is not None else 0)
+
+
+def _delete_counted(channel: "Channel", method: commands.Queue.Delete, queue: "Queue | None", place: Any,
+                    messages: int, consumers: int) -> None:
+    """queue.delete once the queue's message and consumer counts are known; `place` is the
+    reply's place when it was held while they were asked for (a queue of another node)."""
+    connection = channel.connection
+    changes_before = connection.broker.definition_changes
+    vhost = channel.vhost
+    name = queue.name if queue is not None else queue_name_or_last(channel, method.queue)
+    if queue is not None:
+        if place is None:
+            vhost.queue(name, connection)  # 405 if another connection owns it
+        refusal = None
+        if method.if_unused and consumers:
+            refusal = AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} in use")
+        elif method.if_empty and messages:
+            refusal = AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} not empty")
+        if refusal is not None:
+            if place is None:
+                raise refusal
+            channel.replies.withdraw(place)
+            refusal.class_id, refusal.method_id = 50, 40
+            connection.fail_channel(channel, refusal)
+            return
+    count = messages
     # RabbitMQ answers delete-ok before its consumers hear basic.cancel. A stored queue's
     # delete-ok waits for the deletion to be on disk: its place is held first, so this
     # channel's basic.cancel still comes after it.
     stored = queue is not None and is_stored_queue(queue)
-    held = None
-    if not method.nowait:
-        if stored:
-            held = channel.replies.hold(codec.method_frame(channel.id, commands.Queue.DeleteOk(message_count=count)))
-        else:
-            reply(channel, commands.Queue.DeleteOk(message_count=count))
+    held = place
+    delete_ok = codec.method_frame(channel.id, commands.Queue.DeleteOk(message_count=count))
+    if method.nowait:
+        if place is not None:
+            channel.replies.withdraw(place)
+        held = None
+    elif held is not None:
+        channel.replies.fill_later(held, delete_ok)
+    elif stored:
+        held = channel.replies.hold(delete_ok)
+    else:
+        reply(channel, commands.Queue.DeleteOk(message_count=count))
     if queue is not None:
         vhost.delete_queue(queue)
     if held is not None:

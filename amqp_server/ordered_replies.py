@@ -109,6 +109,10 @@ class OrderedReplies:
         entry.frame = b"".join(frames)
         self._done(entry, None)
 
+    def fill_later(self, entry: _Held, frame: bytes) -> None:
+        """Give a held reply its frame now and send it later (release), in order."""
+        entry.frame = frame
+
     def withdraw(self, entry: _Held) -> None:
         """A held reply will not be sent after all (its request failed): what waited behind
         it goes out."""

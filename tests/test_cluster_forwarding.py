@@ -167,6 +167,27 @@ def test_a_consumer_on_b_keeps_its_prefetch_and_its_acks_reach_the_owner(tmp_pat
     run(tmp_path, scenario)
 
 
+def test_a_new_prefetch_reaches_the_owner_for_a_running_consumer(tmp_path):
+    async def scenario(pair: Pair) -> None:
+        on_a = await channel_on(pair.a.url)
+        await on_a.declare_queue("celery", durable=True)
+        for number in range(3):
+            await on_a.default_exchange.publish(aio_pika.Message(str(number).encode()), "celery")
+        pair.stand_in("celery")
+        on_b = await channel_on(pair.b.url, confirms=False)
+        await on_b.set_qos(prefetch_count=1)
+        received: asyncio.Queue = asyncio.Queue()
+        queue = await on_b.get_queue("celery", ensure=False)
+        await queue.consume(received.put_nowait)
+        assert (await next_message(queue, received)).body == b"0"
+        await asyncio.sleep(0.2)
+        assert received.empty()
+        await on_b.set_qos(prefetch_count=3)  # Celery raises it while consuming; nothing acked
+        assert [(await next_message(queue, received)).body for _ in range(2)] == [b"1", b"2"]
+
+    run(tmp_path, scenario)
+
+
 def test_reject_with_requeue_on_b_redelivers_and_without_dead_letters_on_the_owner(tmp_path):
     async def scenario(pair: Pair) -> None:
         on_a = await channel_on(pair.a.url)
@@ -348,6 +369,25 @@ def test_direct_reply_to_reaches_a_requester_on_another_node(tmp_path):
         await server.default_exchange.publish(aio_pika.Message(b"pong", correlation_id="1"), request.reply_to)
         reply = await asyncio.wait_for(replies.get(), 5)
         assert (reply.body, reply.correlation_id) == (b"pong", "1")
+
+    run(tmp_path, scenario)
+
+
+def test_queue_delete_on_b_checks_if_empty_and_if_unused_against_the_owner(tmp_path):
+    async def scenario(pair: Pair) -> None:
+        on_a = await channel_on(pair.a.url)
+        await on_a.declare_queue("full", durable=True)
+        for body in (b"1", b"2"):
+            await on_a.default_exchange.publish(aio_pika.Message(body), "full")
+        pair.stand_in("full")
+        on_b = await channel_on(pair.b.url, confirms=False)
+        with pytest.raises(aiormq.exceptions.ChannelPreconditionFailed) as refused:
+            await on_b.queue_delete("full", if_empty=True)
+        assert refused.value.args[0] == "PRECONDITION_FAILED - queue 'full' in vhost '/' not empty"
+        assert "full" in pair.b.vhost.queues
+        on_b = await channel_on(pair.b.url, confirms=False)
+        deleted = await on_b.queue_delete("full")
+        assert deleted.message_count == 2  # the owner's count
 
     run(tmp_path, scenario)
 
