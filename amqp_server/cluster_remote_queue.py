@@ -30,6 +30,7 @@ from pamqp import commands
 from amqp_server import codec, errors
 from amqp_server.cluster_link import LinkState, MirrorChannel, MirrorState, NodeLink, QueueUnavailable
 from amqp_server.errors import AMQPError
+from queues.arguments import QueueArguments
 from queues.consumer import Consumer
 from queues.message import Message
 from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED
@@ -154,6 +155,11 @@ class RemoteQueue(Queue):
 
     def touch(self) -> None:
         """x-expires runs on the owner."""
+
+    def reconfigure(self, settings: QueueArguments) -> None:
+        """A policy changed: the owner applies it to its queue (length limits, TTLs,
+        deduplication, x-delivery-count); here only the settings shown change."""
+        self.settings = settings
 
     # -- consumers ---------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from pamqp import commands
 
 from amqp_server import codec
 from amqp_server.cluster_link_frames import forward_to_frame
+from amqp_server.policies import parse_policy
 from tests.cluster_pair import Pair, linked_pair
 
 PERSISTENT = aio_pika.DeliveryMode.PERSISTENT
@@ -184,6 +185,31 @@ def test_a_new_prefetch_reaches_the_owner_for_a_running_consumer(tmp_path):
         assert received.empty()
         await on_b.set_qos(prefetch_count=3)  # Celery raises it while consuming; nothing acked
         assert [(await next_message(queue, received)).body for _ in range(2)] == [b"1", b"2"]
+
+    run(tmp_path, scenario)
+
+
+def test_a_policy_acts_on_the_owners_queue_only(tmp_path):
+    """A policy that counts deliveries (delivery-limit) is the owner's to apply: the consumer on
+    b sees the owner's x-delivery-count, not a second count of b's own."""
+    async def scenario(pair: Pair) -> None:
+        on_a = await channel_on(pair.a.url)
+        await on_a.declare_queue("retried", durable=True)
+        await on_a.default_exchange.publish(aio_pika.Message(b"again"), "retried")
+        pair.stand_in("retried")
+        for node in (pair.a, pair.b):  # shared definitions give every node the policy
+            node.vhost.set_policy(parse_policy("/", "limit", {
+                "pattern": "^retried$", "definition": {"delivery-limit": 5}, "priority": 0, "apply-to": "queues"}))
+        on_b = await channel_on(pair.b.url, confirms=False)
+        received: asyncio.Queue = asyncio.Queue()
+        queue = await on_b.get_queue("retried", ensure=False)
+        await queue.consume(received.put_nowait)
+        counts = []
+        for _ in range(3):
+            message = await next_message(queue, received)
+            counts.append((message.headers or {}).get("x-delivery-count"))
+            await message.reject(requeue=True)
+        assert counts == [None, 1, 2]
 
     run(tmp_path, scenario)
 
