@@ -1,6 +1,7 @@
 """A coordination service and three broker nodes on loopback, for the cluster interop tests.
 
-`three_nodes(tmp_path)` starts one etcd member and nodes "a", "b" and "c" (each its own process,
+`three_nodes(tmp_path)` starts one etcd member (or, with backend="zookeeper", a ZooKeeper) and
+nodes "a", "b" and "c" (each its own process,
 data directory and free ports) and waits until each lists all three in /api/nodes. Node `restart`
 after `kill` keeps its data directory and ports, as a crashed node that comes back does.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 import requests
 
 from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, free_port, launch
-from tests.coordination_services import start_etcd
+from tests.coordination_services import start_etcd, start_zookeeper
 
 SESSION_TTL = 2
 NODE_CONFIG = TEST_CONFIG + """
@@ -62,9 +63,9 @@ def wait_until(check: Callable[[], bool], what: str, within: float = 15.0) -> fl
 
 
 @contextlib.contextmanager
-def three_nodes(tmp_path: Path) -> Iterator[dict[str, ClusterNode]]:
-    etcd = start_etcd(tmp_path / "etcd")
-    url = etcd.url(f"forwarding-{uuid.uuid4().hex[:6]}")
+def three_nodes(tmp_path: Path, backend: str = "etcd") -> Iterator[dict[str, ClusterNode]]:
+    service = start_etcd(tmp_path / "etcd") if backend == "etcd" else start_zookeeper(tmp_path / "zk")
+    url = service.url(f"forwarding-{uuid.uuid4().hex[:6]}")
     nodes: dict[str, ClusterNode] = {}
     try:
         for name in NAMES:
@@ -78,7 +79,7 @@ def three_nodes(tmp_path: Path) -> Iterator[dict[str, ClusterNode]]:
     finally:
         for node in nodes.values():
             node.broker.kill()
-        etcd.stop()
+        service.stop()
 
 
 def queue_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:

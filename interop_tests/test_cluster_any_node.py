@@ -22,7 +22,21 @@ def nodes(tmp_path):
         yield started
 
 
+@pytest.fixture
+def nodes_on_zookeeper(tmp_path):
+    with three_nodes(tmp_path, "zookeeper") as started:
+        yield started
+
+
 def test_pika_declare_on_a_publish_on_b_consume_on_c(nodes):
+    _declare_on_a_publish_on_b_consume_on_c_with_pika(nodes)
+
+
+def test_pika_declare_on_a_publish_on_b_consume_on_c_with_zookeeper(nodes_on_zookeeper):
+    _declare_on_a_publish_on_b_consume_on_c_with_pika(nodes_on_zookeeper)
+
+
+def _declare_on_a_publish_on_b_consume_on_c_with_pika(nodes):
     a, b, c = nodes["a"], nodes["b"], nodes["c"]
     on_a = pika.BlockingConnection(pika.URLParameters(a.url()))
     declaring = on_a.channel()

@@ -37,8 +37,9 @@ def _drain(node: ClusterNode, queue: str) -> list[bytes]:
     return bodies
 
 
-def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path):
-    with three_nodes(tmp_path) as nodes:
+@pytest.mark.parametrize("backend", ["etcd", "zookeeper"])
+def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path, backend):
+    with three_nodes(tmp_path, backend) as nodes:
         a, b, c = nodes["a"], nodes["b"], nodes["c"]
         setup = pika.BlockingConnection(_parameters(a))
         setup.channel().queue_declare("survivor-pika", durable=True)
