@@ -6,9 +6,10 @@ a connection logged in with the cluster secret. Each publish then goes into thos
 is, without routing it again (publishing.route_publish), and is confirmed as any publish: at
 once, or once every queue that journaled it fsynced.
 
-Only queues this node owns are taken: a name that is gone, or that stands for a queue of yet
-another node (ownership moved meanwhile), is left out, and a message with no queue left is
-dropped and confirmed, as a publish to a queue deleted a moment earlier would be. A name may
+Only queues this node owns are taken. A name this node holds no queue of (not yet taken back
+after a restart, deleted a moment ago, or owned by yet another node now) makes the message
+refused (a nack to the publisher, who may publish it again and have it routed afresh): the
+sending node believed the queue is here, and confirming would lose the message. A name may
 also be a direct reply-to address of a channel here (a reply published on another node): the
 message is delivered to that channel, as a reply published here would be.
 """
@@ -22,7 +23,7 @@ from amqp_server import codec
 from amqp_server.cluster_link_frames import decode_forward_to
 from amqp_server.reply_to import ReplyRegistry, is_reply_key
 from queues.message import Message
-from queues.publish_outcome import ENQUEUED
+from queues.publish_outcome import ENQUEUED, REJECTED
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -43,9 +44,26 @@ def forwarded_queues(channel: "Channel", payload: bytes) -> tuple["Queue", ...]:
         queue = queues.get(name)
         if queue is not None and not queue.is_remote:
             found.append(queue)
-        elif is_reply_key(name) and registry.has_key(name):
-            found.append(ReplyAddress(registry, vhost.name))
+        elif is_reply_key(name):
+            if registry.has_key(name):
+                found.append(ReplyAddress(registry, vhost.name))
+        else:
+            found.append(NOT_HERE)
     return tuple(found)
+
+
+class _NotHere:
+    """A forward-to destination this node holds no queue for: the message is refused."""
+
+    __slots__ = ()
+    deleted = False
+    congested = False
+
+    def publish(self, message: Message) -> int:
+        return REJECTED
+
+
+NOT_HERE = _NotHere()
 
 
 class ReplyAddress:

@@ -112,6 +112,19 @@ def test_the_owner_refusing_a_message_nacks_the_publish_on_b(tmp_path):
     run(tmp_path, scenario)
 
 
+def test_a_publish_forwarded_to_a_queue_the_owner_does_not_hold_is_nacked_not_lost(tmp_path):
+    """The owner restarting has not taken its queue back yet (or deleted it a moment ago): the
+    message cannot go in, so the publisher hears a nack instead of a confirm."""
+    async def scenario(pair: Pair) -> None:
+        pair.stand_in("not-taken-back-yet")
+        on_b = await channel_on(pair.b.url)
+        with pytest.raises(aiormq.exceptions.DeliveryError):
+            await on_b.default_exchange.publish(aio_pika.Message(b"keep me", delivery_mode=PERSISTENT),
+                                                "not-taken-back-yet")
+
+    run(tmp_path, scenario)
+
+
 def test_a_publish_to_a_queue_whose_owner_is_down_is_nacked_and_consuming_it_is_refused(tmp_path):
     async def scenario(pair: Pair) -> None:
         on_a = await channel_on(pair.a.url)
