@@ -23,12 +23,12 @@ from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.publishing import route_publish
 from amqp_server.reply_to import REPLY_QUEUE
 from amqp_server.settlement import apply_settlement, forget_transaction_settlements, settle, take_if_present
+from amqp_server.unacked_store import Unacked
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
 from queues.delayed_retry import RETURNED
 from queues.delivery_count import get_ok_header
 from queues.journal import when_synced
-from queues.unacked_store import Unacked
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel

@@ -20,20 +20,20 @@ from amqp_server.basic_methods import METHOD_HANDLERS
 from amqp_server.cluster_link_frames import FORWARD_TO_METHOD
 from amqp_server.consumer_timeouts import deliveries_timed_out
 from amqp_server.declarations import DECLARATION_HANDLERS
+from amqp_server.delivery_timeouts import DeliveryTimeouts
 from amqp_server.errors import AMQPError
 from amqp_server.ordered_replies import OrderedReplies
 from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.cluster_forwarded import forwarded_queues
 from amqp_server.publishing import PendingPublish, begin_publish, complete_publish, refused_header
 from amqp_server.settlement import apply_settlement, settle
+from amqp_server.unacked_store import Unacked, UnackedStore
 from queues.consumer import Consumer
 from queues.delayed_retry import RETURNED
 from queues.delivery_count import header_with_delivery_count
 from queues.field_tables import InvalidContentHeader, check_content_header
-from queues.delivery_timeouts import DeliveryTimeouts
 from queues.message import Message
 from queues.queue_entry import QueueEntry
-from queues.unacked_store import Unacked, UnackedStore
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection

@@ -30,13 +30,13 @@ from pamqp import commands
 from amqp_server import codec, errors
 from amqp_server.cluster_link import LinkState, MirrorChannel, MirrorState, NodeLink, QueueUnavailable
 from amqp_server.errors import AMQPError
+from amqp_server.unacked_store import Unacked
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
 from queues.message import Message
 from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED
 from queues.queue import Queue
 from queues.queue_entry import GONE, QueueEntry
-from queues.unacked_store import Unacked
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel

@@ -1,6 +1,6 @@
 """What a channel does when deliveries outlive their consumer timeout (x-consumer-timeout).
 
-The deadlines themselves are queues/delivery_timeouts.py; this is RabbitMQ's answer when one
+The deadlines themselves are amqp_server/delivery_timeouts.py; this is RabbitMQ's answer when one
 passes. A client that understands basic.cancel (consumer_cancel_notify) keeps its channel:
 each late delivery goes back to its queue (subject to delayed retry, as a "returned" one) and
 only the consumers that held them are cancelled. Other clients get what RabbitMQ does: the

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 from amqp_server import errors
 from amqp_server.errors import AMQPError
+from amqp_server.unacked_store import Unacked
 from queues.consumer import Consumer
 from queues.delayed_retry import FAILED
 from queues.queue import Queue
 from queues.queue_entry import QueueEntry
-from queues.unacked_store import Unacked
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
