@@ -6,36 +6,21 @@ and LavinMQ send it) or else the `message_id` property. A message without an id 
 duplicate. An id is remembered for `x-cache-ttl` ms (the message's own `x-cache-ttl` header
 wins; no TTL: until evicted) and the cache holds at most `x-cache-size` ids, the oldest evicted
 first. The cache lives in memory: after a restart every id is new again.
+
+Queue.publish consults the cache first (a repeat is accepted and confirmed, not enqueued) and
+remembers a message's id once the queue took it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
+from queues.arguments import QueueArguments
 from queues.message import FLAG_HEADERS, FLAG_MESSAGE_ID, Message
-from queues.publish_outcome import DUPLICATE, REJECTED
 
 PLUGIN_HEADER = "x-deduplication-header"
 TTL_HEADER = "x-cache-ttl"
-
-
-def deduplicating(publish: Callable[[Message], int], cache: "DeduplicationCache") -> Callable[[Message], int]:
-    """`publish` of a queue with x-message-deduplication: a message whose id `cache` saw recently
-    is accepted (DUPLICATE: confirmed) but not enqueued."""
-
-    def publish_once(message: Message) -> int:
-        key = cache.id_of(message)
-        if key is None:
-            return publish(message)
-        if cache.is_duplicate(key, message.published_at):
-            return DUPLICATE
-        outcome = publish(message)
-        if outcome != REJECTED:
-            cache.remember(key, message, message.published_at)
-        return outcome
-
-    return publish_once
 
 
 class DeduplicationCache:
@@ -48,6 +33,13 @@ class DeduplicationCache:
         self.ttl_ms = ttl_ms
         self.header = header
         self._seen: OrderedDict[Hashable, float] = OrderedDict()
+
+    @classmethod
+    def for_settings(cls, settings: QueueArguments) -> "DeduplicationCache | None":
+        """The cache a queue with these settings keeps; None when it does not deduplicate."""
+        if not settings.deduplication:
+            return None
+        return cls(settings.dedup_cache_size, settings.dedup_cache_ttl_ms, settings.dedup_header)
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -15,7 +15,7 @@ from queues import dead_letter, length_limit
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
 from queues.consumer_rotation import NO_CONSUMERS, ConsumerRotation
-from queues.deduplication import DeduplicationCache, deduplicating
+from queues.deduplication import DeduplicationCache
 from queues.delayed_retry import DelayedRetry
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget, should_page
@@ -23,7 +23,7 @@ from queues.message import Message
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
 from queues.paged_expiry import PagedExpiry
 from queues.priority_ready_messages import PriorityReadyMessages
-from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY, REJECTED
+from queues.publish_outcome import DUPLICATE, ENQUEUED, ENQUEUED_DURABLY, REJECTED
 from queues.queue_entry import GONE, QueueEntry
 from queues.queue_recovery import take_back
 from queues.queue_stats import QueueStats
@@ -106,10 +106,8 @@ class Queue:
         # Redeliveries carry x-delivery-count (read by the channel only for redeliveries).
         self.adds_delivery_count = settings.adds_delivery_count
         self.retry: DelayedRetry | None = None  # messages waiting for a delayed retry, made on first use
-        self.dedup: DeduplicationCache | None = None
-        if settings.deduplication:
-            self.dedup = DeduplicationCache(settings.dedup_cache_size, settings.dedup_cache_ttl_ms, settings.dedup_header)
-            self.publish = deduplicating(self.publish, self.dedup)  # type: ignore[method-assign]
+        # Ids of recent messages (x-message-deduplication), consulted by publish; None: no deduplication.
+        self.dedup = DeduplicationCache.for_settings(settings)
         self._rotation = NO_CONSUMERS  # its own ConsumerRotation from the first consumer on
         self.single_active: ActiveConsumer | None = None
         if settings.single_active_consumer:
@@ -168,20 +166,33 @@ class Queue:
     def publish(self, message: Message) -> int:
         """Enqueue a routed message and deliver it if a consumer has room.
 
-        Returns REJECTED when the queue refused it (x-overflow reject-publish at its length
-        limit: the publisher gets a basic.nack), ENQUEUED_DURABLY when it went to the journal
-        (a confirm waits for the fsync), ENQUEUED otherwise.
+        The steps, in order: deduplication (a message whose id the queue saw recently is
+        DUPLICATE: confirmed, not enqueued), the length limit (x-overflow reject-publish at the
+        limit: REJECTED, the publisher gets a basic.nack), the journal for a persistent message
+        of a durable queue (ENQUEUED_DURABLY: a confirm waits for the fsync), then the ready
+        messages and dispatch (ENQUEUED).
         """
+        dedup = self.dedup
+        dedup_key = None
+        if dedup is not None:
+            dedup_key = dedup.id_of(message)
+            if dedup_key is not None and dedup.is_duplicate(dedup_key, message.published_at):
+                return DUPLICATE
         settings = self.settings
         limited = settings.max_length is not None or settings.max_length_bytes is not None
         if limited and length_limit.refuses(self, message):
             return REJECTED
         expires_at = expiry_time(message, settings.message_ttl_ms)
         entry = QueueEntry(message, self.next_seq, expires_at)
+        journal = self.journal
+        durable = journal is not None and message.is_persistent
+        if durable:
+            journal.published(entry)
         self.next_seq += 1
         self.stats.published += 1
-        if self.journal is not None and message.is_persistent:
-            self.journal.published(entry)
+        if dedup_key is not None:
+            dedup.remember(dedup_key, message, message.published_at)  # accepted: a repeat is a duplicate from now
+        if durable:
             if should_page(self.ready):
                 # Memory is tight and a consumer will not want it soon: keep it on disk only.
                 self.ready.page(entry)
@@ -278,13 +289,7 @@ class Queue:
                 self.paged_expiry.clear()  # their times were under the old TTL
             self.message_expiry().retime(settings.message_ttl_ms)
         if self._deduplication_changed(old, settings):
-            self.__dict__.pop("publish", None)  # back to the class's publish
-            self.dedup = None
-            if settings.deduplication:
-                self.dedup = DeduplicationCache(
-                    settings.dedup_cache_size, settings.dedup_cache_ttl_ms, settings.dedup_header
-                )
-                self.publish = deduplicating(self.publish, self.dedup)  # type: ignore[method-assign]
+            self.dedup = DeduplicationCache.for_settings(settings)  # a new cache: ids seen so far are forgotten
         length_limit.drop_head_after_return(self)
 
     @staticmethod
@@ -481,8 +486,6 @@ class Queue:
         if self.paged_expiry is not None:
             self.paged_expiry.stop()
             self.paged_expiry = None
-        # A deduplicating queue's publish wraps its own bound method (deduplication.py).
-        self.__dict__.pop("publish", None)
         consumers = self.consumers()
         self._rotation.clear()
         self._consumer_count = 0
