@@ -30,6 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"amqp-server: configuration error: {err}", file=sys.stderr)
         return 2
     configure_logging(config.log_level)
+    if config.workers > 1:
+        # The parent of N node processes (amqp_server/workers.py), serving no client itself.
+        from amqp_server.workers import supervise
+
+        return supervise(config, args)
     logging.getLogger(__name__).info(
         "starting on %s:%d, data dir %s%s",
         config.host,
@@ -43,9 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_server(config)
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, node: str | None = None) -> None:
     """Log to stderr with timestamp, level and logger name at ``level`` ("info", ...), one line per
-    record: what clients control is escaped (log_escaping.py), so no client can forge a line."""
+    record: what clients control is escaped (log_escaping.py), so no client can forge a line.
+    `node` names the worker process in every line, where several share one stderr."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(EscapingFormatter(LOG_FORMAT))
+    log_format = LOG_FORMAT
+    if node is not None:
+        log_format = LOG_FORMAT.replace("%(name)s", "[" + node.replace("%", "%%") + "] %(name)s")
+    handler.setFormatter(EscapingFormatter(log_format))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

@@ -40,6 +40,8 @@ ENV_CLUSTER = "AMQP_SERVER_CLUSTER"
 ENV_CLUSTER_SECRET = "AMQP_SERVER_CLUSTER_SECRET"
 ENV_DEFINITIONS = "AMQP_SERVER_DEFINITIONS"
 ENV_NODE_NAME = "AMQP_SERVER_NODE_NAME"
+ENV_WORKERS = "AMQP_SERVER_WORKERS"
+MAX_WORKERS = 64
 ENV_MANAGEMENT_ALLOWED_HOSTS = "AMQP_SERVER_MANAGEMENT_ALLOWED_HOSTS"
 ENV_MANAGEMENT_ALLOWED_ORIGINS = "AMQP_SERVER_MANAGEMENT_ALLOWED_ORIGINS"
 ENV_SSL_PORT = "AMQP_SERVER_SSL_PORT"
@@ -190,6 +192,8 @@ class ServerConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     # [definitions] load_file / --definitions: a RabbitMQ definitions file imported at every start.
     definitions_file: Path | None = None
+    # Node processes on this host sharing the AMQP port, as one cluster (amqp_server/workers.py).
+    workers: int = 1
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -216,6 +220,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster", metavar="URL",
                         help=f"join the cluster at etcd://host:port,.../prefix or zookeeper://... (env {ENV_CLUSTER})")
     parser.add_argument("--node-name", help=f"this node's name (env {ENV_NODE_NAME}; default amqp-server@<hostname>)")
+    parser.add_argument("--workers", metavar="N",
+                        help=f"run N node processes sharing the AMQP port as a cluster; needs --cluster "
+                        f"(env {ENV_WORKERS}; default 1)")
     parser.add_argument("--definitions", metavar="FILE",
                         help=f"import this RabbitMQ definitions file at startup, as load_definitions does "
                         f"(env {ENV_DEFINITIONS})")
@@ -253,12 +260,14 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         ("port", env.get(ENV_PORT), ENV_PORT),
         ("data_dir", env.get(ENV_DATA_DIR), ENV_DATA_DIR),
         ("log_level", env.get(ENV_LOG_LEVEL), ENV_LOG_LEVEL),
+        ("workers", env.get(ENV_WORKERS), ENV_WORKERS),
         ("host", args.host, "--host"),
         ("port", args.port, "--port"),
         ("data_dir", args.data_dir, "--data-dir"),
         ("log_level", args.log_level, "--log-level"),
         ("metrics_port", args.metrics_port, "--metrics-port"),
         ("management_port", args.management_port, "--management-port"),
+        ("workers", args.workers, "--workers"),
     ]
     _apply_overrides(config, _SERVER_KEYS, overrides)
     tls_overrides: list[tuple[str, str | None, str]] = [
@@ -304,6 +313,11 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         config.definitions_file = Path(config.definitions_file).expanduser().resolve()
 
     config.data_dir = Path(config.data_dir).expanduser().resolve()
+    if config.workers > 1 and not config.cluster.url:
+        # The workers are cluster nodes: they share definitions and reach each other's queues
+        # through the coordination service, which this broker never replaces with one of its own.
+        raise ConfigError(f"workers = {config.workers} needs a cluster: give --cluster etcd://host:port/prefix "
+                          f"(or zookeeper://...), which the workers join as nodes (docs/cluster.md)")
     return config
 
 
@@ -336,8 +350,8 @@ def _read_toml(path: Path, source: str) -> dict[str, Any]:
 
 
 def _coerce_text(key: str, value: str, source: str) -> Any:
-    """Flags and environment variables are text; ports must become integers."""
-    if key.endswith("port"):
+    """Flags and environment variables are text; ports and counts must become integers."""
+    if key.endswith("port") or key == "workers":
         try:
             return int(value)
         except ValueError:
@@ -442,6 +456,7 @@ _SERVER_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "management_port": _PORT,
     "tcp_listener": lambda value, where: _boolean(value, where),
     "auth_mechanisms": lambda value, where: _auth_mechanisms(value, where),
+    "workers": _int_between(1, MAX_WORKERS),
 }
 
 _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {

@@ -246,15 +246,21 @@ class AMQPServer:
     accepts, and runs the ticker; `stop()` closes every connection politely."""
 
     def __init__(self, broker: Broker, host: str, port: int | None, max_connections: int = 0,
-                 tls: TlsListenerContext | None = None, tls_port: int | None = None) -> None:
+                 tls: TlsListenerContext | None = None, tls_port: int | None = None,
+                 shared_ports: bool = False) -> None:
         """`max_connections` bounds each listener's connections (0: no bound) within the
-        broker's own bound (connection_limits.py)."""
+        broker's own bound (connection_limits.py). With `shared_ports` (a worker of
+        `--workers N`) the AMQP and AMQPS ports are bound with SO_REUSEPORT, so the kernel spreads
+        their connections over every worker, and a plain listener on a port of the system's
+        choosing (`node_port`) reaches this process alone: the one other nodes link to."""
         self.broker = broker
         self.host = host
         self.port = port
         self.max_connections = max_connections
         self.tls = tls
         self.tls_port = tls_port if tls is not None else None
+        self.shared_ports = shared_ports
+        self._node_port: int | None = None
         self.protocols: set[AMQPProtocol] = set()
         self._servers: list[asyncio.base_events.Server] = []
         self._ticker: asyncio.Task | None = None
@@ -265,9 +271,16 @@ class AMQPServer:
             return
         if self.tls_port is not None:
             # Bound first: whoever waits for the plain port then finds AMQPS ready too.
-            self.tls_port = await self._listen(self.tls_port, self.tls.context)
+            self.tls_port = await self._listen(self.tls_port, self.tls.context, reuse_port=self.shared_ports)
         if self.port is not None:
-            self.port = await self._listen(self.port, None)
+            self.port = await self._listen(self.port, None, reuse_port=self.shared_ports)
+        if self.shared_ports:
+            self._node_port = await self._listen(0, None)
+
+    @property
+    def node_port(self) -> int | None:
+        """The AMQP port that reaches this process, for the cluster's links (bound by `bind`)."""
+        return self._node_port if self.shared_ports else self.port
 
     async def start(self) -> None:
         """Accept connections (binding first if `bind` was not called)."""
@@ -277,17 +290,22 @@ class AMQPServer:
         if self.tls_port is not None:
             log.info("AMQPS (TLS) listener started on %s:%d", self.host, self.tls_port)
         if self.port is not None:
-            log.info("AMQP listener started on %s:%d", self.host, self.port)
+            log.info("AMQP listener started on %s:%d%s", self.host, self.port,
+                     " (shared with the other workers)" if self.shared_ports else "")
+        if self.shared_ports:
+            log.info("this worker's own AMQP listener (cluster links) started on %s:%d", self.host, self._node_port)
         self._ticker = asyncio.create_task(self._tick_forever())
         self._timer_driver = asyncio.create_task(drive_timers(self.broker.timers))
 
-    async def _listen(self, port: int, ssl_context: "ssl.SSLContext | None") -> int:
-        """Bind `port` (TLS when `ssl_context` is given) without accepting yet; returns the port bound."""
+    async def _listen(self, port: int, ssl_context: "ssl.SSLContext | None", reuse_port: bool = False) -> int:
+        """Bind `port` (TLS when `ssl_context` is given; shared with the other workers when
+        `reuse_port`) without accepting yet; returns the port bound."""
         limit: list[ConnectionLimit] = []  # its own limit, named by the port bound (port 0 asks for any)
         tls_options = {"ssl": ssl_context, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S} if ssl_context else {}
         server = await asyncio.get_running_loop().create_server(
             lambda: AMQPProtocol(self.broker, self.protocols, limit[0]),
-            self.host, port, reuse_address=True, backlog=1024, start_serving=False, **tls_options,
+            self.host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=1024, start_serving=False,
+            **tls_options,
         )
         bound = server.sockets[0].getsockname()[1]
         # Before serving starts: every accepted connection finds its limit.
@@ -341,8 +359,10 @@ async def drive_timers(timers: Timers) -> None:
         timers.run_due()
 
 
-async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> int:
-    """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives); returns the exit code."""
+async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None,
+                shared_ports: bool = False) -> int:
+    """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives); returns the exit code.
+    `shared_ports`: this process is one worker of `--workers N` (AMQPServer says what changes)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
     # A cluster node imports the file into the cluster's definitions, once it has joined.
@@ -355,7 +375,8 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     gc.freeze()
     tls = TlsListenerContext(config.tls) if config.tls.enabled else None
     server = AMQPServer(broker, config.host, config.port if config.tcp_listener else None,
-                        config.limits.max_connections_per_listener, tls, config.tls.amqp_port or None)
+                        config.limits.max_connections_per_listener, tls, config.tls.amqp_port or None,
+                        shared_ports=shared_ports)
     # Prometheus metrics and the management API (each off when its port is 0), up before the
     # AMQP port opens, so whoever waits for that port finds them ready too.
     http_services = await start_http_services(config, broker, server, tls)
@@ -367,7 +388,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
 
         # Joined before clients are accepted: they find the cluster's definitions in place.
         try:
-            cluster_node = await ClusterNode.join(config, broker, server.port or config.port)
+            cluster_node = await ClusterNode.join(config, broker, server.node_port or config.port)
         except ClusterJoinFailed as error:
             log.error("cannot join the cluster at %s: %s", config.cluster.url, error)
             await stop_http_services(http_services)
