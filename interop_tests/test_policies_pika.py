@@ -3,7 +3,7 @@
 Set over the management API while a pika client holds the queues: each key takes effect within
 a second, in place (the same queue, its consumers and messages kept). Checked against RabbitMQ
 3.10 with INTEROP_BROKER_URL (and INTEROP_MANAGEMENT_URL); tests of this broker's own
-behaviour say so and are skipped there.
+behaviour say so and are skipped there (the archive test always starts a broker of its own).
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import pika
 import pytest
 from pika.exceptions import NackError
 
-from interop_tests.management_helpers import api, eventually, managed  # noqa: F401 (fixtures)
+from interop_tests.broker_process import free_port
+from interop_tests.management_helpers import Management, api, eventually, managed  # noqa: F401 (fixtures)
 from interop_tests.pika_helpers import drain, publish_confirmed, ready_count, wait_until
+from interop_tests.test_storage_archive import BODY, COUNT, publish_and_drain, segment_bytes
 
 LIVE_S = 1.0  # the issue's bound for a policy change to reach an existing queue
 # How long /api/queues may take to show it: RabbitMQ's management statistics lag up to about
@@ -133,6 +135,8 @@ def test_refused_policies_answer_rabbitmqs_validation_texts(api, unique):
         ("policies", {"max-priority": 10}, '[{&lt;&lt;"max-priority"&gt;&gt;,10}] are not recognised policy settings'),
         ("policies", {"message-ttl": -1}, "-1 is not a valid message TTL"),
         ("policies", {"overflow": "sideways"}, '&lt;&lt;"sideways"&gt;&gt; is not a valid overflow value'),
+        ("policies", {"queue-version": 3}, "3 is not a valid queue-version value"),
+        ("policies", {"queue-mode": "eager"}, '&lt;&lt;"eager"&gt;&gt; is not a valid queue-mode value'),
         ("policies", {"foo": 1, "bar": "x"},
          '[{&lt;&lt;"bar"&gt;&gt;,&lt;&lt;"x"&gt;&gt;},{&lt;&lt;"foo"&gt;&gt;,1}] are not recognised policy settings'),
         ("operator-policies", {"dead-letter-exchange": "x"},
@@ -160,6 +164,111 @@ def test_clearing_a_policy_restores_the_queue(api, channel, unique):
     assert eventually(lambda: api.queue(queue).get("policy") is None, SHOWN_S)
     publish_confirmed(channel.connection, queue, [b"m1", b"m2"])
     assert ready_count(channel, queue) == 2
+
+
+def test_a_lowered_max_length_bytes_trims_an_existing_queue_at_once(api, channel, unique):
+    queue = unique("pol-bytes-trim")
+    channel.queue_declare(queue)
+    publish_confirmed(channel.connection, queue, [b"0123456789", b"abcdefghij", b"ABCDEFGHIJ"])
+    api.set_policy(queue, f"^{queue}$", {"max-length-bytes": 25}, apply_to="queues")
+    assert eventually(lambda: ready_count(channel, queue) == 2, LIVE_S), "the oldest 10 bytes were dropped"
+    assert drain(channel, queue) == [b"abcdefghij", b"ABCDEFGHIJ"]
+
+
+def test_a_changed_dead_letter_routing_key_routes_the_next_dead_letter(api, channel, unique):
+    queue, dlx, first, second = unique("pol-dlrk"), unique("pol-dlrk-x"), unique("pol-dlrk-a"), unique("pol-dlrk-b")
+    channel.exchange_declare(dlx, "direct", auto_delete=True)
+    for name, key in ((first, "a"), (second, "b")):
+        channel.queue_declare(name, auto_delete=True)
+        channel.queue_bind(name, dlx, key)
+    channel.queue_declare(queue)
+    api.set_policy(queue, f"^{queue}$", {"dead-letter-exchange": dlx, "dead-letter-routing-key": "a"},
+                   apply_to="queues")
+    eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    publish_confirmed(channel.connection, queue, [b"one", b"two"])
+    method, _, _ = channel.basic_get(queue)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert eventually(lambda: ready_count(channel, first) == 1, LIVE_S)
+    api.set_policy(queue, f"^{queue}$", {"dead-letter-exchange": dlx, "dead-letter-routing-key": "b"},
+                   apply_to="queues")
+    eventually(lambda: api.queue(queue).get("effective_policy_definition", {}).get("dead-letter-routing-key") == "b",
+               SHOWN_S)
+    method, _, _ = channel.basic_get(queue)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    assert eventually(lambda: ready_count(channel, second) == 1, LIVE_S)
+    assert (drain(channel, first), drain(channel, second)) == ([b"one"], [b"two"])
+
+
+def test_a_delivery_limit_dead_letters_from_an_existing_quorum_queue(api, channel, unique):
+    queue, dead = unique("pol-qq"), unique("pol-qq-dead")
+    channel.queue_declare(dead, auto_delete=True)
+    channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    publish_confirmed(channel.connection, queue, [b"poison"])
+    api.set_policy(queue, f"^{queue}$", {"delivery-limit": 1, "dead-letter-exchange": "",
+                                         "dead-letter-routing-key": dead}, apply_to="queues")
+    eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    method, _, _ = channel.basic_get(queue)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    assert eventually(lambda: ready_count(channel, queue) == 1, LIVE_S), "within the limit: requeued"
+    method, properties, _ = channel.basic_get(queue)
+    assert properties.headers["x-delivery-count"] == 1
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S), "past the limit: dead-lettered"
+    assert ready_count(channel, queue) == 0
+    channel.queue_delete(queue)
+
+
+def test_queue_mode_and_queue_version_are_accepted_and_lose_nothing(api, channel, unique):
+    queue = unique("pol-mode")
+    channel.queue_declare(queue, durable=True)
+    publish_confirmed(channel.connection, queue, [b"m1", b"m2", b"m3"])
+    api.set_policy(queue, f"^{queue}$", {"queue-mode": "lazy", "queue-version": 2}, apply_to="queues")
+    assert eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    publish_confirmed(channel.connection, queue, [b"m4"])
+    assert drain(channel, queue) == [b"m1", b"m2", b"m3", b"m4"]
+    channel.queue_delete(queue)
+
+
+def test_no_confirmed_message_is_lost_while_policies_change_under_a_consumer(api, channel, unique):
+    """A consumer acks while a publisher's confirmed messages flow and the queue's policy keeps
+    changing (set, changed, cleared; none of the definitions drops a message): every confirmed
+    message arrives, once."""
+    queue, dlx = unique("pol-churn"), unique("pol-churn-dlx")
+    channel.exchange_declare(dlx, "fanout", auto_delete=True)
+    channel.queue_declare(queue)
+    definitions = [
+        {"max-length": 100000, "message-ttl": 600000},
+        {"dead-letter-exchange": dlx, "delivery-limit": 50, "queue-version": 2},
+        {"max-length-bytes": 10_000_000, "overflow": "reject-publish", "expires": 600000},
+        None,  # cleared
+        {"queue-mode": "lazy", "dead-letter-routing-key": "x", "dead-letter-exchange": dlx},
+    ]
+    received: list[bytes] = []
+
+    def on_message(ch, method, _properties, body):
+        received.append(body)
+        ch.basic_ack(method.delivery_tag)
+
+    consumer = channel.connection.channel()
+    consumer.basic_qos(prefetch_count=20)
+    consumer.basic_consume(queue, on_message)
+    publisher = channel.connection.channel()
+    publisher.confirm_delivery()
+    sent = [b"m%d" % number for number in range(600)]
+    for number, body in enumerate(sent):
+        if number % 40 == 0:
+            definition = definitions[(number // 40) % len(definitions)]
+            if definition is None:
+                api.clear_policy(queue)
+            else:
+                api.set_policy(queue, f"^{queue}$", definition, apply_to="queues")
+        publisher.basic_publish("", queue, body)  # returns once confirmed (raises on a nack)
+    assert wait_until(channel.connection, lambda: len(received) >= len(sent), 10.0), f"{len(received)} arrived"
+    channel.connection.process_data_events(time_limit=0.2)
+    assert sorted(received) == sorted(sent), "each confirmed message arrived exactly once"
+    consumer.close()
+    publisher.close()
+    channel.queue_delete(queue)
 
 
 # -- this broker's own behaviour ---------------------------------------------------------
@@ -195,3 +304,62 @@ def test_delivery_limit_and_delayed_retry_reach_an_existing_classic_queue(api, c
     assert properties.headers["x-delivery-count"] == 1
     channel.basic_nack(method.delivery_tag, requeue=True)
     assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S), "past its delivery limit: dead-lettered"
+
+
+def test_at_equal_priority_the_policy_whose_name_sorts_first_applies(api, channel, managed, unique):
+    own_broker_only(managed)  # RabbitMQ leaves the choice undefined
+    queue = unique("pol-tie")
+    channel.queue_declare(queue)
+    api.set_policy(queue + "-b", f"^{queue}$", {"max-length": 2}, priority=3, apply_to="queues")
+    api.set_policy(queue + "-a", f"^{queue}", {"max-length": 1}, priority=3, apply_to="queues")
+    assert eventually(lambda: api.queue(queue).get("policy") == queue + "-a", LIVE_S)
+    publish_confirmed(channel.connection, queue, [b"m1", b"m2"])
+    assert drain(channel, queue) == [b"m2"]
+
+
+def test_a_consumer_timeout_policy_cancels_a_consumer_that_holds_a_delivery_too_long(api, channel, managed, unique):
+    own_broker_only(managed)  # RabbitMQ 3.10 has no consumer-timeout policy key (3.12 has)
+    queue = unique("pol-timeout")
+    channel.queue_declare(queue)
+    api.set_policy(queue, f"^{queue}$", {"consumer-timeout": 400}, apply_to="queues")
+    assert eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    cancelled, held = [], []
+    channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = channel.basic_consume(queue, lambda ch, method, properties, body: held.append(body))
+    publish_confirmed(channel.connection, queue, [b"slow"])
+    assert wait_until(channel.connection, lambda: cancelled == [tag], 5.0), "the held delivery timed out"
+    assert held == [b"slow"]
+    assert ready_count(channel, queue) == 1, "the delivery went back to the queue"
+
+
+def test_messages_waiting_for_a_delayed_retry_keep_their_schedule_across_a_policy_change(
+        api, channel, managed, unique):
+    own_broker_only(managed)
+    queue = unique("pol-schedule")
+    channel.queue_declare(queue)
+    api.set_policy(queue, f"^{queue}$", {"delayed-retry-type": "failed", "delayed-retry-min": 800}, apply_to="queues")
+    assert eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    publish_confirmed(channel.connection, queue, [b"retry me"])
+    method, _, _ = channel.basic_get(queue)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    api.set_policy(queue, f"^{queue}$", {"delayed-retry-type": "failed", "delayed-retry-min": 600000,
+                                         "max-length": 5, "message-ttl": 600000}, apply_to="queues")
+    assert ready_count(channel, queue) == 0, "still waiting"
+    assert eventually(lambda: ready_count(channel, queue) == 1, 3.0), "back after its 800 ms, not the new 10 minutes"
+    method, properties, body = channel.basic_get(queue, auto_ack=True)
+    assert (body, method.redelivered) == (b"retry me", True)
+
+
+def test_an_archive_policy_keeps_an_existing_queues_acked_segments(broker_factory, unique):
+    port = free_port()  # a broker of its own, whose data directory the test reads
+    broker = broker_factory(extra_args=("--management-port", str(port)))
+    api = Management(f"http://127.0.0.1:{port}")
+    queue = unique("pol-archive")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    connection.channel().queue_declare(queue, durable=True)
+    connection.close()
+    api.set_policy(queue, f"^{queue}$", {"archive": True}, apply_to="queues")
+    assert eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    # Positive control: the messages were in the queue's segments before the drain.
+    assert publish_and_drain(broker.url(), queue, {}, broker.data_dir) > COUNT * len(BODY) // 2
+    assert segment_bytes(broker.data_dir / "archive") > COUNT * len(BODY) // 2
