@@ -38,7 +38,7 @@ def check_limits(value: Any, names: tuple[str, ...], component: str) -> dict[str
     value; LimitError with RabbitMQ's text (rabbit_parameter_validation) otherwise."""
     if not isinstance(value, dict):
         raise LimitError(f"{component} must be a JSON object, got {erlang_term(value)}")
-    unknown = [(name, item) for name, item in value.items() if name not in names]
+    unknown = sorted((name, item) for name, item in value.items() if name not in names)  # as an Erlang map lists them
     if unknown:
         listed = ",".join(f"{{{erlang_term(name)},{erlang_term(item)}}}" for name, item in unknown)
         raise LimitError(f"Unrecognised terms [{listed}] in {component}")

@@ -91,3 +91,33 @@ def test_vhost_and_user_limits(ctl, unique):
     assert ctl("clear_user_limits", "guest", "all")[0] == 0
     assert ctl("list_user_limits")[1] == 'Listing limits for user "guest" ...\n{}\n'
     assert ctl("delete_vhost", vhost)[0] == 0
+
+
+def test_limits_refused_as_rabbitmqctl_refuses_them_change_nothing(ctl, unique):
+    vhost = unique("ctl-lim-bad")
+    assert ctl("add_vhost", vhost)[0] == 0
+    assert ctl("set_vhost_limits", "-p", vhost, '{"max-queues": 4}')[0] == 0
+    code, _out, err = ctl("set_vhost_limits", "-p", vhost, '{"max-connections": 2, "bogus": 1}')
+    assert (code, err) == (69, 'Error:\nValidation failed\n\nUnrecognised terms [{<<"bogus">>,1}] in limits\n\n')
+    assert ctl("-q", "list_vhost_limits", "-p", vhost)[1] == '{"max-queues":4}\n'
+    code, _out, err = ctl("set_user_limits", "guest", '{"max-connections": 2, "max-queues": 1}')
+    assert (code, err) == (69, 'Error:\nUnrecognised terms [{<<"max-queues">>,1}] in user-limits\n')
+    code, _out, err = ctl("set_user_limits", "guest", '{"max-channels": "x"}')
+    assert (code, err) == (69, 'Error:\nmax-channels should be a number, actually was <<"x">>\n')
+    assert ctl("-q", "list_user_limits", "--user", "guest")[1] == "{}\n"
+    assert ctl("delete_vhost", vhost)[0] == 0
+
+
+def test_set_vhost_limits_replaces_and_set_user_limits_merges(ctl, unique):
+    """As rabbitmqctl: a vhost's limits are one runtime parameter, set whole; a user's limits
+    are merged with those the user has."""
+    vhost = unique("ctl-lim-merge")
+    assert ctl("add_vhost", vhost)[0] == 0
+    assert ctl("set_vhost_limits", "-p", vhost, '{"max-connections": 7}')[0] == 0
+    assert ctl("set_vhost_limits", "-p", vhost, '{"max-queues": 4}')[0] == 0
+    assert ctl("-q", "list_vhost_limits", "-p", vhost)[1] == '{"max-queues":4}\n'
+    assert ctl("set_user_limits", "guest", '{"max-connections": 70}')[0] == 0
+    assert ctl("set_user_limits", "guest", '{"max-channels": 40}')[0] == 0
+    assert ctl("-q", "list_user_limits", "--user", "guest")[1] == '{"max-channels":40,"max-connections":70}\n'
+    assert ctl("clear_user_limits", "guest", "all")[0] == 0
+    assert ctl("delete_vhost", vhost)[0] == 0

@@ -107,3 +107,26 @@ def test_limits_are_listed_as_rabbitmq_lists_them(api, unique, user):
     api.put(f"/api/user-limits/{user}/max-channels", {"value": 3})
     assert api.get(f"/api/vhost-limits/{quote(vhost)}") == [{"vhost": vhost, "value": {"max-queues": 7}}]
     assert api.get(f"/api/user-limits/{user}") == [{"user": user, "value": {"max-channels": 3}}]
+
+
+def test_refused_limits_answer_rabbitmqs_texts(api, unique, user):
+    vhost = unique("lim-bad")
+    api.add_vhost(vhost)
+    vhost_limit, user_limit = f"/api/vhost-limits/{quote(vhost)}", f"/api/user-limits/{user}"
+    cases = [
+        # A vhost's limits are a runtime parameter ("Validation failed"); a user's are not.
+        (f"{vhost_limit}/max-channels", {"value": 3},
+         'Validation failed\n\nUnrecognised terms [{<<"max-channels">>,3}] in limits\n'),
+        (f"{vhost_limit}/max-queues", {"value": "5"},
+         'Validation failed\n\nmax-queues should be a number, actually was <<"5">>\n'),
+        (f"{vhost_limit}/max-queues", {"valu": 5}, "[{key_missing,value}]"),
+        (f"{user_limit}/max-queues", {"value": 3}, 'Unrecognised terms [{<<"max-queues">>,3}] in user-limits'),
+        (f"{user_limit}/max-channels", {"value": 1.5}, "max-channels should be a number, actually was 1.5"),
+        (f"{user_limit}/max-channels", {}, "[{key_missing,value}]"),
+    ]
+    for path, body, text in cases:
+        reply = api.request("PUT", path, body)
+        assert (reply.status_code, reply.json()) == (400, {"error": "bad_request", "reason": text}), path
+    assert api.get(f"/api/vhost-limits/{quote(vhost)}") == [] and api.get(user_limit) == []
+    reply = api.request("PUT", f"/api/vhost-limits/{quote(unique('lim-none'))}/max-queues", {"value": 1})
+    assert (reply.status_code, reply.json()) == (404, {"error": "not_found", "reason": "vhost_not_found"})

@@ -4,7 +4,8 @@ Same arguments, options (-p, --priority, --apply-to), progress lines and exit co
 rabbitmqctl 3.10: a definition the broker refuses prints its "Validation failed" text and exits
 69, as does clearing a policy that does not exist ("Parameter does not exist").
 list_policies and list_operator_policies are tables (listings.py); list_vhost_limits and
-list_user_limits print the limits as JSON, as rabbitmqctl does.
+list_user_limits print the limits as JSON, as rabbitmqctl does. set_vhost_limits replaces the
+vhost's limits, set_user_limits merges into the user's (rabbitmqctl 3.10 and 3.13 alike).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from amqp_server.ctl.admin_commands import Session, existing_user, refused, require_vhost
 from amqp_server.ctl.api_client import ApiError, quote
 from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_UNAVAILABLE, CtlError
+from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 
 
 def _definition(text: str) -> Any:
@@ -80,14 +82,18 @@ def clear_operator_policy(session: Session, name: str) -> int:
     return EX_OK
 
 
-def _replace_limits(session: Session, base: str, current: dict[str, Any], wanted: Any) -> None:
-    if not isinstance(wanted, dict):
-        raise CtlError(EX_DATAERR, f"limits must be a JSON object, got {json.dumps(wanted)}")
+def _put_limits(session: Session, base: str, wanted: Any, names: tuple[str, ...], component: str,
+                runtime_parameter: bool) -> None:
+    """PUT each limit of `wanted` once all of them passed RabbitMQ's check: a refused definition
+    changes nothing, as in rabbitmqctl. A vhost's limits are a runtime parameter, whose refusal
+    reads "Validation failed"; a user's are not."""
+    try:
+        check_limits(wanted, names, component)
+    except LimitError as error:
+        text = f"Validation failed\n\n{error}\n" if runtime_parameter else str(error)
+        raise CtlError(EX_UNAVAILABLE, text) from None
     for name, value in wanted.items():
         _put(session, f"{base}/{quote(name)}", {"value": value})
-    for name in current:
-        if name not in wanted:
-            _delete(session, f"{base}/{quote(name)}")
 
 
 def _limits_of(session: Session, path: str) -> dict[str, Any]:
@@ -102,8 +108,12 @@ def set_vhost_limits(session: Session, definition: str) -> int:
     vhost = session.vhost
     session.info(f'Setting vhost limits to "{definition}" for vhost "{vhost}" ...')
     require_vhost(session, vhost)
-    current = _limits_of(session, f"/api/vhost-limits/{quote(vhost)}")
-    _replace_limits(session, f"/api/vhost-limits/{quote(vhost)}", current, _definition(definition))
+    base = f"/api/vhost-limits/{quote(vhost)}"
+    current, wanted = _limits_of(session, base), _definition(definition)
+    _put_limits(session, base, wanted, VHOST_LIMITS, "limits", runtime_parameter=True)
+    for name in current:  # the definition replaces the vhost's limits
+        if name not in wanted:
+            _delete(session, f"{base}/{quote(name)}")
     return EX_OK
 
 
@@ -122,15 +132,16 @@ def list_vhost_limits(session: Session) -> int:
     require_vhost(session, vhost)
     limits = _limits_of(session, f"/api/vhost-limits/{quote(vhost)}")
     # rabbitmqctl prints an empty line for a vhost without limits.
-    session.out.write((json.dumps(limits, separators=(",", ":")) if limits else "") + "\n")
+    session.out.write((json.dumps(limits, separators=(",", ":"), sort_keys=True) if limits else "") + "\n")
     return EX_OK
 
 
 def set_user_limits(session: Session, user: str, definition: str) -> int:
     session.info(f'Setting user limits to "{definition}" for user "{user}" ...')
     existing_user(session, user)
-    current = _limits_of(session, f"/api/user-limits/{quote(user)}")
-    _replace_limits(session, f"/api/user-limits/{quote(user)}", current, _definition(definition))
+    # Merged into the user's limits: those it does not name stay, as rabbitmqctl's do.
+    _put_limits(session, f"/api/user-limits/{quote(user)}", _definition(definition), USER_LIMITS, "user-limits",
+                runtime_parameter=False)
     return EX_OK
 
 
@@ -153,5 +164,6 @@ def list_user_limits(session: Session, user: str | None = None) -> int:
     session.info(f'Listing limits for user "{user}" ...')
     existing_user(session, user)
     limits = _limits_of(session, f"/api/user-limits/{quote(user)}")
-    session.out.write(json.dumps(limits, separators=(",", ":")) + "\n")
+    # Sorted, as rabbitmqctl prints an Erlang map.
+    session.out.write(json.dumps(limits, separators=(",", ":"), sort_keys=True) + "\n")
     return EX_OK

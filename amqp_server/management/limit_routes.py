@@ -13,7 +13,7 @@ from aiohttp import web
 
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
-from amqp_server.management.http_io import list_reply, no_content, read_body, vhost_named
+from amqp_server.management.http_io import list_reply, no_content, read_body, vhost_for_write, vhost_named
 from amqp_server.management.policy_routes import validation_failed
 from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits, updated
 
@@ -42,12 +42,12 @@ async def list_vhost_limits(request: web.Request) -> web.Response:
 
 async def put_vhost_limit(request: web.Request) -> web.Response:
     caller(request).require_admin()
-    vhost = vhost_named(context(request).broker, request.match_info["vhost"])
+    vhost = vhost_for_write(context(request).broker, request.match_info["vhost"])
     value = await _limit_value(request)
     try:
         limits = check_limits(updated(vhost.limits.as_value(), request.match_info["name"], value), VHOST_LIMITS, "limits")
     except LimitError as error:
-        raise validation_failed(error) from None
+        raise validation_failed(error) from None  # a vhost limit is a runtime parameter in RabbitMQ
     vhost.set_limits(limits)
     return no_content()
 
@@ -79,9 +79,10 @@ async def put_user_limit(request: web.Request) -> web.Response:
     value = await _limit_value(request)
     try:
         limits = check_limits(updated(broker.limits_of(name).as_value(), request.match_info["name"], value),
-                              USER_LIMITS, "limits")
+                              USER_LIMITS, "user-limits")
     except LimitError as error:
-        raise validation_failed(error) from None
+        # A user's limits are not a runtime parameter: RabbitMQ answers the bare text.
+        raise api_errors.bad_request(str(error)) from None
     broker.set_user_limits(name, limits)
     return no_content()
 
@@ -102,16 +103,11 @@ def _existing_user(request: web.Request) -> str:
 
 
 async def _limit_value(request: web.Request) -> Any:
+    """The body's "value", as sent: RabbitMQ takes a number only (rabbitmqadmin sends one)."""
     body = await read_body(request)
     if "value" not in body:
-        raise api_errors.bad_request("Validation failed\n\nKey \"value\" not found in limits\n")
-    value = body["value"]
-    if isinstance(value, str):  # rabbitmqadmin sends numbers as text
-        try:
-            value = int(value)
-        except ValueError:
-            pass
-    return value
+        raise api_errors.bad_request("[{key_missing,value}]")
+    return body["value"]
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
