@@ -20,7 +20,7 @@ from amqp_server.cluster_remote_queue import refuse_if_unavailable
 from amqp_server.cluster_transactions import check_one_node
 from amqp_server.errors import AMQPError
 from amqp_server.publisher_confirms import PublisherConfirms
-from amqp_server.publishing import route_publish
+from amqp_server.publishing import NOT_WRITTEN, route_publish
 from amqp_server.reply_to import REPLY_QUEUE
 from amqp_server.settlement import apply_settlement, forget_transaction_settlements, settle, take_if_present
 from amqp_server.unacked_store import Unacked
@@ -254,20 +254,41 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
     publishes, channel.tx_publishes = channel.tx_publishes, []
     settlements = forget_transaction_settlements(channel)
     journaled: set = set()
+    write_failed = False
     for exchange, message, mandatory in publishes:
-        journaled.update(route_publish(channel, exchange, message, mandatory) or ())
+        stored = route_publish(channel, exchange, message, mandatory)
+        if stored is NOT_WRITTEN:
+            write_failed = True
+        elif stored:
+            journaled.update(stored)
     for kind, tag, multiple, requeue in settlements:
         # Tags were checked when the ack arrived; ones that timed out since are skipped.
         apply_settlement(channel, kind, take_if_present(channel, tag, multiple), requeue)
-    if not journaled:
+    if not journaled and not write_failed:
         reply(channel, commands.Tx.CommitOk())
         return
-    # Like a confirm, commit-ok for persistent messages waits until they are on disk.
+
+    def wait(done: Callable[[Exception | None], None]) -> None:
+        # Like a confirm, commit-ok for persistent messages waits until they are on disk. A
+        # message a queue could not write, or an fsync that failed, fails the transaction as a
+        # nack does in RabbitMQ: 406 "partial tx completion" closes the channel.
+        def synced(error: OSError | None) -> None:
+            done(partial_tx_completion() if write_failed or error is not None else None)
+
+        if journaled:
+            when_synced(list(journaled), synced)
+        else:
+            synced(None)
+
     channel.replies.send_when_durable(
-        codec.method_frame(channel.id, commands.Tx.CommitOk()),
-        lambda done: when_synced(list(journaled), done),
-        "tx.commit could not write to disk",
+        codec.method_frame(channel.id, commands.Tx.CommitOk()), wait, "tx.commit could not write to disk"
     )
+
+
+def partial_tx_completion() -> AMQPError:
+    """RabbitMQ's answer to a tx.commit some of whose messages a queue refused (rabbit_channel
+    complete_tx): the channel is closed."""
+    return AMQPError(errors.PRECONDITION_FAILED, "partial tx completion", 90, 20)
 
 
 def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:

@@ -30,7 +30,7 @@ from queues.message import (
     Message,
 )
 from queues.raw_properties import RawProperties
-from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED
+from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED, WRITE_FAILED
 from queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -151,8 +151,22 @@ def check_special_properties(channel: "Channel", message: Message, flags: int) -
     return message
 
 
-def route_publish(channel: "Channel", exchange: "Exchange", message: Message, mandatory: bool) -> list[Queue] | None:
-    """Route and enqueue; returns the queues that journaled the message (None if none did)."""
+class _NotWritten:
+    """What route_publish returns when a queue's journal could not write the message."""
+
+    __slots__ = ()
+
+
+# A durable queue could not write the message to disk (queue.publish said WRITE_FAILED): it was
+# nacked to a publisher in confirm mode; a transaction fails its commit (tx.commit).
+NOT_WRITTEN = _NotWritten()
+
+
+def route_publish(
+    channel: "Channel", exchange: "Exchange", message: Message, mandatory: bool
+) -> list[Queue] | _NotWritten | None:
+    """Route and enqueue; returns the queues that journaled the message (None if none did), or
+    NOT_WRITTEN if a queue's disk write failed."""
     connection = channel.connection
     broker = connection.broker
     vhost = channel.vhost
@@ -161,6 +175,7 @@ def route_publish(channel: "Channel", exchange: "Exchange", message: Message, ma
         vhost.firehose.published(message, connection, channel.id)
     seq = confirms.take_seq() if confirms is not None else 0
     accepted = True
+    write_failed = False
     journaled: list[Queue] | None = None
     destinations = channel.forward_targets
     if destinations is None and exchange is vhost.default_exchange and is_reply_key(message.routing_key):
@@ -181,6 +196,9 @@ def route_publish(channel: "Channel", exchange: "Exchange", message: Message, ma
                 accepted = False  # a queue at its length limit with x-overflow reject-publish
             elif outcome == ENQUEUED_DURABLY:
                 journaled = [queue] if journaled is None else journaled + [queue]
+            elif outcome == WRITE_FAILED:
+                accepted = False  # its disk write failed (queues/journal.py)
+                write_failed = True
             delivered = True
             if queue.congested:
                 connection.throttle(queue)
@@ -199,7 +217,7 @@ def route_publish(channel: "Channel", exchange: "Exchange", message: Message, ma
             # Durable means durable: confirm only once every queue's copy is fsynced.
             confirms.hold(seq)
             when_synced(journaled, lambda error: _confirm_synced(channel, seq, accepted and error is None))
-    return journaled
+    return NOT_WRITTEN if write_failed else journaled
 
 
 def _confirm_synced(channel: "Channel", seq: int, ok: bool) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from queues.journal import QueueJournal
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message
 from queues.raw_properties import RawProperties
-from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY
+from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY, WRITE_FAILED
 from queues.queue_entry import QueueEntry
 from queues.timers import Deadline, Timers
 
@@ -111,7 +111,8 @@ class DelayedMessages:
         self._next_seq = seq + 1
         if self.journal is not None and message.is_persistent:
             entry = QueueEntry(message, seq)
-            self.journal.published(entry)
+            if not self.journal.published(entry):
+                return WRITE_FAILED  # nothing written (queues/journal.py): the publisher gets a nack
             self.journal.waiting(entry, due_ms)
             outcome = ENQUEUED_DURABLY
         else:
@@ -143,7 +144,7 @@ class DelayedMessages:
                     continue
             routed = self.release(_released_copy(message, now_ms / 1000.0))
             if journaled:
-                self.journal.store.append_state(seq, "acked" if routed else "dropped", now_ms)
+                self.journal.settled(seq, "acked" if routed else "dropped", now_ms)
         self._rearm(now_ms, released >= RELEASE_BATCH)
 
     def _rearm(self, now_ms: int, batch_full: bool = False) -> None:

@@ -44,9 +44,24 @@ def _now_ms() -> int:
 
 
 class QueueJournal:
+    """The queue's side of its QueueStore, and where a failed disk write stops.
+
+    A write that fails (an OSError: disk full, I/O error, a store that failed earlier) never
+    reaches the queue's callers, whichever connection or timer made it. It has one outcome per
+    kind of record:
+
+    - a message record (`published`) returns False: nothing was written, and the queue refuses
+      the message (the publisher gets a basic.nack, a transaction fails);
+    - a later state record (delivered, acked, requeued, waiting, removed, purge, delete) is
+      logged and the journal is marked failed (`failure`): the queue keeps serving from memory
+      and the management API shows it "crashed". After a restart such a message may come back
+      (redelivered), never go missing.
+    """
+
     def __init__(self, store: QueueStore, committer: GroupCommitter) -> None:
         self.store = store
         self.committer = committer
+        self.failure: OSError | None = None  # the first state record that could not be written
 
     def set_archive(self, archive: bool) -> None:
         """Archive fully acked segments from now on (a policy's `archive`), or stop."""
@@ -85,49 +100,91 @@ class QueueJournal:
 
     # -- records -----------------------------------------------------------------------
 
-    def published(self, entry: QueueEntry) -> None:
+    def published(self, entry: QueueEntry) -> bool:
+        """Append the message; False (logged, nothing written) when the store cannot take it."""
         message = entry.message
-        self.store.append_message(
-            entry.seq,
-            int(message.published_at * 1000),
-            message.exchange,
-            message.routing_key,
-            message.raw_header[CONTENT_HEADER_PREFIX_SIZE:],
-            message.body,
-        )
+        try:
+            self.store.append_message(
+                entry.seq,
+                int(message.published_at * 1000),
+                message.exchange,
+                message.routing_key,
+                message.raw_header[CONTENT_HEADER_PREFIX_SIZE:],
+                message.body,
+            )
+        except OSError as error:
+            log.error("%r: a published message could not be written: %s", self.store.queue, error)
+            return False
         entry.persisted = True
+        return True
 
     def delivered(self, entry: QueueEntry) -> None:
-        self.store.append_state(entry.seq, "delivered", _now_ms(), delivery_count=entry.delivery_count)
+        try:
+            self.store.append_state(entry.seq, "delivered", _now_ms(), delivery_count=entry.delivery_count)
+        except OSError as error:
+            self.state_not_written(entry.seq, "delivered", error)
 
     def requeued(self, entry: QueueEntry) -> None:
-        self.store.append_state(entry.seq, "requeued", _now_ms(), delivery_count=entry.delivery_count)
+        try:
+            self.store.append_state(entry.seq, "requeued", _now_ms(), delivery_count=entry.delivery_count)
+        except OSError as error:
+            self.state_not_written(entry.seq, "requeued", error)
 
     def waiting(self, entry: QueueEntry, due_at_ms: int) -> None:
         """The message waits for a delayed retry until `due_at_ms`."""
-        self.store.append_state(
-            entry.seq, "waiting_retry", _now_ms(), delivery_count=entry.delivery_count, due_at_ms=due_at_ms
-        )
+        try:
+            self.store.append_state(
+                entry.seq, "waiting_retry", _now_ms(), delivery_count=entry.delivery_count, due_at_ms=due_at_ms
+            )
+        except OSError as error:
+            self.state_not_written(entry.seq, "waiting_retry", error)
 
     def acked(self, entry: QueueEntry) -> None:
-        self.store.append_state(entry.seq, "acked", _now_ms())
+        self.settled(entry.seq, "acked", _now_ms())
+
+    def settled(self, seq: int, state: str, at_ms: int) -> None:
+        """Message `seq` is done with: "acked" (or routed, for a delayed exchange), "dropped"."""
+        try:
+            self.store.append_state(seq, state, at_ms)
+        except OSError as error:
+            self.state_not_written(seq, state, error)
 
     def removed(self, entry: QueueEntry, reason: str, dead_lettered: bool) -> None:
         """The message left without an ack: expired, dropped or dead-lettered for `reason`."""
-        if reason == "expired" and not dead_lettered:
-            self.store.append_state(entry.seq, "expired", _now_ms())
-        else:
-            state = "dead_lettered" if dead_lettered else "dropped"
-            self.store.append_state(entry.seq, state, _now_ms(), reason=reason)
+        try:
+            if reason == "expired" and not dead_lettered:
+                self.store.append_state(entry.seq, "expired", _now_ms())
+            else:
+                state = "dead_lettered" if dead_lettered else "dropped"
+                self.store.append_state(entry.seq, state, _now_ms(), reason=reason)
+        except OSError as error:
+            self.state_not_written(entry.seq, f"removed ({reason})", error)
 
     def purge(self) -> None:
-        self.store.purge()
+        try:
+            self.store.purge()
+        except OSError as error:
+            self.state_not_written(None, "purged", error)
 
     def delete(self) -> None:
-        self.store.delete()
+        try:
+            self.store.delete()
+        except OSError as error:
+            self.state_not_written(None, "deleted", error)
 
     def close(self) -> None:
         self.store.close()
+
+    def state_not_written(self, seq: int | None, state: str, error: OSError) -> None:
+        """A state record could not be written: the journal (and so its queue) has failed. The
+        first failure is logged as an error, later ones only at debug level (a failing disk
+        fails every record)."""
+        what = f"message {seq} as {state}" if seq is not None else f"the queue as {state}"
+        if self.failure is None:
+            self.failure = error
+            log.error("%r: could not record %s: %s; the queue is marked crashed", self.store.queue, what, error)
+        else:
+            log.debug("%r: could not record %s: %s", self.store.queue, what, error)
 
     def request_sync(self, callback: SyncCallback) -> None:
         """Call `callback(error)` once everything journaled so far is on disk."""

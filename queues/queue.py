@@ -23,7 +23,7 @@ from queues.message import Message
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
 from queues.paged_expiry import PagedExpiry
 from queues.priority_ready_messages import PriorityReadyMessages
-from queues.publish_outcome import DUPLICATE, ENQUEUED, ENQUEUED_DURABLY, REJECTED
+from queues.publish_outcome import DUPLICATE, ENQUEUED, ENQUEUED_DURABLY, REJECTED, WRITE_FAILED
 from queues.queue_entry import GONE, QueueEntry
 from queues.queue_recovery import take_back
 from queues.queue_stats import QueueStats
@@ -161,6 +161,12 @@ class Queue:
     def consumers(self) -> list[Consumer]:
         return list(self._rotation)
 
+    @property
+    def failure(self) -> OSError | None:
+        """Why the queue failed: the first state record its journal could not write (it keeps
+        serving from memory; the management API shows it "crashed"). None while it is well."""
+        return self.journal.failure if self.journal is not None else None
+
     # -- messages in -------------------------------------------------------------------
 
     def publish(self, message: Message) -> int:
@@ -169,8 +175,9 @@ class Queue:
         The steps, in order: deduplication (a message whose id the queue saw recently is
         DUPLICATE: confirmed, not enqueued), the length limit (x-overflow reject-publish at the
         limit: REJECTED, the publisher gets a basic.nack), the journal for a persistent message
-        of a durable queue (ENQUEUED_DURABLY: a confirm waits for the fsync), then the ready
-        messages and dispatch (ENQUEUED).
+        of a durable queue (ENQUEUED_DURABLY: a confirm waits for the fsync; WRITE_FAILED when
+        the disk write failed: nothing was enqueued, the publisher gets a basic.nack), then the
+        ready messages and dispatch (ENQUEUED).
         """
         dedup = self.dedup
         dedup_key = None
@@ -186,8 +193,8 @@ class Queue:
         entry = QueueEntry(message, self.next_seq, expires_at)
         journal = self.journal
         durable = journal is not None and message.is_persistent
-        if durable:
-            journal.published(entry)
+        if durable and not journal.published(entry):
+            return WRITE_FAILED
         self.next_seq += 1
         self.stats.published += 1
         if dedup_key is not None:

@@ -54,7 +54,7 @@ def queue_json(
         "name": queue.name,
         "node": node,
         "single_active_consumer_tag": None,
-        "state": "running" if running else "down",
+        "state": queue_state(queue, running),
         "type": "classic",
         "vhost": vhost.name,
     }
@@ -70,6 +70,14 @@ def queue_json(
     if isinstance(owner, Connection):  # not an exclusive queue of another cluster node
         item["owner_pid_details"] = connection_details(owner)
     return dict(sorted(item.items()))
+
+
+def queue_state(queue: "Queue", running: bool = True) -> str:
+    """RabbitMQ's queue states that apply here: "running"; "down" when the node holding it is
+    (a cluster); "crashed" when its journal could not write a state record (queues/journal.py)."""
+    if not running:
+        return "down"
+    return "crashed" if queue.failure is not None else "running"
 
 
 def queue_detail_json(
