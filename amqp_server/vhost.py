@@ -2,7 +2,7 @@
 
 Every declare, delete and bind goes through here, so the RabbitMQ rules (reserved names,
 exclusivity, auto-delete) are applied in one place; the rules for redeclaring are in
-equivalence.py. Routing across the vhost is routing.py, dead-letter routing dead_lettering.py,
+equivalence.py. Routing across the vhost is routing.py, dead-lettering queues/dead_letter.py,
 delayed exchanges' storage delayed_exchanges.py, the definitions export definitions_export.py.
 Permissions are the channel's job: this module knows nothing about users.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
 from exchanges.exchange import Exchange
-from queues import queue_type_rules
+from queues import dead_letter, queue_type_rules
 from queues.arguments import InvalidArgument, QueueArguments
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget
@@ -28,7 +28,6 @@ from queues.queue_stats import QueueStats
 from queues.timers import Timers
 
 from amqp_server import equivalence, errors, policy_application
-from amqp_server.dead_lettering import republish
 from amqp_server.definitions_export import (
     binding_definition,
     durable_definitions,
@@ -440,8 +439,8 @@ class VirtualHost:
 
     def dead_letter(self, queue: Queue, entries: list[QueueEntry], reason: str) -> None:
         """Republish messages that left `queue` for `reason` through its dead-letter exchange
-        (dead_lettering.py): a missing exchange or a cycle drops them, as in RabbitMQ."""
-        republish(self, queue, entries, reason)
+        (queues/dead_letter.py): a missing exchange or a cycle drops them, as in RabbitMQ."""
+        dead_letter.republish(self, queue, entries, reason)
 
     # -- definitions -------------------------------------------------------------------
 

@@ -1,20 +1,27 @@
-"""Dead-lettering: a message leaving its queue, and what it looks like afterwards (x-death).
+"""Dead-lettering, all of it: a message leaving its queue, what it looks like afterwards
+(x-death), and where it goes next (the queue's dead-letter exchange).
 
 `hand_off` is the queue's side: whatever removed the messages (expiry, a length limit, a
-rejection, the delivery limit), they are counted, journaled as gone and handed to the vhost,
-which republishes them through the queue's dead-letter exchange (amqp_server/dead_lettering.py).
+rejection, the delivery limit), they are counted, journaled as gone and handed to the queue's
+`dead_letterer` (the vhost, which owns exchanges and bindings), which calls `republish`.
+
+`republish` routes copies through the dead-letter exchange. As in RabbitMQ, a missing
+dead-letter exchange drops them, and so does a cycle (a message that would return to a queue
+it already died in without a rejection on the way: `is_cycle`).
 
 RabbitMQ (docs/dlx.md) records, per {queue, reason}, one `x-death` entry with a count, the
 time of the first occurrence, the exchange and routing keys the message had, and its
 original expiration; the most recent entry comes first. It also sets `x-first-death-*` once
 and `x-last-death-*` every time, and strips the per-message TTL so the message does not
-expire again on the way.
+expire again on the way (`dead_lettered`).
 """
 
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, FLAG_EXPIRATION, Message
 from queues.raw_properties import RawProperties, encode_field
@@ -44,6 +51,35 @@ def hand_off(queue: "Queue", entries: "list[QueueEntry]", reason: str) -> None:
                 queue.journal.removed(entry, reason, has_dlx)
     if has_dlx:
         queue.dead_letterer(queue, entries, reason)
+
+
+class Router(Protocol):
+    """What republishing needs of the vhost: its exchanges by name, and routing through them."""
+
+    exchanges: Mapping[str, Any]
+
+    def route(self, exchange: Any, message: Message, routing_keys: Collection[str] | None = None) -> "Collection[Queue]":
+        ...
+
+
+def republish(router: Router, queue: "Queue", entries: "list[QueueEntry]", reason: str) -> None:
+    """Route copies of `entries` (with x-death updated) from `queue`'s dead-letter exchange.
+
+    With x-dead-letter-routing-key they carry that key; otherwise they keep their routing key
+    and CC keys.
+    """
+    settings = queue.settings
+    exchange = router.exchanges.get(settings.dead_letter_exchange or "")
+    if exchange is None:
+        return
+    now = time.time()
+    for entry in entries:
+        new_key = settings.dead_letter_routing_key
+        message = dead_lettered(entry.message, queue.name, reason, now, new_key, exchange.name)
+        keys = (new_key,) if new_key is not None else tuple(routing_keys_of(entry.message))
+        for target in router.route(exchange, message, keys):
+            if not is_cycle(message, target.name, reason):
+                target.publish(message)
 
 
 def routing_keys_of(message: Message) -> list[str]:
