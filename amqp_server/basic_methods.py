@@ -26,7 +26,7 @@ from amqp_server.settlement import apply_settlement, forget_transaction_settleme
 from amqp_server.unacked_store import Unacked
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
-from queues.delayed_retry import RETURNED
+from queues.delays.delayed_retry import RETURNED
 from queues.delivery_count import get_ok_header
 from queues.journal import when_synced
 

@@ -29,7 +29,7 @@ from amqp_server.publishing import PendingPublish, begin_publish, complete_publi
 from amqp_server.settlement import apply_settlement, settle
 from amqp_server.unacked_store import Unacked, UnackedStore
 from queues.consumer import Consumer
-from queues.delayed_retry import RETURNED
+from queues.delays.delayed_retry import RETURNED
 from queues.delivery_count import header_with_delivery_count
 from queues.field_tables import InvalidContentHeader, check_content_header
 from queues.message import Message

@@ -16,7 +16,7 @@ from pamqp import commands
 from amqp_server import errors
 from amqp_server.errors import AMQPError
 from amqp_server.settlement import apply_settlement
-from queues.delayed_retry import RETURNED
+from queues.delays.delayed_retry import RETURNED
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel

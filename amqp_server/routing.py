@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from exchanges.delayed import DelayedMessageExchange
 from exchanges.exchange import Exchange
-from queues.delayed_delivery import delay_of
+from queues.delays.delayed_exchange import delay_of
 from queues.message import Message
 from queues.queue import Queue
 

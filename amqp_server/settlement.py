@@ -20,7 +20,7 @@ from amqp_server import errors
 from amqp_server.errors import AMQPError
 from amqp_server.unacked_store import Unacked
 from queues.consumer import Consumer
-from queues.delayed_retry import FAILED
+from queues.delays.delayed_retry import FAILED
 from queues.queue import Queue
 from queues.queue_entry import QueueEntry
 

@@ -3,7 +3,7 @@
 Every declare, delete and bind goes through here, so the RabbitMQ rules (reserved names,
 exclusivity, auto-delete) are applied in one place; the rules for redeclaring are in
 equivalence.py. Routing across the vhost is routing.py, dead-lettering queues/dead_letter.py,
-delayed exchanges' storage delayed_exchanges.py, the definitions export definitions_export.py.
+delayed exchanges' held messages queues/delays/, the definitions export definitions_export.py.
 Permissions are the channel's job: this module knows nothing about users.
 """
 
@@ -18,6 +18,7 @@ from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
 from exchanges.exchange import Exchange
 from queues import dead_letter, queue_type_rules
 from queues.arguments import InvalidArgument, QueueArguments
+from queues.delays.delayed_exchange import hold_delayed_messages
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget
 from queues.message import Message
@@ -37,7 +38,6 @@ from amqp_server.definitions_export import (
     is_stored_queue,
     queue_definition,
 )
-from amqp_server.delayed_exchanges import hold_delayed_messages
 from amqp_server.errors import AMQPError
 from amqp_server.policies import Policy, PolicySet
 from amqp_server.resource_limits import VhostLimits

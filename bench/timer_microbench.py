@@ -42,12 +42,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pamqp import commands  # noqa: E402
 
-from queues.delayed_delivery import DelayedMessages, store_name  # noqa: E402
-from queues.delayed_retry import FAILED  # noqa: E402
+from queues.delays.delayed_exchange import DelayedMessages, store_name  # noqa: E402
+from queues.delays.delayed_retry import FAILED  # noqa: E402
 from queues.journal import QueueJournal  # noqa: E402
 from queues.message import Message, content_header  # noqa: E402
 from queues.queue import Queue  # noqa: E402
-from queues.retry_lanes import RetryLanes  # noqa: E402
+from queues.delays.retry_lanes import RetryLanes  # noqa: E402
 from queues.timers import Timers  # noqa: E402
 
 BODY = b"x" * 32

@@ -4,7 +4,7 @@ Declared with `x-delayed-type` naming another exchange type, it routes exactly l
 (its bindings live in an exchange of that type), except that a message carrying a positive
 `x-delay` header (milliseconds) is held until the delay passes and only then routed. Holding
 (and reading x-delay) is not this package's business: the vhost keeps the held messages
-(queues/delayed_delivery.py) and hands them back to `route` when due.
+(queues/delays/delayed_exchange.py) and hands them back to `route` when due.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from queues.arguments import QueueArguments
 from queues.consumer import Consumer
 from queues.consumer_rotation import NO_CONSUMERS, ConsumerRotation
 from queues.deduplication import DeduplicationCache
-from queues.delayed_retry import DelayedRetry
+from queues.delays.delayed_retry import DelayedRetry
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget, should_page
 from queues.message import Message
@@ -53,7 +53,7 @@ class Queue:
     This class coordinates; each other concern lives in its own module: message TTL
     (message_ttl.py, paged_expiry.py), queue TTL (queue_ttl.py), length limits
     (length_limit.py), consumer order (consumer_rotation.py, single_active_consumer.py),
-    delayed retry (delayed_retry.py, retry_lanes.py), priorities (priority_ready_messages.py),
+    delayed retry (delays/), priorities (priority_ready_messages.py),
     deduplication (deduplication.py), dead-lettering (dead_letter.py), recovery from the
     journal (queue_recovery.py). docs/lifecycle.md.
     """

@@ -2,7 +2,7 @@
 requeue, or its consumer went away): the rules of x-delivery-limit and delayed retry.
 
 A message delivered more times than the queue's delivery limit is dead-lettered (reason
-`delivery_limit`); one that the queue's delayed retry covers waits (delayed_retry.py); every
+`delivery_limit`); one that the queue's delayed retry covers waits (delays/delayed_retry.py); every
 other one is ready again at its original position, and a drop-head queue with a length limit
 then drops its oldest ready messages past the limit (RabbitMQ applies the limit on requeue too).
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from queues import dead_letter
 from queues.consumer import Consumer
-from queues.delayed_retry import retry_delay_ms
+from queues.delays.delayed_retry import retry_delay_ms
 from queues.length_limit import drop_head_after_return
 from queues.queue_entry import QueueEntry
 

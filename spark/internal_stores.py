@@ -1,7 +1,7 @@
 """Queue stores the broker keeps for itself, which are not queues a client declared.
 
 A durable x-delayed-message exchange journals its pending messages in a queue store named
-``amq.x-delayed-message.<exchange>`` (queues/delayed_delivery.py, docs/queue-files.md §8). No
+``amq.x-delayed-message.<exchange>`` (queues/delays/delayed_exchange.py, docs/queue-files.md §8). No
 client can declare a queue whose name starts with ``amq.``, so the name alone says what a
 store is. The data source leaves these stores out unless asked (docs/spark.md).
 

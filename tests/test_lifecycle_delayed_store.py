@@ -8,7 +8,7 @@ import pytest
 from pamqp import commands
 
 from persistence.queue_store import QueueStore
-from queues.delayed_delivery import DelayedMessages, delay_of, store_name
+from queues.delays.delayed_exchange import DelayedMessages, delay_of, store_name
 from queues.journal import QueueJournal
 from queues.message import Message, content_header
 from queues.timers import Timers

@@ -8,7 +8,7 @@ from pathlib import Path
 from pamqp import commands
 
 from persistence.queue_store import QueueStore
-from queues.delayed_retry import FAILED
+from queues.delays.delayed_retry import FAILED
 from queues.journal import QueueJournal
 from queues.message import Message, content_header
 from queues.queue import Queue

@@ -9,10 +9,10 @@ import pytest
 
 from queues.arguments import InvalidArgument, QueueArguments
 from queues.consumer import Consumer
-from queues.delayed_retry import FAILED, RETURNED, retry_delay_ms
+from queues.delays.delayed_retry import FAILED, RETURNED, retry_delay_ms
 from queues.message import Message
 from queues.queue import Queue
-from queues.retry_lanes import RetryLanes
+from queues.delays.retry_lanes import RetryLanes
 from queues.timers import Timers
 from tests.test_queue_dispatch import FakeSink, publish
 

@@ -6,7 +6,7 @@ import struct
 
 from amqp_server.policies import parse_policy
 from amqp_server.vhost import VirtualHost
-from queues.delayed_retry import FAILED
+from queues.delays.delayed_retry import FAILED
 from queues.message import Message
 from queues.timers import Timers
 from tests.test_lifecycle_dedup_and_defaults import message as with_properties

@@ -22,7 +22,7 @@ from amqp_server.broker import Broker
 from amqp_server.vhost import VirtualHost
 from persistence.queue_store import QueueStore
 from queues.consumer import Consumer
-from queues.delayed_retry import FAILED
+from queues.delays.delayed_retry import FAILED
 from queues.journal import QueueJournal
 from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget
 from queues.message import Message, content_header

@@ -1,7 +1,7 @@
 """The stores of durable delayed exchanges, as the data source shows them: left out of a scan by
 default, read with ``include_internal`` (or by exact name), and marked by ``delayed_exchange``.
 
-The files are written by the broker's own code (queues.delayed_delivery.DelayedMessages over a
+The files are written by the broker's own code (queues.delays.delayed_exchange.DelayedMessages over a
 QueueJournal), next to an ordinary queue, with time moved by hand.
 """
 
@@ -17,7 +17,7 @@ pytest.importorskip("numpy")
 from pamqp import commands  # noqa: E402
 
 from persistence.queue_store import QueueStore  # noqa: E402
-from queues.delayed_delivery import STORE_PREFIX, DelayedMessages, store_name  # noqa: E402
+from queues.delays.delayed_exchange import STORE_PREFIX, DelayedMessages, store_name  # noqa: E402
 from queues.journal import QueueJournal  # noqa: E402
 from queues.message import Message, content_header  # noqa: E402
 from queues.timers import Timers  # noqa: E402

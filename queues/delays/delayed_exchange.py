@@ -1,9 +1,12 @@
 """Messages an x-delayed-message exchange holds until their x-delay passes.
 
-Routing treats a `DelayedMessages` like a queue: the vhost routes a message with a positive
-x-delay that reaches a delayed exchange here instead of through its bindings, and `publish`
-holds it. When it is due, `release` (the vhost) routes it through the exchange's bindings as
-they are then, with x-delay negated as the plugin does (so it is not delayed again) and its
+The exchange type itself (exchanges/delayed.py) only routes like its x-delayed-type; holding
+is here. `hold_delayed_messages` gives a new delayed exchange its `DelayedMessages` (and
+recovers what its store held). Routing treats a `DelayedMessages` like a queue: the vhost
+routes a message with a positive x-delay that reaches a delayed exchange here instead of
+through its bindings, and `publish` holds it. When it is due, `route_released` routes it
+through the exchange's bindings as they are then (nothing, if the exchange was deleted
+meanwhile), with x-delay negated as the plugin does (so it is not delayed again) and its
 publish time reset (a queue's TTL counts from then).
 
 Pending messages are a heap of integers `due_ms << 40 | seq` (about 44 bytes each); the
@@ -19,9 +22,10 @@ their due time, or at once when it passed while the broker was down. Any delay i
 from __future__ import annotations
 
 import heapq
+import logging
 import struct
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Protocol
 
 from queues.journal import QueueJournal
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message
@@ -38,6 +42,55 @@ RELEASE_BATCH = 10_000  # messages released per timer run before yielding to the
 
 # Routes a released message; returns True if any queue took it.
 Release = Callable[[Message], bool]
+
+log = logging.getLogger(__name__)
+
+
+class DelayingExchange(Protocol):
+    """An x-delayed-message exchange (exchanges.delayed.DelayedMessageExchange)."""
+
+    name: str
+    durable: bool
+    pending: "DelayedMessages | None"
+
+
+class Vhost(Protocol):
+    """What holding and releasing need of the vhost (amqp_server.vhost.VirtualHost)."""
+
+    name: str
+    timers: Timers
+    exchanges: Mapping[str, Any]
+    journal_factory: Callable[[str, str, bool], QueueJournal] | None
+
+    def route(self, exchange: Any, message: Message, routing_keys: Collection[str] | None = None) -> Collection[Any]:
+        ...
+
+
+def hold_delayed_messages(vhost: Vhost, exchange: DelayingExchange) -> None:
+    """Give a new delayed exchange the store its held messages wait in, and recover them."""
+    journal = None
+    if exchange.durable and vhost.journal_factory is not None:
+        journal = vhost.journal_factory(vhost.name, store_name(exchange.name), False)
+    pending = DelayedMessages(
+        exchange.name, vhost.timers, lambda message: route_released(vhost, exchange, message), journal
+    )
+    recovered = pending.recover()
+    if recovered:
+        log.info("recovered %d delayed messages of exchange '%s' in vhost '%s'", recovered, exchange.name, vhost.name)
+    exchange.pending = pending
+
+
+def route_released(vhost: Vhost, exchange: DelayingExchange, message: Message) -> bool:
+    """A delayed message is due: route it through the exchange's bindings as they are now.
+
+    Returns whether any queue took it.
+    """
+    if vhost.exchanges.get(exchange.name) is not exchange:
+        return False
+    targets = list(vhost.route(exchange, message))
+    for target in targets:
+        target.publish(message)
+    return bool(targets)
 
 
 def delay_of(headers: dict[str, Any] | None) -> int:

@@ -22,7 +22,7 @@ from queues import dead_letter
 from queues.arguments import QueueArguments
 from queues.length_limit import drop_head_after_return
 from queues.queue_entry import GONE, WAITING
-from queues.retry_lanes import RetryLanes
+from queues.delays.retry_lanes import RetryLanes
 from queues.timers import Deadline
 
 if TYPE_CHECKING:
