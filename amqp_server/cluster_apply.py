@@ -15,13 +15,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from amqp_server import equivalence
 from amqp_server.cluster_definition_keys import KIND_OF_DIRECTORY, SharedValue, entry_key
 from amqp_server.cluster_mirror import ServiceMirror
 from amqp_server.definitions_export import exchange_definition, queue_definition
-from amqp_server.errors import AMQPError
 from amqp_server.policies import parse_policy
 from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, check_limits
+from queues.arguments import equivalence
+from queues.arguments.equivalence import Inequivalent
 from queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ class LocalDefinitions:
                 equivalence.check_exchange(vhost.name, existing, entry["type"], entry["durable"],
                                            entry["auto_delete"], entry["internal"], entry["arguments"])
                 return True
-            except AMQPError:  # deleted and declared again differently elsewhere
+            except Inequivalent:  # deleted and declared again differently elsewhere
                 vhost.delete_exchange(entry["name"])
         exchange = vhost.declare_exchange(entry["name"], entry["type"], durable=entry["durable"],
                                           auto_delete=entry["auto_delete"], internal=entry["internal"],
@@ -275,7 +275,7 @@ class LocalDefinitions:
         entry = value.entry
         try:
             equivalence.check_queue(vhost.name, queue, entry["durable"], entry["auto_delete"], entry["arguments"])
-        except AMQPError:
+        except Inequivalent:
             return False
         return True
 

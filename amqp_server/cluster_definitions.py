@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from amqp_server import equivalence, errors
+from amqp_server import errors
 from amqp_server.cluster_apply import LocalDefinitions, RemoteQueueFactory
 from amqp_server.cluster_definition_keys import (
     DIRECTORIES,
@@ -63,6 +63,8 @@ from cluster.coordinator import (
     CoordinationUnavailable, Coordinator, EventKind, HistoryLost, KeyValue, VersionConflict, WatchEvent,
 )
 from persistence.definition_table import PUT, DefinitionTable
+from queues.arguments import equivalence
+from queues.arguments.equivalence import Inequivalent
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -463,10 +465,14 @@ class SharedDefinitions:
                     return None
                 equivalence.check_exchange(vhost.name, exchange, entry["type"], entry["durable"],
                                            entry["auto_delete"], entry["internal"], entry["arguments"])
-        except AMQPError as refusal:
-            refusal.class_id, refusal.method_id = (50, 10) if mine.kind == "queues" else (40, 10)
-            return refusal
-        return None
+        except Inequivalent as inequivalent:
+            refusal = errors.inequivalent(inequivalent)
+        except AMQPError as locked:
+            refusal = locked
+        else:
+            return None
+        refusal.class_id, refusal.method_id = (50, 10) if mine.kind == "queues" else (40, 10)
+        return refusal
 
     # -- the service out of reach ---------------------------------------------------------------
 

@@ -7,6 +7,9 @@ whole connection. Client code matches on these exact strings (for example
 
 from __future__ import annotations
 
+from queues.arguments.equivalence import Inequivalent
+from queues.arguments.texts import resource
+
 REPLY_SUCCESS = 200
 CONTENT_TOO_LARGE = 311
 NO_ROUTE = 312
@@ -99,11 +102,6 @@ class HandshakeError(AMQPError):
     untrusted client learns nothing and cannot retry at full speed. The code and text are logged."""
 
 
-def resource(kind: str, name: str, vhost: str) -> str:
-    """RabbitMQ's way of naming a resource in error texts: "queue 'q' in vhost '/'"."""
-    return f"{kind} '{name}' in vhost '{vhost}'"
-
-
 def not_found(kind: str, name: str, vhost: str) -> AMQPError:
     return AMQPError(NOT_FOUND, f"no {resource(kind, name, vhost)}")
 
@@ -129,50 +127,6 @@ def default_exchange_refused() -> AMQPError:
     return AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
 
 
-def amqp_type_name(value: object) -> str:
-    """The AMQP field type RabbitMQ names in inequivalent-argument errors."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, (str, bytes)):
-        return "longstr"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    return type(value).__name__
-
-
-def describe_argument(value: object) -> str:
-    if value is None:
-        return "none"
-    shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    if isinstance(shown, bool):
-        shown = str(shown).lower()
-    return f"the value '{shown}' of type '{amqp_type_name(value)}'"
-
-
-def inequivalent(field: str, kind: str, name: str, vhost: str, received: str, current: str) -> AMQPError:
-    return AMQPError(
-        PRECONDITION_FAILED,
-        f"inequivalent arg '{field}' for {resource(kind, name, vhost)}: "
-        f"received {received} but current is {current}",
-    )
-
-
-def inequivalent_argument(key: str, kind: str, name: str, vhost: str, received: object, current: object) -> AMQPError:
-    """406 for an x-argument that differs on redeclaration, worded as RabbitMQ 3.x words it."""
-    if received is not None and current is not None:
-        return inequivalent(key, kind, name, vhost, f"'{_plain(received)}'", f"'{_plain(current)}'")
-    return inequivalent(key, kind, name, vhost, describe_argument(received), describe_argument(current))
-
-
-def _plain(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
+def inequivalent(refusal: Inequivalent) -> AMQPError:
+    """406 for a redeclaration that differs from what exists (queues/arguments/equivalence.py)."""
+    return AMQPError(PRECONDITION_FAILED, str(refusal))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amqp_server.policy_keys import PolicyError, check_definition, erlang_term
-from queues import queue_type_rules
+from queues.arguments import queue_type_rules
 
 
 class ApplyTo(enum.Enum):

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Arguments checked against another one (queues/arguments.py): a refusal of the first may be
+# Arguments checked against another one (queues/arguments/queue_arguments.py): a refusal of the first may be
 # the other's fault.
 _CHECKED_AGAINST = {"x-delayed-retry-max": "x-delayed-retry-min"}
 

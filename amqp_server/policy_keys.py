@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queues.arguments import OVERFLOW_MODES, QUEUE_MODES, RETRY_BACKOFFS, RETRY_TYPES
-from queues.queue_type_rules import DEAD_LETTER_STRATEGIES, LEADER_LOCATORS
+from queues.arguments.queue_type_rules import DEAD_LETTER_STRATEGIES, LEADER_LOCATORS
 
 
 class AppliesTo(enum.Enum):

@@ -1,8 +1,8 @@
 """A virtual host: its exchanges, queues and bindings.
 
 Every declare, delete and bind goes through here, so the RabbitMQ rules (reserved names,
-exclusivity, auto-delete) are applied in one place; the rules for redeclaring are in
-equivalence.py. Routing across the vhost is routing.py, dead-lettering queues/dead_letter.py,
+exclusivity, auto-delete) are applied in one place; the rules for redeclaring and the checks of
+x-arguments are queues/arguments/. Routing across the vhost is routing.py, dead-lettering queues/dead_letter.py,
 delayed exchanges' held messages queues/delays/, the definitions export definitions_export.py.
 Permissions are the channel's job: this module knows nothing about users.
 """
@@ -16,7 +16,9 @@ from typing import Any
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
 from exchanges.exchange import Exchange
-from queues import dead_letter, queue_type_rules
+from queues import dead_letter
+from queues.arguments import equivalence, queue_type_rules
+from queues.arguments.equivalence import Inequivalent
 from queues.arguments import InvalidArgument, QueueArguments
 from queues.delays.delayed_exchange import hold_delayed_messages
 from queues.journal import QueueJournal
@@ -28,7 +30,7 @@ from queues.queue_entry import QueueEntry
 from queues.queue_stats import QueueStats
 from queues.timers import Timers
 
-from amqp_server import equivalence, errors, policy_application
+from amqp_server import errors, policy_application
 from amqp_server.definitions_export import (
     binding_definition,
     durable_definitions,
@@ -157,7 +159,10 @@ class VirtualHost:
         arguments = arguments or {}
         existing = self.exchanges.get(name)
         if existing is not None:
-            equivalence.check_exchange(self.name, existing, type_name, durable, auto_delete, internal, arguments)
+            try:
+                equivalence.check_exchange(self.name, existing, type_name, durable, auto_delete, internal, arguments)
+            except Inequivalent as refusal:
+                raise errors.inequivalent(refusal) from None
             return existing
         if name.startswith("amq."):
             raise errors.reserved_prefix("exchange", name)
@@ -237,7 +242,7 @@ class VirtualHost:
     ) -> tuple[Queue, bool]:
         """Declare (or check) a queue; returns the queue and whether it was created.
 
-        A new queue's type may refuse its properties or arguments (queues/queue_type_rules.py);
+        A new queue's type may refuse its properties or arguments (queues/arguments/queue_type_rules.py);
         `server_named` says the client left the name to the broker, which a quorum queue refuses.
         """
         if passive:
@@ -251,7 +256,10 @@ class VirtualHost:
         if existing is not None:
             if existing.exclusive_owner not in (None, connection) or existing.exclusive != exclusive:
                 raise errors.resource_locked(name, self.name)
-            equivalence.check_queue(self.name, existing, durable, auto_delete, arguments)
+            try:
+                equivalence.check_queue(self.name, existing, durable, auto_delete, arguments)
+            except Inequivalent as refusal:
+                raise errors.inequivalent(refusal) from None
             existing.touch()
             return existing, False
         # RabbitMQ checks the vhost's queue limit before the new queue's arguments.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from queues.arguments import QueueArguments
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header
-from queues.queue_type_rules import QUORUM
+from queues.arguments.queue_type_rules import QUORUM
 from queues.raw_properties import RawProperties, encode_field
 
 HEADER = "x-delivery-count"

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from amqp_server import equivalence, errors
+from amqp_server import errors
 from amqp_server.errors import AMQPError
 from amqp_server.management import api_errors
 from amqp_server.management.definitions_transfer import password_hash_of, set_user, user_tags, vhost_metadata_of
@@ -31,7 +31,8 @@ from amqp_server.policies import Policy, parse_policy
 from amqp_server.policy_keys import PolicyError
 from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 from exchanges.registry import EXCHANGE_TYPES
-from queues.arguments import InvalidArgument, QueueArguments
+from queues.arguments import InvalidArgument, QueueArguments, equivalence
+from queues.arguments.equivalence import Inequivalent
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -278,6 +279,8 @@ def _check_queue(broker: "Broker", queue: dict[str, Any]) -> None:
 def _refuse_on_error(check: Any) -> None:
     try:
         check()
+    except Inequivalent as refusal:
+        raise api_errors.from_amqp_error(errors.inequivalent(refusal)) from None
     except AMQPError as error:
         raise api_errors.from_amqp_error(error) from None
 

@@ -1,8 +1,9 @@
 """Redeclaring an existing exchange or queue: what must match (RabbitMQ's equivalence rules).
 
-A declare whose type, flags or listed arguments differ from what exists fails with 406
-PRECONDITION_FAILED and RabbitMQ's "inequivalent arg" text; other arguments may differ freely.
-Exclusivity (405 RESOURCE_LOCKED) is the vhost's check, not this one.
+A declare whose type, flags or listed arguments differ from what exists is refused with
+RabbitMQ's "inequivalent arg" text (`Inequivalent`; the broker answers 406
+PRECONDITION_FAILED); other arguments may differ freely. Exclusivity (405 RESOURCE_LOCKED) is
+the vhost's check, not this one.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from amqp_server import errors
+from queues.arguments.texts import describe_argument, plain, resource
 
 if TYPE_CHECKING:
     from exchanges.exchange import Exchange
@@ -44,6 +45,23 @@ EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange", "x-delayed-type")
 _QUEUE_ARGUMENT_DEFAULTS = {"x-queue-type": "classic"}
 
 
+class Inequivalent(ValueError):
+    """A redeclaration that differs from what exists; str() is RabbitMQ's text (without the
+    "PRECONDITION_FAILED - " prefix)."""
+
+    def __init__(self, field: str, kind: str, name: str, vhost: str, received: str, current: str) -> None:
+        super().__init__(
+            f"inequivalent arg '{field}' for {resource(kind, name, vhost)}: received {received} but current is {current}"
+        )
+
+
+def inequivalent_argument(key: str, kind: str, name: str, vhost: str, received: object, current: object) -> Inequivalent:
+    """An x-argument that differs on redeclaration, worded as RabbitMQ 3.x words it."""
+    if received is not None and current is not None:
+        return Inequivalent(key, kind, name, vhost, f"'{plain(received)}'", f"'{plain(current)}'")
+    return Inequivalent(key, kind, name, vhost, describe_argument(received), describe_argument(current))
+
+
 def flag(value: bool) -> str:
     return "'true'" if value else "'false'"
 
@@ -52,10 +70,10 @@ def check_exchange(
     vhost: str, existing: "Exchange", type_name: str, durable: bool, auto_delete: bool, internal: bool,
     arguments: dict[str, Any],
 ) -> None:
-    """Raise AMQPError 406 unless a declare with these properties matches `existing`."""
+    """Raise Inequivalent unless a declare with these properties matches `existing`."""
 
-    def refuse(field: str, received: str, current: str) -> errors.AMQPError:
-        return errors.inequivalent(field, "exchange", existing.name, vhost, received, current)
+    def refuse(field: str, received: str, current: str) -> Inequivalent:
+        return Inequivalent(field, "exchange", existing.name, vhost, received, current)
 
     if existing.type_name != type_name:
         raise refuse("type", f"'{type_name}'", f"'{existing.type_name}'")
@@ -69,11 +87,11 @@ def check_exchange(
 
 
 def check_queue(vhost: str, existing: "Queue", durable: bool, auto_delete: bool, arguments: dict[str, Any]) -> None:
-    """Raise AMQPError 406 unless a declare with these properties matches `existing`."""
+    """Raise Inequivalent unless a declare with these properties matches `existing`."""
     if existing.durable != durable:
-        raise errors.inequivalent("durable", "queue", existing.name, vhost, flag(durable), flag(existing.durable))
+        raise Inequivalent("durable", "queue", existing.name, vhost, flag(durable), flag(existing.durable))
     if existing.auto_delete != auto_delete:
-        raise errors.inequivalent(
+        raise Inequivalent(
             "auto_delete", "queue", existing.name, vhost, flag(auto_delete), flag(existing.auto_delete)
         )
     _check_arguments(
@@ -92,7 +110,7 @@ def _check_arguments(
             default = defaults.get(key) if defaults else None
             if default is not None and _text(have, default) == _text(want, default):
                 continue
-            raise errors.inequivalent_argument(key, kind, name, vhost, want, have)
+            raise inequivalent_argument(key, kind, name, vhost, want, have)
 
 
 def _text(value: Any, default: str) -> Any:

@@ -9,11 +9,10 @@ Unknown arguments are kept and ignored, as RabbitMQ does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
-from queues import queue_type_rules
+from queues.arguments import queue_type_rules
+from queues.arguments.texts import amqp_type_name
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 RETRY_TYPES = ("disabled", "all", "failed", "returned")
@@ -51,34 +50,6 @@ class InvalidArgument(ValueError):
         if self.queue_type_module is not None:
             return f"invalid arg '{self.key}' for {resource} of queue type {self.queue_type_module}"
         return f"invalid arg '{self.key}' for {resource}: {self.reason}"
-
-
-def amqp_type_name(value: Any) -> str:
-    """The field-table type RabbitMQ names for a value.
-
-    pamqp decodes every integer type to int, so the width is guessed the way pika encodes an
-    int: 'I' (signedint) when it fits 32 bits, else 'l' (long). A longstr that is not UTF-8
-    decodes to bytes; an 'x' byte array decodes to bytearray.
-    """
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    if isinstance(value, bytes):
-        return "longstr"
-    return _TYPE_NAMES.get(type(value), type(value).__name__)
-
-
-_TYPE_NAMES: dict[type, str] = {
-    str: "longstr",
-    bytearray: "binary",
-    float: "double",
-    Decimal: "decimal",
-    datetime: "timestamp",
-    dict: "table",
-    list: "array",
-    type(None): "void",
-}
 
 
 def _text(key: str, value: Any) -> str:
