@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", action="append", default=[], help="a broker to measure, labelled host:port")
     p.add_argument("--publish-via", action="append", default=[], metavar="LABEL=URL",
                    help="publishers of target LABEL connect to URL, another node of its cluster (forwarding)")
+    p.add_argument("--nodes", action="append", default=[], metavar="LABEL=URL,URL",
+                   help="target LABEL is a cluster (e.g. amqp-server --workers N) whose nodes are reached alone at "
+                   "these URLs: spread and hot-queue also measure clients on the queue's owner and on another node")
     p.add_argument("--broker-pid", action="append", default=[], metavar="LABEL=PID",
                    help="broker process for CPU and RSS figures (default: the process listening on the port)")
     p.add_argument("--size", type=int, default=100, help="message body bytes (default 100)")
@@ -59,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fanout-queues", type=int, default=10)
     p.add_argument("--topic-bindings", type=int, default=1000)
     p.add_argument("--topic-queues", type=int, default=10)
+    p.add_argument("--spread-queues", type=int, default=16,
+                   help="spread: queues, each with its own publisher and consumer connection (default 16)")
+    p.add_argument("--publisher-procs", type=int, default=1,
+                   help="spread, hot-queue: processes the publisher connections are spread over (default 1)")
+    p.add_argument("--placed-window", type=int, default=64,
+                   help="spread, hot-queue: unconfirmed messages per publisher connection (default 64; 0: flood)")
     p.add_argument("--rounds", type=int, default=1, help="repeat every variant; the median is reported")
     p.add_argument("--markdown", action="store_true", help="also print Markdown rows for docs/benchmarks.md")
     p.add_argument("--json", metavar="FILE", help="write every raw measurement to FILE")
@@ -80,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                    publishers=args.publishers, consumers=args.consumers, consumer_procs=args.consumer_procs,
                    prefetch=args.prefetch, confirm_windows=args.confirm_windows, rates=args.rates,
                    connections=args.connections, fanout_queues=args.fanout_queues,
-                   topic_bindings=args.topic_bindings, topic_queues=args.topic_queues)
+                   topic_bindings=args.topic_bindings, topic_queues=args.topic_queues,
+                   spread_queues=args.spread_queues, publisher_procs=args.publisher_procs,
+                   placed_window=args.placed_window)
     if names == ["client-ceiling"]:
         from bench import client_ceiling
 
@@ -88,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if "all" in names:
         names = list(ALL_ORDER)
     try:
-        targets = parse_targets(args.target, args.url, args.broker_pid, args.publish_via)
+        targets = parse_targets(args.target, args.url, args.broker_pid, args.publish_via, args.nodes)
         plan = [v for name in names for v in scenarios.variants(name, opts)]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -99,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# machine: {machine_summary()}")
     for t in targets:
         via = f", publishers on {t.publish_via}" if t.publish_via else ""
+        via += f", nodes {', '.join(t.nodes)}" if t.nodes else ""
         print(f"# target {t.label}: {t.url} (pid {t.pid if t.pid else 'unknown'}{via})")
     results = run_plan(plan, targets, args.rounds)
     print()

@@ -15,7 +15,9 @@ from array import array
 from dataclasses import dataclass
 
 from bench import procfs
-from bench.workers import ConsumerSpec, PublisherSpec, Sync, Timing, consumer_main, publisher_main, run_in_process
+from bench.workers import (
+    ConsumerSpec, PublisherSpec, Sync, Timing, consumer_main, publisher_group_main, publisher_main, run_in_process,
+)
 
 READY_TIMEOUT_S = 60.0
 COUNT_MODE_STALL_S = 1.0  # count mode: consumers are done when nothing arrived for this long
@@ -116,9 +118,10 @@ class _Mailbox:
             self.poll(min(left, 0.05))
 
 
-def run_workers(publishers: list[PublisherSpec], consumer_groups: list[list[ConsumerSpec]], timing: Timing,
-                broker_pid: int | None, expected_deliveries: int | None = None) -> Outcome:
-    """Run publishers and consumers against one broker and return what they counted.
+def run_workers(publishers: list[PublisherSpec | list[PublisherSpec]], consumer_groups: list[list[ConsumerSpec]],
+                timing: Timing, broker_pid: int | None, expected_deliveries: int | None = None) -> Outcome:
+    """Run publishers and consumers against one broker and return what they counted. Each
+    publisher entry is a process: one PublisherSpec, or a list of flooding ones (a connection each).
 
     In count mode the run ends when publishers are done and consumers have received
     `expected_deliveries` (or, when that is None, nothing arrived for a second).
@@ -140,7 +143,7 @@ def run_workers(publishers: list[PublisherSpec], consumer_groups: list[list[Cons
             spawn("consumer", i, consumer_main, group)
         mailbox.wait_for("consumer", "ready", len(consumer_groups), READY_TIMEOUT_S)
         for i, spec in enumerate(publishers):
-            spawn("publisher", i, publisher_main, spec)
+            spawn("publisher", i, publisher_main if isinstance(spec, PublisherSpec) else publisher_group_main, spec)
         mailbox.wait_for("publisher", "ready", len(publishers), READY_TIMEOUT_S)
 
         start = time.monotonic() + START_DELAY_S

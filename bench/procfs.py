@@ -17,12 +17,41 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time `pid` has used so far (all threads)."""
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name: field 3 of proc(5) (the state) is element 0."""
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
-    return (utime + stime) / _CLOCK_TICKS
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time `pid` and its live descendants have used so far (all threads):
+    for `amqp-server --workers N` the parent's pid covers every worker."""
+    total = 0.0
+    for process in [pid, *_descendants(pid)]:
+        try:
+            fields = _stat_fields(process)
+        except OSError:  # exited meanwhile
+            if process == pid:
+                raise
+            continue
+        total += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # fields 14 and 15 of proc(5)
+    return total
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                children.setdefault(int(_stat_fields(int(entry.name))[1]), []).append(int(entry.name))
+            except OSError:
+                continue
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return found
 
 
 def _listening_inodes(port: int) -> set[str]:
@@ -41,20 +70,30 @@ def _listening_inodes(port: int) -> set[str]:
 
 
 def pid_listening_on(port: int) -> int | None:
-    """The pid owning a listening TCP socket on `port` (needs permission to read other processes' fds)."""
+    """The pid owning a listening TCP socket on `port` (needs permission to read other processes' fds).
+    Several processes sharing the port (SO_REUSEPORT: `amqp-server --workers N`) with one parent:
+    that parent, whose CPU figure (cpu_seconds) covers them all."""
     wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
     if not wanted:
         return None
+    owners = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            for fd in (entry / "fd").iterdir():
-                if os.readlink(fd) in wanted:
-                    return int(entry.name)
+            if any(os.readlink(fd) in wanted for fd in (entry / "fd").iterdir()):
+                owners.add(int(entry.name))
         except OSError:
             continue
-    return None
+    if len(owners) > 1:
+        parents = set()
+        for owner in owners:
+            try:
+                parents.add(int(_stat_fields(owner)[1]))
+            except OSError:
+                continue
+        return parents.pop() if len(parents) == 1 else None
+    return owners.pop() if owners else None
 
 
 def beam_pid() -> int | None:

@@ -39,6 +39,9 @@ class Options:
     topic_bindings: int = 1000
     topic_queues: int = 10
     settle_s: float = 2.0
+    spread_queues: int = 16
+    publisher_procs: int = 1
+    placed_window: int = 64  # spread, hot-queue: unconfirmed messages per publisher (0: flood, no confirms)
 
     @property
     def timing(self) -> Timing:
@@ -262,6 +265,68 @@ def idle_connections(target: Target, opts: Options) -> list[Row]:
     return memory.measure_idle_connections(target, opts.connections, opts.settle_s)
 
 
+# ---- 8. many queues, many connections; 9. one hot queue: where clients land in a cluster -------------
+
+SHARED_PORT, OWNER_LOCAL, OWNER_REMOTE = "shared port", "owner-local", "owner-remote"
+PLACEMENTS = (SHARED_PORT, OWNER_LOCAL, OWNER_REMOTE)
+
+
+def placed(target: Target, opts: Options, queues: int, publishers: int, consumers: int, placement: str) -> list[Row]:
+    """`queues` queues, each with `publishers` flooding publishers and `consumers` manual-ack
+    consumers, a connection each. SHARED_PORT: everything goes to the target's URL, each queue
+    declared through a connection of its own, so behind a shared port (`--workers N`) the kernel
+    picks each queue's owner and each client's node. With the target's `nodes`: OWNER_LOCAL puts
+    queue i on node i mod n and its clients there too (what handing sockets to the owner would
+    give at best); OWNER_REMOTE puts its clients on the next node (every message forwarded)."""
+    nodes = target.nodes
+    if placement != SHARED_PORT and len(nodes) < 2:
+        return []  # a single node: every placement is SHARED_PORT's
+    names = [_unique("placed") for _ in range(queues)]
+
+    def home(i: int) -> str:
+        return target.url if placement == SHARED_PORT else nodes[i % len(nodes)]
+
+    def client(i: int) -> str:
+        return nodes[(i + 1) % len(nodes)] if placement == OWNER_REMOTE else home(i)
+
+    for i, name in enumerate(names):
+        _with_channel(home(i), lambda ch, name=name: ch.queue_declare(name))
+    _await_known(nodes, names)
+    try:
+        window = opts.placed_window or None
+        pubs = [PublisherSpec(client(i), "", (name,), opts.size, confirm_window=window) for i, name in enumerate(names)
+                for _ in range(publishers)]
+        cons = [ConsumerSpec(client(i), name, False, opts.prefetch) for i, name in enumerate(names)
+                for _ in range(consumers)]
+        procs = max(1, min(opts.publisher_procs, len(pubs)))
+        outcome = run_workers([pubs[i::procs] for i in range(procs)], _consumer_groups(cons, opts.consumer_procs),
+                              opts.timing, target.pid)
+    finally:
+        _cleanup(target.url, names)
+    return _throughput(outcome, "confirmed" if window else "published")
+
+
+def _await_known(urls: tuple[str, ...], queues: list[str], within_s: float = 10.0) -> None:
+    """Wait until every node in `urls` knows every queue (shared definitions reached it)."""
+    async def wait() -> None:
+        deadline = time.monotonic() + within_s
+        for url in urls:
+            for queue in queues:
+                while True:
+                    conn = await LeanConnection.open(url, name="bench-setup")
+                    try:
+                        await (await conn.channel()).queue_declare(queue, passive=True)
+                        break
+                    except AMQPError:
+                        if time.monotonic() > deadline:
+                            raise
+                        await asyncio.sleep(0.1)
+                    finally:
+                        await conn.close()
+
+    asyncio.run(wait())
+
+
 # ---- registry -----------------------------------------------------------------------------------------
 
 
@@ -290,10 +355,21 @@ def variants(name: str, opts: Options) -> list[Variant]:
     if name == "idle-connections":
         return [Variant("7 idle connections", f"{opts.connections:,} connections, 1 channel each",
                         lambda t: idle_connections(t, opts), repeatable=False)]
+    flow = f"{opts.placed_window} in flight" if opts.placed_window else "no confirms"
+    if name == "spread":
+        n = opts.spread_queues
+        return [Variant("8 many queues", f"{n} queues, 1p/1c each, {flow}, prefetch {opts.prefetch}, {where}",
+                        lambda t, where=where: placed(t, opts, n, 1, 1, where)) for where in PLACEMENTS]
+    if name == "hot-queue":
+        shape = f"{opts.publishers}p/{opts.consumers}c"
+        return [Variant("9 one hot queue", f"{shape}, {flow}, prefetch {opts.prefetch}, {where}",
+                        lambda t, where=where: placed(t, opts, 1, opts.publishers, opts.consumers, where))
+                for where in PLACEMENTS]
     raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIO_NAMES)}")
 
 
-SCENARIO_NAMES = ("publish-only", "pubsub", "confirms", "fanout", "topic", "latency", "idle-connections")
-ALL_ORDER = ("idle-connections",) + SCENARIO_NAMES[:-1]
+SCENARIO_NAMES = ("publish-only", "pubsub", "confirms", "fanout", "topic", "latency", "idle-connections",
+                  "spread", "hot-queue")
+ALL_ORDER = ("idle-connections",) + SCENARIO_NAMES[:-3]
 """`all` measures memory first: a broker that has just held a large backlog keeps that memory
 (RSS does not shrink), and new connections would fit into it for free. Start brokers fresh."""

@@ -16,6 +16,10 @@ class Target:
     # Publishers connect here instead of `url` (another node of the same cluster: the messages
     # are forwarded to the queues' owner, which `url` is).
     publish_via: str | None = None
+    # The cluster's nodes, each at an address that reaches it alone (`amqp-server --workers N`:
+    # each worker's own port, from /api/nodes): scenarios that place queues and clients on
+    # chosen nodes (bench/scenarios.py, "spread" and "hot-queue").
+    nodes: tuple[str, ...] = ()
 
     @property
     def address(self) -> BrokerAddress:
@@ -27,7 +31,7 @@ class Target:
 
 
 def parse_targets(target_args: list[str], url_args: list[str], pid_args: list[str],
-                  publish_via_args: list[str] = ()) -> list[Target]:
+                  publish_via_args: list[str] = (), node_args: list[str] = ()) -> list[Target]:
     """Build targets from `--target label=url` and `--url url` options, in the order given.
 
     `--broker-pid label=pid` names a target's broker process; otherwise the pid is
@@ -58,7 +62,14 @@ def parse_targets(target_args: list[str], url_args: list[str], pid_args: list[st
         if not sep or label not in labels or not url:
             raise ValueError(f"--publish-via wants label=amqp://... for a known label, got {arg!r}")
         via[label] = url
-    return [Target(label, url, pids.get(label) or _find_pid(label, url), via.get(label)) for label, url in pairs]
+    nodes: dict[str, tuple[str, ...]] = {}
+    for arg in node_args:
+        label, sep, urls = arg.partition("=")
+        if not sep or label not in labels or not urls:
+            raise ValueError(f"--nodes wants label=amqp://...,amqp://... for a known label, got {arg!r}")
+        nodes[label] = tuple(url for url in urls.split(",") if url)
+    return [Target(label, url, pids.get(label) or _find_pid(label, url), via.get(label), nodes.get(label, ()))
+            for label, url in pairs]
 
 
 def _find_pid(label: str, url: str) -> int | None:

@@ -159,6 +159,46 @@ async def publisher_main(role: str, index: int, spec: PublisherSpec, timing: Tim
     return result
 
 
+async def publisher_group_main(role: str, index: int, specs: list[PublisherSpec], timing: Timing, sync: Sync,
+                               results: Any) -> dict:
+    """Several publishers in one process, a connection each, reported as one: many connections
+    without a process per connection on a small machine. Each floods, or keeps its
+    `confirm_window` of unconfirmed messages in flight."""
+    assert all(not spec.rate for spec in specs), "groups do not pace"
+    publishers = []
+    for n, spec in enumerate(specs):
+        conn = await LeanConnection.open(spec.url, name=f"bench-{role}-{index}-{n}")
+        chan = await conn.channel()
+        body = b"x" * spec.size
+        messages = [chan.publish_frames(spec.exchange, key, body, spec.persistent) for key in spec.routing_keys]
+        confirms = None
+        if spec.confirm_window:
+            confirms = ConfirmTracker(conn, spec.confirm_window)
+            await chan.confirm_select(confirms.on_confirm)
+        publishers.append((conn, chan, messages, spec.batch, confirms))
+    results.put((role, index, "ready", None))
+    start = await _wait_for_start(sync)
+    window = timing.window_ns(start)
+    cpu = CpuMeter(window)
+
+    def publish(conn: LeanConnection, chan: LeanChannel, messages: list[bytes], batch: int,
+                confirms: ConfirmTracker | None) -> Any:
+        if confirms is None:
+            return _publish_flood(conn, chan, messages, batch, timing, window)
+        confirms.window = window
+        return _publish_confirmed(conn, messages, confirms, timing, window)
+
+    outcomes = await asyncio.gather(*(publish(*publisher) for publisher in publishers))
+    cpu_cores = cpu.cores()
+    await asyncio.gather(*(conn.close() for conn, *_ in publishers))
+    firsts = [o["first_ns"] for o in outcomes if o["first_ns"]]
+    return {"sent": sum(o["sent"] for o in outcomes), "count": sum(o["count"] for o in outcomes),
+            "first_ns": min(firsts, default=0), "last_ns": max(o["last_ns"] for o in outcomes),
+            "nacked": sum(o.get("nacked", 0) for o in outcomes),
+            "confirm_latencies": b"".join(o.get("confirm_latencies", b"") for o in outcomes),
+            "cpu_cores": cpu_cores}
+
+
 def _batches(messages: list[bytes], batch: int) -> list[tuple[bytes, int]]:
     """Pre-joined writes of `batch` messages, cycling through every routing key."""
     per_cycle = max(len(messages), batch)
