@@ -19,6 +19,7 @@ from interop_tests.management_helpers import Management
 from interop_tests.pika_helpers import publish_confirmed, ready_count
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rabbitmq-3.10-definitions.json"
+FIXTURE_3_13 = Path(__file__).parent / "fixtures" / "rabbitmq-3.13-shaped-definitions.json"
 
 
 def managed(broker_factory, *extra: str) -> tuple[object, Management]:
@@ -37,12 +38,20 @@ def test_policies_and_limits_are_in_force_after_a_sigkill(broker_factory):
     api.set_policy("op", ".*", {"message-ttl": 600000}, operator=True)
     api.add_vhost("tenant")
     api.put("/api/vhost-limits/tenant/max-connections", {"value": 0})
+    api.put("/api/vhost-limits/tenant/max-queues", {"value": 3})
     api.put("/api/user-limits/guest/max-channels", {"value": 5})
+    api.put("/api/users/capped", {"password": "capped", "tags": ""})
+    api.put("/api/permissions/%2F/capped", {"configure": ".*", "write": ".*", "read": ".*"})
+    api.put("/api/user-limits/capped/max-connections", {"value": 0})
     broker.kill()
     broker.start()
     assert [p["name"] for p in api.get("/api/policies")] == ["cap"]
     assert [p["name"] for p in api.get("/api/operator-policies")] == ["op"]
-    assert api.get("/api/user-limits") == [{"user": "guest", "value": {"max-channels": 5}}]
+    assert api.get("/api/vhost-limits") == [{"vhost": "tenant", "value": {"max-connections": 0, "max-queues": 3}}]
+    assert api.get("/api/user-limits") == [{"user": "capped", "value": {"max-connections": 0}},
+                                           {"user": "guest", "value": {"max-channels": 5}}]
+    with pytest.raises(ProbableAccessDeniedError, match=r"\(530\).*user connection limit \(0\) is reached"):
+        pika.BlockingConnection(pika.URLParameters(broker.url("capped", "capped")))
     connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
     channel = connection.channel()
     publish_confirmed(connection, "orders", [b"m1", b"m2", b"m3"])
@@ -77,3 +86,30 @@ def test_a_definitions_file_the_broker_refuses_stops_it_from_starting(tmp_path):
     assert result.returncode == 1
     assert (f"definitions file {bad} was refused: invalid arg 'x-max-length' for queue 'q' in vhost '/': "
             "{value_negative,-1}") in result.stderr + result.stdout
+
+
+def test_a_file_shaped_as_rabbitmq_3_13_exports_loads_at_boot(broker_factory):
+    """No RabbitMQ 3.13 runs here to export one: the fixture is hand-made with the fields 3.13
+    adds (product_name/product_version, a vhost's default_queue_type top-level and in metadata,
+    apply-to classic_queues/quorum_queues, a quorum queue named by its "type" alone)."""
+    broker, api = managed(broker_factory, "--definitions", str(FIXTURE_3_13))
+    [line] = [line for line in broker.log_text().splitlines() if "definitions import" in line and "not applied" in line]
+    assert line.endswith(
+        "definitions import: 2 definition(s) not applied: default queue type 'quorum' of vhost 'votes13': a vhost's "
+        "default queue type is not supported (a queue declared there without x-queue-type is classic); "
+        "global parameter 'cluster_name': global parameters are not supported")
+    assert api.get("/api/policies/tenant13") == [
+        {"vhost": "tenant13", "name": "dlx", "pattern": "^jobs", "apply-to": "classic_queues",
+         "definition": {"dead-letter-exchange": "dead", "queue-version": 2, "max-length": 500}, "priority": 1}]
+    assert api.get("/api/vhost-limits/tenant13") == [
+        {"vhost": "tenant13", "value": {"max-queues": 10, "max-connections": 5}}]
+    assert api.get("/api/user-limits/app13") == [{"user": "app13", "value": {"max-channels": 20}}]
+    assert api.get("/api/queues/votes13/votes")["type"] == "quorum"
+    jobs = api.get("/api/queues/tenant13/jobs")
+    assert (jobs["policy"], jobs["operator_policy"]) == ("dlx", None), "cap applies to quorum queues only"
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url("app13", "remote", "tenant13")))
+    channel = connection.channel()
+    publish_confirmed(connection, "jobs", [b"m%d" % n for n in range(502)])
+    assert ready_count(channel, "jobs") == 500
+    assert ready_count(channel, "dead-letters") == 2, "trimmed by the policy into its dead-letter exchange"
+    connection.close()

@@ -128,6 +128,12 @@ def _check_access(broker: "Broker", document: dict[str, Any], plan: _Plan) -> No
         name = _text(entry, "name")
         plan.vhosts.append((name, vhost_metadata_of(entry),
                             _limits(entry.get("limits"), VHOST_LIMITS, f"limits of vhost '{name}'")))
+        queue_type = _default_queue_type(entry)
+        if queue_type not in (None, "classic", "undefined"):
+            plan.not_applied.append(
+                f"default queue type '{queue_type}' of vhost '{name}': a vhost's default queue type is not "
+                "supported (a queue declared there without x-queue-type is classic)"
+            )
     users = {name for name, *_ in plan.users} | {user.name for user in broker.access.users()}
     vhosts = _vhost_names(broker, plan)
     for entry in _entries(document, "permissions"):
@@ -149,6 +155,12 @@ def _check_access(broker: "Broker", document: dict[str, Any], plan: _Plan) -> No
     for entry in _entries(document, "global_parameters"):
         if entry.get("name") not in _INTERNAL_GLOBAL_PARAMETERS:
             plan.not_applied.append(f"global parameter '{entry.get('name')}': global parameters are not supported")
+
+
+def _default_queue_type(entry: dict[str, Any]) -> Any:
+    """A vhost entry's default queue type: top-level or in "metadata" (RabbitMQ 3.11+ exports)."""
+    metadata = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
+    return entry.get("default_queue_type", metadata.get("default_queue_type"))
 
 
 def _vhost_names(broker: "Broker", plan: _Plan) -> set[str]:
@@ -225,6 +237,10 @@ def _check_topology(broker: "Broker", document: dict[str, Any], plan: _Plan, onl
             log.info("definitions import: skipped queue '%s' with a reserved name", name)
             skipped.add((vhost, "queue", name))
             continue
+        if entry.get("type") == "quorum" and "x-queue-type" not in queue["arguments"]:
+            # An export names each queue's type; a queue declared without x-queue-type in a
+            # vhost whose default queue type is quorum may lack the argument.
+            queue["arguments"] = {**queue["arguments"], "x-queue-type": "quorum"}
         reason = _queue_not_honoured(entry, queue)
         if reason is not None:
             plan.not_applied.append(f"queue '{name}' in vhost '{vhost}': {reason}")

@@ -55,7 +55,7 @@ def queue_json(
         "node": node,
         "single_active_consumer_tag": None,
         "state": queue_state(queue, running),
-        "type": "classic",
+        "type": queue.settings.queue_type,  # "classic" or "quorum", as RabbitMQ shows it
         "vhost": vhost.name,
     }
     item.update(policy_application.for_queue(vhost, queue.name, queue.settings.queue_type).as_json())
