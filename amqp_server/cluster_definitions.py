@@ -481,7 +481,9 @@ class SharedDefinitions:
         if self._unreachable is None:
             log.error("the coordination service is out of reach (%s): new definitions are refused "
                       "until it answers", error)
-            self._unreachable = CoordinationUnavailable(f"{OUT_OF_REACH}: {error}")
+            # The client's 541 says what happened, not which endpoint refused which HTTP call
+            # (that is in the log line above; a reply text is cut at 255 bytes anyway).
+            self._unreachable = CoordinationUnavailable(OUT_OF_REACH)
         if self._probe is None or self._probe.done():
             self._probe = asyncio.create_task(self._wait_for_the_service())
         return self._unreachable
@@ -500,6 +502,13 @@ class SharedDefinitions:
         for key, write in retries.items():
             if self._pending.get(key) is write:
                 self._issue(key, None)
+        # An ownership key taken again while the service was still out of reach (our session
+        # expired meanwhile) was refused with the rest: write it now, or the queue stays "down"
+        # on every other node although this node holds it.
+        for vhost, queue in list(self._claimed):
+            key = owner_key(vhost, queue)
+            if self._owners.get(key) != self._node and self._local.holds(vhost, queue):
+                self._issue(key, encode_owner(self._node), ephemeral=True)
 
     # -- following the service ------------------------------------------------------------------
 

@@ -140,10 +140,19 @@ class Membership:
         """Our key went while we are alive: the session expired while the coordination service
         was out of reach (it has a new one now), or someone deleted it. Write it back."""
         log.warning("this node's membership key %s was removed; registering again", self._key)
-        try:
-            await self._coordinator.compare_and_set(self._key, self.me.encode(), None, ephemeral=True)
-        except VersionConflict:
-            log.error("node name %r was taken by another node while this one was out", self.me.name)
+        while True:
+            try:
+                await self._coordinator.compare_and_set(self._key, self.me.encode(), None, ephemeral=True)
+                return
+            except VersionConflict as conflict:
+                if conflict.current is None or conflict.current.value != self.me.encode():
+                    log.error("node name %r was taken by another node while this one was out", self.me.name)
+                return
+            except CoordinationUnavailable as error:
+                # Still out of reach: keep trying, or this node stays out of every other node's
+                # live list (the watch that resumes later has no event to bring it back).
+                log.warning("cannot register again yet: %s", error)
+                await asyncio.sleep(1)
 
     async def leave(self) -> None:
         if self._mirror is not None:

@@ -45,7 +45,10 @@ class ZooKeeperCoordinator(Coordinator):
     @classmethod
     async def open(cls, address: ClusterAddress, session_ttl: float) -> "ZooKeeperCoordinator":
         hosts = ",".join(f"{host}:{port}" for host, port in address.endpoints)
-        client = KazooClient(hosts=hosts, timeout=session_ttl)
+        # kazoo's default reconnect backoff doubles up to a minute: after an outage of ten
+        # seconds it would try again only seconds after ZooKeeper is back. Try every second at most.
+        client = KazooClient(hosts=hosts, timeout=session_ttl,
+                             connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0})
         try:
             await asyncio.to_thread(client.start, CONNECT_TIMEOUT_S)
         except KazooTimeoutError:
@@ -78,6 +81,13 @@ class ZooKeeperCoordinator(Coordinator):
 
         async_result.rawlink(settle)
         return future
+
+    def _writable(self) -> None:
+        """Refuse a write at once while kazoo is not connected. kazoo would keep it queued and send
+        it once it reconnects, long after the caller gave up on it (REQUEST_DEADLINE_S) and told
+        its client the change was refused: a refused declaration would then appear after all."""
+        if not self._client.connected:
+            raise CoordinationUnavailable("ZooKeeper out of reach (kazoo is reconnecting)")
 
     def _path(self, key: str) -> str:
         return f"{self._root}/{key.strip('/')}"
@@ -116,9 +126,11 @@ class ZooKeeperCoordinator(Coordinator):
     async def compare_and_set(self, key: str, value: bytes, expected_version: int | None, *,
                               ephemeral: bool = False) -> int:
         path = self._path(key)
+        self._writable()
         try:
             if expected_version is None:
                 await self._ensure_parent(key)
+                self._writable()  # again: ensuring the parent took a while
                 await self._await(self._client.create_async(path, value, ephemeral=ephemeral))
                 return 0
             stat = await self._await(self._client.set_async(path, value, version=expected_version))
@@ -127,6 +139,7 @@ class ZooKeeperCoordinator(Coordinator):
             raise VersionConflict(key, await self.get(key)) from None
 
     async def delete(self, key: str, expected_version: int | None = None) -> bool:
+        self._writable()
         try:
             await self._await(self._client.delete_async(self._path(key),
                                                         -1 if expected_version is None else expected_version))

@@ -76,6 +76,12 @@ def access_refused() -> ApiError:
     return ApiError(401, "not_authorised", "Access refused.")
 
 
+def not_stored(failure: str, error: Exception) -> ApiError:
+    """A change the API made could not be stored (disk) or committed (the cluster's coordination
+    service out of reach): it was undone, and the caller gets a 500 saying why."""
+    return ApiError(500, "internal_server_error", f"{failure}: {error}")
+
+
 def from_amqp_error(error: AMQPError) -> ApiError:
     """A broker refusal (inequivalent arguments, reserved names...) as the API reports it."""
     if error.code == errors.ACCESS_REFUSED:

@@ -37,7 +37,7 @@ from amqp_server.management import (
     user_routes,
     vhost_routes,
 )
-from amqp_server.management.api_errors import REALM, ApiError, from_amqp_error, not_found
+from amqp_server.management.api_errors import REALM, ApiError, from_amqp_error, not_found, not_stored
 from amqp_server.management.caller import Caller, authenticate
 from amqp_server.management.context import CALLER_KEY, CONTEXT_KEY, ManagementContext, context
 from amqp_server.management.http_io import dumps
@@ -94,7 +94,12 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         if request.method not in ("GET", "HEAD"):
             # A change the answer reports (a queue, a user, an import) is on disk (and, in a
             # cluster, committed in the coordination service) first.
-            await ctx.broker.definitions_durable(changes_before)
+            try:
+                await ctx.broker.definitions_durable(changes_before)
+            except AMQPError:
+                raise  # a lost declare race: answered as the refusal it is
+            except Exception as error:  # the disk, or the cluster's coordination service, failed
+                raise not_stored(ctx.broker.definitions_failure, error) from None
         return response
     except ApiError as error:
         return _error_response(error, request)
