@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pika
 import requests
 
 from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, free_port, launch
-from tests.coordination_services import start_etcd, start_zookeeper
+from tests.coordination_services import CoordinationService, start_etcd, start_zookeeper
 
 SESSION_TTL = 2
 NODE_CONFIG = TEST_CONFIG + """
@@ -63,8 +64,13 @@ def wait_until(check: Callable[[], bool], what: str, within: float = 15.0) -> fl
 
 
 @contextlib.contextmanager
-def three_nodes(tmp_path: Path, backend: str = "etcd") -> Iterator[dict[str, ClusterNode]]:
-    service = start_etcd(tmp_path / "etcd") if backend == "etcd" else start_zookeeper(tmp_path / "zk")
+def three_nodes(tmp_path: Path, backend: str = "etcd",
+                service: CoordinationService | None = None) -> Iterator[dict[str, ClusterNode]]:
+    """The three nodes on a new one-member etcd or ZooKeeper (`backend`), or on `service` when
+    given (then left running: its starter stops it)."""
+    own_service = service is None
+    if service is None:
+        service = start_etcd(tmp_path / "etcd") if backend == "etcd" else start_zookeeper(tmp_path / "zk")
     url = service.url(f"forwarding-{uuid.uuid4().hex[:6]}")
     nodes: dict[str, ClusterNode] = {}
     try:
@@ -79,7 +85,8 @@ def three_nodes(tmp_path: Path, backend: str = "etcd") -> Iterator[dict[str, Clu
     finally:
         for node in nodes.values():
             node.broker.kill()
-        service.stop()
+        if own_service:
+            service.stop()
 
 
 def queue_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:
@@ -87,3 +94,23 @@ def queue_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:
     for node in nodes.values():
         wait_until(lambda node=node: node.api(f"queues/%2F/{name}").status_code == 200,
                    f"{node.name} knows queue {name}")
+
+
+def pika_parameters(node: ClusterNode) -> pika.ConnectionParameters:
+    """pika's parameters for `node` as guest: one connection attempt, blocked for at most 10 s."""
+    return pika.ConnectionParameters("127.0.0.1", node.port, credentials=pika.PlainCredentials("guest", "guest"),
+                                     connection_attempts=1, blocked_connection_timeout=10)
+
+
+def drain(node: ClusterNode, queue: str) -> list[bytes]:
+    """Every message left in `queue`, fetched (basic.get, auto-ack) through `node`."""
+    connection = pika.BlockingConnection(pika_parameters(node))
+    channel = connection.channel()
+    bodies = []
+    while True:
+        method, _properties, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        bodies.append(body)
+    connection.close()
+    return bodies

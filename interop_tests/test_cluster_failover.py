@@ -14,38 +14,22 @@ import pika
 import pytest
 from pika.exceptions import AMQPConnectionError, AMQPError as PikaError
 
-from interop_tests.cluster_nodes import SESSION_TTL, ClusterNode, queue_known_everywhere, three_nodes, wait_until
+from interop_tests.cluster_nodes import (
+    SESSION_TTL, drain, pika_parameters, queue_known_everywhere, three_nodes, wait_until,
+)
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
-
-
-def _parameters(node: ClusterNode) -> pika.ConnectionParameters:
-    return pika.ConnectionParameters("127.0.0.1", node.port, credentials=pika.PlainCredentials("guest", "guest"),
-                                     connection_attempts=1, blocked_connection_timeout=10)
-
-
-def _drain(node: ClusterNode, queue: str) -> list[bytes]:
-    connection = pika.BlockingConnection(_parameters(node))
-    channel = connection.channel()
-    bodies = []
-    while True:
-        method, _properties, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        bodies.append(body)
-    connection.close()
-    return bodies
 
 
 @pytest.mark.parametrize("backend", ["etcd", "zookeeper"])
 def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path, backend):
     with three_nodes(tmp_path, backend) as nodes:
         a, b, c = nodes["a"], nodes["b"], nodes["c"]
-        setup = pika.BlockingConnection(_parameters(a))
+        setup = pika.BlockingConnection(pika_parameters(a))
         setup.channel().queue_declare("survivor-pika", durable=True)
         setup.channel().queue_declare("survivor-kombu", durable=True)
         setup.close()
-        on_b = pika.BlockingConnection(_parameters(b))
+        on_b = pika.BlockingConnection(pika_parameters(b))
         victim = on_b.channel()
         victim.queue_declare("victim", durable=True)  # owned by b
         victim.confirm_delivery()
@@ -56,7 +40,7 @@ def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path
             queue_known_everywhere(nodes, name)
 
         # pika: the host list starts with b, the node about to die.
-        hosts = [_parameters(b), _parameters(c), _parameters(a)]
+        hosts = [pika_parameters(b), pika_parameters(c), pika_parameters(a)]
         connection = pika.BlockingConnection(hosts)
         channel = connection.channel()
         channel.confirm_delivery()
@@ -89,8 +73,8 @@ def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path
         connection.close()
         kombu_connection.release()
 
-        pika_bodies = set(_drain(c, "survivor-pika"))
-        kombu_count = len(_drain(a, "survivor-kombu"))
+        pika_bodies = set(drain(c, "survivor-pika"))
+        kombu_count = len(drain(a, "survivor-kombu"))
         lost_pika = confirmed_pika - len(pika_bodies)
         lost_kombu = confirmed_kombu - kombu_count
         print(f"confirmed messages lost: pika {lost_pika} of {confirmed_pika}, kombu {lost_kombu} of {confirmed_kombu} "
@@ -99,7 +83,7 @@ def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path
 
         # b's queue is unavailable once b's session expired, with RabbitMQ's error ...
         def victim_refused_on_c() -> bool:
-            probe = pika.BlockingConnection(_parameters(c))
+            probe = pika.BlockingConnection(pika_parameters(c))
             try:
                 probe.channel().queue_declare("victim", passive=True)
                 return False
@@ -120,7 +104,7 @@ def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path
         wait_until(lambda: a.live_nodes() == ["a", "b", "c"], "b is back in membership")
 
         def victim_reachable_from_c() -> bool:
-            connection = pika.BlockingConnection(_parameters(c))
+            connection = pika.BlockingConnection(pika_parameters(c))
             try:
                 return connection.channel().queue_declare("victim", passive=True) is not None
             except PikaError:
@@ -130,13 +114,13 @@ def test_pika_and_kombu_fail_over_and_the_killed_nodes_queues_come_back(tmp_path
                     connection.close()
 
         wait_until(victim_reachable_from_c, "victim is reachable from c again", within=20)
-        peek = pika.BlockingConnection(_parameters(a))
+        peek = pika.BlockingConnection(pika_parameters(a))
         peeking = peek.channel()
         method, _properties, body = peeking.basic_get("victim")
         assert body == b"kept 0"
         peeking.basic_nack(method.delivery_tag, requeue=True)
         peek.close()
-        kept = _drain(c, "victim")
+        kept = drain(c, "victim")
         assert sorted(kept) == sorted(f"kept {n}".encode() for n in range(10))
 
 
@@ -147,11 +131,11 @@ def test_a_hung_node_is_given_up_on_once_its_session_expires(tmp_path):
     for it forever."""
     with three_nodes(tmp_path) as nodes:
         a, b = nodes["a"], nodes["b"]
-        setup = pika.BlockingConnection(_parameters(b))
+        setup = pika.BlockingConnection(pika_parameters(b))
         setup.channel().queue_declare("on-hung-node", durable=True)  # owned by b
         setup.close()
         queue_known_everywhere(nodes, "on-hung-node")
-        on_a = pika.BlockingConnection(_parameters(a))
+        on_a = pika.BlockingConnection(pika_parameters(a))
         publishing = on_a.channel()
         publishing.confirm_delivery()
         publishing.basic_publish("", "on-hung-node", b"before", PERSISTENT)  # confirmed by b

@@ -58,6 +58,7 @@ class CoordinationService:
     etcd_members: list[EtcdMember] = field(default_factory=list)
     zookeeper: subprocess.Popen | None = None
     zookeeper_port: int = 0
+    etcd_initial_cluster: str = ""
 
     def url(self, prefix: str) -> str:
         if self.scheme == "etcd":
@@ -81,9 +82,48 @@ class CoordinationService:
                 return member
         raise RuntimeError("no etcd member says it is the leader")
 
+    def make_leader(self, member: EtcdMember) -> None:
+        """Move etcd's raft leadership to `member` (etcdctl move-leader) and wait until it leads."""
+        import json
+
+        def member_id(of: EtcdMember) -> str:
+            request = urllib.request.Request(of.client_url + "/v3/maintenance/status", data=b"{}", method="POST")
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return json.load(response)["header"]["member_id"]
+
+        current = self.etcd_leader()
+        if current is member:
+            return
+        request = urllib.request.Request(current.client_url + "/v3/maintenance/transfer-leadership",
+                                         data=json.dumps({"targetID": member_id(member)}).encode(), method="POST")
+        urllib.request.urlopen(request, timeout=10).close()
+        _wait_until(lambda: self.etcd_leader() is member, f"etcd leadership moving to {member.name}",
+                    [m.process for m in self.etcd_members])
+
     def kill9(self, member: EtcdMember) -> None:
         member.process.send_signal(signal.SIGKILL)
         member.process.wait()
+
+    def kill9_all(self) -> None:
+        """`kill -9` every member (or the ZooKeeper): the service is gone, its data stays."""
+        for process in [m.process for m in self.etcd_members if m.process] + ([self.zookeeper] if self.zookeeper else []):
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+
+    def start_again(self) -> None:
+        """Start every member that is not running (same ports, same data) and wait until the
+        service answers."""
+        if self.scheme == "etcd":
+            for member in self.etcd_members:
+                if member.process is None or member.process.poll() is not None:
+                    _launch_etcd_member(self, member)
+            processes = [m.process for m in self.etcd_members]
+            _wait_until(lambda: all(_etcd_healthy(m) for m in self.etcd_members), "etcd", processes)
+        else:
+            if self.zookeeper is None or self.zookeeper.poll() is not None:
+                _launch_zookeeper(self)
+            _wait_until(lambda: _zookeeper_ok(self.zookeeper_port), "zookeeper", [self.zookeeper])
 
     def stop(self) -> None:
         processes = [m.process for m in self.etcd_members if m.process] + ([self.zookeeper] if self.zookeeper else [])
@@ -99,6 +139,20 @@ class CoordinationService:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+def _launch_etcd_member(service: CoordinationService, member: EtcdMember) -> None:
+    # A restarted member finds its data directory and ignores the --initial-cluster flags.
+    log = open(service.directory / f"{member.name}.log", "ab")
+    member.process = subprocess.Popen(
+        ["etcd", "--name", member.name, "--data-dir", str(service.directory / member.name),
+         "--listen-client-urls", member.client_url, "--advertise-client-urls", member.client_url,
+         "--listen-peer-urls", f"http://127.0.0.1:{member.peer_port}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{member.peer_port}",
+         "--initial-cluster", service.etcd_initial_cluster, "--initial-cluster-state", "new",
+         "--heartbeat-interval", "100", "--election-timeout", "1000"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+
+
 def _etcd_healthy(member: EtcdMember) -> bool:
     try:
         with urllib.request.urlopen(member.client_url + "/health", timeout=1) as response:
@@ -111,18 +165,9 @@ def start_etcd(directory: Path, members: int = 1) -> CoordinationService:
     directory.mkdir(parents=True, exist_ok=True)
     service = CoordinationService("etcd", directory)
     service.etcd_members = [EtcdMember(f"m{i}", free_port(), free_port()) for i in range(members)]
-    initial = ",".join(f"{m.name}=http://127.0.0.1:{m.peer_port}" for m in service.etcd_members)
+    service.etcd_initial_cluster = ",".join(f"{m.name}=http://127.0.0.1:{m.peer_port}" for m in service.etcd_members)
     for member in service.etcd_members:
-        log = open(directory / f"{member.name}.log", "wb")
-        member.process = subprocess.Popen(
-            ["etcd", "--name", member.name, "--data-dir", str(directory / member.name),
-             "--listen-client-urls", member.client_url, "--advertise-client-urls", member.client_url,
-             "--listen-peer-urls", f"http://127.0.0.1:{member.peer_port}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{member.peer_port}",
-             "--initial-cluster", initial, "--initial-cluster-state", "new",
-             "--heartbeat-interval", "100", "--election-timeout", "1000"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
+        _launch_etcd_member(service, member)
     processes = [m.process for m in service.etcd_members]
     try:
         _wait_until(lambda: all(_etcd_healthy(m) for m in service.etcd_members), "etcd", processes)
@@ -141,6 +186,15 @@ def _zookeeper_ok(port: int) -> bool:
         return False
 
 
+def _launch_zookeeper(service: CoordinationService) -> None:
+    log = open(service.directory / "zookeeper.log", "ab")
+    service.zookeeper = subprocess.Popen(
+        ["java", "-cp", ZOOKEEPER_JAR, "org.apache.zookeeper.server.ZooKeeperServerMain",
+         str(service.directory / "zoo.cfg")],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+
+
 def start_zookeeper(directory: Path) -> CoordinationService:
     directory.mkdir(parents=True, exist_ok=True)
     service = CoordinationService("zookeeper", directory)
@@ -155,11 +209,7 @@ def start_zookeeper(directory: Path) -> CoordinationService:
         "admin.enableServer=false\n"
         "4lw.commands.whitelist=ruok\n"
     )
-    log = open(directory / "zookeeper.log", "wb")
-    service.zookeeper = subprocess.Popen(
-        ["java", "-cp", ZOOKEEPER_JAR, "org.apache.zookeeper.server.ZooKeeperServerMain", str(config)],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
+    _launch_zookeeper(service)
     try:
         _wait_until(lambda: _zookeeper_ok(service.zookeeper_port), "zookeeper", [service.zookeeper])
     except RuntimeError:
