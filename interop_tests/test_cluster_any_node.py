@@ -1,4 +1,5 @@
-"""Any queue from any node, with real clients against three broker nodes on etcd: declare on
+"""Any queue from any node, with real clients against three broker nodes on etcd and on
+ZooKeeper (the same suite on both backends): declare on
 node a, publish on node b, consume on node c. Confirms, returns, prefetch, ack/nack/reject and
 requeue work across nodes (docs/cluster.md, "Any queue from any node")."""
 
@@ -16,27 +17,13 @@ from interop_tests.cluster_nodes import queue_known_everywhere, three_nodes, wai
 from interop_tests.node_runner import run_scenario
 
 
-@pytest.fixture
-def nodes(tmp_path):
-    with three_nodes(tmp_path) as started:
-        yield started
-
-
-@pytest.fixture
-def nodes_on_zookeeper(tmp_path):
-    with three_nodes(tmp_path, "zookeeper") as started:
+@pytest.fixture(params=["etcd", "zookeeper"])
+def nodes(request, tmp_path):
+    with three_nodes(tmp_path, request.param) as started:
         yield started
 
 
 def test_pika_declare_on_a_publish_on_b_consume_on_c(nodes):
-    _declare_on_a_publish_on_b_consume_on_c_with_pika(nodes)
-
-
-def test_pika_declare_on_a_publish_on_b_consume_on_c_with_zookeeper(nodes_on_zookeeper):
-    _declare_on_a_publish_on_b_consume_on_c_with_pika(nodes_on_zookeeper)
-
-
-def _declare_on_a_publish_on_b_consume_on_c_with_pika(nodes):
     a, b, c = nodes["a"], nodes["b"], nodes["c"]
     on_a = pika.BlockingConnection(pika.URLParameters(a.url()))
     declaring = on_a.channel()
