@@ -86,9 +86,9 @@ class Channel:
 
     # -- frames in ---------------------------------------------------------------------
 
-    def handle_method(self, payload: bytes) -> None:
-        """Handle one method frame; AMQPError for anything RabbitMQ would refuse."""
-        index = codec.method_index(payload)
+    def handle_method(self, payload: bytes, index: int) -> None:
+        """Handle one method frame (`index`: its class and method ids, codec.method_index);
+        AMQPError for anything RabbitMQ would refuse."""
         pending = self.pending_publish
         if pending is not None:
             expected = "content header for class 60" if pending.raw_header is None else "content body"

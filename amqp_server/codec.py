@@ -57,27 +57,59 @@ RETURN_METHOD = 0x003C0032  # basic.return (60, 50)
 
 
 class FrameReader:
-    """Splits a byte stream into (type, channel, payload) frames; the one place that buffers input."""
+    """Splits a byte stream into (type, channel, payload) frames; the one place that buffers input.
+
+    Each payload is copied once, straight out of the read it arrived in (a bytes slice). A read
+    that starts on a frame boundary is kept as it is, not copied into a buffer; the reads of a
+    frame that arrives in pieces are joined once, when the frame is complete, so a frame that
+    trickles in a byte at a time costs one join, not one copy per byte.
+    """
+
+    __slots__ = ("_data", "_offset", "_parts", "_parts_size", "_wanted", "max_frame_size")
 
     def __init__(self, max_frame_size: int) -> None:
-        self._buffer = bytearray()
+        self._data = b""  # the unread input is _data[_offset:] followed by _parts
+        self._offset = 0
+        self._parts: list[bytes] = []
+        self._parts_size = 0
+        # Bytes from _offset on that the next frame (or the protocol header) needs; 0 when
+        # unknown, which joins at the next feed.
+        self._wanted = 0
         self.max_frame_size = max_frame_size
 
     def feed(self, data: bytes) -> None:
-        self._buffer += data
+        if data.__class__ is not bytes:
+            data = bytes(data)
+        if not self._parts and self._offset == len(self._data):
+            self._data = data
+            self._offset = 0
+            return
+        self._parts.append(data)
+        self._parts_size += len(data)
+        if len(self._data) - self._offset + self._parts_size >= self._wanted:
+            self._join()
+
+    def _join(self) -> None:
+        self._data = b"".join((memoryview(self._data)[self._offset :], *self._parts))
+        self._offset = 0
+        self._parts.clear()
+        self._parts_size = 0
 
     def frames(self) -> Iterator[tuple[int, int, bytes]]:
         """Yield every complete frame buffered so far.
 
         Raises AMQPError 501 for a frame larger than the negotiated frame_max or a bad frame-end
-        byte, as RabbitMQ does; the caller then closes the connection.
+        byte, as RabbitMQ does; the caller then closes the connection. Frames not taken (the
+        caller stopped early and closed the generator) are yielded again next time.
         """
-        buffer = self._buffer
-        offset = 0
-        end = len(buffer)
+        data = self._data
+        offset = self._offset
+        end = len(data)
+        unpack = _frame_header.unpack_from
+        self._wanted = 0
         try:
             while end - offset >= FRAME_OVERHEAD:
-                frame_type, channel, size = _frame_header.unpack_from(buffer, offset)
+                frame_type, channel, size = unpack(data, offset)
                 # RabbitMQ lets a payload reach frame_max (8 bytes of slack over the spec).
                 if size > self.max_frame_size:
                     raise AMQPError(
@@ -87,30 +119,42 @@ class FrameReader:
                     )
                 frame_end = offset + FRAME_HEADER_SIZE + size
                 if frame_end >= end:
+                    self._wanted = frame_end + 1 - offset
                     break
-                if buffer[frame_end] != FRAME_END:
+                if data[frame_end] != FRAME_END:
                     raise AMQPError(
                         FRAME_ERROR,
                         f"type {frame_type}, all octets = <<>>: "
-                        f"{{invalid_frame_end_marker,{buffer[frame_end]}}}",
+                        f"{{invalid_frame_end_marker,{data[frame_end]}}}",
                     )
-                payload = bytes(buffer[offset + FRAME_HEADER_SIZE : frame_end])
+                payload = data[offset + FRAME_HEADER_SIZE : frame_end]
                 offset = frame_end + 1
                 yield frame_type, channel, payload
+            else:
+                self._wanted = FRAME_OVERHEAD
         finally:
-            if offset:
-                del buffer[:offset]
+            if offset == end:
+                self._data = b""
+                self._offset = 0
+            else:
+                self._offset = offset
 
     def clear(self) -> None:
         """Drop what is buffered: the stream is broken and nothing more will be read from it."""
-        self._buffer.clear()
+        self._data = b""
+        self._offset = 0
+        self._parts.clear()
+        self._parts_size = 0
 
     def take_protocol_header(self) -> bytes | None:
         """Return the 8-byte protocol header once it has arrived."""
-        if len(self._buffer) < 8:
+        if self._parts:
+            self._join()
+        if len(self._data) - self._offset < 8:
+            self._wanted = 8
             return None
-        header = bytes(self._buffer[:8])
-        del self._buffer[:8]
+        header = self._data[self._offset : self._offset + 8]
+        self._offset += 8
         return header
 
 

@@ -238,6 +238,38 @@ class Connection:
             frames.close()  # the frames handled leave the buffer; the others wait
 
     def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
+        if channel_id and self.state == OPEN:
+            # The hot case first (publishes, acks): content or a method on an open channel.
+            channel = self.channels.get(channel_id)
+            if channel is not None:
+                try:
+                    if frame_type == codec.FRAME_BODY:
+                        channel.handle_body(payload)
+                        if self.block_on_publish:
+                            # A body of a publish begun before the alarm is publishing too.
+                            publisher_blocking.block(self)
+                        return
+                    if frame_type == codec.FRAME_HEADER:
+                        channel.handle_header(payload)
+                        if self.block_on_publish:
+                            publisher_blocking.block(self)
+                        return
+                    if frame_type == codec.FRAME_METHOD:
+                        index = codec.method_index(payload)
+                        if index >> 16 == 10:
+                            # A connection-class method belongs on channel 0 only (on an unopened
+                            # channel RabbitMQ says 'expected channel.open' first, below).
+                            raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", 10, index & 0xFFFF)
+                        channel.handle_method(payload, index)
+                        return
+                except AMQPError as error:
+                    if error.is_hard:
+                        raise
+                    self.fail_channel(channel, error)
+                    return
+        self._handle_other_frame(frame_type, channel_id, payload)
+
+    def _handle_other_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
         if self.state == CLOSING:
             if frame_type == codec.FRAME_METHOD and channel_id == 0:
                 index = codec.method_index(payload)
@@ -264,37 +296,15 @@ class Connection:
             raise self._out_of_turn(
                 errors.UNEXPECTED_FRAME, f"type {frame_type}, all octets = {codec.erlang_binary(payload)}"
             )
-        channel = self.channels.get(channel_id)
-        if channel is None:
-            if frame_type == codec.FRAME_METHOD:
-                index = codec.method_index(payload)
-                if index == _CHANNEL_OPEN:
-                    self._open_channel(channel_id)
-                    return
-                raise AMQPError(errors.CHANNEL_ERROR, "expected 'channel.open'", index >> 16, index & 0xFFFF)
-            # RabbitMQ: content with no method before it, whether or not the channel is open.
-            raise AMQPError(errors.UNEXPECTED_FRAME, "expected method frame, got non method frame instead")
-        if frame_type == codec.FRAME_METHOD and codec.method_index(payload) >> 16 == 10:
-            # A connection-class method belongs on channel 0 only (on an unopened channel
-            # RabbitMQ says 'expected channel.open' first, as above).
+        # A channel that is not open (an open one's frames were handled in _handle_frame).
+        if frame_type == codec.FRAME_METHOD:
             index = codec.method_index(payload)
-            raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", index >> 16, index & 0xFFFF)
-        try:
-            if frame_type == codec.FRAME_METHOD:
-                channel.handle_method(payload)
-            elif frame_type == codec.FRAME_HEADER:
-                channel.handle_header(payload)
-                if self.block_on_publish:
-                    publisher_blocking.block(self)
-            else:
-                channel.handle_body(payload)
-                if self.block_on_publish:
-                    # A body of a publish begun before the alarm is publishing too.
-                    publisher_blocking.block(self)
-        except AMQPError as error:
-            if error.is_hard:
-                raise
-            self.fail_channel(channel, error)
+            if index == _CHANNEL_OPEN:
+                self._open_channel(channel_id)
+                return
+            raise AMQPError(errors.CHANNEL_ERROR, "expected 'channel.open'", index >> 16, index & 0xFFFF)
+        # RabbitMQ: content with no method before it, whether or not the channel is open.
+        raise AMQPError(errors.UNEXPECTED_FRAME, "expected method frame, got non method frame instead")
 
     # -- connection class --------------------------------------------------------------
 
