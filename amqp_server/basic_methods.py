@@ -234,7 +234,7 @@ def confirm_select(channel: "Channel", method: commands.Confirm.Select) -> None:
     if channel.transactional:
         raise AMQPError(errors.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
     if channel.confirms is None:
-        channel.confirms = PublisherConfirms()
+        channel.confirms = PublisherConfirms(channel.confirms_released)
     if not method.nowait:
         reply(channel, commands.Confirm.SelectOk())
 

@@ -223,6 +223,11 @@ class Channel:
             self.connection.send_method(self.id, method)
         self.connection.broker.stats.confirmed += confirms.acked_total - acked_before
 
+    def confirms_released(self) -> None:
+        """Publishes that waited for their queues to store them can be confirmed now."""
+        if self.state == OPEN:
+            self.connection.confirms_pending(self)
+
     @property
     def has_published(self) -> bool:
         """True once the channel has published (RabbitMQ counts it as a publisher from then on)."""

@@ -20,7 +20,6 @@ from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
 from amqp_server.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
 from queues.field_tables import InvalidContentHeader, NestedTooDeep, UnknownDeliveryMode
-from queues.journal import when_synced
 from queues.message import (
     CONTENT_HEADER_PREFIX_SIZE,
     FLAG_EXPIRATION,
@@ -195,7 +194,10 @@ def route_publish(
             if outcome == REJECTED:
                 accepted = False  # a queue at its length limit with x-overflow reject-publish
             elif outcome == ENQUEUED_DURABLY:
-                journaled = [queue] if journaled is None else journaled + [queue]
+                if journaled is None:
+                    journaled = [queue]
+                else:
+                    journaled.append(queue)
             elif outcome == WRITE_FAILED:
                 accepted = False  # its disk write failed (queues/journal.py)
                 write_failed = True
@@ -212,19 +214,12 @@ def route_publish(
     if confirms is not None:
         if journaled is None:
             confirms.resolve(seq, accepted)
-            connection.confirms_pending(channel)
         else:
-            # Durable means durable: confirm only once every queue's copy is fsynced.
-            confirms.hold(seq)
-            when_synced(journaled, lambda error: _confirm_synced(channel, seq, accepted and error is None))
+            # Durable means durable: confirm only once every queue's copy is fsynced (the
+            # queues are asked when the confirms are next taken, once for the whole batch).
+            confirms.hold_until_stored(seq, journaled, accepted)
+        connection.confirms_pending(channel)
     return NOT_WRITTEN if write_failed else journaled
-
-
-def _confirm_synced(channel: "Channel", seq: int, ok: bool) -> None:
-    if channel.state != "open":
-        return
-    channel.confirms.release(seq, ok)
-    channel.connection.confirms_pending(channel)
 
 
 def send_return(channel: "Channel", message: Message) -> None:

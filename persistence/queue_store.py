@@ -44,6 +44,8 @@ from persistence.record_format import (
     decode_payload,
     encode_message,
     encode_state,
+    encode_state_of,
+    state_kind,
 )
 from persistence.segment_file import HEADER_SIZE, SUFFIX, CorruptRecord, encode_header, read_record, segment_file_name
 from persistence.segment_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry, locate
@@ -56,10 +58,10 @@ DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 DEFAULT_DRAIN_ROLLOVER_SIZE = 1024 * 1024
 _MAX_SEGMENT_SIZE = 0xFFFF_FFFF  # offsets are kept as u32
 _BUFFER_LIMIT_FACTOR = 16  # while writes fail, buffer at most this many write_buffer_size
-_RUNTIME_STATE = {
-    MessageState.DELIVERED: DELIVERED,
-    MessageState.REQUEUED: READY,
-    MessageState.WAITING_RETRY: WAITING_RETRY,
+_RUNTIME_STATE = {  # by record type: an int key, not an enum (hashed in Python) per record
+    RecordType.DELIVERED: DELIVERED,
+    RecordType.REQUEUED: READY,
+    RecordType.WAITING_RETRY: WAITING_RETRY,
 }
 
 
@@ -235,10 +237,10 @@ class QueueStore:
         dropped and dead_lettered. Use ``purge()`` rather than the "purged" state.
         If it raises, nothing was recorded."""
         self._before_append()
-        state = MessageState(state)
-        if state is MessageState.PURGED:
+        kind = state_kind(state)
+        if kind.state is MessageState.PURGED:
             raise ValueError("use purge() to purge a queue")
-        if isinstance(reason, str):
+        if reason.__class__ is str:
             reason = Reason[reason.upper()]
         found = self._locate(seq)
         if found is None:
@@ -249,17 +251,15 @@ class QueueStore:
         tail = self._tail
         assert tail is not None
         was_empty = not self._buffer
-        self._buffer += encode_state(
-            state, seq, at_ms, delivery_count=delivery_count, due_at_ms=due_at_ms, reason=reason
-        )
+        self._buffer += encode_state_of(kind, seq, at_ms, delivery_count, due_at_ms, reason)
         if entry is not tail:
             tail.refs.add(entry.segment_id)
-        if state.settles:
+        if kind.settles:
             entry.settle(i)
             if entry.live == 0:
                 self._collect_garbage_safely()
         else:
-            entry.states[i] = _RUNTIME_STATE[state]
+            entry.states[i] = _RUNTIME_STATE[kind.rtype]
         self._after_append(was_empty)
         return True
 

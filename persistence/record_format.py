@@ -168,8 +168,48 @@ def encode_message(
     return LENGTH.pack(length) + _U32.pack(crc) + prefix, body
 
 
+class StateKind(NamedTuple):
+    """What the writer needs to know of one MessageState, looked up once per record by the
+    state's name (no enum conversion, no enum properties per record)."""
+
+    state: MessageState
+    rtype: int
+    body: struct.Struct  # the record after its length and CRC: type, seq, at_ms, then the extra fields
+    settles: bool
+    extra: str  # "" | "count" (delivery_count) | "retry" (delivery_count, due_at_ms) | "reason"
+
+
+_EXTRA_OF_TYPE = {
+    RecordType.DELIVERED: "count",
+    RecordType.REQUEUED: "count",
+    RecordType.WAITING_RETRY: "retry",
+    RecordType.DROPPED: "reason",
+    RecordType.DEAD_LETTERED: "reason",
+}
+# By the state's value ("delivered", "acked", ...), a plain string.
+STATE_KINDS: dict[str, StateKind] = {
+    state._value_: StateKind(
+        state,
+        rtype,
+        struct.Struct(">BQQ" + _STATE_EXTRA[rtype].format.lstrip(">")),
+        state in _SETTLING,
+        _EXTRA_OF_TYPE.get(rtype, ""),
+    )
+    for state, rtype in TYPE_OF_STATE.items()
+}
+_LENGTH_AND_CRC = struct.Struct(">II")
+
+
+def state_kind(state: MessageState | str) -> StateKind:
+    """The StateKind of a state or state name; ValueError for one that does not exist."""
+    kind = STATE_KINDS.get(state)  # a name or a MessageState (which hashes and compares as its name)
+    if kind is None:
+        kind = STATE_KINDS[MessageState(state)._value_]
+    return kind
+
+
 def encode_state(
-    state: MessageState,
+    state: MessageState | str,
     seq: int,
     at_ms: int,
     *,
@@ -178,23 +218,27 @@ def encode_state(
     reason: Reason = Reason.UNSPECIFIED,
 ) -> bytes:
     """A complete state record."""
-    rtype = TYPE_OF_STATE[state]
-    _check_u63("seq", seq)
-    _check_u63("at_ms", at_ms)
-    extra: tuple[int, ...]
-    if rtype in (RecordType.DELIVERED, RecordType.REQUEUED):
-        extra = (delivery_count,)
-    elif rtype == RecordType.WAITING_RETRY:
+    return encode_state_of(state_kind(state), seq, at_ms, delivery_count, due_at_ms, reason)
+
+
+def encode_state_of(
+    kind: StateKind, seq: int, at_ms: int, delivery_count: int = 0, due_at_ms: int = 0, reason: int = 0
+) -> bytes:
+    """A complete state record of `kind` (state_kind()); the fields its kind has no room for are ignored."""
+    if not (0 <= seq <= _MAX_U63 and 0 <= at_ms <= _MAX_U63):
+        _check_u63("seq", seq)
+        _check_u63("at_ms", at_ms)
+    extra = kind.extra
+    if not extra:
+        body = kind.body.pack(kind.rtype, seq, at_ms)
+    elif extra == "count":
+        body = kind.body.pack(kind.rtype, seq, at_ms, delivery_count)
+    elif extra == "retry":
         _check_u63("due_at_ms", due_at_ms)
-        extra = (delivery_count, due_at_ms)
-    elif rtype in (RecordType.DROPPED, RecordType.DEAD_LETTERED):
-        extra = (int(reason),)
+        body = kind.body.pack(kind.rtype, seq, at_ms, delivery_count, due_at_ms)
     else:
-        extra = ()
-    layout = _STATE_RECORD[rtype]
-    record = bytearray(layout.pack(layout.size - 4, 0, rtype, seq, at_ms, *extra))
-    struct.pack_into(">I", record, 4, zlib.crc32(memoryview(record)[8:]))
-    return bytes(record)
+        body = kind.body.pack(kind.rtype, seq, at_ms, int(reason))
+    return _LENGTH_AND_CRC.pack(len(body) + 4, zlib.crc32(body)) + body
 
 
 def decode_payload(rtype: int, payload: bytes | memoryview) -> MessageRecord | StateRecord | UnknownRecord:
