@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from amqp_server.policy_keys import PolicyError, check_definition, erlang_term
+from amqp_server.policy_keys import NOT_APPLICABLE_TO_TYPE, PolicyError, check_definition, erlang_term
 from queues.arguments import queue_type_rules
 
 
@@ -54,10 +54,17 @@ class Policy:
     regex: re.Pattern[str] = field(compare=False, repr=False)
 
     def matches_queue(self, name: str, queue_type: str) -> bool:
+        """Whether the policy applies to queue `name` of `queue_type`: apply-to and pattern fit,
+        and the definition holds no key that type does not take (then RabbitMQ skips the
+        policy for that queue, policy_keys.NOT_APPLICABLE_TO_TYPE)."""
         if self.apply_to is ApplyTo.EXCHANGES:
             return False
         wanted = _QUEUE_TYPES_OF[self.apply_to]
-        return (wanted is None or wanted == queue_type) and self.regex.search(name) is not None
+        if wanted is not None and wanted != queue_type:
+            return False
+        if not NOT_APPLICABLE_TO_TYPE.get(queue_type, frozenset()).isdisjoint(self.definition):
+            return False
+        return self.regex.search(name) is not None
 
     def matches_exchange(self, name: str) -> bool:
         return self.apply_to in (ApplyTo.EXCHANGES, ApplyTo.ALL) and self.regex.search(name) is not None

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from queues.arguments import OVERFLOW_MODES, QUEUE_MODES, RETRY_BACKOFFS, RETRY_TYPES
-from queues.arguments.queue_type_rules import DEAD_LETTER_STRATEGIES, LEADER_LOCATORS
+from queues.arguments.queue_type_rules import DEAD_LETTER_STRATEGIES, LEADER_LOCATORS, QUORUM
 
 
 class AppliesTo(enum.Enum):
@@ -137,6 +137,15 @@ KEYS: dict[str, PolicyKey] = {key.name: key for key in (
     PolicyKey("deduplication-header", _is_text, "{0} is not a valid deduplication header",
               "x-deduplication-header"),
 )}
+# A policy holding one of these keys does not apply to queues of that type at all (RabbitMQ's
+# unsupported_policies of the queue type, rabbit_queue_type:is_policy_applicable): the queue
+# takes the next policy that matches, or none. RabbitMQ 3.13's lists, less what this broker
+# refuses anyway (ha-*, max-priority, stream keys). 3.13 also lists delivery-limit for classic
+# queues; here classic queues honour a delivery limit (docs/lifecycle.md), so it applies.
+NOT_APPLICABLE_TO_TYPE: dict[str, frozenset[str]] = {
+    "classic": frozenset({"dead-letter-strategy", "queue-leader-locator", "initial-cluster-size"}),
+    QUORUM: frozenset({"queue-mode"}),
+}
 # rabbit_policies: the keys an operator policy may set (all of them limits: the lower value wins).
 OPERATOR_KEYS = frozenset({
     "expires", "message-ttl", "max-length", "max-length-bytes", "max-in-memory-length", "max-in-memory-bytes",

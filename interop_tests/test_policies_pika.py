@@ -271,6 +271,30 @@ def test_no_confirmed_message_is_lost_while_policies_change_under_a_consumer(api
     channel.queue_delete(queue)
 
 
+def test_a_policy_with_a_key_a_queue_type_does_not_take_passes_that_queue_by(api, channel, unique):
+    """RabbitMQ skips, for a queue, a policy holding a key the queue's type does not take
+    (queue-mode for a quorum queue; queue-leader-locator for a classic one): the next policy
+    that matches applies instead."""
+    classic, quorum = unique("pol-type-c"), unique("pol-type-q")
+    channel.queue_declare(classic, durable=True)
+    channel.queue_declare(quorum, durable=True, arguments={"x-queue-type": "quorum"})
+    prefix, both = unique("pol-type"), f"^({classic}|{quorum})$"
+    api.set_policy(prefix + "-fallback", both, {"max-length": 3}, priority=0, apply_to="queues")
+    api.set_policy(prefix + "-lazy", both, {"queue-mode": "lazy", "max-length": 1}, priority=5,
+                   apply_to="queues")
+    assert eventually(lambda: api.queue(classic).get("policy") == prefix + "-lazy", SHOWN_S)
+    assert eventually(lambda: api.queue(quorum).get("policy") == prefix + "-fallback", SHOWN_S)
+    api.set_policy(prefix + "-lazy", both, {"queue-leader-locator": "random", "max-length": 1}, priority=5,
+                   apply_to="queues")
+    assert eventually(lambda: api.queue(classic).get("policy") == prefix + "-fallback", SHOWN_S)
+    assert eventually(lambda: api.queue(quorum).get("policy") == prefix + "-lazy", SHOWN_S)
+    publish_confirmed(channel.connection, classic, [b"m1", b"m2", b"m3", b"m4"])
+    publish_confirmed(channel.connection, quorum, [b"m1", b"m2"])
+    assert (ready_count(channel, classic), ready_count(channel, quorum)) == (3, 1)
+    channel.queue_delete(classic)
+    channel.queue_delete(quorum)
+
+
 # -- this broker's own behaviour ---------------------------------------------------------
 
 

@@ -189,3 +189,14 @@ def test_a_policys_archive_switches_the_queues_segment_archive(tmp_path):
     assert queue.journal.store.archive
     vhost.clear_policy("archive")
     assert not queue.journal.store.archive
+
+
+def test_a_policy_with_a_key_the_queue_type_does_not_take_is_passed_by():
+    vhost, _timers, _clock = setup()
+    classic, _ = vhost.declare_queue("c", connection=None)
+    quorum, _ = vhost.declare_queue("qq", connection=None, durable=True, arguments={"x-queue-type": "quorum"})
+    vhost.set_policy(policy("fallback", {"max-length": 3}))
+    vhost.set_policy(policy("lazy", {"queue-mode": "lazy", "max-length": 1}, priority=5))
+    assert (classic.settings.max_length, quorum.settings.max_length) == (1, 3)
+    vhost.set_policy(policy("lazy", {"dead-letter-strategy": "at-least-once", "max-length": 1}, priority=5))
+    assert (classic.settings.max_length, quorum.settings.max_length) == (3, 1)
