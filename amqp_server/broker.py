@@ -35,6 +35,7 @@ from queues.timers import Timers
 if TYPE_CHECKING:
     from amqp_server.cluster_definitions import SharedDefinitions
     from amqp_server.cluster_links import ClusterLinks
+    from amqp_server.cluster_replicated import ReplicatedQueues
     from amqp_server.connection import Connection
     from cluster.membership import Membership, NodeRecord
 
@@ -75,6 +76,8 @@ class Broker:
         self.cluster_links: "ClusterLinks | None" = None  # set on joining a cluster
         # The cluster's shared definitions (amqp_server/cluster_definitions.py) once joined.
         self._shared: "SharedDefinitions | None" = None
+        # Durable quorum queues replicated across the cluster (cluster_replicated.py) once joined.
+        self.replicated: "ReplicatedQueues | None" = None
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
         # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
@@ -190,10 +193,19 @@ class Broker:
     def _queue_deleted(self, queue: object) -> None:
         self.stats.queues_deleted += 1
 
-    def _journal_for(self, vhost: str, queue: str, archive: bool) -> QueueJournal:
+    def _journal_for(self, vhost: str, queue: str, archive: bool,
+                     replication: dict[str, Any] | None = None) -> QueueJournal:
+        """The journal of a durable queue; `replication`: the arguments of a quorum queue, which
+        a clustered broker replicates (cluster_replicated.py)."""
+        if replication is not None and self.replicated is not None:
+            return self.replicated.journal_for(vhost, queue, lambda: self._store_for(vhost, queue, archive),
+                                               replication)
+        return QueueJournal(self._store_for(vhost, queue, archive), self.committer)
+
+    def _store_for(self, vhost: str, queue: str, archive: bool) -> QueueStore:
         storage = self.config.storage
         archive = archive or storage.archive or vhost in storage.archive_vhosts
-        store = QueueStore.for_queue(
+        return QueueStore.for_queue(
             self.message_dir,
             vhost,
             queue,
@@ -204,13 +216,16 @@ class Broker:
                 (lambda path: self.side_files.segment_sealed(path, vhost, queue)) if self.side_files else None
             ),
         )
-        return QueueJournal(store, self.committer)
 
     def joined_cluster(self, membership: "Membership", links: "ClusterLinks") -> None:
         """This node is now a member of a cluster (amqp_server/cluster_node.py); `links` reach
         the queues other nodes own."""
         self._membership = membership
         self.cluster_links = links
+
+    def replicate_queues(self, replicated: "ReplicatedQueues") -> None:
+        """From now on durable quorum queues declared here are replicated."""
+        self.replicated = replicated
 
     def share_definitions(self, shared: "SharedDefinitions") -> None:
         """From now on every definition change is shared with the cluster, and a method's reply

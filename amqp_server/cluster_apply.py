@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.cluster_definition_keys import KIND_OF_DIRECTORY, SharedValue, entry_key
 from amqp_server.cluster_mirror import ServiceMirror
+from amqp_server.cluster_replicated import is_replicated
 from amqp_server.definitions_export import exchange_definition, queue_definition
 from amqp_server.policies import parse_policy
 from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, check_limits
@@ -26,6 +27,7 @@ from queues.queue import Queue
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
+    from amqp_server.cluster_replicated import ReplicatedQueues
     from amqp_server.vhost import VirtualHost
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,7 @@ class LocalDefinitions:
         self._remote_queues: dict[tuple[str, str], Queue] = {}  # stand-ins placed here
         self._parked: dict[str, SharedValue] = {}  # waiting for an object they need
         self._applying = False
+        self._replicated: "ReplicatedQueues | None" = None
 
     @property
     def applying(self) -> bool:
@@ -82,6 +85,10 @@ class LocalDefinitions:
 
     def set_remote_queue_factory(self, factory: RemoteQueueFactory) -> None:
         self._remote_queue_factory = factory
+
+    def replicate_with(self, replicated: "ReplicatedQueues") -> None:
+        """A replicated queue is held here only while its replica here leads its group."""
+        self._replicated = replicated
 
     def holds(self, vhost_name: str, queue: str) -> bool:
         """This node has the queue itself (not a stand-in)."""
@@ -248,6 +255,8 @@ class LocalDefinitions:
             return self._park(key, value)
         name = entry["name"]
         existing = vhost.queues.get(name)
+        if self._replicated is not None and is_replicated(entry):
+            return self._apply_replicated_queue(vhost, value, existing)
         if existing is not None:
             if self._is_local_form_of(vhost, existing, value):
                 return True
@@ -264,6 +273,40 @@ class LocalDefinitions:
                 arguments=entry["arguments"], allow_reserved_name=True,
             )
             self._set_ownership(vhost.name, name, True)
+        self._rebind(vhost, queue)
+        return True
+
+    def _apply_replicated_queue(self, vhost: "VirtualHost", value: SharedValue, existing: Queue | None) -> bool:
+        """The queue itself while this node's replica leads its group, else a stand-in reaching
+        its home (the node that last took it)."""
+        entry = value.entry
+        name = entry["name"]
+        assert self._replicated is not None
+        leads = self._replicated.leads(vhost.name, name)
+        if existing is not None:
+            stand_in = self._remote_queues.get((vhost.name, name)) is existing
+            if leads and not stand_in:
+                return True
+            if not leads and stand_in and getattr(existing, "owner", value.home) == value.home:
+                return True
+            if stand_in:
+                del self._remote_queues[(vhost.name, name)]
+            elif existing.journal is not None:
+                # Another node leads it now: our copy goes, the replica (and the group) stay.
+                existing.journal.hand_over()
+            vhost.delete_queue(existing)
+            if not stand_in:
+                self._set_ownership(vhost.name, name, False)
+        if leads:
+            queue, _created = vhost.declare_queue(
+                name, connection=None, durable=True, auto_delete=entry["auto_delete"],
+                arguments=entry["arguments"], allow_reserved_name=True,
+            )
+            self._set_ownership(vhost.name, name, True)
+        else:
+            queue = self._remote_queue_factory(vhost, value)
+            vhost.adopt_remote_queue(queue)
+            self._remote_queues[(vhost.name, name)] = queue
         self._rebind(vhost, queue)
         return True
 

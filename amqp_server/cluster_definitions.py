@@ -68,6 +68,7 @@ from queues.arguments.equivalence import Inequivalent
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
+    from amqp_server.cluster_replicated import ReplicatedQueues
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,26 @@ class SharedDefinitions:
         """Queues whose home is another node are represented by what `factory` builds (from
         now on; call it before `start`)."""
         self._local.set_remote_queue_factory(factory)
+
+    def replicate_with(self, replicated: "ReplicatedQueues") -> None:
+        """Replicated queues are held where their replica leads (cluster_replicated.py); call
+        it before `start`."""
+        self._local.replicate_with(replicated)
+
+    def reconcile_replicated(self, vhost: str, queue: str) -> None:
+        """The leadership of replicated queue (vhost, queue) changed here: hold the queue
+        itself or a stand-in as it says, and when this node took it, name it the queue's home."""
+        key = entry_key("queues", {"vhost": vhost, "name": queue})
+        value = self._service.get(key)
+        if value is None:
+            return
+        self._local.apply(key, value)
+        if self._local.holds(vhost, queue) and value.home != self._node:
+            moved = SharedValue(value.kind, value.entry, self._writer, self._seq + 1, self._node, value.exclusive)
+            self._issue(key, moved.encode(), moved)
+            self._remember(key, moved)
+            self._set_ownership(vhost, queue, True)
+            self._tell_owner_listeners(vhost, queue)
 
     def owner_of(self, vhost: str, queue: str) -> QueueOwner | None:
         """The queue's owner node and whether it holds the queue now (None: no such queue)."""

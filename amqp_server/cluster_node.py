@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from amqp_server.cluster_definitions import SharedDefinitions
 from amqp_server.cluster_links import ClusterLinks
+from amqp_server.cluster_replicated import ReplicatedQueues
 from cluster import connect, parse_cluster_address
 from cluster.coordinator import CoordinationUnavailable, Coordinator, VersionConflict
 from cluster.membership import Membership, NodeNameInUse, NodeRecord
@@ -37,11 +38,12 @@ class ClusterNode:
     shared definitions."""
 
     def __init__(self, coordinator: Coordinator, membership: Membership, links: ClusterLinks,
-                 definitions: SharedDefinitions) -> None:
+                 definitions: SharedDefinitions, replicated: ReplicatedQueues | None) -> None:
         self._coordinator = coordinator
         self.membership = membership
         self.links = links
         self.definitions = definitions
+        self.replicated = replicated
 
     @classmethod
     async def join(cls, config: "ServerConfig", broker: "Broker", amqp_port: int) -> "ClusterNode":
@@ -88,20 +90,36 @@ class ClusterNode:
             exclusive=value.exclusive, auto_delete=value.entry["auto_delete"],
             arguments=value.entry["arguments"], timers=vhost.timers))
         links.ask_owners(lambda vhost, queue: _owner_holds(definitions, vhost, queue))
+        replicated = None
+        if broker.committer is not None and broker.message_dir is not None:
+            # Durable quorum queues are replicated (they need this node's disk for their logs).
+            replicated = ReplicatedQueues(node=me.name, coordinator=coordinator, data_dir=broker.message_dir,
+                                          committer=broker.committer,
+                                          live_nodes=lambda: [node.name for node in membership.live_nodes()])
+            replicated.share(definitions)
+            definitions.replicate_with(replicated)
+            broker.replicate_queues(replicated)
         broker.share_definitions(definitions)
         try:
             await definitions.start()
-        except CoordinationUnavailable as error:
+            if replicated is not None:
+                await replicated.start(config.host)
+        except (CoordinationUnavailable, OSError) as error:
             links.close()
+            if replicated is not None:
+                await replicated.close()
             await definitions.stop()
             await membership.leave()
             await coordinator.close()
             raise ClusterJoinFailed(str(error)) from None
         log.info("joined cluster %s as %s; live nodes: %s; %d shared definitions", address.prefix, me.name,
                  ", ".join(node.name for node in membership.live_nodes()), definitions.size)
-        return cls(coordinator, membership, links, definitions)
+        return cls(coordinator, membership, links, definitions, replicated)
 
     async def leave(self) -> None:
+        if self.replicated is not None:
+            # First: a replica that leads releases its lease, so another member takes over at once.
+            await self.replicated.close()
         self.links.close()
         try:
             await self.definitions.stop()

@@ -80,13 +80,13 @@ class VirtualHost:
         name: str,
         on_durable_change: DefinitionChanged | None = None,
         timers: Timers | None = None,
-        journal_factory: Callable[[str, str, bool], QueueJournal] | None = None,
+        journal_factory: Callable[..., QueueJournal] | None = None,
         memory_budget: MemoryBudget | None = None,
         on_change: DefinitionChanged | None = None,
         archives_everything: bool = False,
     ) -> None:
         """`journal_factory(vhost, queue, archive)` gives durable queues their journal (None: no
-        persistence); `archive` is the queue's x-archive (its own or a policy's);
+        persistence; a quorum queue's call adds its arguments: a clustered broker replicates it); `archive` is the queue's x-archive (its own or a policy's);
         `archives_everything` says the configuration archives every queue of this vhost."""
         self.name = name
         self.archives_everything = archives_everything
@@ -283,7 +283,10 @@ class VirtualHost:
         # Exclusive queues die with their connection, so only shared durable queues keep files.
         journal = None
         if durable and not exclusive and self.journal_factory is not None:
-            journal = self.journal_factory(self.name, name, archive)
+            if settings.queue_type == queue_type_rules.QUORUM:  # replicated on a clustered broker
+                journal = self.journal_factory(self.name, name, archive, arguments)
+            else:
+                journal = self.journal_factory(self.name, name, archive)
         queue = Queue(
             name,
             self.name,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import shutil
@@ -44,11 +45,7 @@ def group_members(this_node: str, live_nodes: Iterable[str], size: int | None = 
     return [this_node] + others[:wanted - 1]
 
 
-def _ignore_commit(index: int) -> None:
-    pass
-
-
-def _ignore_role(role: Role) -> None:
+def _ignore_queue_role(queue: str, role: Role) -> None:
     pass
 
 
@@ -56,7 +53,10 @@ class ReplicaManager:
     """This node's queue replicas; see the module docstring."""
 
     def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
-                 poll_interval: float = 1.0, replica_poll_interval: float = 0.1) -> None:
+                 poll_interval: float = 1.0, replica_poll_interval: float = 0.1,
+                 on_role: Callable[[str, Role], None] = _ignore_queue_role) -> None:
+        """``on_role(queue, role)`` hears every role change of every replica here (the broker
+        takes a queue over when its replica here becomes leader), after the queue's owner (`host`)."""
         self.node = node
         self._coordinator = coordinator
         self._directory = Path(data_dir) / "replicas"
@@ -65,6 +65,10 @@ class ReplicaManager:
         self._replica_poll = replica_poll_interval
         self.listener = ReplicationListener()
         self.replicas: dict[str, QueueReplica] = {}
+        # queue -> (on_commit, on_role) of the owner that `host`ed it; replicas nobody hosts
+        # (a follower node's) report to nobody but `on_role`.
+        self._owners: dict[str, tuple[Callable[[int], None], Callable[[Role], None]]] = {}
+        self._on_role = on_role
         self._task: asyncio.Task | None = None
 
     async def start(self, host: str, port: int = 0) -> str:
@@ -88,21 +92,38 @@ class ReplicaManager:
     def host(self, queue: str, members: Iterable[str], on_commit: Callable[[int], None],
              on_role: Callable[[Role], None]) -> QueueReplica:
         """The replica of ``queue`` here, started if needed, reporting to these callbacks."""
+        self._owners[queue] = (on_commit, on_role)
         replica = self.replicas.get(queue)
         if replica is not None:
-            replica.attach(on_commit, on_role)
+            if replica.role is Role.LEADER:
+                on_role(Role.LEADER)
             return replica
-        return self._start(queue, list(members), on_commit, on_role, create_group=True)
+        return self._start(queue, list(members), create_group=True)
 
-    def _start(self, queue: str, members: list[str], on_commit: Callable[[int], None],
-               on_role: Callable[[Role], None], *, create_group: bool) -> QueueReplica:
+    def release(self, queue: str) -> None:
+        """The owner that hosted ``queue`` hears no more of it (the replica goes on)."""
+        self._owners.pop(queue, None)
+
+    def _start(self, queue: str, members: list[str], *, create_group: bool) -> QueueReplica:
         replica = QueueReplica(
             queue=queue, node=self.node, members=members, log=FileReplicaLog(self._replica_directory(queue)),
             coordinator=self._coordinator, listener=self.listener, committer=self._committer,
-            on_commit=on_commit, on_role=on_role, poll_interval=self._replica_poll, create_group=create_group)
+            on_commit=functools.partial(self._committed, queue), on_role=functools.partial(self._role_changed, queue),
+            poll_interval=self._replica_poll, create_group=create_group)
         self.replicas[queue] = replica
         replica.start()
         return replica
+
+    def _committed(self, queue: str, index: int) -> None:
+        owner = self._owners.get(queue)
+        if owner is not None:
+            owner[0](index)
+
+    def _role_changed(self, queue: str, role: Role) -> None:
+        owner = self._owners.get(queue)
+        if owner is not None:
+            owner[1](role)
+        self._on_role(queue, role)
 
     def _replica_directory(self, queue: str) -> Path:
         return self._directory / hashlib.sha1(queue.encode("utf-8")).hexdigest()
@@ -122,7 +143,7 @@ class ReplicaManager:
         for queue, record in named.items():
             if queue not in self.replicas:
                 log.info("%s: following replicated queue %s (members %s)", self.node, queue, ",".join(record.members))
-                self._start(queue, list(record.members), _ignore_commit, _ignore_role, create_group=False)
+                self._start(queue, list(record.members), create_group=False)
         for queue in [q for q in self.replicas if q not in named and self.replicas[q].record is not None]:
             await self._remove(queue)
             log.info("%s: replicated queue %s was deleted; its replica is removed", self.node, queue)
@@ -137,6 +158,7 @@ class ReplicaManager:
             await self._remove(queue)
 
     async def _remove(self, queue: str) -> None:
+        self._owners.pop(queue, None)
         replica = self.replicas.pop(queue)
         await replica.stop()
         replica.log.close()

@@ -58,8 +58,8 @@ class _Stream(asyncio.Protocol):
         self.on_resume: Callable[["_Stream"], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # No isinstance check: uvloop's TCP transports (the broker's loop) are not asyncio.Transport.
+        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         try:

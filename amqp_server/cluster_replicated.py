@@ -1,0 +1,160 @@
+"""Replicated queues on a clustered broker: durable `x-queue-type: quorum` queues whose records
+a group of nodes replicates (cluster/replication/, docs/replication.md).
+
+`ReplicatedQueues` is this node's side: it holds the node's `ReplicaManager` (one replica per
+group naming this node), gives a replicated queue declared here its `ReplicatedJournal`, and
+makes **ownership follow leadership**: the node whose replica leads the group holds the queue
+itself (built from its replica log); every other node holds a stand-in reaching it over the
+cluster links. When a replica here becomes leader, this node takes the queue (`reconcile`) and
+names itself the queue's home in the shared definitions, so the other nodes' stand-ins turn to
+it; when it stops leading (a newer term exists, its lease lapsed, it stops), the queue here is
+handed over: its pending confirms are failed (basic.nack), its consumers cancelled, and a
+stand-in takes its place.
+
+Imported only on a clustered broker (cluster_node.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.replicated_journal import ReplicatedJournal
+from cluster.coordinator import CoordinationUnavailable, Coordinator
+from cluster.replication.election import GroupRecord
+from cluster.replication.manager import ReplicaManager, group_members
+from cluster.replication.replica import QueueReplica, Role
+from persistence.group_commit import GroupCommitter
+from persistence.queue_store import QueueStore
+from queues.queue_type_rules import QUORUM
+
+if TYPE_CHECKING:
+    from amqp_server.cluster_definitions import SharedDefinitions
+
+log = logging.getLogger(__name__)
+
+GROUP_SIZE_ARGUMENT = "x-quorum-initial-group-size"
+
+
+def queue_id(vhost: str, name: str) -> str:
+    """The replica group's name of queue `name` in `vhost`."""
+    return json.dumps([vhost, name], separators=(",", ":"))
+
+
+def _vhost_and_name(replica_id: str) -> tuple[str, str] | None:
+    try:
+        vhost, name = json.loads(replica_id)
+    except (ValueError, TypeError):
+        return None
+    return str(vhost), str(name)
+
+
+def is_replicated(entry: dict[str, Any]) -> bool:
+    """Is the queue this definition entry describes a replicated one (durable, quorum)?"""
+    arguments = entry.get("arguments") or {}
+    return bool(entry.get("durable")) and arguments.get("x-queue-type") == QUORUM
+
+
+def _ignore_commit(index: int) -> None:
+    pass
+
+
+def _ignore_role(role: Role) -> None:
+    pass
+
+
+class ReplicatedQueues:
+    """See the module docstring."""
+
+    def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
+                 live_nodes: Callable[[], list[str]]) -> None:
+        self.node = node
+        self._committer = committer
+        self._live_nodes = live_nodes
+        self.manager = ReplicaManager(node=node, coordinator=coordinator, data_dir=data_dir, committer=committer,
+                                      on_role=self._role_changed)
+        self._definitions: "SharedDefinitions | None" = None
+        self._closing = False
+        self._tasks: set[asyncio.Task] = set()
+
+    def share(self, definitions: "SharedDefinitions") -> None:
+        """Take and hand over queues through these shared definitions."""
+        self._definitions = definitions
+
+    async def start(self, host: str) -> str:
+        """Listen for followers and follow the groups naming this node; the replication address."""
+        return await self.manager.start(host)
+
+    async def close(self) -> None:
+        """Stop every replica here (a leader releases its lease: a follower takes over at once)."""
+        self._closing = True
+        await self.manager.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    # -- what the rest of the broker asks ------------------------------------------------------------
+
+    def leads(self, vhost: str, name: str) -> bool:
+        """Does this node's replica of the queue lead its group now?"""
+        replica = self.manager.replicas.get(queue_id(vhost, name))
+        return replica is not None and replica.role is Role.LEADER
+
+    def group(self, vhost: str, name: str) -> GroupRecord | None:
+        """The queue's group as this node last read it (None: no replica here knows it yet)."""
+        replica = self.manager.replicas.get(queue_id(vhost, name))
+        return None if replica is None else replica.record
+
+    def journal_for(self, vhost: str, name: str, open_store: Callable[[], QueueStore],
+                    arguments: dict[str, Any]) -> ReplicatedJournal:
+        """The journal of the replicated queue `name` that this node holds (declared here, or
+        taken over because its replica here leads)."""
+        replica_id = queue_id(vhost, name)
+        size = arguments.get(GROUP_SIZE_ARGUMENT)
+        members = group_members(self.node, self._live_nodes(), int(size) if size is not None else None)
+        replica = self.manager.host(replica_id, members, _ignore_commit, _ignore_role)
+        journal = ReplicatedJournal(open_store(), self._committer, replica, open_store, self._lost, self._deleted)
+        self.manager.host(replica_id, members, journal.on_commit, journal.on_role)
+        return journal
+
+    # -- leadership changes ------------------------------------------------------------------------------
+
+    def _role_changed(self, replica_id: str, role: Role) -> None:
+        if role is Role.LEADER:
+            asyncio.get_running_loop().call_soon(self._reconcile, replica_id)
+
+    def _lost(self, journal: ReplicatedJournal) -> None:
+        """The replica of a queue held here stopped leading: hand the queue over."""
+        log.warning("%s: no longer leads replicated queue %s; handing it over", self.node, journal.replica.queue)
+        self.manager.release(journal.replica.queue)
+        asyncio.get_running_loop().call_soon(self._reconcile, journal.replica.queue)
+
+    def _deleted(self, journal: ReplicatedJournal) -> None:
+        """The queue was deleted: so is its group (every member then drops its replica)."""
+        replica_id = journal.replica.queue
+        self.manager.release(replica_id)
+        if self._closing:
+            return
+        task = asyncio.get_running_loop().create_task(self._delete_group(replica_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _delete_group(self, replica_id: str) -> None:
+        try:
+            await self.manager.delete_group(replica_id)
+        except CoordinationUnavailable as error:
+            log.warning("%s: the group of deleted queue %s stays until the coordination service answers: %s",
+                        self.node, replica_id, error)
+
+    def _reconcile(self, replica_id: str) -> None:
+        if self._closing or self._definitions is None:
+            return
+        names = _vhost_and_name(replica_id)
+        if names is not None:
+            self._definitions.reconcile_replicated(*names)
+
+    def replica(self, vhost: str, name: str) -> QueueReplica | None:
+        return self.manager.replicas.get(queue_id(vhost, name))
