@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GROUP_SIZE_ARGUMENT = "x-quorum-initial-group-size"
+# How often a node lists the replica groups to start following a new one (a new queue's
+# followers start within this; until a majority follows, its confirms wait).
+GROUPS_POLL_S = 0.25
 
 
 def queue_id(vhost: str, name: str) -> str:
@@ -76,7 +79,7 @@ class ReplicatedQueues:
         self._committer = committer
         self._live_nodes = live_nodes
         self.manager = ReplicaManager(node=node, coordinator=coordinator, data_dir=data_dir, committer=committer,
-                                      on_role=self._role_changed)
+                                      poll_interval=GROUPS_POLL_S, on_role=self._role_changed)
         self._definitions: "SharedDefinitions | None" = None
         self._closing = False
         self._tasks: set[asyncio.Task] = set()
@@ -107,6 +110,19 @@ class ReplicatedQueues:
         """The queue's group as this node last read it (None: no replica here knows it yet)."""
         replica = self.manager.replicas.get(queue_id(vhost, name))
         return None if replica is None else replica.record
+
+    def describe(self, vhost: str, name: str) -> dict[str, Any] | None:
+        """/api/queues' fields of a replicated queue, as RabbitMQ shows a quorum queue's:
+        ``type`` "quorum", ``leader``, ``members`` and ``online`` (the members that are live
+        nodes), and amqp-server's ``in_sync`` (the members holding every committed record, which
+        alone may take over with nothing confirmed missing). None: no group here knows the queue."""
+        record = self.group(vhost, name)
+        if record is None:
+            return None
+        live = set(self._live_nodes())
+        return {"type": QUORUM, "leader": record.leader, "members": list(record.members),
+                "online": [member for member in record.members if member in live],
+                "in_sync": list(record.in_sync)}
 
     def journal_for(self, vhost: str, name: str, open_store: Callable[[], QueueStore],
                     arguments: dict[str, Any]) -> ReplicatedJournal:

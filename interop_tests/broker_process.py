@@ -85,6 +85,7 @@ class BrokerProcess:
     process: subprocess.Popen | None = None
     log_path: Path | None = None
     args: list[str] = field(default_factory=list)
+    module: str = "amqp_server"  # what `python -m` runs (a test harness may wrap the broker)
 
     def url(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> str:
         quoted_vhost = urllib.parse.quote(vhost, safe="")
@@ -103,7 +104,7 @@ class BrokerProcess:
         assert self.data_dir is not None and self.log_path is not None
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "amqp_server", *self.args],
+            [sys.executable, "-m", self.module, *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=str(self.data_dir.parent),
@@ -147,8 +148,10 @@ def wait_for_port(host: str, port: int, process: subprocess.Popen, log_path: Pat
     raise RuntimeError(f"broker did not listen on {host}:{port} in time:\n{log_path.read_text()}")
 
 
-def launch(workdir: Path, config_text: str = TEST_CONFIG, extra_args: tuple[str, ...] = ()) -> BrokerProcess:
-    """Start this project's broker in `workdir` on a free port and wait until it listens."""
+def launch(workdir: Path, config_text: str = TEST_CONFIG, extra_args: tuple[str, ...] = (),
+           module: str = "amqp_server") -> BrokerProcess:
+    """Start this project's broker in `workdir` on a free port and wait until it listens
+    (`module`: what `python -m` runs instead of amqp_server, for a test harness's variant)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "broker.toml"
     config_path.write_text(config_text)
@@ -169,6 +172,7 @@ def launch(workdir: Path, config_text: str = TEST_CONFIG, extra_args: tuple[str,
             "--management-port", "0",
             *extra_args,
         ],
+        module=module,
     )
     broker.start()
     return broker

@@ -65,7 +65,8 @@ async def list_queues(request: web.Request) -> web.Response:
 
     def as_json(pair: tuple["VirtualHost", "Queue"]) -> dict:
         vhost, queue = pair
-        return queue_json(vhost, queue, ctx.rates, *_location(broker, vhost, queue, unacked_bytes.get(queue, 0)))
+        item = queue_json(vhost, queue, ctx.rates, *_location(broker, vhost, queue, unacked_bytes.get(queue, 0)))
+        return _with_replication(broker, vhost, queue, item)
 
     return lazy_page_reply(request, queues, lambda pair: pair[1].name, lambda pair: pair[0].name, as_json)
 
@@ -75,7 +76,19 @@ async def show_queue(request: web.Request) -> web.Response:
     vhost, queue = _queue_of(request)
     unacked_bytes = unacked_bytes_by_queue(ctx.broker).get(queue, 0)
     location = _location(ctx.broker, vhost, queue, unacked_bytes)
-    return item_reply(request, queue_detail_json(vhost, queue, ctx.rates, *location))
+    item = queue_detail_json(vhost, queue, ctx.rates, *location)
+    return item_reply(request, _with_replication(ctx.broker, vhost, queue, item))
+
+
+def _with_replication(broker: "Broker", vhost: "VirtualHost", queue: "Queue", item: dict) -> dict:
+    """A replicated queue's item gets RabbitMQ's quorum queue fields (leader, members, online)."""
+    if broker.replicated is None or not queue.durable or queue.settings.queue_type != "quorum":
+        return item
+    replication = broker.replicated.describe(vhost.name, queue.name)
+    if replication is None:
+        return item
+    item.update(replication)
+    return dict(sorted(item.items()))
 
 
 async def put_queue(request: web.Request) -> web.Response:
