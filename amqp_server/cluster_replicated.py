@@ -30,7 +30,7 @@ from cluster.replication.manager import ReplicaManager, group_members
 from cluster.replication.replica import QueueReplica, Role
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
-from queues.queue_type_rules import QUORUM
+from queues.arguments.queue_type_rules import QUORUM
 
 if TYPE_CHECKING:
     from amqp_server.cluster_definitions import SharedDefinitions
@@ -59,7 +59,7 @@ def _vhost_and_name(replica_id: str) -> tuple[str, str] | None:
 def is_replicated(entry: dict[str, Any]) -> bool:
     """Is the queue this definition entry describes a replicated one (durable, quorum)?"""
     arguments = entry.get("arguments") or {}
-    return bool(entry.get("durable")) and arguments.get("x-queue-type") == QUORUM
+    return bool(entry.get("durable")) and arguments.get("x-queue-type") in (QUORUM, QUORUM.encode())
 
 
 def _ignore_commit(index: int) -> None:

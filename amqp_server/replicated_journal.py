@@ -119,38 +119,47 @@ class ReplicatedJournal(QueueJournal):
         else:
             self._unsent.append(payload)
 
-    def published(self, entry: QueueEntry) -> None:
-        super().published(entry)
+    def published(self, entry: QueueEntry) -> bool:
+        if not super().published(entry):
+            return False
         message = entry.message
         head, body = encode_message(entry.seq, int(message.published_at * 1000), message.exchange,
                                     message.routing_key, message.raw_header[CONTENT_HEADER_PREFIX_SIZE:], message.body)
         self._replicate(head + body)
+        return True
 
-    def _state(self, entry: QueueEntry, state: MessageState, *, delivery_count: int = 0, due_at_ms: int = 0,
+    def _state(self, seq: int, state: MessageState, *, at_ms: int = 0, delivery_count: int = 0, due_at_ms: int = 0,
                reason: Reason = Reason.UNSPECIFIED) -> None:
-        at = _now_ms()
-        if self.store.append_state(entry.seq, state, at, delivery_count=delivery_count, due_at_ms=due_at_ms,
-                                   reason=reason):
-            self._replicate(encode_state(state, entry.seq, at, delivery_count=delivery_count, due_at_ms=due_at_ms,
+        """Record it locally and replicate it. A local write that fails does not stop the
+        replication (the replica log is what a failover reads)."""
+        at = at_ms or _now_ms()
+        try:
+            written = self.store.append_state(seq, state, at, delivery_count=delivery_count, due_at_ms=due_at_ms,
+                                              reason=reason)
+        except OSError as error:
+            self.state_not_written(seq, state.value, error)
+            written = True
+        if written:
+            self._replicate(encode_state(state, seq, at, delivery_count=delivery_count, due_at_ms=due_at_ms,
                                          reason=reason))
 
     def delivered(self, entry: QueueEntry) -> None:
-        self._state(entry, MessageState.DELIVERED, delivery_count=entry.delivery_count)
+        self._state(entry.seq, MessageState.DELIVERED, delivery_count=entry.delivery_count)
 
     def requeued(self, entry: QueueEntry) -> None:
-        self._state(entry, MessageState.REQUEUED, delivery_count=entry.delivery_count)
+        self._state(entry.seq, MessageState.REQUEUED, delivery_count=entry.delivery_count)
 
     def waiting(self, entry: QueueEntry, due_at_ms: int) -> None:
-        self._state(entry, MessageState.WAITING_RETRY, delivery_count=entry.delivery_count, due_at_ms=due_at_ms)
+        self._state(entry.seq, MessageState.WAITING_RETRY, delivery_count=entry.delivery_count, due_at_ms=due_at_ms)
 
-    def acked(self, entry: QueueEntry) -> None:
-        self._state(entry, MessageState.ACKED)
+    def settled(self, seq: int, state: str, at_ms: int) -> None:
+        self._state(seq, MessageState(state), at_ms=at_ms)
 
     def removed(self, entry: QueueEntry, reason: str, dead_lettered: bool) -> None:
         if reason == "expired" and not dead_lettered:
-            self._state(entry, MessageState.EXPIRED)
+            self._state(entry.seq, MessageState.EXPIRED)
         else:
-            self._state(entry, MessageState.DEAD_LETTERED if dead_lettered else MessageState.DROPPED,
+            self._state(entry.seq, MessageState.DEAD_LETTERED if dead_lettered else MessageState.DROPPED,
                         reason=Reason[reason.upper()])
 
     def purge(self) -> None:

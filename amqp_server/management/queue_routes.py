@@ -33,6 +33,7 @@ from amqp_server.management.queue_browse import browse
 from amqp_server.management.queue_json import queue_detail_json, queue_json
 from amqp_server.management.topology_json import all_bindings, binding_json
 from amqp_server.metrics.queue_sizes import unacked_bytes_by_queue
+from queues.arguments.queue_type_rules import QUORUM
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -82,7 +83,7 @@ async def show_queue(request: web.Request) -> web.Response:
 
 def _with_replication(broker: "Broker", vhost: "VirtualHost", queue: "Queue", item: dict) -> dict:
     """A replicated queue's item gets RabbitMQ's quorum queue fields (leader, members, online)."""
-    if broker.replicated is None or not queue.durable or queue.settings.queue_type != "quorum":
+    if broker.replicated is None or not queue.durable or queue.settings.queue_type != QUORUM:
         return item
     replication = broker.replicated.describe(vhost.name, queue.name)
     if replication is None:
