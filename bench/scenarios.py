@@ -303,7 +303,12 @@ def placed(target: Target, opts: Options, queues: int, publishers: int, consumer
                               opts.timing, target.pid)
     finally:
         _cleanup(target.url, names)
-    return _throughput(outcome, "confirmed" if window else "published")
+    rows = _throughput(outcome, "confirmed" if window else "published")
+    if outcome.broker_cpu_cores is not None and outcome.delivery_rate:
+        # What a message costs the broker (every worker) in CPU: steadier than the rates on a
+        # machine whose other load takes cores away, and what forwarding adds shows directly.
+        rows.append(("broker CPU per delivered message", "µs", outcome.broker_cpu_cores / outcome.delivery_rate * 1e6))
+    return rows
 
 
 def _await_known(urls: tuple[str, ...], queues: list[str], within_s: float = 10.0) -> None:
