@@ -21,13 +21,13 @@ from amqp_server.config import LimitsConfig, ServerConfig
 from amqp_server.connection_limits import ConnectionLimit
 from amqp_server.errors import AMQPError
 from amqp_server.policies import parse_policy
-from amqp_server.policy_keys import PolicyError
 from amqp_server.reply_to import ReplyRegistry
 from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, UserLimits, check_limits
 from amqp_server.vhost import OPERATOR_POLICIES, POLICIES, VHOST_LIMITS as VHOST_LIMITS_KIND, VirtualHost
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
 from persistence.group_commit import DirectorySyncs, GroupCommitter
 from persistence.queue_store import QueueStore
+from queues.arguments.policy_keys import PolicyError
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget
 from queues.timers import Timers

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from amqp_server.policy_keys import NOT_APPLICABLE_TO_TYPE, PolicyError, check_definition, erlang_term
 from queues.arguments import queue_type_rules
+from queues.arguments.policy_keys import NOT_APPLICABLE_TO_TYPE, PolicyError, check_definition, erlang_term
 
 
 class ApplyTo(enum.Enum):

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.policies import Policy, PolicySet
-from amqp_server.policy_keys import combine_with_arguments, merge_definitions, queue_arguments_of
 from exchanges.exchange import Exchange
 from queues.arguments import InvalidArgument, QueueArguments
+from queues.arguments.policy_keys import combine_with_arguments, merge_definitions, queue_arguments_of
 from queues.queue import Queue
 from queues.queue_defaults import defaults_for
 

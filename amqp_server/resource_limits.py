@@ -22,7 +22,7 @@ from typing import Any
 from amqp_server import errors
 from amqp_server.connection_limits import ConnectionLimit, LimitScope
 from amqp_server.errors import AMQPError
-from amqp_server.policy_keys import erlang_term
+from queues.arguments.policy_keys import erlang_term
 
 VHOST_LIMITS = ("max-connections", "max-queues")
 USER_LIMITS = ("max-connections", "max-channels")

@@ -25,7 +25,7 @@ from amqp_server.management.http_io import (
     vhost_named,
 )
 from amqp_server.policies import PolicySet, parse_policy
-from amqp_server.policy_keys import PolicyError
+from queues.arguments.policy_keys import PolicyError
 
 if TYPE_CHECKING:
     from amqp_server.vhost import VirtualHost

@@ -6,12 +6,13 @@
 - queue_type_rules.py: what a quorum queue refuses that a classic queue takes;
 - equivalence.py: what a redeclaration of a queue or an exchange must repeat
   ("inequivalent arg ...");
+- policy_keys.py: what a policy's definition may hold (the same settings, set by pattern),
+  each key's check and its x-argument;
 - texts.py: the field type names and value descriptions those texts share.
 
-The broker turns each refusal into 406 PRECONDITION_FAILED. Policy definitions, which set the
-same settings by pattern, are checked in amqp_server/policy_keys.py with the values allowed
-here; the x-delayed-type of an x-delayed-message exchange by the exchange type
-(exchanges/delayed.py), which cannot depend on this package.
+The broker turns a refusal of a declaration into 406 PRECONDITION_FAILED, of a policy into
+the management API's 400. Arguments of exchange types (x-delayed-type, a headers binding's
+x-match) are checked by the types themselves (exchanges/), which do not depend on queues/.
 """
 
 from queues.arguments.queue_arguments import (
