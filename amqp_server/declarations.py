@@ -23,7 +23,7 @@ from amqp_server.definitions_export import is_stored_queue
 from amqp_server.cluster_remote_queue import refuse_if_unavailable
 from amqp_server.errors import AMQPError
 from exchanges.registry import EXCHANGE_TYPES
-from queues.arguments import amqp_type_name
+from queues.arguments.exchange_arguments import alternate_exchange_refusal
 
 if TYPE_CHECKING:
     from queues.queue import Queue
@@ -82,21 +82,14 @@ def _check_alternate_exchange_type(channel: "Channel", method: commands.Exchange
     """406 when a new exchange's alternate-exchange is not a string. RabbitMQ checks it only
     when it creates the exchange, after the type and the amq. prefix (a redeclare is checked for
     equivalence instead)."""
-    arguments = method.arguments
-    if not arguments or "alternate-exchange" not in arguments:
-        return
-    value = arguments["alternate-exchange"]
-    if isinstance(value, (str, bytes)):  # a longstr that is not UTF-8 decodes to bytes
-        return
     vhost = channel.vhost
     name = method.exchange
+    refusal = alternate_exchange_refusal(method.arguments, name, vhost.name)
+    if refusal is None:
+        return
     if not name or name in vhost.exchanges or name.startswith("amq.") or method.exchange_type not in EXCHANGE_TYPES:
         return
-    raise AMQPError(
-        errors.PRECONDITION_FAILED,
-        f"invalid type '{amqp_type_name(value)}' for arg 'alternate-exchange' in "
-        f"{errors.resource('exchange', name, vhost.name)}",
-    )
+    raise AMQPError(errors.PRECONDITION_FAILED, refusal)
 
 
 def exchange_delete(channel: "Channel", method: commands.Exchange.Delete) -> None:

@@ -6,6 +6,7 @@
 - queue_type_rules.py: what a quorum queue refuses that a classic queue takes;
 - equivalence.py: what a redeclaration of a queue or an exchange must repeat
   ("inequivalent arg ...");
+- exchange_arguments.py: the exchange argument the broker checks (alternate-exchange);
 - policy_keys.py: what a policy's definition may hold (the same settings, set by pattern),
   each key's check and its x-argument;
 - texts.py: the field type names and value descriptions those texts share.
