@@ -207,10 +207,6 @@ def basic_reject(channel: "Channel", method: commands.Basic.Reject) -> None:
     settle(channel, "reject", method.delivery_tag, False, method.requeue)
 
 
-def basic_ack(channel: "Channel", method: commands.Basic.Ack) -> None:
-    settle(channel, "ack", method.delivery_tag, method.multiple, False)
-
-
 def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
@@ -299,6 +295,8 @@ def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:
     reply(channel, commands.Tx.RollbackOk())
 
 
+# basic.ack is not here: Channel.handle_method settles every basic.ack on its fast path
+# (codec.decode_ack) before it looks a method up in this table.
 METHOD_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {
     commands.Channel.Open: channel_open,
     commands.Channel.Flow: channel_flow,
@@ -307,7 +305,6 @@ METHOD_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {
     commands.Basic.Consume: basic_consume,
     commands.Basic.Cancel: basic_cancel,
     commands.Basic.Get: basic_get,
-    commands.Basic.Ack: basic_ack,
     commands.Basic.Nack: basic_nack,
     commands.Basic.Reject: basic_reject,
     commands.Basic.Recover: basic_recover,
