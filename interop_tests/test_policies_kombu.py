@@ -54,6 +54,28 @@ def test_a_celery_style_queue_is_capped_and_dead_lettered_by_a_policy(api, conn,
     channel.queue_delete(dead)
 
 
+def test_priority_arguments_and_an_operator_policy_decide_a_kombu_queues_length(api, conn, unique):
+    """The highest-priority policy applies; for a limit the lowest of policy, operator policy and
+    the queue's own argument wins."""
+    name = unique("kombu-prec")
+    queue = Queue(name, Exchange("", "direct"), routing_key=name, durable=False, auto_delete=False,
+                  queue_arguments={"x-max-length": 5})
+    channel = conn.default_channel
+    queue(channel).declare()
+    api.set_policy(name + "-broad", f"^{name}", {"max-length": 1}, priority=0, apply_to="queues")
+    api.set_policy(name + "-exact", f"^{name}$", {"max-length": 4}, priority=7, apply_to="queues")
+    producer = Producer(channel)
+    assert eventually(lambda: api.get(f"/api/queues/%2F/{name}").get("policy") == name + "-exact", 10.0)
+    for number in range(6):
+        producer.publish({"n": number}, exchange="", routing_key=name, serializer="json")
+    assert eventually(lambda: ready(conn, name) == 4, LIVE_S), "the priority-7 policy's 4, below the argument's 5"
+    api.set_policy(name + "-cap", f"^{name}$", {"max-length": 2}, apply_to="queues", operator=True)
+    assert eventually(lambda: ready(conn, name) == 2, LIVE_S), "the operator policy caps both"
+    message = queue(channel).get(no_ack=True)
+    assert message.payload == {"n": 4}
+    channel.queue_delete(name)
+
+
 def test_a_vhost_connection_limit_refuses_a_kombu_connection(api, managed, unique):
     vhost = unique("kombu-lim")
     api.add_vhost(vhost)
