@@ -2,7 +2,8 @@
 
 A queue's effective x-arguments are, lowest layer first: the configuration's [[queue_defaults]],
 the combined policy and operator policy (policy_keys.merge_definitions), and the queue's own
-x-arguments, which win except for the limits, where the lower value wins
+x-arguments, which win except for the limits, where the lower value wins, and a quorum
+queue's overflow, where the policy wins
 (policy_keys.combine_with_arguments). The queue's own arguments are checked on their own at
 declare, as RabbitMQ checks them; a policy value that cannot combine with them (a delayed retry
 maximum below the queue's own minimum) is left out and logged, never refused to the client.
@@ -90,7 +91,7 @@ def queue_settings(
         from_policy.pop("x-dead-letter-routing-key", None)  # ignored without a dead-letter exchange, as in RabbitMQ
     defaults = defaults_for(vhost.queue_defaults, vhost.name, name) if vhost.queue_defaults else {}
     while True:
-        combined = {**defaults, **combine_with_arguments(from_policy, arguments)}
+        combined = {**defaults, **combine_with_arguments(from_policy, arguments, checked.queue_type)}
         try:
             settings = QueueArguments.parse(combined)
         except InvalidArgument as error:

@@ -295,6 +295,26 @@ def test_a_policy_with_a_key_a_queue_type_does_not_take_passes_that_queue_by(api
     channel.queue_delete(quorum)
 
 
+def test_a_quorum_queue_takes_a_policys_overflow_over_its_own_a_classic_queue_keeps_its_own(api, channel, unique):
+    classic, quorum = unique("pol-ovf-c"), unique("pol-ovf-q")
+    own = {"x-overflow": "reject-publish"}
+    channel.queue_declare(classic, durable=True, arguments=own)
+    channel.queue_declare(quorum, durable=True, arguments={**own, "x-queue-type": "quorum"})
+    name = unique("pol-ovf")
+    api.set_policy(name, f"^({classic}|{quorum})$", {"overflow": "drop-head", "max-length": 1}, apply_to="queues")
+    for queue in (classic, quorum):
+        assert eventually(lambda: api.queue(queue).get("policy") == name, SHOWN_S)
+    channel.confirm_delivery()
+    channel.basic_publish("", quorum, b"q1")
+    channel.basic_publish("", quorum, b"q2")  # the policy's drop-head: confirmed, q1 dropped
+    channel.basic_publish("", classic, b"c1")
+    with pytest.raises(NackError):
+        channel.basic_publish("", classic, b"c2")  # its own reject-publish
+    assert (drain(channel, quorum), drain(channel, classic)) == ([b"q2"], [b"c1"])
+    channel.queue_delete(classic)
+    channel.queue_delete(quorum)
+
+
 # -- this broker's own behaviour ---------------------------------------------------------
 
 

@@ -200,3 +200,12 @@ def test_a_policy_with_a_key_the_queue_type_does_not_take_is_passed_by():
     assert (classic.settings.max_length, quorum.settings.max_length) == (1, 3)
     vhost.set_policy(policy("lazy", {"dead-letter-strategy": "at-least-once", "max-length": 1}, priority=5))
     assert (classic.settings.max_length, quorum.settings.max_length) == (3, 1)
+
+
+def test_a_quorum_queue_takes_the_policys_overflow_a_classic_queue_keeps_its_own():
+    vhost, _timers, _clock = setup()
+    own = {"x-overflow": "reject-publish"}
+    classic, _ = vhost.declare_queue("c", connection=None, durable=True, arguments=own)
+    quorum, _ = vhost.declare_queue("qq", connection=None, durable=True, arguments={**own, "x-queue-type": "quorum"})
+    vhost.set_policy(policy("ovf", {"overflow": "drop-head", "max-length": 1}))
+    assert (classic.settings.overflow, quorum.settings.overflow) == ("reject-publish", "drop-head")

@@ -7,7 +7,8 @@ settings"), the same keys allowed in operator policies, and the same rules for c
 - policy and operator policy: for the limits (OPERATOR_KEYS) the lower value wins; otherwise
   the operator policy's value is used only where the policy has none (merge_definitions);
 - that combined value and the queue's own x-argument: for the limits (LOWER_WINS) the lower
-  wins, for every other key the x-argument wins (rabbit_amqqueue_process res_min / res_arg).
+  wins, for every other key the x-argument wins (rabbit_amqqueue_process res_min / res_arg),
+  but a quorum queue takes the policy's overflow (rabbit_quorum_queue policy_has_precedence).
 
 Keys RabbitMQ knows but that change nothing here (queue-mode, queue-version, quorum and stream
 placement) are accepted and have no effect, as RabbitMQ 4 does with queue-mode. Mirroring
@@ -153,6 +154,9 @@ OPERATOR_KEYS = frozenset({
 })
 # x-arguments where the lower of policy and argument wins (res_min); the argument wins for the rest.
 LOWER_WINS = frozenset(key.argument for key in KEYS.values() if key.lower_wins and key.argument)
+# ...except these, where a quorum queue takes the policy's value over its own argument
+# (rabbit_quorum_queue: overflow is looked up with policy_has_precedence; checked on 3.10.8).
+POLICY_WINS_BY_TYPE: dict[str, frozenset[str]] = {QUORUM: frozenset({"x-overflow"})}
 
 
 def check_definition(definition: Any, operator: bool = False) -> dict[str, Any]:
@@ -194,10 +198,14 @@ def queue_arguments_of(definition: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-def combine_with_arguments(from_policy: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+def combine_with_arguments(from_policy: dict[str, Any], own: dict[str, Any], queue_type: str = "classic"
+                           ) -> dict[str, Any]:
     """A queue's effective x-arguments: its own win, except that for the limits the lower of
-    its own and the policy's wins. A value of the wrong type is left to the argument check."""
+    its own and the policy's wins, and that a quorum queue takes the policy's overflow. A value
+    of the wrong type is left to the argument check."""
     combined = {**from_policy, **own}
+    for argument in POLICY_WINS_BY_TYPE.get(queue_type, frozenset()).intersection(from_policy):
+        combined[argument] = from_policy[argument]
     for argument in LOWER_WINS.intersection(own).intersection(from_policy):
         mine, theirs = own[argument], from_policy[argument]
         if _is_integer(mine) and _is_integer(theirs):
