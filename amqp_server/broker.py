@@ -27,6 +27,7 @@ from amqp_server.vhost import OPERATOR_POLICIES, POLICIES, VHOST_LIMITS as VHOST
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
 from persistence.group_commit import DirectorySyncs, GroupCommitter
 from persistence.queue_store import QueueStore
+from persistence.segment_layout import list_queue_directories
 from queues.arguments.policy_keys import PolicyError
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget
@@ -216,6 +217,20 @@ class Broker:
                 (lambda path: self.side_files.segment_sealed(path, vhost, queue)) if self.side_files else None
             ),
         )
+
+    def queues_with_files(self) -> list[tuple[str, str]]:
+        """(vhost, queue) of every queue directory in the data directory, held here or not."""
+        if self.message_dir is None:
+            return []
+        return [(entry.vhost, entry.queue) for entry in list_queue_directories(self.message_dir)]
+
+    def discard_queue_files(self, vhost: str, queue: str) -> None:
+        """Remove the files of a durable queue this node does not hold (in a cluster: deleted
+        while this node was down), as its deletion would have: with archiving on, its segments
+        move to the archive first. The caller makes sure no queue of this name is held here."""
+        store = self._store_for(vhost, queue, archive=False)
+        store.recover()
+        store.delete()
 
     def joined_cluster(self, membership: "Membership", links: "ClusterLinks") -> None:
         """This node is now a member of a cluster (amqp_server/cluster_node.py); `links` reach

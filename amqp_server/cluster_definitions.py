@@ -58,6 +58,7 @@ from amqp_server.cluster_definition_keys import (
     owner_key,
 )
 from amqp_server.cluster_mirror import BindingEnd, ServiceMirror
+from amqp_server.cluster_replicated import is_replicated
 from amqp_server.errors import AMQPError
 from cluster.coordinator import (
     CoordinationUnavailable, Coordinator, EventKind, HistoryLost, KeyValue, VersionConflict, WatchEvent,
@@ -198,12 +199,31 @@ class SharedDefinitions:
         revisions = {}
         for directory in (*DIRECTORIES.values(), OWNERS):
             revisions[directory] = await self._relist(directory, startup=True)
+        self._discard_files_of_queues_gone_meanwhile()
         await self._push_missing_access()
         self._remove_local_access_not_shared()
         self._access.replace(self._broker.access_definitions(), ACCESS_KINDS)
         await self.committed()
         for directory, revision in revisions.items():
             self._followers.append(asyncio.create_task(self._follow(directory, revision)))
+
+    def _discard_files_of_queues_gone_meanwhile(self) -> None:
+        """The files of durable queues this node held that the cluster deleted (or gave to
+        another node) while this node was down go, as RabbitMQ drops the data of queues its
+        metadata store no longer has when it recovers a vhost. Queues this node holds now
+        (taken back from the cluster's definitions just before) keep theirs."""
+        for vhost, queue in self._broker.queues_with_files():
+            value = self._service.get(entry_key("queues", {"vhost": vhost, "name": queue}))
+            if self._local.holds(vhost, queue) or (value is not None and value.home == self._node):
+                continue
+            if value is not None and is_replicated(value.entry):
+                continue  # held where its replica leads, which may be here again (cluster_replicated.py)
+            log.info("queue '%s' in vhost '%s' was deleted while this node was down: removing its files",
+                     queue, vhost)
+            try:
+                self._broker.discard_queue_files(vhost, queue)
+            except OSError as error:  # left for the next start; the queue is gone either way
+                log.error("could not remove the files of queue '%s' in vhost '%s': %s", queue, vhost, error)
 
     async def stop(self) -> None:
         for task in [*self._followers, *([self._probe] if self._probe else [])]:

@@ -1,6 +1,7 @@
 """Shared definitions on etcd and on ZooKeeper: what is declared, bound, deleted or created on one
 node is there on every other node; concurrent conflicting declares give one winner and a 406;
-a node that was down catches up; a restarted node takes back its queues and their messages;
+a node that was down catches up; a restarted node takes back its queues and their messages, and
+drops the files of those deleted while it was down;
 10,000 bindings; with the coordination service stopped, new declarations are refused while the
 existing queues keep working."""
 
@@ -17,6 +18,7 @@ import pytest
 
 from cluster import connect, parse_cluster_address
 from interop_tests.cluster_definition_nodes import ClusterNode, restart_node, start_node, wait_until
+from persistence.segment_layout import list_queue_directories
 from tests.coordination_services import start_etcd, start_zookeeper
 
 
@@ -279,6 +281,39 @@ def test_a_restarted_node_takes_back_its_queues_and_their_persistent_messages(no
                 break
             bodies.append(body)
     assert bodies == [str(number).encode() for number in range(50)]
+
+
+def test_a_queue_deleted_while_its_owner_was_down_leaves_no_files_there(nodes):
+    alpha, beta = nodes("alpha", "beta")
+    with alpha.connect() as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for queue in ("doomed", "kept"):
+            channel.queue_declare(queue, durable=True)
+            for number in range(20):
+                channel.basic_publish("", queue, f"{queue} {number}".encode(), pika.BasicProperties(delivery_mode=2))
+    wait_until(lambda: {"doomed", "kept"} <= beta.queue_names(), "beta lists both queues")
+
+    def queues_with_files() -> set[str]:
+        return {entry.queue for entry in list_queue_directories(alpha.broker.data_dir)}
+
+    assert queues_with_files() == {"doomed", "kept"}
+    alpha.broker.stop()
+    # The management API deletes a queue whose owner is down (AMQP's queue.delete gets the 404).
+    assert beta.api_write("DELETE", "queues/%2F/doomed").status_code == 204
+    with beta.connect() as connection:  # a new queue of that name, beta's: none of the old messages
+        connection.channel().queue_declare("doomed", durable=True)
+
+    restart_node(alpha)  # it accepts clients only once it has caught up
+    assert alpha.queue_names() == {"kept", "doomed"}
+    assert queues_with_files() == {"kept"}
+    with alpha.connect() as connection:
+        channel = connection.channel()
+        assert channel.queue_declare("doomed", passive=True).method.message_count == 0
+        bodies = []
+        while (fetched := channel.basic_get("kept", auto_ack=True))[0] is not None:
+            bodies.append(fetched[2])
+    assert bodies == [f"kept {number}".encode() for number in range(20)]
 
 
 def test_a_transient_queue_goes_with_its_dead_owner_and_its_bindings_with_it(nodes):
