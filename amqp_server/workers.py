@@ -32,7 +32,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from amqp_server.config import ConfigError, ServerConfig, load_config
 
@@ -175,9 +175,14 @@ class _Worker:
 class Supervisor:
     """Starts the workers, restarts one that dies, and stops them all on SIGTERM or SIGINT."""
 
-    def __init__(self, plans: Sequence[WorkerPlan], worker_argv: Sequence[str]) -> None:
+    def __init__(self, plans: Sequence[WorkerPlan], worker_argv: Sequence[str],
+                 command: Callable[[int, int], list[str]] | None = None) -> None:
+        """`command(index, fd)` is the worker's command line (default: `python -m
+        amqp_server.workers index fd *worker_argv`); fd is its end of the socket pair."""
         self._workers = [_Worker(plan) for plan in plans]
-        self._argv = list(worker_argv)
+        argv = list(worker_argv)
+        self._command = command or (lambda index, fd: [sys.executable, "-m", "amqp_server.workers", str(index),
+                                                       str(fd), *argv])
         self.state = GroupState.STARTING
         self._selector = selectors.DefaultSelector()
         self._signals_in, self._signals_out = socket.socketpair()
@@ -235,8 +240,7 @@ class Supervisor:
 
     def _spawn(self, worker: _Worker) -> None:
         ours, theirs = socket.socketpair()
-        command = [sys.executable, "-m", "amqp_server.workers", str(worker.plan.index), str(theirs.fileno()),
-                   *self._argv]
+        command = self._command(worker.plan.index, theirs.fileno())
         # Its own process group: a terminal's Ctrl-C reaches the parent, which stops the
         # workers in order, rather than every process at once.
         worker.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), process_group=0)
