@@ -27,6 +27,7 @@ from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.cluster_forwarded import forwarded_queues
 from amqp_server.publishing import PendingPublish, begin_publish, complete_publish, refused_header
 from amqp_server.settlement import apply_settlement, settle
+from amqp_server.states import CHANNEL_TRANSITIONS, ChannelEvent, ChannelState, next_state
 from amqp_server.unacked_store import Unacked, UnackedStore
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import RETURNED
@@ -42,9 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OPEN = "open"
-CLOSING = "closing"  # we sent channel.close and wait for close-ok
-CLOSED = "closed"
+OPEN = ChannelState.OPEN
+CLOSING = ChannelState.CLOSING
+CLOSED = ChannelState.CLOSED
 
 
 class Channel:
@@ -53,7 +54,7 @@ class Channel:
     def __init__(self, connection: "Connection", channel_id: int) -> None:
         self.connection = connection
         self.id = channel_id
-        self.state = OPEN
+        self.state = OPEN  # changed by advance() only
         self.vhost = connection.vhost
         # Method replies, in order even when one waits for disk (declare-ok, commit-ok).
         self.replies = OrderedReplies(connection, channel_id)
@@ -84,6 +85,11 @@ class Channel:
         # publishes go into, unrouted (cluster_forwarded.py). None on every client channel.
         self.forward_targets: tuple["Queue", ...] | None = None
 
+    def advance(self, event: ChannelEvent) -> None:
+        """Move to the state `event` leads to (states.py); IllegalTransition if this state does
+        not allow it."""
+        self.state = next_state(CHANNEL_TRANSITIONS, self.state, event)
+
     # -- frames in ---------------------------------------------------------------------
 
     def handle_method(self, payload: bytes, index: int) -> None:
@@ -96,7 +102,7 @@ class Channel:
             raise AMQPError(
                 errors.UNEXPECTED_FRAME, f"expected {expected}, got non {kind} frame instead", 60, 40
             )
-        if self.state == CLOSING:
+        if self.state is CLOSING:
             self._handle_while_closing(index, payload)
             return
         try:
@@ -131,7 +137,7 @@ class Channel:
     def _handle_while_closing(self, index: int, payload: bytes) -> None:
         # After we sent channel.close, everything but close and close-ok is dropped (spec 1.5.2.5).
         if index == 0x00140029:  # channel.close-ok
-            self.state = CLOSED
+            self.advance(ChannelEvent.CLOSE_OK)
             self.connection.channel_finished(self)
         elif index == 0x00140028:  # channel.close crossing ours
             self.connection.send_method(self.id, commands.Channel.CloseOk())
@@ -141,7 +147,7 @@ class Channel:
     def handle_header(self, payload: bytes) -> None:
         pending = self.pending_publish
         if pending is None:
-            if self.state == CLOSING:
+            if self.state is CLOSING:
                 return
             raise AMQPError(errors.UNEXPECTED_FRAME, "expected method frame, got non method frame instead")
         if pending.raw_header is not None:
@@ -175,7 +181,7 @@ class Channel:
     def handle_body(self, payload: bytes) -> None:
         pending = self.pending_publish
         if pending is None or pending.raw_header is None:
-            if self.state == CLOSING:
+            if self.state is CLOSING:
                 return
             raise AMQPError(errors.UNEXPECTED_FRAME, "expected method frame, got non method frame instead")
         pending.parts.append(payload)
@@ -242,7 +248,7 @@ class Channel:
 
     @property
     def is_open(self) -> bool:
-        return self.state == OPEN
+        return self.state is OPEN
 
     def take_delivery_tag(self) -> int:
         """The next delivery tag of this channel."""
@@ -256,7 +262,7 @@ class Channel:
             del self.consumers[consumer.tag]
 
     def can_deliver(self) -> bool:
-        if self.connection.deliveries_paused or self.state != OPEN:
+        if self.connection.deliveries_paused or self.state is not OPEN:
             return False
         return not self.global_prefetch_count or len(self.unacked) < self.global_prefetch_count
 
@@ -312,7 +318,7 @@ class Channel:
         """The queue went away: forget the consumer and tell clients that understand basic.cancel."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
-        if self.state == OPEN and self.connection.client_capabilities.get("consumer_cancel_notify"):
+        if self.state is OPEN and self.connection.client_capabilities.get("consumer_cancel_notify"):
             self.replies.send(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
 
     def dispatch_all(self) -> None:
@@ -323,12 +329,12 @@ class Channel:
     # -- closing -----------------------------------------------------------------------
 
     def release(self) -> None:
-        """The channel is gone: cancel its consumers and requeue what it had not acked."""
+        """The channel is gone (closed or closing, its state says which): cancel its consumers
+        and requeue what it had not acked."""
         pending = self.pending_publish
         if pending is not None and pending.in_flight:
             self.connection.content_finished(pending.body_size)
         self.pending_publish = None
-        self.state = CLOSED if self.state == OPEN else self.state
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()

@@ -20,28 +20,32 @@ from amqp_server import codec, errors, handshake, publisher_blocking, secret_upd
 from amqp_server.access_control import AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
 from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_limits import Admission
-from amqp_server.channel import CLOSING as CHANNEL_CLOSING
 from amqp_server.channel import Channel
-from amqp_server.connection_states import (
-    AWAIT_HEADER,
-    AWAIT_OPEN,
-    AWAIT_START_OK,
-    AWAIT_TUNE_OK,
-    CLOSED,
-    CLOSING,
-    OPEN,
-    RABBITMQ_NAMES,
-    UNTRUSTED,
-)
 from amqp_server.errors import AMQPError, HandshakeError
-from amqp_server.connection_states import AWAIT_HEADER, AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, CLOSED, CLOSING, OPEN
-from amqp_server.errors import AMQPError
+from amqp_server.states import (
+    CONNECTION_TRANSITIONS,
+    UNTRUSTED,
+    ChannelEvent,
+    ChannelState,
+    ConnectionEvent,
+    ConnectionState,
+    IllegalTransition,
+    next_state,
+)
 from amqp_server.tls import TlsSession
 from amqp_server.vhost import VirtualHost
 from queues.queue import Queue
 
 log = logging.getLogger(__name__)
 
+# The states as names of this module too (server.py and tests read them here).
+AWAIT_HEADER = ConnectionState.AWAIT_HEADER
+AWAIT_START_OK = ConnectionState.AWAIT_START_OK
+AWAIT_TUNE_OK = ConnectionState.AWAIT_TUNE_OK
+AWAIT_OPEN = ConnectionState.AWAIT_OPEN
+OPEN = ConnectionState.OPEN
+CLOSING = ConnectionState.CLOSING
+CLOSED = ConnectionState.CLOSED
 _HANDSHAKE_STATES = (AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN)
 # Body bytes of deliveries that may wait for one write: past it, consumers on the connection get
 # nothing more until the shell has written them (output_flushed), so one dispatch round cannot
@@ -60,14 +64,15 @@ _REFUSED_LOGIN_FRAME_MAX = 512
 _CHANNEL_OPEN = 0x0014000A
 _CONNECTION_CLOSE = 0x000A0032
 _CONNECTION_CLOSE_OK = 0x000A0033
-# What a client may send on channel 0, by connection state.
-_CONNECTION_METHODS_BY_STATE = {
-    AWAIT_START_OK: (commands.Connection.StartOk,),
-    AWAIT_TUNE_OK: (commands.Connection.TuneOk,),
-    AWAIT_OPEN: (commands.Connection.Open,),
-    OPEN: (commands.Connection.Close, commands.Connection.UpdateSecret),
+# The client's methods on channel 0 as events of the connection's state table (states.py):
+# each is allowed only in the states whose row names it.
+_METHOD_EVENTS = {
+    commands.Connection.StartOk: ConnectionEvent.START_OK,
+    commands.Connection.TuneOk: ConnectionEvent.TUNE_OK,
+    commands.Connection.Open: ConnectionEvent.OPEN,
+    commands.Connection.UpdateSecret: ConnectionEvent.UPDATE_SECRET,
+    commands.Connection.Close: ConnectionEvent.CLOSE,
 }
-
 
 class Connection:
     """See the module docstring. `on_output` is called when output becomes available."""
@@ -106,7 +111,7 @@ class Connection:
         self.local_address = ""  # "ip:port" of our end, set by the shell (server.py)
         self.peer_is_loopback = is_loopback_address(peer_host)
         self.on_output = on_output or (lambda: None)
-        self.state = AWAIT_HEADER
+        self.state = AWAIT_HEADER  # changed by advance() only
         limits = broker.limits
         # Until tune-ok a client gets frames of FRAME_MIN_SIZE, as in RabbitMQ: an anonymous socket
         # can make the broker hold one small frame, not the broker's frame_max.
@@ -168,6 +173,11 @@ class Connection:
         """Logged in as another node of the cluster (with the cluster secret)."""
         return self.user is not None and self.user is self.broker.access.cluster_link_user
 
+    def advance(self, event: ConnectionEvent) -> None:
+        """Move to the state `event` leads to (states.py); IllegalTransition if this state does
+        not allow it."""
+        self.state = next_state(CONNECTION_TRANSITIONS, self.state, event)
+
     def describe(self) -> str:
         """The connection for log lines: name, vhost, user and client product."""
         vhost = f", vhost: '{self.vhost.name}'" if self.vhost is not None else ""
@@ -194,6 +204,7 @@ class Connection:
                 self._write(codec.PROTOCOL_HEADER)
                 self.finish()
                 return
+            self.advance(ConnectionEvent.HEADER_ACCEPTED)
             handshake.send_start(self)
         self._handle_input()
 
@@ -310,13 +321,14 @@ class Connection:
 
     def _handle_connection_method(self, payload: bytes) -> None:
         method = codec.decode_method(payload)
-        allowed = _CONNECTION_METHODS_BY_STATE.get(self.state, ())
-        if not isinstance(method, allowed):
+        try:
             # As RabbitMQ: during the handshake only its next step, once open only close and
             # update-secret (not a second start-ok or open, which would log in or count the
             # connection again, nor a close-ok nobody asked for, nor blocked from a client).
-            text = f"unexpected method in connection state {RABBITMQ_NAMES[self.state]}"
-            raise self._out_of_turn(errors.CHANNEL_ERROR, text, *_ids(method))
+            self.advance(_METHOD_EVENTS[type(method)])
+        except (KeyError, IllegalTransition):
+            text = f"unexpected method in connection state {self.state.value}"
+            raise self._out_of_turn(errors.CHANNEL_ERROR, text, *_ids(method)) from None
         if isinstance(method, commands.Connection.StartOk):
             handshake.start_ok(self, method)
         elif isinstance(method, commands.Connection.TuneOk):
@@ -353,6 +365,7 @@ class Connection:
         """The client closed the channel (channel.close): release it at once."""
         self.channels.pop(channel.id, None)
         self._confirm_channels.discard(channel)
+        channel.advance(ChannelEvent.CLIENT_CLOSE)
         channel.release()
         self.broker.stats.channels_closed += 1
 
@@ -366,8 +379,8 @@ class Connection:
         self._confirm_channels.discard(channel)
         if channel.confirms is not None and channel.confirms.has_pending:
             channel.flush_confirms()
+        channel.advance(ChannelEvent.CLOSE_SENT)
         channel.release()
-        channel.state = CHANNEL_CLOSING
         self.broker.stats.channels_closed += 1
         # After the replies that wait for disk, so a client sees them answered before the close.
         channel.replies.send(commands.Channel.Close(error.code, error.reply_text, error.class_id, error.method_id))
@@ -493,7 +506,7 @@ class Connection:
         log.warning("closing AMQP connection %s: %s", self.describe(), error.reply_text)
         self._release()
         self.send_method(0, commands.Connection.Close(error.code, error.reply_text, error.class_id, error.method_id))
-        self.state = CLOSING
+        self.advance(ConnectionEvent.CLOSE_SENT)
 
     def _out_of_turn(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> AMQPError:
         """The error for a frame the connection's state does not allow: silent before login and
@@ -513,10 +526,11 @@ class Connection:
         does the same (SILENT_CLOSE_DELAY): a client not yet trusted gets no reply and waits, so
         it cannot retry at full speed."""
         log.warning(
-            "closing AMQP connection %s: handshake error in state %s: %s", self.describe(), self.state, error.reply_text
+            "closing AMQP connection %s: handshake error in state %s: %s", self.describe(), self.state.value,
+            error.reply_text,
         )
         self._release()
-        self.state = CLOSING
+        self.advance(ConnectionEvent.CLOSE_SENT)
 
     def refuse_login(self, failure: AuthenticationFailed) -> None:
         """Close after a refused login as RabbitMQ does. A client that announced
@@ -526,7 +540,7 @@ class Connection:
         full speed. An unknown mechanism gets no reply and nothing more is read (RabbitMQ sleeps).
         Meanwhile the connection keeps one small frame buffer and still holds its place under the
         connection limits, like any socket."""
-        self.state = CLOSING
+        self.advance(ConnectionEvent.CLOSE_SENT)
         self.close_ok_timeout_s = self.broker.limits.refused_login_close_delay_ms / 1000
         self.reader = codec.FrameReader(_REFUSED_LOGIN_FRAME_MAX)
         self.client_properties = {"product": self.client_properties.get("product")}
@@ -554,11 +568,11 @@ class Connection:
         if self.state not in (CLOSED, CLOSING) and self.state != AWAIT_HEADER:
             log.info("connection %s closed by peer without connection.close", self.describe())
         self._release()
-        self.state = CLOSED
+        self.advance(ConnectionEvent.TRANSPORT_CLOSED)
 
     def finish(self) -> None:
         """Closed: the shell closes the socket once what is written so far is flushed."""
-        self.state = CLOSED
+        self.advance(ConnectionEvent.FINISHED)
         self.close_when_flushed = True
         self.on_output()
 
@@ -568,7 +582,9 @@ class Connection:
         self.channels.clear()
         self._confirm_channels.clear()
         for channel in channels:
-            if channel.state != CHANNEL_CLOSING:
+            released = channel.state is not ChannelState.CLOSING  # a closing one was released then
+            channel.advance(ChannelEvent.CONNECTION_GONE)
+            if released:
                 channel.release()
                 self.broker.stats.channels_closed += 1
         for queue in self.exclusive_queues:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def deliveries_timed_out(channel: "Channel", tags: list[int]) -> None:
     """Deliveries `tags` of `channel` stayed unacked longer than their consumer timeout."""
-    if channel.state != "open":
+    if not channel.is_open:
         return
     unacked = channel.unacked
     late = [(tag, unacked.pop(tag)) for tag in tags if tag in unacked]

@@ -18,7 +18,6 @@ from pamqp import commands
 from amqp_server import codec, errors
 from amqp_server.access_control import AuthenticationFailed, UnsupportedMechanism
 from amqp_server.config import FRAME_MIN_SIZE
-from amqp_server.connection_states import AWAIT_OPEN, AWAIT_START_OK, AWAIT_TUNE_OK, OPEN
 from amqp_server.errors import AMQPError
 
 if TYPE_CHECKING:
@@ -71,7 +70,6 @@ def send_start(connection: "Connection") -> None:
             locales="en_US",
         ),
     )
-    connection.state = AWAIT_START_OK
 
 
 def start_ok(connection: "Connection", method: commands.Connection.StartOk) -> None:
@@ -100,7 +98,6 @@ def start_ok(connection: "Connection", method: commands.Connection.StartOk) -> N
             channel_max=connection.channel_max, frame_max=connection.frame_max, heartbeat=connection.heartbeat
         ),
     )
-    connection.state = AWAIT_TUNE_OK
 
 
 def tune_ok(connection: "Connection", method: commands.Connection.TuneOk) -> None:
@@ -122,7 +119,6 @@ def tune_ok(connection: "Connection", method: commands.Connection.TuneOk) -> Non
     connection.reader.max_frame_size = frame_max
     connection.channel_max = channel_max
     connection.heartbeat = method.heartbeat
-    connection.state = AWAIT_OPEN
 
 
 def open_vhost(connection: "Connection", method: commands.Connection.Open) -> None:
@@ -147,7 +143,6 @@ def open_vhost(connection: "Connection", method: commands.Connection.Open) -> No
     for limit in limits:  # held from here until the socket closes
         connection.admission.enter(limit)
     connection.vhost = vhost
-    connection.state = OPEN
     broker.connection_opened(connection)
     log.info(
         "connection %s: user '%s' authenticated and granted access to vhost '%s' (client %s)",

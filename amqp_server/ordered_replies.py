@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqp_server import errors
-from amqp_server.connection_states import OPEN
+from amqp_server.states import ChannelState, ConnectionState
 from amqp_server.errors import AMQPError
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class OrderedReplies:
         self.fill(entry, [])
 
     def _done(self, entry: _Held, error: Exception | None) -> None:
-        if self._connection.state != OPEN:  # closed meanwhile: nobody to answer
+        if self._connection.state is not ConnectionState.OPEN:  # closed meanwhile: nobody to answer
             self._held = None
             return
         if isinstance(error, AMQPError):
@@ -155,7 +155,7 @@ class OrderedReplies:
             connection.close_by_broker(error.code, error.reply_text)
             return
         channel = connection.channels.get(self._channel_id)
-        if channel is None or channel.state != OPEN:
+        if channel is None or channel.state is not ChannelState.OPEN:
             return
         # Its channel.close goes out in the refused reply's place, after the replies before it.
         connection.fail_channel(channel, error)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from amqp_server.connection_states import OPEN
+from amqp_server.states import ConnectionState
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
@@ -59,7 +59,7 @@ def alarm_changed(connection: "Connection", reason: str | None) -> None:
     if connection.blocked_by is None:
         return
     connection.blocked_by = None
-    if connection.blocked_sent and connection.state == OPEN:
+    if connection.blocked_sent and connection.state is ConnectionState.OPEN:
         connection.send_method(0, commands.Connection.Unblocked())
     connection.blocked_sent = False
     log.debug("connection %s unblocked: resource alarms cleared", connection.describe())
@@ -71,7 +71,7 @@ def block(connection: "Connection") -> None:
     """A publish arrived during an alarm: tell the client (if it listens) and stop reading."""
     connection.block_on_publish = False
     reason = connection.alarm_reason
-    if reason is None or connection.state != OPEN:
+    if reason is None or connection.state is not ConnectionState.OPEN:
         return
     connection.blocked_by = reason
     if connection.client_capabilities.get("connection.blocked"):

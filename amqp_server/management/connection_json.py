@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.metrics.broker_view import unconfirmed_count
 from amqp_server.metrics.core_collector import channel_label
+from amqp_server.states import ConnectionState
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -20,9 +21,7 @@ if TYPE_CHECKING:
     from queues.consumer import Consumer
 
 PROTOCOL = "AMQP 0-9-1"
-# connection.py's handshake states under RabbitMQ's names; "closing" and "closed" are the same.
-_HANDSHAKE_STATES = {"await-header": "starting", "await-start-ok": "starting", "await-tune-ok": "tuning",
-                     "await-open": "opening"}
+
 
 
 def _split_address(address: str) -> tuple[str, int | None]:
@@ -30,8 +29,8 @@ def _split_address(address: str) -> tuple[str, int | None]:
     return host, int(port) if port.isdigit() else None
 
 
-def _state(connection_or_channel: Any) -> str:
-    return "running" if connection_or_channel.state == "open" else connection_or_channel.state
+def _state(channel: "Channel") -> str:
+    return channel.state.value  # RabbitMQ's names: running, closing, closed
 
 
 def connection_state(connection: "Connection") -> str:
@@ -39,8 +38,9 @@ def connection_state(connection: "Connection") -> str:
     alarm has stopped reading from it, "blocking" while an alarm is in effect and it has not
     published since (its next publish blocks it), "flow" while a congested queue holds back its
     publishes, else "running" (or the handshake or closing state it is in)."""
-    if connection.state != "open":
-        return _HANDSHAKE_STATES.get(connection.state, connection.state)
+    if connection.state is not ConnectionState.OPEN:
+        # Before its protocol header a connection is "starting" too.
+        return "starting" if connection.state is ConnectionState.AWAIT_HEADER else connection.state.value
     if connection.blocked_by is not None:
         return "blocked"
     if connection.block_on_publish:
