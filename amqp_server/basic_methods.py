@@ -17,18 +17,15 @@ from pamqp import commands
 
 from amqp_server import codec, errors
 from amqp_server.cluster_remote_queue import refuse_if_unavailable
-from amqp_server.cluster_transactions import check_one_node
 from amqp_server.errors import AMQPError
-from amqp_server.publisher_confirms import PublisherConfirms
-from amqp_server.publishing import NOT_WRITTEN, route_publish
 from amqp_server.reply_to import REPLY_QUEUE
-from amqp_server.settlement import apply_settlement, forget_transaction_settlements, settle, take_if_present
+from amqp_server.settlement import apply_settlement, settle
+from amqp_server.transaction import tx_commit, tx_rollback, tx_select
 from amqp_server.unacked_store import Unacked
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import RETURNED
 from queues.delivery_count import get_ok_header
-from queues.journal import when_synced
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -73,10 +70,8 @@ def channel_open(channel: "Channel", method: commands.Channel.Open) -> None:
 def basic_qos(channel: "Channel", method: commands.Basic.Qos) -> None:
     if method.prefetch_size:
         raise AMQPError(errors.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
-    if method.global_:
-        channel.global_prefetch_count = method.prefetch_count
-    else:
-        channel.prefetch_count = method.prefetch_count
+    channel.set_prefetch(method.prefetch_count, method.global_)
+    if not method.global_:
         # RabbitMQ applies a new per-consumer limit only to later consumers; applying it to the
         # running ones too is what Celery's dynamic prefetch needs (rabbitmq-server#11948).
         for consumer in channel.consumers.values():
@@ -127,7 +122,7 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
         arguments=arguments,
         timeout_ms=None if method.no_ack else timeout_ms or None,
     )
-    channel.consumers[tag] = consumer
+    channel.add_consumer(consumer)
     if queue.is_remote:
         queue.subscribe(channel, consumer, method.nowait)  # consume-ok once its owner node's comes
         return
@@ -145,8 +140,7 @@ def _consume_replies(channel: "Channel", method: commands.Basic.Consume, tag: st
         raise AMQPError(errors.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
     if channel.reply_key is not None:
         raise AMQPError(errors.PRECONDITION_FAILED, "reply consumer already set")
-    channel.reply_key = channel.connection.broker.reply_registry.register(channel)
-    channel.reply_consumer_tag = tag
+    channel.start_reply_consumer(tag)
     if not method.nowait:
         reply(channel, commands.Basic.ConsumeOk(consumer_tag=tag))
 
@@ -154,9 +148,8 @@ def _consume_replies(channel: "Channel", method: commands.Basic.Consume, tag: st
 def basic_cancel(channel: "Channel", method: commands.Basic.Cancel) -> None:
     tag = method.consumer_tag
     if tag == channel.reply_consumer_tag and channel.reply_key is not None:
-        channel.connection.broker.reply_registry.unregister(channel.reply_key)
-        channel.reply_key = channel.reply_consumer_tag = None
-    consumer = channel.consumers.pop(tag, None)
+        channel.stop_reply_consumer()
+    consumer = channel.remove_consumer(tag)
     if not method.nowait:
         reply(channel, commands.Basic.CancelOk(consumer_tag=tag))
     if consumer is not None:
@@ -182,8 +175,7 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
         connection.broker.stats.get_empty += 1
         reply(channel, commands.Basic.GetEmpty())
         return
-    tag = channel.next_delivery_tag
-    channel.next_delivery_tag = tag + 1
+    tag = channel.take_delivery_tag()
     if not method.no_ack:
         channel.unacked.add(tag, Unacked(entry, queue, None))
         if queue.settings.consumer_timeout_ms:
@@ -223,76 +215,15 @@ def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync)
     apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
 
 
-# -- confirm and tx ------------------------------------------------------------------------
+# -- confirm (tx: transaction.py) ---------------------------------------------------------
 
 
 def confirm_select(channel: "Channel", method: commands.Confirm.Select) -> None:
-    if channel.transactional:
+    if channel.transaction is not None:
         raise AMQPError(errors.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
-    if channel.confirms is None:
-        channel.confirms = PublisherConfirms(channel.confirms_released)
+    channel.select_confirms()
     if not method.nowait:
         reply(channel, commands.Confirm.SelectOk())
-
-
-def tx_select(channel: "Channel", method: commands.Tx.Select) -> None:
-    if channel.confirms is not None:
-        raise AMQPError(errors.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
-    channel.transactional = True
-    reply(channel, commands.Tx.SelectOk())
-
-
-def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
-    if not channel.transactional:
-        raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
-    if channel.connection.broker.cluster_links is not None:
-        check_one_node(channel, channel.tx_publishes, channel.tx_settlements)
-    publishes, channel.tx_publishes = channel.tx_publishes, []
-    settlements = forget_transaction_settlements(channel)
-    journaled: set = set()
-    write_failed = False
-    for exchange, message, mandatory in publishes:
-        stored = route_publish(channel, exchange, message, mandatory)
-        if stored is NOT_WRITTEN:
-            write_failed = True
-        elif stored:
-            journaled.update(stored)
-    for kind, tag, multiple, requeue in settlements:
-        # Tags were checked when the ack arrived; ones that timed out since are skipped.
-        apply_settlement(channel, kind, take_if_present(channel, tag, multiple), requeue)
-    if not journaled and not write_failed:
-        reply(channel, commands.Tx.CommitOk())
-        return
-
-    def wait(done: Callable[[Exception | None], None]) -> None:
-        # Like a confirm, commit-ok for persistent messages waits until they are on disk. A
-        # message a queue could not write, or an fsync that failed, fails the transaction as a
-        # nack does in RabbitMQ: 406 "partial tx completion" closes the channel.
-        def synced(error: OSError | None) -> None:
-            done(partial_tx_completion() if write_failed or error is not None else None)
-
-        if journaled:
-            when_synced(list(journaled), synced)
-        else:
-            synced(None)
-
-    channel.replies.send_when_durable(
-        codec.method_frame(channel.id, commands.Tx.CommitOk()), wait, "tx.commit could not write to disk"
-    )
-
-
-def partial_tx_completion() -> AMQPError:
-    """RabbitMQ's answer to a tx.commit some of whose messages a queue refused (rabbit_channel
-    complete_tx): the channel is closed."""
-    return AMQPError(errors.PRECONDITION_FAILED, "partial tx completion", 90, 20)
-
-
-def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:
-    if not channel.transactional:
-        raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
-    channel.tx_publishes.clear()
-    forget_transaction_settlements(channel)
-    reply(channel, commands.Tx.RollbackOk())
 
 
 # basic.ack is not here: Channel.handle_method settles every basic.ack on its fast path

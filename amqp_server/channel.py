@@ -25,14 +25,16 @@ from amqp_server.errors import AMQPError
 from amqp_server.ordered_replies import OrderedReplies
 from amqp_server.publisher_confirms import PublisherConfirms
 from amqp_server.cluster_forwarded import forwarded_queues
-from amqp_server.publishing import PendingPublish, begin_publish, complete_publish, refused_header
+from amqp_server.content_assembly import ContentAssembly
+from amqp_server.publishing import begin_publish, complete_publish, refused_header
 from amqp_server.settlement import apply_settlement, settle
 from amqp_server.states import CHANNEL_TRANSITIONS, ChannelEvent, ChannelState, next_state
+from amqp_server.transaction import Transaction
 from amqp_server.unacked_store import Unacked, UnackedStore
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import RETURNED
 from queues.delivery_count import header_with_delivery_count
-from queues.field_tables import InvalidContentHeader, check_content_header
+from queues.field_tables import InvalidContentHeader
 from queues.message import Message
 from queues.queue_entry import QueueEntry
 
@@ -64,16 +66,11 @@ class Channel:
         self.prefetch_count = 0  # basic.qos global=false: per consumer
         self.global_prefetch_count = 0  # basic.qos global=true: the whole channel
         self.confirms: PublisherConfirms | None = None
-        self.transactional = False
-        self.tx_publishes: list[tuple["Exchange", Message, bool]] = []
-        self.tx_settlements: list[tuple[str, int, bool, bool]] = []
-        # Tags settled in the open transaction: all up to tx_settled_up_to, and these.
-        self.tx_settled_up_to = 0
-        self.tx_settled_tags: set[int] = set()
+        self.transaction: Transaction | None = None  # from tx.select on
         self.last_queue_name = ""
         self.reply_key: str | None = None
         self.reply_consumer_tag: str | None = None
-        self.pending_publish: PendingPublish | None = None  # a publish whose content is arriving
+        self.content: ContentAssembly | None = None  # a publish whose content is arriving
         self._tag_raw: dict[str, bytes] = {}
         self.write_permitted: set[str] = set()  # exchanges the user was allowed to publish to
         self._published_before = False  # published before forget_permissions() emptied write_permitted
@@ -95,19 +92,14 @@ class Channel:
     def handle_method(self, payload: bytes, index: int) -> None:
         """Handle one method frame (`index`: its class and method ids, codec.method_index);
         AMQPError for anything RabbitMQ would refuse."""
-        pending = self.pending_publish
-        if pending is not None:
-            expected = "content header for class 60" if pending.raw_header is None else "content body"
-            kind = "content header" if pending.raw_header is None else "content body"
-            raise AMQPError(
-                errors.UNEXPECTED_FRAME, f"expected {expected}, got non {kind} frame instead", 60, 40
-            )
+        if self.content is not None:
+            raise self.content.method_refused()
         if self.state is CLOSING:
             self._handle_while_closing(index, payload)
             return
         try:
             if index == codec.PUBLISH_METHOD:
-                begin_publish(self, payload)
+                self.content = begin_publish(self, payload)
                 return
             if index == codec.ACK_METHOD:
                 tag, multiple = codec.decode_ack(payload)
@@ -145,77 +137,107 @@ class Channel:
             raise AMQPError(errors.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
 
     def handle_header(self, payload: bytes) -> None:
-        pending = self.pending_publish
-        if pending is None:
+        content = self.content
+        if content is None:
             if self.state is CLOSING:
                 return
             raise AMQPError(errors.UNEXPECTED_FRAME, "expected method frame, got non method frame instead")
-        if pending.raw_header is not None:
-            raise AMQPError(errors.UNEXPECTED_FRAME, "expected content body, got non content body frame instead")
-        class_id, body_size = codec.content_header_body_size(payload)
-        if class_id != codec.BASIC_CLASS:
-            raise AMQPError(
-                errors.UNEXPECTED_FRAME,
-                f"expected content header for class 60, got one for class {class_id} instead",
-                60,
-                40,
-            )
-        max_size = self.connection.broker.max_message_size
-        if body_size > max_size:
-            self.pending_publish = None
-            raise AMQPError(
-                errors.PRECONDITION_FAILED,
-                f"message size {body_size} is larger than configured max size {max_size}",
-                60,
-                40,
-            )
         try:
-            check_content_header(payload)  # before the body is read: consumers must decode it
+            complete = content.take_header(payload, self.connection.broker.max_message_size)
         except InvalidContentHeader as invalid:
             raise refused_header(self, invalid) from None
-        pending.raw_header = payload
-        pending.body_size = body_size
-        if body_size == 0:
-            complete_publish(self)
+        if complete:
+            self.content = None
+            complete_publish(self, content)
 
     def handle_body(self, payload: bytes) -> None:
-        pending = self.pending_publish
-        if pending is None or pending.raw_header is None:
+        content = self.content
+        if content is None or content.raw_header is None:
             if self.state is CLOSING:
                 return
             raise AMQPError(errors.UNEXPECTED_FRAME, "expected method frame, got non method frame instead")
-        pending.parts.append(payload)
-        pending.received += len(payload)
-        if pending.received >= pending.body_size:
-            if pending.received > pending.body_size:
-                raise AMQPError(
-                    errors.FRAME_ERROR,
-                    f"content body larger than declared: {pending.received} > {pending.body_size}",
-                )
-            if pending.in_flight:
-                self.connection.content_finished(pending.body_size)
-            complete_publish(self)
-        elif not pending.in_flight:
-            self._content_in_flight(pending)
+        if content.take_body(payload):
+            self.content = None
+            if content.in_flight:
+                self.connection.content_finished(content.body_size)
+            complete_publish(self, content)
+        elif not content.in_flight:
+            self._content_in_flight(content)
 
-    def _content_in_flight(self, pending: PendingPublish) -> None:
+    def _content_in_flight(self, content: ContentAssembly) -> None:
         """A content's first body frame left it incomplete: it holds memory until the rest comes.
         Messages arriving interleaved on many channels would each hold theirs, so one connection
         may hold at most max_content_in_flight declared bytes (one message of any allowed size
         always). Messages whose body comes in one frame, the usual case, never get here."""
         connection = self.connection
         in_flight = connection.content_in_flight
-        if in_flight and in_flight + pending.body_size > connection.max_content_in_flight:
-            self.pending_publish = None
+        if in_flight and in_flight + content.body_size > connection.max_content_in_flight:
             raise AMQPError(
                 errors.PRECONDITION_FAILED,
-                f"content in flight on this connection would reach {in_flight + pending.body_size} bytes, "
+                f"content in flight on this connection would reach {in_flight + content.body_size} bytes, "
                 f"more than the configured max_content_in_flight {connection.max_content_in_flight}",
                 60,
                 40,
             )
-        pending.in_flight = True
-        connection.content_started(pending.body_size)
+        content.in_flight = True
+        connection.content_started(content.body_size)
+
+    # -- modes and settings (basic_methods.py, transaction.py) ---------------------------
+
+    def select_confirms(self) -> None:
+        """confirm.select: publishes from now on are confirmed (once; a second select changes nothing)."""
+        if self.confirms is None:
+            self.confirms = PublisherConfirms(self.confirms_released)
+
+    def select_transactions(self) -> None:
+        """tx.select: publishes and settlements from now on wait for tx.commit."""
+        if self.transaction is None:
+            self.transaction = Transaction()
+
+    @property
+    def transactional(self) -> bool:
+        return self.transaction is not None
+
+    @property
+    def uncommitted_messages(self) -> int:
+        return len(self.transaction.publishes) if self.transaction is not None else 0
+
+    @property
+    def uncommitted_acks(self) -> int:
+        return len(self.transaction.settlements) if self.transaction is not None else 0
+
+    def set_prefetch(self, count: int, global_: bool) -> None:
+        """basic.qos: the channel-wide limit (global), or the one later consumers get."""
+        if global_:
+            self.global_prefetch_count = count
+        else:
+            self.prefetch_count = count
+
+    def remember_queue(self, name: str) -> None:
+        """The queue last declared: an empty queue name in later methods means it."""
+        self.last_queue_name = name
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers[consumer.tag] = consumer
+
+    def remove_consumer(self, tag: str) -> Consumer | None:
+        """Forget the consumer `tag` (basic.cancel, consumer timeout); the caller stops it at its
+        queue. None if the channel has no such consumer."""
+        return self.consumers.pop(tag, None)
+
+    def permit_write(self, exchange_name: str) -> None:
+        """The user may publish to `exchange_name`: not checked again until forget_permissions()."""
+        self.write_permitted.add(exchange_name)
+
+    def start_reply_consumer(self, tag: str) -> None:
+        """basic.consume on amq.rabbitmq.reply-to (direct reply-to): the channel gets its key."""
+        self.reply_key = self.connection.broker.reply_registry.register(self)
+        self.reply_consumer_tag = tag
+
+    def stop_reply_consumer(self) -> None:
+        if self.reply_key is not None:
+            self.connection.broker.reply_registry.unregister(self.reply_key)
+        self.reply_key = self.reply_consumer_tag = None
 
     # -- publisher confirms ------------------------------------------------------------
 
@@ -231,7 +253,7 @@ class Channel:
 
     def confirms_released(self) -> None:
         """Publishes that waited for their queues to store them can be confirmed now."""
-        if self.state == OPEN:
+        if self.state is OPEN:
             self.connection.confirms_pending(self)
 
     @property
@@ -331,16 +353,15 @@ class Channel:
     def release(self) -> None:
         """The channel is gone (closed or closing, its state says which): cancel its consumers
         and requeue what it had not acked."""
-        pending = self.pending_publish
-        if pending is not None and pending.in_flight:
-            self.connection.content_finished(pending.body_size)
-        self.pending_publish = None
+        content = self.content
+        if content is not None and content.in_flight:
+            self.connection.content_finished(content.body_size)
+        self.content = None
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
         if self.reply_key is not None:
-            self.connection.broker.reply_registry.unregister(self.reply_key)
-            self.reply_key = None
+            self.stop_reply_consumer()
         if self.delivery_timeouts is not None:
             self.delivery_timeouts.clear()
         self.timed_out.clear()

@@ -16,12 +16,13 @@ from typing import Any
 
 from pamqp import commands
 
-from amqp_server import codec, errors, handshake, publisher_blocking, secret_update
+from amqp_server import codec, errors, handshake, secret_update
 from amqp_server.access_control import AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
 from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_limits import Admission
 from amqp_server.channel import Channel
 from amqp_server.errors import AMQPError, HandshakeError
+from amqp_server.publisher_blocking import PublisherFlow
 from amqp_server.states import (
     CONNECTION_TRANSITIONS,
     UNTRUSTED,
@@ -85,8 +86,7 @@ class Connection:
         "on_output", "state", "reader", "frame_max", "max_body_frame", "channel_max", "heartbeat",
         "client_properties", "client_capabilities", "user", "mechanism", "vhost", "channels",
         "exclusive_queues", "write_paused", "deliveries_paused", "_delivered_unwritten", "content_in_flight",
-        "max_content_in_flight", "throttled_by", "block_on_publish", "blocked_by", "alarm_reason",
-        "blocked_sent", "on_reading_paused", "close_when_flushed", "close_ok_timeout_s", "_out",
+        "max_content_in_flight", "flow", "on_reading_paused", "close_when_flushed", "close_ok_timeout_s", "_out",
         "_confirm_channels", "_input_broken", "_method_budget", "input_waiting", "connected_at_ms",
         "received_bytes", "received_reads", "sent_bytes", "sent_writes",
     )
@@ -99,7 +99,11 @@ class Connection:
         on_output: Callable[[], None] | None = None,
         admission: Admission | None = None,
         tls: TlsSession | None = None,
+        local_address: str = "",
+        on_reading_paused: Callable[[bool], None] | None = None,
     ) -> None:
+        """`local_address` is "ip:port" of our end; `on_reading_paused` is called with True/False
+        when reading from the socket should pause/resume (both from the shell, server.py)."""
         self.broker = broker
         # Its place under the connection limits; refused at connection.open when over one.
         # Connections made without a shell (unit tests) are under no node limit.
@@ -108,7 +112,7 @@ class Connection:
         self.peer_host = peer_host
         self.peer_port = peer_port
         self.peer = f"{peer_host}:{peer_port}"
-        self.local_address = ""  # "ip:port" of our end, set by the shell (server.py)
+        self.local_address = local_address
         self.peer_is_loopback = is_loopback_address(peer_host)
         self.on_output = on_output or (lambda: None)
         self.state = AWAIT_HEADER  # changed by advance() only
@@ -135,16 +139,9 @@ class Connection:
         # came, not the last), on all channels, and how many may be (Channel.handle_body).
         self.content_in_flight = 0
         self.max_content_in_flight = limits.max_content_in_flight
-        # Queues whose congestion pauses reading from this connection (flow control).
-        self.throttled_by: set[Queue] = set()
-        # Resource alarms (alarms.py): while one is in effect the next publish blocks the
-        # connection; `blocked_by` is then the reason ("low on memory") until it clears.
-        self.block_on_publish = False
-        self.blocked_by: str | None = None
-        self.alarm_reason: str | None = None  # the alarm in effect (publisher_blocking.py)
-        self.blocked_sent = False  # connection.blocked was sent for it
-        # Called with True/False when reading from the socket should pause/resume.
-        self.on_reading_paused: Callable[[bool], None] = lambda paused: None
+        # Congested queues (flow control) and resource alarms that hold back reading.
+        self.flow = PublisherFlow(self)
+        self.on_reading_paused: Callable[[bool], None] = on_reading_paused or (lambda paused: None)
         self.close_when_flushed = False  # the shell closes the socket after the next write
         # In CLOSING, the shell drops the socket after this long without close-ok.
         self.close_ok_timeout_s = CLOSE_OK_TIMEOUT_S
@@ -177,6 +174,37 @@ class Connection:
         """Move to the state `event` leads to (states.py); IllegalTransition if this state does
         not allow it."""
         self.state = next_state(CONNECTION_TRANSITIONS, self.state, event)
+
+    # -- what the handshake (handshake.py) and update-secret learn ----------------------
+
+    def identify(self, client_properties: dict[str, Any]) -> None:
+        """The client's properties from start-ok, and the capabilities it announced there."""
+        self.client_properties = client_properties
+        capabilities = client_properties.get("capabilities")
+        self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+
+    def logged_in(self, user: User, mechanism: str) -> None:
+        self.user = user
+        self.mechanism = mechanism
+
+    def tuned(self, frame_max: int, channel_max: int, heartbeat: int) -> None:
+        """The limits tune-ok settled on (handshake.tune_ok checked them against ours)."""
+        self.frame_max = frame_max
+        self.max_body_frame = frame_max - codec.FRAME_OVERHEAD
+        self.reader.max_frame_size = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = heartbeat
+
+    def entered(self, vhost: VirtualHost) -> None:
+        """connection.open was granted for `vhost`."""
+        self.vhost = vhost
+
+    def secret_updated(self, user: User) -> None:
+        """update-secret renewed the user's credentials: permissions are looked up again from
+        each channel's next publish."""
+        self.user = user
+        for channel in self.channels.values():
+            channel.forget_permissions()
 
     def describe(self) -> str:
         """The connection for log lines: name, vhost, user and client product."""
@@ -256,14 +284,14 @@ class Connection:
                 try:
                     if frame_type == codec.FRAME_BODY:
                         channel.handle_body(payload)
-                        if self.block_on_publish:
+                        if self.flow.block_on_publish:
                             # A body of a publish begun before the alarm is publishing too.
-                            publisher_blocking.block(self)
+                            self.flow.publishing()
                         return
                     if frame_type == codec.FRAME_HEADER:
                         channel.handle_header(payload)
-                        if self.block_on_publish:
-                            publisher_blocking.block(self)
+                        if self.flow.block_on_publish:
+                            self.flow.publishing()
                         return
                     if frame_type == codec.FRAME_METHOD:
                         index = codec.method_index(payload)
@@ -385,6 +413,10 @@ class Connection:
         # After the replies that wait for disk, so a client sees them answered before the close.
         channel.replies.send(commands.Channel.Close(error.code, error.reply_text, error.class_id, error.method_id))
 
+    def own_exclusive(self, queue: Queue) -> None:
+        """`queue` was declared exclusive on this connection: it is deleted when the connection closes."""
+        self.exclusive_queues.append(queue)
+
     def check_permission(self, kind: str, resource_kind: str, name: str) -> None:
         """403 unless the user may `kind` (configure/write/read) the named resource."""
         if not self.broker.access.is_permitted(self.user, self.vhost.name, kind, name):
@@ -447,18 +479,18 @@ class Connection:
 
     def throttle(self, queue: Queue) -> None:
         """Stop reading from this publisher until `queue` drains (flow control)."""
-        publisher_blocking.throttle(self, queue)
+        self.flow.throttle(queue)
 
     @property
     def reading_paused(self) -> bool:
         """No more input wanted: a congested queue (flow control), a resource alarm, output the
         client does not read (write_paused) or broken framing."""
-        return bool(self.throttled_by) or self.blocked_by is not None or self.write_paused or self._input_broken
+        return self.flow.holds_reading or self.write_paused or self._input_broken
 
     def alarm_changed(self, reason: str | None) -> None:
         """The broker's resource alarms changed (alarms.py); `reason` is None when none is left.
         An alarm blocks the connection when it next publishes (publisher_blocking.py)."""
-        publisher_blocking.alarm_changed(self, reason)
+        self.flow.alarm_changed(reason)
 
     def pause_output(self) -> None:
         """The socket's buffer passed its high-water mark: deliver nothing more, and read nothing
@@ -592,11 +624,7 @@ class Connection:
             if queue_vhost is not None:
                 queue_vhost.delete_queue(queue)
         self.exclusive_queues.clear()
-        for queue in self.throttled_by:
-            queue.flow_waiters.pop(self, None)
-        self.throttled_by.clear()
-        self.block_on_publish = False
-        self.blocked_by = None
+        self.flow.release()
         if self.vhost is not None:
             self.broker.connection_closed(self)
             self.vhost = None

@@ -48,7 +48,7 @@ def deliveries_timed_out(channel: "Channel", tags: list[int]) -> None:
     channel.timed_out.update(tag for tag, _delivery in late)
     for consumer in {delivery.consumer for _tag, delivery in late if delivery.consumer is not None}:
         # Cancel first, so the requeued message is not handed straight back to it.
-        if channel.consumers.pop(consumer.tag, None) is not None:
+        if channel.remove_consumer(consumer.tag) is not None:
             consumer.queue.remove_consumer(consumer)
             connection.send_method(channel.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
     apply_settlement(channel, "nack", [delivery for _tag, delivery in late], True, RETURNED)

@@ -161,9 +161,9 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
     if created:
         connection.broker.stats.queues_created += 1
         if queue.exclusive:
-            connection.exclusive_queues.append(queue)
+            connection.own_exclusive(queue)
     connection.broker.stats.queues_declared += 1
-    channel.last_queue_name = queue.name
+    channel.remember_queue(queue.name)
     if not method.nowait and queue.is_remote and connection.broker.definition_changes == changes_before:
         queue.declare_ok_for(channel)  # with its owner node's message and consumer counts
         return

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from amqp_server import codec, errors
+from amqp_server import errors
 from amqp_server.access_control import AuthenticationFailed, UnsupportedMechanism
 from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.errors import AMQPError
@@ -74,24 +74,21 @@ def send_start(connection: "Connection") -> None:
 
 def start_ok(connection: "Connection", method: commands.Connection.StartOk) -> None:
     """The client's properties and login: log in and tune, or refuse."""
-    connection.client_properties = method.client_properties or {}
-    capabilities = connection.client_properties.get("capabilities")
-    connection.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+    connection.identify(method.client_properties or {})
     access = connection.broker.access
     try:
         if method.mechanism not in offered_mechanisms(connection):
             raise UnsupportedMechanism(f"unknown authentication mechanism {method.mechanism!r}", method.mechanism)
         if method.mechanism == EXTERNAL:
             login_from = connection.broker.config.tls.ssl_cert_login_from
-            connection.user = access.authenticate_external(connection.tls.login_name(login_from),
-                                                           connection.peer_is_loopback)
+            user = access.authenticate_external(connection.tls.login_name(login_from), connection.peer_is_loopback)
         else:
-            connection.user = access.authenticate(method.mechanism, method.response, connection.peer_is_loopback)
+            user = access.authenticate(method.mechanism, method.response, connection.peer_is_loopback)
     except AuthenticationFailed as failure:
         log.warning("login refused for connection %s: %s", connection.describe(), failure.reason)
         connection.refuse_login(failure)
         return
-    connection.mechanism = method.mechanism
+    connection.logged_in(user, method.mechanism)
     connection.send_method(
         0,
         commands.Connection.Tune(
@@ -114,11 +111,7 @@ def tune_ok(connection: "Connection", method: commands.Connection.TuneOk) -> Non
         raise AMQPError(
             errors.NOT_ALLOWED, f"channel_max={channel_max} > {connection.channel_max} max size", 10, 31
         )
-    connection.frame_max = frame_max
-    connection.max_body_frame = frame_max - codec.FRAME_OVERHEAD
-    connection.reader.max_frame_size = frame_max
-    connection.channel_max = channel_max
-    connection.heartbeat = method.heartbeat
+    connection.tuned(frame_max, channel_max, method.heartbeat)
 
 
 def open_vhost(connection: "Connection", method: commands.Connection.Open) -> None:
@@ -142,7 +135,7 @@ def open_vhost(connection: "Connection", method: commands.Connection.Open) -> No
         raise over_limit.refusal(vhost.name, connection.user.name)
     for limit in limits:  # held from here until the socket closes
         connection.admission.enter(limit)
-    connection.vhost = vhost
+    connection.entered(vhost)
     broker.connection_opened(connection)
     log.info(
         "connection %s: user '%s' authenticated and granted access to vhost '%s' (client %s)",

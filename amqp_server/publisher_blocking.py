@@ -28,54 +28,97 @@ if TYPE_CHECKING:
 log = logging.getLogger("amqp_server.connection")
 
 
-def throttle(connection: "Connection", queue: "Queue") -> None:
-    """Stop reading from `connection` until `queue` drains."""
-    if queue in connection.throttled_by:
-        return
-    first = not connection.throttled_by
-    connection.throttled_by.add(queue)
-    queue.flow_waiters[connection] = lambda: _unthrottle(connection, queue)
-    if first:
+class PublisherFlow:
+    """Whether one connection's publishes hold it back: the congested queues it published into,
+    and the resource alarm that blocked it. The connection asks `holds_reading` before reading,
+    and tells `publishing()` of every content header and body frame."""
+
+    __slots__ = ("_connection", "throttled_by", "block_on_publish", "blocked_by", "_alarm_reason", "_blocked_sent")
+
+    def __init__(self, connection: "Connection") -> None:
+        self._connection = connection
+        # Queues whose congestion pauses reading from the connection (flow control).
+        self.throttled_by: set["Queue"] = set()
+        # While an alarm is in effect the next publish blocks the connection; `blocked_by` is
+        # then the reason ("low on memory") until it clears.
+        self.block_on_publish = False
+        self.blocked_by: str | None = None
+        self._alarm_reason: str | None = None  # the alarm in effect
+        self._blocked_sent = False  # connection.blocked was sent for it
+
+    @property
+    def holds_reading(self) -> bool:
+        """A congested queue or a resource alarm holds back reading from the connection."""
+        return bool(self.throttled_by) or self.blocked_by is not None
+
+    @property
+    def management_state(self) -> str:
+        """RabbitMQ's state of an open connection: "blocked" once an alarm stopped reading from
+        it, "blocking" while an alarm waits for its next publish, "flow" while a congested
+        queue holds it back, else "running"."""
+        if self.blocked_by is not None:
+            return "blocked"
+        if self.block_on_publish:
+            return "blocking"
+        return "flow" if self.throttled_by else "running"
+
+    def throttle(self, queue: "Queue") -> None:
+        """Stop reading from the connection until `queue` drains."""
+        if queue in self.throttled_by:
+            return
+        first = not self.throttled_by
+        self.throttled_by.add(queue)
+        queue.flow_waiters[self] = lambda: self._unthrottle(queue)
+        if first:
+            self._connection.on_reading_paused(True)
+
+    def _unthrottle(self, queue: "Queue") -> None:
+        self.throttled_by.discard(queue)
+        if not self._connection.reading_paused:
+            self._connection.on_reading_paused(False)
+
+    def alarm_changed(self, reason: str | None) -> None:
+        """The broker's resource alarms changed (alarms.py); `reason` is None when none is left."""
+        connection = self._connection
+        self._alarm_reason = reason
+        if reason is not None:
+            self.block_on_publish = self.blocked_by is None
+            if self.block_on_publish and connection.content_in_flight:
+                # Publishes started before the alarm: their bodies are publishes too, and would
+                # otherwise go on arriving while every new one waits.
+                self.publishing()
+            return
+        self.block_on_publish = False
+        if self.blocked_by is None:
+            return
+        self.blocked_by = None
+        if self._blocked_sent and connection.state is ConnectionState.OPEN:
+            connection.send_method(0, commands.Connection.Unblocked())
+        self._blocked_sent = False
+        log.debug("connection %s unblocked: resource alarms cleared", connection.describe())
+        if not connection.reading_paused:
+            connection.on_reading_paused(False)
+
+    def publishing(self) -> None:
+        """A content header or body arrived while an alarm waits for the next publish (the
+        connection checks `block_on_publish` first): tell the client, if it listens, and stop
+        reading."""
+        connection = self._connection
+        self.block_on_publish = False
+        reason = self._alarm_reason
+        if reason is None or connection.state is not ConnectionState.OPEN:
+            return
+        self.blocked_by = reason
+        if connection.client_capabilities.get("connection.blocked"):
+            connection.send_method(0, commands.Connection.Blocked(reason))
+            self._blocked_sent = True
+        log.debug("connection %s blocked: %s", connection.describe(), reason)
         connection.on_reading_paused(True)
 
-
-def _unthrottle(connection: "Connection", queue: "Queue") -> None:
-    connection.throttled_by.discard(queue)
-    if not connection.reading_paused:
-        connection.on_reading_paused(False)
-
-
-def alarm_changed(connection: "Connection", reason: str | None) -> None:
-    """The broker's resource alarms changed (alarms.py); `reason` is None when none is left."""
-    connection.alarm_reason = reason
-    if reason is not None:
-        connection.block_on_publish = connection.blocked_by is None
-        if connection.block_on_publish and connection.content_in_flight:
-            # Publishes started before the alarm: their bodies are publishes too, and would
-            # otherwise go on arriving while every new one waits.
-            block(connection)
-        return
-    connection.block_on_publish = False
-    if connection.blocked_by is None:
-        return
-    connection.blocked_by = None
-    if connection.blocked_sent and connection.state is ConnectionState.OPEN:
-        connection.send_method(0, commands.Connection.Unblocked())
-    connection.blocked_sent = False
-    log.debug("connection %s unblocked: resource alarms cleared", connection.describe())
-    if not connection.reading_paused:
-        connection.on_reading_paused(False)
-
-
-def block(connection: "Connection") -> None:
-    """A publish arrived during an alarm: tell the client (if it listens) and stop reading."""
-    connection.block_on_publish = False
-    reason = connection.alarm_reason
-    if reason is None or connection.state is not ConnectionState.OPEN:
-        return
-    connection.blocked_by = reason
-    if connection.client_capabilities.get("connection.blocked"):
-        connection.send_method(0, commands.Connection.Blocked(reason))
-        connection.blocked_sent = True
-    log.debug("connection %s blocked: %s", connection.describe(), reason)
-    connection.on_reading_paused(True)
+    def release(self) -> None:
+        """The connection is gone: no queue holds a way to resume it, and nothing blocks it."""
+        for queue in self.throttled_by:
+            queue.flow_waiters.pop(self, None)
+        self.throttled_by.clear()
+        self.block_on_publish = False
+        self.blocked_by = None

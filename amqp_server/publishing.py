@@ -1,7 +1,7 @@
 """Publishing on a channel: a basic.publish from its method frame to the queues it reaches.
 
-The method frame starts a PendingPublish; the channel collects its content header and body
-frames into it (Channel.handle_header / handle_body), then `complete_publish` makes the
+The method frame starts a ContentAssembly (content_assembly.py) that the channel hands the
+content header and body frames (Channel.handle_header / handle_body); then `complete_publish` makes the
 Message, checks the properties RabbitMQ checks (user_id, direct reply-to), and either keeps it
 for tx.commit or routes it at once. `route_publish` enqueues it, returns it to a mandatory
 publisher when nothing took it, and resolves its publisher confirm: at once, or once every
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 
 from amqp_server import codec, errors
+from amqp_server.content_assembly import ContentAssembly
 from amqp_server.errors import AMQPError
 from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_QUEUE, is_reply_key
@@ -38,28 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-class PendingPublish:
-    """A basic.publish whose content header and body are still arriving."""
-
-    __slots__ = (
-        "exchange", "routing_key", "mandatory", "routing_raw", "raw_header", "body_size", "parts", "received", "in_flight"
-    )
-
-    def __init__(self, exchange: "Exchange", routing_key: str, mandatory: bool, routing_raw: bytes) -> None:
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.mandatory = mandatory
-        self.routing_raw = routing_raw
-        self.raw_header: bytes | None = None
-        self.body_size = 0
-        self.parts: list[bytes] = []
-        self.received = 0
-        # Counted in the connection's content_in_flight: a first body frame left it incomplete.
-        self.in_flight = False
-
-
-def begin_publish(channel: "Channel", payload: bytes) -> None:
-    """A basic.publish method frame: check the exchange and permission, then await content."""
+def begin_publish(channel: "Channel", payload: bytes) -> ContentAssembly:
+    """A basic.publish method frame: check the exchange and permission; what collects its content."""
     exchange_name, routing_key, mandatory, immediate, routing_raw = codec.decode_publish(payload)
     if immediate:
         raise AMQPError(errors.NOT_IMPLEMENTED, "immediate=true", 60, 40)
@@ -73,7 +54,7 @@ def begin_publish(channel: "Channel", payload: bytes) -> None:
         raise AMQPError(errors.NOT_FOUND, f"no {errors.resource('exchange', exchange_name, vhost.name)}", 60, 40)
     if exchange_name not in channel.write_permitted:
         channel.connection.check_permission("write", "exchange", exchange_name or "amq.default")
-        channel.write_permitted.add(exchange_name)
+        channel.permit_write(exchange_name)
     if exchange.internal and channel.forward_targets is None:  # a dead-lettered message may come from one
         raise AMQPError(
             errors.ACCESS_REFUSED,
@@ -81,7 +62,7 @@ def begin_publish(channel: "Channel", payload: bytes) -> None:
             60,
             40,
         )
-    channel.pending_publish = PendingPublish(exchange, routing_key, mandatory, routing_raw)
+    return ContentAssembly(exchange, routing_key, mandatory, routing_raw)
 
 
 def refused_header(channel: "Channel", invalid: InvalidContentHeader) -> AMQPError:
@@ -102,13 +83,10 @@ def refused_header(channel: "Channel", invalid: InvalidContentHeader) -> AMQPErr
     return AMQPError(errors.INTERNAL_ERROR, "")
 
 
-def complete_publish(channel: "Channel") -> None:
+def complete_publish(channel: "Channel", content: ContentAssembly) -> None:
     """The whole content arrived: make the message and route it (or keep it for tx.commit)."""
-    pending = channel.pending_publish
-    channel.pending_publish = None
-    parts = pending.parts
-    body = parts[0] if len(parts) == 1 else b"".join(parts)
-    message = Message(pending.exchange.name, pending.routing_key, pending.raw_header, body, pending.routing_raw)
+    body = content.body()
+    message = Message(content.exchange.name, content.routing_key, content.raw_header, body, content.routing_raw)
     flags = message.property_flags
     # One test of the flag word; properties are decoded only for messages that set these.
     if flags & (FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION) and channel.forward_targets is None:
@@ -121,10 +99,10 @@ def complete_publish(channel: "Channel") -> None:
     broker.message_sizes.observe(len(body))
     if channel.confirms is not None:
         broker.stats.received_confirm += 1
-    if channel.transactional:
-        channel.tx_publishes.append((pending.exchange, message, pending.mandatory))
+    if channel.transaction is not None:
+        channel.transaction.publish(content.exchange, message, content.mandatory)
         return
-    route_publish(channel, pending.exchange, message, pending.mandatory)
+    route_publish(channel, content.exchange, message, content.mandatory)
 
 
 def check_special_properties(channel: "Channel", message: Message, flags: int) -> Message:

@@ -38,8 +38,6 @@ def update_secret(connection: "Connection", method: commands.Connection.UpdateSe
     except AuthenticationFailed as failure:
         log.error("Secret update was refused for user '%s': %s", name, failure.reason)
         raise AMQPError(errors.NOT_ALLOWED, REFUSED_TEXT, 10, 70) from None
-    connection.user = user
-    for channel in connection.channels.values():
-        channel.forget_permissions()
+    connection.secret_updated(user)
     connection.send_method(0, commands.Connection.UpdateSecretOk())
     log.info("connection %s: user '%s' updated secret, reason: %s", connection.name, name, method.reason)

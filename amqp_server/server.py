@@ -77,16 +77,15 @@ class AMQPProtocol(asyncio.Protocol):
         admission = Admission((self.broker.connection_limit, self.listener_limit), f"{peer[0]}:{peer[1]}")
         # On an AMQPS listener asyncio calls connection_made after the TLS handshake.
         tls = session_of(transport.get_extra_info("ssl_object"))
+        local = transport.get_extra_info("sockname")
         self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush,
-                                     admission=admission, tls=tls)
+                                     admission=admission, tls=tls,
+                                     local_address=f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "",
+                                     on_reading_paused=self._update_reading)
         if admission.dropped:
             # Over a connection limit, with too many refusals already waiting (connection_limits.py).
             transport.abort()
             return
-        local = transport.get_extra_info("sockname")
-        if isinstance(local, tuple):
-            self.connection.local_address = f"{local[0]}:{local[1]}"
-        self.connection.on_reading_paused = self._update_reading
         self.registry.add(self)
         log.debug("accepting AMQP connection %s", self.connection.peer)
 

@@ -34,9 +34,8 @@ _METHOD_IDS = {"ack": 80, "reject": 90, "nack": 120}
 
 def settle(channel: "Channel", kind: str, tag: int, multiple: bool, requeue: bool) -> None:
     """ack / nack / reject (`kind`) of one delivery tag, or of all up to it with `multiple`."""
-    if channel.transactional:
-        check_in_transaction(channel, kind, tag, multiple)
-        channel.tx_settlements.append((kind, tag, multiple, requeue))
+    if channel.transaction is not None:
+        channel.transaction.settle(channel, kind, tag, multiple, requeue)  # applied at tx.commit
         return
     taken = take_unacked(channel, kind, tag, multiple)
     apply_settlement(channel, kind, taken, requeue)
@@ -60,36 +59,6 @@ def take_unacked(channel: "Channel", kind: str, tag: int, multiple: bool) -> lis
         channel.timed_out.discard(tag)
         return []
     raise unknown_delivery_tag(kind, tag)
-
-
-def check_in_transaction(channel: "Channel", kind: str, tag: int, multiple: bool) -> None:
-    """A settlement in a transaction: 406 unless it names a delivery not yet settled in it, then
-    count what it names as settled (RabbitMQ takes them off the channel's unacked list at once,
-    so a second ack of one is an unknown tag)."""
-    unacked = channel.unacked
-    settled_up_to = channel.tx_settled_up_to
-    if multiple:
-        if tag == 0:
-            channel.tx_settled_up_to = channel.next_delivery_tag - 1
-            return
-        if (tag in unacked and tag > settled_up_to and tag not in channel.tx_settled_tags) or tag in channel.timed_out:
-            channel.tx_settled_up_to = max(tag, settled_up_to)
-            return
-    elif tag in unacked:
-        if tag > settled_up_to and tag not in channel.tx_settled_tags:
-            channel.tx_settled_tags.add(tag)
-            return
-    elif tag in channel.timed_out:
-        return
-    raise unknown_delivery_tag(kind, tag)
-
-
-def forget_transaction_settlements(channel: "Channel") -> list[tuple[str, int, bool, bool]]:
-    """End of a transaction (commit or rollback): its settlements, and no tag counts as settled."""
-    settlements, channel.tx_settlements = channel.tx_settlements, []
-    channel.tx_settled_tags.clear()
-    channel.tx_settled_up_to = 0
-    return settlements
 
 
 def unknown_delivery_tag(kind: str, tag: int) -> AMQPError:

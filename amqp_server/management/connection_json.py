@@ -41,13 +41,7 @@ def connection_state(connection: "Connection") -> str:
     if connection.state is not ConnectionState.OPEN:
         # Before its protocol header a connection is "starting" too.
         return "starting" if connection.state is ConnectionState.AWAIT_HEADER else connection.state.value
-    if connection.blocked_by is not None:
-        return "blocked"
-    if connection.block_on_publish:
-        return "blocking"
-    if connection.throttled_by:
-        return "flow"
-    return "running"
+    return connection.flow.management_state
 
 
 def connection_traffic(connection: "Connection") -> dict[str, int]:
@@ -108,13 +102,13 @@ def connection_details(connection: "Connection") -> dict[str, Any]:
 def channel_json(connection: "Connection", channel: "Channel", node: str) -> dict[str, Any]:
     user = connection.user.name if connection.user else ""
     return {
-        "acks_uncommitted": len(channel.tx_settlements),
+        "acks_uncommitted": channel.uncommitted_acks,
         "confirm": channel.confirms is not None,
         "connection_details": connection_details(connection),
         "consumer_count": len(channel.consumers),
         "global_prefetch_count": channel.global_prefetch_count,
         "messages_unacknowledged": len(channel.unacked),
-        "messages_uncommitted": len(channel.tx_publishes),
+        "messages_uncommitted": channel.uncommitted_messages,
         "messages_unconfirmed": unconfirmed_count(channel),
         "name": channel_label(connection.name, channel.id),
         "node": node,

@@ -116,8 +116,8 @@ def take_snapshot(broker: "Broker") -> BrokerSnapshot:
         snapshot.channel_unacked += len(channel.unacked)
         snapshot.channel_prefetch += channel.global_prefetch_count
         snapshot.consumer_prefetch += channel.prefetch_count
-        snapshot.tx_uncommitted_messages += len(channel.tx_publishes)
-        snapshot.tx_uncommitted_acks += len(channel.tx_settlements)
+        snapshot.tx_uncommitted_messages += channel.uncommitted_messages
+        snapshot.tx_uncommitted_acks += channel.uncommitted_acks
     stats = broker.stats
     snapshot.received_confirm = stats.received_confirm
     return snapshot

@@ -216,8 +216,8 @@ class CoreCollector(Collector):
                 families["consumers"].add_metric(key, len(channel.consumers))
                 families["unacked"].add_metric(key, len(channel.unacked))
                 families["unconfirmed"].add_metric(key, unconfirmed_count(channel))
-                families["uncommitted"].add_metric(key, len(channel.tx_publishes))
-                families["acks_uncommitted"].add_metric(key, len(channel.tx_settlements))
+                families["uncommitted"].add_metric(key, channel.uncommitted_messages)
+                families["acks_uncommitted"].add_metric(key, channel.uncommitted_acks)
                 families["consumer_prefetch"].add_metric(key, channel.prefetch_count)
                 families["channel_prefetch"].add_metric(key, channel.global_prefetch_count)
         else:

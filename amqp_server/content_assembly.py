@@ -1,0 +1,92 @@
+"""Content assembly: one basic.publish as its frames arrive (method, content header, bodies).
+
+AMQP sends a message as a basic.publish method frame, one content header frame with the body
+size and properties, then body frames until that size is reached (spec 4.2.6). A channel
+starts a ContentAssembly at the method (publishing.begin_publish) and hands it every frame
+after; anything else in between is refused with RabbitMQ's 505 texts, and so is a header of
+another class or a body larger than declared. The header is checked before the body is read,
+so a message consumers could not decode is refused without holding its body.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from amqp_server import codec, errors
+from amqp_server.errors import AMQPError
+from queues.field_tables import check_content_header
+
+if TYPE_CHECKING:
+    from exchanges import Exchange
+
+
+class ContentAssembly:
+    """A basic.publish whose content header and body are still arriving."""
+
+    __slots__ = (
+        "exchange", "routing_key", "mandatory", "routing_raw", "raw_header", "body_size", "parts", "received", "in_flight"
+    )
+
+    def __init__(self, exchange: "Exchange", routing_key: str, mandatory: bool, routing_raw: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.routing_raw = routing_raw
+        self.raw_header: bytes | None = None
+        self.body_size = 0
+        self.parts: list[bytes] = []
+        self.received = 0
+        # Counted in the connection's content_in_flight: a first body frame left it incomplete.
+        self.in_flight = False
+
+    def method_refused(self) -> AMQPError:
+        """The error for a method frame that arrives before this content is complete."""
+        if self.raw_header is None:
+            text = "expected content header for class 60, got non content header frame instead"
+        else:
+            text = "expected content body, got non content body frame instead"
+        return AMQPError(errors.UNEXPECTED_FRAME, text, 60, 40)
+
+    def take_header(self, payload: bytes, max_size: int) -> bool:
+        """The content header frame; True if the content is complete (an empty body). Raises
+        AMQPError for a header out of turn, of another class or announcing more than `max_size`
+        bytes, and queues.field_tables.InvalidContentHeader for properties consumers could not
+        decode."""
+        if self.raw_header is not None:
+            raise AMQPError(errors.UNEXPECTED_FRAME, "expected content body, got non content body frame instead")
+        class_id, body_size = codec.content_header_body_size(payload)
+        if class_id != codec.BASIC_CLASS:
+            raise AMQPError(
+                errors.UNEXPECTED_FRAME,
+                f"expected content header for class 60, got one for class {class_id} instead",
+                60,
+                40,
+            )
+        if body_size > max_size:
+            raise AMQPError(
+                errors.PRECONDITION_FAILED,
+                f"message size {body_size} is larger than configured max size {max_size}",
+                60,
+                40,
+            )
+        check_content_header(payload)  # before the body is read: consumers must decode it
+        self.raw_header = payload
+        self.body_size = body_size
+        return body_size == 0
+
+    def take_body(self, payload: bytes) -> bool:
+        """One body frame (the header came: the channel checks `raw_header` first); True if the
+        content is complete. FRAME_ERROR if the bodies exceed the size the header declared."""
+        self.parts.append(payload)
+        self.received += len(payload)
+        if self.received < self.body_size:
+            return False
+        if self.received > self.body_size:
+            raise AMQPError(
+                errors.FRAME_ERROR, f"content body larger than declared: {self.received} > {self.body_size}"
+            )
+        return True
+
+    def body(self) -> bytes:
+        parts = self.parts
+        return parts[0] if len(parts) == 1 else b"".join(parts)
