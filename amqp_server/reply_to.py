@@ -20,11 +20,11 @@ if TYPE_CHECKING:
     from queues.message import Message
 
 REPLY_QUEUE = "amq.rabbitmq.reply-to"
-_REPLY_PREFIX = REPLY_QUEUE + "."
+REPLY_PREFIX = REPLY_QUEUE + "."  # what every reply key starts with
 
 
 def is_reply_key(routing_key: str) -> bool:
-    return routing_key.startswith(_REPLY_PREFIX)
+    return routing_key.startswith(REPLY_PREFIX)
 
 
 def node_of_key(key: str) -> str | None:
@@ -71,12 +71,12 @@ class ReplyRegistry:
         consumer) for amq.rabbitmq.reply-to and for the reply address of a live requester."""
         if name == REPLY_QUEUE:
             return True
-        return is_reply_key(name) and name[len(_REPLY_PREFIX):] in self._channels
+        return is_reply_key(name) and name[len(REPLY_PREFIX):] in self._channels
 
     def deliver(self, message: "Message", vhost: str) -> bool:
         """Deliver a reply (forward it, when its key names another node of the cluster); False
         if the requesting channel is gone (the reply is unroutable)."""
-        key = message.routing_key[len(_REPLY_PREFIX):]
+        key = message.routing_key[len(REPLY_PREFIX):]
         channel = self._channels.get(key)
         if channel is None:
             if self._forward is None:
@@ -88,4 +88,4 @@ class ReplyRegistry:
 
     def has_key(self, routing_key: str) -> bool:
         """Is `routing_key` the reply address of a live requester on this node?"""
-        return routing_key[len(_REPLY_PREFIX):] in self._channels
+        return routing_key[len(REPLY_PREFIX):] in self._channels
