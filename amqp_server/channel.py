@@ -148,7 +148,7 @@ class Channel:
             raise refused_header(self, invalid) from None
         if complete:
             self.content = None
-            complete_publish(self, content)
+            complete_publish(self, content, b"")
 
     def handle_body(self, payload: bytes) -> None:
         content = self.content
@@ -156,11 +156,12 @@ class Channel:
             if self.state is CLOSING:
                 return
             raise AMQPError(errors.UNEXPECTED_FRAME, "expected method frame, got non method frame instead")
-        if content.take_body(payload):
+        body = content.take_body(payload)
+        if body is not None:
             self.content = None
             if content.in_flight:
                 self.connection.content_finished(content.body_size)
-            complete_publish(self, content)
+            complete_publish(self, content, body)
         elif not content.in_flight:
             self._content_in_flight(content)
 

@@ -217,12 +217,12 @@ class Connection:
     # -- bytes in ----------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
-        if self.state == CLOSED or self._input_broken:
+        if self.state is CLOSED or self._input_broken:
             return
         self.received_bytes += len(data)
         self.received_reads += 1
         self.reader.feed(data)
-        if self.state == AWAIT_HEADER:
+        if self.state is AWAIT_HEADER:
             header = self.reader.take_protocol_header()
             if header is None:
                 return
@@ -241,7 +241,7 @@ class Connection:
         ``input_waiting``)."""
         self._method_budget = METHODS_PER_TURN
         self.input_waiting = False
-        if self.state == CLOSED or self._input_broken:
+        if self.state is CLOSED or self._input_broken:
             return
         self._handle_input()
 
@@ -261,7 +261,7 @@ class Connection:
                     return
                 except AMQPError as error:
                     self._connection_error(error)
-                if self.state == CLOSED or self._input_broken:
+                if self.state is CLOSED or self._input_broken:
                     return
                 if self._method_budget <= 0:
                     self.input_waiting = True
@@ -277,7 +277,7 @@ class Connection:
             frames.close()  # the frames handled leave the buffer; the others wait
 
     def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
-        if channel_id and self.state == OPEN:
+        if channel_id and self.state is OPEN:
             # The hot case first (publishes, acks): content or a method on an open channel.
             channel = self.channels.get(channel_id)
             if channel is not None:
@@ -309,7 +309,7 @@ class Connection:
         self._handle_other_frame(frame_type, channel_id, payload)
 
     def _handle_other_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
-        if self.state == CLOSING:
+        if self.state is CLOSING:
             if frame_type == codec.FRAME_METHOD and channel_id == 0:
                 index = codec.method_index(payload)
                 if index == _CONNECTION_CLOSE_OK:
@@ -331,7 +331,7 @@ class Connection:
                 )
             self._handle_connection_method(payload)
             return
-        if self.state != OPEN:
+        if self.state is not OPEN:
             raise self._out_of_turn(
                 errors.UNEXPECTED_FRAME, f"type {frame_type}, all octets = {codec.erlang_binary(payload)}"
             )
@@ -597,7 +597,7 @@ class Connection:
 
     def transport_closed(self) -> None:
         """The socket is gone (client vanished or we closed it)."""
-        if self.state not in (CLOSED, CLOSING) and self.state != AWAIT_HEADER:
+        if self.state not in (CLOSED, CLOSING, AWAIT_HEADER):
             log.info("connection %s closed by peer without connection.close", self.describe())
         self._release()
         self.advance(ConnectionEvent.TRANSPORT_CLOSED)

@@ -74,19 +74,14 @@ class ContentAssembly:
         self.body_size = body_size
         return body_size == 0
 
-    def take_body(self, payload: bytes) -> bool:
-        """One body frame (the header came: the channel checks `raw_header` first); True if the
-        content is complete. FRAME_ERROR if the bodies exceed the size the header declared."""
-        self.parts.append(payload)
-        self.received += len(payload)
-        if self.received < self.body_size:
-            return False
-        if self.received > self.body_size:
-            raise AMQPError(
-                errors.FRAME_ERROR, f"content body larger than declared: {self.received} > {self.body_size}"
-            )
-        return True
-
-    def body(self) -> bytes:
+    def take_body(self, payload: bytes) -> bytes | None:
+        """One body frame (the header came: the channel checks `raw_header` first); the whole
+        body once complete, else None. FRAME_ERROR if the bodies exceed the declared size."""
         parts = self.parts
+        parts.append(payload)
+        received = self.received = self.received + len(payload)
+        if received < self.body_size:
+            return None
+        if received > self.body_size:
+            raise AMQPError(errors.FRAME_ERROR, f"content body larger than declared: {received} > {self.body_size}")
         return parts[0] if len(parts) == 1 else b"".join(parts)

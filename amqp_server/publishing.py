@@ -83,9 +83,8 @@ def refused_header(channel: "Channel", invalid: InvalidContentHeader) -> AMQPErr
     return AMQPError(errors.INTERNAL_ERROR, "")
 
 
-def complete_publish(channel: "Channel", content: ContentAssembly) -> None:
+def complete_publish(channel: "Channel", content: ContentAssembly, body: bytes) -> None:
     """The whole content arrived: make the message and route it (or keep it for tx.commit)."""
-    body = content.body()
     message = Message(content.exchange.name, content.routing_key, content.raw_header, body, content.routing_raw)
     flags = message.property_flags
     # One test of the flag word; properties are decoded only for messages that set these.

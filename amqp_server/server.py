@@ -223,16 +223,16 @@ class AMQPProtocol(asyncio.Protocol):
         if self._send_timed_out(now, transport):
             return
         state = connection.state
-        if state == CLOSING:
+        if state is CLOSING:
             if self.closing_since is None:
                 self.closing_since = now
             elif now - self.closing_since > connection.close_ok_timeout_s:
                 transport.close()
             return
-        if state == CLOSED:
+        if state is CLOSED:
             transport.close()
             return
-        if state != OPEN:
+        if state is not OPEN:
             if now - self.started_at > HANDSHAKE_TIMEOUT_S:
                 log.warning("closing connection %s: handshake timeout", connection.peer)
                 transport.close()

@@ -25,15 +25,13 @@ def assembly() -> ContentAssembly:
 def test_bodies_are_collected_until_the_declared_size():
     content = assembly()
     assert content.take_header(header_payload(10), MAX_SIZE) is False
-    assert content.take_body(b"01234") is False
-    assert content.take_body(b"56789") is True
-    assert content.body() == b"0123456789"
+    assert content.take_body(b"01234") is None
+    assert content.take_body(b"56789") == b"0123456789"
 
 
 def test_an_empty_body_is_complete_with_its_header():
     content = assembly()
     assert content.take_header(header_payload(0), MAX_SIZE) is True
-    assert content.body() == b""
 
 
 def test_a_body_larger_than_declared_is_a_frame_error():
