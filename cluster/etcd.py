@@ -110,7 +110,12 @@ class EtcdCoordinator(Coordinator):
                 # Expired while we could not reach etcd: our ephemeral keys are gone. A new
                 # lease lets new ephemeral writes work; their owners re-register them.
                 log.warning("etcd session lease %x expired; granting a new one", self._lease_id)
-                await self._grant_lease()
+                try:
+                    await self._grant_lease()
+                except CoordinationUnavailable as error:
+                    # Out of reach again: this task must live on (it alone renews the session),
+                    # and the next round finds the lease still expired and tries again.
+                    log.warning("cannot grant a new etcd session lease yet: %s", error)
 
     # ---- keys ----
 
