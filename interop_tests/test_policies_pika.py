@@ -315,6 +315,38 @@ def test_a_quorum_queue_takes_a_policys_overflow_over_its_own_a_classic_queue_ke
     channel.queue_delete(quorum)
 
 
+def test_a_new_message_ttl_expires_the_next_messages_into_the_dead_letter_exchange(api, channel, unique):
+    queue, dead = unique("pol-ttl-next"), unique("pol-ttl-dead")
+    channel.queue_declare(dead, auto_delete=True)
+    channel.queue_declare(queue)
+    api.set_policy(queue, f"^{queue}$", {"message-ttl": 100, "dead-letter-exchange": "",
+                                         "dead-letter-routing-key": dead}, apply_to="queues")
+    assert eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    publish_confirmed(channel.connection, queue, [b"short-lived"])
+    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S), "expired into the dead-letter queue"
+    assert ready_count(channel, queue) == 0
+    method, properties, body = channel.basic_get(dead, auto_ack=True)
+    assert (body, properties.headers["x-death"][0]["reason"]) == (b"short-lived", "expired")
+
+
+def test_reject_publish_dlx_from_a_policy_nacks_and_dead_letters_the_overflow(api, channel, unique):
+    queue, dead = unique("pol-rpdlx"), unique("pol-rpdlx-dead")
+    channel.queue_declare(dead, auto_delete=True)
+    channel.queue_declare(queue)
+    api.set_policy(queue, f"^{queue}$", {"max-length": 1, "overflow": "reject-publish-dlx",
+                                         "dead-letter-exchange": "", "dead-letter-routing-key": dead},
+                   apply_to="queues")
+    assert eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    channel.confirm_delivery()
+    channel.basic_publish("", queue, b"kept")
+    with pytest.raises(NackError):
+        channel.basic_publish("", queue, b"refused")
+    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S)
+    method, properties, body = channel.basic_get(dead, auto_ack=True)
+    assert (body, properties.headers["x-death"][0]["reason"]) == (b"refused", "maxlen")
+    assert drain(channel, queue) == [b"kept"]
+
+
 # -- this broker's own behaviour ---------------------------------------------------------
 
 
