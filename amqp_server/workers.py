@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 from amqp_server.config import ConfigError, ServerConfig, load_config
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("amqp_server.workers")  # also when run as __main__ (a worker)
 
 DEFAULT_NODE_NAME = "amqp-server@{host}"
 RESTART_DELAY_S = 1.0
