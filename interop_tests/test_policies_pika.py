@@ -439,3 +439,21 @@ def test_an_archive_policy_keeps_an_existing_queues_acked_segments(broker_factor
     # Positive control: the messages were in the queue's segments before the drain.
     assert publish_and_drain(broker.url(), queue, {}, broker.data_dir) > COUNT * len(BODY) // 2
     assert segment_bytes(broker.data_dir / "archive") > COUNT * len(BODY) // 2
+
+
+def test_deduplication_from_a_policy_enqueues_a_repeated_publish_once(api, channel, managed, unique):
+    own_broker_only(managed)  # RabbitMQ has deduplication only as a plugin, with x-arguments
+    queue = unique("pol-dedup")
+    channel.queue_declare(queue)
+    api.set_policy(queue, f"^{queue}$", {"message-deduplication": True, "deduplication-header": "order-id"},
+                   apply_to="queues")
+    assert eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    channel.confirm_delivery()
+    for order in ("o-1", "o-1", "o-2", "o-1"):
+        channel.basic_publish("", queue, order.encode(), pika.BasicProperties(headers={"order-id": order}))
+    assert drain(channel, queue) == [b"o-1", b"o-2"]
+    api.clear_policy(queue)
+    assert eventually(lambda: api.queue(queue).get("policy") is None, LIVE_S)
+    for order in ("o-1", "o-1"):
+        channel.basic_publish("", queue, order.encode(), pika.BasicProperties(headers={"order-id": order}))
+    assert drain(channel, queue) == [b"o-1", b"o-1"], "without the policy, no deduplication"

@@ -209,3 +209,14 @@ def test_a_quorum_queue_takes_the_policys_overflow_a_classic_queue_keeps_its_own
     quorum, _ = vhost.declare_queue("qq", connection=None, durable=True, arguments={**own, "x-queue-type": "quorum"})
     vhost.set_policy(policy("ovf", {"overflow": "drop-head", "max-length": 1}))
     assert (classic.settings.overflow, quorum.settings.overflow) == ("reject-publish", "drop-head")
+
+
+def test_a_policys_delayed_retry_backoff_and_maximum_reach_the_queue():
+    vhost, _timers, _clock = setup()
+    queue, _ = vhost.declare_queue("q", connection=None)
+    vhost.set_policy(policy("retry", {"delayed-retry-type": "all", "delayed-retry-min": 100,
+                                      "delayed-retry-max": 800, "delayed-retry-backoff": "exponential"}))
+    assert (queue.settings.retry_type, queue.settings.retry_min_ms, queue.settings.retry_max_ms,
+            queue.settings.retry_backoff) == ("all", 100, 800, "exponential")
+    vhost.clear_policy("retry")
+    assert (queue.settings.retry_max_ms, queue.settings.retry_backoff) == (None, "linear")
