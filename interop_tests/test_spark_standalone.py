@@ -61,6 +61,9 @@ def cluster(tmp_path):
         subprocess.run(["bash", str(SCRIPT), "stop", str(state)], env=env, timeout=60)
 
 
+# A Spark master, a worker and a driver are three JVMs: on a loaded 2-core machine starting them
+# alone can outlast the suite's 120 s; the subprocess timeouts above bound each step instead.
+@pytest.mark.timeout(480)
 def test_standalone_master_and_worker_read_live_and_archived_segments(cluster, tmp_path):
     data_dir = tmp_path / "data"
     expected = write_synthetic_queue(data_dir, "orders", 2000, segment_size=32 * 1024)
