@@ -45,6 +45,8 @@ ACCESS_REQUEST_METHOD = 0x001E000A  # access.request (30, 10)
 _frame_header = struct.Struct(">BHI")
 _method_index = struct.Struct(">I")
 _deliver_tail = struct.Struct(">QB")
+_deliver_head = struct.Struct(">BHIHH")  # frame header, then class and method ids
+_end_and_header = struct.Struct(">BBHI")  # a frame's end byte, then the next frame's header
 _content_header_prefix = struct.Struct(">HHQ")
 _ack_fields = struct.Struct(">QB")
 _declare_ok_counts = struct.Struct(">II")
@@ -222,13 +224,20 @@ def decode_publish(payload: bytes) -> tuple[str, str, bool, bool, bytes]:
     """Fast decode of basic.publish: exchange, routing key, mandatory, immediate.
 
     Also returns the raw exchange and routing-key short strings, which basic.deliver
-    repeats byte for byte.
+    repeats byte for byte. IndexError or UnicodeDecodeError for a payload that cannot hold them.
     """
     # payload: class+method (4), ticket (2), exchange shortstr, routing-key shortstr, bits.
-    exchange, offset = read_shortstr(payload, 6)
-    routing_key, bits_at = read_shortstr(payload, offset)
+    key_at = 7 + payload[6]
+    bits_at = key_at + 1 + payload[key_at]
+    routing_raw = payload[6:bits_at]
     bits = payload[bits_at] if bits_at < len(payload) else 0
-    return exchange, routing_key, bool(bits & 1), bool(bits & 2), payload[6:bits_at]
+    return (
+        payload[7:key_at].decode() if key_at > 7 else "",
+        payload[key_at + 1 : bits_at].decode(),
+        bool(bits & 1),
+        bool(bits & 2),
+        routing_raw,
+    )
 
 
 def decode_ack(payload: bytes) -> tuple[int, bool]:
@@ -254,18 +263,32 @@ def deliver_frames(
     body: bytes,
     max_body_frame: int,
 ) -> list[bytes]:
-    """basic.deliver + content header + body frames, built from the raw bytes that arrived."""
-    method = b"".join(
-        (
-            b"\x00\x3c\x00\x3c",
+    """basic.deliver + content header + body frames, built from the raw bytes that arrived.
+
+    The fixed parts of neighbouring frames are packed together (a frame's end byte with the
+    next frame's header), so a delivery is a few pieces for the output's one join."""
+    size = len(body)
+    if size > max_body_frame or not size:
+        out = [
+            _deliver_head.pack(FRAME_METHOD, channel, 13 + len(consumer_tag_raw) + len(exchange_and_key_raw), 60, 60),
             consumer_tag_raw,
             _deliver_tail.pack(delivery_tag, 1 if redelivered else 0),
             exchange_and_key_raw,
-        )
-    )
-    out = [_frame_header.pack(FRAME_METHOD, channel, len(method)), method, FRAME_END_BYTE]
-    content_frames(out, channel, raw_header, body, max_body_frame)
-    return out
+            FRAME_END_BYTE,
+        ]
+        content_frames(out, channel, raw_header, body, max_body_frame)
+        return out
+    return [
+        _deliver_head.pack(FRAME_METHOD, channel, 13 + len(consumer_tag_raw) + len(exchange_and_key_raw), 60, 60),
+        consumer_tag_raw,
+        _deliver_tail.pack(delivery_tag, 1 if redelivered else 0),
+        exchange_and_key_raw,
+        _end_and_header.pack(FRAME_END, FRAME_HEADER, channel, len(raw_header)),
+        raw_header,
+        _end_and_header.pack(FRAME_END, FRAME_BODY, channel, size),
+        body,
+        FRAME_END_BYTE,
+    ]
 
 
 def _method_frame_of(channel: int, payload: bytes) -> bytes:

@@ -110,7 +110,9 @@ class ReadyMessages:
         fifo.append(entry)
         self._count += 1
         size = len(entry.message.body)
-        self._hold(size)
+        # _hold(size), inline: this runs once per message.
+        self.in_memory += 1
+        self.budget.held += size + PER_MESSAGE_OVERHEAD
         self.bytes += size
 
     def append_paged(self, seq: int, delivery_count: int, size: int, priority: int = 0) -> None:
@@ -189,11 +191,17 @@ class ReadyMessages:
 
     def pop(self) -> QueueEntry:
         """Remove and return the next message to deliver; IndexError when empty."""
-        entry = self._take_head()
+        fifo = self._fifo
+        if not self._returned and fifo and fifo[0].__class__ is QueueEntry and fifo[0].state == READY:
+            entry = fifo.popleft()  # the usual case: nothing came back, the head is in memory
+        else:
+            entry = self._take_head()
         entry.state = UNACKED
         self._count -= 1
         size = len(entry.message.body)
-        self._release(size)
+        # _release(size), inline: this runs once per message.
+        self.in_memory -= 1
+        self.budget.held -= size + PER_MESSAGE_OVERHEAD
         self.bytes -= size
         return entry
 
