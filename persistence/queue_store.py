@@ -200,7 +200,7 @@ class QueueStore:
         """Append a message record; ``raw_properties`` are the content header's property flags + list.
         If it raises, nothing was added."""
         self._before_append()
-        if seq < self.next_seq:
+        if seq <= self._last_seq or seq < self._next_segment_floor:  # seq < self.next_seq
             raise ValueError(f"sequence number {seq} is below next_seq ({self.next_seq})")
         head, body = encode_message(seq, published_at_ms, exchange, routing_key, raw_properties, body)
         size = len(head) + len(body)

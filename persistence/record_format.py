@@ -30,6 +30,8 @@ MAX_RECORD_LENGTH = 0xFFFF_FFFF
 
 _MESSAGE_FIXED = struct.Struct(">BQQ")  # type, seq, published_at_ms
 _U8 = struct.Struct(">B")
+_MESSAGE_FIXED_AND_LENGTH = struct.Struct(">BQQB")  # _MESSAGE_FIXED, then the exchange's length
+_LENGTH_AND_CRC = struct.Struct(">II")
 _U32 = struct.Struct(">I")
 _SEQ_AT = struct.Struct(">QQ")
 _MAX_U63 = (1 << 63) - 1
@@ -147,12 +149,13 @@ def encode_message(
     routing_key_b = routing_key.encode("utf-8")
     if len(exchange_b) > 255 or len(routing_key_b) > 255:
         raise ValueError("exchange and routing key are AMQP short strings: at most 255 bytes of UTF-8")
-    _check_u63("seq", seq)
-    _check_u63("published_at_ms", published_at_ms)
+    if not (0 <= seq <= _MAX_U63 and 0 <= published_at_ms <= _MAX_U63):
+        _check_u63("seq", seq)
+        _check_u63("published_at_ms", published_at_ms)
+    # Type, seq and time, then the exchange's length: one pack (the struct the reader uses, and a byte).
     prefix = b"".join(
         (
-            _MESSAGE_FIXED.pack(RecordType.MESSAGE, seq, published_at_ms),
-            _U8.pack(len(exchange_b)),
+            _MESSAGE_FIXED_AND_LENGTH.pack(RecordType.MESSAGE, seq, published_at_ms, len(exchange_b)),
             exchange_b,
             _U8.pack(len(routing_key_b)),
             routing_key_b,
@@ -164,8 +167,7 @@ def encode_message(
     length = 4 + len(prefix) + len(body)
     if length > MAX_RECORD_LENGTH:
         raise ValueError(f"message record of {length} bytes exceeds the 4 GiB record limit")
-    crc = zlib.crc32(body, zlib.crc32(prefix))
-    return LENGTH.pack(length) + _U32.pack(crc) + prefix, body
+    return _LENGTH_AND_CRC.pack(length, zlib.crc32(body, zlib.crc32(prefix))) + prefix, body
 
 
 class StateKind(NamedTuple):
@@ -197,7 +199,6 @@ STATE_KINDS: dict[str, StateKind] = {
     )
     for state, rtype in TYPE_OF_STATE.items()
 }
-_LENGTH_AND_CRC = struct.Struct(">II")
 
 
 def state_kind(state: MessageState | str) -> StateKind:
