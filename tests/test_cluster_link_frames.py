@@ -38,8 +38,11 @@ def test_publish_frame_decodes_as_a_publish_keeping_the_raw_exchange_and_key():
 
 def test_deliver_and_get_ok_read_back():
     header = codec.method_frame(1, commands.Basic.Ack())  # any bytes stand for the content here
-    frames = codec.deliver_frames(5, codec.shortstr("ctag"), 42, True, ROUTING_RAW, header[7:-1], b"body", 4096)
-    assert decode_deliver(frames[1]) == ("ctag", 42, True, ROUTING_RAW)
+    wire = b"".join(codec.deliver_frames(5, codec.shortstr("ctag"), 42, True, ROUTING_RAW, header[7:-1], b"body", 4096))
+    reader = codec.FrameReader(4096)
+    reader.feed(wire)
+    (_type, _channel, deliver), *_content = reader.frames()
+    assert decode_deliver(deliver) == ("ctag", 42, True, ROUTING_RAW)
     get_ok = _payload(codec.get_ok_frame(5, 7, False, ROUTING_RAW, 12))
     assert decode_get_ok(get_ok) == (7, False, ROUTING_RAW, 12)
     assert split_routing_raw(ROUTING_RAW) == ("orders", "order.créé")
