@@ -8,6 +8,9 @@
   a new declaration with 541 INTERNAL_ERROR within a bounded time instead of hanging; publishing
   with confirms to existing queues keeps working; when the service returns, declarations work
   again everywhere, membership is whole, and nothing defined or confirmed before is lost.
+- One node cut off from the coordination service alone (a TCP forwarder the test cuts): the
+  others drop it and see its queue down while its own clients keep publishing; it comes back
+  whole when the partition heals.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from interop_tests.cluster_nodes import (
     NAMES, ClusterNode, drain, pika_parameters, queue_known_everywhere, three_nodes, wait_until,
 )
 from tests.coordination_services import CoordinationService, EtcdMember, start_etcd, start_zookeeper
+from tests.tcp_cut import TcpCut
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 # etcd's and kazoo's own retry deadline is 10 s (cluster/etcd.py, cluster/zookeeper.py): the first
@@ -349,3 +353,70 @@ def test_the_coordination_service_down_and_back(tmp_path, coordination: Coordina
             kept = drain(c, queue)
             print(f"{queue}: {len(bodies) - len(set(bodies) & set(kept))} of {len(bodies)} confirmed messages lost")
             assert sorted(kept) == sorted(bodies)
+
+
+def _passive_declare_code(node: ClusterNode, queue: str) -> int:
+    """200 if a passive declare of `queue` on `node` succeeds, else the channel.close code."""
+    with pika.BlockingConnection(pika_parameters(node)) as connection:
+        try:
+            connection.channel().queue_declare(queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as refused:
+            return refused.reply_code
+    return 200
+
+
+def test_one_node_cut_off_from_the_coordination_service(tmp_path, coordination: CoordinationService):
+    """A network partition between node c and the coordination service only (clients and the
+    other nodes still reach c): c's session expires, so the others see c gone and its queue down
+    while c's own clients keep publishing to it with confirms and c refuses new declarations;
+    once c reaches the service again it registers, takes its queue back and catches up, and no
+    confirmed message is lost."""
+    if coordination.scheme == "etcd":
+        target = coordination.etcd_members[0].client_port
+    else:
+        target = coordination.zookeeper_port
+    partition = TcpCut("127.0.0.1", target)
+    try:
+        with three_nodes(tmp_path, service=coordination, via={"c": partition.address}) as nodes:
+            a, c = nodes["a"], nodes["c"]
+            confirmed: list[bytes] = []
+            with pika.BlockingConnection(pika_parameters(c)) as connection:
+                channel = connection.channel()
+                channel.confirm_delivery()
+                channel.queue_declare("held-c", durable=True)
+                for number in range(10):
+                    channel.basic_publish("", "held-c", f"before {number}".encode(), PERSISTENT)
+                    confirmed.append(f"before {number}".encode())
+            queue_known_everywhere(nodes, "held-c")
+
+            partition.cut()
+            took = wait_until(lambda: a.live_nodes() == ["a", "b"], "a drops c once c's session expired")
+            print(f"a dropped the cut-off node from membership after {took:.1f} s")
+            wait_until(lambda: _passive_declare_code(a, "held-c") == 404, "a answers 404 for c's queue")
+            with pika.BlockingConnection(pika_parameters(a)) as connection:  # the others carry on
+                connection.channel().queue_declare("declared-during-cut", durable=True)
+            with pika.BlockingConnection(pika_parameters(c)) as connection:  # c's clients too
+                channel = connection.channel()
+                channel.confirm_delivery()
+                for number in range(20):
+                    channel.basic_publish("", "held-c", f"during {number}".encode(), PERSISTENT)
+                    confirmed.append(f"during {number}".encode())
+            code, text, took = _refusal(lambda channel: channel.queue_declare("new-on-c", durable=True), c)
+            print(f"the cut-off node refused a declaration after {took:.1f} s: {code} {text}")
+            assert (code, text) == (541, COMMIT_REFUSED) and took < REFUSAL_WITHIN_S
+
+            partition.restore()
+            took = wait_until(lambda: a.live_nodes() == list(NAMES), "c is back in a's membership", within=30)
+            print(f"c registered again {took:.1f} s after the partition healed")
+            wait_until(lambda: _passive_declare_code(a, "held-c") == 200, "a reaches c's queue again")
+            wait_until(lambda: "declared-during-cut" in {q["name"] for q in c.api("queues").json()},
+                       "c caught up with what was declared meanwhile")
+            wait_until(lambda: _refusal(lambda channel: channel.queue_declare("after-cut-on-c"), c)[0] == 200,
+                       "c accepts declarations again")
+            assert "new-on-c" not in {queue["name"] for queue in a.api("queues").json()}
+            kept = drain(a, "held-c")
+            lost = len([body for body in confirmed if body not in kept])
+            print(f"confirmed messages lost on the cut-off node's queue: {lost} of {len(confirmed)}")
+            assert lost == 0
+    finally:
+        partition.close()
