@@ -108,28 +108,31 @@ class FrameReader:
         offset = self._offset
         end = len(data)
         unpack = _frame_header.unpack_from
+        # Read again before refusing a frame: tune-ok, handled between two frames of this loop,
+        # raises max_frame_size (it only ever grows on one reader).
+        max_size = self.max_frame_size
         self._wanted = 0
         try:
-            while end - offset >= FRAME_OVERHEAD:
+            while end - offset >= 8:  # FRAME_OVERHEAD
                 frame_type, channel, size = unpack(data, offset)
                 # RabbitMQ lets a payload reach frame_max (8 bytes of slack over the spec).
-                if size > self.max_frame_size:
+                if size > max_size and size > (max_size := self.max_frame_size):
                     raise AMQPError(
                         FRAME_ERROR,
                         f"type {frame_type}, all octets = <<>>: "
                         f"{{frame_too_large,{size},{self.max_frame_size - FRAME_OVERHEAD}}}",
                     )
-                frame_end = offset + FRAME_HEADER_SIZE + size
+                frame_end = offset + 7 + size  # FRAME_HEADER_SIZE
                 if frame_end >= end:
                     self._wanted = frame_end + 1 - offset
                     break
-                if data[frame_end] != FRAME_END:
+                if data[frame_end] != 206:  # FRAME_END
                     raise AMQPError(
                         FRAME_ERROR,
                         f"type {frame_type}, all octets = <<>>: "
                         f"{{invalid_frame_end_marker,{data[frame_end]}}}",
                     )
-                payload = data[offset + FRAME_HEADER_SIZE : frame_end]
+                payload = data[offset + 7 : frame_end]
                 offset = frame_end + 1
                 yield frame_type, channel, payload
             else:
