@@ -147,26 +147,47 @@ def test_failed_state_records_mark_the_queue_crashed_and_close_no_connection(
         consumer = opened_client(broker)
         consumer.call(1, commands.Basic.Qos(prefetch_count=10))
         consumer.call(1, commands.Basic.Consume(queue="q", consumer_tag="c"))
-        with monkeypatch.context() as patch:
-            patch.setattr(queue.journal.store, "append_state", no_space)
-            # The message is written; recording its delivery (made by the publisher's publish,
-            # to the consumer's connection) fails, and so does recording the consumer's ack.
-            publisher.publish(1, b"hello", routing_key="q", properties=PERSISTENT)
-            await broker.committer.idle()
-            delivered = consumer.take()
-            assert bodies(delivered) == [b"hello"]
-            consumer.send(1, commands.Basic.Ack(delivery_tag=1))
+        monkeypatch.setattr(queue.journal.store, "append_state", no_space)
+        # The message is written; recording its delivery (made by the publisher's publish,
+        # to the consumer's connection) fails, and so does recording the consumer's ack.
+        publisher.publish(1, b"hello", routing_key="q", properties=PERSISTENT)
+        await broker.committer.idle()
+        assert bodies(consumer.take()) == [b"hello"]
+        consumer.send(1, commands.Basic.Ack(delivery_tag=1))
         assert said(publisher.take()) == expected(commands.Basic.Ack(delivery_tag=1, multiple=False))
         assert publisher.connection.state == OPEN and consumer.connection.state == OPEN
         assert queue.unacked_count == 0
         assert queue.failure is not None and queue.failure.errno == errno.ENOSPC
-        # The queue keeps serving from memory.
+        # The queue keeps serving from memory; a rejection (its record fails too) drops the message.
         publisher.publish(1, b"again", routing_key="q", properties=PERSISTENT)
         await broker.committer.idle()
         assert bodies(consumer.take()) == [b"again"]
+        consumer.send(1, commands.Basic.Reject(delivery_tag=2, requeue=False))
+        assert consumer.connection.state == OPEN
+        assert (queue.message_count, queue.unacked_count) == (0, 0)
 
     run(api, scenario)
     assert api_state(api) == "crashed"
-    assert [r.getMessage() for r in caplog.records if "the queue is marked crashed" in r.getMessage()] == [
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
         "'q': could not record message 1 as delivered: [Errno 28] No space left on device; the queue is marked crashed"
     ]
+
+
+def test_a_delayed_message_whose_write_fails_is_nacked(broker: Broker, api: ManagementClient, monkeypatch) -> None:
+    async def scenario() -> None:
+        client = opened_client(broker)
+        client.call(1, commands.Exchange.Declare(exchange="later", exchange_type="x-delayed-message", durable=True,
+                                                 arguments={"x-delayed-type": "direct"}))
+        client.call(1, commands.Confirm.Select())
+        pending = broker.vhosts["/"].exchanges["later"].pending
+        delayed = commands.Basic.Properties(delivery_mode=2, headers={"x-delay": 60_000})
+        with monkeypatch.context() as patch:
+            patch.setattr(pending.journal.store, "append_message", no_space)
+            received = client.publish(1, b"lost", exchange="later", routing_key="q", properties=delayed)
+        await broker.committer.idle()
+        received += client.take()
+        assert said(received) == expected(commands.Basic.Nack(delivery_tag=1, multiple=False, requeue=True))
+        assert len(pending) == 0
+        assert client.connection.state == OPEN
+
+    run(api, scenario)

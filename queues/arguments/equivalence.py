@@ -9,13 +9,24 @@ the vhost's check, not this one.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from queues.arguments.texts import describe_argument, plain, resource
 
 if TYPE_CHECKING:
-    from exchanges.exchange import Exchange
     from queues.queue import Queue
+
+
+class DeclaredExchange(Protocol):
+    """What a redeclaration is compared with (an exchanges.Exchange; queues/ does not import
+    the exchanges package)."""
+
+    name: str
+    type_name: str
+    durable: bool
+    auto_delete: bool
+    internal: bool
+    arguments: dict[str, Any]
 
 # Queue arguments that must match on redeclaration (rabbit_amqqueue:declare_args()).
 EQUIVALENT_QUEUE_ARGUMENTS = (
@@ -67,7 +78,7 @@ def flag(value: bool) -> str:
 
 
 def check_exchange(
-    vhost: str, existing: "Exchange", type_name: str, durable: bool, auto_delete: bool, internal: bool,
+    vhost: str, existing: DeclaredExchange, type_name: str, durable: bool, auto_delete: bool, internal: bool,
     arguments: dict[str, Any],
 ) -> None:
     """Raise Inequivalent unless a declare with these properties matches `existing`."""
