@@ -1,0 +1,56 @@
+"""The ZooKeeper backend while ZooKeeper is out of reach: a write is refused at once, and a
+refused write is never applied later. kazoo would queue it and send it on reconnecting, so a
+declaration its client was told failed (541) would appear after all."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from cluster import connect, parse_cluster_address
+from cluster.coordinator import CoordinationUnavailable
+from tests.coordination_services import start_zookeeper
+
+
+def test_a_write_while_disconnected_is_refused_at_once_and_never_applied_later(tmp_path):
+    service = start_zookeeper(tmp_path / "zk")
+    try:
+        async def scenario() -> None:
+            coordinator = await connect(parse_cluster_address(service.url(f"z-{uuid.uuid4().hex[:6]}")), 2)
+            try:
+                await coordinator.put("definitions/queues/before", b"kept")
+                service.kill9_all()
+                deadline = time.monotonic() + 10
+                while coordinator._client.connected:  # kazoo notices the closed socket
+                    assert time.monotonic() < deadline, "kazoo still says connected 10 s after ZooKeeper died"
+                    await asyncio.sleep(0.05)
+                started = time.monotonic()
+                with pytest.raises(CoordinationUnavailable):
+                    await coordinator.compare_and_set("definitions/queues/refused", b"never", None)
+                with pytest.raises(CoordinationUnavailable):
+                    await coordinator.delete("definitions/queues/before")
+                took = time.monotonic() - started
+                assert took < 1, f"the refusals took {took:.1f} s"
+
+                service.start_again()
+                # kazoo sends queued requests in order: a read made after reconnecting comes after
+                # anything it kept queued, so it would see a refused write applied.
+                deadline = time.monotonic() + 15
+                while True:
+                    try:
+                        refused = await coordinator.get("definitions/queues/refused")
+                        kept = await coordinator.get("definitions/queues/before")
+                        break
+                    except CoordinationUnavailable:
+                        assert time.monotonic() < deadline, "ZooKeeper did not answer again"
+                assert refused is None
+                assert kept is not None and kept.value == b"kept"
+            finally:
+                await coordinator.close()
+
+        asyncio.run(scenario())
+    finally:
+        service.stop()
