@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.replicated_journal import ReplicatedJournal
 from cluster.coordinator import CoordinationUnavailable, Coordinator
-from cluster.replication.election import GroupRecord
+from cluster.replication.election import GroupKeys, GroupRecord
 from cluster.replication.manager import ReplicaManager, group_members
 from cluster.replication.replica import QueueReplica, Role
 from persistence.group_commit import GroupCommitter
@@ -62,6 +62,19 @@ def is_replicated(entry: dict[str, Any]) -> bool:
     return bool(entry.get("durable")) and arguments.get("x-queue-type") in (QUORUM, QUORUM.encode())
 
 
+class MembershipRefused(Exception):
+    """A membership change that cannot be made; the text says why."""
+
+
+def _refuse(reason: str) -> GroupRecord:
+    raise MembershipRefused(reason)
+
+
+def _with_members(record: GroupRecord, members: tuple[str, ...]) -> GroupRecord:
+    return GroupRecord(record.queue, record.term, record.leader, record.leader_address, members,
+                       tuple(m for m in record.in_sync if m in members), record.transfer_to)
+
+
 def _ignore_commit(index: int) -> None:
     pass
 
@@ -76,6 +89,7 @@ class ReplicatedQueues:
     def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
                  live_nodes: Callable[[], list[str]]) -> None:
         self.node = node
+        self._coordinator = coordinator
         self._committer = committer
         self._live_nodes = live_nodes
         self.manager = ReplicaManager(node=node, coordinator=coordinator, data_dir=data_dir, committer=committer,
@@ -123,6 +137,50 @@ class ReplicatedQueues:
         return {"type": QUORUM, "leader": record.leader, "members": list(record.members),
                 "online": [member for member in record.members if member in live],
                 "in_sync": list(record.in_sync)}
+
+    # -- membership changes (ctl add_member, delete_member, transfer_leadership) -----------------------
+
+    async def add_member(self, vhost: str, name: str, node: str) -> None:
+        """Add `node` (a live cluster node) to the queue's group: it starts a replica, gets the
+        whole log, and counts for the majority once the leader sees the change. Raises
+        MembershipRefused."""
+        if node not in self._live_nodes():
+            raise MembershipRefused(f"node '{node}' is not a running member of the cluster")
+        await self._change(vhost, name, lambda record: _with_members(record, (*record.members, node))
+                           if node not in record.members else _refuse(f"node '{node}' is already a member"))
+
+    async def delete_member(self, vhost: str, name: str, node: str) -> None:
+        """Remove `node` from the queue's group (a leader that is removed hands over at once).
+        Raises MembershipRefused."""
+        def without(record: GroupRecord) -> GroupRecord:
+            if node not in record.members:
+                _refuse(f"node '{node}' is not a member")
+            if len(record.members) == 1:
+                _refuse("the last member of a queue's group cannot be removed")
+            return _with_members(record, tuple(m for m in record.members if m != node))
+
+        await self._change(vhost, name, without)
+
+    async def transfer_leadership(self, vhost: str, name: str, node: str) -> None:
+        """Ask the queue's leader to hand over to member `node` once it has every record (the
+        queue moves there). Raises MembershipRefused."""
+        def to(record: GroupRecord) -> GroupRecord:
+            if node not in record.members:
+                _refuse(f"node '{node}' is not a member")
+            return GroupRecord(record.queue, record.term, record.leader, record.leader_address, record.members,
+                               record.in_sync, "" if node == record.leader else node)
+
+        await self._change(vhost, name, to)
+
+    async def _change(self, vhost: str, name: str, change: Callable[[GroupRecord], GroupRecord]) -> None:
+        keys = GroupKeys(self._coordinator, queue_id(vhost, name))
+        for _attempt in range(10):  # the leader rewrites the record's in-sync set now and then
+            record, version = await keys.read()
+            if record is None or version is None:
+                raise MembershipRefused(f"queue '{name}' in vhost '{vhost}' has no replica group")
+            if await keys.replace(change(record), version) is not None:
+                return
+        raise MembershipRefused("the queue's group kept changing; try again")
 
     def journal_for(self, vhost: str, name: str, open_store: Callable[[], QueueStore],
                     arguments: dict[str, Any]) -> ReplicatedJournal:

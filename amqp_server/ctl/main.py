@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from amqp_server.ctl import admin_commands as admin
-from amqp_server.ctl import alarm_commands, policy_commands, tls_commands
+from amqp_server.ctl import alarm_commands, policy_commands, queue_member_commands, tls_commands
 from amqp_server.ctl.admin_commands import Session
 from amqp_server.ctl.api_client import ApiError, ManagementClient
 from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_USAGE, ArgumentError, CtlError
@@ -79,6 +79,12 @@ ADMIN_COMMANDS: dict[str, tuple[Callable[..., int], tuple[str, ...], str]] = {
     "clear_user_limits": (policy_commands.clear_user_limits, ("username", "limit"),
                           "lift one limit of a user (or all)"),
     "list_user_limits": (policy_commands.list_user_limits, (), "the limits of the user given with --user, as JSON"),
+    "add_member": (queue_member_commands.add_member, ("queue", "node"),
+                   "add a replica of a quorum queue (vhost given with -p) on a cluster node"),
+    "delete_member": (queue_member_commands.delete_member, ("queue", "node"),
+                      "remove a quorum queue's replica on a node (its leader hands over first)"),
+    "transfer_leadership": (queue_member_commands.transfer_leadership, ("queue", "node"),
+                            "move a quorum queue's leadership to one of its members once it has every record"),
 }
 # Commands with options of their own besides the connection options.
 _POLICY_SETTERS = ("set_policy", "set_operator_policy")

@@ -15,8 +15,9 @@ Keys, under the cluster's prefix (``<q>`` is the queue's id as a `leaf_name`):
     leader), so once a majority has voted the old leader can no longer commit anything.
 
 The winner of an election is the voter whose log is the most up to date (last term, then last
-index; on a tie the record's leader, which before term 1 is the node that created the group,
-then in-sync members, then the name, to make it deterministic). Because every committed
+index; on a tie the member a leadership transfer names, then the record's leader, which before
+term 1 is the node that created the group, then in-sync members, then the name, to make it
+deterministic). Because every committed
 entry is on a majority and the winner is chosen from a majority of votes, the winner's log holds
 every committed entry: this is Raft's election restriction with the coordination service
 counting the votes (`choose_leader`).
@@ -43,17 +44,23 @@ class GroupRecord:
     leader_address: str  # host:port of the leader's replication listener
     members: tuple[str, ...]
     in_sync: tuple[str, ...]
+    # A member an operator asked to lead (ctl transfer_leadership): the leader hands over once
+    # it has every entry, and the election prefers it among equally complete logs. "" when none.
+    transfer_to: str = ""
 
     def encode(self) -> bytes:
-        return json.dumps({"queue": self.queue, "term": self.term, "leader": self.leader,
-                           "leader_address": self.leader_address, "members": list(self.members),
-                           "in_sync": list(self.in_sync)}, sort_keys=True).encode()
+        fields = {"queue": self.queue, "term": self.term, "leader": self.leader,
+                  "leader_address": self.leader_address, "members": list(self.members),
+                  "in_sync": list(self.in_sync)}
+        if self.transfer_to:
+            fields["transfer_to"] = self.transfer_to
+        return json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> "GroupRecord":
         fields = json.loads(data)
         return cls(str(fields["queue"]), int(fields["term"]), str(fields["leader"]), str(fields["leader_address"]),
-                   tuple(fields["members"]), tuple(fields["in_sync"]))
+                   tuple(fields["members"]), tuple(fields["in_sync"]), str(fields.get("transfer_to", "")))
 
     @property
     def majority(self) -> int:
@@ -78,8 +85,8 @@ def choose_leader(votes: Iterable[Vote], record: GroupRecord) -> str | None:
     ballots = [v for v in votes if v.node in record.members]
     if len(ballots) < record.majority:
         return None
-    best = max(ballots, key=lambda v: (v.last_term, v.last_index, v.node == record.leader,
-                                       v.node in record.in_sync, v.node))
+    best = max(ballots, key=lambda v: (v.last_term, v.last_index, v.node == record.transfer_to,
+                                       v.node == record.leader, v.node in record.in_sync, v.node))
     return best.node
 
 

@@ -101,6 +101,20 @@ class LeaderReplication:
         follower.match_index = min(follower.match_index, hello.last_index)
         return True
 
+    def change_members(self, members: Iterable[str]) -> None:
+        """The group's members changed (one added or removed at a time, in the group record): a
+        new follower starts probing from our log's end, a removed one no longer counts, and the
+        majority is the new group's. One member at a time keeps every majority of the old group
+        overlapping every majority of the new one."""
+        wanted = [m for m in dict.fromkeys(members) if m != self.node]
+        for node in [n for n in self._followers if n not in wanted]:
+            del self._followers[node]
+        for node in wanted:
+            if node not in self._followers:
+                self._followers[node] = _Follower(self.log.last_index + 1)
+        self.majority = (len(wanted) + 1) // 2 + 1
+        self._advance_commit()
+
     def follower_lost(self, node: str) -> None:
         follower = self._followers.get(node)
         if follower is None:

@@ -380,6 +380,8 @@ class QueueReplica:
                     await self._claim(created, version, 1)
             return
         self.record = record
+        if self.role is not Role.LEADER and set(record.members) != set(self.members):
+            self.members = tuple(record.members)
         lease = await self._keys.lease()
         if self.role is Role.LEADER:
             await self._lead(record, version, lease)
@@ -408,12 +410,43 @@ class QueueReplica:
             log.warning("%s: lost the lease of %s at term %d; stepping down", self.node, self.queue, leader.term)
             self._become(Role.FOLLOWER)
             return
+        if self.node not in record.members or self._transfer_ready(record):
+            # Removed from the group, or handing leadership to the member an operator named:
+            # the lease goes at once, so the others elect without waiting for it to expire.
+            log.warning("%s: hands over the leadership of %s at term %d (%s)", self.node, self.queue, leader.term,
+                        "removed from the group" if self.node not in record.members
+                        else f"transfer to {record.transfer_to}")
+            self._become(Role.FOLLOWER)
+            await self._keys.release_lease()
+            return
+        if set(record.members) != set(self.members):
+            self._change_members(record.members)
         # Compared with the record at every poll, so a lost compare-and-set is retried by the next.
-        if set(record.in_sync) != set(leader.in_sync_members()):
+        if set(record.in_sync) != {m for m in leader.in_sync_members() if m in record.members}:
             updated = GroupRecord(record.queue, record.term, record.leader, record.leader_address, record.members,
-                                  tuple(leader.in_sync_members()))
+                                  tuple(m for m in leader.in_sync_members() if m in record.members),
+                                  record.transfer_to)
             assert version is not None
             await self._keys.replace(updated, version)
+
+    def _transfer_ready(self, record: GroupRecord) -> bool:
+        """A transfer to another member is asked for and that member has all of our log."""
+        target = record.transfer_to
+        if not target or target == self.node or target not in record.members or self.leader is None:
+            return False
+        connected, acknowledged, _ = self.leader.progress().get(target, (False, 0, 0))
+        return connected and acknowledged >= self.log.last_index
+
+    def _change_members(self, members: Sequence[str]) -> None:
+        log.info("%s: members of %s are now %s", self.node, self.queue, ",".join(members))
+        self.members = tuple(members)
+        if self.leader is not None:
+            self.leader.change_members(members)
+            for node in [n for n in self._followers if n not in members]:
+                self._followers.pop(node).close()
+            if self.leader.commit_index:
+                self._on_commit(self.leader.commit_index)
+            self._flush_soon()
 
     async def _elect(self, record: GroupRecord, version: int) -> None:
         term = record.term + 1
@@ -423,7 +456,12 @@ class QueueReplica:
         await self._keys.vote(term, Vote(self.node, self.log.last_term, self.log.last_index))
         deadline = time.monotonic() + self._election_timeout
         while time.monotonic() < deadline:
-            winner = choose_leader(await self._keys.votes(term, record.members), record)
+            votes = await self._keys.votes(term, record.members)
+            winner = choose_leader(votes, record)
+            if (winner is not None and record.transfer_to in record.members
+                    and record.transfer_to not in {vote.node for vote in votes}
+                    and time.monotonic() < deadline - self._election_timeout / 2):
+                winner = None  # a transfer names a member that has not voted yet: give it a moment
             if winner == self.node:
                 await self._claim(record, version, term)
                 return
@@ -434,11 +472,15 @@ class QueueReplica:
     async def _claim(self, record: GroupRecord, version: int, term: int) -> None:
         if not await self._keys.take_lease(Lease(term, self.node)):
             return
-        claimed = GroupRecord(record.queue, term, self.node, self._listener.address, record.members, (self.node,))
+        # A transfer stands until the member it names leads.
+        transfer_to = record.transfer_to if record.transfer_to != self.node else ""
+        claimed = GroupRecord(record.queue, term, self.node, self._listener.address, record.members, (self.node,),
+                              transfer_to)
         if await self._keys.replace(claimed, version) is None:
             await self._keys.release_lease()
             return
         self.record = claimed
+        self.members = tuple(record.members)
         self.leader = LeaderReplication(self.node, term, self.log, record.members)
         self.leader.start_term()
         log.info("%s: leader of %s at term %d (log ends at %d)", self.node, self.queue, term, self.log.last_index)
