@@ -5,8 +5,9 @@
   election; every confirmed message not acked is there; the ones a consumer held come back with
   redelivered=true and x-delivery-count 1; acked ones do not come back.
 - The fault test: a publisher with confirms and a host list, and a consumer acking, run while the
-  test kills the queue's leader with `kill -9` and restarts it, again and again
-  (REPLICATED_QUEUE_LEADER_KILLS, default 4; REPLICATED_QUEUE_SEED repeats a run). It prints
+  test kills the queue's leader with `kill -9` and restarts it, again and again, and a follower
+  after every second leader kill (REPLICATED_QUEUE_LEADER_KILLS, default 4;
+  REPLICATED_QUEUE_SEED repeats a run). It prints
   "confirmed lost: N" and asserts 0; against the harness's broken build
   (interop_tests/broken_replication_broker.py: confirms at once, replicates in 50 ms batches) it
   must report lost messages.
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import threading
@@ -24,6 +26,7 @@ import pika
 import pytest
 from pika.exceptions import AMQPError as PikaError
 
+from amqp_server.ctl.main import main as ctl_main
 from interop_tests.cluster_nodes import SESSION_TTL, ClusterNode, queue_known_everywhere, three_nodes, wait_until
 
 QUORUM = {"x-queue-type": "quorum"}
@@ -115,6 +118,56 @@ def test_a_quorum_queue_moves_to_a_survivor_when_its_leader_is_killed(tmp_path):
                    "the restarted node follows the new leader")
 
 
+def _ctl(node: ClusterNode, *arguments: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = ctl_main(["--port", str(node.management_port), *arguments], out=out, err=err)
+    return code, out.getvalue() + err.getvalue()
+
+
+def _group(node: ClusterNode, queue: str) -> dict:
+    return node.api(f"queues/%2F/{queue}").json()
+
+
+def test_ctl_adds_and_removes_members_and_moves_leadership_without_losing_messages(tmp_path):
+    with three_nodes(tmp_path) as nodes:
+        a, b, c = nodes["a"], nodes["b"], nodes["c"]
+        connection = pika.BlockingConnection(_parameters(a))
+        channel = connection.channel()
+        channel.queue_declare("pair", durable=True, arguments={**QUORUM, "x-quorum-initial-group-size": 2})
+        channel.queue_declare("classic", durable=True)
+        channel.confirm_delivery()
+        for number in range(20):
+            channel.basic_publish("", "pair", f"m{number}".encode(), PERSISTENT)
+        connection.close()
+        queue_known_everywhere(nodes, "pair")
+        wait_until(lambda: _group(b, "pair").get("members") == ["a", "b"], "the group is a and b")
+
+        code, text = _ctl(b, "add_member", "pair", "c")
+        assert code == 0, text
+        assert "Adding a replica for queue pair on node c" in text
+        wait_until(lambda: sorted(_group(a, "pair")["in_sync"]) == ["a", "b", "c"], "c caught up")
+
+        code, text = _ctl(c, "transfer_leadership", "pair", "c")
+        assert code == 0, text
+        wait_until(lambda: _group(a, "pair")["leader"] == "c" and _queue_node(a, "pair") == "c"
+                   and _queue_node(b, "pair") == "c", "c leads and holds the queue")
+
+        code, text = _ctl(a, "delete_member", "pair", "a")
+        assert code == 0, text
+        wait_until(lambda: _group(b, "pair")["members"] == ["b", "c"] and _group(b, "pair")["online"] == ["b", "c"],
+                   "a is no longer a member")
+        assert [body for body, _, _ in _drain(a, "pair")] == [f"m{n}".encode() for n in range(20)]
+
+        code, text = _ctl(a, "add_member", "classic", "c")
+        assert code == 70 and text.endswith("Error:\nCannot add members to a classic queue\n"), text
+        code, text = _ctl(a, "delete_member", "pair", "nobody")
+        assert code == 70 and "node 'nobody' is not a member" in text
+        code, text = _ctl(a, "add_member", "pair", "nobody")
+        assert code == 70 and "node 'nobody' is not a running member of the cluster" in text
+        code, text = _ctl(a, "add_member", "missing", "c")
+        assert code == 70 and "no queue 'missing' in vhost '/'" in text
+
+
 @dataclass
 class _Record:
     confirmed: list[int] = field(default_factory=list)
@@ -156,8 +209,10 @@ def _consume(hosts: list[pika.ConnectionParameters], record: _Record, stop: thre
             connection = pika.BlockingConnection(hosts)
             channel = connection.channel()
             channel.basic_qos(prefetch_count=20)
+            held = 0
+            consuming_until = time.monotonic() + chooser.uniform(0.3, 1.0)
             for method, properties, body in channel.consume("faults", inactivity_timeout=0.5):
-                if stop.is_set():
+                if stop.is_set() or time.monotonic() > consuming_until:
                     break
                 if method is None:
                     continue
@@ -169,11 +224,15 @@ def _consume(hosts: list[pika.ConnectionParameters], record: _Record, stop: thre
                 else:
                     record.seen.add(number)
                     record.first_deliveries.append(number)
-                if chooser.random() < 0.05:
+                if held < 5 and chooser.random() < 0.05:
+                    held += 1
                     continue  # held unacked: comes back when its consumer or the leader goes
                 channel.basic_ack(method.delivery_tag)
                 record.acked.add(number)
             connection.close()
+            # Away for a while, so that a backlog (where a lost message shows) builds up: while
+            # a queue has consumers, flow control holds publishers back to their pace.
+            time.sleep(chooser.uniform(0.5, 1.5))
         except (PikaError, OSError):
             time.sleep(0.2)
 
@@ -210,6 +269,14 @@ def _fault_run(tmp_path, module: str, leader_kills: int, seed: int) -> tuple[_Re
                            "a survivor leads the queue", within=SESSION_TTL + 20)
                 victim.broker.restart()
                 wait_until(lambda: victim.live_nodes() == sorted(nodes), "the killed node is back", 30)
+                if kill % 2 == 1:  # and now and then a follower
+                    leader = _queue_node(survivor, "faults")
+                    follower = chooser.choice([n for n in order if n.name != leader])
+                    print(f"kill -9 follower {follower.name} ({len(record.confirmed)} confirmed so far)")
+                    follower.broker.kill()
+                    time.sleep(chooser.uniform(0.2, 1.0))
+                    follower.broker.restart()
+                    wait_until(lambda: follower.live_nodes() == sorted(nodes), "the killed follower is back", 30)
             time.sleep(1.0)
         finally:
             stop.set()

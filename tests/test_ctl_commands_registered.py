@@ -14,7 +14,8 @@ ISSUE_COMMANDS = (
     "delete_user change_password set_permissions add_vhost delete_vhost purge_queue delete_queue close_connection "
     "export_definitions import_definitions status"
 ).split()
-ALSO = ("trace_on", "trace_off", "set_vm_memory_high_watermark", "set_disk_free_limit", "cluster_status")
+ALSO = ("trace_on", "trace_off", "set_vm_memory_high_watermark", "set_disk_free_limit", "cluster_status",
+        "add_member", "delete_member", "transfer_leadership")
 
 
 def test_every_command_is_registered_with_help():
