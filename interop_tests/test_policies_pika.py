@@ -347,6 +347,16 @@ def test_reject_publish_dlx_from_a_policy_nacks_and_dead_letters_the_overflow(ap
     assert drain(channel, queue) == [b"kept"]
 
 
+def test_policies_are_listed_by_ascending_priority(api, unique):
+    names = {unique("pol-list-x"): 0, unique("pol-list-y"): 9, unique("pol-list-w"): 3}
+    for name, priority in names.items():
+        api.set_policy(name, "^nothing-matches-this$", {"max-length": 1}, priority=priority)
+        api.set_policy(name, "^nothing-matches-this$", {"max-length": 1}, priority=priority, operator=True)
+    expected = sorted(names, key=names.get)
+    for path in ("/api/policies", "/api/policies/%2F", "/api/operator-policies", "/api/operator-policies/%2F"):
+        assert [p["name"] for p in api.get(path) if p["name"] in names] == expected, path
+
+
 # -- this broker's own behaviour ---------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ exchanges that exist (policy_application.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -63,10 +63,16 @@ def _policies_in(request: web.Request) -> tuple["VirtualHost", PolicySet, bool]:
     return vhost, (vhost.operator_policies if operator else vhost.policies), operator
 
 
+def _by_priority(item: dict[str, Any]) -> tuple:
+    """RabbitMQ lists policies by ascending priority (rabbit_policy:sort_by_priority), in the
+    API and in rabbitmqctl alike; ties, which it leaves unordered, by vhost and name here."""
+    return (item["priority"], item["vhost"], item["name"])
+
+
 async def list_policies(request: web.Request) -> web.Response:
     if "vhost" in request.match_info:
         _vhost, policies, _operator_ = _policies_in(request)
-        return list_reply(request, [policy.as_json() for policy in policies])
+        return list_reply(request, [policy.as_json() for policy in policies], default_order=_by_priority)
     user, operator = caller(request), _operator(request)
     _require_policy_rights(user, operator)
     items = [
@@ -75,7 +81,7 @@ async def list_policies(request: web.Request) -> web.Response:
         if user.is_admin or user.may_see_vhost_contents(vhost.name)
         for policy in (vhost.operator_policies if operator else vhost.policies)
     ]
-    return list_reply(request, items)
+    return list_reply(request, items, default_order=_by_priority)
 
 
 async def show_policy(request: web.Request) -> web.Response:
