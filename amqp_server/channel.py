@@ -24,7 +24,7 @@ from amqp_server.delivery_timeouts import DeliveryTimeouts
 from amqp_server.errors import AMQPError
 from amqp_server.ordered_replies import OrderedReplies
 from amqp_server.publisher_confirms import PublisherConfirms
-from amqp_server.cluster_forwarded import forwarded_queues
+from amqp_server.cluster_forwarded import ForwardFlow, forwarded_queues
 from amqp_server.content_assembly import ContentAssembly
 from amqp_server.publishing import begin_publish, complete_publish, refused_header
 from amqp_server.settlement import apply_settlement, settle
@@ -81,6 +81,7 @@ class Channel:
         # On a cluster link's channel, after a forward-to: the queues of this node the next
         # publishes go into, unrouted (cluster_forwarded.py). None on every client channel.
         self.forward_targets: tuple["Queue", ...] | None = None
+        self.forward_flow: ForwardFlow | None = None  # its channel.flow to the sending node, once needed
 
     def advance(self, event: ChannelEvent) -> None:
         """Move to the state `event` leads to (states.py); IllegalTransition if this state does
@@ -109,6 +110,8 @@ class Channel:
             raise codec.cannot_decode(payload) from None
         if index == FORWARD_TO_METHOD and self.connection.is_cluster_link:
             self.forward_targets = forwarded_queues(self, payload)
+            if self.forward_flow is None:
+                self.forward_flow = ForwardFlow(self)
             return
         if index == codec.ACCESS_REQUEST_METHOD:
             # Kept by RabbitMQ for very old clients: always granted, ticket 1 (pamqp 4 lacks the class).

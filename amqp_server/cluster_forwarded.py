@@ -12,6 +12,13 @@ refused (a nack to the publisher, who may publish it again and have it routed af
 sending node believed the queue is here, and confirming would lose the message. A name may
 also be a direct reply-to address of a channel here (a reply published on another node): the
 message is delivered to that channel, as a reply published here would be.
+
+Flow control (`ForwardFlow`): a queue here congested by forwarded publishes does not stop this
+node reading the link, as it stops reading a client that publishes into it: the same link
+carries the acks of the sending node's consumers of that queue, which are what drain it, so
+reading nothing would wait for them forever. The channel is sent channel.flow(active=false)
+instead, and channel.flow(active=true) once every such queue drained (the sending node then stops
+and resumes reading its own publishers, cluster_link.ForwardStream).
 """
 
 from __future__ import annotations
@@ -19,8 +26,11 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
+from pamqp import commands
+
 from amqp_server import codec
 from amqp_server.cluster_link_frames import decode_forward_to
+from amqp_server.states import ChannelState, ConnectionState
 from amqp_server.reply_to import ReplyRegistry, is_reply_key
 from queues.message import Message
 from queues.publish_outcome import ENQUEUED, REJECTED
@@ -81,3 +91,36 @@ class ReplyAddress:
     def publish(self, message: Message) -> int:
         self._registry.deliver(message, self._vhost)
         return ENQUEUED
+
+
+class ForwardFlow:
+    """channel.flow on one link channel that forwards into this node's queues: off while any
+    queue it published into is congested, on again once they all drained (module docstring)."""
+
+    __slots__ = ("_channel", "_holding")
+
+    def __init__(self, channel: "Channel") -> None:
+        self._channel = channel
+        self._holding: set["Queue"] = set()
+
+    def hold(self, queue: "Queue") -> None:
+        """`queue` is congested by this channel's publishes: ask the sending node to pause."""
+        if queue in self._holding:
+            return
+        first = not self._holding
+        self._holding.add(queue)
+        queue.flow_waiters[self] = lambda: self._release(queue)
+        if first:
+            self._send(False)
+
+    def _release(self, queue: "Queue") -> None:
+        self._holding.discard(queue)
+        if not self._holding:
+            self._send(True)
+
+    def _send(self, active: bool) -> None:
+        channel = self._channel
+        connection = channel.connection
+        if (channel.state is ChannelState.OPEN and connection.state is ConnectionState.OPEN
+                and connection.channels.get(channel.id) is channel):
+            connection.send_method(channel.id, commands.Channel.Flow(active=active))

@@ -51,6 +51,7 @@ _STREAM_CHANNEL = 1
 _BASIC_ACK = 0x003C0050
 _BASIC_NACK = 0x003C0078
 _BASIC_CANCEL = 0x003C001E
+_CHANNEL_FLOW = 0x00140014
 _CHANNEL_CLOSE = 0x00140028
 _CHANNEL_CLOSE_OK = 0x00140029
 
@@ -289,6 +290,10 @@ class ForwardStream:
         self._unconfirmed: OrderedDict[int, list[SyncCallback] | None] = OrderedDict()
         self._congested_queues: list[Any] = []  # queues whose publishers wait for room here
         self._lost: str | None = None
+        # The owner's channel.flow(active=false): one of its queues is congested by what this
+        # stream forwards, so this node stops reading the publishers into its queues until
+        # channel.flow(active=true). (No flow-ok: the owner does not wait for one.)
+        self._held_by_owner = False
 
     def open(self) -> None:
         """Open the channel and turn confirms on, ahead of any publish."""
@@ -301,9 +306,9 @@ class ForwardStream:
         return len(self._unconfirmed)
 
     def is_congested(self, queue: Any) -> bool:
-        """Past FORWARD_HIGH (or while the socket is full): `queue` is told (release_flow) when
-        room comes back."""
-        if len(self._unconfirmed) <= FORWARD_HIGH and not self._link.write_paused:
+        """Past FORWARD_HIGH (or while the socket is full, or the owner asked to pause):
+        `queue` is told (release_flow) when room comes back."""
+        if len(self._unconfirmed) <= FORWARD_HIGH and not self._link.write_paused and not self._held_by_owner:
             return False
         if queue not in self._congested_queues:
             self._congested_queues.append(queue)
@@ -365,6 +370,10 @@ class ForwardStream:
             tag, multiple = codec.decode_ack(payload)
             self._confirmed(tag, multiple, None if index == _BASIC_ACK else OSError(
                 f"node {self._link.node} did not accept the message"))
+        elif index == _CHANNEL_FLOW:
+            self._held_by_owner = not codec.decode_method(payload).active
+            if not self._held_by_owner:
+                self.room_changed()
         elif index == _CHANNEL_CLOSE:
             method = codec.decode_method(payload)
             self._link.write(codec.method_frame(_STREAM_CHANNEL, commands.Channel.CloseOk()))
@@ -392,8 +401,9 @@ class ForwardStream:
             self.room_changed()
 
     def room_changed(self) -> None:
-        """Room in the stream (confirms came, the socket drained): resume paused publishers."""
-        if self._link.write_paused or len(self._unconfirmed) >= FORWARD_LOW:
+        """Room in the stream (confirms came, the socket drained, the owner resumed): resume
+        paused publishers."""
+        if self._link.write_paused or len(self._unconfirmed) >= FORWARD_LOW or self._held_by_owner:
             return
         queues, self._congested_queues = self._congested_queues, []
         for queue in queues:

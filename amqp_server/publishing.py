@@ -181,7 +181,10 @@ def route_publish(
                 write_failed = True
             delivered = True
             if queue.congested:
-                connection.throttle(queue)
+                if channel.forward_flow is None:
+                    connection.throttle(queue)
+                else:  # forwarded by another node: pause it, keep reading the link (cluster_forwarded.py)
+                    channel.forward_flow.hold(queue)
     if delivered:
         broker.stats.routed += 1
     elif mandatory:
