@@ -73,6 +73,7 @@ class ReplicatedJournal(QueueJournal):
         self._waiting: deque[tuple[int, SyncCallback]] = deque()  # (log index, callback)
         self._commit_index = 0
         self._handing_over = False
+        self._lost = False  # it led and stopped: nothing it is given from now on is replicated
 
     # -- the replica's reports (ReplicaManager.host) ---------------------------------------------
 
@@ -97,6 +98,7 @@ class ReplicatedJournal(QueueJournal):
         was_leading, self._leading = self._leading, False
         self._fail_pending()
         if was_leading:
+            self._lost = True
             self._on_lost(self)
 
     def _fail_pending(self) -> None:
@@ -179,6 +181,10 @@ class ReplicatedJournal(QueueJournal):
 
     def request_sync(self, callback: SyncCallback) -> None:
         """Call `callback(error)` once a majority of the group fsynced everything journaled so far."""
+        if self._lost:  # until the queue here is handed over (the same loop iteration or the next)
+            asyncio.get_running_loop().call_soon(callback, NotReplicated(
+                f"the replica of {self.store.queue!r} no longer leads its group"))
+            return
         if not self._leading:
             self._unplaced.append(callback)
             return

@@ -1,0 +1,150 @@
+"""The replicated queue's journal (amqp_server/replicated_journal.py) on a real replica log and
+queue store, with the replica's commits and role changes driven by hand:
+
+- a confirm (request_sync) waits for the replica's commit index to cover every record so far,
+  never for the local fsync alone;
+- records made before the replica leads go to its log in order when it does;
+- a replica that stops leading fails what waits (the publisher gets a nack) and everything after;
+- a new leader rebuilds the queue from the log: ready messages in order, the ones a consumer held
+  requeued with their delivery count, acked ones gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from amqp_server.replicated_journal import NotReplicated, ReplicatedJournal
+from cluster.replication.log import FileReplicaLog
+from cluster.replication.queue_log import QueueState
+from cluster.replication.replica import Role
+from persistence.queue_store import QueueStore
+from queues.message import Message, content_header
+from queues.queue_entry import QueueEntry
+
+PERSISTENT_PROPERTIES = b"\x10\x00\x02"  # property flags: delivery-mode; delivery-mode 2
+
+
+class _Replica:
+    """What the journal uses of a QueueReplica: its role, its log and `publish`."""
+
+    def __init__(self, directory: Path, role: Role = Role.LEADER) -> None:
+        self.queue = '["/","q"]'
+        self.role = role
+        self.log = FileReplicaLog(directory)
+
+    def publish(self, payload: bytes) -> int:
+        assert self.role is Role.LEADER
+        return self.log.append(1, payload)
+
+
+def _journal(tmp_path: Path, replica: _Replica, lost: list | None = None) -> ReplicatedJournal:
+    def open_store() -> QueueStore:
+        return QueueStore.for_queue(tmp_path / "data", "/", "q")
+
+    journal = ReplicatedJournal(open_store(), None, replica, open_store,  # type: ignore[arg-type]
+                                (lost if lost is not None else []).append, lambda journal: None)
+    journal.recover()
+    return journal
+
+
+def _entry(seq: int, body: bytes) -> QueueEntry:
+    return QueueEntry(Message("", "q", content_header(len(body), PERSISTENT_PROPERTIES), body), seq)
+
+
+async def _test_a_confirm_waits_for_the_commit_index_not_for_the_local_disk(tmp_path):
+    replica = _Replica(tmp_path / "log")
+    journal = _journal(tmp_path, replica)
+    outcomes: list = []
+    assert journal.published(_entry(1, b"one"))
+    journal.request_sync(outcomes.append)
+    assert journal.published(_entry(2, b"two"))
+    journal.request_sync(outcomes.append)
+    journal.store.flush()
+    await asyncio.sleep(0.01)
+    assert outcomes == []  # written locally: not enough
+    journal.on_commit(1)
+    assert outcomes == [None]  # the first confirm only
+    journal.on_commit(2)
+    assert outcomes == [None, None]
+    states = QueueState.rebuild(payload for _, _, payload in replica.log.entries())
+    assert [states.messages[s].body for s in sorted(states.messages)] == [b"one", b"two"]
+
+
+async def _test_records_made_before_the_replica_leads_go_to_its_log_in_order_when_it_does(tmp_path):
+    replica = _Replica(tmp_path / "log", Role.FOLLOWER)
+    journal = _journal(tmp_path, replica)
+    outcomes: list = []
+    first = _entry(1, b"early")
+    journal.published(first)
+    first.delivery_count = 1
+    journal.delivered(first)
+    journal.request_sync(outcomes.append)
+    assert replica.log.last_index == 0
+    replica.role = Role.LEADER
+    journal.on_role(Role.LEADER)
+    assert replica.log.last_index == 2
+    journal.on_commit(1)
+    assert outcomes == []  # the delivered record is not committed yet
+    journal.on_commit(2)
+    assert outcomes == [None]
+
+
+async def _test_a_replica_that_stops_leading_fails_what_waits_and_what_comes_after(tmp_path):
+    replica = _Replica(tmp_path / "log")
+    lost: list = []
+    journal = _journal(tmp_path, replica, lost)
+    outcomes: list = []
+    journal.published(_entry(1, b"one"))
+    journal.request_sync(outcomes.append)
+    replica.role = Role.FOLLOWER
+    journal.on_role(Role.FOLLOWER)
+    assert len(outcomes) == 1 and isinstance(outcomes[0], NotReplicated)
+    assert lost == [journal]
+    journal.on_commit(5)  # a late commit report changes nothing
+    journal.request_sync(outcomes.append)
+    await asyncio.sleep(0.01)
+    assert len(outcomes) == 2 and isinstance(outcomes[1], NotReplicated)
+
+
+async def _test_a_new_leader_rebuilds_the_queue_from_the_log(tmp_path, held_count):
+    old = _Replica(tmp_path / "log")
+    journal = _journal(tmp_path / "old", old)
+    entries = [_entry(seq, f"m{seq}".encode()) for seq in range(1, 6)]
+    for entry in entries:
+        journal.published(entry)
+    entries[0].delivery_count = 1
+    journal.delivered(entries[0])
+    journal.acked(entries[0])  # settled: gone for good
+    entries[2].delivery_count = held_count
+    journal.delivered(entries[2])  # held by a consumer when the leader went
+    old.log.flush()
+
+    new = _Replica(tmp_path / "log")  # the same log, as a follower holds it, now leading
+    taken = _journal(tmp_path / "new", new)
+    rows = list(QueueStore.for_queue(tmp_path / "new" / "data", "/", "q").recover().rows())
+    assert [(seq, count) for seq, count, *_ in rows] == [(2, 0), (3, held_count), (4, 0), (5, 0)]
+    message = taken.load_message(3)
+    assert message is not None and message.body == b"m3"
+    # The hand-back is replicated too: a later failover sees the message ready again.
+    state = QueueState.rebuild(payload for _, _, payload in new.log.entries())
+    assert state.next_ready() == 2 and state.delivery_count[3] == held_count
+
+
+def test_a_confirm_waits_for_the_commit_index_not_for_the_local_disk(tmp_path):
+    asyncio.run(_test_a_confirm_waits_for_the_commit_index_not_for_the_local_disk(tmp_path))
+
+
+def test_records_made_before_the_replica_leads_go_to_its_log_in_order_when_it_does(tmp_path):
+    asyncio.run(_test_records_made_before_the_replica_leads_go_to_its_log_in_order_when_it_does(tmp_path))
+
+
+def test_a_replica_that_stops_leading_fails_what_waits_and_what_comes_after(tmp_path):
+    asyncio.run(_test_a_replica_that_stops_leading_fails_what_waits_and_what_comes_after(tmp_path))
+
+
+@pytest.mark.parametrize("held_count", [1, 3])
+def test_a_new_leader_rebuilds_the_queue_from_the_log(tmp_path, held_count):
+    asyncio.run(_test_a_new_leader_rebuilds_the_queue_from_the_log(tmp_path, held_count))
