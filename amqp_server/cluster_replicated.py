@@ -72,7 +72,7 @@ def _refuse(reason: str) -> GroupRecord:
 
 def _with_members(record: GroupRecord, members: tuple[str, ...]) -> GroupRecord:
     return GroupRecord(record.queue, record.term, record.leader, record.leader_address, members,
-                       tuple(m for m in record.in_sync if m in members), record.transfer_to)
+                       tuple(m for m in record.in_sync if m in members), record.transfer_to, record.incarnation)
 
 
 def _ignore_commit(index: int) -> None:
@@ -168,7 +168,7 @@ class ReplicatedQueues:
             if node not in record.members:
                 _refuse(f"node '{node}' is not a member")
             return GroupRecord(record.queue, record.term, record.leader, record.leader_address, record.members,
-                               record.in_sync, "" if node == record.leader else node)
+                               record.in_sync, "" if node == record.leader else node, record.incarnation)
 
         await self._change(vhost, name, to)
 

@@ -58,3 +58,50 @@ def test_members_follow_a_group_that_names_them_and_drop_it_when_deleted(tmp_pat
         for manager in managers.values():
             await manager.close()
     asyncio.run(scenario())
+
+
+def test_a_group_deleted_and_made_again_under_the_same_name_is_not_mixed_with_the_old_one(tmp_path):
+    """A member away while the group was deleted and made again, and one that did not notice the
+    deletion, both end with the new group's entries only (an old log matching the new one by
+    index and term would otherwise pass for it)."""
+    async def scenario():
+        service = MemoryService()
+
+        def manager(name: str, poll: float = 0.05) -> ReplicaManager:
+            return ReplicaManager(node=name, coordinator=MemoryCoordinator(service), data_dir=tmp_path / name,
+                                  committer=GroupCommitter("always"), poll_interval=poll, replica_poll_interval=0.02)
+
+        managers = {"a": manager("a"), "b": manager("b"), "c": manager("c", poll=3600)}  # c lists groups once
+        for one in managers.values():
+            await one.start("127.0.0.1")
+        commits: list[int] = []
+        roles: list[Role] = []
+        replica = managers["a"].host("/:q", ["a", "b", "c"], commits.append, roles.append)
+        await wait_for(lambda: roles and roles[-1] is Role.LEADER)
+        for body in (b"old-1", b"old-2"):
+            index = replica.publish(body)
+        await managers["c"].sync_groups()
+        for name in ("b", "c"):
+            await wait_for(lambda: "/:q" in managers[name].replicas
+                           and managers[name].replicas["/:q"].log.durable_index >= index)
+        await wait_for(lambda: (tmp_path / "b" / "replicas").exists() and any(
+            (d / "incarnation").exists() for d in (tmp_path / "b" / "replicas").iterdir()))
+        await managers["b"].close()  # b is away while the queue is deleted and declared again
+
+        await managers["a"].delete_group("/:q")
+        roles.clear()
+        replica = managers["a"].host("/:q", ["a", "b", "c"], commits.append, roles.append)
+        await wait_for(lambda: roles and roles[-1] is Role.LEADER)
+        index = replica.publish(b"new-1")
+
+        managers["b"] = manager("b")
+        await managers["b"].start("127.0.0.1")
+        await managers["c"].sync_groups()  # c notices only now
+        for name in ("b", "c"):
+            await wait_for(lambda: "/:q" in managers[name].replicas
+                           and managers[name].replicas["/:q"].log.durable_index >= index)
+            log = managers[name].replicas["/:q"].log
+            assert [bytes(payload) for _, _, payload in log.entries() if payload] == [b"new-1"], name
+        for one in managers.values():
+            await one.close()
+    asyncio.run(scenario())

@@ -47,6 +47,9 @@ class GroupRecord:
     # A member an operator asked to lead (ctl transfer_leadership): the leader hands over once
     # it has every entry, and the election prefers it among equally complete logs. "" when none.
     transfer_to: str = ""
+    # Names this group apart from an earlier one of the same queue name (deleted, declared
+    # again): a replica of another incarnation must not pass for a member of this one.
+    incarnation: str = ""
 
     def encode(self) -> bytes:
         fields = {"queue": self.queue, "term": self.term, "leader": self.leader,
@@ -54,13 +57,16 @@ class GroupRecord:
                   "in_sync": list(self.in_sync)}
         if self.transfer_to:
             fields["transfer_to"] = self.transfer_to
+        if self.incarnation:
+            fields["incarnation"] = self.incarnation
         return json.dumps(fields, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> "GroupRecord":
         fields = json.loads(data)
         return cls(str(fields["queue"]), int(fields["term"]), str(fields["leader"]), str(fields["leader_address"]),
-                   tuple(fields["members"]), tuple(fields["in_sync"]), str(fields.get("transfer_to", "")))
+                   tuple(fields["members"]), tuple(fields["in_sync"]), str(fields.get("transfer_to", "")),
+                   str(fields.get("incarnation", "")))
 
     @property
     def majority(self) -> int:

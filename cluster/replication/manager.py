@@ -98,6 +98,8 @@ class ReplicaManager:
             if replica.role is Role.LEADER:
                 on_role(Role.LEADER)
             return replica
+        # A new group: whatever a directory of that queue name holds is an earlier group's.
+        shutil.rmtree(self._replica_directory(queue), ignore_errors=True)
         return self._start(queue, list(members), create_group=True)
 
     def release(self, queue: str) -> None:
@@ -125,6 +127,24 @@ class ReplicaManager:
             owner[1](role)
         self._on_role(queue, role)
 
+    def _forget_other_incarnation(self, queue: str, incarnation: str) -> None:
+        """A directory left by an earlier group of this queue name (deleted while this node was
+        away) is removed before this group's replica starts; the directory then names its group."""
+        directory = self._replica_directory(queue)
+        marker = directory / "incarnation"
+        try:
+            held = marker.read_text()
+        except OSError:
+            held = None
+        if held is not None and held != incarnation:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _mark_incarnation(self, queue: str, incarnation: str) -> None:
+        marker = self._replica_directory(queue) / "incarnation"
+        if incarnation and not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(incarnation)
+
     def _replica_directory(self, queue: str) -> Path:
         return self._directory / hashlib.sha1(queue.encode("utf-8")).hexdigest()
 
@@ -141,9 +161,17 @@ class ReplicaManager:
             if self.node in record.members:
                 named[record.queue] = record
         for queue, record in named.items():
-            if queue not in self.replicas:
+            replica = self.replicas.get(queue)
+            if replica is not None and replica.incarnation not in (None, record.incarnation):
+                log.info("%s: replicated queue %s was deleted and made again; its old replica goes", self.node, queue)
+                await self._remove(queue)
+                replica = None
+            if replica is None:
                 log.info("%s: following replicated queue %s (members %s)", self.node, queue, ",".join(record.members))
-                self._start(queue, list(record.members), create_group=False)
+                self._forget_other_incarnation(queue, record.incarnation)
+                replica = self._start(queue, list(record.members), create_group=False)
+            if replica.incarnation == record.incarnation:
+                self._mark_incarnation(queue, record.incarnation)
         for queue in [q for q in self.replicas if q not in named and self.replicas[q].record is not None]:
             await self._remove(queue)
             log.info("%s: replicated queue %s was deleted; its replica is removed", self.node, queue)

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -173,6 +174,7 @@ class QueueReplica:
         self._flush_scheduled = False
         self._task: asyncio.Task | None = None
         self.record: GroupRecord | None = None
+        self.incarnation: str | None = None  # of the group this replica belongs to, once read
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -371,7 +373,7 @@ class QueueReplica:
         record, version = await self._keys.read()
         if record is None:
             if self._create_group:
-                created = GroupRecord(self.queue, 0, self.node, "", self.members, ())
+                created = GroupRecord(self.queue, 0, self.node, "", self.members, (), incarnation=os.urandom(8).hex())
                 version = await self._keys.create(created)
                 if version is not None:
                     # A new group has no entries to lose: its creator takes term 1 at once
@@ -379,6 +381,10 @@ class QueueReplica:
                     self.log.promise(1)
                     await self._claim(created, version, 1)
             return
+        if self.incarnation is None:
+            self.incarnation = record.incarnation
+        elif record.incarnation != self.incarnation:
+            return  # the group was deleted and made again: the manager replaces this replica
         self.record = record
         if self.role is not Role.LEADER and set(record.members) != set(self.members):
             self.members = tuple(record.members)
@@ -425,7 +431,7 @@ class QueueReplica:
         if set(record.in_sync) != {m for m in leader.in_sync_members() if m in record.members}:
             updated = GroupRecord(record.queue, record.term, record.leader, record.leader_address, record.members,
                                   tuple(m for m in leader.in_sync_members() if m in record.members),
-                                  record.transfer_to)
+                                  record.transfer_to, record.incarnation)
             assert version is not None
             await self._keys.replace(updated, version)
 
@@ -475,7 +481,7 @@ class QueueReplica:
         # A transfer stands until the member it names leads.
         transfer_to = record.transfer_to if record.transfer_to != self.node else ""
         claimed = GroupRecord(record.queue, term, self.node, self._listener.address, record.members, (self.node,),
-                              transfer_to)
+                              transfer_to, record.incarnation)
         if await self._keys.replace(claimed, version) is None:
             await self._keys.release_lease()
             return
