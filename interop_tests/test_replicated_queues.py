@@ -118,6 +118,46 @@ def test_a_quorum_queue_moves_to_a_survivor_when_its_leader_is_killed(tmp_path):
                    "the restarted node follows the new leader")
 
 
+def test_a_confirm_and_a_tx_commit_ok_wait_for_a_majority_of_the_group(tmp_path):
+    """With both followers killed the leader holds the message but a majority does not: neither
+    the confirm nor the commit-ok comes; one follower back, both come."""
+    with three_nodes(tmp_path) as nodes:
+        a, b, c = nodes["a"], nodes["b"], nodes["c"]
+        _declare(nodes, a, "majority")
+        b.broker.kill()
+        c.broker.kill()
+        outcomes: dict[str, str] = {}
+
+        def confirmed() -> None:
+            connection = pika.BlockingConnection(_parameters(a))
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.basic_publish("", "majority", b"confirm me", PERSISTENT)  # returns on basic.ack
+            outcomes["confirm"] = "acked"
+            connection.close()
+
+        def committed() -> None:
+            connection = pika.BlockingConnection(_parameters(a))
+            channel = connection.channel()
+            channel.tx_select()
+            channel.basic_publish("", "majority", b"commit me", PERSISTENT)
+            channel.tx_commit()  # returns on tx.commit-ok
+            outcomes["commit"] = "ok"
+            connection.close()
+
+        workers = [threading.Thread(target=confirmed), threading.Thread(target=committed)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(3.0)
+        assert outcomes == {}, "a confirm or commit-ok left before a majority had the message"
+        b.broker.restart()
+        for worker in workers:
+            worker.join(30)
+        assert outcomes == {"confirm": "acked", "commit": "ok"}
+        assert sorted(body for body, _, _ in _drain(a, "majority")) == [b"commit me", b"confirm me"]
+
+
 def _ctl(node: ClusterNode, *arguments: str) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     code = ctl_main(["--port", str(node.management_port), *arguments], out=out, err=err)
