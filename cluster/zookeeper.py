@@ -82,12 +82,17 @@ class ZooKeeperCoordinator(Coordinator):
         async_result.rawlink(settle)
         return future
 
-    def _writable(self) -> None:
-        """Refuse a write at once while kazoo is not connected. kazoo would keep it queued and send
-        it once it reconnects, long after the caller gave up on it (REQUEST_DEADLINE_S) and told
-        its client the change was refused: a refused declaration would then appear after all."""
-        if not self._client.connected:
-            raise CoordinationUnavailable("ZooKeeper out of reach (kazoo is reconnecting)")
+    async def _writable(self) -> None:
+        """Return once kazoo is connected (within REQUEST_DEADLINE_S, else CoordinationUnavailable):
+        a write is handed to kazoo only then. kazoo keeps a request made while it reconnects
+        queued and sends it once it is back, which for a write could be long after the caller
+        gave up on it and told its client the change was refused: a refused declaration would
+        then appear after all. Waiting here rides out a short reconnection as kazoo would."""
+        deadline = self._loop.time() + REQUEST_DEADLINE_S
+        while not self._client.connected:
+            if self._loop.time() >= deadline:
+                raise CoordinationUnavailable(f"ZooKeeper out of reach for {REQUEST_DEADLINE_S:.0f} s")
+            await asyncio.sleep(0.05)
 
     def _path(self, key: str) -> str:
         return f"{self._root}/{key.strip('/')}"
@@ -126,11 +131,11 @@ class ZooKeeperCoordinator(Coordinator):
     async def compare_and_set(self, key: str, value: bytes, expected_version: int | None, *,
                               ephemeral: bool = False) -> int:
         path = self._path(key)
-        self._writable()
+        await self._writable()
         try:
             if expected_version is None:
                 await self._ensure_parent(key)
-                self._writable()  # again: ensuring the parent took a while
+                await self._writable()  # again: ensuring the parent took a while
                 await self._await(self._client.create_async(path, value, ephemeral=ephemeral))
                 return 0
             stat = await self._await(self._client.set_async(path, value, version=expected_version))
@@ -139,7 +144,7 @@ class ZooKeeperCoordinator(Coordinator):
             raise VersionConflict(key, await self.get(key)) from None
 
     async def delete(self, key: str, expected_version: int | None = None) -> bool:
-        self._writable()
+        await self._writable()
         try:
             await self._await(self._client.delete_async(self._path(key),
                                                         -1 if expected_version is None else expected_version))
