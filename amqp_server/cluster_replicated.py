@@ -230,5 +230,15 @@ class ReplicatedQueues:
         if names is not None:
             self._definitions.reconcile_replicated(*names)
 
+    def raft_figures(self) -> list[tuple[str, str, int, int, int]]:
+        """(vhost, queue, term, commit index, last written index) of every replica on this node,
+        for the metrics' rabbitmq_raft_* families."""
+        figures = []
+        for replica_id, replica in list(self.manager.replicas.items()):
+            names = _vhost_and_name(replica_id)
+            if names is not None:
+                figures.append((*names, replica.term, replica.commit_index, replica.log.last_index))
+        return sorted(figures)
+
     def replica(self, vhost: str, name: str) -> QueueReplica | None:
         return self.manager.replicas.get(queue_id(vhost, name))

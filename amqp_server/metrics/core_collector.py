@@ -95,6 +95,7 @@ class CoreCollector(Collector):
         yield from self._process(self.process_stats(), snapshot)
         yield from self._object_totals(snapshot)
         yield from self._queues(snapshot)
+        yield from self._raft()
         yield from self._channels(snapshot)
         yield from self._connections()
         yield from legacy_channel_counter_families(stats, snapshot)
@@ -187,6 +188,34 @@ class CoreCollector(Collector):
             consumers.add_metric([], snapshot.consumers)
             published.add_metric([], snapshot.queue_stats.published)
         yield from (ready, unacked, total, ready_bytes, consumers, published)
+
+    def _raft(self) -> Iterator[Metric]:
+        """RabbitMQ's quorum queue (Raft) families, for this node's replicas of replicated queues
+        (a clustered broker only): per queue on the per-object endpoint, summed on the aggregated
+        one, as RabbitMQ's plugin serves them. The last applied index is the commit index (a
+        leader applies at once); there are no snapshots (index 0)."""
+        replicated = self.broker.replicated
+        if replicated is None:
+            return
+        per_object = self.endpoint == PER_OBJECT
+        labels = ["vhost", "queue"] if per_object else None
+        families = (
+            (CounterMetricFamily("rabbitmq_raft_term", "Current Raft term number", labels=labels), 2),
+            (GaugeMetricFamily("rabbitmq_raft_log_snapshot_index", "Raft log snapshot index", labels=labels), None),
+            (GaugeMetricFamily("rabbitmq_raft_log_last_applied_index", "Raft log last applied index",
+                               labels=labels), 3),
+            (GaugeMetricFamily("rabbitmq_raft_log_commit_index", "Raft log commit index", labels=labels), 3),
+            (GaugeMetricFamily("rabbitmq_raft_log_last_written_index", "Raft log last written index",
+                               labels=labels), 4),
+        )
+        figures = replicated.raft_figures()
+        for family, column in families:
+            if per_object:
+                for row in figures:
+                    family.add_metric(list(row[:2]), row[column] if column is not None else 0)
+            else:
+                family.add_metric([], sum(row[column] for row in figures) if column is not None else 0)
+            yield family
 
     def _channels(self, snapshot: BrokerSnapshot) -> Iterator[Metric]:
         per_object = self.endpoint == PER_OBJECT

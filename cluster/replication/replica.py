@@ -206,6 +206,21 @@ class QueueReplica:
         """The queue is gone: remove its group from the coordination service."""
         await self._keys.delete()
 
+    # ---- facts (metrics) --------------------------------------------------------------------------
+
+    @property
+    def term(self) -> int:
+        """The group's term as this replica knows it."""
+        return max(self.record.term if self.record is not None else 0, self.log.promised_term)
+
+    @property
+    def commit_index(self) -> int:
+        """The commit index: the leader's own, or the one a follower last heard of (never beyond
+        what it has fsynced itself)."""
+        if self.leader is not None:
+            return self.leader.commit_index
+        return min(self._follower.leader_commit_index, self.log.durable_index)
+
     # ---- the leader's data path ----------------------------------------------------------------
 
     def publish(self, payload: bytes) -> int:

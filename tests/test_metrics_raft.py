@@ -1,0 +1,57 @@
+"""The rabbitmq_raft_* families for a clustered broker's replicated queues: one series per queue
+replica on the per-object endpoint (term, commit index, last written and applied index,
+snapshot index 0), their sums on the aggregated one; none on a broker without replication."""
+
+from __future__ import annotations
+
+import asyncio
+
+from amqp_server.broker import Broker
+from amqp_server.cluster_replicated import ReplicatedQueues, queue_id
+from amqp_server.metrics.core_collector import AGGREGATED, PER_OBJECT, CoreCollector
+from cluster.replication.replica import Role
+from persistence.group_commit import GroupCommitter
+from tests.memory_coordinator import MemoryCoordinator, MemoryService
+from tests.test_metrics_values import FIXED_PROCESS, scrape, value
+
+RAFT = ("rabbitmq_raft_term_total", "rabbitmq_raft_log_commit_index", "rabbitmq_raft_log_last_written_index",
+        "rabbitmq_raft_log_last_applied_index", "rabbitmq_raft_log_snapshot_index")
+
+
+def test_a_broker_without_replication_serves_no_raft_family():
+    samples = scrape(CoreCollector(Broker(), PER_OBJECT, lambda: FIXED_PROCESS))
+    assert not [name for name, _labels in samples if name.startswith("rabbitmq_raft_")]
+
+
+def test_each_replica_is_a_series_per_queue_and_the_aggregated_endpoint_sums_them(tmp_path):
+    async def scenario() -> None:
+        broker = Broker()
+        replicated = ReplicatedQueues(node="a", coordinator=MemoryCoordinator(MemoryService()), data_dir=tmp_path,
+                                      committer=GroupCommitter("always"), live_nodes=lambda: ["a"])
+        await replicated.start("127.0.0.1")
+        broker.replicate_queues(replicated)
+        commits: dict[str, int] = {}
+        roles: list[Role] = []
+        for name, records in (("orders", 3), ("audit", 1)):
+            replica = replicated.manager.host(queue_id("/", name), ["a"],
+                                              lambda index, name=name: commits.__setitem__(name, index), roles.append)
+            while replica.role is not Role.LEADER:
+                await asyncio.sleep(0.01)
+            for number in range(records):
+                last = replica.publish(f"{name}-{number}".encode())
+            while commits.get(name, 0) < last:
+                await asyncio.sleep(0.01)
+        per_object = scrape(CoreCollector(broker, PER_OBJECT, lambda: FIXED_PROCESS))
+        # term 1; the term's no-op is entry 1, then the records
+        assert value(per_object, "rabbitmq_raft_term_total", vhost="/", queue="orders") == 1
+        assert value(per_object, "rabbitmq_raft_log_commit_index", vhost="/", queue="orders") == 4
+        assert value(per_object, "rabbitmq_raft_log_last_written_index", vhost="/", queue="orders") == 4
+        assert value(per_object, "rabbitmq_raft_log_last_applied_index", vhost="/", queue="audit") == 2
+        assert value(per_object, "rabbitmq_raft_log_snapshot_index", vhost="/", queue="audit") == 0
+        aggregated = scrape(CoreCollector(broker, AGGREGATED, lambda: FIXED_PROCESS))
+        assert value(aggregated, "rabbitmq_raft_log_commit_index") == 6
+        assert value(aggregated, "rabbitmq_raft_term_total") == 2
+        assert all((name, frozenset()) in aggregated for name in RAFT)
+        await replicated.close()
+
+    asyncio.run(scenario())
