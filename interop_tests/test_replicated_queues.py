@@ -1,4 +1,5 @@
-"""Replicated (quorum) queues on three broker nodes and etcd, all started by the tests, with pika.
+"""Replicated (quorum) queues on three broker nodes and etcd (the failover test on ZooKeeper
+too), all started by the tests, with pika.
 
 - A quorum queue declared on one node, published to with confirms through another, consumed on
   the third: `kill -9` of its leader moves it to a surviving node within the session TTL plus an
@@ -69,8 +70,9 @@ def _drain(node: ClusterNode, queue: str) -> list[tuple[bytes, bool, int | None]
     return taken
 
 
-def test_a_quorum_queue_moves_to_a_survivor_when_its_leader_is_killed(tmp_path):
-    with three_nodes(tmp_path) as nodes:
+@pytest.mark.parametrize("backend", ["etcd", "zookeeper"])
+def test_a_quorum_queue_moves_to_a_survivor_when_its_leader_is_killed(tmp_path, backend):
+    with three_nodes(tmp_path, backend) as nodes:
         a, b, c = nodes["a"], nodes["b"], nodes["c"]
         _declare(nodes, a, "ledger")
         shown = b.api("queues/%2F/ledger").json()
