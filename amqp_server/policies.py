@@ -50,7 +50,7 @@ class Policy:
     pattern: str
     apply_to: ApplyTo
     definition: dict[str, Any]
-    priority: int
+    priority: int | float
     regex: re.Pattern[str] = field(compare=False, repr=False)
 
     def matches_queue(self, name: str, queue_type: str) -> bool:
@@ -109,15 +109,11 @@ def parse_policy(vhost: str, name: str, body: dict[str, Any], operator: bool = F
     return Policy(vhost, name, pattern, apply_to, dict(definition), priority, regex)
 
 
-def _priority(value: Any) -> int:
-    """An integer, or text holding one (rabbitmqadmin and rabbitmqctl send it as text)."""
-    if isinstance(value, int) and not isinstance(value, bool):
+def _priority(value: Any) -> int | float:
+    """A number, as RabbitMQ's rabbit_parameter_validation:number takes it (1.5 too); text is
+    refused, even "3" (rabbitmqadmin sends a JSON number, ctl converts --priority itself)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
     raise PolicyError(f"priority should be a number, actually was {erlang_term(value)}")
 
 

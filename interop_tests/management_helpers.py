@@ -49,7 +49,7 @@ class Management:
         assert reply.status_code in (201, 204), f"{reply.status_code} {reply.text}"
         self._undo.append(path)
 
-    def set_policy(self, name: str, pattern: str, definition: dict[str, Any], priority: int = 0,
+    def set_policy(self, name: str, pattern: str, definition: dict[str, Any], priority: float = 0,
                    apply_to: str = "all", vhost: str = "/", operator: bool = False) -> None:
         kind = "operator-policies" if operator else "policies"
         self.put(f"/api/{kind}/{quote(vhost)}/{quote(name)}",

@@ -59,6 +59,9 @@ def test_a_refused_definition_prints_rabbitmqs_text_and_exits_69(ctl):
     assert err == 'Error:\nValidation failed\n\n[{<<"max-priority">>,10}] are not recognised policy settings\n\n'
     code, _out, err = ctl("clear_policy", "nope")
     assert (code, err) == (69, "Error:\nParameter does not exist\n")
+    code, out, err = ctl("set_policy", "--priority", "high", "p", ".*", '{"max-length": 1}')
+    assert (code, out) == (64, ""), "refused before anything is set, as rabbitmqctl's option check does"
+    assert err.startswith("Error (argument validation): Invalid options for this command:\n--priority : high\n")
 
 
 def test_operator_policies(ctl, unique):

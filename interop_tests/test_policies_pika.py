@@ -151,6 +151,11 @@ def test_refused_policies_answer_rabbitmqs_validation_texts(api, unique):
                                                              "priority": "high"})
     assert reply.json()["reason"] == (
         'Validation failed\n\npriority should be a number, actually was &lt;&lt;"high"&gt;&gt;\n')
+    reply = api.request("PUT", f"/api/policies/%2F/{name}", {"pattern": ".*", "definition": {"max-length": 1},
+                                                             "priority": "7"})
+    assert reply.json()["reason"] == 'Validation failed\n\npriority should be a number, actually was &lt;&lt;"7"&gt;&gt;\n'
+    api.set_policy(name, "^nothing-matches-this$", {"max-length": 1}, priority=1.5)  # any number will do
+    assert api.get(f"/api/policies/%2F/{name}")["priority"] == 1.5
     reply = api.request("PUT", f"/api/policies/%2F/{name}", {"definition": {"max-length": 1}})
     assert (reply.status_code, reply.json()["reason"]) == (400, "[{key_missing,pattern}]")
 

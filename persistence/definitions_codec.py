@@ -119,7 +119,7 @@ ENTITIES: dict[str, dict[str, Any]] = {
 WITH_ARGUMENTS = ("queues", "exchanges", "bindings")
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "durable": bool, "auto_delete": bool, "internal": bool, "arguments": dict, "tags": list,
-    "definition": dict, "priority": int, "value": dict,
+    "definition": dict, "priority": (int, float), "value": dict,  # a policy's priority: any number, as RabbitMQ
 }
 
 

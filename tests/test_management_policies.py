@@ -85,7 +85,8 @@ def test_policies_and_limits_survive_a_restart_from_the_store(tmp_path: Path):
     client = ManagementClient(broker)
     try:
         client.request("PUT", "/api/policies/%2F/ttl", TTL_POLICY)
-        client.request("PUT", "/api/operator-policies/%2F/cap", {"pattern": ".*", "definition": {"expires": 9000}})
+        client.request("PUT", "/api/operator-policies/%2F/cap", {"pattern": ".*", "definition": {"expires": 9000},
+                                                                "priority": 2.5})
         client.request("PUT", "/api/vhost-limits/%2F/max-queues", {"value": 3})
         client.request("PUT", "/api/user-limits/guest/max-connections", {"value": 4})
     finally:
@@ -94,7 +95,8 @@ def test_policies_and_limits_survive_a_restart_from_the_store(tmp_path: Path):
     again = Broker(ServerConfig(), store=FileDefinitionStore(tmp_path))
     vhost = again.vhosts["/"]
     assert vhost.policies.get("ttl").definition == TTL_POLICY["definition"]
-    assert vhost.operator_policies.get("cap").definition == {"expires": 9000}
+    assert (vhost.operator_policies.get("cap").definition, vhost.operator_policies.get("cap").priority) == (
+        {"expires": 9000}, 2.5)
     assert vhost.limits.as_value() == {"max-queues": 3}
     assert again.user_limits() == {"guest": {"max-connections": 4}}
     queue, _ = vhost.declare_queue("jobs-x", connection=None)

@@ -52,11 +52,13 @@ def test_shape_errors():
         "pattern should be regular expression but is invalid: {")
 
 
-def test_defaults_and_priority_given_as_text():
-    policy = parse_policy("/", "p", {"pattern": "^a", "definition": {"max-length": 1}, "priority": "3"})
-    assert (policy.apply_to, policy.priority) == (ApplyTo.ALL, 3)
-    assert policy.as_json() == {"vhost": "/", "name": "p", "pattern": "^a", "apply-to": "all",
-                                "definition": {"max-length": 1}, "priority": 3}
+def test_defaults_and_a_priority_that_is_any_number_but_not_text():
+    policy = parse_policy("/", "p", {"pattern": "^a", "definition": {"max-length": 1}})
+    assert (policy.apply_to, policy.priority) == (ApplyTo.ALL, 0)
+    assert parse_policy("/", "p", {"pattern": "^a", "definition": {"max-length": 1}, "priority": 1.5}).as_json() == {
+        "vhost": "/", "name": "p", "pattern": "^a", "apply-to": "all", "definition": {"max-length": 1}, "priority": 1.5}
+    assert refusal({"pattern": ".*", "definition": {"max-length": 1}, "priority": "3"}) == (
+        'priority should be a number, actually was <<"3">>')
 
 
 def test_the_highest_priority_wins_and_ties_go_to_the_first_name():

@@ -22,7 +22,7 @@ class CtlError(Exception):
 
 class ArgumentError(CtlError):
     """A command's argument is invalid: printed as rabbitmqctl's "Error (argument validation):
-    Bad argument..." with the arguments given, exit code 65."""
+    Bad argument..." with the arguments given, exit code 65 (64 for an invalid option)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(EX_DATAERR, message)
+    def __init__(self, message: str, code: int = EX_DATAERR) -> None:
+        super().__init__(code, message)

@@ -16,7 +16,7 @@ from typing import Any
 
 from amqp_server.ctl.admin_commands import Session, existing_user, refused, require_vhost
 from amqp_server.ctl.api_client import ApiError, quote
-from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_UNAVAILABLE, CtlError
+from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_UNAVAILABLE, EX_USAGE, ArgumentError, CtlError
 from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 
 
@@ -48,7 +48,15 @@ def _delete(session: Session, path: str, missing: str | None = None) -> None:
             raise refused(error) from None
 
 
-def _set(session: Session, kind: str, name: str, pattern: str, definition: str, priority: str,
+def _priority(text: str) -> int:
+    """--priority as rabbitmqctl takes it: an integer, or a usage error (exit 64)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ArgumentError(f"Invalid options for this command:\n--priority : {text}", EX_USAGE) from None
+
+
+def _set(session: Session, kind: str, name: str, pattern: str, definition: str, priority: int,
          apply_to: str) -> int:
     require_vhost(session, session.vhost)
     body = {"pattern": pattern, "definition": _definition(definition), "priority": priority, "apply-to": apply_to}
@@ -58,16 +66,18 @@ def _set(session: Session, kind: str, name: str, pattern: str, definition: str, 
 
 def set_policy(session: Session, name: str, pattern: str, definition: str, priority: str = "0",
                apply_to: str = "all") -> int:
+    number = _priority(priority)
     session.info(f'Setting policy "{name}" for pattern "{pattern}" to "{definition}" with priority "{priority}" '
                  f'for vhost "{session.vhost}" ...')
-    return _set(session, "policies", name, pattern, definition, priority, apply_to)
+    return _set(session, "policies", name, pattern, definition, number, apply_to)
 
 
 def set_operator_policy(session: Session, name: str, pattern: str, definition: str, priority: str = "0",
                         apply_to: str = "all") -> int:
+    number = _priority(priority)
     session.info(f'Setting operator policy override "{name}" for pattern "{pattern}" to "{definition}" '
                  f'with priority "{priority}" for vhost "{session.vhost}" ...')
-    return _set(session, "operator-policies", name, pattern, definition, priority, apply_to)
+    return _set(session, "operator-policies", name, pattern, definition, number, apply_to)
 
 
 def clear_policy(session: Session, name: str) -> int:
