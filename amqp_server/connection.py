@@ -275,6 +275,15 @@ class Connection:
             self.finish()
         finally:
             frames.close()  # the frames handled leave the buffer; the others wait
+            if self._confirm_channels:
+                self._ask_stores()
+
+    def _ask_stores(self) -> None:
+        """The publishes of this input that wait for their queues to store them: ask the queues
+        now, after the last of them and in this event-loop iteration (PublisherConfirms.ask_stores)."""
+        for channel in self._confirm_channels:
+            if channel.confirms is not None:
+                channel.confirms.ask_stores()
 
     def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
         if channel_id and self.state is OPEN:

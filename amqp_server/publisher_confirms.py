@@ -7,8 +7,8 @@ queue: once it is on disk). Confirms are collected and sent once per batch of in
 
 Messages that wait for their queues to store them are waited for in groups, not one by one:
 the publishes of one batch of input that went to the same queues share one `StoreWait`, which
-asks each of those queues once (`Queue.when_stored`) when the batch's confirms are taken, after
-its last publish, so the one answer covers them all.
+asks each of those queues once (`Queue.when_stored`) when the connection has handled the batch
+(`ask_stores`), after its last publish, so the one answer covers them all.
 """
 
 from __future__ import annotations
@@ -87,6 +87,16 @@ class PublisherConfirms:
                 wait.refused = set()
             wait.refused.add(seq)
 
+    def ask_stores(self) -> None:
+        """Hand the publishes held since the last call to their queues' storage (StoreWait.ask).
+        Call it after the last publish of a batch of input, in the same event-loop iteration:
+        one answer per queue then covers them all, and the fsync round that gives it starts as
+        soon as it would have for the first of them."""
+        waits = self._waits
+        self._waits = []
+        for wait in waits:
+            wait.ask()
+
     def stored(self, wait: StoreWait) -> None:
         """Every queue of `wait` stored its messages (or failed to): they can be confirmed."""
         ok = wait.error is None
@@ -127,14 +137,10 @@ class PublisherConfirms:
     def take_frames(self) -> list[tuple[bool, int, bool]]:
         """(is_ack, delivery_tag, multiple) to send now, in order.
 
-        First the publishes held since the last call are handed to their queues' storage
-        (StoreWait.ask): after the last of them, so one answer per queue covers them all.
+        Publishes held since the last ask_stores() are asked for first.
         """
         if self._waits:
-            waits = self._waits
-            self._waits = []
-            for wait in waits:
-                wait.ask()
+            self.ask_stores()
         if not self._acks and not self._nacks:
             return []
         self.acked_total += len(self._acks)

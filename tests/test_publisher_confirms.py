@@ -108,3 +108,71 @@ def test_frames_come_out_in_sequence_order():
     frames = confirms.take_frames()
     assert [tag for _kind, tag, _multiple in frames] == sorted(tag for _kind, tag, _multiple in frames)
     assert frames == [(ACK, 1, False), (ACK, 3, False), (NACK, 4, False), (ACK, 5, False), (ACK, 6, False)]
+
+
+class FakeQueue:
+    """A queue whose storage answers when the test says (Queue.when_stored's contract)."""
+
+    def __init__(self) -> None:
+        self.asked: list = []
+
+    def when_stored(self, callback) -> None:
+        self.asked.append(callback)
+
+
+def held(confirms: PublisherConfirms, queues: list, accepted: bool = True) -> int:
+    seq = confirms.take_seq()
+    confirms.hold_until_stored(seq, queues, accepted)
+    return seq
+
+
+def test_publishes_to_the_same_queue_wait_together_and_ask_it_once_after_the_batch():
+    released = []
+    confirms = PublisherConfirms(lambda: released.append(True))
+    queue = FakeQueue()
+    for _ in range(3):
+        held(confirms, [queue])
+    assert queue.asked == []  # asked after the batch's last publish, so one answer covers all
+    confirms.ask_stores()
+    assert len(queue.asked) == 1
+    assert confirms.take_frames() == [] and confirms.unconfirmed == 3  # not stored yet
+    queue.asked[0](None)
+    assert released == [True]
+    assert confirms.take_frames() == [(ACK, 3, True)]
+    assert confirms.unconfirmed == 0
+
+
+def test_a_storage_error_of_one_queue_nacks_every_publish_that_waited_for_it():
+    confirms = PublisherConfirms()
+    first, second = FakeQueue(), FakeQueue()
+    held(confirms, [first, second])
+    held(confirms, [first, second])
+    confirms.ask_stores()
+    first.asked[0](OSError("disk full"))
+    assert confirms.take_frames() == []  # the second queue has not answered
+    second.asked[0](None)
+    assert confirms.take_frames() == [(NACK, 1, False), (NACK, 2, False)]
+
+
+def test_a_publish_a_queue_refused_is_nacked_though_its_group_was_stored():
+    confirms = PublisherConfirms()
+    queue = FakeQueue()
+    held(confirms, [queue])
+    held(confirms, [queue], accepted=False)  # e.g. another queue at its length limit refused it
+    held(confirms, [queue])
+    confirms.ask_stores()
+    queue.asked[0](None)
+    assert confirms.take_frames() == [(ACK, 1, False), (NACK, 2, False), (ACK, 3, False)]
+
+
+def test_publishes_to_other_queues_wait_apart_and_a_multiple_ack_stops_below_the_oldest_held():
+    confirms = PublisherConfirms()
+    slow, fast = FakeQueue(), FakeQueue()
+    held(confirms, [slow])
+    held(confirms, [fast])
+    confirms.resolve(confirms.take_seq())  # 3: a transient message, confirmed at once
+    confirms.ask_stores()
+    fast.asked[0](None)
+    assert confirms.take_frames() == [(ACK, 2, False), (ACK, 3, False)]
+    slow.asked[0](None)
+    assert confirms.take_frames() == [(ACK, 1, False)]

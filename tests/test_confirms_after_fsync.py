@@ -1,0 +1,53 @@
+"""A persistent message's publisher confirm leaves only after its queue's journal is fsynced, and
+the publishes of one read wait together: one sync request per queue for the whole read
+(amqp_server/publisher_confirms.py, StoreWait), made while the read is handled."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from pamqp import commands
+
+from amqp_server.broker import Broker
+from tests.frame_driver import methods, opened_client, publish_frames
+
+PERSISTENT = commands.Basic.Properties(delivery_mode=2)
+
+
+def test_the_confirms_of_one_read_wait_for_one_fsync_of_their_queue(tmp_path: Path, monkeypatch) -> None:
+    async def scenario() -> None:
+        broker = Broker(message_dir=tmp_path)
+        syncing = threading.Event()  # the committer's thread is inside an fsync
+        disk_done = threading.Event()  # the test lets that fsync finish
+
+        def slow_fsync(fd: int) -> None:
+            syncing.set()
+            assert disk_done.wait(10), "the test never let the fsync finish"
+
+        monkeypatch.setattr(broker.committer, "_sync_file", slow_fsync)
+        client = opened_client(broker)
+        client.call(1, commands.Queue.Declare(queue="q", durable=True))
+        client.call(1, commands.Confirm.Select())
+        store = broker.vhosts["/"].queues["q"].journal.store
+        requests = []
+        request_sync = broker.committer.request_sync
+        monkeypatch.setattr(
+            broker.committer, "request_sync", lambda s, callback: (requests.append(s), request_sync(s, callback))
+        )
+
+        one_read = b"".join(publish_frames(1, b"m%d" % n, routing_key="q", properties=PERSISTENT) for n in range(3))
+        client.connection.receive_data(one_read)
+        assert requests == [store]  # asked once for the three, as the read was handled (not at the write)
+        await asyncio.get_running_loop().run_in_executor(None, syncing.wait, 10)
+        received = client.take()
+        assert not [m for m in methods(received) if isinstance(m, commands.Basic.Ack)], "confirmed before fsync"
+
+        disk_done.set()
+        await broker.committer.idle()
+        acks = [m for m in methods(client.take()) if isinstance(m, commands.Basic.Ack)]
+        assert [(ack.delivery_tag, ack.multiple) for ack in acks] == [(3, True)]
+        broker.committer.close()
+
+    asyncio.run(scenario())
