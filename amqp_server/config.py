@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, NoReturn, Sequence
 from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
 from amqp_server.tls import CERT_LOGIN_SOURCES, DEFAULT_VERSIONS as DEFAULT_TLS_VERSIONS, TLS_VERSIONS, VERIFY_MODES
 from persistence.group_commit import parse_sync_mode
-from queues.queue_defaults import QueueDefault, parse_entry
+from queues.arguments.queue_defaults import QueueDefault, parse_entry
 
 DEFAULT_USER = "guest"
 DEFAULT_VHOST = "/"

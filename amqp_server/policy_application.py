@@ -23,8 +23,8 @@ from amqp_server.policies import Policy, PolicySet
 from exchanges.exchange import Exchange
 from queues.arguments import InvalidArgument, QueueArguments
 from queues.arguments.policy_keys import combine_with_arguments, merge_definitions, queue_arguments_of
+from queues.arguments.queue_defaults import defaults_for
 from queues.queue import Queue
-from queues.queue_defaults import defaults_for
 
 if TYPE_CHECKING:
     from amqp_server.vhost import VirtualHost

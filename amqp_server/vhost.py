@@ -17,15 +17,14 @@ from exchanges import InvalidBindingArguments, UnknownExchangeType, create_excha
 from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
 from exchanges.exchange import Exchange
 from queues import dead_letter
-from queues.arguments import equivalence, queue_type_rules
+from queues.arguments import InvalidArgument, QueueArguments, equivalence, queue_type_rules
 from queues.arguments.equivalence import Inequivalent
-from queues.arguments import InvalidArgument, QueueArguments
+from queues.arguments.queue_defaults import QueueDefault, defaults_for
 from queues.delays.delayed_exchange import hold_delayed_messages
 from queues.journal import QueueJournal
 from queues.memory_budget import MemoryBudget
 from queues.message import Message
 from queues.queue import Queue
-from queues.queue_defaults import QueueDefault, defaults_for
 from queues.queue_entry import QueueEntry
 from queues.queue_stats import QueueStats
 from queues.timers import Timers

@@ -7,11 +7,11 @@ from pamqp import commands
 
 from amqp_server.config import ConfigError, load_config
 from amqp_server.vhost import VirtualHost
+from queues.arguments.queue_defaults import defaults_for
 from queues.deduplication import DeduplicationCache
 from queues.message import Message, content_header
 from queues.publish_outcome import DUPLICATE, ENQUEUED, REJECTED
 from queues.queue import Queue
-from queues.queue_defaults import defaults_for
 
 
 def message(body: bytes = b"m", **properties) -> Message:

@@ -7,6 +7,8 @@
 - equivalence.py: what a redeclaration of a queue or an exchange must repeat
   ("inequivalent arg ...");
 - exchange_arguments.py: the exchange argument the broker checks (alternate-exchange);
+- queue_defaults.py: x-arguments the configuration sets by vhost and queue name
+  ([[queue_defaults]]), checked as a queue's own;
 - policy_keys.py: what a policy's definition may hold (the same settings, set by pattern),
   each key's check and its x-argument;
 - texts.py: the field type names and value descriptions those texts share.
