@@ -9,7 +9,8 @@ nodes' links reach it on (server.AMQPServer).
 
 The parent watches each worker through a socket pair: the worker writes "ready" once it
 accepts clients, and the parent sees the worker's end close when it exits; a worker sees the
-parent's end close when the parent dies (even by kill -9) and stops. SIGTERM or SIGINT to the
+parent's end close when the parent dies (even by kill -9) and stops; a ready worker also says it
+is alive every second, and one silent for WATCHDOG_S is killed as hung. SIGTERM or SIGINT to the
 parent stops every worker cleanly; SIGHUP is passed on (certificate reload). A worker that dies
 once the group is up is started again after RESTART_DELAY_S; more than RESTART_LIMIT restarts in
 RESTART_WINDOW_S, or any worker failing while the group first starts, stops the group and the
@@ -46,6 +47,12 @@ RESTART_WINDOW_S = 60.0
 # by then is killed.
 STOP_TIMEOUT_S = 30.0
 READY = b"ready\n"
+# A ready worker writes ALIVE to the parent every ALIVE_EVERY_S from its event loop. One silent
+# for WATCHDOG_S is hung (its loop stuck): it still holds its share of the port, so the kernel
+# would go on handing it connections nobody answers. The parent kills it, and starts it again.
+ALIVE = b"alive\n"
+ALIVE_EVERY_S = 1.0
+WATCHDOG_S = 30.0
 EXIT_FAILED = 1
 
 
@@ -160,6 +167,7 @@ class _Worker:
         self.channel: socket.socket | None = None
         self.restart_at: float | None = None
         self.exit_code: int | None = None
+        self.heard_at = 0.0  # when the parent last heard from it (monotonic)
 
     def move(self, state: WorkerState) -> None:
         if state not in _WORKER_TRANSITIONS[self.state]:
@@ -176,10 +184,12 @@ class Supervisor:
     """Starts the workers, restarts one that dies, and stops them all on SIGTERM or SIGINT."""
 
     def __init__(self, plans: Sequence[WorkerPlan], worker_argv: Sequence[str],
-                 command: Callable[[int, int], list[str]] | None = None) -> None:
+                 command: Callable[[int, int], list[str]] | None = None, watchdog_s: float = WATCHDOG_S) -> None:
         """`command(index, fd)` is the worker's command line (default: `python -m
-        amqp_server.workers index fd *worker_argv`); fd is its end of the socket pair."""
+        amqp_server.workers index fd *worker_argv`); fd is its end of the socket pair. A ready
+        worker silent for `watchdog_s` is killed (and so started again)."""
         self._workers = [_Worker(plan) for plan in plans]
+        self._watchdog_s = watchdog_s
         argv = list(worker_argv)
         self._command = command or (lambda index, fd: [sys.executable, "-m", "amqp_server.workers", str(index),
                                                        str(fd), *argv])
@@ -248,6 +258,7 @@ class Supervisor:
         ours.setblocking(False)
         worker.channel = ours
         worker.restart_at = None
+        worker.heard_at = time.monotonic()
         worker.move(WorkerState.STARTING)
         self._selector.register(ours, selectors.EVENT_READ, worker)
         log.info("started %s", worker.label)
@@ -260,6 +271,7 @@ class Supervisor:
         except OSError:
             data = b""
         if data:
+            worker.heard_at = time.monotonic()
             if READY in data and worker.state is WorkerState.STARTING:
                 worker.move(WorkerState.READY)
                 self._all_ready_yet()
@@ -325,6 +337,7 @@ class Supervisor:
 
     def _timeout(self) -> float | None:
         deadlines = [w.restart_at for w in self._workers if w.restart_at is not None]
+        deadlines += [w.heard_at + self._watchdog_s for w in self._workers if w.state is WorkerState.READY]
         if self._stop_deadline is not None:
             deadlines.append(self._stop_deadline)
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
@@ -333,6 +346,12 @@ class Supervisor:
         for worker in self._workers:
             if worker.restart_at is not None and worker.restart_at <= now:
                 self._spawn(worker)
+            elif (worker.state is WorkerState.READY and self.state is not GroupState.STOPPING
+                  and now - worker.heard_at >= self._watchdog_s):
+                # Killed, it closes its channel: _exited then starts it again as after a crash.
+                log.error("%s has not been heard from for %.0f s (hung): killing it", worker.label, self._watchdog_s)
+                worker.heard_at = now  # one kill is enough
+                worker.process.kill()
         if self._stop_deadline is not None and now >= self._stop_deadline:
             self._stop_deadline = None
             for worker in self._workers:
@@ -428,14 +447,31 @@ async def _serve_worker(config: ServerConfig, channel: socket.socket) -> int:
     serving = asyncio.create_task(serve(config, ready, stop, shared_ports=True))
     readiness = asyncio.create_task(ready.wait())
     await asyncio.wait({serving, readiness}, return_when=asyncio.FIRST_COMPLETED)
+    alive = None
     if ready.is_set():
         try:
             channel.send(READY)
         except OSError:
             stop.set()
+        alive = asyncio.create_task(_say_alive(channel, stop))
     else:
         readiness.cancel()
-    return await serving
+    code = await serving
+    if alive is not None:
+        alive.cancel()
+    return code
+
+
+async def _say_alive(channel: socket.socket, stop: asyncio.Event) -> None:
+    """From the event loop: the parent's watchdog hears the loop still turns."""
+    while not stop.is_set():
+        await asyncio.sleep(ALIVE_EVERY_S)
+        try:
+            channel.send(ALIVE)
+        except BlockingIOError:  # the parent is behind in reading: it has heard enough
+            pass
+        except OSError:
+            return
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The `--workers` parent's policy, with stand-in workers (small scripts speaking its socket-pair
 protocol): a worker failing while the group first starts stops the group with its exit code; a
 worker that dies later is started again; one that keeps dying stops the group with exit 1;
-SIGINT stops every worker and the parent exits 0. The real workers: interop_tests/test_cluster_workers.py."""
+SIGINT stops every worker and the parent exits 0; a hung worker (silent past the watchdog) is
+killed and started again. The real workers: interop_tests/test_cluster_workers.py."""
 
 from __future__ import annotations
 
@@ -29,8 +30,12 @@ print(f"worker {index} pid {os.getpid()} ready", flush=True)
 if behaviour == "crash-loop" and index == 2:
     time.sleep(0.2)
     sys.exit(3)
+said = time.monotonic()
 while not stopping:
     time.sleep(0.02)
+    if not (behaviour == "hang" and index == 2) and time.monotonic() - said > 0.2:
+        channel.send(b"alive\n")
+        said = time.monotonic()
 print(f"worker {index} pid {os.getpid()} stopped", flush=True)
 """
 
@@ -39,18 +44,19 @@ import logging, sys
 from pathlib import Path
 from amqp_server.workers import Supervisor, WorkerPlan
 logging.basicConfig(level="INFO", stream=sys.stdout)
-fake, behaviour = sys.argv[1], sys.argv[2]
+fake, behaviour, watchdog_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
 plans = [WorkerPlan(k, f"w-{k}", Path("."), 0, 0, 0, 0) for k in (1, 2)]
 command = lambda index, fd: [sys.executable, "-c", fake, str(index), str(fd), behaviour]
-raise SystemExit(Supervisor(plans, [], command=command).run())
+raise SystemExit(Supervisor(plans, [], command=command, watchdog_s=watchdog_s).run())
 """
 
 
 class Group:
-    def __init__(self, tmp_path: Path, behaviour: str) -> None:
+    def __init__(self, tmp_path: Path, behaviour: str, watchdog_s: float = 30.0) -> None:
         self.output = tmp_path / "out.txt"
         with self.output.open("wb") as out:
-            self.process = subprocess.Popen([sys.executable, "-c", DRIVER, FAKE_WORKER, behaviour], stdout=out,
+            self.process = subprocess.Popen([sys.executable, "-c", DRIVER, FAKE_WORKER, behaviour, str(watchdog_s)],
+                                            stdout=out,
                                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def text(self) -> str:
@@ -104,3 +110,14 @@ def test_a_worker_that_keeps_dying_stops_the_group(tmp_path: Path) -> None:
     assert len(re.findall(r"worker 2 pid \d+ ready", text)) == RESTART_LIMIT + 1
     assert "stopping the workers" in text
     assert re.search(r"worker 1 pid \d+ stopped", text)
+
+
+def test_a_hung_worker_is_killed_and_started_again(tmp_path: Path) -> None:
+    group = Group(tmp_path, "hang", watchdog_s=2.0)  # worker 2 never says it is alive
+    hung = int(group.wait_for(r"worker 2 pid (\d+) ready")[0].group(1))
+    again = group.wait_for(r"worker 2 pid (\d+) ready", count=2)[1]
+    assert int(again.group(1)) != hung
+    assert "worker 2 (w-2, pid %d) has not been heard from for 2 s (hung): killing it" % hung in group.text()
+    assert len(re.findall(r"worker 1 pid \d+ ready", group.text())) == 1  # the live one is left alone
+    group.process.send_signal(signal.SIGINT)
+    assert group.exit_code() == 0
