@@ -28,15 +28,20 @@ import pytest
 from pika.exceptions import AMQPError as PikaError
 
 from amqp_server.ctl.main import main as ctl_main
-from interop_tests.cluster_nodes import SESSION_TTL, ClusterNode, queue_known_everywhere, three_nodes, wait_until
+from interop_tests.cluster_nodes import (
+    SESSION_TTL, ClusterNode, pika_parameters, queue_known_everywhere, three_nodes, wait_until,
+)
 
 QUORUM = {"x-queue-type": "quorum"}
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 def _parameters(node: ClusterNode) -> pika.ConnectionParameters:
-    return pika.ConnectionParameters("127.0.0.1", node.port, credentials=pika.PlainCredentials("guest", "guest"),
-                                     connection_attempts=1, socket_timeout=5, blocked_connection_timeout=10)
+    """As the cluster tests' parameters, and a node that accepts but does not answer yet (still
+    joining after a restart) is passed over after 5 s in a host list."""
+    parameters = pika_parameters(node)
+    parameters.socket_timeout = 5
+    return parameters
 
 
 def _queue_node(node: ClusterNode, queue: str) -> str | None:
