@@ -102,7 +102,9 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         "--management-port", str(management_port), "--metrics-port", str(metrics_port)))
     scene = Scenario(broker, management_port, metrics_port)
     rng = random.Random(5)
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    # Neither connection is pumped while Spark reads (minutes on a loaded machine): no heartbeats,
+    # or the broker closes them after two intervals and requeues what the holder holds.
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url() + "?heartbeat=0"))
     try:
         channel = connection.channel()
         channel.confirm_delivery()
@@ -132,8 +134,6 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         for _ in range(6):
             method, _, _ = channel.basic_get(WORK)
             channel.basic_reject(method.delivery_tag, requeue=False)
-        # No heartbeats: this connection is not pumped while Spark reads, which on a loaded machine
-        # can outlast two heartbeat intervals and have the broker requeue what it holds.
         scene.holder = pika.BlockingConnection(pika.URLParameters(broker.url() + "?heartbeat=0"))
         holder_channel = scene.holder.channel()
         for _ in range(5):
