@@ -158,7 +158,8 @@ _GROUP_TRANSITIONS = {
 
 
 class _Worker:
-    """One worker slot: its plan, and its current process while it has one."""
+    """The Supervisor's record of one worker slot (the Supervisor alone sets its fields): its
+    plan, and its current process while it has one."""
 
     def __init__(self, plan: WorkerPlan) -> None:
         self.plan = plan
@@ -166,7 +167,6 @@ class _Worker:
         self.process: subprocess.Popen | None = None
         self.channel: socket.socket | None = None
         self.restart_at: float | None = None
-        self.exit_code: int | None = None
         self.heard_at = 0.0  # when the parent last heard from it (monotonic)
 
     def move(self, state: WorkerState) -> None:
@@ -294,7 +294,6 @@ class Supervisor:
         except subprocess.TimeoutExpired:  # it closed the channel yet lives on: not ours to keep
             worker.process.kill()
             code = worker.process.wait()
-        worker.exit_code = code
         label = worker.label
         was_ready = worker.state is WorkerState.READY
         worker.move(WorkerState.DOWN)
