@@ -37,7 +37,13 @@ class Management:
         self._undo: list[str] = []
 
     def request(self, method: str, path: str, body: Any = None) -> requests.Response:
-        return self.session.request(method, self.base_url + path, json=body, timeout=10)
+        try:
+            return self.session.request(method, self.base_url + path, json=body, timeout=10)
+        except requests.ConnectionError:
+            # RabbitMQ's HTTP server closes a kept-alive connection now and then (after some
+            # error replies); the pooled connection is gone, so the (idempotent) call goes
+            # again on a new one.
+            return self.session.request(method, self.base_url + path, json=body, timeout=10)
 
     def get(self, path: str) -> Any:
         reply = self.request("GET", path)

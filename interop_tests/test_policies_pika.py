@@ -158,6 +158,10 @@ def test_refused_policies_answer_rabbitmqs_validation_texts(api, unique):
     assert api.get(f"/api/policies/%2F/{name}")["priority"] == 1.5
     reply = api.request("PUT", f"/api/policies/%2F/{name}", {"definition": {"max-length": 1}})
     assert (reply.status_code, reply.json()["reason"]) == (400, "[{key_missing,pattern}]")
+    for kind in ("policies", "operator-policies"):
+        reply = api.request("PUT", f"/api/{kind}/{unique('no-vhost')}/{name}",
+                            {"pattern": ".*", "definition": {"max-length": 1}})
+        assert (reply.status_code, reply.json()) == (404, {"error": "not_found", "reason": "vhost_not_found"})
 
 
 def test_clearing_a_policy_restores_the_queue(api, channel, unique):

@@ -22,6 +22,7 @@ from amqp_server.management.http_io import (
     list_reply,
     no_content,
     read_body,
+    vhost_for_write,
     vhost_named,
 )
 from amqp_server.policies import PolicySet, parse_policy
@@ -53,12 +54,14 @@ def _operator(request: web.Request) -> bool:
     return request.path.startswith("/api/operator-policies")
 
 
-def _policies_in(request: web.Request) -> tuple["VirtualHost", PolicySet, bool]:
+def _policies_in(request: web.Request, writing: bool = False) -> tuple["VirtualHost", PolicySet, bool]:
     """The URL's vhost, its policies or operator policies, and which, once the caller may
-    manage them there."""
+    manage them there. A missing vhost is 404 "Object Not Found", or RabbitMQ's
+    `vhost_not_found` when `writing` (a PUT)."""
     user, operator = caller(request), _operator(request)
     _require_policy_rights(user, operator)
-    vhost = vhost_named(context(request).broker, request.match_info["vhost"])
+    broker, name = context(request).broker, request.match_info["vhost"]
+    vhost = vhost_for_write(broker, name) if writing else vhost_named(broker, name)
     user.require_vhost(vhost.name)
     return vhost, (vhost.operator_policies if operator else vhost.policies), operator
 
@@ -93,7 +96,7 @@ async def show_policy(request: web.Request) -> web.Response:
 
 
 async def put_policy(request: web.Request) -> web.Response:
-    vhost, policies, operator = _policies_in(request)
+    vhost, policies, operator = _policies_in(request, writing=True)
     name = request.match_info["name"]
     try:
         policy = parse_policy(vhost.name, name, await read_body(request), operator)
