@@ -121,9 +121,13 @@ class ReplicatedQueues:
         return replica is not None and replica.role is Role.LEADER
 
     def group(self, vhost: str, name: str) -> GroupRecord | None:
-        """The queue's group as this node last read it (None: no replica here knows it yet)."""
-        replica = self.manager.replicas.get(queue_id(vhost, name))
-        return None if replica is None else replica.record
+        """The queue's group as this node last read it: its replica's view, or the last listing of
+        every group for a queue this node holds no replica of (None: not seen yet)."""
+        replica_id = queue_id(vhost, name)
+        replica = self.manager.replicas.get(replica_id)
+        if replica is not None and replica.record is not None:
+            return replica.record
+        return self.manager.groups.get(replica_id)
 
     def describe(self, vhost: str, name: str) -> dict[str, Any] | None:
         """/api/queues' fields of a replicated queue, as RabbitMQ shows a quorum queue's:

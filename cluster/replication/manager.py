@@ -65,6 +65,7 @@ class ReplicaManager:
         self._replica_poll = replica_poll_interval
         self.listener = ReplicationListener()
         self.replicas: dict[str, QueueReplica] = {}
+        self.groups: dict[str, GroupRecord] = {}  # every group, as the last listing found them
         # queue -> (on_commit, on_role) of the owner that `host`ed it; replicas nobody hosts
         # (a follower node's) report to nobody but `on_role`.
         self._owners: dict[str, tuple[Callable[[int], None], Callable[[Role], None]]] = {}
@@ -152,14 +153,17 @@ class ReplicaManager:
         """Start a replica for each group naming this node; stop those whose group is gone."""
         items, _ = await self._coordinator.list(GROUPS)
         named: dict[str, GroupRecord] = {}
+        groups: dict[str, GroupRecord] = {}
         for item in items:
             try:
                 record = GroupRecord.decode(item.value)
             except (ValueError, KeyError, TypeError):
                 log.warning("ignoring an unreadable replica group record at %s", item.key)
                 continue
+            groups[record.queue] = record
             if self.node in record.members:
                 named[record.queue] = record
+        self.groups = groups
         for queue, record in named.items():
             replica = self.replicas.get(queue)
             if replica is not None and replica.incarnation not in (None, record.incarnation):
