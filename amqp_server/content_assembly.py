@@ -77,9 +77,12 @@ class ContentAssembly:
     def take_body(self, payload: bytes) -> bytes | None:
         """One body frame (the header came: the channel checks `raw_header` first); the whole
         body once complete, else None. FRAME_ERROR if the bodies exceed the declared size."""
+        received = self.received + len(payload)
         parts = self.parts
+        if received == self.body_size and not parts:
+            return payload  # the usual case: the whole body in one frame
         parts.append(payload)
-        received = self.received = self.received + len(payload)
+        self.received = received
         if received < self.body_size:
             return None
         if received > self.body_size:

@@ -29,6 +29,12 @@ def test_bodies_are_collected_until_the_declared_size():
     assert content.take_body(b"56789") == b"0123456789"
 
 
+def test_a_body_in_one_frame_is_that_frame():
+    content = assembly()
+    content.take_header(header_payload(4), MAX_SIZE)
+    assert content.take_body(b"abcd") == b"abcd"
+
+
 def test_an_empty_body_is_complete_with_its_header():
     content = assembly()
     assert content.take_header(header_payload(0), MAX_SIZE) is True
