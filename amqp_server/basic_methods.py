@@ -1,4 +1,4 @@
-"""Handlers for the channel, basic, tx and confirm methods.
+"""Handlers for the channel, basic and confirm methods (the tx methods: transaction.py).
 
 Each handler takes the channel and the decoded pamqp method, replies through the connection,
 and raises AMQPError with RabbitMQ's code and text when it refuses. basic.publish and basic.ack

@@ -1,10 +1,13 @@
 """One AMQP channel as a sans-I/O state machine: frames in, frames out through its connection.
 
-The channel takes frames from its connection, collects published content, delivers to its
-consumers and tracks what they have not acked. The rest is in modules of its own: publishing,
-routing and confirms (publishing.py), ack/nack/reject (settlement.py), consumer timeouts
-(consumer_timeouts.py), the other basic, channel, tx and confirm methods (basic_methods.py),
-and the exchange and queue classes (declarations.py).
+The channel owns its state (OPEN, CLOSING, CLOSED: states.py, moved only by `advance`) and
+its settings; other modules change them through its methods. It takes frames from its
+connection, hands a publish's content frames to its ContentAssembly (content_assembly.py),
+delivers to its consumers and tracks what they have not acked. The rest is in modules of its
+own: publishing, routing and confirms (publishing.py), ack/nack/reject (settlement.py),
+transactions (transaction.py), consumer timeouts (consumer_timeouts.py), the other basic,
+channel and confirm methods (basic_methods.py), and the exchange and queue classes
+(declarations.py).
 """
 
 from __future__ import annotations

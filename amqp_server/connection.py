@@ -1,8 +1,10 @@
 """One AMQP connection as a sans-I/O state machine: `receive_data(bytes)` in, `take_output()` out.
 
-The connection runs the handshake (its steps are handshake.py), multiplexes channels, stops
-reading while it publishes too fast or a resource alarm is on (publisher_blocking.py), and turns
-errors into RabbitMQ's closes: a soft error closes the channel it happened on, a hard error the
+The connection owns its state (states.py: one transition table, moved only by `advance`) and
+its attributes; the modules that do its work call its methods to change them. It runs the
+handshake (its steps are handshake.py), multiplexes channels, stops reading while it publishes
+too fast or a resource alarm is on (PublisherFlow, publisher_blocking.py), and turns errors
+into RabbitMQ's closes: a soft error closes the channel it happened on, a hard error the
 connection. It never touches a socket or a clock: the asyncio shell in server.py feeds it
 bytes, writes what it produces, and handles heartbeat timing.
 """
@@ -412,6 +414,10 @@ class Connection:
 
     def fail_channel(self, channel: Channel, error: AMQPError) -> None:
         """Close `channel` with a soft error, as RabbitMQ does: requeue its deliveries, send channel.close."""
+        if channel.state is ChannelState.CLOSED:
+            # An answer that came back for a channel closed meanwhile (a cluster node's counts):
+            # there is nothing to close, and its number may belong to a new channel already.
+            return
         log.warning("channel error on connection %s, channel %d: %s", self.describe(), channel.id, error.reply_text)
         self._confirm_channels.discard(channel)
         if channel.confirms is not None and channel.confirms.has_pending:

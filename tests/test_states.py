@@ -7,6 +7,7 @@ import pytest
 from pamqp import commands
 
 from amqp_server.connection import Connection
+from amqp_server.errors import AMQPError
 from amqp_server.states import (
     CHANNEL_TRANSITIONS,
     CONNECTION_TRANSITIONS,
@@ -126,3 +127,14 @@ def test_connection_states_are_enum_members_not_strings():
     connection = Connection(FakeClient().broker)
     assert isinstance(connection.state, ConnectionState)
     assert connection.state != "handshake"
+
+
+def test_failing_a_channel_closed_meanwhile_sends_nothing_on_its_number():
+    client = opened_client()
+    connection = client.connection
+    old = connection.channels[1]
+    client.send(1, commands.Channel.Close(200, "bye", 0, 0))
+    client.open_channel(1)  # the number is reused at once
+    connection.fail_channel(old, AMQPError(406, "late refusal"))  # e.g. a cluster node's late answer
+    assert client.take() == []
+    assert connection.channels[1].state is ChannelState.OPEN
