@@ -123,6 +123,8 @@ class SharedDefinitions:
         self._key_tails: dict[str, asyncio.Task] = {}  # the last write issued per key
         self._pending: dict[str, _Write] = {}  # per key: our latest write whose echo has not come
         self._deletes_to_retry: dict[str, _Write] = {}
+        self._landed_after_refusal: dict[str, bytes] = {}  # key -> data of a refused creation that may land
+        self._undoing: set[asyncio.Task] = set()
         self._in_flight = asyncio.Semaphore(MAX_WRITES_IN_FLIGHT)
         self._unreachable: CoordinationUnavailable | None = None
         self._probe: asyncio.Task | None = None
@@ -226,7 +228,7 @@ class SharedDefinitions:
                 log.error("could not remove the files of queue '%s' in vhost '%s': %s", queue, vhost, error)
 
     async def stop(self) -> None:
-        for task in [*self._followers, *([self._probe] if self._probe else [])]:
+        for task in [*self._followers, *([self._probe] if self._probe else []), *self._undoing]:
             task.cancel()
         tails = list(self._key_tails.values())
         if tails:
@@ -412,6 +414,7 @@ class SharedDefinitions:
         if not key.startswith(OWNERS + "/"):
             self._pending[key] = write
             self._deletes_to_retry.pop(key, None)
+            self._landed_after_refusal.pop(key, None)  # this newer change decides the key now
         previous = self._key_tails.get(key)
         task = asyncio.create_task(self._perform(write, previous))
         self._key_tails[key] = task
@@ -425,7 +428,11 @@ class SharedDefinitions:
             try:
                 if self._unreachable is not None:
                     raise self._unreachable
-                failure = await self._send(write)
+                try:
+                    failure = await self._send(write)
+                except CoordinationUnavailable:
+                    self._outcome_unknown(write)
+                    raise
             except CoordinationUnavailable as error:
                 failure = self._lost_the_service(error)
                 self._not_committed(write)
@@ -454,6 +461,38 @@ class SharedDefinitions:
             if self._local.holds(entry["vhost"], entry["name"]):  # not deleted meanwhile
                 self._set_ownership(entry["vhost"], entry["name"], True)
         return None
+
+    def _outcome_unknown(self, write: _Write) -> None:
+        """A write sent but not answered may still have been committed (the answer lost, or the
+        backend's request still under way). Its client is told it failed, so a new object it
+        created must not appear: remember it, to delete it if its echo comes (`_undo_if_landed`).
+        A change of an existing object is left as it lands (docs/cluster.md: unknown outcome)."""
+        if write.data is not None and write.key not in self._service and not write.key.startswith(OWNERS + "/"):
+            self._landed_after_refusal[write.key] = write.data
+
+    def _undo_if_landed(self, event: WatchEvent) -> bool:
+        """Is `event` a creation this node refused to its client that landed after all? Then it
+        is deleted again (if nobody changed it since) and not applied here."""
+        data = self._landed_after_refusal.pop(event.key, None)
+        if data is None or event.kind is not EventKind.PUT or event.value != data:
+            return False
+        log.warning("%s was committed after its client was told it failed: deleting it", event.key)
+        task = asyncio.create_task(self._delete_landed(event.key, data))
+        self._undoing.add(task)
+        task.add_done_callback(self._undoing.discard)
+        return True
+
+    async def _delete_landed(self, key: str, data: bytes) -> None:
+        while True:
+            try:
+                current = await self._coordinator.get(key)
+                if current is not None and current.value == data and key not in self._pending:
+                    await self._coordinator.delete(key, current.version)
+                return
+            except VersionConflict:
+                return  # changed meanwhile: somebody else's now
+            except CoordinationUnavailable:
+                await asyncio.sleep(PROBE_INTERVAL_S)
 
     def _no_echo(self, write: _Write) -> None:
         if self._pending.get(write.key) is write:
@@ -598,6 +637,8 @@ class SharedDefinitions:
     def _on_event(self, directory: str, event: WatchEvent) -> None:
         if directory == OWNERS:
             self._owner_event(event)
+            return
+        if self._landed_after_refusal and event.key in self._landed_after_refusal and self._undo_if_landed(event):
             return
         kind = KIND_OF_DIRECTORY[directory]
         value = None

@@ -1,7 +1,8 @@
 """Shared definitions between two brokers on an in-memory coordination service (the same
 interface etcd and ZooKeeper implement; interop_tests/test_cluster_definitions.py runs the real
 ones): declare-ok waits for the commit, the other node applies the change, a lost declare race
-turns the declare-ok into RabbitMQ's 406, and an unreachable service refuses new declarations."""
+turns the declare-ok into RabbitMQ's 406, an unreachable service refuses new declarations, and a
+refused declaration whose write was committed after all is deleted again."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pamqp import commands
 from amqp_server.broker import Broker
 from amqp_server.cluster_definitions import SharedDefinitions
 from amqp_server.config import ClusterConfig, ServerConfig
+from cluster.coordinator import CoordinationUnavailable
 from tests.frame_driver import methods, opened_client
 from tests.memory_coordinator import MemoryCoordinator, MemoryService
 
@@ -159,3 +161,43 @@ def test_a_watch_that_fell_behind_history_lists_again_and_catches_up():
         assert [destination.name for destination, _key, _args in b.vhosts["/"].exchanges["amq.fanout"].bindings()] == ["new"]
 
     run(scenario)
+
+
+class _AnswerLost(MemoryCoordinator):
+    """Commits the creation of `key` and then fails as if the answer never came back."""
+
+    def __init__(self, service: MemoryService, key: str) -> None:
+        super().__init__(service)
+        self.key = key
+
+    async def compare_and_set(self, key, value, expected_version, *, ephemeral=False):
+        version = await super().compare_and_set(key, value, expected_version, ephemeral=ephemeral)
+        if key == self.key:
+            raise CoordinationUnavailable("the answer was lost")
+        return version
+
+
+def test_a_refused_declaration_that_was_committed_after_all_is_deleted_again():
+    async def main() -> None:
+        service = MemoryService()
+        a = Broker(ServerConfig(cluster=ClusterConfig(url="etcd://127.0.0.1:2379/unit", node_name="a")))
+        shared_a = SharedDefinitions(_AnswerLost(service, "definitions/queues/%2F,ghost"), a, "a", lambda: ["a", "b"])
+        a.share_definitions(shared_a)
+        await shared_a.start()
+        b, shared_b = await _node(service, "b")
+        try:
+            client = opened_client(a)
+            client.send(1, commands.Queue.Declare(queue="ghost", durable=True))
+            for _ in range(50):
+                await asyncio.sleep(0)
+            closed = methods(client.take())
+            assert [(type(m).__name__, m.reply_code) for m in closed] == [("Close", 541)]
+            for _ in range(200):  # the echo comes, the key is deleted again, both nodes hear it
+                await asyncio.sleep(0)
+            assert "definitions/queues/%2F,ghost" not in service.keys
+            assert "ghost" not in a.vhosts["/"].queues and "ghost" not in b.vhosts["/"].queues
+        finally:
+            await shared_a.stop()
+            await shared_b.stop()
+
+    asyncio.run(main())
