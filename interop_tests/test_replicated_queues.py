@@ -5,7 +5,7 @@ too), all started by the tests, with pika.
   the third: `kill -9` of its leader moves it to a surviving node within the session TTL plus an
   election; every confirmed message not acked is there; the ones a consumer held come back with
   redelivered=true and x-delivery-count 1; acked ones do not come back.
-- The fault test: a publisher with confirms and a host list, and a consumer acking, run while the
+- The fault test: two publishers with confirms and host lists, and two consumers acking, run while the
   test kills the queue's leader with `kill -9` and restarts it, again and again, and a follower
   after every second leader kill (REPLICATED_QUEUE_LEADER_KILLS, default 4;
   REPLICATED_QUEUE_SEED repeats a run). It prints
@@ -222,14 +222,17 @@ def test_ctl_adds_and_removes_members_and_moves_leadership_without_losing_messag
 class _Record:
     confirmed: list[int] = field(default_factory=list)
     acked: set[int] = field(default_factory=set)
-    first_deliveries: list[int] = field(default_factory=list)
+    first_deliveries: dict[int, list[int]] = field(default_factory=dict)  # per consumer
     seen: set[int] = field(default_factory=set)
     bad_redeliveries: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
-def _publish(hosts: list[pika.ConnectionParameters], record: _Record, stop: threading.Event) -> None:
-    number = 0
+PUBLISHER_SPAN = 10**9  # publisher p numbers its messages p * PUBLISHER_SPAN + 1, 2, ...
+
+
+def _publish(hosts: list[pika.ConnectionParameters], record: _Record, stop: threading.Event, who: int) -> None:
+    number = who * PUBLISHER_SPAN
     while not stop.is_set():
         try:
             connection = pika.BlockingConnection(hosts)
@@ -252,8 +255,10 @@ def _publish(hosts: list[pika.ConnectionParameters], record: _Record, stop: thre
                 pass
 
 
-def _consume(hosts: list[pika.ConnectionParameters], record: _Record, stop: threading.Event, seed: int) -> None:
-    chooser = random.Random(seed)
+def _consume(hosts: list[pika.ConnectionParameters], record: _Record, stop: threading.Event, seed: int,
+             who: int) -> None:
+    chooser = random.Random(seed + who)
+    firsts = record.first_deliveries.setdefault(who, [])
     while not stop.is_set():
         try:
             connection = pika.BlockingConnection(hosts)
@@ -273,7 +278,7 @@ def _consume(hosts: list[pika.ConnectionParameters], record: _Record, stop: thre
                         record.bad_redeliveries.append(f"{number}: redelivered={method.redelivered} count={count}")
                 else:
                     record.seen.add(number)
-                    record.first_deliveries.append(number)
+                    firsts.append(number)
                 if held < 5 and chooser.random() < 0.05:
                     held += 1
                     continue  # held unacked: comes back when its consumer or the leader goes
@@ -297,9 +302,13 @@ def _fault_run(tmp_path, module: str, leader_kills: int, seed: int) -> tuple[_Re
         _declare(nodes, nodes["a"], "faults")
         order = list(nodes.values())
         stop = threading.Event()
+        # Publishers and consumers on every node first, each with the others as its fallbacks.
         workers = [
-            threading.Thread(target=_publish, args=([_parameters(n) for n in order], record, stop)),
-            threading.Thread(target=_consume, args=([_parameters(n) for n in reversed(order)], record, stop, seed)),
+            threading.Thread(target=_publish, args=([_parameters(n) for n in order], record, stop, 1)),
+            threading.Thread(target=_publish, args=([_parameters(n) for n in order[1:] + order[:1]], record, stop, 2)),
+            threading.Thread(target=_consume, args=([_parameters(n) for n in order[2:] + order[:2]], record, stop,
+                                                     seed, 1)),
+            threading.Thread(target=_consume, args=([_parameters(n) for n in order], record, stop, seed, 2)),
         ]
         for worker in workers:
             worker.start()
@@ -348,7 +357,10 @@ def test_no_confirmed_message_is_lost_over_leader_kills(tmp_path):
     assert record.confirmed, "nothing was confirmed"
     assert lost == 0
     assert record.bad_redeliveries == []
-    assert record.first_deliveries == sorted(record.first_deliveries), "a publisher's order was not kept"
+    for firsts in record.first_deliveries.values():  # each consumer sees each publisher's messages in order
+        for who in (1, 2):
+            mine = [n for n in firsts if n // PUBLISHER_SPAN == who]
+            assert mine == sorted(mine), f"publisher {who}'s order was not kept"
 
 
 def test_the_fault_test_catches_a_build_that_confirms_before_a_majority_has_the_message(tmp_path):
