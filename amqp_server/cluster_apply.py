@@ -90,6 +90,10 @@ class LocalDefinitions:
         """A replicated queue is held here only while its replica here leads its group."""
         self._replicated = replicated
 
+    def replicated(self, entry: dict[str, Any]) -> bool:
+        """Is this queue definition a replicated queue's (on this broker)?"""
+        return self._replicated is not None and is_replicated(entry)
+
     def holds(self, vhost_name: str, queue: str) -> bool:
         """This node has the queue itself (not a stand-in)."""
         vhost = self._broker.vhosts.get(vhost_name)
@@ -255,7 +259,7 @@ class LocalDefinitions:
             return self._park(key, value)
         name = entry["name"]
         existing = vhost.queues.get(name)
-        if self._replicated is not None and is_replicated(entry):
+        if self.replicated(entry):
             return self._apply_replicated_queue(vhost, value, existing)
         if existing is not None:
             if self._is_local_form_of(vhost, existing, value):

@@ -159,12 +159,19 @@ class SharedDefinitions:
         if value is None:
             return
         self._local.apply(key, value)
-        if self._local.holds(vhost, queue) and value.home != self._node:
-            moved = SharedValue(value.kind, value.entry, self._writer, self._seq + 1, self._node, value.exclusive)
-            self._issue(key, moved.encode(), moved)
-            self._remember(key, moved)
-            self._set_ownership(vhost, queue, True)
-            self._tell_owner_listeners(vhost, queue)
+        self._name_home_if_held(key, value)
+
+    def _name_home_if_held(self, key: str, value: SharedValue) -> None:
+        """A replicated queue this node holds (its replica leads) but whose definition names
+        another home: name this node, so the other nodes' stand-ins turn here."""
+        entry = value.entry
+        if value.home == self._node or not self._local.holds(entry["vhost"], entry["name"]):
+            return
+        moved = SharedValue(value.kind, entry, self._writer, self._seq + 1, self._node, value.exclusive)
+        self._issue(key, moved.encode(), moved)
+        self._remember(key, moved)
+        self._set_ownership(entry["vhost"], entry["name"], True)
+        self._tell_owner_listeners(entry["vhost"], entry["name"])
 
     def owner_of(self, vhost: str, queue: str) -> QueueOwner | None:
         """The queue's owner node and whether it holds the queue now (None: no such queue)."""
@@ -662,6 +669,8 @@ class SharedDefinitions:
         self._local.apply(event.key, value, previous.entry if previous is not None else None)
         if kind != "queues":
             return
+        if value is not None and self._local.replicated(value.entry):
+            self._name_home_if_held(event.key, value)  # another node's write named it home meanwhile
         entry = (value or previous).entry  # type: ignore[union-attr]
         if previous is None or value is None:  # a new queue, or none: no lapse to remember
             self._lapsed.discard(owner_key(entry["vhost"], entry["name"]))
