@@ -23,7 +23,6 @@ queue that a Spark worker reads walk each later segment once.
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -31,27 +30,21 @@ from typing import Iterator, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from persistence.queue_recovery import message_body_size
-from persistence.record_format import STATE_OF_TYPE, MalformedRecord, RecordType, decode_payload, min_state_payload
-from persistence.record_format import state_fields
 from persistence.segment_file import CorruptSegmentHeader
 from persistence.segment_reader import SnapshotScan, snapshot_scan
-from spark import basic_properties
+from spark.columnar import decode_columns
 from spark.message_states import EVENT_NAMES, REASON_NAMES, STATE_NAMES, EventCollector, StateEvents, concat, replay
 from spark.internal_stores import delayed_exchange_of
 from spark.queue_snapshot import SegmentRef
-from spark.schema import MESSAGE_COLUMNS, NOT_NULL, PROPERTY_COLUMNS, arrow_schema
+from spark.schema import MESSAGE_COLUMNS, NOT_NULL, arrow_schema
+from spark.segment_index import RecordIndex, index_segment
 
-_SEQ_AT = struct.Struct(">QQ")  # the first fields of a message record's payload: seq, published_at_ms
-_MESSAGE = RecordType.MESSAGE
-_DECODED = {"exchange", "routing_key", "body", *PROPERTY_COLUMNS}  # need the record decoded
-_PROPERTY_INDEX = {name: i for i, name in enumerate(basic_properties.PROPERTY_NAMES)}
 _TS = pa.timestamp("us", tz="UTC")
 _STATE_DICT = pa.array(STATE_NAMES)
 _EVENT_DICT = pa.array(EVENT_NAMES)
 _REASON_DICT = pa.array(REASON_NAMES)
 _CACHE_BYTES = 256 * 1024 * 1024
-_EVENTS: "OrderedDict[tuple, StateEvents]" = OrderedDict()
+_CACHE: "OrderedDict[tuple, StateEvents | RecordIndex]" = OrderedDict()
 
 
 class SegmentPart(NamedTuple):
@@ -112,26 +105,36 @@ def read_partition(part: SegmentPart, request: ScanRequest) -> Iterator[pa.Recor
 
 def events_of(ref: SegmentRef) -> StateEvents:
     """The state records of a segment, from the cache, a side file, or a walk of the file."""
-    key = ref.cache_key
-    cached = _EVENTS.get(key)
+    cached = _cached(ref)
     if cached is not None:
-        _EVENTS.move_to_end(key)
-        return cached
+        return cached.events if isinstance(cached, RecordIndex) else cached
     from spark import side_files
 
     events = side_files.load_events(ref)
     if events is None:
         scan = _open(ref)
-        events = _walk(scan, collect_messages=False)[0] if scan is not None else EventCollector().events()
-    _remember(key, events)
+        if scan is None:
+            events = EventCollector().events()
+        else:
+            index = index_segment(scan.data, scan.header.header_length)
+            _remember(ref.cache_key, index)  # kept whole: the segment's own partition needs it too
+            return index.events
+    _remember(ref.cache_key, events)
     return events
 
 
-def _remember(key: tuple, events: StateEvents) -> None:
-    _EVENTS[key] = events
-    total = sum(e.nbytes for e in _EVENTS.values())
-    while total > _CACHE_BYTES and len(_EVENTS) > 1:
-        _, dropped = _EVENTS.popitem(last=False)
+def _cached(ref: SegmentRef) -> StateEvents | RecordIndex | None:
+    cached = _CACHE.get(ref.cache_key)
+    if cached is not None:
+        _CACHE.move_to_end(ref.cache_key)
+    return cached
+
+
+def _remember(key: tuple, entry: StateEvents | RecordIndex) -> None:
+    _CACHE[key] = entry
+    total = sum(e.nbytes for e in _CACHE.values())
+    while total > _CACHE_BYTES and len(_CACHE) > 1:
+        _, dropped = _CACHE.popitem(last=False)
         total -= dropped.nbytes
 
 
@@ -152,7 +155,8 @@ def _load_own(ref: SegmentRef, request: ScanRequest):
         loaded = side_files.load_messages(ref, _message_columns(request.columns))
         if loaded is not None:
             table, events = loaded
-            _remember(ref.cache_key, events)
+            if _cached(ref) is None:
+                _remember(ref.cache_key, events)
             seqs = table.column("seq").to_numpy()
             published = table.column("published_at").cast(pa.int64()).to_numpy() // 1000
             empty = np.zeros(0, np.int64)
@@ -160,35 +164,11 @@ def _load_own(ref: SegmentRef, request: ScanRequest):
     scan = _open(ref)
     if scan is None:
         return None, None, None
-    events, messages = _walk(scan, collect_messages=True)
-    _remember(ref.cache_key, events)
-    return events, messages, None
-
-
-def _walk(scan: SnapshotScan, collect_messages: bool) -> tuple[StateEvents, SegmentMessages]:
-    """One pass over the trusted records of a segment (damaged ones skipped, as recovery does)."""
-    collector = EventCollector()
-    starts, ends, seqs, published = (np.zeros(0, np.int64) for _ in range(4))
-    starts_l: list[int] = []
-    ends_l: list[int] = []
-    data = scan.data
-    state_types = STATE_OF_TYPE
-    for _, rtype, payload, end in scan.records():
-        if rtype == _MESSAGE:
-            if collect_messages:
-                starts_l.append(payload)
-                ends_l.append(end)
-        elif rtype in state_types:
-            if end - payload >= min_state_payload(rtype):
-                collector.add(rtype, state_fields(rtype, data, payload))
-    if collect_messages and starts_l:
-        starts, ends = np.array(starts_l, np.int64), np.array(ends_l, np.int64)
-        fixed = np.array([_SEQ_AT.unpack_from(data, p) for p in starts_l], np.int64)
-        seqs, published = fixed[:, 0].copy(), fixed[:, 1].copy()
-        increasing = seqs > np.maximum.accumulate(np.concatenate(([-1], seqs[:-1])))
-        if not increasing.all():  # out-of-order records are ignored, as by recovery
-            starts, ends, seqs, published = starts[increasing], ends[increasing], seqs[increasing], published[increasing]
-    return collector.events(), SegmentMessages(scan, starts, ends, seqs, published)
+    index = _cached(ref)
+    if not isinstance(index, RecordIndex):
+        index = index_segment(scan.data, scan.header.header_length)
+        _remember(ref.cache_key, index)
+    return index.events, SegmentMessages(scan, index.starts, index.ends, index.seqs, index.published_ms), None
 
 
 def _row_filter(messages: SegmentMessages, outcome, request: ScanRequest) -> np.ndarray | None:
@@ -220,24 +200,30 @@ def _batch(part: SegmentPart, request: ScanRequest, messages: SegmentMessages, o
            side_table: pa.Table | None) -> pa.RecordBatch:
     columns = request.columns
     n = len(rows)
-    decoded = _decode_rows(messages, rows, columns) if side_table is None else {}
-    if side_table is not None:
-        taken = side_table.take(pa.array(rows))
+    if side_table is None:
+        decoded = decode_columns(messages.scan.data, messages.starts[rows], messages.ends[rows], columns)
+        if "seq" in columns:
+            decoded["seq"] = pa.array(messages.seqs[rows])
+        if "published_at" in columns:
+            decoded["published_at"] = pa.array(messages.published_ms[rows] * 1000, _TS)
+    else:
+        contiguous = n and rows[-1] - rows[0] + 1 == n
+        taken = side_table.slice(int(rows[0]), n) if contiguous else side_table.take(pa.array(rows))
         decoded = {name: taken.column(name) for name in _message_columns(columns)}
     arrays = []
     for name in columns:
         if name in decoded:
             arrays.append(decoded[name])
         elif name == "vhost":
-            arrays.append(pa.array([part.vhost] * n, pa.string()))
+            arrays.append(pa.repeat(pa.scalar(part.vhost, pa.string()), n))
         elif name == "queue":
-            arrays.append(pa.array([part.queue] * n, pa.string()))
+            arrays.append(pa.repeat(pa.scalar(part.queue, pa.string()), n))
         elif name == "delayed_exchange":
-            arrays.append(pa.array([delayed_exchange_of(part.queue)] * n, pa.string()))
+            arrays.append(pa.repeat(pa.scalar(delayed_exchange_of(part.queue), pa.string()), n))
         elif name == "segment":
-            arrays.append(pa.array([part.segment.name] * n, pa.string()))
+            arrays.append(pa.repeat(pa.scalar(part.segment.name, pa.string()), n))
         elif name == "archived":
-            arrays.append(pa.array(np.full(n, part.segment.archived)))
+            arrays.append(pa.repeat(pa.scalar(part.segment.archived), n))
         else:
             arrays.append(_state_column(name, messages, outcome, rows))
     schema = arrow_schema(columns, request.not_null)
@@ -270,62 +256,3 @@ def _state_column(name: str, messages: SegmentMessages, outcome, rows: np.ndarra
         due = outcome.due_at_ms[rows]
         return pa.array(due * 1000, _TS, mask=due < 0)
     raise KeyError(name)
-
-
-def _decode_rows(messages: SegmentMessages, rows: np.ndarray, columns: tuple[str, ...]) -> dict[str, pa.Array]:
-    out: dict[str, pa.Array] = {}
-    if "seq" in columns:
-        out["seq"] = pa.array(messages.seqs[rows])
-    if "published_at" in columns:
-        out["published_at"] = pa.array(messages.published_ms[rows] * 1000, _TS)
-    wanted = [c for c in columns if c in _DECODED]
-    if not wanted:
-        if "body_size" in columns:
-            data = messages.scan.data
-            out["body_size"] = pa.array([message_body_size(data, p) for p in messages.starts[rows].tolist()], pa.int64())
-        return out
-    props = [c for c in wanted if c in _PROPERTY_INDEX]
-    values: dict[str, list] = {c: [] for c in (*wanted, "body_size")}
-    view = messages.scan.view
-    decode_props = basic_properties.decode
-    exchanges, keys, bodies, sizes = values["exchange"] if "exchange" in values else None, \
-        values.get("routing_key"), values.get("body"), values["body_size"]
-    prop_lists = [(values[c], _PROPERTY_INDEX[c]) for c in props]
-    for start, end in zip(messages.starts[rows].tolist(), messages.ends[rows].tolist()):
-        try:
-            record = decode_payload(_MESSAGE, view[start:end])
-        except MalformedRecord:
-            record = None
-        if record is None:  # a CRC-valid record that does not parse: keep the row, null its fields
-            for column in values.values():
-                column.append(None)
-            continue
-        if exchanges is not None:
-            exchanges.append(record.exchange)
-        if keys is not None:
-            keys.append(record.routing_key)
-        if bodies is not None:
-            bodies.append(record.body)
-        sizes.append(len(record.body))
-        if prop_lists:
-            try:
-                decoded = decode_props(record.raw_properties)
-            except basic_properties.MalformedProperties:
-                decoded = basic_properties.decode(b"")
-            for column, i in prop_lists:
-                column.append(decoded[i])
-    for name, column in values.items():
-        if name == "timestamp":
-            secs = np.array([-1 if v is None else v for v in column], np.int64)
-            out[name] = pa.array(secs * 1_000_000, _TS, mask=secs < 0)
-        elif name == "headers":
-            out[name] = pa.array(column, pa.map_(pa.string(), pa.string()))
-        elif name in ("delivery_mode", "priority"):
-            out[name] = pa.array(column, pa.int32())
-        elif name == "body":
-            out[name] = pa.array(column, pa.binary())
-        elif name == "body_size":
-            out[name] = pa.array(column, pa.int64())
-        else:
-            out[name] = pa.array(column, pa.string())
-    return out

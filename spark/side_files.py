@@ -33,7 +33,6 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -67,7 +66,8 @@ def side_paths(segment_path: str | Path) -> tuple[Path, Path]:
 def write_side_files(segment_path: str | Path, vhost: str, queue: str) -> Path | None:
     """Convert a sealed segment; returns the messages file, or None if the segment is gone.
     Blocking and CPU-bound: never call it on the event loop."""
-    from spark.partition_reader import _decode_rows, _walk
+    from spark.columnar import decode_columns
+    from spark.segment_index import index_segment
 
     path = Path(segment_path)
     try:
@@ -77,11 +77,13 @@ def write_side_files(segment_path: str | Path, vhost: str, queue: str) -> Path |
         return None
     if scan is None:
         return None
-    events, messages = _walk(scan, collect_messages=True)
-    rows = np.arange(len(messages.seqs))
-    columns = [c for c in MESSAGE_COLUMNS]
-    decoded = _decode_rows(messages, rows, tuple(columns))
-    n = len(rows)
+    index = index_segment(scan.data, scan.header.header_length)
+    events = index.events
+    columns = list(MESSAGE_COLUMNS)
+    decoded = decode_columns(scan.data, index.starts, index.ends, tuple(columns))
+    decoded["seq"] = pa.array(index.seqs)
+    decoded["published_at"] = pa.array(index.published_ms * 1000, pa.timestamp("us", tz="UTC"))
+    n = len(index.seqs)
     names = ["vhost", "queue", "segment", *columns]
     arrays = [pa.array([vhost] * n, pa.string()), pa.array([queue] * n, pa.string()),
               pa.array([path.name] * n, pa.string()), *(decoded[c] for c in columns)]
