@@ -108,6 +108,9 @@ def load_messages(ref: SegmentRef, columns: tuple[str, ...]) -> tuple[pa.Table, 
     try:
         table = pq.read_table(messages_path, columns=wanted)
         events = _events(pq.read_table(states_path))
+        # Once per file rather than per batch: the exact Arrow types Spark expects (Parquet renames
+        # the map's fields), in one chunk, so that batches are zero-copy slices.
+        table = table.cast(arrow_schema(wanted, frozenset())).combine_chunks()
     except (OSError, pa.ArrowException):
         return None
     return table, events
