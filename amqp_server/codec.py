@@ -138,7 +138,9 @@ class FrameReader:
             else:
                 self._wanted = FRAME_OVERHEAD
         finally:
-            if offset == end:
+            if self._data is not data:
+                pass  # cleared while the frames were handled (the stream broke): nothing to keep
+            elif offset == end:
                 self._data = b""
                 self._offset = 0
             else:

@@ -194,3 +194,27 @@ def test_frame_reader_takes_the_protocol_header_first():
 
 def test_access_request_ok_frame_is_class_30_method_11_with_ticket_1():
     assert codec.access_request_ok_frame(5) == b"\x01\x00\x05\x00\x00\x00\x06\x00\x1e\x00\x0b\x00\x01\xce"
+
+
+def test_frame_reader_cleared_while_its_frames_are_handled_stays_empty():
+    wire = frame.marshal(commands.Basic.Qos(prefetch_count=7), 2) * 3
+    reader = codec.FrameReader(4096)
+    reader.feed(wire)
+    frames = reader.frames()
+    next(frames)
+    reader.clear()  # the connection's input broke while handling the first frame
+    frames.close()
+    assert list(reader.frames()) == []
+    reader.feed(wire)
+    assert len(list(reader.frames())) == 3
+
+
+def test_frame_reader_joins_a_frame_sent_a_byte_at_a_time_once_it_is_complete():
+    body = ContentBody(bytes(range(256)) * 64)  # a 16 KiB payload
+    wire = frame.marshal(body, 1)
+    reader = codec.FrameReader(131072)
+    for index in range(len(wire) - 1):
+        reader.feed(wire[index : index + 1])
+        assert list(reader.frames()) == []
+    reader.feed(wire[-1:])
+    assert list(reader.frames()) == [(codec.FRAME_BODY, 1, body.value)]
