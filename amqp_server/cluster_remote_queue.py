@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from amqp_server import codec, errors
-from amqp_server.cluster_link import LinkState, MirrorChannel, MirrorState, NodeLink, QueueUnavailable
+from amqp_server.cluster_link import ForwardStream, LinkState, MirrorChannel, MirrorState, NodeLink, QueueUnavailable
 from amqp_server.errors import AMQPError
 from amqp_server.unacked_store import Unacked
 from queues.arguments import QueueArguments
@@ -88,6 +88,20 @@ class RemoteConsumer:
             self.queue.owner_cancelled(self)
 
 
+class ForwardedMessage:
+    """One message forwarded to its queue's owner, waited for as a queue is (`when_stored`)."""
+
+    __slots__ = ("stream", "seq")
+
+    def __init__(self, stream: "ForwardStream", seq: int) -> None:
+        self.stream = stream
+        self.seq = seq
+
+    def when_stored(self, callback: "SyncCallback") -> None:
+        """Call back once the owner confirmed this message (None) or nacked it, or its link failed."""
+        self.stream.when_confirmed(self.seq, callback)
+
+
 class RemoteQueue(Queue):
     """A queue whose owner is another node (see the module docstring)."""
 
@@ -98,7 +112,6 @@ class RemoteQueue(Queue):
         super().__init__(name, vhost, durable=durable, exclusive_owner=OTHER_NODES_CONNECTION if exclusive else None,
                          auto_delete=auto_delete, arguments=arguments, timers=timers)
         # Deduplication, length limits, TTLs and x-delivery-count are the owner's to apply.
-        self.__dict__.pop("publish", None)
         self.dedup = None
         self.adds_delivery_count = False
         self.owner = owner
@@ -147,6 +160,11 @@ class RemoteQueue(Queue):
     def when_stored(self, callback: "SyncCallback") -> None:
         """Call back once the owner confirmed the message last published here."""
         self._link.stream.when_confirmed(self._last_seq, callback)
+
+    def forwarded_message(self) -> "ForwardedMessage":
+        """The message just published here, to wait for the owner's confirm of it alone
+        (publisher confirms and tx.commit: a nack of any one message must reach its publisher)."""
+        return ForwardedMessage(self._link.stream, self._last_seq)
 
     @property
     def congested(self) -> bool:

@@ -172,10 +172,13 @@ def route_publish(
             if outcome == REJECTED:
                 accepted = False  # a queue at its length limit with x-overflow reject-publish
             elif outcome == ENQUEUED_DURABLY:
+                # A queue of another node: wait for the owner's confirm of this very message (a
+                # wait per queue would cover only the last message forwarded there, and miss a nack).
+                stored = queue.forwarded_message() if queue.is_remote else queue
                 if journaled is None:
-                    journaled = [queue]
+                    journaled = [stored]
                 else:
-                    journaled.append(queue)
+                    journaled.append(stored)
             elif outcome == WRITE_FAILED:
                 accepted = False  # its disk write failed (queues/journal.py)
                 write_failed = True
@@ -197,7 +200,7 @@ def route_publish(
             confirms.resolve(seq, accepted)
         else:
             # Durable means durable: confirm only once every queue's copy is fsynced (the
-            # queues are asked when the confirms are next taken, once for the whole batch).
+            # queues are asked at the end of the batch of input, once for the whole batch).
             confirms.hold_until_stored(seq, journaled, accepted)
         connection.confirms_pending(channel)
     return NOT_WRITTEN if write_failed else journaled

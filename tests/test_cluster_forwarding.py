@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aio_pika
 import aiormq
@@ -461,5 +462,70 @@ def test_the_link_login_needs_the_cluster_secret(tmp_path):
         with pytest.raises(aiormq.exceptions.ProbableAuthenticationError):
             await aio_pika.connect(
                 f"amqp://amqp-server-cluster-link:wrong-secret-0123456789@127.0.0.1:{pair.a.server.port}/")
+
+    run(tmp_path, scenario)
+
+
+async def _raw_confirm_channel(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client on channel 1 in confirm mode, written by hand so that several publishes can be
+    sent in one write (and so reach the broker in one read, as one batch of input)."""
+    from pamqp import frame as pamqp_frame, header as pamqp_header
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(pamqp_frame.marshal(pamqp_header.ProtocolHeader(), 0))
+
+    async def expect(kind: type) -> Any:
+        while True:
+            head = await reader.readexactly(7)
+            size = int.from_bytes(head[3:7], "big")
+            _, _, value = pamqp_frame.unmarshal(head + await reader.readexactly(size + 1))
+            if isinstance(value, kind):
+                return value
+
+    await expect(commands.Connection.Start)
+    writer.write(pamqp_frame.marshal(commands.Connection.StartOk(
+        mechanism="PLAIN", response="\0guest\0guest", client_properties={}), 0))
+    tune = await expect(commands.Connection.Tune)
+    writer.write(pamqp_frame.marshal(commands.Connection.TuneOk(
+        channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0), 0))
+    writer.write(pamqp_frame.marshal(commands.Connection.Open(virtual_host="/"), 0))
+    await expect(commands.Connection.OpenOk)
+    writer.write(pamqp_frame.marshal(commands.Channel.Open(), 1))
+    await expect(commands.Channel.OpenOk)
+    writer.write(pamqp_frame.marshal(commands.Confirm.Select(), 1))
+    await expect(commands.Confirm.SelectOk)
+    reader.expect = expect  # type: ignore[attr-defined]
+    return reader, writer
+
+
+def test_a_nack_from_the_owner_reaches_its_publisher_when_later_publishes_of_the_batch_are_acked(tmp_path):
+    """Three publishes in one read to a queue of node a: the owner refuses the second (its
+    x-max-length-bytes with reject-publish) and takes the third. The publisher must get a
+    nack for 2 and acks for 1 and 3, never one ack covering all three."""
+    from pamqp import body as pamqp_body, frame as pamqp_frame, header as pamqp_header
+
+    async def scenario(pair: Pair) -> None:
+        on_a = await channel_on(pair.a.url)
+        arguments = {"x-max-length-bytes": 100, "x-overflow": "reject-publish"}
+        await on_a.declare_queue("bytes-capped", durable=True, arguments=arguments)
+        pair.stand_in("bytes-capped", arguments=arguments)
+        reader, writer = await _raw_confirm_channel(pair.b.server.port)
+        batch = b""
+        for body in (b"a" * 50, b"b" * 100, b"c" * 10):  # 50 fits, 150 would not, 60 fits
+            batch += pamqp_frame.marshal(commands.Basic.Publish(exchange="", routing_key="bytes-capped"), 1)
+            batch += pamqp_frame.marshal(pamqp_header.ContentHeader(
+                0, len(body), commands.Basic.Properties(delivery_mode=2)), 1)
+            batch += pamqp_frame.marshal(pamqp_body.ContentBody(body), 1)
+        writer.write(batch)
+        outcome: dict[int, bool] = {}
+        while len(outcome) < 3:
+            confirm = await reader.expect((commands.Basic.Ack, commands.Basic.Nack))  # type: ignore[attr-defined]
+            tags = [tag for tag in (1, 2, 3) if tag not in outcome and
+                    (tag == confirm.delivery_tag or (confirm.multiple and tag < confirm.delivery_tag))]
+            for tag in tags:
+                outcome[tag] = isinstance(confirm, commands.Basic.Ack)
+        writer.close()
+        assert outcome == {1: True, 2: False, 3: True}
+        assert pair.a.vhost.queues["bytes-capped"].message_count == 2
 
     run(tmp_path, scenario)
