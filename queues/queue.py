@@ -173,7 +173,8 @@ class Queue:
         """Enqueue a routed message and deliver it if a consumer has room.
 
         The steps, in order: deduplication (a message whose id the queue saw recently is
-        DUPLICATE: confirmed, not enqueued), the length limit (x-overflow reject-publish at the
+        DUPLICATE: confirmed, not enqueued; on a durable queue ENQUEUED_DURABLY, so that its confirm
+        waits for the journal like the first copy's), the length limit (x-overflow reject-publish at the
         limit: REJECTED, the publisher gets a basic.nack), the journal for a persistent message
         of a durable queue (ENQUEUED_DURABLY: a confirm waits for the fsync; WRITE_FAILED when
         the disk write failed: nothing was enqueued, the publisher gets a basic.nack), then the
@@ -184,7 +185,9 @@ class Queue:
         if dedup is not None:
             dedup_key = dedup.id_of(message)
             if dedup_key is not None and dedup.is_duplicate(dedup_key, message.published_at):
-                return DUPLICATE
+                # The first copy may still wait for its fsync: on a durable queue the duplicate's
+                # confirm waits for the journal too, or a crash could lose a confirmed message.
+                return DUPLICATE if self.journal is None else ENQUEUED_DURABLY
         settings = self.settings
         limited = settings.max_length is not None or settings.max_length_bytes is not None
         if limited and length_limit.refuses(self, message):
