@@ -210,8 +210,11 @@ def test_persistent_messages_survive_a_worker_and_a_group_restart(tmp_path):
         reader = group.connect("reader")
         channel = reader.channel()
         for name in connections:
-            wait_until(lambda name=name: group.api(1, f"queues/%2F/{name}").json().get("state") == "running",
-                       f"{name} running after the restart")
+            # Each worker sees its sibling's queues come back when its watch delivers their owner's key.
+            for worker in range(1, WORKERS + 1):
+                wait_until(lambda name=name, worker=worker:
+                           group.api(worker, f"queues/%2F/{name}").json().get("state") == "running",
+                           f"{name} running on worker {worker} after the restart")
             bodies = []
             while True:
                 method, _properties, body = channel.basic_get(name, auto_ack=True)
