@@ -50,7 +50,12 @@ class ConsumerRotation:
 
     def next_with_room(self) -> Consumer | None:
         """The next consumer in turn that can take a message now (None if none can)."""
-        for _priority, group in self._groups:
+        groups = self._groups
+        if len(groups) == 1 and len(groups[0][1]) == 1:
+            # One consumer, the usual case: nothing to rotate (this runs once per delivery).
+            consumer = groups[0][1][0]
+            return consumer if consumer.has_capacity() else None
+        for _priority, group in groups:
             for _ in range(len(group)):
                 consumer = group[0]
                 group.rotate(-1)
