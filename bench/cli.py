@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes the consumer connections are spread over (default 1)")
     p.add_argument("--prefetch", type=int, default=100, help="consumer prefetch for manual ack (default 100)")
     p.add_argument("--confirm-windows", type=_ints, default=(1, 16, 256), help="unconfirmed publishes in flight")
+    p.add_argument("--queue-type", choices=("classic", "quorum"), default="classic",
+                   help="x-queue-type of the confirms scenario's durable queue (quorum: replicated on a cluster)")
     p.add_argument("--rates", type=_ints, default=(1000, 5000), help="fixed publish rates for latency (msg/s)")
     p.add_argument("--connections", type=int, default=1000, help="idle connections to open (default 1000)")
     p.add_argument("--fanout-queues", type=int, default=10)
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                    connections=args.connections, fanout_queues=args.fanout_queues,
                    topic_bindings=args.topic_bindings, topic_queues=args.topic_queues,
                    spread_queues=args.spread_queues, publisher_procs=args.publisher_procs,
-                   placed_window=args.placed_window)
+                   placed_window=args.placed_window, queue_type=args.queue_type)
     if names == ["client-ceiling"]:
         from bench import client_ceiling
 

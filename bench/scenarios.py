@@ -42,6 +42,7 @@ class Options:
     spread_queues: int = 16
     publisher_procs: int = 1
     placed_window: int = 64  # spread, hot-queue: unconfirmed messages per publisher (0: flood, no confirms)
+    queue_type: str = "classic"  # confirms: the durable queue's x-queue-type
 
     @property
     def timing(self) -> Timing:
@@ -167,7 +168,8 @@ def pubsub(target: Target, opts: Options, no_ack: bool) -> list[Row]:
 
 def confirms(target: Target, opts: Options, window: int) -> list[Row]:
     queue = _unique("confirms")
-    _with_channel(target.url, lambda ch: ch.queue_declare(queue, durable=True))
+    arguments = {"x-queue-type": opts.queue_type} if opts.queue_type != "classic" else None
+    _with_channel(target.url, lambda ch: ch.queue_declare(queue, durable=True, arguments=arguments))
     _await_visible(target, queue)
     try:
         pubs = [PublisherSpec(target.publish_url, "", (queue,), opts.size, persistent=True, confirm_window=window)
