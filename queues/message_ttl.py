@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 def expiry_time(message: Message, queue_ttl_ms: int | None) -> float:
     """When `message` expires in a queue whose x-message-ttl is `queue_ttl_ms` (0.0: never)."""
+    if queue_ttl_ms is None and not message.property_flags & FLAG_EXPIRATION:
+        return 0.0  # the usual case, once per message and queue: no TTL at all
     expiration = message.properties.expiration if message.property_flags & FLAG_EXPIRATION else None
     return expiry_of(message.published_at, expiration, queue_ttl_ms)
 
