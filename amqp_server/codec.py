@@ -72,7 +72,9 @@ class FrameReader:
     def __init__(self, max_frame_size: int) -> None:
         self._data = b""  # the unread input is _data[_offset:] followed by _parts
         self._offset = 0
-        self._parts: list[bytes] = []
+        # A list only while a frame arrives in pieces: an idle connection's reader holds no
+        # object of its own for the garbage collector.
+        self._parts: list[bytes] | tuple[()] = ()
         self._parts_size = 0
         # Bytes from _offset on that the next frame (or the protocol header) needs; 0 when
         # unknown, which joins at the next feed.
@@ -86,7 +88,10 @@ class FrameReader:
             self._data = data
             self._offset = 0
             return
-        self._parts.append(data)
+        if self._parts:
+            self._parts.append(data)
+        else:
+            self._parts = [data]
         self._parts_size += len(data)
         if len(self._data) - self._offset + self._parts_size >= self._wanted:
             self._join()
@@ -94,7 +99,7 @@ class FrameReader:
     def _join(self) -> None:
         self._data = b"".join((memoryview(self._data)[self._offset :], *self._parts))
         self._offset = 0
-        self._parts.clear()
+        self._parts = ()
         self._parts_size = 0
 
     def frames(self) -> Iterator[tuple[int, int, bytes]]:
@@ -150,7 +155,7 @@ class FrameReader:
         """Drop what is buffered: the stream is broken and nothing more will be read from it."""
         self._data = b""
         self._offset = 0
-        self._parts.clear()
+        self._parts = ()
         self._parts_size = 0
 
     def take_protocol_header(self) -> bytes | None:
