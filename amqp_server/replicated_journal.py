@@ -59,6 +59,10 @@ class ReplicatedJournal(QueueJournal):
     options); ``on_lost(journal)`` is called when the replica stops leading, ``on_deleted(journal)``
     when the queue is deleted (not when it is handed over to another node: `hand_over`)."""
 
+    # Every message, whatever its delivery_mode, is journaled and replicated, so a transient
+    # message confirmed on a quorum queue survives the leader's loss as on RabbitMQ.
+    keeps_transient = True
+
     def __init__(self, store: QueueStore, committer: GroupCommitter, replica: QueueReplica,
                  reopen: Callable[[], QueueStore], on_lost: Callable[["ReplicatedJournal"], None],
                  on_deleted: Callable[["ReplicatedJournal"], None]) -> None:

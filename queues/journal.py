@@ -1,6 +1,7 @@
 """A durable queue's journal: what it writes to its segment files, and how it reads them back.
 
-Persistent messages (delivery_mode 2) of a durable queue are appended to the queue's
+Persistent messages (delivery_mode 2) of a durable queue (every message, when the journal
+`keeps_transient`: a replicated queue) are appended to the queue's
 `persistence.QueueStore`, and so is everything that happens to them afterwards (delivered,
 acked, requeued, dropped, dead-lettered, expired). Records are written to the OS within one
 event-loop iteration; `request_sync` asks the group committer for an fsync, which is what a
@@ -57,6 +58,11 @@ class QueueJournal:
       and the management API shows it "crashed". After a restart such a message may come back
       (redelivered), never go missing.
     """
+
+    # Whether transient messages (delivery_mode 1) are journaled too. A classic durable queue
+    # keeps only persistent ones, as RabbitMQ's does; a replicated (quorum) queue keeps every
+    # message, as RabbitMQ's quorum queues do (amqp_server/replicated_journal.py).
+    keeps_transient = False
 
     def __init__(self, store: QueueStore, committer: GroupCommitter) -> None:
         self.store = store

@@ -176,7 +176,7 @@ class Queue:
         DUPLICATE: confirmed, not enqueued; on a durable queue ENQUEUED_DURABLY, so that its confirm
         waits for the journal like the first copy's), the length limit (x-overflow reject-publish at the
         limit: REJECTED, the publisher gets a basic.nack), the journal for a persistent message
-        of a durable queue (ENQUEUED_DURABLY: a confirm waits for the fsync; WRITE_FAILED when
+        of a durable queue, or any message of a replicated one (ENQUEUED_DURABLY: a confirm waits for the fsync; WRITE_FAILED when
         the disk write failed: nothing was enqueued, the publisher gets a basic.nack), then the
         ready messages and dispatch (ENQUEUED).
         """
@@ -195,7 +195,9 @@ class Queue:
         expires_at = expiry_time(message, settings.message_ttl_ms)
         entry = QueueEntry(message, self.next_seq, expires_at)
         journal = self.journal
-        durable = journal is not None and message.is_persistent
+        # A replicated (quorum) queue journals transient messages too; the class attribute is
+        # looked up only for a transient message to a durable queue.
+        durable = journal is not None and (message.is_persistent or journal.keeps_transient)
         if durable and not journal.published(entry):
             return WRITE_FAILED
         self.next_seq += 1

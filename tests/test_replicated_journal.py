@@ -6,7 +6,9 @@ queue store, with the replica's commits and role changes driven by hand:
 - records made before the replica leads go to its log in order when it does;
 - a replica that stops leading fails what waits (the publisher gets a nack) and everything after;
 - a new leader rebuilds the queue from the log: ready messages in order, the ones a consumer held
-  requeued with their delivery count, acked ones gone.
+  requeued with their delivery count, acked ones gone;
+- a replicated queue keeps every message, transient ones (delivery_mode 1) too, as a RabbitMQ
+  quorum queue does: its confirm waits for the majority and a new leader has it back.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from cluster.replication.queue_log import QueueState
 from cluster.replication.replica import Role
 from persistence.queue_store import QueueStore
 from queues.message import Message, content_header
+from queues.publish_outcome import ENQUEUED_DURABLY
+from queues.queue import Queue
 from queues.queue_entry import QueueEntry
 
 PERSISTENT_PROPERTIES = b"\x10\x00\x02"  # property flags: delivery-mode; delivery-mode 2
+TRANSIENT_PROPERTIES = b"\x10\x00\x01"  # property flags: delivery-mode; delivery-mode 1
 
 
 class _Replica:
@@ -40,13 +45,14 @@ class _Replica:
         return self.log.append(1, payload)
 
 
-def _journal(tmp_path: Path, replica: _Replica, lost: list | None = None) -> ReplicatedJournal:
+def _journal(tmp_path: Path, replica: _Replica, lost: list | None = None, *, recover: bool = True) -> ReplicatedJournal:
     def open_store() -> QueueStore:
         return QueueStore.for_queue(tmp_path / "data", "/", "q")
 
     journal = ReplicatedJournal(open_store(), None, replica, open_store,  # type: ignore[arg-type]
                                 (lost if lost is not None else []).append, lambda journal: None)
-    journal.recover()
+    if recover:
+        journal.recover()
     return journal
 
 
@@ -131,6 +137,34 @@ async def _test_a_new_leader_rebuilds_the_queue_from_the_log(tmp_path, held_coun
     # The hand-back is replicated too: a later failover sees the message ready again.
     state = QueueState.rebuild(payload for _, _, payload in new.log.entries())
     assert state.next_ready() == 2 and state.delivery_count[3] == held_count
+
+
+async def _test_a_transient_message_is_replicated_and_comes_back_on_the_new_leader(tmp_path):
+    old = _Replica(tmp_path / "log")
+    queue = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
+                  journal=_journal(tmp_path / "old", old))
+    message = Message("", "q", content_header(len(b"transient"), TRANSIENT_PROPERTIES), b"transient")
+    assert not message.is_persistent
+    assert queue.publish(message) == ENQUEUED_DURABLY  # its confirm waits for the replicas
+    outcomes: list = []
+    queue.when_stored(outcomes.append)
+    await asyncio.sleep(0.01)
+    assert outcomes == []  # not confirmed before a majority has it
+    queue.journal.on_commit(old.log.last_index)
+    assert outcomes == [None]
+    old.log.flush()
+
+    new = _Replica(tmp_path / "log")  # the old leader died; a follower with the same log leads
+    taken = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
+                  journal=_journal(tmp_path / "new", new, recover=False))
+    assert taken.recover() == 1
+    entry = taken.get(no_ack=False)
+    assert entry is not None and entry.message.body == b"transient"
+    assert not entry.message.is_persistent  # it keeps its properties, delivery_mode 1 included
+
+
+def test_a_transient_message_is_replicated_and_comes_back_on_the_new_leader(tmp_path):
+    asyncio.run(_test_a_transient_message_is_replicated_and_comes_back_on_the_new_leader(tmp_path))
 
 
 def test_a_confirm_waits_for_the_commit_index_not_for_the_local_disk(tmp_path):
