@@ -3,7 +3,8 @@ too), all started by the tests, with pika.
 
 - A quorum queue declared on one node, published to with confirms through another, consumed on
   the third: `kill -9` of its leader moves it to a surviving node within the session TTL plus an
-  election; every confirmed message not acked is there; the ones a consumer held come back with
+  election; every confirmed message not acked is there, transient ones (delivery_mode 1) as well
+  as persistent ones, as on a RabbitMQ quorum queue; the ones a consumer held come back with
   redelivered=true and x-delivery-count 1; acked ones do not come back.
 - The fault test: two publishers with confirms and host lists, and two consumers acking, run while the
   test kills the queue's leader with `kill -9` and restarts it, again and again, and a follower
@@ -34,6 +35,7 @@ from interop_tests.cluster_nodes import (
 
 QUORUM = {"x-queue-type": "quorum"}
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
+TRANSIENT = pika.BasicProperties(delivery_mode=1)
 
 
 def _parameters(node: ClusterNode) -> pika.ConnectionParameters:
@@ -61,8 +63,10 @@ def _declare(nodes: dict[str, ClusterNode], node: ClusterNode, queue: str) -> No
                "every member of the queue's group is in sync")
 
 
-def _drain(node: ClusterNode, queue: str) -> list[tuple[bytes, bool, int | None]]:
-    """(body, redelivered, x-delivery-count) of every message left, taken with basic.get."""
+def _drain(node: ClusterNode, queue: str,
+           delivery_modes: dict[bytes, int | None] | None = None) -> list[tuple[bytes, bool, int | None]]:
+    """(body, redelivered, x-delivery-count) of every message left, taken with basic.get.
+    `delivery_modes` (if given) collects each one's delivery_mode by body."""
     connection = pika.BlockingConnection(_parameters(node))
     channel = connection.channel()
     taken = []
@@ -71,6 +75,8 @@ def _drain(node: ClusterNode, queue: str) -> list[tuple[bytes, bool, int | None]
         if method is None:
             break
         taken.append((body, method.redelivered, (properties.headers or {}).get("x-delivery-count")))
+        if delivery_modes is not None:
+            delivery_modes[body] = properties.delivery_mode
     connection.close()
     return taken
 
@@ -88,7 +94,9 @@ def test_a_quorum_queue_moves_to_a_survivor_when_its_leader_is_killed(tmp_path, 
         channel = publisher.channel()
         channel.confirm_delivery()
         for number in range(100):
-            channel.basic_publish("", "ledger", f"m{number}".encode(), PERSISTENT)  # confirmed on return
+            # Every odd one transient: a quorum queue keeps (and confirms after replicating) those too.
+            properties = TRANSIENT if number % 2 else PERSISTENT
+            channel.basic_publish("", "ledger", f"m{number}".encode(), properties)  # confirmed on return
         publisher.close()
 
         consumer = pika.BlockingConnection(_parameters(c))
@@ -110,9 +118,11 @@ def test_a_quorum_queue_moves_to_a_survivor_when_its_leader_is_killed(tmp_path, 
         except (PikaError, OSError):
             pass
 
-        taken = _drain(b, "ledger")
+        delivery_modes: dict[bytes, int | None] = {}
+        taken = _drain(b, "ledger", delivery_modes)
         bodies = [body for body, _, _ in taken]
         assert bodies == [f"m{n}".encode() for n in range(10, 100)], bodies  # acked ones stay gone; order kept
+        assert all(delivery_modes[body] == (1 if int(body[1:]) % 2 else 2) for body in bodies), delivery_modes
         for body, redelivered, count in taken:
             number = int(body[1:])
             if number <= 20:  # held by c's consumer when the leader died
