@@ -31,7 +31,7 @@ def message_priority(message: Message, max_priority: int) -> int:
 class PriorityReadyMessages:
     """Same interface as ReadyMessages; see the module docstring."""
 
-    __slots__ = ("max_priority", "loader", "budget", "_levels", "_order", "_count")
+    __slots__ = ("max_priority", "loader", "budget", "_levels", "_order", "count")
 
     def __init__(self, max_priority: int, loader: Loader | None = None, budget: MemoryBudget | None = None) -> None:
         self.max_priority = max_priority
@@ -39,13 +39,13 @@ class PriorityReadyMessages:
         self.budget = budget if budget is not None else MemoryBudget()
         self._levels: dict[int, ReadyMessages] = {}
         self._order: list[ReadyMessages] = []  # the levels in use, highest priority first
-        self._count = 0
+        self.count = 0  # ready messages, as ReadyMessages.count
 
     def __len__(self) -> int:
-        return self._count
+        return self.count
 
     def __bool__(self) -> bool:
-        return self._count > 0
+        return self.count > 0
 
     @property
     def bytes(self) -> int:
@@ -67,26 +67,26 @@ class PriorityReadyMessages:
 
     def append(self, entry: QueueEntry) -> None:
         self._level_of(entry).append(entry)
-        self._count += 1
+        self.count += 1
 
     def append_paged(self, seq: int, delivery_count: int, size: int, priority: int = 0) -> None:
         self._level(min(priority, self.max_priority)).append_paged(seq, delivery_count, size)
-        self._count += 1
+        self.count += 1
 
     def page(self, entry: QueueEntry) -> None:
         """Keep `entry` in the journal only (see ReadyMessages.page)."""
         self._level_of(entry).page(entry)
-        self._count += 1
+        self.count += 1
 
     def put_back(self, entry: QueueEntry) -> None:
         self._level_of(entry).put_back(entry)
-        self._count += 1
+        self.count += 1
 
     def remove(self, entry: QueueEntry) -> None:
         level = self._level_of(entry)
         before = len(level)
         level.remove(entry)
-        self._count -= before - len(level)
+        self.count -= before - len(level)
 
     def take_paged(self, seq: int) -> QueueEntry | None:
         """Take out the paged-out message `seq` (see ReadyMessages.take_paged)."""
@@ -94,7 +94,7 @@ class PriorityReadyMessages:
             before = len(level)
             entry = level.take_paged(seq)
             if len(level) != before:
-                self._count -= before - len(level)
+                self.count -= before - len(level)
                 return entry
         return None
 
@@ -106,9 +106,9 @@ class PriorityReadyMessages:
                 try:
                     entry = level.pop()
                 except IndexError:  # its paged-out messages could not be read back
-                    self._count -= before - len(level)
+                    self.count -= before - len(level)
                     continue
-                self._count -= before - len(level)
+                self.count -= before - len(level)
                 return entry
         raise IndexError("no ready messages")
 
@@ -125,14 +125,14 @@ class PriorityReadyMessages:
 
     def clear(self) -> int:
         count = sum(level.clear() for level in self._order)
-        self._count = 0
+        self.count = 0
         return count
 
     def close(self) -> int:
         """The queue is deleted: see ReadyMessages.close."""
         self.loader = None
         count = sum(level.close() for level in self._order)
-        self._count = 0
+        self.count = 0
         return count
 
     def levels(self) -> Iterator[tuple[int, int]]:

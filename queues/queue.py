@@ -354,7 +354,7 @@ class Queue:
                 now = self.timers.now() if now is None else now
             else:
                 now = 0.0
-            while ready:
+            while ready.count:
                 consumer = picker.next_with_room()
                 if consumer is None:
                     return
@@ -377,13 +377,13 @@ class Queue:
                     (self.journal.acked if consumer.no_ack else self.journal.delivered)(entry)
         finally:
             self._dispatching = False
-            if self.flow_waiters and len(self.ready) < FLOW_LOW:
+            if self.flow_waiters and self.ready.count < FLOW_LOW:
                 self.release_flow()
 
     @property
     def congested(self) -> bool:
         """True while publishers into this queue should be paused (see FLOW_HIGH)."""
-        return self._consumer_count > 0 and len(self.ready) > FLOW_HIGH
+        return self._consumer_count > 0 and self.ready.count > FLOW_HIGH
 
     def release_flow(self) -> None:
         waiters = list(self.flow_waiters.values())

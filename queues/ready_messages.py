@@ -71,7 +71,7 @@ class ReadyMessages:
     holds a PagedRun instead of the entries, and `pop()` reads them back through `loader`.
     """
 
-    __slots__ = ("_fifo", "_runs", "_returned", "_count", "bytes", "in_memory", "loader", "budget", "_taken")
+    __slots__ = ("_fifo", "_runs", "_returned", "count", "bytes", "in_memory", "loader", "budget", "_taken")
 
     def __init__(self, loader: Loader | None = None, budget: MemoryBudget | None = None) -> None:
         self._fifo: deque[QueueEntry | PagedRun] | tuple[QueueEntry | PagedRun, ...] = _NO_MESSAGES
@@ -79,7 +79,9 @@ class ReadyMessages:
         self._runs: deque[PagedRun] | tuple[PagedRun, ...] = _NO_RUNS
         # Returned messages, a heap by seq; a list from the first one.
         self._returned: list[tuple[int, QueueEntry]] | tuple[tuple[int, QueueEntry], ...] = _NO_RETURNED
-        self._count = 0
+        # Ready messages: what len() says, read as an attribute by the queue's per-message code
+        # (no __len__/__bool__ call there). Only this class changes it.
+        self.count = 0
         self.bytes = 0
         self.in_memory = 0  # ready messages held as objects (not paged out)
         self.loader = loader
@@ -97,10 +99,10 @@ class ReadyMessages:
         self.budget.held -= size + PER_MESSAGE_OVERHEAD
 
     def __len__(self) -> int:
-        return self._count
+        return self.count
 
     def __bool__(self) -> bool:
-        return self._count > 0
+        return self.count > 0
 
     def append(self, entry: QueueEntry) -> None:
         entry.state = READY
@@ -108,7 +110,7 @@ class ReadyMessages:
         if fifo is _NO_MESSAGES:
             fifo = self._fifo = deque()
         fifo.append(entry)
-        self._count += 1
+        self.count += 1
         size = len(entry.message.body)
         # _hold(size), inline: this runs once per message.
         self.in_memory += 1
@@ -128,7 +130,7 @@ class ReadyMessages:
                 self._runs = deque()
             self._runs.append(tail)
         tail.add(seq, delivery_count, size)
-        self._count += 1
+        self.count += 1
         self.bytes += size
 
     def page(self, entry: QueueEntry) -> None:
@@ -140,7 +142,7 @@ class ReadyMessages:
         if self._returned is _NO_RETURNED:
             self._returned = []
         heapq.heappush(self._returned, (entry.seq, entry))
-        self._count += 1
+        self.count += 1
         size = len(entry.message.body)
         self._hold(size)
         self.bytes += size
@@ -149,7 +151,7 @@ class ReadyMessages:
         """Take a ready message out wherever it is (it stays in place as a skipped tombstone)."""
         if entry.state == READY:
             entry.state = GONE
-            self._count -= 1
+            self.count -= 1
             size = len(entry.message.body)
             self._release(size)
             self.bytes -= size
@@ -181,7 +183,7 @@ class ReadyMessages:
                 if taken is _NOTHING_TAKEN:
                     taken = self._taken = set()
                 taken.add(seq)
-            self._count -= 1
+            self.count -= 1
             self.bytes -= size
             entry = self.loader(seq, delivery_count) if self.loader else None
             if entry is not None:
@@ -197,7 +199,7 @@ class ReadyMessages:
         else:
             entry = self._take_head()
         entry.state = UNACKED
-        self._count -= 1
+        self.count -= 1
         size = len(entry.message.body)
         # _release(size), inline: this runs once per message.
         self.in_memory -= 1
@@ -238,7 +240,7 @@ class ReadyMessages:
             return None  # counted out when it was taken
         entry = self.loader(run.seqs[i], run.delivery_counts[i]) if self.loader else None
         if entry is None:  # unreadable: it is gone; keep the counts true
-            self._count -= 1
+            self.count -= 1
             self.bytes -= run.sizes[i]
             return None
         # It counts as in memory from now on, and its size is what was read.
@@ -276,7 +278,7 @@ class ReadyMessages:
 
     def clear(self) -> int:
         """Remove every ready message; returns how many there were."""
-        count = self._count
+        count = self.count
         for _seq, entry in self._returned:
             if entry.state == READY:
                 entry.state = GONE
@@ -289,7 +291,7 @@ class ReadyMessages:
         self._fifo = _NO_MESSAGES
         self._runs = _NO_RUNS
         self._taken = _NOTHING_TAKEN
-        self._count = 0
+        self.count = 0
         self.bytes = 0
         return count
 
