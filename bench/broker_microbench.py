@@ -210,7 +210,6 @@ def persistent(messages: int) -> float:
             window = 256
             confirmed = 0
             sent = 0
-            loop = asyncio.get_running_loop()
             started = time.process_time()
             while confirmed < messages:
                 if sent - confirmed < window and sent < messages:
@@ -223,7 +222,7 @@ def persistent(messages: int) -> float:
                 else:
                     await asyncio.sleep(0)
             cost = (time.process_time() - started) / messages * 1e9
-            broker.committer.close() if hasattr(broker.committer, "close") else None
+            broker.committer.close()
             return cost
 
     loop = asyncio.new_event_loop()
@@ -236,10 +235,9 @@ def persistent(messages: int) -> float:
 def _highest_confirm(data: bytes, confirmed: int) -> int:
     """The highest delivery tag basic.ack frames in `data` confirm (tags only grow)."""
     at = data.rfind(b"\x00\x3c\x00\x50")
-    while at >= 0:
-        tag = struct.unpack_from(">Q", data, at + 4)[0]
-        return max(confirmed, tag)
-    return confirmed
+    if at < 0:
+        return confirmed
+    return max(confirmed, struct.unpack_from(">Q", data, at + 4)[0])
 
 
 def _timed(run: Callable[[], None], messages: int) -> float:
