@@ -16,9 +16,12 @@ Only the columns asked for are decoded. Decoding the AMQP properties (the
 that selects no property column never decodes them. Row filters (seq range,
 publish time, state) are applied before any message is decoded.
 
-State records of a segment are kept in a per-process cache (``_EVENTS``) keyed
-by the file's identity and measured size, so the several partitions of a
-queue that a Spark worker reads walk each later segment once.
+The record index of a segment (where its messages are, and its state records:
+``segment_index``) is kept in a per-process cache keyed by the file's identity
+and measured size, so the several partitions of a queue that a Spark worker
+reads walk each segment once, and later queries in the same session (Spark
+reuses its Python workers) walk none again. Decoding (``columnar``) is done
+for every query.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ class ScanRequest(NamedTuple):
     published_min_us: int | None = None
     published_max_us: int | None = None
     states: frozenset[str] | None = None
-    batch_rows: int = 16384
+    batch_rows: int = 65536  # fewer, larger Arrow batches cost Spark less per row (bench/spark_scan.py)
     side_files: bool = True
     not_null: frozenset[str] = NOT_NULL  # columns the Spark schema declares NOT NULL
 
@@ -121,6 +124,11 @@ def events_of(ref: SegmentRef) -> StateEvents:
             return index.events
     _remember(ref.cache_key, events)
     return events
+
+
+def clear_cache() -> None:
+    """Forget every cached record index and state records (benchmarks measure cold reads with it)."""
+    _CACHE.clear()
 
 
 def _cached(ref: SegmentRef) -> StateEvents | RecordIndex | None:
