@@ -6,8 +6,8 @@ ones) unless ``--data-dir`` already holds one, then measures on ``local[2]``:
 
 * plain Python, no Spark: the reader's own rate for all columns and for a few;
 * Spark, without side files: full scan (``write.format("noop")``, every column materialised;
-  once as the first query on the files, when Spark's Python workers have not yet cached where
-  the records of each segment are, then warm),
+  once as the first query on these files, after a warm-up on other files, when Spark's Python
+  workers have not yet cached where the records of each segment are; then warm),
   ``count()``, ``groupBy("routing_key").count()``, the same two with a pruned schema;
 * writing the Parquet side files (``spark.side_files``);
 * Spark, with side files: the same queries through the data source, and Spark's native
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -123,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     from spark.session import local_session
 
     session = local_session(conf={"spark.driver.memory": "2g"})
+    with tempfile.TemporaryDirectory() as warm_up:  # JVM, JIT and Python workers warm; these files not read yet
+        write_synthetic_queue(warm_up, "warm-up", 20_000)
+        for _ in range(2):
+            session.read.format("amqp-queue").load(warm_up).write.format("noop").mode("overwrite").save()
     for name, timing in spark_queries(session, str(data_dir), args.repeat).items():
         rows.append((f"Spark, segments only: {name}", timing))
 

@@ -160,10 +160,12 @@ def _load_own(ref: SegmentRef, request: ScanRequest):
     if request.side_files:
         from spark import side_files
 
-        loaded = side_files.load_messages(ref, _message_columns(request.columns))
+        cached = _cached(ref)
+        known = cached.events if isinstance(cached, RecordIndex) else cached
+        loaded = side_files.load_messages(ref, _message_columns(request.columns), known)
         if loaded is not None:
             table, events = loaded
-            if _cached(ref) is None:
+            if cached is None:
                 _remember(ref.cache_key, events)
             seqs = table.column("seq").to_numpy()
             published = table.column("published_at").cast(pa.int64()).to_numpy() // 1000

@@ -97,9 +97,11 @@ def write_side_files(segment_path: str | Path, vhost: str, queue: str) -> Path |
     return messages_path
 
 
-def load_messages(ref: SegmentRef, columns: tuple[str, ...]) -> tuple[pa.Table, StateEvents] | None:
+def load_messages(ref: SegmentRef, columns: tuple[str, ...],
+                  events: StateEvents | None = None) -> tuple[pa.Table, StateEvents] | None:
     """The segment's message columns (always with seq and published_at) and its state records
-    from side files, or None when there are none that match the segment."""
+    (read unless ``events`` already has them) from side files, or None when there are none that
+    match the segment."""
     found = _matching(ref)
     if found is None:
         return None
@@ -107,7 +109,8 @@ def load_messages(ref: SegmentRef, columns: tuple[str, ...]) -> tuple[pa.Table, 
     wanted = sorted({"seq", "published_at", *columns}, key=MESSAGE_COLUMNS.index)
     try:
         table = pq.read_table(messages_path, columns=wanted)
-        events = _events(pq.read_table(states_path))
+        if events is None:
+            events = _events(pq.read_table(states_path))
         # Once per file rather than per batch: the exact Arrow types Spark expects (Parquet renames
         # the map's fields), in one chunk, so that batches are zero-copy slices.
         table = table.cast(arrow_schema(wanted, frozenset())).combine_chunks()
