@@ -17,10 +17,11 @@ cache: deleting them loses nothing.
 
 The broker calls ``SideFileWriter.segment_sealed(path, vhost, queue)`` on the
 event loop when it seals a segment; the conversion runs in one worker thread.
-It re-decodes the segment: about 11 s of CPU per million messages measured
-(bench/spark_scan.py), so roughly 2-3 s per full 64 MiB segment, most of it
-holding the GIL, during which the broker's event loop gets a smaller share of
-the interpreter. ``python -m spark.side_files DATA_DIR`` converts every sealed
+It re-decodes the segment (spark.segment_index and spark.columnar) and writes
+zstd Parquet: about 4.4 s of CPU per million messages measured
+(bench/spark_scan.py, 2026-11-27), so about 1 s per full 64 MiB segment, part
+of it holding the GIL, during which the broker's event loop gets a smaller share
+of the interpreter. ``python -m spark.side_files DATA_DIR`` converts every sealed
 segment of a data directory offline instead, and removes orphans.
 """
 
