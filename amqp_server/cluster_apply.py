@@ -23,6 +23,7 @@ from amqp_server.policies import parse_policy
 from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, check_limits
 from queues.arguments import equivalence
 from queues.arguments.equivalence import Inequivalent
+from queues.consumer import Consumer
 from queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -58,6 +59,20 @@ def shadow_queue(vhost: "VirtualHost", value: SharedValue) -> Queue:
         exclusive_owner=ANOTHER_NODE if value.exclusive else None, arguments=entry["arguments"],
         timers=vhost.timers, memory_budget=vhost.memory_budget,
     )
+
+
+def _move_consumer(consumer: Consumer, queue: Queue) -> None:
+    """A consumer of a replicated queue's previous form consumes from `queue`, its form now:
+    re-consumed on the new leader through a stand-in, or added to the queue itself. One whose
+    channel closed meanwhile is not moved (its channel removed it already)."""
+    channel = consumer.sink
+    if not channel.is_open:  # type: ignore[attr-defined]
+        return
+    if queue.is_remote:
+        queue.reattach(channel, consumer)  # type: ignore[attr-defined]
+    else:
+        consumer.move_to(queue)
+        queue.add_consumer(consumer)
 
 
 class LocalDefinitions:
@@ -287,6 +302,7 @@ class LocalDefinitions:
         name = entry["name"]
         assert self._replicated is not None
         leads = self._replicated.leads(vhost.name, name)
+        moving: list[Consumer] = []
         if existing is not None:
             stand_in = self._remote_queues.get((vhost.name, name)) is existing
             if leads and not stand_in:
@@ -298,6 +314,11 @@ class LocalDefinitions:
             elif existing.journal is not None:
                 # Another node leads it now: our copy goes, the replica (and the group) stay.
                 existing.journal.hand_over()
+            # The leader changed, the queue did not: its consumers here go on with its new form,
+            # as RabbitMQ keeps a quorum queue's consumers across a leader change.
+            moving = existing.consumers()
+            for consumer in moving:
+                existing.remove_consumer(consumer)
             vhost.delete_queue(existing)
             if not stand_in:
                 self._set_ownership(vhost.name, name, False)
@@ -309,9 +330,13 @@ class LocalDefinitions:
             self._set_ownership(vhost.name, name, True)
         else:
             queue = self._remote_queue_factory(vhost, value)
+            if queue.is_remote:
+                queue.keep_consumers_across_leader_changes()  # type: ignore[attr-defined]
             vhost.adopt_remote_queue(queue)
             self._remote_queues[(vhost.name, name)] = queue
         self._rebind(vhost, queue)
+        for consumer in moving:
+            _move_consumer(consumer, queue)
         return True
 
     def _is_local_form_of(self, vhost: "VirtualHost", queue: Queue, value: SharedValue) -> bool:

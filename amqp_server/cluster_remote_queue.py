@@ -12,6 +12,11 @@ what it does goes to the owner over the link (cluster_link.py):
   active consumer) and this node hands each delivery to its client with its own delivery tag.
   Acks, rejects and requeues go back with the owner's tag; the owner's basic.cancel (queue
   deleted) reaches the client as a consumer cancel notification.
+- a stand-in of a replicated queue (`keep_consumers_across_leader_changes`) does not cancel its
+  consumers when the owner's link goes or the owner cancels them (the leader died or handed the
+  queue over): they wait, and when the stand-in is replaced (a new leader took the queue) they
+  move to the new form, re-consumed on the new leader (`reattach`) or added to the queue itself
+  (docs/replication.md "Consumers at a failover").
 - basic.get, queue.purge and queue.declare-ok (its message and consumer counts) ask the owner
   and answer when it does, in order with the channel's other replies.
 
@@ -42,11 +47,14 @@ if TYPE_CHECKING:
     from amqp_server.channel import Channel
     from amqp_server.cluster_links import ClusterLinks
     from amqp_server.ordered_replies import SyncCallback
-    from queues.timers import Timers
+    from queues.timers import Timer, Timers
 
 # A consumer without a prefetch limit gets at most this many unsettled deliveries from the owner
 # at a time, so a slow client cannot make this node buffer the whole queue.
 LINK_WINDOW = 2000
+# How often a replicated queue's stand-in whose consumers wait looks whether its owner serves the
+# queue again (the link went without a leader change); a new leader replaces the stand-in instead.
+PARKED_RETRY_S = 1.0
 # Stands for "a connection of another node" as the exclusive owner: no connection here may use it.
 OTHER_NODES_CONNECTION = object()
 
@@ -67,7 +75,7 @@ class RemoteConsumer:
     """One client consumer of a remote queue: its mirror channel on the owner and the deliveries
     that arrived while the client had no room."""
 
-    __slots__ = ("queue", "consumer", "mirror", "waiting", "active")
+    __slots__ = ("queue", "consumer", "mirror", "waiting", "active", "parked")
 
     def __init__(self, queue: "RemoteQueue", consumer: Consumer, mirror: MirrorChannel) -> None:
         self.queue = queue
@@ -75,6 +83,7 @@ class RemoteConsumer:
         self.mirror = mirror
         self.waiting: deque[RemoteDelivery] = deque()
         self.active = False  # the owner answered consume-ok
+        self.parked = False  # a replicated queue's consumer waiting for its leader (owner_cancelled)
 
     def delivered(self, mirror: MirrorChannel, consumer_tag: str, link_tag: int, redelivered: bool,
                   message: Message) -> None:
@@ -120,6 +129,8 @@ class RemoteQueue(Queue):
         self._last_seq = 0
         self._remote_consumers: dict[Consumer, RemoteConsumer] = {}
         self._fetcher: MirrorChannel | None = None  # the mirror channel for basic.get and purge
+        self._keeps_consumers = False  # a replicated queue's stand-in: consumers wait for the new leader
+        self._parked_retry: "Timer | None" = None  # the timer of `_retry_parked`
 
     def __repr__(self) -> str:
         return f"<RemoteQueue {self.name!r} vhost={self.vhost!r} owner={self.owner!r}>"
@@ -191,15 +202,34 @@ class RemoteQueue(Queue):
     def has_exclusive_consumer(self) -> bool:
         return False  # the owner knows every node's consumers and refuses what it must
 
+    def keep_consumers_across_leader_changes(self) -> None:
+        """This is a replicated queue's stand-in: see the module docstring."""
+        self._keeps_consumers = True
+
     def subscribe(self, channel: "Channel", consumer: Consumer, nowait: bool) -> None:
         """Consume on the owner for `consumer`; consume-ok (unless nowait) follows the owner's,
         and the owner's refusal closes the client's channel with the owner's code and text."""
         link = self._owner_link()
+        held = None if nowait else channel.replies.hold(
+            codec.method_frame(channel.id, commands.Basic.ConsumeOk(consumer_tag=consumer.tag)))
+        self._consume_on_owner(link, channel, consumer, held, reattached=False)
+
+    def reattach(self, channel: "Channel", consumer: Consumer) -> None:
+        """A consumer of the queue's previous form (the old leader's stand-in, or the queue
+        itself before this node stopped leading) consumes on the new owner, untold: no
+        consume-ok; a refusal cancels it (basic.cancel) instead of closing its channel."""
+        consumer.move_to(self)
+        link = self._links.link(self.owner, self.vhost)
+        if link is None:
+            channel.consumer_cancelled(consumer)
+            return
+        self._consume_on_owner(link, channel, consumer, None, reattached=True)
+
+    def _consume_on_owner(self, link: NodeLink, channel: "Channel", consumer: Consumer, held: Any,
+                          reattached: bool) -> None:
         remote = RemoteConsumer(self, consumer, None)  # type: ignore[arg-type]
         remote.mirror = link.open_mirror(remote)
         self._remote_consumers[consumer] = remote
-        held = None if nowait else channel.replies.hold(
-            codec.method_frame(channel.id, commands.Basic.ConsumeOk(consumer_tag=consumer.tag)))
         prefetch = consumer.prefetch_count
         if channel.global_prefetch_count:
             prefetch = min(prefetch or channel.global_prefetch_count, channel.global_prefetch_count)
@@ -208,10 +238,11 @@ class RemoteQueue(Queue):
             prefetch_count=prefetch if prefetch and not consumer.no_ack else LINK_WINDOW,
             # The consumer timeout is kept here, where the client's acks arrive.
             arguments={key: value for key, value in consumer.arguments.items() if key != "x-consumer-timeout"},
-            on_reply=lambda reply: self._consume_answered(channel, remote, held, reply),
+            on_reply=lambda reply: self._consume_answered(channel, remote, held, reply, reattached),
         )
 
-    def _consume_answered(self, channel: "Channel", remote: RemoteConsumer, held: Any, reply: Any) -> None:
+    def _consume_answered(self, channel: "Channel", remote: RemoteConsumer, held: Any, reply: Any,
+                          reattached: bool = False) -> None:
         if not channel.is_open:  # closed meanwhile: its release() cancelled the consumer
             if held is not None:
                 channel.replies.withdraw(held)
@@ -220,6 +251,11 @@ class RemoteQueue(Queue):
             remote.active = True
             if held is not None:
                 channel.replies.release(held, None)
+            return
+        if reattached:
+            # The client's consume succeeded long ago: it is cancelled as by the queue's owner.
+            remote.active = True
+            self.owner_cancelled(remote)
             return
         self._remote_consumers.pop(remote.consumer, None)
         channel.forget_consumer(remote.consumer)
@@ -263,11 +299,38 @@ class RemoteQueue(Queue):
         self.dispatch()
 
     def owner_cancelled(self, remote: RemoteConsumer) -> None:
-        """The owner cancelled the consumer (its queue is gone) or the link went."""
-        if self._remote_consumers.pop(remote.consumer, None) is None:
+        """The owner cancelled the consumer (its queue is gone) or the link went. A replicated
+        queue's stand-in keeps the consumer, waiting for the new leader (`reattach` by the
+        stand-in that replaces this one; `delete` cancels it if none does)."""
+        if self._remote_consumers.get(remote.consumer) is not remote:
             return
-        remote.waiting.clear()
+        # What the owner sent and the client did not get yet goes back (after a failover the new
+        # leader has it from its log).
+        mirror = remote.mirror
+        while remote.waiting:
+            mirror.reject(remote.waiting.popleft().link_tag, requeue=True)
+        remote.active = False
+        if self._keeps_consumers and not self.deleted:
+            remote.parked = True
+            if self._parked_retry is None:
+                self._parked_retry = self.timers.call_later(PARKED_RETRY_S, self._retry_parked)
+            return
+        del self._remote_consumers[remote.consumer]
         remote.consumer.sink.consumer_cancelled(remote.consumer)
+
+    def _retry_parked(self) -> None:
+        """Consumers wait (owner_cancelled) and no new leader replaced this stand-in: once the
+        owner serves the queue again (its link came back), they consume there again."""
+        self._parked_retry = None
+        if self.deleted:
+            return
+        if not self._links.queue_available(self.vhost, self.name, self.owner):
+            self._parked_retry = self.timers.call_later(PARKED_RETRY_S, self._retry_parked)
+            return
+        for remote in [remote for remote in self._remote_consumers.values() if remote.parked]:
+            consumer = remote.consumer
+            self.remove_consumer(consumer)
+            self.reattach(consumer.sink, consumer)  # type: ignore[arg-type]
 
     def dispatch(self, now: float | None = None) -> None:
         """Hand waiting deliveries to the consumers that have room."""
@@ -431,6 +494,9 @@ class RemoteQueue(Queue):
     def delete(self) -> list[Consumer]:
         """This node forgets the queue (deleted on its owner): consumers here are told."""
         self.deleted = True
+        if self._parked_retry is not None:
+            self._parked_retry.cancel()
+            self._parked_retry = None
         consumers = list(self._remote_consumers)
         for remote in self._remote_consumers.values():
             remote.waiting.clear()

@@ -8,8 +8,8 @@ itself (built from its replica log); every other node holds a stand-in reaching 
 cluster links. When a replica here becomes leader, this node takes the queue (`reconcile`) and
 names itself the queue's home in the shared definitions, so the other nodes' stand-ins turn to
 it; when it stops leading (a newer term exists, its lease lapsed, it stops), the queue here is
-handed over: its pending confirms are failed (basic.nack), its consumers cancelled, and a
-stand-in takes its place.
+handed over: its pending confirms are failed (basic.nack) and a stand-in takes its place; the
+consumers of the queue's old form on every node move to its new one (cluster_apply.py).
 
 Imported only on a clustered broker (cluster_node.py).
 """

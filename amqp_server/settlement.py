@@ -101,4 +101,9 @@ def apply_settlement(channel: "Channel", kind: str, taken: list[Unacked], requeu
     if channel.global_prefetch_count:
         touched = touched | {consumer.queue for consumer in channel.consumers.values()}
     for queue in touched:
-        queue.dispatch()
+        if queue.deleted:
+            # Deliveries of a queue form that is gone: a replicated queue whose leader changed
+            # moved its consumers to its new form (cluster_apply.py), where the room is used.
+            channel.dispatch_all()
+        else:
+            queue.dispatch()

@@ -135,6 +135,82 @@ def test_a_quorum_queue_moves_to_a_survivor_when_its_leader_is_killed(tmp_path, 
                    "the restarted node follows the new leader")
 
 
+class _HeldConsumer:
+    """A pika consumer (prefetch 5) that acks only when told, and notes basic.cancel."""
+
+    def __init__(self, node: ClusterNode, queue: str) -> None:
+        self.connection = pika.BlockingConnection(_parameters(node))
+        self.channel = self.connection.channel()
+        self.channel.basic_qos(prefetch_count=5)
+        self.received: list[tuple[int, bytes, bool]] = []  # (delivery tag, body, redelivered), not acked yet
+        self.received_and_acked: list[tuple[int, bytes, bool]] = []
+        self.cancelled = False
+        self.channel.add_on_cancel_callback(lambda _frame: setattr(self, "cancelled", True))
+        self.channel.basic_consume(queue, self._on_message)
+
+    def _on_message(self, _channel, method, _properties, body: bytes) -> None:
+        self.received.append((method.delivery_tag, body, method.redelivered))
+
+    def pump(self) -> None:
+        self.connection.process_data_events(time_limit=0.05)
+
+    def ack_all(self) -> None:
+        for tag, _body, _redelivered in self.received:
+            self.channel.basic_ack(tag)
+        self.received_and_acked.extend(self.received)
+        self.received = []
+
+
+def test_consumers_on_other_nodes_keep_consuming_across_a_leader_change(tmp_path):
+    """RabbitMQ keeps a quorum queue's consumers across a leader change. Consumers on b and c
+    (through stand-ins) hold 5 deliveries each when the leader a is `kill -9`ed: neither gets
+    basic.cancel; the one on the new leader's node then consumes from the queue itself, the
+    other from a stand-in reaching it; acks of the old delivery tags are accepted; the held
+    messages come back redelivered and every message reaches a consumer."""
+    with three_nodes(tmp_path) as nodes:
+        a, b, c = nodes["a"], nodes["b"], nodes["c"]
+        _declare(nodes, a, "steady")
+        consumers = [_HeldConsumer(b, "steady"), _HeldConsumer(c, "steady")]
+        publisher = pika.BlockingConnection(_parameters(b))
+        channel = publisher.channel()
+        channel.confirm_delivery()
+        for number in range(30):
+            channel.basic_publish("", "steady", f"m{number}".encode(), PERSISTENT)
+        publisher.close()
+
+        def each_holds_five() -> bool:
+            for consumer in consumers:
+                consumer.pump()
+            return all(len(consumer.received) == 5 for consumer in consumers)
+
+        wait_until(each_holds_five, "each consumer holds its prefetch of 5")
+        held = {body for consumer in consumers for _, body, _ in consumer.received}
+
+        a.broker.kill()  # kill -9
+        wait_until(lambda: _queue_node(b, "steady") in ("b", "c") and _queue_node(c, "steady") in ("b", "c"),
+                   "a survivor leads the queue", within=SESSION_TTL + 15)
+        for consumer in consumers:
+            consumer.ack_all()  # the old leader's delivery tags: still valid on the client's channel
+
+        def all_consumed() -> bool:
+            for consumer in consumers:
+                consumer.pump()
+                assert not consumer.cancelled, "basic.cancel at the leader change"
+                consumer.ack_all()
+            seen = {body for consumer in consumers for _, body, _ in consumer.received_and_acked}
+            return seen >= {f"m{n}".encode() for n in range(30)}
+
+        wait_until(all_consumed, "every message reaches a consumer after the failover", within=30)
+        assert all(consumer.channel.is_open for consumer in consumers)
+        after = [(body, redelivered) for consumer in consumers for _, body, redelivered in
+                 consumer.received_and_acked[5:]]
+        assert {body for body, redelivered in after if redelivered} == held, after
+        for consumer in consumers:
+            consumer.connection.close()
+        survivor = b if _queue_node(b, "steady") == "b" else c
+        assert _drain(survivor, "steady") == []
+
+
 def test_a_confirm_and_a_tx_commit_ok_wait_for_a_majority_of_the_group(tmp_path):
     """With both followers killed the leader holds the message but a majority does not: neither
     the confirm nor the commit-ok comes; one follower back, both come."""

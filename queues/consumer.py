@@ -58,6 +58,13 @@ class Consumer:
         self.arguments = arguments or {}
         self.timeout_ms = timeout_ms
 
+    def move_to(self, queue: "Queue") -> None:
+        """The consumer's queue took another form here: a replicated queue whose leader changed
+        is now the queue itself or a stand-in reaching the new leader (cluster_apply.py). The
+        consumer keeps its tag, prefetch and unacked count; deliveries made before stay settled
+        through the queue they came from."""
+        self.queue = queue
+
     def has_capacity(self) -> bool:
         if not self.no_ack and self.prefetch_count and self.unacked >= self.prefetch_count:
             return False
