@@ -253,10 +253,40 @@ class Connection:
 
     def _handle_input(self) -> None:
         frames = self.reader.frames()
+        channels = self.channels
+        flow = self.flow
         try:
             for frame_type, channel_id, payload in frames:
                 try:
-                    self._handle_frame(frame_type, channel_id, payload)
+                    # The hot case inline (publishes, acks: one call less per frame): content or
+                    # a method on an open channel. Every other frame: _handle_frame.
+                    channel = channels.get(channel_id) if channel_id and self.state is OPEN else None
+                    if channel is None:
+                        self._handle_frame(frame_type, channel_id, payload)
+                    else:
+                        try:
+                            if frame_type == codec.FRAME_BODY:
+                                channel.handle_body(payload)
+                                if flow.block_on_publish:
+                                    # A body of a publish begun before the alarm is publishing too.
+                                    flow.publishing()
+                            elif frame_type == codec.FRAME_HEADER:
+                                channel.handle_header(payload)
+                                if flow.block_on_publish:
+                                    flow.publishing()
+                            elif frame_type == codec.FRAME_METHOD:
+                                index = codec.method_index(payload)
+                                if index >> 16 == 10:
+                                    # A connection-class method belongs on channel 0 only (on an
+                                    # unopened channel RabbitMQ says 'expected channel.open' first).
+                                    raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", 10, index & 0xFFFF)
+                                channel.handle_method(payload, index)
+                            else:
+                                self._handle_frame(frame_type, channel_id, payload)
+                        except AMQPError as error:
+                            if error.is_hard:
+                                raise
+                            self.fail_channel(channel, error)
                 except HandshakeError as error:
                     self._stop_input()
                     self._handshake_error(error)
@@ -288,38 +318,7 @@ class Connection:
                 channel.confirms.ask_stores()
 
     def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
-        if channel_id and self.state is OPEN:
-            # The hot case first (publishes, acks): content or a method on an open channel.
-            channel = self.channels.get(channel_id)
-            if channel is not None:
-                try:
-                    if frame_type == codec.FRAME_BODY:
-                        channel.handle_body(payload)
-                        if self.flow.block_on_publish:
-                            # A body of a publish begun before the alarm is publishing too.
-                            self.flow.publishing()
-                        return
-                    if frame_type == codec.FRAME_HEADER:
-                        channel.handle_header(payload)
-                        if self.flow.block_on_publish:
-                            self.flow.publishing()
-                        return
-                    if frame_type == codec.FRAME_METHOD:
-                        index = codec.method_index(payload)
-                        if index >> 16 == 10:
-                            # A connection-class method belongs on channel 0 only (on an unopened
-                            # channel RabbitMQ says 'expected channel.open' first, below).
-                            raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", 10, index & 0xFFFF)
-                        channel.handle_method(payload, index)
-                        return
-                except AMQPError as error:
-                    if error.is_hard:
-                        raise
-                    self.fail_channel(channel, error)
-                    return
-        self._handle_other_frame(frame_type, channel_id, payload)
-
-    def _handle_other_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
+        """Every frame but content and methods on an open channel (_handle_input handles those)."""
         if self.state is CLOSING:
             if frame_type == codec.FRAME_METHOD and channel_id == 0:
                 index = codec.method_index(payload)
@@ -346,7 +345,7 @@ class Connection:
             raise self._out_of_turn(
                 errors.UNEXPECTED_FRAME, f"type {frame_type}, all octets = {codec.erlang_binary(payload)}"
             )
-        # A channel that is not open (an open one's frames were handled in _handle_frame).
+        # A channel that is not open.
         if frame_type == codec.FRAME_METHOD:
             index = codec.method_index(payload)
             if index == _CHANNEL_OPEN:
