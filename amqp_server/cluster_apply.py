@@ -61,6 +61,13 @@ def shadow_queue(vhost: "VirtualHost", value: SharedValue) -> Queue:
     )
 
 
+def _moves_with_the_queue(consumer: Consumer) -> bool:
+    """A client's consumer moves to the queue's new form. Another node's consumer (on its link:
+    the old leader held the queue for that node's stand-in) does not: it is cancelled with the
+    old form, and that node's stand-in, replaced in turn, moves its client's consumer itself."""
+    return not consumer.sink.connection.is_cluster_link  # type: ignore[attr-defined]
+
+
 def _move_consumer(consumer: Consumer, queue: Queue) -> None:
     """A consumer of a replicated queue's previous form consumes from `queue`, its form now:
     re-consumed on the new leader through a stand-in, or added to the queue itself. One whose
@@ -316,7 +323,7 @@ class LocalDefinitions:
                 existing.journal.hand_over()
             # The leader changed, the queue did not: its consumers here go on with its new form,
             # as RabbitMQ keeps a quorum queue's consumers across a leader change.
-            moving = existing.consumers()
+            moving = [consumer for consumer in existing.consumers() if _moves_with_the_queue(consumer)]
             for consumer in moving:
                 existing.remove_consumer(consumer)
             vhost.delete_queue(existing)

@@ -219,9 +219,15 @@ class RemoteQueue(Queue):
         itself before this node stopped leading) consumes on the new owner, untold: no
         consume-ok; a refusal cancels it (basic.cancel) instead of closing its channel."""
         consumer.move_to(self)
-        link = self._links.link(self.owner, self.vhost)
+        link = None
+        if self._links.queue_available(self.vhost, self.name, self.owner):
+            link = self._links.link(self.owner, self.vhost)
         if link is None:
-            channel.consumer_cancelled(consumer)
+            # Its owner does not serve it yet (this very node, about to be named the home of
+            # the new leader, or a node whose link is not up): wait, as after a lost link.
+            remote = RemoteConsumer(self, consumer, None)  # type: ignore[arg-type]
+            self._remote_consumers[consumer] = remote
+            self._park(remote)
             return
         self._consume_on_owner(link, channel, consumer, None, reattached=True)
 
@@ -269,7 +275,7 @@ class RemoteQueue(Queue):
     def prefetch_changed(self, consumer: Consumer) -> None:
         """A basic.qos changed the running consumer's prefetch: the owner applies it too."""
         remote = self._remote_consumers.get(consumer)
-        if remote is not None and not consumer.no_ack and consumer.prefetch_count:
+        if remote is not None and remote.mirror is not None and not consumer.no_ack and consumer.prefetch_count:
             remote.mirror.qos(consumer.prefetch_count)
 
     def add_consumer(self, consumer: Consumer) -> None:
@@ -279,7 +285,7 @@ class RemoteQueue(Queue):
         """The client cancelled (or its channel closed): cancel on the owner; what the client
         still holds unacked stays settleable until it is settled."""
         remote = self._remote_consumers.pop(consumer, None)
-        if remote is None:
+        if remote is None or remote.mirror is None:  # (None: it waits for its owner, `reattach`)
             return
         mirror = remote.mirror
         while remote.waiting:
@@ -311,12 +317,15 @@ class RemoteQueue(Queue):
             mirror.reject(remote.waiting.popleft().link_tag, requeue=True)
         remote.active = False
         if self._keeps_consumers and not self.deleted:
-            remote.parked = True
-            if self._parked_retry is None:
-                self._parked_retry = self.timers.call_later(PARKED_RETRY_S, self._retry_parked)
+            self._park(remote)
             return
         del self._remote_consumers[remote.consumer]
         remote.consumer.sink.consumer_cancelled(remote.consumer)
+
+    def _park(self, remote: RemoteConsumer) -> None:
+        remote.parked = True
+        if self._parked_retry is None:
+            self._parked_retry = self.timers.call_later(PARKED_RETRY_S, self._retry_parked)
 
     def _retry_parked(self) -> None:
         """Consumers wait (owner_cancelled) and no new leader replaced this stand-in: once the
@@ -500,7 +509,8 @@ class RemoteQueue(Queue):
         consumers = list(self._remote_consumers)
         for remote in self._remote_consumers.values():
             remote.waiting.clear()
-            remote.mirror.close()
+            if remote.mirror is not None:
+                remote.mirror.close()
         self._remote_consumers.clear()
         if self._fetcher is not None:
             self._fetcher.close()

@@ -211,6 +211,55 @@ def test_consumers_on_other_nodes_keep_consuming_across_a_leader_change(tmp_path
         assert _drain(survivor, "steady") == []
 
 
+def test_consumers_on_every_node_follow_a_leadership_transfer(tmp_path):
+    """`ctl transfer_leadership` from a to c with a consumer on each node holding 5 deliveries:
+    a's moves from the queue itself to a stand-in, b's from one stand-in to another, c's from
+    a stand-in to the queue itself; none gets basic.cancel, the old tags can be acked, and
+    every message reaches a consumer."""
+    with three_nodes(tmp_path) as nodes:
+        a, b, c = nodes["a"], nodes["b"], nodes["c"]
+        _declare(nodes, a, "moving")
+        consumers = [_HeldConsumer(node, "moving") for node in (a, b, c)]
+        publisher = pika.BlockingConnection(_parameters(a))
+        channel = publisher.channel()
+        channel.confirm_delivery()
+        for number in range(40):
+            channel.basic_publish("", "moving", f"m{number}".encode(), PERSISTENT)
+        publisher.close()
+
+        def each_holds_five() -> bool:
+            for consumer in consumers:
+                consumer.pump()
+            return all(len(consumer.received) == 5 for consumer in consumers)
+
+        wait_until(each_holds_five, "each consumer holds its prefetch of 5")
+        code, text = _ctl(c, "transfer_leadership", "moving", "c")
+        assert code == 0, text
+
+        def moved() -> bool:
+            for consumer in consumers:
+                consumer.pump()
+            return _queue_node(a, "moving") == "c" and _queue_node(b, "moving") == "c"
+
+        wait_until(moved, "c leads and holds the queue")
+        for consumer in consumers:
+            consumer.ack_all()
+
+        def all_consumed() -> bool:
+            for consumer in consumers:
+                consumer.pump()
+                assert not consumer.cancelled, f"basic.cancel at the leadership transfer: consumer {consumers.index(consumer)}"
+                consumer.ack_all()
+            seen = {body for consumer in consumers for _, body, _ in consumer.received_and_acked}
+            return seen >= {f"m{n}".encode() for n in range(40)}
+
+        wait_until(all_consumed, "every message reaches a consumer after the transfer", within=30)
+        assert all(consumer.channel.is_open for consumer in consumers)
+        for consumer in consumers:
+            consumer.connection.close()
+        assert _drain(c, "moving") == []
+
+
 def test_a_confirm_and_a_tx_commit_ok_wait_for_a_majority_of_the_group(tmp_path):
     """With both followers killed the leader holds the message but a majority does not: neither
     the confirm nor the commit-ok comes; one follower back, both come."""
