@@ -77,10 +77,10 @@ class RemoteConsumer:
 
     __slots__ = ("queue", "consumer", "mirror", "waiting", "active", "parked")
 
-    def __init__(self, queue: "RemoteQueue", consumer: Consumer, mirror: MirrorChannel) -> None:
+    def __init__(self, queue: "RemoteQueue", consumer: Consumer, mirror: MirrorChannel | None) -> None:
         self.queue = queue
         self.consumer = consumer
-        self.mirror = mirror
+        self.mirror = mirror  # None while it waits for an owner that serves the queue (`reattach`)
         self.waiting: deque[RemoteDelivery] = deque()
         self.active = False  # the owner answered consume-ok
         self.parked = False  # a replicated queue's consumer waiting for its leader (owner_cancelled)
@@ -225,7 +225,7 @@ class RemoteQueue(Queue):
         if link is None:
             # Its owner does not serve it yet (this very node, about to be named the home of
             # the new leader, or a node whose link is not up): wait, as after a lost link.
-            remote = RemoteConsumer(self, consumer, None)  # type: ignore[arg-type]
+            remote = RemoteConsumer(self, consumer, None)
             self._remote_consumers[consumer] = remote
             self._park(remote)
             return
@@ -233,13 +233,13 @@ class RemoteQueue(Queue):
 
     def _consume_on_owner(self, link: NodeLink, channel: "Channel", consumer: Consumer, held: Any,
                           reattached: bool) -> None:
-        remote = RemoteConsumer(self, consumer, None)  # type: ignore[arg-type]
-        remote.mirror = link.open_mirror(remote)
+        remote = RemoteConsumer(self, consumer, None)
+        remote.mirror = mirror = link.open_mirror(remote)
         self._remote_consumers[consumer] = remote
         prefetch = consumer.prefetch_count
         if channel.global_prefetch_count:
             prefetch = min(prefetch or channel.global_prefetch_count, channel.global_prefetch_count)
-        remote.mirror.consume(
+        mirror.consume(
             self.name, consumer.tag, no_ack=False, exclusive=consumer.exclusive,
             prefetch_count=prefetch if prefetch and not consumer.no_ack else LINK_WINDOW,
             # The consumer timeout is kept here, where the client's acks arrive.
@@ -313,6 +313,7 @@ class RemoteQueue(Queue):
         # What the owner sent and the client did not get yet goes back (after a failover the new
         # leader has it from its log).
         mirror = remote.mirror
+        assert mirror is not None  # only a mirror's callbacks get here
         while remote.waiting:
             mirror.reject(remote.waiting.popleft().link_tag, requeue=True)
         remote.active = False
