@@ -54,7 +54,7 @@ class PublisherConfirms:
         self.next_seq = 1
         self.acked_total = 0  # messages confirmed with basic.ack so far
         # Sequence numbers held until their messages are stored, and the same in the order they
-        # were held (the oldest first, which bounds a multiple ack; released ones are skipped).
+        # were held (the oldest first, which bounds a multiple ack; stored ones are skipped).
         self._outstanding: set[int] = set()
         self._held: deque[int] = deque()
         self._acks: list[int] = []
@@ -67,15 +67,11 @@ class PublisherConfirms:
         self.next_seq += 1
         return seq
 
-    def hold(self, seq: int) -> None:
-        """`seq` cannot be confirmed yet (it waits for disk); release() it later."""
-        self._outstanding.add(seq)
-        self._held.append(seq)
-
     def hold_until_stored(self, seq: int, queues: Sequence[Any], accepted: bool = True) -> None:
         """`seq` is confirmed (acked if `accepted`, else nacked) once every one of `queues` has
         stored it; a queue's storage error nacks it. on_released() tells when."""
-        self.hold(seq)
+        self._outstanding.add(seq)
+        self._held.append(seq)
         waits = self._waits
         wait = waits[-1] if waits else None
         if wait is None or wait.queues != queues:
@@ -112,11 +108,6 @@ class PublisherConfirms:
 
     def resolve(self, seq: int, ok: bool = True) -> None:
         (self._acks if ok else self._nacks).append(seq)
-
-    def release(self, seq: int, ok: bool = True) -> None:
-        """A held sequence number is now resolved."""
-        self._outstanding.discard(seq)
-        self.resolve(seq, ok)
 
     @property
     def unconfirmed(self) -> int:

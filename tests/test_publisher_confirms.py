@@ -11,6 +11,31 @@ from amqp_server.publisher_confirms import PublisherConfirms
 ACK, NACK = True, False
 
 
+class FakeQueue:
+    """A queue whose storage answers when the test says (Queue.when_stored's contract)."""
+
+    def __init__(self) -> None:
+        self.asked: list = []
+
+    def when_stored(self, callback) -> None:
+        self.asked.append(callback)
+
+
+def hold(confirms: PublisherConfirms, seq: int) -> FakeQueue:
+    """`seq` waits for a queue to store it (e.g. a persistent message on a durable queue)."""
+    queue = FakeQueue()
+    confirms.hold_until_stored(seq, [queue])
+    return queue
+
+
+def store(confirms: PublisherConfirms, queue: FakeQueue, ok: bool = True) -> None:
+    """`queue` stored what waited for it (or failed to, if not `ok`)."""
+    if not queue.asked:
+        confirms.ask_stores()
+    [callback] = queue.asked
+    callback(None if ok else OSError("disk full"))
+
+
 def published(count: int) -> tuple[PublisherConfirms, list[int]]:
     confirms = PublisherConfirms()
     return confirms, [confirms.take_seq() for _ in range(count)]
@@ -45,7 +70,7 @@ def test_a_batch_of_acks_coalesces_into_one_multiple_ack():
 
 def test_a_held_sequence_number_stops_the_multiple_ack_below_it():
     confirms, seqs = published(5)
-    confirms.hold(3)  # e.g. waits for disk
+    hold(confirms, 3)  # e.g. waits for disk
     for seq in (1, 2, 4, 5):
         confirms.resolve(seq)
     assert confirms.take_frames() == [(ACK, 2, True), (ACK, 4, False), (ACK, 5, False)]
@@ -53,20 +78,20 @@ def test_a_held_sequence_number_stops_the_multiple_ack_below_it():
 
 def test_releasing_a_held_sequence_number_acks_it():
     confirms, seqs = published(5)
-    confirms.hold(3)
+    queue = hold(confirms, 3)
     for seq in (1, 2, 4, 5):
         confirms.resolve(seq)
     confirms.take_frames()
-    confirms.release(3)
+    store(confirms, queue)
     assert confirms.take_frames() == [(ACK, 3, False)]
 
 
 def test_after_release_later_acks_coalesce_again():
     confirms, _seqs = published(3)
-    confirms.hold(1)
+    queue = hold(confirms, 1)
     confirms.resolve(2)
     assert confirms.take_frames() == [(ACK, 2, False)]
-    confirms.release(1)
+    store(confirms, queue)
     confirms.resolve(3)
     # No longer anything outstanding: one multiple ack (re-covering 2 is harmless, as in RabbitMQ).
     assert confirms.take_frames() == [(ACK, 3, True)]
@@ -74,7 +99,7 @@ def test_after_release_later_acks_coalesce_again():
 
 def test_a_held_first_sequence_number_prevents_any_multiple_ack():
     confirms, _seqs = published(3)
-    confirms.hold(1)
+    hold(confirms, 1)
     confirms.resolve(2)
     confirms.resolve(3)
     assert confirms.take_frames() == [(ACK, 2, False), (ACK, 3, False)]
@@ -90,16 +115,16 @@ def test_a_nack_stops_the_multiple_ack_and_is_sent_on_its_own():
 
 def test_a_released_hold_can_be_a_nack():
     confirms, _seqs = published(2)
-    confirms.hold(1)
+    queue = hold(confirms, 1)
     confirms.resolve(2)
     confirms.take_frames()
-    confirms.release(1, ok=False)
+    store(confirms, queue, ok=False)
     assert confirms.take_frames() == [(NACK, 1, False)]
 
 
 def test_frames_come_out_in_sequence_order():
     confirms, _seqs = published(6)
-    confirms.hold(2)
+    hold(confirms, 2)
     confirms.resolve(6)
     confirms.resolve(4, ok=False)
     confirms.resolve(1)
@@ -108,16 +133,6 @@ def test_frames_come_out_in_sequence_order():
     frames = confirms.take_frames()
     assert [tag for _kind, tag, _multiple in frames] == sorted(tag for _kind, tag, _multiple in frames)
     assert frames == [(ACK, 1, False), (ACK, 3, False), (NACK, 4, False), (ACK, 5, False), (ACK, 6, False)]
-
-
-class FakeQueue:
-    """A queue whose storage answers when the test says (Queue.when_stored's contract)."""
-
-    def __init__(self) -> None:
-        self.asked: list = []
-
-    def when_stored(self, callback) -> None:
-        self.asked.append(callback)
 
 
 def held(confirms: PublisherConfirms, queues: list, accepted: bool = True) -> int:
