@@ -3,8 +3,8 @@
 It sits in the vhost's `queues` like any queue, so bindings lead to it and routing finds it;
 what it does goes to the owner over the link (cluster_link.py):
 
-- `publish` forwards the message on the owner's forward stream and reports ENQUEUED_DURABLY,
-  so the publisher's confirm waits for the owner's (`when_stored`). With the owner down the
+- `publish` forwards the message on the owner's forward stream and reports FORWARDED, so the
+  publisher's confirm waits for the owner's confirm of that message (`forwarded_message`). With the owner down the
   message is refused (REJECTED: the publisher gets a basic.nack), as RabbitMQ 3.10 rejects
   publishes to a classic queue whose node is down.
 - a consumer here is a consumer there, on a mirror channel of its own with its prefetch,
@@ -39,7 +39,7 @@ from amqp_server.unacked_store import Unacked
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
 from queues.message import Message
-from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED
+from queues.publish_outcome import FORWARDED, REJECTED
 from queues.queue import Queue
 from queues.queue_entry import GONE, QueueEntry
 
@@ -166,11 +166,7 @@ class RemoteQueue(Queue):
                 return REJECTED
             self._link = link
         self._last_seq = link.stream.forward(self.name, message)
-        return ENQUEUED_DURABLY
-
-    def when_stored(self, callback: "SyncCallback") -> None:
-        """Call back once the owner confirmed the message last published here."""
-        self._link.stream.when_confirmed(self._last_seq, callback)
+        return FORWARDED
 
     def forwarded_message(self) -> "ForwardedMessage":
         """The message just published here, to wait for the owner's confirm of it alone

@@ -30,7 +30,7 @@ from queues.message import (
     Message,
 )
 from queues.raw_properties import RawProperties
-from queues.publish_outcome import ENQUEUED_DURABLY, REJECTED, WRITE_FAILED
+from queues.publish_outcome import ENQUEUED_DURABLY, FORWARDED, REJECTED, WRITE_FAILED
 from queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -141,8 +141,9 @@ NOT_WRITTEN = _NotWritten()
 def route_publish(
     channel: "Channel", exchange: "Exchange", message: Message, mandatory: bool
 ) -> list[Queue] | _NotWritten | None:
-    """Route and enqueue; returns the queues that journaled the message (None if none did), or
-    NOT_WRITTEN if a queue's disk write failed."""
+    """Route and enqueue; returns what to wait on until the message is stored (`when_stored`:
+    the queues that journaled it, and for each queue of another node the forwarded message
+    itself), None if nothing is to be waited on, or NOT_WRITTEN if a queue's disk write failed."""
     connection = channel.connection
     broker = connection.broker
     vhost = channel.vhost
@@ -172,16 +173,20 @@ def route_publish(
             if outcome == REJECTED:
                 accepted = False  # a queue at its length limit with x-overflow reject-publish
             elif outcome == ENQUEUED_DURABLY:
-                # A queue of another node: wait for the owner's confirm of this very message (a
-                # wait per queue would cover only the last message forwarded there, and miss a nack).
-                stored = queue.forwarded_message() if queue.is_remote else queue
                 if journaled is None:
-                    journaled = [stored]
+                    journaled = [queue]
                 else:
-                    journaled.append(stored)
+                    journaled.append(queue)
             elif outcome == WRITE_FAILED:
                 accepted = False  # its disk write failed (queues/journal.py)
                 write_failed = True
+            elif outcome == FORWARDED:
+                # A queue of another node: wait for the owner's confirm of this very message (a
+                # wait per queue would cover only the last message forwarded there, and miss a nack).
+                if journaled is None:
+                    journaled = [queue.forwarded_message()]
+                else:
+                    journaled.append(queue.forwarded_message())
             delivered = True
             if queue.congested:
                 if channel.forward_flow is None:

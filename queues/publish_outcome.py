@@ -1,7 +1,8 @@
 """What publishing a routed message into a queue reports (Queue.publish, DelayedMessages.publish).
 
 The channel turns these into publisher confirms: a rejected message is nacked, a durably
-enqueued one is confirmed only after its journal's fsync, the others at once. A message whose
+enqueued one is confirmed only after its journal's fsync, a forwarded one after its owner's
+confirm, the others at once. A message whose
 disk write failed is nacked too, and in a transaction fails the commit.
 """
 
@@ -12,3 +13,6 @@ ENQUEUED = 1
 ENQUEUED_DURABLY = 2  # written to the journal: a confirm must wait for its fsync
 DUPLICATE = 3  # x-message-deduplication saw its id recently: accepted (confirmed), not enqueued
 WRITE_FAILED = 4  # the journal could not write it (queues/journal.py): not enqueued, the publisher gets a nack
+# Forwarded to the node that owns the queue (amqp_server/cluster_remote_queue.py): a confirm
+# waits for the owner's confirm of this very message (RemoteQueue.forwarded_message).
+FORWARDED = 5

@@ -173,6 +173,26 @@ def test_failed_state_records_mark_the_queue_crashed_and_close_no_connection(
     ]
 
 
+def test_a_delayed_message_that_is_written_is_acked(broker: Broker, api: ManagementClient) -> None:
+    # The write that succeeds, beside the one below that fails: a persistent message held by a
+    # durable delayed exchange is confirmed once its journal is fsynced (no 541 since 7170f99).
+    async def scenario() -> None:
+        client = opened_client(broker)
+        client.call(1, commands.Exchange.Declare(exchange="later", exchange_type="x-delayed-message", durable=True,
+                                                 arguments={"x-delayed-type": "direct"}))
+        client.call(1, commands.Confirm.Select())
+        pending = broker.vhosts["/"].exchanges["later"].pending
+        delayed = commands.Basic.Properties(delivery_mode=2, headers={"x-delay": 60_000})
+        received = client.publish(1, b"kept", exchange="later", routing_key="q", properties=delayed)
+        await broker.committer.idle()
+        received += client.take()
+        assert said(received) == expected(commands.Basic.Ack(delivery_tag=1, multiple=False))
+        assert len(pending) == 1
+        assert client.connection.state == OPEN
+
+    run(api, scenario)
+
+
 def test_a_delayed_message_whose_write_fails_is_nacked(broker: Broker, api: ManagementClient, monkeypatch) -> None:
     async def scenario() -> None:
         client = opened_client(broker)

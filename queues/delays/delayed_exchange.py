@@ -127,7 +127,6 @@ class DelayedMessages:
     """The pending messages of one delayed exchange; see the module docstring."""
 
     congested = False  # routing asks every destination; holding never pushes back on publishers
-    is_remote = False  # held on this node (publishing waits for a remote queue's messages one by one)
 
     def __init__(self, name: str, timers: Timers, release: Release, journal: QueueJournal | None = None) -> None:
         self.name = name
