@@ -5,7 +5,8 @@ content header and body frames (Channel.handle_header / handle_body); then `comp
 Message, checks the properties RabbitMQ checks (user_id, direct reply-to), and either keeps it
 for tx.commit or routes it at once. `route_publish` enqueues it, returns it to a mandatory
 publisher when nothing took it, and resolves its publisher confirm: at once, or once every
-queue that journaled it has fsynced.
+queue that journaled it has fsynced and every other node it was forwarded to has confirmed it
+(the queues are asked once per batch of input: PublisherConfirms.ask_stores).
 """
 
 from __future__ import annotations

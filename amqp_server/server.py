@@ -23,7 +23,7 @@ code in these files, in this order, from the socket read to its basic.ack being 
 12. queues/queue.py                  Queue.publish
 13. queues/message_ttl.py            the message's expiry time (none without a TTL)
 14. queues/queue_entry.py            QueueEntry: the message's place in the queue
-15. queues/journal.py                QueueJournal.published, when_synced
+15. queues/journal.py                QueueJournal.published, request_sync
 16. persistence/queue_store.py       the record appended to the queue's segment file
 17. persistence/record_format.py     the record's bytes
 18. persistence/segment_index.py     where the record is, to read it back
