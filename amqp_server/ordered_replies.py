@@ -77,12 +77,12 @@ class OrderedReplies:
         else:
             self._held.append(_Held(b"".join(frames), ready=True))
 
-    def send_when_durable(self, frame: bytes, wait: WaitForDisk, failure: str) -> None:
+    def send_when_durable(self, frame: bytes, wait: WaitForDisk, failure: str = "") -> None:
         """Send the encoded reply ``frame`` once ``wait`` reports the disk write done, in order
         with the others.
 
-        If the write fails the connection is closed with 541 INTERNAL_ERROR, saying
-        ``failure`` ("tx.commit could not write to disk") and the error."""
+        If ``wait`` reports an AMQPError the reply is refused with it; any other error closes
+        the connection with 541 INTERNAL_ERROR, saying ``failure`` and the error."""
         self.release(self.hold(frame), wait, failure)
 
     def hold(self, frame: bytes) -> _Held:
