@@ -25,13 +25,13 @@ from typing import NamedTuple
 
 RECORD_HEAD = struct.Struct(">IIB")  # length, crc, type
 LENGTH = struct.Struct(">I")
+LENGTH_AND_CRC = struct.Struct(">II")  # RECORD_HEAD without the type
 MIN_RECORD_LENGTH = 5  # crc + type, an empty payload
 MAX_RECORD_LENGTH = 0xFFFF_FFFF
 
 _MESSAGE_FIXED = struct.Struct(">BQQ")  # type, seq, published_at_ms
 _U8 = struct.Struct(">B")
 _MESSAGE_FIXED_AND_LENGTH = struct.Struct(">BQQB")  # _MESSAGE_FIXED, then the exchange's length
-_LENGTH_AND_CRC = struct.Struct(">II")
 _U32 = struct.Struct(">I")
 _SEQ_AT = struct.Struct(">QQ")
 _MAX_U63 = (1 << 63) - 1
@@ -167,7 +167,7 @@ def encode_message(
     length = 4 + len(prefix) + len(body)
     if length > MAX_RECORD_LENGTH:
         raise ValueError(f"message record of {length} bytes exceeds the 4 GiB record limit")
-    return _LENGTH_AND_CRC.pack(length, zlib.crc32(body, zlib.crc32(prefix))) + prefix, body
+    return LENGTH_AND_CRC.pack(length, zlib.crc32(body, zlib.crc32(prefix))) + prefix, body
 
 
 class StateKind(NamedTuple):
@@ -239,7 +239,7 @@ def encode_state_of(
         body = kind.body.pack(kind.rtype, seq, at_ms, delivery_count, due_at_ms)
     else:
         body = kind.body.pack(kind.rtype, seq, at_ms, int(reason))
-    return _LENGTH_AND_CRC.pack(len(body) + 4, zlib.crc32(body)) + body
+    return LENGTH_AND_CRC.pack(len(body) + 4, zlib.crc32(body)) + body
 
 
 def decode_payload(rtype: int, payload: bytes | memoryview) -> MessageRecord | StateRecord | UnknownRecord:

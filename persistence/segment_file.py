@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from persistence.format_version import FORMAT_VERSION, check_format_version
-from persistence.record_format import LENGTH, MIN_RECORD_LENGTH, RECORD_HEAD
+from persistence.record_format import LENGTH, LENGTH_AND_CRC, MIN_RECORD_LENGTH, RECORD_HEAD
 
 MAGIC = b"AMQPQSEG"
 HEADER_SIZE = 40
@@ -139,14 +139,14 @@ class SegmentScan:
         crc32, unpack_head = zlib.crc32, RECORD_HEAD.unpack_from
         pos = self.header.header_length
         while pos < size:
-            problem = self._frame_problem(pos)
+            problem = _frame_problem(data, pos)
             if problem is not None:
                 self.damage = Damage(pos, size - pos, problem)
                 return
             length, crc, rtype = unpack_head(data, pos)
             end = pos + 4 + length
             if crc32(view[pos + 8 : end]) != crc:
-                if end < size and self._is_valid_record(end):
+                if end < size and _is_valid_record(data, view, end):
                     self.skipped.append(Damage(pos, end - pos, "CRC mismatch (record skipped)"))
                     pos = end
                     continue
@@ -157,32 +157,62 @@ class SegmentScan:
             pos = end
             self.good_end = end
 
-    def _frame_problem(self, pos: int) -> str | None:
-        """Why no record can start at ``pos``, or None when its length fits the file."""
-        size = len(self.data)
-        if size - pos < RECORD_HEAD.size:
-            if not any(self.data[pos:]):
-                return "zero-filled tail"
-            return "torn record (partial header)"
-        (length,) = LENGTH.unpack_from(self.data, pos)
-        if length == 0:
-            if not any(self.data[pos:]):
-                return "zero-filled tail"
-            return "zero length field"
-        if length < MIN_RECORD_LENGTH:
-            return f"invalid record length {length}"
-        if pos + 4 + length > size:
-            return f"torn record (length {length} runs {pos + 4 + length - size} bytes past the end of the file)"
-        return None
-
-    def _is_valid_record(self, pos: int) -> bool:
-        if self._frame_problem(pos) is not None:
-            return False
-        length, crc, _ = RECORD_HEAD.unpack_from(self.data, pos)
-        return zlib.crc32(self.view[pos + 8 : pos + 4 + length]) == crc
-
     def close(self) -> None:
         self.view.release()
+
+
+def trusted_record_offsets(data: bytes, header_length: int) -> list[int]:
+    """The offsets of the records ``SegmentScan.records()`` yields for a segment's bytes, by the same
+    rules, without a generator step and a RawRecord per record (the Spark reader's record index,
+    spark.segment_index, reads the rest of each record for all records at once)."""
+    view = memoryview(data)
+    size = len(data)
+    limit = size - RECORD_HEAD.size  # fewer bytes left: no record can start there (_frame_problem)
+    head, crc32 = LENGTH_AND_CRC.unpack_from, zlib.crc32
+    offsets: list[int] = []
+    keep = offsets.append
+    pos = header_length
+    while pos <= limit:
+        length, crc = head(data, pos)
+        end = pos + 4 + length
+        if length < MIN_RECORD_LENGTH or end > size:
+            break  # _frame_problem: zero-filled tail, invalid length or torn record
+        if crc32(view[pos + 8 : end]) != crc:
+            if end < size and _is_valid_record(data, view, end):
+                pos = end  # one damaged record with an intact length: skipped
+                continue
+            break
+        keep(pos)
+        pos = end
+    view.release()
+    return offsets
+
+
+def _frame_problem(data: bytes, pos: int) -> str | None:
+    """Why no record can start at ``pos`` of a segment's bytes, or None when its length fits them."""
+    size = len(data)
+    if size - pos < RECORD_HEAD.size:
+        if not any(data[pos:]):
+            return "zero-filled tail"
+        return "torn record (partial header)"
+    (length,) = LENGTH.unpack_from(data, pos)
+    if length == 0:
+        if not any(data[pos:]):
+            return "zero-filled tail"
+        return "zero length field"
+    if length < MIN_RECORD_LENGTH:
+        return f"invalid record length {length}"
+    if pos + 4 + length > size:
+        return f"torn record (length {length} runs {pos + 4 + length - size} bytes past the end of the file)"
+    return None
+
+
+def _is_valid_record(data: bytes, view: memoryview, pos: int) -> bool:
+    """True when a whole record with a matching CRC starts at ``pos`` (``view`` is ``data``'s)."""
+    if _frame_problem(data, pos) is not None:
+        return False
+    length, crc, _ = RECORD_HEAD.unpack_from(data, pos)
+    return zlib.crc32(view[pos + 8 : pos + 4 + length]) == crc
 
 
 def cut_damaged_tail(path: Path, offset: int) -> Path | None:

@@ -4,24 +4,22 @@
 (docs/queue-files.md section 4: damaged records skipped, the walk stopped where
 recovery stops) and returns where every message record is and every state
 record's fields, as numpy arrays. The only per-record Python work is reading
-the length and checking the CRC (``zlib.crc32``); record types and fields are
-then read for all records at once with numpy gathers. It gives exactly the
-records ``SegmentScan.records()`` gives (tests/test_spark_columnar.py checks
-this on damaged files) at about a third of its cost.
+the length and checking the CRC (``segment_file.trusted_record_offsets``, which
+gives exactly the records ``SegmentScan.records()`` gives, at about a third of
+its cost; tests/test_spark_columnar.py checks this on damaged files); record
+types and fields are then read for all records at once with numpy gathers.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
 from typing import NamedTuple
 
 import numpy as np
 
-from persistence.record_format import MIN_RECORD_LENGTH, RECORD_HEAD, RecordType, min_state_payload
+from persistence.record_format import LENGTH, RECORD_HEAD, RecordType, min_state_payload
+from persistence.segment_file import trusted_record_offsets
 from spark.message_states import REASON_NAMES, StateEvents
 
-_HEAD = struct.Struct(">II")  # length, crc (the type byte follows)
 _STATE_TYPES = np.array(sorted(int(t) for t in RecordType if t != RecordType.MESSAGE), np.uint8)
 _MIN_PAYLOAD = np.zeros(256, np.int64)
 for _t in _STATE_TYPES:
@@ -45,49 +43,20 @@ class RecordIndex(NamedTuple):
 
 def record_spans(data: bytes, header_length: int) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) offsets of every trusted record, by the rules of docs/queue-files.md section 4
-    (``SegmentScan.records``, without a Python generator step per record)."""
-    view = memoryview(data)
-    size = len(data)
-    limit = size - RECORD_HEAD.size  # fewer than 9 bytes left: no record can start there
-    head, crc32 = _HEAD.unpack_from, zlib.crc32
-    starts: list[int] = []
-    keep = starts.append
-    pos = header_length
-    while pos <= limit:
-        length, crc = head(data, pos)
-        end = pos + 4 + length
-        if length < MIN_RECORD_LENGTH or end > size:
-            break  # zero-filled tail, invalid length or torn record: the walk stops here
-        if crc32(view[pos + 8 : end]) != crc:
-            if end < size and _is_valid_record(data, view, end):
-                pos = end  # one damaged record with an intact length: skip it
-                continue
-            break
-        keep(pos)
-        pos = end
-    view.release()
-    spans = np.array(starts, np.int64)
+    (``segment_file.trusted_record_offsets``, the records ``SegmentScan.records`` gives)."""
+    spans = np.array(trusted_record_offsets(data, header_length), np.int64)
     if not len(spans):
         return spans, spans
     d = np.frombuffer(data, np.uint8)
-    return spans, spans + 4 + be_uint(d, spans, 4)
-
-
-def _is_valid_record(data: bytes, view: memoryview, pos: int) -> bool:
-    if len(data) - pos < RECORD_HEAD.size:
-        return False
-    length, crc = _HEAD.unpack_from(data, pos)
-    if length < MIN_RECORD_LENGTH or pos + 4 + length > len(data):
-        return False
-    return zlib.crc32(view[pos + 8 : pos + 4 + length]) == crc
+    return spans, spans + LENGTH.size + be_uint(d, spans, LENGTH.size)
 
 
 def index_segment(data: bytes, header_length: int) -> RecordIndex:
     """The ``RecordIndex`` of the segment whose bytes are ``data``."""
     d = np.frombuffer(data, np.uint8)
     spans, ends = record_spans(data, header_length)
-    types = d[spans + 8] if len(spans) else np.zeros(0, np.uint8)
-    payloads = spans + 9
+    types = d[spans + RECORD_HEAD.size - 1] if len(spans) else np.zeros(0, np.uint8)
+    payloads = spans + RECORD_HEAD.size
 
     is_message = types == RecordType.MESSAGE
     m_start, m_end = payloads[is_message], ends[is_message]
