@@ -34,6 +34,10 @@ _U8 = struct.Struct(">B")
 _MESSAGE_FIXED_AND_LENGTH = struct.Struct(">BQQB")  # _MESSAGE_FIXED, then the exchange's length
 _U32 = struct.Struct(">I")
 _SEQ_AT = struct.Struct(">QQ")
+# Every payload starts with seq and a time (u64 each); a message's length-prefixed fields follow:
+# exchange and routing key (u8 length), properties and body (u32 length). State fields follow too.
+MESSAGE_FIELDS_AT = STATE_FIELDS_AT = _SEQ_AT.size
+MESSAGE_FIELD_WIDTHS = (1, 1, 4, 4)
 _MAX_U63 = (1 << 63) - 1
 
 
@@ -257,9 +261,9 @@ def decode_payload(rtype: int, payload: bytes | memoryview) -> MessageRecord | S
 def _decode_message(payload: bytes | memoryview) -> MessageRecord:
     size = len(payload)
     seq, published_at_ms = _SEQ_AT.unpack_from(payload, 0)
-    pos = 16
+    pos = MESSAGE_FIELDS_AT
     fields: list[bytes] = []
-    for width in (1, 1, 4, 4):  # exchange, routing key, properties, body: each length-prefixed
+    for width in MESSAGE_FIELD_WIDTHS:  # exchange, routing key, properties, body
         n = payload[pos] if width == 1 else _U32.unpack_from(payload, pos)[0]
         pos += width
         if pos + n > size:
@@ -274,7 +278,7 @@ def _decode_message(payload: bytes | memoryview) -> MessageRecord:
 
 def _decode_state(rtype: int, payload: bytes | memoryview) -> StateRecord:
     seq, at_ms = _SEQ_AT.unpack_from(payload, 0)
-    extra = _STATE_EXTRA[rtype].unpack_from(payload, 16)
+    extra = _STATE_EXTRA[rtype].unpack_from(payload, STATE_FIELDS_AT)
     state = STATE_OF_TYPE[rtype]
     if rtype in (RecordType.DELIVERED, RecordType.REQUEUED):
         return StateRecord(seq, state, at_ms, delivery_count=extra[0])
@@ -287,11 +291,11 @@ def _decode_state(rtype: int, payload: bytes | memoryview) -> StateRecord:
 
 def state_fields(rtype: int, payload: bytes | memoryview, offset: int = 0) -> tuple[int, ...]:
     """(seq, at_ms, *extra) of a state record's payload starting at ``offset``; fast path for recovery."""
-    return _SEQ_AT.unpack_from(payload, offset) + _STATE_EXTRA[rtype].unpack_from(payload, offset + 16)
+    return _SEQ_AT.unpack_from(payload, offset) + _STATE_EXTRA[rtype].unpack_from(payload, offset + STATE_FIELDS_AT)
 
 
 def min_state_payload(rtype: int) -> int:
-    return 16 + _STATE_EXTRA[rtype].size
+    return STATE_FIELDS_AT + _STATE_EXTRA[rtype].size
 
 
 def _reason(code: int) -> Reason:

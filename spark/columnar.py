@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from persistence.record_format import MalformedRecord, RecordType, decode_payload
+from persistence.record_format import MESSAGE_FIELD_WIDTHS, MESSAGE_FIELDS_AT, MalformedRecord, RecordType, decode_payload
 from spark import basic_properties
 from spark.schema import PROPERTY_COLUMNS, arrow_type
 from spark.segment_index import be_uint
@@ -75,9 +75,9 @@ class _Batch:
         self.starts, self.ends = starts, ends
         self.n = len(starts)
         self.slow = np.zeros(self.n, bool)  # rows left to the reference decoder
-        pos = starts + 16
+        pos = starts + MESSAGE_FIELDS_AT
         spans = []
-        for width in (1, 1, 4, 4):  # exchange, routing key, properties, body
+        for width in MESSAGE_FIELD_WIDTHS:  # exchange, routing key, properties, body
             self.slow |= pos + width > ends
             length = be_uint(self.d, pos, width)
             pos = pos + width

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from persistence.record_format import LENGTH, RECORD_HEAD, RecordType, min_state_payload
+from persistence.record_format import LENGTH, RECORD_HEAD, STATE_FIELDS_AT, RecordType, min_state_payload
 from persistence.segment_file import trusted_record_offsets
 from spark.message_states import REASON_NAMES, StateEvents
 
@@ -76,11 +76,11 @@ def index_segment(data: bytes, header_length: int) -> RecordIndex:
     due = np.zeros(n, np.int64)
     reason = np.zeros(n, np.uint8)
     counted = (kind == RecordType.DELIVERED) | (kind == RecordType.REQUEUED) | (kind == RecordType.WAITING_RETRY)
-    count[counted] = be_uint(d, p[counted] + 16, 4)
+    count[counted] = be_uint(d, p[counted] + STATE_FIELDS_AT, 4)  # delivery_count u32
     waiting = kind == RecordType.WAITING_RETRY
-    due[waiting] = be_uint(d, p[waiting] + 20, 8)
+    due[waiting] = be_uint(d, p[waiting] + STATE_FIELDS_AT + 4, 8)  # then due_at_ms u64
     with_reason = (kind == RecordType.DROPPED) | (kind == RecordType.DEAD_LETTERED)
-    codes = d[p[with_reason] + 16]
+    codes = d[p[with_reason] + STATE_FIELDS_AT]
     reason[with_reason] = np.where(codes < len(REASON_NAMES), codes, 0)
     events = StateEvents(be_uint(d, p, 8), be_uint(d, p + 8, 8), kind.astype(np.uint8), count, due, reason)
     return RecordIndex(m_start, m_end, seqs, published, events)
