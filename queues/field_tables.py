@@ -28,10 +28,10 @@ MAX_NESTING_DEPTH = 64
 # fixed-size value, or a marker for values that carry a 32-bit length. 'U' (pika, py-amqp) and
 # every other letter make RabbitMQ close the connection with 541, so they do here too.
 _LONG_STRING, _TABLE, _ARRAY, _UNKNOWN = -1, -2, -3, -4
-_FIXED_SIZES = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "f": 4, "D": 5, "l": 8, "L": 8, "d": 8,
-                "T": 8, "V": 0}
+FIXED_FIELD_WIDTHS = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "f": 4, "D": 5, "l": 8, "L": 8, "d": 8,
+                      "T": 8, "V": 0}
 _KINDS = [_UNKNOWN] * 256
-for _letter, _size in _FIXED_SIZES.items():
+for _letter, _size in FIXED_FIELD_WIDTHS.items():
     _KINDS[ord(_letter)] = _size
 _KINDS[ord("S")] = _KINDS[ord("x")] = _LONG_STRING
 _KINDS[ord("F")] = _TABLE
@@ -39,9 +39,9 @@ _KINDS[ord("A")] = _ARRAY
 FIELD_TYPES = frozenset(chr(code) for code, kind in enumerate(_KINDS) if kind != _UNKNOWN)
 
 # Basic properties in wire order: a short string (-1), the headers table (-2), or a fixed width.
-_SHORT_STRING, _HEADERS = -1, -2
-_PROPERTY_KINDS = (_SHORT_STRING, _SHORT_STRING, _HEADERS, 1, 1, _SHORT_STRING, _SHORT_STRING, _SHORT_STRING,
-                   _SHORT_STRING, 8, _SHORT_STRING, _SHORT_STRING, _SHORT_STRING, _SHORT_STRING)
+SHORT_STRING, HEADERS_TABLE = -1, -2
+PROPERTY_KINDS = (SHORT_STRING, SHORT_STRING, HEADERS_TABLE, 1, 1, SHORT_STRING, SHORT_STRING, SHORT_STRING,
+                  SHORT_STRING, 8, SHORT_STRING, SHORT_STRING, SHORT_STRING, SHORT_STRING)
 _DELIVERY_MODE_BIT = 1 << 12
 _CONTINUATION_BIT = 1
 _PROPERTY_BITS = 0xFFFC  # bit 1 is reserved (ignored, as by RabbitMQ and every client)
@@ -90,7 +90,7 @@ _layouts: dict[int, tuple[int, ...]] = {}
 
 
 def _layout(flags: int) -> tuple[int, ...]:
-    layout = tuple(kind for index, kind in enumerate(_PROPERTY_KINDS) if flags & (1 << (15 - index)))
+    layout = tuple(kind for index, kind in enumerate(PROPERTY_KINDS) if flags & (1 << (15 - index)))
     _layouts[flags] = layout  # at most 2**14 entries, one per combination of properties
     return layout
 
@@ -118,11 +118,11 @@ def check_content_header(payload: bytes) -> None:
     if layout is None:
         layout = _layout(flags & _PROPERTY_BITS)
     for kind in layout:
-        if kind == _SHORT_STRING:
+        if kind == SHORT_STRING:
             if pos >= end:
                 raise UndecodableProperties("the property list is cut short")
             pos += 1 + payload[pos]
-        elif kind == _HEADERS:
+        elif kind == HEADERS_TABLE:
             if pos + 4 > end:
                 raise UndecodableProperties("the property list is cut short")
             table_end = pos + 4 + _u32.unpack_from(payload, pos)[0]
@@ -325,14 +325,14 @@ def decode_properties_leniently(raw: bytes) -> tuple[Any, ...]:
         while word & _CONTINUATION_BIT:  # older versions stored these; class basic uses none
             word = (raw[pos] << 8) | raw[pos + 1]
             pos += 2
-        for index, kind in enumerate(_PROPERTY_KINDS):
+        for index, kind in enumerate(PROPERTY_KINDS):
             if not flags & (1 << (15 - index)):
                 values.append(None)
-            elif kind == _SHORT_STRING:
+            elif kind == SHORT_STRING:
                 value_end = pos + 1 + raw[pos]
                 values.append(raw[pos + 1 : value_end].decode("utf-8", "replace"))
                 pos = value_end
-            elif kind == _HEADERS:
+            elif kind == HEADERS_TABLE:
                 table_end = pos + 4 + _u32.unpack_from(raw, pos)[0]
                 if table_end > end:
                     raise InvalidField("the headers table runs past the properties")

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from persistence.record_format import MESSAGE_FIELD_WIDTHS, MESSAGE_FIELDS_AT, MalformedRecord, RecordType, decode_payload
+from queues.field_tables import FIXED_FIELD_WIDTHS, HEADERS_TABLE, PROPERTY_KINDS, SHORT_STRING
 from spark import basic_properties
 from spark.schema import PROPERTY_COLUMNS, arrow_type
 from spark.segment_index import be_uint
@@ -39,17 +40,16 @@ MAX_HEADER_ENTRIES = 256
 _MAP = arrow_type("map")
 _TS = pa.timestamp("us", tz="UTC")
 _PROPERTY_INDEX = {name: i for i, name in enumerate(basic_properties.PROPERTY_NAMES)}
-# Properties in wire order: "s" short string, "h" headers table, 1 octet, 8 u64 (AMQP 0-9-1 4.2.6.1).
-_PROPERTY_KINDS = ("s", "s", "h", 1, 1, "s", "s", "s", "s", 8, "s", "s", "s", "s")
-# Header value types the fast path reads: letter -> (width, signed); -1 width: u32 length + bytes.
-_SIGNED = {ord("b"): 1, ord("s"): 2, ord("I"): 4, ord("l"): 8}
-_UNSIGNED = {ord("B"): 1, ord("u"): 2, ord("i"): 4, ord("L"): 8}
+# Header value types the fast path reads, letter code -> width (field_tables'): signed and unsigned
+# integers here; long strings and byte arrays (-1: u32 length + bytes), bool and void below.
+_SIGNED = {ord(letter): FIXED_FIELD_WIDTHS[letter] for letter in "bsIl"}
+_UNSIGNED = {ord(letter): FIXED_FIELD_WIDTHS[letter] for letter in "BuiL"}
 _LONG_STRINGS = (ord("S"), ord("x"))
 _BOOL, _VOID = ord("t"), ord("V")
 _WIDTH = np.full(256, -2, np.int64)  # -2: not on the fast path
 for _code, _w in (*_SIGNED.items(), *_UNSIGNED.items()):
     _WIDTH[_code] = _w
-_WIDTH[_BOOL], _WIDTH[_VOID] = 1, 0
+_WIDTH[_BOOL], _WIDTH[_VOID] = FIXED_FIELD_WIDTHS["t"], FIXED_FIELD_WIDTHS["V"]
 for _code in _LONG_STRINGS:
     _WIDTH[_code] = -1
 # Value categories of header entries, in the order their arrays are concatenated.
@@ -138,16 +138,16 @@ class _Batch:
         self.slow |= (flags & 1).astype(bool)  # a continuation flag word (none in class basic)
         cur = np.where(flags != 0, at + 2, end)  # no properties: nothing to walk
         found: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        for index, kind in enumerate(_PROPERTY_KINDS):
+        for index, kind in enumerate(PROPERTY_KINDS):  # wire order
             present = (flags >> (15 - index)) & 1 == 1
             if not present.any():
                 found[basic_properties.PROPERTY_NAMES[index]] = (present, cur, np.zeros(self.n, np.int64))
                 continue
-            if kind == "s":
+            if kind == SHORT_STRING:
                 self.slow |= present & (cur >= end)
                 length = np.where(present, be_uint(d, cur, 1), 0)
                 field_at, cur = cur + 1, np.where(present, cur + 1 + length, cur)
-            elif kind == "h":
+            elif kind == HEADERS_TABLE:
                 self.slow |= present & (cur + 4 > end)
                 length = np.where(present, be_uint(d, cur, 4), 0)
                 field_at, cur = cur + 4, np.where(present, cur + 4 + length, cur)
@@ -162,10 +162,10 @@ class _Batch:
         for name in wanted:
             present, field_at, length = found[name]
             present = present & ~self.slow
-            kind = _PROPERTY_KINDS[_PROPERTY_INDEX[name]]
+            kind = PROPERTY_KINDS[_PROPERTY_INDEX[name]]
             if name == "headers":
                 out[name] = self._headers(present, field_at, field_at + length)
-            elif kind == "s":
+            elif kind == SHORT_STRING:
                 out[name] = self._text(np.where(present, field_at, self.starts), np.where(present, length, 0), present)
             elif name == "timestamp":
                 out[name] = pa.array(length * 1_000_000, _TS, mask=~present)
