@@ -23,7 +23,7 @@ from persistence.queue_recovery import replay_segments  # noqa: E402
 from persistence.queue_store import QueueStore  # noqa: E402
 from persistence.segment_file import HEADER_SIZE, list_segments  # noqa: E402
 from persistence.segment_layout import queue_path  # noqa: E402
-from spark import basic_properties, side_files  # noqa: E402
+from spark import basic_properties, columnar, side_files  # noqa: E402
 from spark.local_scan import plan_parts, read_batches, read_table  # noqa: E402
 from spark.partition_reader import ScanRequest, part_overlaps  # noqa: E402
 from spark.schema import COLUMN_NAMES, arrow_schema  # noqa: E402
@@ -241,13 +241,16 @@ def test_only_requested_columns_are_built_and_properties_not_decoded_without_a_p
     publish(store, range(1, 4))
     store.close()
 
-    def refuse(raw):
+    def refuse(*args):
         raise AssertionError("properties decoded although no property column was asked for")
 
-    monkeypatch.setattr(basic_properties, "decode", refuse)
+    monkeypatch.setattr(basic_properties, "decode", refuse)  # the reference (per-message) decoder
+    monkeypatch.setattr(columnar._Batch, "_properties", refuse)  # the vectorised one
     table = read_table(tmp_path, ("queue", "routing_key", "body_size", "state"))
     assert table.column_names == ["queue", "routing_key", "body_size", "state"]
     assert table.column("body_size").to_pylist() == [6, 6, 6]
+    with pytest.raises(AssertionError, match="properties decoded"):  # the patches are where decoding happens
+        read_table(tmp_path, ("queue", "content_type"))
 
 
 def test_row_filters_on_seq_publish_time_state_and_queue(tmp_path):
