@@ -8,6 +8,7 @@ import datetime
 import decimal
 import struct
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,8 @@ from persistence.record_format import (  # noqa: E402
     min_state_payload,
     state_fields,
 )
-from persistence.segment_file import HEADER_SIZE, SegmentScan, encode_header  # noqa: E402
+from persistence.segment_file import HEADER_SIZE, encode_header  # noqa: E402
+from persistence.segment_reader import SnapshotScan  # noqa: E402
 from spark import columnar  # noqa: E402
 from spark.message_states import EventCollector  # noqa: E402
 from spark.schema import MESSAGE_COLUMNS  # noqa: E402
@@ -195,12 +197,7 @@ def test_the_fast_decoder_of_one_column_does_not_depend_on_the_others():
 
 
 def _reference_walk(data: bytes):
-    path = "/nonexistent"
-    scan = SegmentScan.__new__(SegmentScan)
-    scan.path, scan.data, scan.view = path, data, memoryview(data)
-    scan.header = type("H", (), {"header_length": HEADER_SIZE})()
-    scan.skipped, scan.damage, scan.good_end, scan.record_count = [], None, HEADER_SIZE, 0
-    return list(scan.records())
+    return list(SnapshotScan(Path("/nonexistent"), data).records())  # recovery's walk, over these bytes
 
 
 def _states():
