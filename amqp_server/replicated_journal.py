@@ -135,38 +135,16 @@ class ReplicatedJournal(QueueJournal):
         return True
 
     def _state(self, seq: int, state: MessageState, *, at_ms: int = 0, delivery_count: int = 0, due_at_ms: int = 0,
-               reason: Reason = Reason.UNSPECIFIED) -> None:
+               reason: Reason = Reason.UNSPECIFIED) -> bool:
         """Record it locally and replicate it. A local write that fails does not stop the
         replication (the replica log is what a failover reads)."""
         at = at_ms or _now_ms()
-        try:
-            written = self.store.append_state(seq, state, at, delivery_count=delivery_count, due_at_ms=due_at_ms,
-                                              reason=reason)
-        except OSError as error:
-            self.state_not_written(seq, state.value, error)
-            written = True
-        if written:
-            self._replicate(encode_state(state, seq, at, delivery_count=delivery_count, due_at_ms=due_at_ms,
-                                         reason=reason))
-
-    def delivered(self, entry: QueueEntry) -> None:
-        self._state(entry.seq, MessageState.DELIVERED, delivery_count=entry.delivery_count)
-
-    def requeued(self, entry: QueueEntry) -> None:
-        self._state(entry.seq, MessageState.REQUEUED, delivery_count=entry.delivery_count)
-
-    def waiting(self, entry: QueueEntry, due_at_ms: int) -> None:
-        self._state(entry.seq, MessageState.WAITING_RETRY, delivery_count=entry.delivery_count, due_at_ms=due_at_ms)
-
-    def settled(self, seq: int, state: str, at_ms: int) -> None:
-        self._state(seq, MessageState(state), at_ms=at_ms)
-
-    def removed(self, entry: QueueEntry, reason: str, dead_lettered: bool) -> None:
-        if reason == "expired" and not dead_lettered:
-            self._state(entry.seq, MessageState.EXPIRED)
-        else:
-            self._state(entry.seq, MessageState.DEAD_LETTERED if dead_lettered else MessageState.DROPPED,
-                        reason=Reason[reason.upper()])
+        if not super()._state(seq, state, at_ms=at, delivery_count=delivery_count, due_at_ms=due_at_ms,
+                              reason=reason):
+            return False
+        self._replicate(encode_state(state, seq, at, delivery_count=delivery_count, due_at_ms=due_at_ms,
+                                     reason=reason))
+        return True
 
     def purge(self) -> None:
         super().purge()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
+from persistence.record_format import MessageState, Reason
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header
 from queues.queue_entry import QueueEntry
 
@@ -125,46 +126,42 @@ class QueueJournal:
         return True
 
     def delivered(self, entry: QueueEntry) -> None:
-        try:
-            self.store.append_state(entry.seq, "delivered", _now_ms(), delivery_count=entry.delivery_count)
-        except OSError as error:
-            self.state_not_written(entry.seq, "delivered", error)
+        self._state(entry.seq, MessageState.DELIVERED, delivery_count=entry.delivery_count)
 
     def requeued(self, entry: QueueEntry) -> None:
-        try:
-            self.store.append_state(entry.seq, "requeued", _now_ms(), delivery_count=entry.delivery_count)
-        except OSError as error:
-            self.state_not_written(entry.seq, "requeued", error)
+        self._state(entry.seq, MessageState.REQUEUED, delivery_count=entry.delivery_count)
 
     def waiting(self, entry: QueueEntry, due_at_ms: int) -> None:
         """The message waits for a delayed retry until `due_at_ms`."""
-        try:
-            self.store.append_state(
-                entry.seq, "waiting_retry", _now_ms(), delivery_count=entry.delivery_count, due_at_ms=due_at_ms
-            )
-        except OSError as error:
-            self.state_not_written(entry.seq, "waiting_retry", error)
+        self._state(entry.seq, MessageState.WAITING_RETRY, delivery_count=entry.delivery_count, due_at_ms=due_at_ms)
 
     def acked(self, entry: QueueEntry) -> None:
-        self.settled(entry.seq, "acked", _now_ms())
+        self._state(entry.seq, MessageState.ACKED)
 
     def settled(self, seq: int, state: str, at_ms: int) -> None:
         """Message `seq` is done with: "acked" (or routed, for a delayed exchange), "dropped"."""
-        try:
-            self.store.append_state(seq, state, at_ms)
-        except OSError as error:
-            self.state_not_written(seq, state, error)
+        self._state(seq, MessageState(state), at_ms=at_ms)
 
     def removed(self, entry: QueueEntry, reason: str, dead_lettered: bool) -> None:
         """The message left without an ack: expired, dropped or dead-lettered for `reason`."""
+        if reason == "expired" and not dead_lettered:
+            self._state(entry.seq, MessageState.EXPIRED)
+        else:
+            self._state(entry.seq, MessageState.DEAD_LETTERED if dead_lettered else MessageState.DROPPED,
+                        reason=Reason[reason.upper()])
+
+    def _state(self, seq: int, state: MessageState, *, at_ms: int = 0, delivery_count: int = 0, due_at_ms: int = 0,
+               reason: Reason = Reason.UNSPECIFIED) -> bool:
+        """Append a state record (at `at_ms`, default now). Every state record of a message goes
+        through here, so a write that fails has its one outcome here: `state_not_written`.
+        False when the store had settled the message already (nothing to record); a record
+        whose write failed still counts as made (a replicated journal passes it on)."""
         try:
-            if reason == "expired" and not dead_lettered:
-                self.store.append_state(entry.seq, "expired", _now_ms())
-            else:
-                state = "dead_lettered" if dead_lettered else "dropped"
-                self.store.append_state(entry.seq, state, _now_ms(), reason=reason)
+            return self.store.append_state(seq, state, at_ms or _now_ms(), delivery_count=delivery_count,
+                                           due_at_ms=due_at_ms, reason=reason)
         except OSError as error:
-            self.state_not_written(entry.seq, f"removed ({reason})", error)
+            self.state_not_written(seq, state.value, error)
+            return True
 
     def purge(self) -> None:
         try:
