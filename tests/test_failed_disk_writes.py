@@ -97,23 +97,31 @@ def test_a_publish_whose_write_fails_is_nacked_and_not_enqueued(broker: Broker, 
     assert api_state(api) == "running"  # a refused publish is the publisher's business only
 
 
+async def commit_failing_at(broker: Broker, monkeypatch, store_method: str) -> Any:
+    """Publish a persistent message in a transaction and commit it while the queue's store fails
+    `store_method` as a full disk fails it: the commit fails with RabbitMQ's 406, and only the
+    channel is closed (the connection and its other channels go on). Returns the queue."""
+    client = opened_client(broker, channels=(1, 2))
+    queue = declared(client, broker)
+    client.call(1, commands.Tx.Select())
+    client.publish(1, b"lost", routing_key="q", properties=PERSISTENT)
+    with monkeypatch.context() as patch:
+        patch.setattr(queue.journal.store, store_method, no_space)
+        received = client.send(1, commands.Tx.Commit())
+        await broker.committer.idle()
+    received += client.take()
+    assert said(received) == expected(PARTIAL_TX)
+    assert client.connection.state == OPEN
+    assert isinstance(client.call(2, commands.Queue.Declare(queue="q", passive=True)), commands.Queue.DeclareOk)
+    return queue
+
+
 def test_a_transaction_whose_write_fails_fails_its_commit_with_rabbitmqs_error(
     broker: Broker, api: ManagementClient, monkeypatch
 ) -> None:
     async def scenario() -> None:
-        client = opened_client(broker, channels=(1, 2))
-        queue = declared(client, broker)
-        client.call(1, commands.Tx.Select())
-        client.publish(1, b"lost", routing_key="q", properties=PERSISTENT)
-        with monkeypatch.context() as patch:
-            patch.setattr(queue.journal.store, "append_message", no_space)
-            received = client.send(1, commands.Tx.Commit())
-        await broker.committer.idle()
-        received += client.take()
-        assert said(received) == expected(PARTIAL_TX)
+        queue = await commit_failing_at(broker, monkeypatch, "append_message")
         assert queue.message_count == 0
-        assert client.connection.state == OPEN
-        assert isinstance(client.call(2, commands.Queue.Declare(queue="q", passive=True)), commands.Queue.DeclareOk)
 
     run(api, scenario)
 
@@ -122,17 +130,7 @@ def test_a_transaction_whose_fsync_fails_fails_its_commit_with_rabbitmqs_error(
     broker: Broker, api: ManagementClient, monkeypatch
 ) -> None:
     async def scenario() -> None:
-        client = opened_client(broker)
-        queue = declared(client, broker)
-        client.call(1, commands.Tx.Select())
-        client.publish(1, b"maybe", routing_key="q", properties=PERSISTENT)
-        with monkeypatch.context() as patch:
-            patch.setattr(queue.journal.store, "prepare_sync", no_space)
-            received = client.send(1, commands.Tx.Commit())
-            await broker.committer.idle()
-        received += client.take()
-        assert said(received) == expected(PARTIAL_TX)
-        assert client.connection.state == OPEN
+        await commit_failing_at(broker, monkeypatch, "prepare_sync")
 
     run(api, scenario)
 
