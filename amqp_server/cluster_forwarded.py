@@ -34,6 +34,7 @@ from amqp_server.states import ChannelState, ConnectionState
 from amqp_server.reply_to import ReplyRegistry, is_reply_key
 from queues.message import Message
 from queues.publish_outcome import ENQUEUED, REJECTED
+from queues.queue import CongestedQueues
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -97,26 +98,15 @@ class ForwardFlow:
     """channel.flow on one link channel that forwards into this node's queues: off while any
     queue it published into is congested, on again once they all drained (module docstring)."""
 
-    __slots__ = ("_channel", "_holding")
+    __slots__ = ("_channel", "_congested")
 
     def __init__(self, channel: "Channel") -> None:
         self._channel = channel
-        self._holding: set["Queue"] = set()
+        self._congested = CongestedQueues(lambda: self._send(False), lambda: self._send(True))
 
     def hold(self, queue: "Queue") -> None:
         """`queue` is congested by this channel's publishes: ask the sending node to pause."""
-        if queue in self._holding:
-            return
-        first = not self._holding
-        self._holding.add(queue)
-        queue.flow_waiters[self] = lambda: self._release(queue)
-        if first:
-            self._send(False)
-
-    def _release(self, queue: "Queue") -> None:
-        self._holding.discard(queue)
-        if not self._holding:
-            self._send(True)
+        self._congested.add(queue)
 
     def _send(self, active: bool) -> None:
         channel = self._channel

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from amqp_server.states import ConnectionState
+from queues.queue import CongestedQueues
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
@@ -33,12 +34,12 @@ class PublisherFlow:
     and the resource alarm that blocked it. The connection asks `holds_reading` before reading,
     and tells `publishing()` of every content header and body frame."""
 
-    __slots__ = ("_connection", "throttled_by", "block_on_publish", "blocked_by", "_alarm_reason", "_blocked_sent")
+    __slots__ = ("_connection", "_congested", "block_on_publish", "blocked_by", "_alarm_reason", "_blocked_sent")
 
     def __init__(self, connection: "Connection") -> None:
         self._connection = connection
         # Queues whose congestion pauses reading from the connection (flow control).
-        self.throttled_by: set["Queue"] = set()
+        self._congested = CongestedQueues(self._throttled, self._unthrottled)
         # While an alarm is in effect the next publish blocks the connection; `blocked_by` is
         # then the reason ("low on memory") until it clears.
         self.block_on_publish = False
@@ -49,7 +50,7 @@ class PublisherFlow:
     @property
     def holds_reading(self) -> bool:
         """A congested queue or a resource alarm holds back reading from the connection."""
-        return bool(self.throttled_by) or self.blocked_by is not None
+        return bool(self._congested.queues) or self.blocked_by is not None
 
     @property
     def management_state(self) -> str:
@@ -60,21 +61,17 @@ class PublisherFlow:
             return "blocked"
         if self.block_on_publish:
             return "blocking"
-        return "flow" if self.throttled_by else "running"
+        return "flow" if self._congested.queues else "running"
 
     def throttle(self, queue: "Queue") -> None:
         """Stop reading from the connection until `queue` drains."""
-        if queue in self.throttled_by:
-            return
-        first = not self.throttled_by
-        self.throttled_by.add(queue)
-        queue.flow_waiters[self] = lambda: self._unthrottle(queue)
-        if first:
-            self._connection.on_reading_paused(True)
+        self._congested.add(queue)
 
-    def _unthrottle(self, queue: "Queue") -> None:
-        self.throttled_by.discard(queue)
-        if not self._connection.reading_paused:
+    def _throttled(self) -> None:
+        self._connection.on_reading_paused(True)
+
+    def _unthrottled(self) -> None:
+        if not self._connection.reading_paused:  # an alarm may still block it
             self._connection.on_reading_paused(False)
 
     def alarm_changed(self, reason: str | None) -> None:
@@ -117,8 +114,6 @@ class PublisherFlow:
 
     def release(self) -> None:
         """The connection is gone: no queue holds a way to resume it, and nothing blocks it."""
-        for queue in self.throttled_by:
-            queue.flow_waiters.pop(self, None)
-        self.throttled_by.clear()
+        self._congested.clear()
         self.block_on_publish = False
         self.blocked_by = None

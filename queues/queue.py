@@ -505,3 +505,40 @@ class Queue:
         if self.journal is not None:
             self.journal.delete()
         return consumers
+
+
+class CongestedQueues:
+    """The congested queues that hold one publisher back (flow control, FLOW_HIGH above): each
+    is asked to say when it drained (`flow_waiters`); `held` is called when the first one holds
+    the publisher, `drained` when the last one let it go. A client connection stops reading
+    (amqp_server/publisher_blocking.py), a cluster link's channel sends channel.flow
+    (amqp_server/cluster_forwarded.py)."""
+
+    __slots__ = ("queues", "_held", "_drained")
+
+    def __init__(self, held: Callable[[], None], drained: Callable[[], None]) -> None:
+        self.queues: set[Queue] = set()
+        self._held = held
+        self._drained = drained
+
+    def add(self, queue: Queue) -> None:
+        """`queue` is congested by this publisher's publishes: hold it until the queue drains."""
+        queues = self.queues
+        if queue in queues:
+            return
+        first = not queues
+        queues.add(queue)
+        queue.flow_waiters[self] = lambda: self._one_drained(queue)
+        if first:
+            self._held()
+
+    def _one_drained(self, queue: Queue) -> None:
+        self.queues.discard(queue)
+        if not self.queues:
+            self._drained()
+
+    def clear(self) -> None:
+        """The publisher is gone: no queue keeps a way to resume it."""
+        for queue in self.queues:
+            queue.flow_waiters.pop(self, None)
+        self.queues.clear()

@@ -10,6 +10,8 @@ from pamqp import commands
 
 from amqp_server.publisher_blocking import PublisherFlow
 from amqp_server.states import ConnectionState
+from queues.queue import FLOW_HIGH, FLOW_LOW
+from tests.frame_driver import opened_client
 
 
 class StubConnection:
@@ -121,3 +123,29 @@ def test_a_closing_connection_is_not_blocked():
     connection.flow.alarm_changed("low on memory")
     connection.flow.publishing()
     assert (connection.sent, connection.paused, connection.flow.blocked_by) == ([], [], None)
+
+
+def test_a_connection_publishing_into_a_queue_its_consumer_cannot_keep_up_with_stops_being_read_until_it_drains():
+    # End to end with a real queue and connection: the queue holds the connection past
+    # FLOW_HIGH ready messages and lets it go below FLOW_LOW (queues/queue.py CongestedQueues).
+    client = opened_client()
+    paused: list[bool] = []
+    client.connection.on_reading_paused = paused.append
+    client.call(1, commands.Queue.Declare(queue="q"))
+    client.call(1, commands.Basic.Qos(prefetch_count=1))
+    client.call(1, commands.Basic.Consume(queue="q", consumer_tag="slow"))
+    queue = client.broker.vhosts["/"].queues["q"]
+    client.send_bytes(b"".join(client.publish_bytes(1, b"m", routing_key="q") for _ in range(FLOW_HIGH + 2)))
+    assert queue.message_count == FLOW_HIGH + 1  # one is with the consumer
+    assert paused == [True] and client.connection.reading_paused
+    assert client.connection.flow.management_state == "flow"
+    tag = 1
+    while queue.message_count > FLOW_LOW:
+        client.send(1, commands.Basic.Ack(delivery_tag=tag))
+        tag += 1
+    assert paused == [True] and client.connection.reading_paused
+    client.send(1, commands.Basic.Ack(delivery_tag=tag))
+    assert queue.message_count == FLOW_LOW - 1
+    assert paused == [True, False] and not client.connection.reading_paused
+    assert client.connection.flow.management_state == "running"
+    assert queue.flow_waiters == {}
