@@ -186,7 +186,7 @@ class Channel:
                 60,
                 40,
             )
-        content.in_flight = True
+        content.counted_in_flight()
         connection.content_started(content.body_size)
 
     # -- modes and settings (basic_methods.py, transaction.py) ---------------------------

@@ -81,6 +81,11 @@ class FrameReader:
         self._wanted = 0
         self.max_frame_size = max_frame_size
 
+    def raise_frame_max(self, frame_max: int) -> None:
+        """tune-ok settled on `frame_max`: frames up to that size are read from now on (a frame
+        the loop in `frames` has not reached yet included)."""
+        self.max_frame_size = frame_max
+
     def feed(self, data: bytes) -> None:
         if data.__class__ is not bytes:
             data = bytes(data)

@@ -193,7 +193,7 @@ class Connection:
         """The limits tune-ok settled on (handshake.tune_ok checked them against ours)."""
         self.frame_max = frame_max
         self.max_body_frame = frame_max - codec.FRAME_OVERHEAD
-        self.reader.max_frame_size = frame_max
+        self.reader.raise_frame_max(frame_max)
         self.channel_max = channel_max
         self.heartbeat = heartbeat
 

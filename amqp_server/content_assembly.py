@@ -39,6 +39,11 @@ class ContentAssembly:
         # Counted in the connection's content_in_flight: a first body frame left it incomplete.
         self.in_flight = False
 
+    def counted_in_flight(self) -> None:
+        """Its connection counts it in content_in_flight from now on (Channel._content_in_flight):
+        the count goes down when it completes or its channel goes."""
+        self.in_flight = True
+
     def method_refused(self) -> AMQPError:
         """The error for a method frame that arrives before this content is complete."""
         if self.raw_header is None:
