@@ -8,19 +8,23 @@ queue store, with the replica's commits and role changes driven by hand:
 - a new leader rebuilds the queue from the log: ready messages in order, the ones a consumer held
   requeued with their delivery count, acked ones gone;
 - a replicated queue keeps every message, transient ones (delivery_mode 1) too, as a RabbitMQ
-  quorum queue does: its confirm waits for the majority and a new leader has it back.
+  quorum queue does: its confirm waits for the majority and a new leader has it back;
+- a state record the local disk refuses still goes to the replica log (what a failover reads),
+  and marks the journal failed; one for a message already settled goes nowhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from amqp_server.replicated_journal import NotReplicated, ReplicatedJournal
 from cluster.replication.log import FileReplicaLog
-from cluster.replication.queue_log import QueueState
+from cluster.replication.queue_log import Held, QueueState
 from cluster.replication.replica import Role
 from persistence.queue_store import QueueStore
 from queues.message import Message, content_header
@@ -182,3 +186,25 @@ def test_a_replica_that_stops_leading_fails_what_waits_and_what_comes_after(tmp_
 @pytest.mark.parametrize("held_count", [1, 3])
 def test_a_new_leader_rebuilds_the_queue_from_the_log(tmp_path, held_count):
     asyncio.run(_test_a_new_leader_rebuilds_the_queue_from_the_log(tmp_path, held_count))
+
+
+def _no_space(*_args: Any, **_kwargs: Any) -> Any:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_state_record_the_local_disk_refuses_is_still_replicated(tmp_path, monkeypatch):
+    replica = _Replica(tmp_path / "log")
+    journal = _journal(tmp_path, replica)
+    entry = _entry(1, b"one")
+    assert journal.published(entry)
+    entry.delivery_count = 1
+    with monkeypatch.context() as patch:
+        patch.setattr(journal.store, "append_state", _no_space)
+        journal.delivered(entry)
+    assert journal.failure is not None and journal.failure.errno == errno.ENOSPC
+    state = QueueState.rebuild(payload for _, _, payload in replica.log.entries())
+    assert (state.held[1], state.delivery_count[1]) == (Held.DELIVERED, 1)
+    journal.acked(entry)
+    assert replica.log.last_index == 3
+    journal.acked(entry)  # settled already: the store records nothing, and the log gets nothing
+    assert replica.log.last_index == 3
