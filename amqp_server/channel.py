@@ -364,6 +364,8 @@ class Channel:
         if content is not None and content.in_flight:
             self.connection.content_finished(content.body_size)
         self.content = None
+        if self.forward_flow is not None:
+            self.forward_flow.release()
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()

@@ -108,6 +108,10 @@ class ForwardFlow:
         """`queue` is congested by this channel's publishes: ask the sending node to pause."""
         self._congested.add(queue)
 
+    def release(self) -> None:
+        """The channel is gone: no queue keeps it (nor a way to resume it) until it drains."""
+        self._congested.clear()
+
     def _send(self, active: bool) -> None:
         channel = self._channel
         connection = channel.connection

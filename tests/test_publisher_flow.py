@@ -8,6 +8,7 @@ from typing import Any
 
 from pamqp import commands
 
+from amqp_server.cluster_forwarded import ForwardFlow
 from amqp_server.publisher_blocking import PublisherFlow
 from amqp_server.states import ConnectionState
 from queues.queue import FLOW_HIGH, FLOW_LOW
@@ -148,4 +149,18 @@ def test_a_connection_publishing_into_a_queue_its_consumer_cannot_keep_up_with_s
     assert queue.message_count == FLOW_LOW - 1
     assert paused == [True, False] and not client.connection.reading_paused
     assert client.connection.flow.management_state == "running"
+    assert queue.flow_waiters == {}
+
+
+def test_a_closed_link_channel_leaves_nothing_in_the_queues_that_paused_it():
+    # ForwardFlow (cluster_forwarded.py): a queue congested by a link channel's forwarded
+    # publishes pauses it with channel.flow; once the channel is gone the queue keeps no waiter.
+    client = opened_client()
+    channel = client.connection.channels[1]
+    channel.forward_flow = ForwardFlow(channel)
+    queue = StubQueue()
+    channel.forward_flow.hold(queue)
+    [(_, flow)] = client.take()
+    assert isinstance(flow, commands.Channel.Flow) and not flow.active
+    client.send(1, commands.Channel.Close(200, "bye", 0, 0))
     assert queue.flow_waiters == {}
