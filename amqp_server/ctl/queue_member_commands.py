@@ -9,41 +9,28 @@ replicated (quorum) queue's group, with its arguments (`<queue> <node>`, the vho
 
 from __future__ import annotations
 
-from amqp_server.ctl.admin_commands import Session
-from amqp_server.ctl.api_client import ApiError, quote
-from amqp_server.ctl.exit_codes import EX_OK, EX_SOFTWARE, CtlError
+from amqp_server.ctl.admin_commands import Session, _call
+from amqp_server.ctl.api_client import quote
+from amqp_server.ctl.exit_codes import EX_OK
 
 
 def _queue_path(session: Session, queue: str) -> str:
     return f"/api/amqp-server/queues/{quote(session.vhost)}/{quote(queue)}"
 
 
-def _refused(error: ApiError) -> CtlError:
-    return CtlError(EX_SOFTWARE, error.reason or error.error)
-
-
 def add_member(session: Session, queue: str, node: str) -> int:
     session.info(f"Adding a replica for queue {queue} on node {node}...")
-    try:
-        session.client.post(_queue_path(session, queue) + "/members", {"node": node})
-    except ApiError as error:
-        raise _refused(error) from None
+    _call(lambda: session.client.post(_queue_path(session, queue) + "/members", {"node": node}))
     return EX_OK
 
 
 def delete_member(session: Session, queue: str, node: str) -> int:
     session.info(f"Removing a replica of queue {queue} on node {node}...")
-    try:
-        session.client.delete(_queue_path(session, queue) + f"/members/{quote(node)}")
-    except ApiError as error:
-        raise _refused(error) from None
+    _call(lambda: session.client.delete(_queue_path(session, queue) + f"/members/{quote(node)}"))
     return EX_OK
 
 
 def transfer_leadership(session: Session, queue: str, node: str) -> int:
     session.info(f"Transferring leadership of queue {queue} to node {node}...")
-    try:
-        session.client.post(_queue_path(session, queue) + "/leader", {"node": node})
-    except ApiError as error:
-        raise _refused(error) from None
+    _call(lambda: session.client.post(_queue_path(session, queue) + "/leader", {"node": node}))
     return EX_OK
