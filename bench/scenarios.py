@@ -87,24 +87,8 @@ def _cleanup(url: str, queues: list[str], exchanges: list[str] = ()) -> None:
 
 def _await_visible(target: Target, queue: str, within_s: float = 10.0) -> None:
     """With publishers on another cluster node: wait until that node knows the queue."""
-    if target.publish_via is None:
-        return
-
-    async def wait() -> None:
-        deadline = time.monotonic() + within_s
-        while True:
-            conn = await LeanConnection.open(target.publish_via, name="bench-setup")
-            try:
-                await (await conn.channel()).queue_declare(queue, passive=True)
-                return
-            except AMQPError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
-            finally:
-                await conn.close()
-
-    asyncio.run(wait())
+    if target.publish_via is not None:
+        _await_known((target.publish_via,), [queue], within_s)
 
 
 def _consumer_groups(specs: list[ConsumerSpec], procs: int) -> list[list[ConsumerSpec]]:
