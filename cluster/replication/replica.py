@@ -196,12 +196,6 @@ class QueueReplica:
             with contextlib.suppress(CoordinationUnavailable):
                 await self._keys.release_lease()
 
-    def attach(self, on_commit: Callable[[int], None], on_role: Callable[[Role], None]) -> None:
-        """Report commits and role changes to a new owner (the broker took over a follower)."""
-        self._on_commit, self._on_role = on_commit, on_role
-        if self.role is Role.LEADER:
-            on_role(Role.LEADER)
-
     async def delete_group(self) -> None:
         """The queue is gone: remove its group from the coordination service."""
         await self._keys.delete()
