@@ -45,7 +45,9 @@ import signal
 import socket
 import ssl
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from amqp_server.alarms import ResourceMonitor
 from amqp_server.broker import Broker
@@ -491,16 +493,20 @@ def reload_certificates(tls: TlsListenerContext | None) -> None:
         log.error("TLS certificate not reloaded, the previous one stays in use: %s", error)
 
 
-def run_server(config: ServerConfig) -> int:
-    """Run the broker in this process until SIGINT/SIGTERM; returns the exit code."""
+def event_loop_runner() -> tuple[Callable[[Coroutine[Any, Any, int]], int], str]:
+    """How a broker process runs its event loop: uvloop's when it is installed, else asyncio's;
+    and the loop's name for the log."""
     try:
         import uvloop
     except ImportError:
-        uvloop = None
-    log.info("starting amqp-server (data dir %s, event loop %s)", config.data_dir, "uvloop" if uvloop else "asyncio")
-    if uvloop is not None:
-        code = uvloop.run(serve(config))
-    else:
-        code = asyncio.run(serve(config))
+        return asyncio.run, "asyncio"
+    return uvloop.run, "uvloop"
+
+
+def run_server(config: ServerConfig) -> int:
+    """Run the broker in this process until SIGINT/SIGTERM; returns the exit code."""
+    runner, loop_name = event_loop_runner()
+    log.info("starting amqp-server (data dir %s, event loop %s)", config.data_dir, loop_name)
+    code = runner(serve(config))
     log.info("stopped")
     return code

@@ -403,6 +403,7 @@ def supervise(config: ServerConfig, argv: Sequence[str]) -> int:
 def worker_main(args: Sequence[str]) -> int:
     """`python -m amqp_server.workers K FD ARGS`: run as worker K, reporting on socket FD."""
     from amqp_server.cli import configure_logging
+    from amqp_server.server import event_loop_runner
 
     index, channel_fd, argv = int(args[0]), int(args[1]), list(args[2:])
     channel = socket.socket(fileno=channel_fd)
@@ -414,11 +415,7 @@ def worker_main(args: Sequence[str]) -> int:
         return 2
     config = plan.apply(config)
     configure_logging(config.log_level, node=plan.node_name)
-    try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    runner = uvloop.run if uvloop is not None else asyncio.run
+    runner, _loop_name = event_loop_runner()
     return runner(_serve_worker(config, channel))
 
 
