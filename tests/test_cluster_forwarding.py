@@ -20,6 +20,7 @@ from amqp_server import codec
 from amqp_server.cluster_link_frames import forward_to_frame
 from amqp_server.policies import parse_policy
 from tests.cluster_pair import Pair, linked_pair
+from tests.frame_driver import publish_frames
 
 PERSISTENT = aio_pika.DeliveryMode.PERSISTENT
 
@@ -502,21 +503,16 @@ def test_a_nack_from_the_owner_reaches_its_publisher_when_later_publishes_of_the
     """Three publishes in one read to a queue of node a: the owner refuses the second (its
     x-max-length-bytes with reject-publish) and takes the third. The publisher must get a
     nack for 2 and acks for 1 and 3, never one ack covering all three."""
-    from pamqp import body as pamqp_body, frame as pamqp_frame, header as pamqp_header
-
     async def scenario(pair: Pair) -> None:
         on_a = await channel_on(pair.a.url)
         arguments = {"x-max-length-bytes": 100, "x-overflow": "reject-publish"}
         await on_a.declare_queue("bytes-capped", durable=True, arguments=arguments)
         pair.stand_in("bytes-capped", arguments=arguments)
         reader, writer = await _raw_confirm_channel(pair.b.server.port)
-        batch = b""
-        for body in (b"a" * 50, b"b" * 100, b"c" * 10):  # 50 fits, 150 would not, 60 fits
-            batch += pamqp_frame.marshal(commands.Basic.Publish(exchange="", routing_key="bytes-capped"), 1)
-            batch += pamqp_frame.marshal(pamqp_header.ContentHeader(
-                0, len(body), commands.Basic.Properties(delivery_mode=2)), 1)
-            batch += pamqp_frame.marshal(pamqp_body.ContentBody(body), 1)
-        writer.write(batch)
+        persistent = commands.Basic.Properties(delivery_mode=2)
+        # 50 fits, 150 would not, 60 fits
+        writer.write(b"".join(publish_frames(1, body, routing_key="bytes-capped", properties=persistent)
+                              for body in (b"a" * 50, b"b" * 100, b"c" * 10)))
         outcome: dict[int, bool] = {}
         while len(outcome) < 3:
             confirm = await reader.expect((commands.Basic.Ack, commands.Basic.Nack))  # type: ignore[attr-defined]
