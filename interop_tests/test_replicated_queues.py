@@ -161,6 +161,25 @@ class _HeldConsumer:
         self.received = []
 
 
+def _publish_confirmed(node: ClusterNode, queue: str, count: int) -> None:
+    """Publish m0..m{count-1} (persistent) to `queue` through `node`, each confirmed."""
+    publisher = pika.BlockingConnection(_parameters(node))
+    channel = publisher.channel()
+    channel.confirm_delivery()
+    for number in range(count):
+        channel.basic_publish("", queue, f"m{number}".encode(), PERSISTENT)
+    publisher.close()
+
+
+def _wait_until_each_holds_its_prefetch(consumers: list[_HeldConsumer]) -> None:
+    def each_holds_five() -> bool:
+        for consumer in consumers:
+            consumer.pump()
+        return all(len(consumer.received) == 5 for consumer in consumers)
+
+    wait_until(each_holds_five, "each consumer holds its prefetch of 5")
+
+
 def test_consumers_on_other_nodes_keep_consuming_across_a_leader_change(tmp_path):
     """RabbitMQ keeps a quorum queue's consumers across a leader change. Consumers on b and c
     (through stand-ins) hold 5 deliveries each when the leader a is `kill -9`ed: neither gets
@@ -171,19 +190,8 @@ def test_consumers_on_other_nodes_keep_consuming_across_a_leader_change(tmp_path
         a, b, c = nodes["a"], nodes["b"], nodes["c"]
         _declare(nodes, a, "steady")
         consumers = [_HeldConsumer(b, "steady"), _HeldConsumer(c, "steady")]
-        publisher = pika.BlockingConnection(_parameters(b))
-        channel = publisher.channel()
-        channel.confirm_delivery()
-        for number in range(30):
-            channel.basic_publish("", "steady", f"m{number}".encode(), PERSISTENT)
-        publisher.close()
-
-        def each_holds_five() -> bool:
-            for consumer in consumers:
-                consumer.pump()
-            return all(len(consumer.received) == 5 for consumer in consumers)
-
-        wait_until(each_holds_five, "each consumer holds its prefetch of 5")
+        _publish_confirmed(b, "steady", 30)
+        _wait_until_each_holds_its_prefetch(consumers)
         held = {body for consumer in consumers for _, body, _ in consumer.received}
 
         a.broker.kill()  # kill -9
@@ -220,19 +228,8 @@ def test_consumers_on_every_node_follow_a_leadership_transfer(tmp_path):
         a, b, c = nodes["a"], nodes["b"], nodes["c"]
         _declare(nodes, a, "moving")
         consumers = [_HeldConsumer(node, "moving") for node in (a, b, c)]
-        publisher = pika.BlockingConnection(_parameters(a))
-        channel = publisher.channel()
-        channel.confirm_delivery()
-        for number in range(40):
-            channel.basic_publish("", "moving", f"m{number}".encode(), PERSISTENT)
-        publisher.close()
-
-        def each_holds_five() -> bool:
-            for consumer in consumers:
-                consumer.pump()
-            return all(len(consumer.received) == 5 for consumer in consumers)
-
-        wait_until(each_holds_five, "each consumer holds its prefetch of 5")
+        _publish_confirmed(a, "moving", 40)
+        _wait_until_each_holds_its_prefetch(consumers)
         code, text = _ctl(c, "transfer_leadership", "moving", "c")
         assert code == 0, text
 
