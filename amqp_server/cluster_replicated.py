@@ -75,14 +75,6 @@ def _with_members(record: GroupRecord, members: tuple[str, ...]) -> GroupRecord:
                        tuple(m for m in record.in_sync if m in members), record.transfer_to, record.incarnation)
 
 
-def _ignore_commit(index: int) -> None:
-    pass
-
-
-def _ignore_role(role: Role) -> None:
-    pass
-
-
 class ReplicatedQueues:
     """See the module docstring."""
 
@@ -193,9 +185,9 @@ class ReplicatedQueues:
         replica_id = queue_id(vhost, name)
         size = arguments.get(GROUP_SIZE_ARGUMENT)
         members = group_members(self.node, self._live_nodes(), int(size) if size is not None else None)
-        replica = self.manager.host(replica_id, members, _ignore_commit, _ignore_role)
+        replica = self.manager.replica_of(replica_id, members)
         journal = ReplicatedJournal(open_store(), self._committer, replica, open_store, self._lost, self._deleted)
-        self.manager.host(replica_id, members, journal.on_commit, journal.on_role)
+        self.manager.own(replica_id, journal.on_commit, journal.on_role)
         return journal
 
     # -- leadership changes ------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ class ReplicatedJournal(QueueJournal):
         self._handing_over = False
         self._lost = False  # it led and stopped: nothing it is given from now on is replicated
 
-    # -- the replica's reports (ReplicaManager.host) ---------------------------------------------
+    # -- the replica's reports (ReplicaManager.own) ---------------------------------------------
 
     def on_commit(self, index: int) -> None:
         self._commit_index = index

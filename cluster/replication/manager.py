@@ -93,15 +93,26 @@ class ReplicaManager:
     def host(self, queue: str, members: Iterable[str], on_commit: Callable[[int], None],
              on_role: Callable[[Role], None]) -> QueueReplica:
         """The replica of ``queue`` here, started if needed, reporting to these callbacks."""
-        self._owners[queue] = (on_commit, on_role)
+        replica = self.replica_of(queue, members)
+        self.own(queue, on_commit, on_role)
+        return replica
+
+    def replica_of(self, queue: str, members: Iterable[str]) -> QueueReplica:
+        """The replica of ``queue`` here; started (creating its group) if there is none."""
         replica = self.replicas.get(queue)
         if replica is not None:
-            if replica.role is Role.LEADER:
-                on_role(Role.LEADER)
             return replica
         # A new group: whatever a directory of that queue name holds is an earlier group's.
         shutil.rmtree(self._replica_directory(queue), ignore_errors=True)
         return self._start(queue, list(members), create_group=True)
+
+    def own(self, queue: str, on_commit: Callable[[int], None], on_role: Callable[[Role], None]) -> None:
+        """The replica of ``queue`` reports its commits and role changes to these callbacks from
+        now on (`release` ends it); a replica that leads already says so at once."""
+        self._owners[queue] = (on_commit, on_role)
+        replica = self.replicas.get(queue)
+        if replica is not None and replica.role is Role.LEADER:
+            on_role(Role.LEADER)
 
     def release(self, queue: str) -> None:
         """The owner that hosted ``queue`` hears no more of it (the replica goes on)."""
