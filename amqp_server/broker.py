@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.access_control import AccessControl
 from amqp_server.alarms import ResourceAlarms
 from amqp_server.broker_stats import BrokerStats
-from amqp_server.metrics.message_sizes import MessageSizeHistogram
 from amqp_server.config import LimitsConfig, ServerConfig
 from amqp_server.connection_limits import ConnectionLimit
 from amqp_server.errors import AMQPError
@@ -96,7 +95,6 @@ class Broker:
         self.reply_registry = ReplyRegistry()
         self.timers = Timers()
         self.memory_budget = MemoryBudget()
-        self.message_sizes = MessageSizeHistogram()
         self.store: DefinitionStore = store or MemoryDefinitionStore()
         self.message_dir = message_dir
         self.committer = GroupCommitter(config.storage.fsync) if message_dir is not None else None

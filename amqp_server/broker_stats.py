@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from amqp_server.metrics.message_sizes import BUCKET_COUNT
+
 
 class BrokerStats:
     """What the broker did since it started (RabbitMQ's global counters)."""
@@ -23,8 +25,13 @@ class BrokerStats:
         "connections_closed",
         "channels_opened",
         "channels_closed",
+        "received_sizes",
+        "received_bytes",
     )
 
     def __init__(self) -> None:
         for name in self.__slots__:
             setattr(self, name, 0)
+        # The message size histogram's counts, per bucket of metrics/message_sizes.py (folded
+        # into the metric when it is scraped), and the sum of the sizes.
+        self.received_sizes = [0] * BUCKET_COUNT

@@ -12,12 +12,14 @@ queue that journaled it has fsynced and every other node it was forwarded to has
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 
 from amqp_server import codec, errors
 from amqp_server.content_assembly import ContentAssembly
 from amqp_server.errors import AMQPError
+from amqp_server.metrics.message_sizes import BUCKET_BOUNDS
 from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from amqp_server.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
@@ -94,11 +96,15 @@ def complete_publish(channel: "Channel", content: ContentAssembly, body: bytes) 
         message = check_special_properties(channel, message, flags)
     if flags & FLAG_HEADERS:
         check_routing_headers(message)
-    broker = channel.connection.broker
-    broker.stats.received += 1
-    broker.message_sizes.observe(len(body))
+    stats = channel.connection.broker.stats
+    stats.received += 1
+    size = len(body)
+    # The size histogram's bucket (metrics/message_sizes.py folds the counts when scraped):
+    # most messages fit the first one, so no bisect for them.
+    stats.received_sizes[0 if size <= 100 else bisect_left(BUCKET_BOUNDS, size)] += 1
+    stats.received_bytes += size
     if channel.confirms is not None:
-        broker.stats.received_confirm += 1
+        stats.received_confirm += 1
     if channel.transaction is not None:
         channel.transaction.publish(content.exchange, message, content.mandatory)
         return
@@ -164,7 +170,14 @@ def route_publish(
             routing_keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
             if routing_keys is not None:
                 message = strip_bcc(message)
-            destinations = vhost.route(exchange, message, routing_keys)
+                destinations = vhost.route(exchange, message, routing_keys)
+            elif exchange is vhost.default_exchange:
+                # The default exchange routes to the queue named by the key (VirtualHost.route's
+                # first case, without the call): the usual publish to a queue.
+                queue = vhost.queues.get(message.routing_key)
+                destinations = (queue,) if queue is not None else ()
+            else:
+                destinations = vhost.route(exchange, message)
         else:
             # Forwarded by another node, which routed it to these queues of ours (cluster_forwarded.py).
             destinations = [queue for queue in destinations if not queue.deleted]

@@ -18,8 +18,8 @@ from queues.consumer_rotation import NO_CONSUMERS, ConsumerRotation
 from queues.deduplication import DeduplicationCache
 from queues.delays.delayed_retry import DelayedRetry
 from queues.journal import QueueJournal
-from queues.memory_budget import MemoryBudget, should_page
-from queues.message import Message
+from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget, should_page
+from queues.message import FLAG_EXPIRATION, Message
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
 from queues.paged_expiry import PagedExpiry
 from queues.priority_ready_messages import PriorityReadyMessages
@@ -192,7 +192,11 @@ class Queue:
         limited = settings.max_length is not None or settings.max_length_bytes is not None
         if limited and length_limit.refuses(self, message):
             return REJECTED
-        expires_at = expiry_time(message, settings.message_ttl_ms)
+        # (expiry_time's own first test, inline: no call for a message without any TTL)
+        if settings.message_ttl_ms is None and not message.property_flags & FLAG_EXPIRATION:
+            expires_at = 0.0
+        else:
+            expires_at = expiry_time(message, settings.message_ttl_ms)
         entry = QueueEntry(message, self.next_seq, expires_at)
         journal = self.journal
         # A replicated (quorum) queue journals transient messages too; the class attribute is
@@ -205,7 +209,8 @@ class Queue:
         if dedup_key is not None:
             dedup.remember(dedup_key, message, message.published_at)  # accepted: a repeat is a duplicate from now
         if durable:
-            if should_page(self.ready):
+            # (should_page's first test, inline: a queue with few messages in memory never pages)
+            if self.ready.in_memory >= KEEP_PER_QUEUE and should_page(self.ready):
                 # Memory is tight and a consumer will not want it soon: keep it on disk only.
                 self.ready.page(entry)
                 if expires_at:

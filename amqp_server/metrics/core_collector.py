@@ -32,6 +32,7 @@ from amqp_server.metrics.broker_view import (
 )
 from amqp_server.metrics.global_counters import PROTOCOL, global_counter_families
 from amqp_server.metrics.legacy_channel_counters import legacy_channel_counter_families
+from amqp_server.metrics.message_sizes import cumulative_buckets
 from amqp_server.metrics.process_stats import ProcessStats, uptime_seconds
 from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_bytes_by_queue
 
@@ -290,10 +291,10 @@ class CoreCollector(Collector):
             yield family
 
     def _message_sizes(self) -> Iterator[Metric]:
-        histogram = self.broker.message_sizes
+        stats = self.broker.stats
         family = HistogramMetricFamily(
             "rabbitmq_message_size_bytes", "Size of messages received from publishers", labels=["protocol"]
         )
-        family.add_metric([PROTOCOL], histogram.cumulative_buckets(), histogram.sum)
+        family.add_metric([PROTOCOL], cumulative_buckets(stats.received_sizes), stats.received_bytes)
         yield family
 
