@@ -2,8 +2,8 @@
 
 Each handler takes the channel and the decoded pamqp method, replies through the connection,
 and raises AMQPError with RabbitMQ's code and text when it refuses. basic.publish and basic.ack
-take fast paths in channel.py; the work of publishing and of settling deliveries is in
-publishing.py and settlement.py.
+take fast paths in channel.py, which also does the work of publishing; settling deliveries
+is in settlement.py.
 """
 
 from __future__ import annotations

@@ -2,19 +2,29 @@
 
 The channel owns its state (OPEN, CLOSING, CLOSED: states.py, moved only by `advance`) and
 its settings; other modules change them through its methods. It takes frames from its
-connection, hands a publish's content frames to its ContentAssembly (content_assembly.py),
-delivers to its consumers and tracks what they have not acked. The rest is in modules of its
-own: publishing, routing and confirms (publishing.py), ack/nack/reject (settlement.py),
-transactions (transaction.py), consumer timeouts (consumer_timeouts.py), the other basic,
-channel and confirm methods (basic_methods.py), and the exchange and queue classes
-(declarations.py).
+connection, delivers to its consumers and tracks what they have not acked.
+
+Publishing is the channel's too, in this file: a basic.publish method frame starts a
+ContentAssembly (content_assembly.py) that the channel hands the content header and body
+frames; once the content is complete the channel makes the Message, checks the properties
+RabbitMQ checks (user_id, direct reply-to), and either keeps it for tx.commit or routes it at
+once (`route_publish`): it enqueues it, returns it to a mandatory publisher when nothing took
+it, and resolves its publisher confirm (PublisherConfirms, below) at once, or once every queue
+that journaled it has fsynced and every other node it was forwarded to has confirmed it.
+
+The rest is in modules of its own: ack/nack/reject (settlement.py), transactions
+(transaction.py), consumer timeouts (consumer_timeouts.py), the other basic, channel and
+confirm methods (basic_methods.py), and the exchange and queue classes (declarations.py).
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -25,11 +35,13 @@ from amqp_server.consumer_timeouts import deliveries_timed_out
 from amqp_server.declarations import DECLARATION_HANDLERS
 from amqp_server.delivery_timeouts import DeliveryTimeouts
 from amqp_server.errors import AMQPError
+from amqp_server.metrics.message_sizes import BUCKET_BOUNDS
 from amqp_server.ordered_replies import OrderedReplies
-from amqp_server.publisher_confirms import PublisherConfirms
+from amqp_server.publish_expiration import check_expiration
+from amqp_server.reply_to import REPLY_PREFIX, REPLY_QUEUE
+from amqp_server.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
 from amqp_server.cluster_forwarded import ForwardFlow, forwarded_queues
 from amqp_server.content_assembly import ContentAssembly
-from amqp_server.publishing import begin_publish, complete_publish, refused_header
 from amqp_server.settlement import apply_settlement, settle
 from amqp_server.states import CHANNEL_TRANSITIONS, ChannelEvent, ChannelState, next_state
 from amqp_server.transaction import Transaction
@@ -37,8 +49,17 @@ from amqp_server.unacked_store import Unacked, UnackedStore
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import RETURNED
 from queues.delivery_count import header_with_delivery_count
-from queues.field_tables import InvalidContentHeader
-from queues.message import Message
+from queues.field_tables import InvalidContentHeader, NestedTooDeep, UnknownDeliveryMode
+from queues.message import (
+    CONTENT_HEADER_PREFIX_SIZE,
+    FLAG_EXPIRATION,
+    FLAG_HEADERS,
+    FLAG_REPLY_TO,
+    FLAG_USER_ID,
+    Message,
+)
+from queues.publish_outcome import ENQUEUED_DURABLY, FORWARDED, REJECTED, WRITE_FAILED
+from queues.raw_properties import RawProperties
 from queues.queue_entry import QueueEntry
 
 if TYPE_CHECKING:
@@ -103,7 +124,7 @@ class Channel:
             return
         try:
             if index == codec.PUBLISH_METHOD:
-                self.content = begin_publish(self, payload)
+                self.content = self._begin_publish(payload)
                 return
             if index == codec.ACK_METHOD:
                 tag, multiple = codec.decode_ack(payload)
@@ -151,10 +172,10 @@ class Channel:
         try:
             complete = content.take_header(payload, self.connection.broker.max_message_size)
         except InvalidContentHeader as invalid:
-            raise refused_header(self, invalid) from None
+            raise self._refused_header(invalid) from None
         if complete:
             self.content = None
-            complete_publish(self, content, b"")
+            self._complete_publish(content, b"")
 
     def handle_body(self, payload: bytes) -> None:
         content = self.content
@@ -167,7 +188,7 @@ class Channel:
             self.content = None
             if content.in_flight:
                 self.connection.content_finished(content.body_size)
-            complete_publish(self, content, body)
+            self._complete_publish(content, body)
         elif not content.in_flight:
             self._content_in_flight(content)
 
@@ -188,6 +209,181 @@ class Channel:
             )
         content.counted_in_flight()
         connection.content_started(content.body_size)
+
+    # -- publishing --------------------------------------------------------------------
+
+    def _begin_publish(self, payload: bytes) -> ContentAssembly:
+        """A basic.publish method frame: check the exchange and permission; what collects its content."""
+        exchange_name, routing_key, mandatory, immediate, routing_raw = codec.decode_publish(payload)
+        if immediate:
+            raise AMQPError(errors.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+        vhost = self.vhost
+        exchange = vhost.exchanges.get(exchange_name)
+        if exchange is None and self.forward_targets is not None:
+            # Forwarded by a node that routed it a moment before the exchange was deleted: it still
+            # goes to its queues, named as published (deliveries repeat routing_raw byte for byte).
+            exchange = vhost.default_exchange
+        elif exchange is None:
+            raise AMQPError(errors.NOT_FOUND, f"no {errors.resource('exchange', exchange_name, vhost.name)}", 60, 40)
+        if exchange_name not in self.write_permitted:
+            self.connection.check_permission("write", "exchange", exchange_name or "amq.default")
+            self.permit_write(exchange_name)
+        if exchange.internal and self.forward_targets is None:  # a dead-lettered message may come from one
+            raise AMQPError(
+                errors.ACCESS_REFUSED,
+                f"cannot publish to internal {errors.resource('exchange', exchange_name, vhost.name)}",
+                60,
+                40,
+            )
+        return ContentAssembly(exchange, routing_key, mandatory, routing_raw)
+
+    def _refused_header(self, invalid: InvalidContentHeader) -> AMQPError:
+        """How to refuse a content header that `check_content_header` (queues/field_tables.py)
+        found consumers could not decode: 541 for what RabbitMQ cannot decode either (it closes
+        the connection), 406 for a delivery_mode RabbitMQ refuses and for headers nested beyond
+        this broker's limit."""
+        log.warning(
+            "refused a publish on connection %s, channel %d: content header %s",
+            self.connection.describe(),
+            self.id,
+            invalid.reason,
+        )
+        if isinstance(invalid, UnknownDeliveryMode):
+            text = f"invalid message: {{delivery_mode_unknown,{invalid.delivery_mode}}}"
+            return AMQPError(errors.PRECONDITION_FAILED, text, 60, 40)
+        if isinstance(invalid, NestedTooDeep):
+            return AMQPError(errors.PRECONDITION_FAILED, f"invalid message: {invalid.reason}", 60, 40)
+        return AMQPError(errors.INTERNAL_ERROR, "")
+
+    def _complete_publish(self, content: ContentAssembly, body: bytes) -> None:
+        """The whole content arrived: make the message and route it (or keep it for tx.commit)."""
+        message = Message(content.exchange.name, content.routing_key, content.raw_header, body, content.routing_raw)
+        flags = message.property_flags
+        # One test of the flag word; properties are decoded only for messages that set these.
+        if flags & (FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION) and self.forward_targets is None:
+            # (A forwarded message was checked by the node its publisher is connected to.)
+            message = self._check_special_properties(message, flags)
+        if flags & FLAG_HEADERS:
+            check_routing_headers(message)
+        stats = self.connection.broker.stats
+        stats.received += 1
+        size = len(body)
+        # The size histogram's bucket (metrics/message_sizes.py folds the counts when scraped):
+        # most messages fit the first one, so no bisect for them.
+        stats.received_sizes[0 if size <= 100 else bisect_left(BUCKET_BOUNDS, size)] += 1
+        stats.received_bytes += size
+        if self.confirms is not None:
+            stats.received_confirm += 1
+        if self.transaction is not None:
+            self.transaction.publish(content.exchange, message, content.mandatory)
+            return
+        self.route_publish(content.exchange, message, content.mandatory)
+
+    def _check_special_properties(self, message: Message, flags: int) -> Message:
+        """user_id must be the connection's user; reply_to amq.rabbitmq.reply-to gets the channel's key;
+        expiration must be a TTL RabbitMQ accepts."""
+        properties = message.properties
+        user = self.connection.user.name
+        if flags & FLAG_USER_ID and properties.user_id != user:
+            raise AMQPError(
+                errors.PRECONDITION_FAILED,
+                f"user_id property set to '{properties.user_id}' but authenticated user was '{user}'",
+                60,
+                40,
+            )
+        if flags & FLAG_REPLY_TO and properties.reply_to == REPLY_QUEUE:
+            if self.reply_key is None:
+                raise AMQPError(errors.PRECONDITION_FAILED, "fast reply consumer does not exist", 60, 40)
+            raw = RawProperties(message.raw_header[CONTENT_HEADER_PREFIX_SIZE:])
+            raw.set_short_string(FLAG_REPLY_TO, f"{REPLY_QUEUE}.{self.reply_key}")
+            message = message.with_raw_properties(raw.encode())
+        if flags & FLAG_EXPIRATION:
+            check_expiration(properties.expiration)
+        return message
+
+    def route_publish(self, exchange: "Exchange", message: Message, mandatory: bool) -> "list[Queue] | int | None":
+        """Route and enqueue; returns what to wait on until the message is stored (`when_stored`:
+        the queues that journaled it, and for each queue of another node the forwarded message
+        itself), None if nothing is to be waited on, or WRITE_FAILED if a queue's disk write failed
+        (a transaction then fails its commit, transaction.py)."""
+        connection = self.connection
+        broker = connection.broker
+        vhost = self.vhost
+        confirms = self.confirms
+        if vhost.firehose is not None:
+            vhost.firehose.published(message, connection, self.id)
+        seq = confirms.take_seq() if confirms is not None else 0
+        accepted = True
+        write_failed = False
+        journaled: list[Queue] | None = None
+        destinations = self.forward_targets
+        # (reply_to.is_reply_key, without a call into reply_to.py for every publish)
+        if destinations is None and exchange is vhost.default_exchange and message.routing_key.startswith(REPLY_PREFIX):
+            delivered = broker.reply_registry.deliver(message, vhost.name)
+        else:
+            if destinations is None:
+                routing_keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
+                if routing_keys is not None:
+                    message = strip_bcc(message)
+                    destinations = vhost.route(exchange, message, routing_keys)
+                elif exchange is vhost.default_exchange:
+                    # The default exchange routes to the queue named by the key (VirtualHost.route's
+                    # first case, without the call): the usual publish to a queue.
+                    queue = vhost.queues.get(message.routing_key)
+                    destinations = (queue,) if queue is not None else ()
+                else:
+                    destinations = vhost.route(exchange, message)
+            else:
+                # Forwarded by another node, which routed it to these queues of ours (cluster_forwarded.py).
+                destinations = [queue for queue in destinations if not queue.deleted]
+            delivered = False
+            for queue in destinations:
+                outcome = queue.publish(message)
+                if outcome == REJECTED:
+                    accepted = False  # a queue at its length limit with x-overflow reject-publish
+                elif outcome == ENQUEUED_DURABLY:
+                    if journaled is None:
+                        journaled = [queue]
+                    else:
+                        journaled.append(queue)
+                elif outcome == WRITE_FAILED:
+                    accepted = False  # its disk write failed (queues/journal.py)
+                    write_failed = True
+                elif outcome == FORWARDED:
+                    # A queue of another node: wait for the owner's confirm of this very message (a
+                    # wait per queue would cover only the last message forwarded there, and miss a nack).
+                    if journaled is None:
+                        journaled = [queue.forwarded_message()]
+                    else:
+                        journaled.append(queue.forwarded_message())
+                delivered = True
+                if queue.congested:
+                    if self.forward_flow is None:
+                        connection.throttle(queue)
+                    else:  # forwarded by another node: pause it, keep reading the link (cluster_forwarded.py)
+                        self.forward_flow.hold(queue)
+        if delivered:
+            broker.stats.routed += 1
+        elif mandatory:
+            broker.stats.returned += 1
+            self._send_return(message)
+        else:
+            broker.stats.dropped += 1
+        if confirms is not None:
+            if journaled is None:
+                confirms.resolve(seq, accepted)
+            else:
+                # Durable means durable: confirm only once every queue's copy is fsynced (the
+                # queues are asked at the end of the batch of input, once for the whole batch).
+                confirms.hold_until_stored(seq, journaled, accepted)
+            connection.confirms_pending(self)
+        return WRITE_FAILED if write_failed else journaled
+
+    def _send_return(self, message: Message) -> None:
+        """basic.return of an unroutable mandatory message, with its content."""
+        frames = [codec.return_frame(self.id, errors.NO_ROUTE, "NO_ROUTE", message.routing_raw)]
+        codec.content_frames(frames, self.id, message.raw_header, message.body, self.connection.max_body_frame)
+        self.connection.send_frames(frames)
 
     # -- modes and settings (basic_methods.py, transaction.py) ---------------------------
 
@@ -394,3 +590,163 @@ class Channel:
             timeouts.clear()
         else:
             timeouts.forget_up_to(tag)
+
+
+# -- publisher confirms ------------------------------------------------------------------
+#
+# Publisher confirms of one channel: which sequence numbers to ack or nack, batched.
+#
+# Each publish in confirm mode takes the next sequence number. A message is confirmed when
+# every queue it went to has taken responsibility for it (for a persistent message on a durable
+# queue: once it is on disk). Confirms are collected and sent once per batch of input, as one
+# `multiple` ack covering everything that can be covered, so a fast publisher gets few frames.
+#
+# Messages that wait for their queues to store them are waited for in groups, not one by one:
+# the publishes of one batch of input that went to the same queues share one `StoreWait`, which
+# asks each of those queues once (`Queue.when_stored`) when the connection has handled the batch
+# (`ask_stores`), after its last publish, so the one answer covers them all.
+
+
+class StoreWait:
+    """Publishes that went to the same queues, confirmed together once those queues stored them."""
+
+    __slots__ = ("confirms", "queues", "seqs", "refused", "left", "error")
+
+    def __init__(self, confirms: "PublisherConfirms", queues: Sequence[Any]) -> None:
+        self.confirms = confirms
+        self.queues = queues
+        self.seqs: list[int] = []
+        self.refused: set[int] | None = None  # sequence numbers a queue refused (nacked even if stored)
+        self.left = len(queues)
+        self.error: OSError | None = None
+
+    def ask(self) -> None:
+        """Ask each queue to call back once what was published to it so far is stored."""
+        for queue in self.queues:
+            queue.when_stored(self.one_stored)
+
+    def one_stored(self, error: OSError | None) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+        self.left -= 1
+        if not self.left:
+            self.confirms.stored(self)
+
+
+class PublisherConfirms:
+    """`on_released` is called when messages that waited for their queues can be confirmed."""
+
+    __slots__ = ("next_seq", "acked_total", "_outstanding", "_held", "_acks", "_nacks", "_waits", "on_released")
+
+    def __init__(self, on_released: Callable[[], None] = lambda: None) -> None:
+        self.next_seq = 1
+        self.acked_total = 0  # messages confirmed with basic.ack so far
+        # Sequence numbers held until their messages are stored, and the same in the order they
+        # were held (the oldest first, which bounds a multiple ack; stored ones are skipped).
+        self._outstanding: set[int] = set()
+        self._held: deque[int] = deque()
+        self._acks: list[int] = []
+        self._nacks: list[int] = []
+        self._waits: list[StoreWait] = []  # made since the last take_frames, not asked yet
+        self.on_released = on_released
+
+    def take_seq(self) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        return seq
+
+    def hold_until_stored(self, seq: int, queues: Sequence[Any], accepted: bool = True) -> None:
+        """`seq` is confirmed (acked if `accepted`, else nacked) once every one of `queues` has
+        stored it; a queue's storage error nacks it. on_released() tells when."""
+        self._outstanding.add(seq)
+        self._held.append(seq)
+        waits = self._waits
+        wait = waits[-1] if waits else None
+        if wait is None or wait.queues != queues:
+            wait = StoreWait(self, queues)
+            waits.append(wait)
+        wait.seqs.append(seq)
+        if not accepted:
+            if wait.refused is None:
+                wait.refused = set()
+            wait.refused.add(seq)
+
+    def ask_stores(self) -> None:
+        """Hand the publishes held since the last call to their queues' storage (StoreWait.ask).
+        Call it after the last publish of a batch of input, in the same event-loop iteration:
+        one answer per queue then covers them all, and the fsync round that gives it starts as
+        soon as it would have for the first of them."""
+        waits = self._waits
+        self._waits = []
+        for wait in waits:
+            wait.ask()
+
+    def stored(self, wait: StoreWait) -> None:
+        """Every queue of `wait` stored its messages (or failed to): they can be confirmed."""
+        ok = wait.error is None
+        refused = wait.refused
+        outstanding = self._outstanding
+        for seq in wait.seqs:
+            outstanding.discard(seq)
+            if ok and (refused is None or seq not in refused):
+                self._acks.append(seq)
+            else:
+                self._nacks.append(seq)
+        self.on_released()
+
+    def resolve(self, seq: int, ok: bool = True) -> None:
+        (self._acks if ok else self._nacks).append(seq)
+
+    @property
+    def unconfirmed(self) -> int:
+        """Published in confirm mode, and neither ack nor nack sent yet."""
+        return len(self._outstanding) + len(self._acks) + len(self._nacks)
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._acks or self._nacks)
+
+    def _oldest_outstanding(self) -> int | None:
+        held = self._held
+        outstanding = self._outstanding
+        while held and held[0] not in outstanding:
+            held.popleft()
+        return held[0] if held else None
+
+    def take_frames(self) -> list[tuple[bool, int, bool]]:
+        """(is_ack, delivery_tag, multiple) to send now, in order.
+
+        Publishes held since the last ask_stores() are asked for first.
+        """
+        if self._waits:
+            self.ask_stores()
+        if not self._acks and not self._nacks:
+            return []
+        self.acked_total += len(self._acks)
+        acks = self._acks
+        nacks = self._nacks
+        self._acks = []
+        self._nacks = []
+        acks.sort()
+        nacks.sort()
+        # A multiple ack for tag T also confirms every earlier tag, so it may only cover tags
+        # that are all acked now or earlier: none still outstanding and none being nacked.
+        limit = self._oldest_outstanding()
+        if nacks and (limit is None or nacks[0] < limit):
+            limit = nacks[0]
+        covered = len(acks) if limit is None else bisect_left(acks, limit)
+        frames: list[tuple[bool, int, bool]] = []
+        if covered:
+            frames.append((True, acks[covered - 1], covered > 1))
+        if covered == len(acks) and not nacks:
+            return frames
+        for seq in acks[covered:]:
+            frames.append((True, seq, False))
+        for seq in nacks:
+            frames.append((False, seq, False))
+        frames.sort(key=_tag)
+        return frames
+
+
+def _tag(frame: tuple[bool, int, bool]) -> int:
+    return frame[1]

@@ -3,7 +3,7 @@
 Another node routed a message with the full binding table and found queues this node owns; it
 sends forward-to (their names, cluster_link_frames.py) and then the publishes, on a channel of
 a connection logged in with the cluster secret. Each publish then goes into those queues as it
-is, without routing it again (publishing.route_publish), and is confirmed as any publish: at
+is, without routing it again (Channel.route_publish), and is confirmed as any publish: at
 once, or once every queue that journaled it fsynced.
 
 Only queues this node owns are taken. A name this node holds no queue of (not yet taken back

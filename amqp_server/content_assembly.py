@@ -2,7 +2,7 @@
 
 AMQP sends a message as a basic.publish method frame, one content header frame with the body
 size and properties, then body frames until that size is reached (spec 4.2.6). A channel
-starts a ContentAssembly at the method (publishing.begin_publish) and hands it every frame
+starts a ContentAssembly at the method (Channel._begin_publish) and hands it every frame
 after; anything else in between is refused with RabbitMQ's 505 texts, and so is a header of
 another class or a body larger than declared. The header is checked before the body is read,
 so a message consumers could not decode is refused without holding its body.

@@ -12,25 +12,24 @@ code in these files, in this order, from the socket read to its basic.ack being 
  1. amqp_server/server.py            AMQPProtocol.data_received: the bytes read; _flush writes the ack
  2. amqp_server/connection.py        Connection.receive_data: frames to their channel; take_output
  3. amqp_server/codec.py             FrameReader, and the publish fast path's decoders and encoders
- 4. amqp_server/channel.py           Channel.handle_method / handle_header / handle_body, flush_confirms
- 5. amqp_server/publishing.py        begin_publish, complete_publish (counts the size), route_publish
- 6. amqp_server/content_assembly.py  ContentAssembly: the header and body frames, checked and joined
- 7. queues/field_tables.py           check_content_header: properties a consumer can decode
- 8. queues/message.py                Message
- 9. amqp_server/publisher_confirms.py     the sequence number, held until on disk, then the ack
-10. queues/queue.py                  Queue.publish
-11. queues/queue_entry.py            QueueEntry: the message's place in the queue
-12. queues/journal.py                QueueJournal.published, request_sync
-13. persistence/queue_store.py       the record appended to the queue's segment file
-14. persistence/record_format.py     the record's bytes
-15. persistence/segment_index.py     where the record is, to read it back
-16. persistence/group_commit.py      the fsync round, whose callback releases the confirm
-17. queues/ready_messages.py         the queue's ready list
+ 4. amqp_server/channel.py           Channel: the publish's frames, its message made and routed, the
+                                     confirm's sequence number held until on disk (PublisherConfirms)
+ 5. amqp_server/content_assembly.py  ContentAssembly: the header and body frames, checked and joined
+ 6. queues/field_tables.py           check_content_header: properties a consumer can decode
+ 7. queues/message.py                Message
+ 8. queues/queue.py                  Queue.publish
+ 9. queues/queue_entry.py            QueueEntry: the message's place in the queue
+10. queues/journal.py                QueueJournal.published, request_sync
+11. persistence/queue_store.py       the record appended to the queue's segment file
+12. persistence/record_format.py     the record's bytes
+13. persistence/segment_index.py     where the record is, to read it back
+14. persistence/group_commit.py      the fsync round, whose callback releases the confirm
+15. queues/ready_messages.py         the queue's ready list
 
 Issue 14 asks for at most 10. Not on this path unless needed: VirtualHost.route (the default
 exchange is a lookup by queue name), the message's expiry (only with a TTL), the memory budget
 (only once the queue holds KEEP_PER_QUEUE messages in memory), the size histogram (its bucket
-counts are bumped in complete_publish and folded when metrics are scraped). A publish to
+counts are bumped in Channel._complete_publish and folded when metrics are scraped). A publish to
 another exchange type adds amqp_server/vhost.py and its file under exchanges/.
 """
 

@@ -20,9 +20,9 @@ from pamqp import commands
 from amqp_server import codec, errors
 from amqp_server.cluster_transactions import check_one_node
 from amqp_server.errors import AMQPError
-from amqp_server.publishing import NOT_WRITTEN, route_publish
 from amqp_server.settlement import apply_settlement, take_if_present, unknown_delivery_tag
 from queues.journal import when_synced
+from queues.publish_outcome import WRITE_FAILED
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -101,8 +101,8 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
     journaled: set[Any] = set()
     write_failed = False
     for exchange, message, mandatory in publishes:
-        stored = route_publish(channel, exchange, message, mandatory)
-        if stored is NOT_WRITTEN:
+        stored = channel.route_publish(exchange, message, mandatory)
+        if stored == WRITE_FAILED:
             write_failed = True
         elif stored:
             journaled.update(stored)

@@ -1,6 +1,6 @@
 """A persistent message's publisher confirm leaves only after its queue's journal is fsynced, and
 the publishes of one read wait together: one sync request per queue for the whole read
-(amqp_server/publisher_confirms.py, StoreWait), made while the read is handled."""
+(amqp_server/channel.py, StoreWait), made while the read is handled."""
 
 from __future__ import annotations
 

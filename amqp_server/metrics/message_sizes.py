@@ -1,8 +1,8 @@
 """The published-message size histogram (RabbitMQ's rabbitmq_message_size_bytes).
 
-The counts are plain integers in BrokerStats (`received_sizes`, `received_bytes`), bumped where a
-publish's message is made (amqp_server/publishing.py, `complete_publish`: one index into a list,
-no call into this file per message). This file defines the buckets and folds those counts into
+The counts are plain integers in BrokerStats (`received_sizes`, `received_bytes`), bumped
+where a publish's message is made (amqp_server/channel.py, `Channel._complete_publish`: one
+index into a list, no call into this file per message). This file defines the buckets and folds those counts into
 Prometheus' cumulative buckets when metrics are scraped.
 """
 
