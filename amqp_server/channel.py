@@ -57,10 +57,10 @@ from queues.message import (
     FLAG_REPLY_TO,
     FLAG_USER_ID,
     Message,
+    QueueEntry,
 )
 from queues.publish_outcome import ENQUEUED_DURABLY, FORWARDED, REJECTED, WRITE_FAILED
 from queues.raw_properties import RawProperties
-from queues.queue_entry import QueueEntry
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection

@@ -38,10 +38,9 @@ from amqp_server.errors import AMQPError
 from amqp_server.unacked_store import Unacked
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
-from queues.message import Message
+from queues.message import GONE, Message, QueueEntry
 from queues.publish_outcome import FORWARDED, REJECTED
 from queues.queue import Queue
-from queues.queue_entry import GONE, QueueEntry
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel

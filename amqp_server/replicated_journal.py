@@ -37,8 +37,7 @@ from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
 from persistence.record_format import MessageState, Reason, encode_message, encode_state
 from queues.journal import JournalRecovery, QueueJournal, SyncCallback
-from queues.message import CONTENT_HEADER_PREFIX_SIZE
-from queues.queue_entry import QueueEntry
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, QueueEntry
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from amqp_server.unacked_store import Unacked
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import FAILED
 from queues.queue import Queue
-from queues.queue_entry import QueueEntry
+from queues.message import QueueEntry
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel

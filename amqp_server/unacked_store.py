@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from queues.consumer import Consumer
     from queues.queue import Queue
-    from queues.queue_entry import QueueEntry
+    from queues.message import QueueEntry
 
 
 class Unacked(NamedTuple):

@@ -16,9 +16,8 @@ import time
 from pamqp import commands
 
 from queues.consumer import Consumer
-from queues.message import Message, content_header
+from queues.message import Message, QueueEntry, content_header
 from queues.queue import Queue
-from queues.queue_entry import QueueEntry
 from queues.timers import Timers
 
 MESSAGES = 200_000

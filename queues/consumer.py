@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from queues.queue import Queue
-    from queues.queue_entry import QueueEntry
+    from queues.message import QueueEntry
 
 
 class DeliverySink(Protocol):

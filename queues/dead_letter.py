@@ -28,7 +28,7 @@ from queues.raw_properties import RawProperties, encode_field
 
 if TYPE_CHECKING:
     from queues.queue import Queue
-    from queues.queue_entry import QueueEntry
+    from queues.message import QueueEntry
 
 REJECTED = "rejected"
 EXPIRED = "expired"

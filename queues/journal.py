@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
 from persistence.record_format import MessageState, Reason
-from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header
-from queues.queue_entry import QueueEntry
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, QueueEntry, content_header
 
 if TYPE_CHECKING:
     from queues.queue import Queue

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 
 from queues import dead_letter
 from queues.arguments import QueueArguments
-from queues.message import Message
-from queues.queue_entry import GONE, QueueEntry
+from queues.message import GONE, Message, QueueEntry
 
 if TYPE_CHECKING:
     from queues.queue import Queue

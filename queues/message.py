@@ -1,8 +1,11 @@
-"""A published message, kept as the raw bytes that arrived.
+"""A published message, kept as the raw bytes that arrived, and its place in each queue.
 
 The content header (class, weight, body size, property flags and property list) and the body
 stay exactly as the publisher sent them and go out to consumers unchanged. Properties are
 decoded only when a feature needs a field, and then once per message, not once per queue.
+
+A message routed to several queues is one Message; each queue holds it in a QueueEntry of its
+own (its sequence number there, deliveries, expiry, state), at the end of this file.
 """
 
 from __future__ import annotations
@@ -229,3 +232,35 @@ def _timestamp(seconds: int) -> datetime.datetime | int:
 def content_header(body_size: int, raw_properties: bytes) -> bytes:
     """A basic-class content header payload: class 60, weight 0, body size, then the properties."""
     return _header_prefix.pack(60, 0, body_size) + raw_properties
+
+
+# -- a message as one queue holds it ------------------------------------------------------
+
+READY = 0
+UNACKED = 1
+GONE = 2  # acked, dropped, expired or dead-lettered
+WAITING = 3  # returned by a consumer and waiting for its delayed retry (neither ready nor unacked)
+
+
+class QueueEntry:
+    """A message as one queue holds it.
+
+    `seq` is the queue's own sequence number (its position: requeued messages go back by it);
+    `delivery_count` counts deliveries from this queue, so redelivered is `delivery_count > 0`;
+    `expires_at` is the wall-clock time (seconds) the message expires, 0 for never;
+    `persisted` says the queue's journal holds it, so what happens to it is journaled too.
+    """
+
+    __slots__ = ("message", "seq", "delivery_count", "expires_at", "state", "persisted")
+
+    def __init__(self, message: Message, seq: int, expires_at: float = 0.0) -> None:
+        self.message = message
+        self.seq = seq
+        self.delivery_count = 0
+        self.expires_at = expires_at
+        self.state = READY
+        self.persisted = False  # written to the queue's journal (a persistent message, durable queue)
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 0

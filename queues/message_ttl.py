@@ -15,8 +15,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 from queues import dead_letter
-from queues.message import FLAG_EXPIRATION, Message
-from queues.queue_entry import GONE, READY, QueueEntry
+from queues.message import FLAG_EXPIRATION, GONE, READY, Message, QueueEntry
 from queues.timers import Timer
 
 if TYPE_CHECKING:

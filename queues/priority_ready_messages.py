@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from queues.memory_budget import MemoryBudget
-from queues.message import FLAG_PRIORITY, Message
-from queues.queue_entry import QueueEntry
+from queues.message import FLAG_PRIORITY, Message, QueueEntry
 from queues.ready_messages import Loader, ReadyMessages
 
 

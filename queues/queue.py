@@ -19,12 +19,11 @@ from queues.deduplication import DeduplicationCache
 from queues.delays.delayed_retry import DelayedRetry
 from queues.journal import QueueJournal
 from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget, should_page
-from queues.message import FLAG_EXPIRATION, Message
+from queues.message import FLAG_EXPIRATION, GONE, Message, QueueEntry
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
 from queues.paged_expiry import PagedExpiry
 from queues.priority_ready_messages import PriorityReadyMessages
 from queues.publish_outcome import DUPLICATE, ENQUEUED, ENQUEUED_DURABLY, REJECTED, WRITE_FAILED
-from queues.queue_entry import GONE, QueueEntry
 from queues.queue_recovery import take_back
 from queues.queue_stats import QueueStats
 from queues.queue_ttl import QueueTtl

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable
 
 from queues.memory_budget import PER_MESSAGE_OVERHEAD, MemoryBudget
-from queues.queue_entry import GONE, READY, UNACKED, QueueEntry
+from queues.message import GONE, READY, UNACKED, QueueEntry
 
 # Loads a paged-out message back: (seq, delivery_count) -> entry, or None if it cannot be read.
 Loader = Callable[[int, int], "QueueEntry | None"]

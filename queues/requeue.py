@@ -16,7 +16,7 @@ from queues import dead_letter
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import retry_delay_ms
 from queues.length_limit import drop_head_after_return
-from queues.queue_entry import QueueEntry
+from queues.message import QueueEntry
 
 if TYPE_CHECKING:
     from queues.queue import Queue

@@ -7,10 +7,9 @@ from pamqp import commands
 
 from queues.arguments import InvalidArgument, QueueArguments
 from queues.consumer import Consumer
-from queues.message import Message, content_header
+from queues.message import Message, QueueEntry, content_header
 from queues.priority_ready_messages import PriorityReadyMessages, message_priority
 from queues.queue import Queue
-from queues.queue_entry import QueueEntry
 from queues.ready_messages import ReadyMessages
 from tests.test_queue_dispatch import FakeSink
 

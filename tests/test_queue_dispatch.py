@@ -5,9 +5,8 @@ from __future__ import annotations
 import struct
 
 from queues.consumer import Consumer
-from queues.message import Message
+from queues.message import Message, QueueEntry
 from queues.queue import Queue
-from queues.queue_entry import QueueEntry
 
 
 class FakeSink:

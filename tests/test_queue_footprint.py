@@ -25,8 +25,7 @@ from queues.consumer import Consumer
 from queues.delays.delayed_retry import FAILED
 from queues.journal import QueueJournal
 from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget
-from queues.message import Message, content_header
-from queues.queue_entry import QueueEntry
+from queues.message import Message, QueueEntry, content_header
 from queues.timers import Timers
 
 QUEUES = 500

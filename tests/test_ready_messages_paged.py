@@ -6,8 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queues.message import Message, content_header
-from queues.queue_entry import QueueEntry
+from queues.message import Message, QueueEntry, content_header
 from queues.ready_messages import ReadyMessages
 
 PROPS = b"\x00\x00"

@@ -27,10 +27,9 @@ from cluster.replication.log import FileReplicaLog
 from cluster.replication.queue_log import Held, QueueState
 from cluster.replication.replica import Role
 from persistence.queue_store import QueueStore
-from queues.message import Message, content_header
+from queues.message import Message, QueueEntry, content_header
 from queues.publish_outcome import ENQUEUED_DURABLY
 from queues.queue import Queue
-from queues.queue_entry import QueueEntry
 
 PERSISTENT_PROPERTIES = b"\x10\x00\x02"  # property flags: delivery-mode; delivery-mode 2
 TRANSIENT_PROPERTIES = b"\x10\x00\x01"  # property flags: delivery-mode; delivery-mode 1

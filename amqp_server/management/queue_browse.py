@@ -24,8 +24,7 @@ from queues.field_tables import (
     check_content_header,
     decode_properties_leniently,
 )
-from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message
-from queues.queue_entry import QueueEntry
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, QueueEntry
 
 if TYPE_CHECKING:
     from queues.queue import Queue

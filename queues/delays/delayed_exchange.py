@@ -28,10 +28,9 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 from queues.journal import QueueJournal
-from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, QueueEntry
 from queues.raw_properties import RawProperties
 from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY, WRITE_FAILED
-from queues.queue_entry import QueueEntry
 from queues.timers import Deadline, Timers
 
 DELAY_HEADER = "x-delay"

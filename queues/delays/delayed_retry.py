@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 from queues import dead_letter
 from queues.arguments import QueueArguments
 from queues.length_limit import drop_head_after_return
-from queues.queue_entry import GONE, WAITING
+from queues.message import GONE, WAITING
 from queues.delays.retry_lanes import RetryLanes
 from queues.timers import Deadline
 
 if TYPE_CHECKING:
     from queues.queue import Queue
-    from queues.queue_entry import QueueEntry
+    from queues.message import QueueEntry
 
 # Why an unacked delivery came back (the `cause` of Queue.requeue).
 FAILED = "failed"  # the client rejected it: basic.reject / basic.nack with requeue=true

@@ -16,7 +16,7 @@ from array import array
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 if TYPE_CHECKING:
-    from queues.queue_entry import QueueEntry
+    from queues.message import QueueEntry
 
 RECOVERED_LANE = -1  # messages that were waiting when the broker stopped, sorted once at start
 _COMPACT_AFTER = 4096  # taken items kept at a lane's front before the arrays are cut
