@@ -146,7 +146,7 @@ class Call:
     truncated: bool = False
 
 
-LINE = re.compile(r"^(\d+)\s+(\d+):(\d+):(\d+\.\d+)\s+(.*)$")
+LINE = re.compile(r"^(\d+)\s+(?:(\d+):(\d+):)?(\d+\.\d+)\s+(.*)$")  # -tt (time of day) or -ttt (epoch)
 CALL = re.compile(r"^(\w+)\((\d+)<(\w+:\[(?:[^\[\]]|\[[^\]]*\])*\]|[^>]*)>(.*)\)\s+=\s+(-?\d+)(?:\s+\w+\s+\([^)]*\))?\s+<(\d+\.\d+)>$", re.S)
 STRING = re.compile(r'"((?:\\x[0-9a-f]{2})*)"(\.\.\.)?')
 
@@ -161,7 +161,7 @@ def parse_trace(path: Path) -> list[Call]:
             if not match:
                 continue
             pid, hours, minutes, seconds, rest = match.groups()
-            at = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+            at = (int(hours) * 3600 + int(minutes) * 60 if hours else 0) + float(seconds)
             if rest.endswith("<unfinished ...>"):
                 pending[pid] = (at, rest[: -len("<unfinished ...>")].rstrip())
                 continue
@@ -203,6 +203,27 @@ def confirms_in(stream: bytes) -> list[tuple[int, bool, bool, int]]:
     return found
 
 
+def confirm_times(calls: list[Call], client_port: int) -> tuple[dict[int, float], int]:
+    """Delivery tag -> start of the socket write to the client on `client_port` that carried the
+    basic.ack or basic.nack covering it (`multiple` covers every tag up to it); and the number of
+    ack/nack frames."""
+    to_client = [c for c in calls if c.name in SOCKET_WRITES and c.target.endswith(f":{client_port}]")]
+    stream, offsets, starts = b"", [], []
+    for call in to_client:
+        offsets.append(len(stream))
+        starts.append(call.start)
+        stream += call.data
+    confirmed_at: dict[int, float] = {}
+    highest = frames = 0
+    for tag, multiple, _is_ack, offset in confirms_in(stream):
+        frames += 1
+        at = starts[bisect_left(offsets, offset + 1) - 1]
+        for covered in range(highest + 1 if multiple else tag, tag + 1):
+            confirmed_at.setdefault(covered, at)
+        highest = max(highest, tag)
+    return confirmed_at, frames
+
+
 @dataclass
 class Verdict:
     confirms: int = 0
@@ -226,20 +247,7 @@ def check(calls: list[Call], bodies: list[bytes], client_port: int) -> Verdict:
     if any(c.truncated for c in calls if c.name in SOCKET_WRITES):
         raise SystemExit("strace truncated written data; raise STRING_LIMIT")
     verdict = Verdict()
-    to_client = [c for c in calls if c.name in SOCKET_WRITES and c.target.endswith(f":{client_port}]")]
-    stream, starts = b"", []
-    for call in to_client:
-        starts.append((len(stream), call))
-        stream += call.data
-    offsets = [offset for offset, _ in starts]
-    confirm_time: dict[int, float] = {}
-    highest = 0
-    for tag, multiple, _is_ack, offset in confirms_in(stream):
-        verdict.confirms += 1
-        call = starts[bisect_left(offsets, offset + 1) - 1][1]
-        for covered in range(highest + 1 if multiple else tag, tag + 1):
-            confirm_time.setdefault(covered, call.start)
-        highest = max(highest, tag)
+    confirm_time, verdict.confirms = confirm_times(calls, client_port)
     file_writes = [c for c in calls if c.name in FILE_WRITES and c.target.startswith("/")]
     syncs_by_file: dict[str, list[Call]] = {}
     for call in calls:

@@ -1,0 +1,48 @@
+"""Under strace, through the real broker: each confirm of a replicated queue leaves only after a
+majority of its group (2 of 3: so at least one follower) fsynced the message's record.
+
+Three broker nodes and etcd (`three_nodes`, as in test_replicated_queues.py), a durable quorum
+queue led by a, one strace attached to all three nodes (bench/strace_replicated_confirm_order.py
+does the tracing and reads the trace: which node's fsync covered which message's record write,
+and when the basic.ack covering it was written to the client's socket). Against the harness's
+broken build (interop_tests/broken_replication_broker.py: confirms at once, replicates in 50 ms
+batches) the same check must find violations. Needs strace (scripts/install-test-system-packages).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.strace_replicated_confirm_order import ReplicatedVerdict, declare_replicated_queue, report, traced_run
+from interop_tests.cluster_nodes import three_nodes
+
+MESSAGES = 50
+
+
+def _traced(nodes, queue: str, publish_on: str, in_flight: int, workdir: Path, module: str) -> ReplicatedVerdict:
+    verdict = traced_run(nodes, queue, "a", publish_on, MESSAGES, in_flight, 100, workdir)
+    print(report(verdict, f"{module}, publisher on {publish_on}, {MESSAGES} messages, {in_flight} in flight",
+                 every_message=False))
+    return verdict
+
+
+def test_each_confirm_leaves_after_the_leader_and_a_follower_fsynced_its_record(tmp_path):
+    with three_nodes(tmp_path) as nodes:
+        declare_replicated_queue(nodes, "a", "traced")
+        # On the leader with 1 and 16 in flight; then through b, whose stand-in forwards to a.
+        for publish_on, in_flight in (("a", 1), ("a", 16), ("b", 16)):
+            verdict = _traced(nodes, "traced", publish_on, in_flight, tmp_path, "amqp_server")
+            assert len(verdict.messages) == MESSAGES, "every confirmed message's ack is in the trace"
+            assert verdict.not_held == 0, "every message's record write is in the trace"
+            assert [m.line(verdict.nodes, verdict.majority) for m in verdict.violations] == []
+            for message in verdict.messages:
+                assert set(message.before_ack()) & {"b", "c"}, f"no follower fsynced message {message.number}"
+
+
+def test_the_strace_check_catches_a_build_that_confirms_before_the_followers_fsync(tmp_path):
+    module = "interop_tests.broken_replication_broker"
+    with three_nodes(tmp_path, module=module) as nodes:
+        declare_replicated_queue(nodes, "a", "traced")
+        verdict = _traced(nodes, "traced", "a", 16, tmp_path, module)
+        assert len(verdict.messages) == MESSAGES and verdict.not_held == 0
+        assert verdict.violations, "the broken build's confirms passed the check"
