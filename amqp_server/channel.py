@@ -41,7 +41,7 @@ from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from amqp_server.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
 from amqp_server.cluster_forwarded import ForwardFlow, forwarded_queues
-from amqp_server.content_assembly import ContentAssembly
+from amqp_server.content_assembly import ContentAssembly, InvalidContentHeader, NestedTooDeep, UnknownDeliveryMode
 from amqp_server.settlement import apply_settlement, settle
 from amqp_server.states import CHANNEL_TRANSITIONS, ChannelEvent, ChannelState, next_state
 from amqp_server.transaction import Transaction
@@ -49,7 +49,6 @@ from amqp_server.unacked_store import Unacked, UnackedStore
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import RETURNED
 from queues.delivery_count import header_with_delivery_count
-from queues.field_tables import InvalidContentHeader, NestedTooDeep, UnknownDeliveryMode
 from queues.message import (
     CONTENT_HEADER_PREFIX_SIZE,
     FLAG_EXPIRATION,
@@ -238,7 +237,7 @@ class Channel:
         return ContentAssembly(exchange, routing_key, mandatory, routing_raw)
 
     def _refused_header(self, invalid: InvalidContentHeader) -> AMQPError:
-        """How to refuse a content header that `check_content_header` (queues/field_tables.py)
+        """How to refuse a content header that `check_content_header` (content_assembly.py)
         found consumers could not decode: 541 for what RabbitMQ cannot decode either (it closes
         the connection), 406 for a delivery_mode RabbitMQ refuses and for headers nested beyond
         this broker's limit."""

@@ -14,16 +14,16 @@ code in these files, in this order, from the socket read to its basic.ack being 
  3. amqp_server/codec.py             FrameReader, and the publish fast path's decoders and encoders
  4. amqp_server/channel.py           Channel: the publish's frames, its message made and routed, the
                                      confirm's sequence number held until on disk (PublisherConfirms)
- 5. amqp_server/content_assembly.py  ContentAssembly: the header and body frames, checked and joined
- 6. queues/field_tables.py           check_content_header: properties a consumer can decode
- 7. queues/message.py                Message, and QueueEntry: its place in the queue
- 8. queues/queue.py                  Queue.publish
- 9. queues/journal.py                QueueJournal.published, request_sync
-10. persistence/queue_store.py       the record appended to the queue's segment file
-11. persistence/record_format.py     the record's bytes
-12. persistence/segment_index.py     where the record is, to read it back
-13. persistence/group_commit.py      the fsync round, whose callback releases the confirm
-14. queues/ready_messages.py         the queue's ready list
+ 5. amqp_server/content_assembly.py  ContentAssembly: the header and body frames, joined, and the
+                                     header checked at the door (check_content_header)
+ 6. queues/message.py                Message, and QueueEntry: its place in the queue
+ 7. queues/queue.py                  Queue.publish
+ 8. queues/journal.py                QueueJournal.published, request_sync
+ 9. persistence/queue_store.py       the record appended to the queue's segment file
+10. persistence/record_format.py     the record's bytes
+11. persistence/segment_index.py     where the record is, to read it back
+12. persistence/group_commit.py      the fsync round, whose callback releases the confirm
+13. queues/ready_messages.py         the queue's ready list
 
 Issue 14 asks for at most 10. Not on this path unless needed: VirtualHost.route (the default
 exchange is a lookup by queue name), the message's expiry (only with a TTL), the memory budget

@@ -1,12 +1,12 @@
-"""AMQP basic properties in their raw bytes: what the broker accepts, and how readers of stored
-messages decode what it accepted in the past.
+"""AMQP field tables and basic properties in their raw bytes: the field types RabbitMQ 3.10
+decodes, and how readers of stored messages decode what the broker accepted in the past.
 
 The broker relays the content header a publisher sent byte for byte, so anything it lets in
-reaches every consumer. `check_content_header` is the door: a bounded scan over the raw bytes,
-without building a single Python object, that accepts exactly what RabbitMQ 3.10 can decode
-(its field types, no continuation flag word, no byte left over) and tables and arrays nested at
-most MAX_NESTING_DEPTH deep (RabbitMQ has no limit; pika and pamqp need two Python frames per
-level and fail with RecursionError near 500 levels, less inside a deep application stack).
+reaches every consumer. The door is `check_content_header` (amqp_server/content_assembly.py,
+where a publish's header arrives): a bounded scan over the raw bytes, with the tables of this
+file, that accepts exactly what RabbitMQ 3.10 can decode and tables and arrays nested at most
+MAX_NESTING_DEPTH deep (RabbitMQ has no limit; pika and pamqp need two Python frames per level
+and fail with RecursionError near 500 levels, less inside a deep application stack).
 
 Messages written by an older version may fail that check. `decode_properties_leniently` decodes
 them for readers (the management API's get, the Spark data source) with the same depth limit:
@@ -27,161 +27,24 @@ MAX_NESTING_DEPTH = 64
 # Field value types as RabbitMQ 3.10 decodes them (rabbit_binary_parser): the width of a
 # fixed-size value, or a marker for values that carry a 32-bit length. 'U' (pika, py-amqp) and
 # every other letter make RabbitMQ close the connection with 541, so they do here too.
-_LONG_STRING, _TABLE, _ARRAY, _UNKNOWN = -1, -2, -3, -4
+LONG_STRING, TABLE, ARRAY, UNKNOWN = -1, -2, -3, -4  # FIELD_KINDS of values not of fixed width
 FIXED_FIELD_WIDTHS = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "f": 4, "D": 5, "l": 8, "L": 8, "d": 8,
                       "T": 8, "V": 0}
-_KINDS = [_UNKNOWN] * 256
+FIELD_KINDS = [UNKNOWN] * 256
 for _letter, _size in FIXED_FIELD_WIDTHS.items():
-    _KINDS[ord(_letter)] = _size
-_KINDS[ord("S")] = _KINDS[ord("x")] = _LONG_STRING
-_KINDS[ord("F")] = _TABLE
-_KINDS[ord("A")] = _ARRAY
-FIELD_TYPES = frozenset(chr(code) for code, kind in enumerate(_KINDS) if kind != _UNKNOWN)
+    FIELD_KINDS[ord(_letter)] = _size
+FIELD_KINDS[ord("S")] = FIELD_KINDS[ord("x")] = LONG_STRING
+FIELD_KINDS[ord("F")] = TABLE
+FIELD_KINDS[ord("A")] = ARRAY
+FIELD_TYPES = frozenset(chr(code) for code, kind in enumerate(FIELD_KINDS) if kind != UNKNOWN)
 
 # Basic properties in wire order: a short string (-1), the headers table (-2), or a fixed width.
 SHORT_STRING, HEADERS_TABLE = -1, -2
 PROPERTY_KINDS = (SHORT_STRING, SHORT_STRING, HEADERS_TABLE, 1, 1, SHORT_STRING, SHORT_STRING, SHORT_STRING,
                   SHORT_STRING, 8, SHORT_STRING, SHORT_STRING, SHORT_STRING, SHORT_STRING)
-_DELIVERY_MODE_BIT = 1 << 12
-_CONTINUATION_BIT = 1
-_PROPERTY_BITS = 0xFFFC  # bit 1 is reserved (ignored, as by RabbitMQ and every client)
-_PROPERTIES_START = 14  # class, weight, body size, property flags
+# The flag word's last bit: another flag word follows (class basic, with 14 properties, needs none).
+CONTINUATION_BIT = 1
 _u32 = struct.Struct(">I")
-
-
-class InvalidContentHeader(ValueError):
-    """A content header the broker refuses; `reason` says why, for the log (only the depth
-    limit's reason is also the text clients get, as RabbitMQ has no text for it)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class UndecodableProperties(InvalidContentHeader):
-    """RabbitMQ cannot decode these properties either: it closes the connection with 541."""
-
-
-class NestedTooDeep(InvalidContentHeader):
-    """Tables and arrays nested deeper than MAX_NESTING_DEPTH (this broker's own limit)."""
-
-
-class UnknownDeliveryMode(InvalidContentHeader):
-    """delivery_mode other than 1 or 2, which RabbitMQ refuses with 406."""
-
-    def __init__(self, delivery_mode: int) -> None:
-        super().__init__(f"delivery_mode {delivery_mode}")
-        self.delivery_mode = delivery_mode
-
-
-# The whole payload's length for each flag word whose properties are all fixed-width (none, or
-# any of delivery_mode, priority, timestamp; with or without the reserved bit): one dict lookup
-# and one comparison check them, delivery_mode being the first when present.
-_FIXED_WIDTH_LENGTHS = {
-    flags | reserved: _PROPERTIES_START + sum(width for bit, width in ((1 << 12, 1), (1 << 11, 1), (1 << 6, 8))
-                                              if flags & bit)
-    for flags in (0, 1 << 12, 1 << 11, 1 << 6, 3 << 11, (1 << 12) | (1 << 6), (1 << 11) | (1 << 6),
-                  (3 << 11) | (1 << 6))
-    for reserved in (0, 2)
-}
-
-# The properties present for each first flag word, computed once per distinct word.
-_layouts: dict[int, tuple[int, ...]] = {}
-
-
-def _layout(flags: int) -> tuple[int, ...]:
-    layout = tuple(kind for index, kind in enumerate(PROPERTY_KINDS) if flags & (1 << (15 - index)))
-    _layouts[flags] = layout  # at most 2**14 entries, one per combination of properties
-    return layout
-
-
-def check_content_header(payload: bytes) -> None:
-    """Accept the basic content header `payload` (class, weight and body size, then the flags
-    and properties) or raise the InvalidContentHeader subclass that says how to refuse it.
-
-    Costs a few byte reads for properties without headers, and one step per header field."""
-    end = len(payload)
-    if end < _PROPERTIES_START:
-        raise UndecodableProperties("no property flags")
-    flags = (payload[12] << 8) | payload[13]
-    if _FIXED_WIDTH_LENGTHS.get(flags) == end:  # the common case: nothing of variable length
-        if flags & _DELIVERY_MODE_BIT and payload[_PROPERTIES_START] not in (1, 2):
-            raise UnknownDeliveryMode(payload[_PROPERTIES_START])
-        return
-    if flags & _CONTINUATION_BIT:
-        # RabbitMQ reads one flag word: a second one is left over (541). With none following,
-        # RabbitMQ relays the bit and pika and aio-pika consumers fail reading the missing word.
-        raise UndecodableProperties("a continuation flag word (class basic has one)")
-    pos = _PROPERTIES_START
-    delivery_mode_at: int | None = None
-    layout = _layouts.get(flags & _PROPERTY_BITS)
-    if layout is None:
-        layout = _layout(flags & _PROPERTY_BITS)
-    for kind in layout:
-        if kind == SHORT_STRING:
-            if pos >= end:
-                raise UndecodableProperties("the property list is cut short")
-            pos += 1 + payload[pos]
-        elif kind == HEADERS_TABLE:
-            if pos + 4 > end:
-                raise UndecodableProperties("the property list is cut short")
-            table_end = pos + 4 + _u32.unpack_from(payload, pos)[0]
-            if table_end > end:
-                raise UndecodableProperties("the headers table is longer than the frame")
-            _scan_table(payload, pos + 4, table_end, 1)
-            pos = table_end
-        else:
-            if delivery_mode_at is None and flags & _DELIVERY_MODE_BIT:
-                delivery_mode_at = pos  # the first fixed-width property present
-            pos += kind
-    if pos != end:
-        raise UndecodableProperties(
-            "the property list is cut short" if pos > end else f"{end - pos} bytes after the property list"
-        )
-    # RabbitMQ checks delivery_mode once the properties decode (rabbit_basic:message).
-    if delivery_mode_at is not None and payload[delivery_mode_at] not in (1, 2):
-        raise UnknownDeliveryMode(payload[delivery_mode_at])
-
-
-def _scan_table(raw: bytes, pos: int, end: int, depth: int) -> None:
-    """Walk the entries of the table whose body is raw[pos:end]."""
-    while pos < end:
-        pos += 1 + raw[pos]  # the field name
-        if pos >= end:
-            raise UndecodableProperties("a field table entry runs past its table")
-        pos = _scan_value(raw, pos, end, depth)
-
-
-def _scan_array(raw: bytes, pos: int, end: int, depth: int) -> None:
-    while pos < end:
-        pos = _scan_value(raw, pos, end, depth)
-
-
-def _scan_value(raw: bytes, pos: int, end: int, depth: int) -> int:
-    """Position after the field value (type octet first) at `pos`, which must end by `end`."""
-    kind = _KINDS[raw[pos]]
-    pos += 1
-    if kind >= 0:
-        pos += kind
-    elif kind == _UNKNOWN:
-        raise UndecodableProperties(f"unknown field type {raw[pos - 1]:#04x}")
-    else:
-        if pos + 4 > end:
-            raise UndecodableProperties("a field value runs past its table")
-        value_end = pos + 4 + _u32.unpack_from(raw, pos)[0]
-        if value_end > end:
-            raise UndecodableProperties("a field value runs past its table")
-        if kind != _LONG_STRING:
-            if depth >= MAX_NESTING_DEPTH:
-                raise NestedTooDeep(f"tables and arrays nested deeper than {MAX_NESTING_DEPTH}")
-            if kind == _TABLE:
-                _scan_table(raw, pos + 4, value_end, depth + 1)
-            else:
-                _scan_array(raw, pos + 4, value_end, depth + 1)
-        pos = value_end
-    if pos > end:
-        raise UndecodableProperties("a field value runs past its table")
-    return pos
 
 
 # -- reading what was stored ---------------------------------------------------------------
@@ -211,8 +74,8 @@ def decode_field_value(raw: bytes, pos: int, end: int, depth: int = 1) -> tuple[
         raise InvalidField("cut short")
     letter = chr(raw[pos])
     pos += 1
-    kind = _KINDS[raw[pos - 1]]
-    if kind == _UNKNOWN:
+    kind = FIELD_KINDS[raw[pos - 1]]
+    if kind == UNKNOWN:
         raise InvalidField(f"unknown field type {letter!r}")
     if kind >= 0:
         if pos + kind > end:
@@ -223,11 +86,11 @@ def decode_field_value(raw: bytes, pos: int, end: int, depth: int = 1) -> tuple[
     value_end = pos + 4 + _u32.unpack_from(raw, pos)[0]
     if value_end > end:
         raise InvalidField("longer than its table")
-    if kind == _LONG_STRING:
+    if kind == LONG_STRING:
         return raw[pos + 4 : value_end], value_end
     if depth >= MAX_NESTING_DEPTH:
         raise InvalidField(f"nested deeper than {MAX_NESTING_DEPTH}")
-    if kind == _TABLE:
+    if kind == TABLE:
         return decode_table(raw, pos + 4, value_end, depth + 1), value_end
     items = []
     item_pos = pos + 4
@@ -294,8 +157,8 @@ def _skip_to_next_field(raw: bytes, pos: int, end: int) -> int | None:
     """Where the field after the invalid value at `pos` starts, if its length says so."""
     if pos >= end:
         return None
-    kind = _KINDS[raw[pos]]
-    if kind in (_TABLE, _ARRAY, _LONG_STRING) and pos + 5 <= end:
+    kind = FIELD_KINDS[raw[pos]]
+    if kind in (TABLE, ARRAY, LONG_STRING) and pos + 5 <= end:
         value_end = pos + 5 + _u32.unpack_from(raw, pos + 1)[0]
         return value_end if value_end <= end else None
     return None
@@ -322,7 +185,7 @@ def decode_properties_leniently(raw: bytes) -> tuple[Any, ...]:
     end = len(raw)
     values: list[Any] = []
     try:
-        while word & _CONTINUATION_BIT:  # older versions stored these; class basic uses none
+        while word & CONTINUATION_BIT:  # older versions stored these; class basic uses none
             word = (raw[pos] << 8) | raw[pos + 1]
             pos += 2
         for index, kind in enumerate(PROPERTY_KINDS):

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
+from amqp_server.content_assembly import InvalidContentHeader, check_content_header
 from amqp_server.management import api_errors
-from queues.field_tables import MAX_NESTING_DEPTH, InvalidContentHeader, check_content_header
+from queues.field_tables import MAX_NESTING_DEPTH
 from queues.message import Message
 
 if TYPE_CHECKING:
