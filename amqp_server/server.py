@@ -17,13 +17,12 @@ code in these files, in this order, from the socket read to its basic.ack being 
  5. amqp_server/content_assembly.py  ContentAssembly: the header and body frames, joined, and the
                                      header checked at the door (check_content_header)
  6. queues/message.py                Message, and QueueEntry: its place in the queue
- 7. queues/queue.py                  Queue.publish
+ 7. queues/queue.py                  Queue.publish, and its ready list (ReadyMessages.append)
  8. queues/journal.py                QueueJournal.published, request_sync
  9. persistence/queue_store.py       the record appended to the queue's segment file
 10. persistence/record_format.py     the record's bytes
 11. persistence/segment_index.py     where the record is, to read it back
 12. persistence/group_commit.py      the fsync round, whose callback releases the confirm
-13. queues/ready_messages.py         the queue's ready list
 
 Issue 14 asks for at most 10. Not on this path unless needed: VirtualHost.route (the default
 exchange is a lookup by queue name), the message's expiry (only with a TTL), the memory budget

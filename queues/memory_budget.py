@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from queues.priority_ready_messages import PriorityReadyMessages
-    from queues.ready_messages import ReadyMessages
+    from queues.queue import PriorityReadyMessages, ReadyMessages
 
 # Python holds a message as several objects (entry, message, header, body); this is roughly
 # what they cost beyond the body itself, so the budget counts memory, not only payload.
@@ -20,7 +19,7 @@ class MemoryBudget:
     """Shared by every queue of a broker: `held` is what their in-memory ready messages cost.
 
     Once `held` passes `limit`, durable queues keep new persistent messages in their journal
-    only (see ReadyMessages.append_paged) and read them back when they near the head.
+    only (see ReadyMessages.append_paged, queues/queue.py) and read them back when they near the head.
     """
 
     __slots__ = ("limit", "held")

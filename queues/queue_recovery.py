@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from queues.message import decode_properties
 from queues.message_ttl import expiry_of
-from queues.priority_ready_messages import PriorityReadyMessages
 
 if TYPE_CHECKING:
     from queues.journal import JournalRecovery
@@ -30,7 +29,7 @@ def take_back(queue: "Queue", recovery: "JournalRecovery") -> None:
     now_ms = int(queue.timers.now() * 1000)
     journal = queue.journal
     ready = queue.ready
-    by_priority = isinstance(ready, PriorityReadyMessages)
+    by_priority = bool(queue.settings.max_priority)  # a PriorityReadyMessages (Queue.__init__)
     queue_ttl_ms = queue.settings.message_ttl_ms
     expiring = recovery.expiring_properties
     waiting: list[tuple[int, int, int]] = []
