@@ -19,10 +19,10 @@ code in these files, in this order, from the socket read to its basic.ack being 
  6. queues/message.py                Message, and QueueEntry: its place in the queue
  7. queues/queue.py                  Queue.publish, and its ready list (ReadyMessages.append)
  8. queues/journal.py                QueueJournal.published, request_sync
- 9. persistence/queue_store.py       the record appended to the queue's segment file
+ 9. persistence/queue_store.py       the record appended to the queue's segment file, and its
+                                     place in the store's index (SegmentEntry), to read it back
 10. persistence/record_format.py     the record's bytes
-11. persistence/segment_index.py     where the record is, to read it back
-12. persistence/group_commit.py      the fsync round, whose callback releases the confirm
+11. persistence/group_commit.py      the fsync round, whose callback releases the confirm
 
 Issue 14 asks for at most 10. Not on this path unless needed: VirtualHost.route (the default
 exchange is a lookup by queue name), the message's expiry (only with a TTL), the memory budget

@@ -25,6 +25,7 @@ from array import array
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from persistence.queue_store import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry, locate
 from persistence.record_format import STATE_OF_TYPE, RecordType, min_state_payload, state_fields
 from persistence.segment_file import (
     HEADER_SIZE,
@@ -33,7 +34,6 @@ from persistence.segment_file import (
     cut_damaged_tail,
     list_segments,
 )
-from persistence.segment_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry, locate
 
 log = logging.getLogger(__name__)
 
