@@ -6,8 +6,8 @@ persistent message in confirm mode, and records every project source file whose 
 between the moment the publish bytes reach the broker's socket and the moment its basic.ack
 is written back (sys.setprofile on the event loop; the fsync itself runs in the group
 commit's worker thread, inside persistence/group_commit.py, which the loop side calls too).
-The hops are listed in amqp_server/server.py's docstring; this test keeps that list true.
-(Issue 14 asks for at most 10; it is not there yet, see the docstring.)
+The hops are listed in amqp_server/server.py's docstring; this test keeps that list true and
+the number of hops at or below MAX_HOPS.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from persistence.definitions import FileDefinitionStore
 from tests.frame_driver import PROTOCOL_HEADER, marshal, plain_response
 
 ROOT = Path(__file__).resolve().parent.parent
+# Issue 14 asks for at most 10. The path is at 11: amqp_server/server.py's docstring says which
+# hop is left and why. The ceiling keeps the path from growing again; lower it as hops go.
+MAX_HOPS = 11
 PROJECT_PACKAGES = ("amqp_server", "queues", "exchanges", "persistence")
 
 
@@ -138,6 +141,8 @@ def test_the_hops_listed_in_server_docstring_are_the_files_a_publish_crosses(tmp
     files = asyncio.run(files_of_one_confirmed_publish(tmp_path))
     assert sorted(listed_hops()) == sorted(files), (
         "update the list in amqp_server/server.py's docstring; a publish now crosses:\n" + "\n".join(files))
+    assert len(files) <= MAX_HOPS, (
+        f"a confirmed publish crosses {len(files)} files, more than {MAX_HOPS}:\n" + "\n".join(files))
 
 
 if __name__ == "__main__":  # python -m tests.test_publish_path_files: print the hops
