@@ -26,7 +26,7 @@ def _traced(nodes, queue: str, publish_on: str, in_flight: int, workdir: Path, m
     return verdict
 
 
-def test_each_confirm_leaves_after_the_leader_and_a_follower_fsynced_its_record(tmp_path):
+def test_each_confirm_leaves_after_a_majority_a_follower_included_fsynced_its_record(tmp_path):
     with three_nodes(tmp_path) as nodes:
         declare_replicated_queue(nodes, "a", "traced")
         # On the leader with 1 and 16 in flight; then through b, whose stand-in forwards to a.
