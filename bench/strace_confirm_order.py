@@ -53,9 +53,10 @@ STRING_LIMIT = 8 * 1024 * 1024  # strace -s: every written byte must be in the t
 
 
 class ConfirmingPublisher:
-    """Just enough AMQP 0-9-1: PLAIN login, one channel in confirm mode, publish, read acks."""
+    """Just enough AMQP 0-9-1: PLAIN login, one channel in confirm mode (or, `transactional`, in
+    tx mode), publish, read acks (or commit-oks)."""
 
-    def __init__(self, host: str, port: int, user: str, password: str) -> None:
+    def __init__(self, host: str, port: int, user: str, password: str, transactional: bool = False) -> None:
         self.sock = socket.create_connection((host, port), timeout=30)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.local_port = self.sock.getsockname()[1]
@@ -72,8 +73,12 @@ class ConfirmingPublisher:
         self._expect(commands.Connection.OpenOk)
         self._send(commands.Channel.Open(), 1)
         self._expect(commands.Channel.OpenOk)
-        self._send(commands.Confirm.Select(), 1)
-        self._expect(commands.Confirm.SelectOk)
+        if transactional:
+            self._send(commands.Tx.Select(), 1)
+            self._expect(commands.Tx.SelectOk)
+        else:
+            self._send(commands.Confirm.Select(), 1)
+            self._expect(commands.Confirm.SelectOk)
 
     def _send(self, value, channel: int = 0) -> None:
         self.sock.sendall(frame.marshal(value, channel))
@@ -120,6 +125,16 @@ class ConfirmingPublisher:
                 nacks += isinstance(reply, commands.Basic.Nack) * (done - confirmed)
                 confirmed = max(confirmed, done)
         return nacks
+
+    def publish_in_transactions(self, queue: str, bodies: list[bytes], per_transaction: int) -> None:
+        """Publish every body (persistent), `per_transaction` of them per tx.commit (tx mode)."""
+        for first in range(0, len(bodies), per_transaction):
+            self.sock.sendall(b"".join(
+                frame.marshal(commands.Basic.Publish(routing_key=queue), 1)
+                + frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties(delivery_mode=2)), 1)
+                + frame.marshal(ContentBody(body), 1)
+                for body in bodies[first:first + per_transaction]))
+            self.rpc(commands.Tx.Commit(), commands.Tx.CommitOk)
 
     def close(self) -> None:
         self._send(commands.Connection.Close(200, "done", 0, 0))
@@ -189,39 +204,69 @@ def parse_trace(path: Path) -> list[Call]:
     return calls
 
 
-def confirms_in(stream: bytes) -> list[tuple[int, bool, bool, int]]:
-    """(delivery_tag, multiple, is_ack, stream offset) for each basic.ack/nack frame."""
+def methods_in(stream: bytes) -> list[tuple[int, int, int]]:
+    """(class id, method id, stream offset) of each method frame in a stream of frames."""
     found, offset = [], 0
     while offset + 8 <= len(stream):
         kind, _channel, size = struct.unpack_from(">BHI", stream, offset)
         if kind == 1 and size >= 4:
-            class_id, method_id = struct.unpack_from(">HH", stream, offset + 7)
-            if class_id == 60 and method_id in (80, 120):
-                tag, bits = struct.unpack_from(">QB", stream, offset + 11)
-                found.append((tag, bool(bits & 1), method_id == 80, offset))
+            found.append((*struct.unpack_from(">HH", stream, offset + 7), offset))
         offset += 8 + size
     return found
+
+
+def confirms_in(stream: bytes) -> list[tuple[int, bool, bool, int]]:
+    """(delivery_tag, multiple, is_ack, stream offset) for each basic.ack/nack frame."""
+    found = []
+    for class_id, method_id, offset in methods_in(stream):
+        if class_id == 60 and method_id in (80, 120):
+            tag, bits = struct.unpack_from(">QB", stream, offset + 11)
+            found.append((tag, bool(bits & 1), method_id == 80, offset))
+    return found
+
+
+class ClientStream:
+    """What the broker wrote to the client on `client_port`, in order, and when each byte left
+    (the start of the socket write that carried it)."""
+
+    def __init__(self, calls: list[Call], client_port: int) -> None:
+        to_client = [c for c in calls if c.name in SOCKET_WRITES and c.target.endswith(f":{client_port}]")]
+        self.data = b"".join(c.data for c in to_client)
+        self._offsets, self._starts, offset = [], [], 0
+        for call in to_client:
+            self._offsets.append(offset)
+            self._starts.append(call.start)
+            offset += len(call.data)
+
+    def sent_at(self, offset: int) -> float:
+        return self._starts[bisect_left(self._offsets, offset + 1) - 1]
 
 
 def confirm_times(calls: list[Call], client_port: int) -> tuple[dict[int, float], int]:
     """Delivery tag -> start of the socket write to the client on `client_port` that carried the
     basic.ack or basic.nack covering it (`multiple` covers every tag up to it); and the number of
     ack/nack frames."""
-    to_client = [c for c in calls if c.name in SOCKET_WRITES and c.target.endswith(f":{client_port}]")]
-    stream, offsets, starts = b"", [], []
-    for call in to_client:
-        offsets.append(len(stream))
-        starts.append(call.start)
-        stream += call.data
+    stream = ClientStream(calls, client_port)
     confirmed_at: dict[int, float] = {}
     highest = frames = 0
-    for tag, multiple, _is_ack, offset in confirms_in(stream):
+    for tag, multiple, _is_ack, offset in confirms_in(stream.data):
         frames += 1
-        at = starts[bisect_left(offsets, offset + 1) - 1]
         for covered in range(highest + 1 if multiple else tag, tag + 1):
-            confirmed_at.setdefault(covered, at)
+            confirmed_at.setdefault(covered, stream.sent_at(offset))
         highest = max(highest, tag)
     return confirmed_at, frames
+
+
+def commit_ok_times(calls: list[Call], client_port: int, per_transaction: int) -> tuple[dict[int, float], int]:
+    """Message number (1, 2, ... in publish order, `per_transaction` per tx.commit) -> start of
+    the socket write that carried its transaction's tx.commit-ok; and the number of commit-oks."""
+    stream = ClientStream(calls, client_port)
+    committed_at: dict[int, float] = {}
+    commits = [offset for class_id, method_id, offset in methods_in(stream.data) if (class_id, method_id) == (90, 21)]
+    for transaction, offset in enumerate(commits):
+        for number in range(transaction * per_transaction + 1, (transaction + 1) * per_transaction + 1):
+            committed_at[number] = stream.sent_at(offset)
+    return committed_at, len(commits)
 
 
 @dataclass

@@ -17,7 +17,10 @@ flight, detaches, and reads the trace:
 * k passes when, at its ack, a majority of the group (2 of 3) had fsynced it. With three
   members that is always at least one follower. The commit rule (cluster/replication/leader.py)
   counts the leader's own fsync as one vote, not a required one, so two followers without the
-  leader would also pass; how often the leader's own fsync came first is reported too.
+  leader would also pass (and does: when the leader's fdatasync is slow); how often the
+  leader's own fsync came first is reported too;
+* with `--tx N` the publisher also runs in tx mode, N messages per tx.commit: each message's
+  tx.commit-ok must leave after a majority fsynced it.
 
 Prints one line per message (per node, when the first fsync covering its record ended, in ms
 against its ack: negative is before the ack; "none": no such fsync in the trace) and a summary per
@@ -25,8 +28,9 @@ run; exit code 1 when a confirm left before a majority fsynced its record.
 
     python -m bench.strace_replicated_confirm_order -n 50 --in-flight 1 --in-flight 16
     python -m bench.strace_replicated_confirm_order --publish-on b       # through b's stand-in
-    # a harness's broken build (test only, never the product): confirms on the leader's fsync alone
-    python -m bench.strace_replicated_confirm_order --module interop_tests.leader_fsync_only_broker
+    python -m bench.strace_replicated_confirm_order --tx 5               # tx.commit-ok too, 5 per commit
+    # the fault test's broken build (test harness only, never the product): confirms at once
+    python -m bench.strace_replicated_confirm_order --module interop_tests.broken_replication_broker
 
 Needs strace, etcd and ptrace rights over the nodes (their parent, or root). Results:
 docs/replication.md ("The strace check through the broker").
@@ -50,7 +54,8 @@ from pathlib import Path
 from pamqp import commands
 
 from bench.strace_confirm_order import (
-    FILE_WRITES, SOCKET_WRITES, STRING_LIMIT, SYNCS, TRACED, Call, ConfirmingPublisher, confirm_times, parse_trace,
+    FILE_WRITES, SOCKET_WRITES, STRING_LIMIT, SYNCS, TRACED, Call, ConfirmingPublisher, commit_ok_times, confirm_times,
+    parse_trace,
 )
 from interop_tests.cluster_nodes import ClusterNode, three_nodes, wait_until
 
@@ -77,13 +82,13 @@ class MessageCheck:
     def before_ack(self) -> list[str]:
         return sorted(node for node, at in self.fsynced_at.items() if at <= self.acked_at)
 
-    def line(self, nodes: list[str], majority: int) -> str:
+    def line(self, nodes: list[str], majority: int, reply: str = "ack") -> str:
         parts = []
         for node in nodes:
             at = self.fsynced_at.get(node)
             parts.append(f"{node} none" if at is None else f"{node} {(at - self.acked_at) * 1e3:+.2f} ms")
         verdict = "ok" if len(self.before_ack()) >= majority else "VIOLATION"
-        return f"message {self.number:4d}: its record's fsync ended, against its ack: {', '.join(parts)} -> {verdict}"
+        return f"message {self.number:4d}: its record's fsync ended, against its {reply}: {', '.join(parts)} -> {verdict}"
 
 
 @dataclass
@@ -91,7 +96,8 @@ class ReplicatedVerdict:
     leader: str
     nodes: list[str]
     messages: list[MessageCheck] = field(default_factory=list)
-    confirms: int = 0  # basic.ack/nack frames seen on the client's socket
+    reply: str = "ack"  # what confirms a message: "ack" (basic.ack) or "commit-ok" (tx.commit-ok)
+    confirms: int = 0  # basic.ack/nack (or tx.commit-ok) frames seen on the client's socket
     not_held: int = 0  # confirmed messages whose record no node wrote (a trace gap: counts as a failure)
 
     @property
@@ -105,20 +111,24 @@ class ReplicatedVerdict:
     def summary(self, label: str) -> str:
         before = {node: sum(node in m.before_ack() for m in self.messages) for node in self.nodes}
         per_node = ", ".join(f"{node} {count}" for node, count in before.items())
-        return (f"{label}: acks {self.confirms}, messages checked {len(self.messages)}, "
-                f"a majority ({self.majority} of {len(self.nodes)}) fsynced before the ack: "
+        return (f"{label}: {self.reply}s {self.confirms}, messages checked {len(self.messages)}, "
+                f"a majority ({self.majority} of {len(self.nodes)}) fsynced before the {self.reply}: "
                 f"{len(self.messages) - len(self.violations)}, violations {len(self.violations)}, "
-                f"records not found {self.not_held}; fsynced before the ack per node: {per_node} "
+                f"records not found {self.not_held}; fsynced before the {self.reply} per node: {per_node} "
                 f"(leader {self.leader})")
 
 
 def check_replicated(calls: list[Call], run: str, count: int, client_port: int, node_dirs: dict[str, str],
-                     leader: str) -> ReplicatedVerdict:
-    """For every confirmed message of `run`, which nodes had fsynced its record before its ack."""
+                     leader: str, per_transaction: int = 0) -> ReplicatedVerdict:
+    """For every confirmed message of `run`, which nodes had fsynced its record before its ack
+    (with `per_transaction`: before its transaction's tx.commit-ok)."""
     if any(c.truncated for c in calls if c.name in SOCKET_WRITES):
         raise RuntimeError("strace truncated written data; raise STRING_LIMIT")
-    verdict = ReplicatedVerdict(leader, sorted(node_dirs))
-    acked, verdict.confirms = confirm_times(calls, client_port)  # nacks make traced_run fail first
+    verdict = ReplicatedVerdict(leader, sorted(node_dirs), reply="commit-ok" if per_transaction else "ack")
+    if per_transaction:
+        acked, verdict.confirms = commit_ok_times(calls, client_port, per_transaction)
+    else:
+        acked, verdict.confirms = confirm_times(calls, client_port)  # nacks make traced_run fail first
 
     def node_of(path: str) -> str | None:
         return next((node for node, directory in node_dirs.items() if path.startswith(directory)), None)
@@ -214,14 +224,21 @@ def declare_replicated_queue(nodes: dict[str, ClusterNode], on: str, queue: str)
 
 
 def traced_run(nodes: dict[str, ClusterNode], queue: str, leader: str, publish_on: str, count: int,
-               in_flight: int, body_size: int, workdir: Path) -> ReplicatedVerdict:
-    """Publish `count` messages to `queue` through `publish_on` under strace; check the trace."""
+               in_flight: int, body_size: int, workdir: Path, per_transaction: int = 0) -> ReplicatedVerdict:
+    """Publish `count` messages to `queue` through `publish_on` under strace, with `in_flight`
+    confirms outstanding (or, `per_transaction` > 0, in tx mode, that many per tx.commit); check
+    the trace."""
     run = uuid.uuid4().hex[:8]
     bodies = message_bodies(run, count, max(body_size, 24))
-    publisher = ConfirmingPublisher("127.0.0.1", nodes[publish_on].port, "guest", "guest")
+    publisher = ConfirmingPublisher("127.0.0.1", nodes[publish_on].port, "guest", "guest",
+                                    transactional=per_transaction > 0)
     tracer = AttachedTracer([node.broker.process.pid for node in nodes.values()], workdir / f"{run}.strace")
+    nacks = 0
     try:
-        nacks = publisher.publish_all(queue, bodies, in_flight)
+        if per_transaction:
+            publisher.publish_in_transactions(queue, bodies, per_transaction)
+        else:
+            nacks = publisher.publish_all(queue, bodies, in_flight)
         # One round trip more: the node wrote its reply after the last basic.ack, in the same
         # thread, so once the reply is here strace has recorded the ack's write (a detach right
         # after the last ack could lose the line of that write).
@@ -232,13 +249,14 @@ def traced_run(nodes: dict[str, ClusterNode], queue: str, leader: str, publish_o
     if nacks:
         raise RuntimeError(f"{nacks} of {count} messages were nacked")
     node_dirs = {name: str(node.broker.data_dir) + "/" for name, node in nodes.items()}
-    return check_replicated(parse_trace(tracer.trace_file), run, count, publisher.local_port, node_dirs, leader)
+    return check_replicated(parse_trace(tracer.trace_file), run, count, publisher.local_port, node_dirs, leader,
+                            per_transaction)
 
 
 def report(verdict: ReplicatedVerdict, label: str, every_message: bool = True) -> str:
     """A line per message (or only the first 10 violations), then the summary."""
     shown = verdict.messages if every_message else verdict.violations[:10]
-    return "\n".join([m.line(verdict.nodes, verdict.majority) for m in shown] + [verdict.summary(label)])
+    return "\n".join([m.line(verdict.nodes, verdict.majority, verdict.reply) for m in shown] + [verdict.summary(label)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--messages", type=int, default=50)
     parser.add_argument("--in-flight", type=int, action="append", help="unconfirmed publishes at once (repeatable; "
                         "default 1 and 16)")
+    parser.add_argument("--tx", type=int, action="append", default=[], metavar="N",
+                        help="also a run in tx mode, N messages per tx.commit (repeatable): each tx.commit-ok "
+                        "must leave after a majority fsynced every message of its transaction")
     parser.add_argument("--publish-on", default="a", choices=["a", "b", "c"],
                         help="the node the publisher connects to (the queue's leader is a)")
     parser.add_argument("--body-size", type=int, default=100)
@@ -260,11 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         with three_nodes(workdir, module=args.module) as nodes:
             queue = f"strace-replicated-{uuid.uuid4().hex[:6]}"
             declare_replicated_queue(nodes, "a", queue)
-            for in_flight in args.in_flight or [1, 16]:
+            runs = [(k, 0) for k in args.in_flight or [1, 16]] + [(0, n) for n in args.tx]
+            for in_flight, per_transaction in runs:
                 verdict = traced_run(nodes, queue, "a", args.publish_on, args.messages, in_flight, args.body_size,
-                                     workdir)
+                                     workdir, per_transaction)
+                how = f"{per_transaction} per tx.commit" if per_transaction else f"{in_flight} in flight"
                 label = (f"{args.module}, replicated queue led by a, publisher on {args.publish_on}, "
-                         f"{args.messages} x {args.body_size} B, {in_flight} in flight")
+                         f"{args.messages} x {args.body_size} B, {how}")
                 print(report(verdict, label, not args.summary_only), flush=True)
                 failed |= bool(verdict.violations or verdict.not_held or len(verdict.messages) < args.messages)
     finally:

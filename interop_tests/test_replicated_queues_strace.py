@@ -1,5 +1,6 @@
-"""Under strace, through the real broker: each confirm of a replicated queue leaves only after a
-majority of its group (2 of 3: so at least one follower) fsynced the message's record.
+"""Under strace, through the real broker: each confirm (and each tx.commit-ok) of a replicated
+queue leaves only after a majority of its group (2 of 3: so at least one follower) fsynced the
+message's record.
 
 Three broker nodes and etcd (`three_nodes`, as in test_replicated_queues.py), a durable quorum
 queue led by a, one strace attached to all three nodes (bench/strace_replicated_confirm_order.py
@@ -19,19 +20,21 @@ from interop_tests.cluster_nodes import three_nodes
 MESSAGES = 50
 
 
-def _traced(nodes, queue: str, publish_on: str, in_flight: int, workdir: Path, module: str) -> ReplicatedVerdict:
-    verdict = traced_run(nodes, queue, "a", publish_on, MESSAGES, in_flight, 100, workdir)
-    print(report(verdict, f"{module}, publisher on {publish_on}, {MESSAGES} messages, {in_flight} in flight",
-                 every_message=False))
+def _traced(nodes, queue: str, publish_on: str, in_flight: int, per_transaction: int, workdir: Path,
+            module: str) -> ReplicatedVerdict:
+    verdict = traced_run(nodes, queue, "a", publish_on, MESSAGES, in_flight, 100, workdir, per_transaction)
+    how = f"{per_transaction} per tx.commit" if per_transaction else f"{in_flight} in flight"
+    print(report(verdict, f"{module}, publisher on {publish_on}, {MESSAGES} messages, {how}", every_message=False))
     return verdict
 
 
 def test_each_confirm_leaves_after_a_majority_a_follower_included_fsynced_its_record(tmp_path):
     with three_nodes(tmp_path) as nodes:
         declare_replicated_queue(nodes, "a", "traced")
-        # On the leader with 1 and 16 in flight; then through b, whose stand-in forwards to a.
-        for publish_on, in_flight in (("a", 1), ("a", 16), ("b", 16)):
-            verdict = _traced(nodes, "traced", publish_on, in_flight, tmp_path, "amqp_server")
+        # On the leader with 1 and 16 in flight, and in tx mode (5 per tx.commit); then through
+        # b, whose stand-in forwards to a.
+        for publish_on, in_flight, per_transaction in (("a", 1, 0), ("a", 16, 0), ("a", 0, 5), ("b", 16, 0)):
+            verdict = _traced(nodes, "traced", publish_on, in_flight, per_transaction, tmp_path, "amqp_server")
             assert len(verdict.messages) == MESSAGES, "every confirmed message's ack is in the trace"
             assert verdict.not_held == 0, "every message's record write is in the trace"
             assert [m.line(verdict.nodes, verdict.majority) for m in verdict.violations] == []
@@ -40,9 +43,12 @@ def test_each_confirm_leaves_after_a_majority_a_follower_included_fsynced_its_re
 
 
 def test_the_strace_check_catches_a_build_that_confirms_before_the_followers_fsync(tmp_path):
+    """The fault test's broken build (confirm and commit-ok at once, records to the followers in
+    50 ms batches) fails the same check, with confirms and with tx.commit-ok."""
     module = "interop_tests.broken_replication_broker"
     with three_nodes(tmp_path, module=module) as nodes:
         declare_replicated_queue(nodes, "a", "traced")
-        verdict = _traced(nodes, "traced", "a", 16, tmp_path, module)
-        assert len(verdict.messages) == MESSAGES and verdict.not_held == 0
-        assert verdict.violations, "the broken build's confirms passed the check"
+        for in_flight, per_transaction in ((16, 0), (0, 5)):
+            verdict = _traced(nodes, "traced", "a", in_flight, per_transaction, tmp_path, module)
+            assert len(verdict.messages) == MESSAGES and verdict.not_held == 0
+            assert verdict.violations, f"the broken build's {verdict.reply}s passed the check"
