@@ -32,7 +32,8 @@ run; exit code 1 when a confirm left before a majority fsynced its record.
     # the fault test's broken build (test harness only, never the product): confirms at once
     python -m bench.strace_replicated_confirm_order --module interop_tests.broken_replication_broker
 
-Needs strace, etcd and ptrace rights over the nodes (their parent, or root). Results:
+Needs strace, etcd and ptrace rights over the nodes, which strace attaches to as a sibling, not
+their parent: the same user and, where Yama is on, kernel.yama.ptrace_scope = 0 (or root). Results:
 docs/replication.md ("The strace check through the broker").
 """
 
@@ -171,6 +172,7 @@ class AttachedTracer:
         if strace is None:
             raise RuntimeError("strace is not installed (scripts/install-test-system-packages installs it)")
         self.trace_file = trace_file
+        self.errors: list[str] = []  # what else strace said (why an attach failed)
         self.attached: set[int] = set()  # strace says "Process P attached [with N threads]" per process
         self._changed = threading.Condition()
         self.process = subprocess.Popen(
@@ -184,17 +186,22 @@ class AttachedTracer:
             while not self.attached >= set(pids):
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.process.kill()
-                    raise RuntimeError(f"strace did not attach to {sorted(set(pids) - self.attached)}")
+                    raise RuntimeError(
+                        f"strace did not attach to {sorted(set(pids) - self.attached)}: {' '.join(self.errors)!r} "
+                        "(attaching needs ptrace rights over the nodes: root, CAP_SYS_PTRACE, or "
+                        "kernel.yama.ptrace_scope = 0)")
                 self._changed.wait(0.1)
 
     def _read_stderr(self) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
             match = re.search(r"Process (\d+) attached", line)
-            if match:
-                with self._changed:
+            with self._changed:
+                if match:
                     self.attached.add(int(match.group(1)))
-                    self._changed.notify_all()
+                else:
+                    self.errors.append(line.strip())
+                self._changed.notify_all()
 
     def detach(self) -> None:
         """Detach (SIGINT): the nodes keep running; the trace file is complete when this returns."""
