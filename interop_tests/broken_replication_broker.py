@@ -5,7 +5,9 @@ amqp_server ARGS` does, except that a replicated queue's journal confirms a reco
 hands it to replication only with the next 50 ms batch (asynchronous replication: the confirm
 leaves before any follower, or even the leader's own disk, has it). The fault test runs against
 it to show that it notices a build that confirms before a majority fsynced: such a build must
-report lost messages. The switch lives here, in the test harness, never in the product.
+report lost messages; so does the strace check (interop_tests/test_replicated_queues_strace.py),
+which must find its confirms leaving before any fsync of their records. The switch lives here, in
+the test harness, never in the product.
 """
 
 from __future__ import annotations
