@@ -156,6 +156,13 @@ class FrameReader:
             else:
                 self._offset = offset
 
+    def take_unread(self) -> bytes:
+        """Everything buffered and not yet taken as a frame, which leaves the buffer (a
+        connection handed to another worker passes it on: handover.py)."""
+        unread = b"".join((self._data[self._offset :], *self._parts))
+        self.clear()
+        return unread
+
     def clear(self) -> None:
         """Drop what is buffered: the stream is broken and nothing more will be read from it."""
         self._data = b""

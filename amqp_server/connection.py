@@ -24,6 +24,7 @@ from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_limits import Admission
 from amqp_server.channel import Channel
 from amqp_server.errors import AMQPError, HandshakeError
+from amqp_server.handover import HandoverRecorder
 from amqp_server.publisher_blocking import PublisherFlow
 from amqp_server.states import (
     CONNECTION_TRANSITIONS,
@@ -32,6 +33,7 @@ from amqp_server.states import (
     ChannelState,
     ConnectionEvent,
     ConnectionState,
+    HandoverState,
     IllegalTransition,
     next_state,
 )
@@ -90,7 +92,7 @@ class Connection:
         "exclusive_queues", "write_paused", "deliveries_paused", "_delivered_unwritten", "content_in_flight",
         "max_content_in_flight", "flow", "on_reading_paused", "close_when_flushed", "close_ok_timeout_s", "_out",
         "_confirm_channels", "_input_broken", "_method_budget", "input_waiting", "connected_at_ms",
-        "received_bytes", "received_reads", "sent_bytes", "sent_writes",
+        "received_bytes", "received_reads", "sent_bytes", "sent_writes", "handover",
     )
 
     def __init__(
@@ -103,9 +105,11 @@ class Connection:
         tls: TlsSession | None = None,
         local_address: str = "",
         on_reading_paused: Callable[[bool], None] | None = None,
+        handover: HandoverRecorder | None = None,
     ) -> None:
         """`local_address` is "ip:port" of our end; `on_reading_paused` is called with True/False
-        when reading from the socket should pause/resume (both from the shell, server.py)."""
+        when reading from the socket should pause/resume (both from the shell, server.py).
+        `handover`: the connection may move to the worker owning its queue (handover.py)."""
         self.broker = broker
         # Its place under the connection limits; refused at connection.open when over one.
         # Connections made without a shell (unit tests) are under no node limit.
@@ -161,6 +165,8 @@ class Connection:
         self.received_reads = 0
         self.sent_bytes = 0
         self.sent_writes = 0
+        # While it may still move to another worker (handover.py); None once it stays here.
+        self.handover = handover
 
     @property
     def name(self) -> str:
@@ -223,6 +229,8 @@ class Connection:
             return
         self.received_bytes += len(data)
         self.received_reads += 1
+        if self.handover is not None and self.handover.received(data):
+            return  # moving: the bytes are for the worker it moves to
         self.reader.feed(data)
         if self.state is AWAIT_HEADER:
             header = self.reader.take_protocol_header()
@@ -257,6 +265,8 @@ class Connection:
         flow = self.flow
         try:
             for frame_type, channel_id, payload in frames:
+                if self.handover is not None and self.handover.before_frame(self, frame_type, channel_id, payload):
+                    break  # stopped before a frame naming another worker's queue: the connection moves
                 try:
                     # The hot case inline (publishes, acks: one call less per frame): content or
                     # a method on an open channel. Every other frame: _handle_frame.
@@ -309,6 +319,30 @@ class Connection:
             frames.close()  # the frames handled leave the buffer; the others wait
             if self._confirm_channels:
                 self._ask_stores()
+        handover = self.handover
+        if handover is not None and handover.state is not HandoverState.RECORDING:
+            if handover.state is HandoverState.MOVING:
+                handover.stopped(self.reader.take_unread())
+            else:
+                self.handover = None  # stays here: nothing more to record or check
+
+    def stay_after_handover(self) -> None:
+        """The hand-over failed or was refused: handle the frame it stopped before and what came
+        after, here (a queue of another worker is then reached over its link)."""
+        handover = self.handover
+        self.handover = None
+        self.reader.feed(handover.refused())
+        self._handle_input()
+
+    def handed_over(self) -> None:
+        """The socket is another worker's now (the owner took it; or, on the owner, the replay
+        was refused and the first worker keeps it): forget the connection without a word to the
+        client (its channels, its place in the broker's connections)."""
+        if self.handover is not None:
+            self.handover.taken()
+            self.handover = None
+        self._release()
+        self.advance(ConnectionEvent.HANDED_OVER)
 
     def _ask_stores(self) -> None:
         """The publishes of this input that wait for their queues to store them: ask the queues

@@ -58,6 +58,7 @@ from amqp_server.config import ServerConfig
 from amqp_server.connection import AWAIT_HEADER, CLOSED, CLOSING, OPEN, Connection
 from amqp_server.connection_limits import Admission, ConnectionLimit
 from amqp_server.errors import CONNECTION_FORCED, INTERNAL_ERROR
+from amqp_server.handover import HandoverPlan, HandoverRecorder, HandoverService, MovedConnection
 from amqp_server.management.services import start_http_services, stop_http_services
 from amqp_server.tls import TlsListenerContext, session_of
 from amqp_server import codec
@@ -80,7 +81,10 @@ READ_BUDGET_PER_ITERATION = 64 * 1024
 
 
 class AMQPProtocol(asyncio.Protocol):
-    def __init__(self, broker: Broker, registry: set["AMQPProtocol"], listener_limit: ConnectionLimit) -> None:
+    def __init__(self, broker: Broker, registry: set["AMQPProtocol"], listener_limit: ConnectionLimit,
+                 handover: HandoverService | None = None, moved: MovedConnection | None = None) -> None:
+        """`handover`: a plain connection on a worker's shared port, which may move to the worker
+        owning its queue; `moved`: a connection a sibling worker handed over (handover.py)."""
         self.broker = broker
         self.registry = registry
         self.listener_limit = listener_limit
@@ -101,6 +105,12 @@ class AMQPProtocol(asyncio.Protocol):
         self._yielding = False
         self._input_waiting = False  # the connection holds frames for the next turn
         self._reading_paused = False
+        self.handover = handover
+        self.moved = moved
+        self._moving = False  # being handed over, or not yet live after one: no reads, writes or ticks
+        self.replayed = False
+        self._handing_over: asyncio.Task | None = None
+        self._early: list[bytes] = []  # read after a hand-over, before go_live
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -113,18 +123,99 @@ class AMQPProtocol(asyncio.Protocol):
         # On an AMQPS listener asyncio calls connection_made after the TLS handshake.
         tls = session_of(transport.get_extra_info("ssl_object"))
         local = transport.get_extra_info("sockname")
+        mobile = self.handover is not None and tls is None
         self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush,
                                      admission=admission, tls=tls,
                                      local_address=f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "",
-                                     on_reading_paused=self._update_reading)
+                                     on_reading_paused=self._update_reading,
+                                     handover=HandoverRecorder(self.handover.peers, self._start_moving) if mobile else None)
         if admission.dropped:
             # Over a connection limit, with too many refusals already waiting (connection_limits.py).
             transport.abort()
             return
         self.registry.add(self)
         log.debug("accepting AMQP connection %s", self.connection.peer)
+        if self.moved is not None:
+            self._replay(self.moved)
+
+    # -- handing the connection to the worker owning its queue (handover.py) --
+
+    def _start_moving(self) -> None:
+        """The connection stopped before a frame naming a sibling worker's queue."""
+        self._moving = True
+        self._update_reading()
+        self._handing_over = self.loop.create_task(self._hand_over())  # referenced while it runs
+
+    async def _hand_over(self) -> None:
+        connection, transport = self.connection, self.transport
+        recorder = connection.handover
+        taken = False
+        if transport is not None and not transport.is_closing() and recorder.replay:
+            data = connection.take_output()
+            if data:
+                transport.write(data)
+                self._written += len(data)
+                connection.output_flushed()
+            # Everything the client is owed so far is in the kernel: the owner's writes follow it.
+            if not transport.get_write_buffer_size():
+                moved = MovedConnection(recorder.replay, recorder.rest, tuple(sorted(connection.channels)),
+                                        recorder.queue, self.handover.plan.node_name)
+                try:
+                    taken = await self.handover.send(recorder.owner, transport.get_extra_info("socket").fileno(), moved)
+                except Exception:  # a bug here must leave the connection where it is, working
+                    log.exception("handing connection %s over to %s failed", connection.peer, recorder.owner)
+        if self.transport is None:  # gone meanwhile
+            return
+        if taken:
+            log.info("connection %s handed over to %s, which owns queue '%s'", connection.describe(),
+                     recorder.owner, recorder.queue)
+            self.forget()
+            return
+        self._moving = False
+        if self._feed(connection.stay_after_handover):
+            if connection.input_waiting:
+                self._continue_next_turn()
+            self._update_reading()
+            self._flush()
+
+    def _replay(self, moved: MovedConnection) -> None:
+        """A sibling handed this socket over: replay what the client said there, dropping the
+        replies it already had; `go_live` follows once the sibling knows."""
+        self._moving = True
+        self._update_reading()
+        connection = self.connection
+        try:
+            connection.receive_data(moved.replay)
+        except Exception:
+            log.exception("replaying connection %s handed over by %s failed", connection.peer, moved.origin)
+            return
+        connection.take_output()
+        self.replayed = (connection.state is OPEN and not connection.close_when_flushed
+                         and tuple(sorted(connection.channels)) == moved.channels)
+
+    def go_live(self) -> None:
+        """The sibling forgot the connection: handle the client's bytes from the hand-over frame on."""
+        moved, self.moved = self.moved, None
+        self._moving = False
+        self.last_read = self.last_write = time.monotonic()
+        if self.transport is None or self.transport.is_closing():
+            return
+        early, self._early = self._early, []
+        self.data_received(b"".join((moved.rest, *early)))
+        self._update_reading()
+
+    def forget(self) -> None:
+        """The socket is another worker's now: drop the connection without a word to the client.
+        Closing this process's descriptor sends nothing, since the other worker's keeps it open."""
+        self.connection.handed_over()
+        if self.transport is not None:
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.moved is not None:
+            # Handed over and not live yet: uvloop reads even when paused in connection_made.
+            self._early.append(data)
+            return
         self.last_read = time.monotonic()
         if not self._feed(self.connection.receive_data, data):
             return
@@ -180,7 +271,7 @@ class AMQPProtocol(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        pause = self._yielding or self._input_waiting or self.connection.reading_paused
+        pause = self._yielding or self._input_waiting or self._moving or self.connection.reading_paused
         if pause != self._reading_paused:
             self._reading_paused = pause
             if pause:
@@ -196,7 +287,7 @@ class AMQPProtocol(asyncio.Protocol):
     def _flush(self) -> None:
         self._flush_scheduled = False
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._moving:
             return
         data = self.connection.take_output()
         if data:
@@ -223,7 +314,7 @@ class AMQPProtocol(asyncio.Protocol):
         """Heartbeats, handshake timeout and close-ok timeout for this connection."""
         connection = self.connection
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._moving:
             return
         if self._send_timed_out(now, transport):
             return
@@ -281,12 +372,14 @@ class AMQPServer:
 
     def __init__(self, broker: Broker, host: str, port: int | None, max_connections: int = 0,
                  tls: TlsListenerContext | None = None, tls_port: int | None = None,
-                 shared_ports: bool = False) -> None:
+                 shared_ports: bool = False, handover: HandoverPlan | None = None) -> None:
         """`max_connections` bounds each listener's connections (0: no bound) within the
         broker's own bound (connection_limits.py). With `shared_ports` (a worker of
         `--workers N`) the AMQP and AMQPS ports are bound with SO_REUSEPORT, so the kernel spreads
         their connections over every worker, and a plain listener on a port of the system's
-        choosing (`node_port`) reaches this process alone: the one other nodes link to."""
+        choosing (`node_port`) reaches this process alone: the one other nodes link to. With
+        `handover` (a worker's siblings) plain connections on the shared port move to the worker
+        owning their queue (handover.py)."""
         self.broker = broker
         self.host = host
         self.port = port
@@ -298,6 +391,8 @@ class AMQPServer:
         self.protocols: set[AMQPProtocol] = set()
         self._servers: list[asyncio.base_events.Server] = []
         self._ticker: asyncio.Task | None = None
+        self.handover = HandoverService(handover, self._adopt) if handover is not None and shared_ports else None
+        self._shared_limit: ConnectionLimit | None = None  # the plain shared port's, for connections handed over
 
     async def bind(self) -> None:
         """Bind the listening sockets (port 0 gets its number here) without accepting yet."""
@@ -307,7 +402,7 @@ class AMQPServer:
             # Bound first: whoever waits for the plain port then finds AMQPS ready too.
             self.tls_port = await self._listen(self.tls_port, self.tls.context, reuse_port=self.shared_ports)
         if self.port is not None:
-            self.port = await self._listen(self.port, None, reuse_port=self.shared_ports)
+            self.port = await self._listen(self.port, None, reuse_port=self.shared_ports, handover=self.handover)
         if self.shared_ports:
             self._node_port = await self._listen(0, None)
 
@@ -319,6 +414,8 @@ class AMQPServer:
     async def start(self) -> None:
         """Accept connections (binding first if `bind` was not called)."""
         await self.bind()
+        if self.handover is not None:
+            await self.handover.start()
         for server in self._servers:
             await server.start_serving()
         if self.tls_port is not None:
@@ -331,21 +428,42 @@ class AMQPServer:
         self._ticker = asyncio.create_task(self._tick_forever())
         self._timer_driver = asyncio.create_task(drive_timers(self.broker.timers))
 
-    async def _listen(self, port: int, ssl_context: "ssl.SSLContext | None", reuse_port: bool = False) -> int:
+    async def _listen(self, port: int, ssl_context: "ssl.SSLContext | None", reuse_port: bool = False,
+                      handover: HandoverService | None = None) -> int:
         """Bind `port` (TLS when `ssl_context` is given; shared with the other workers when
-        `reuse_port`) without accepting yet; returns the port bound."""
+        `reuse_port`; its connections may move with `handover`) without accepting yet; returns
+        the port bound."""
         limit: list[ConnectionLimit] = []  # its own limit, named by the port bound (port 0 asks for any)
         tls_options = {"ssl": ssl_context, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S} if ssl_context else {}
         server = await asyncio.get_running_loop().create_server(
-            lambda: AMQPProtocol(self.broker, self.protocols, limit[0]),
+            lambda: AMQPProtocol(self.broker, self.protocols, limit[0], handover),
             self.host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=1024, start_serving=False,
             **tls_options,
         )
         bound = server.sockets[0].getsockname()[1]
         # Before serving starts: every accepted connection finds its limit.
         limit.append(ConnectionLimit(f"listener {self.host}:{bound}", self.max_connections))
+        if handover is not None:
+            self._shared_limit = limit[0]
         self._servers.append(server)
         return bound
+
+    async def _adopt(self, sock: socket.socket, moved: MovedConnection) -> AMQPProtocol | None:
+        """A sibling worker offers a client's socket: its connection here once the replay reached
+        the same state, else None (the socket is closed here, the sibling keeps it)."""
+        if self._shared_limit is None:
+            sock.close()
+            return None
+        try:
+            _transport, protocol = await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: AMQPProtocol(self.broker, self.protocols, self._shared_limit, moved=moved), sock)
+        except OSError:
+            sock.close()
+            return None
+        if protocol.connection is None or not protocol.replayed:
+            protocol.forget()
+            return None
+        return protocol
 
     async def _tick_forever(self) -> None:
         while True:
@@ -358,6 +476,8 @@ class AMQPServer:
                     log.exception("heartbeat check failed for a connection")
 
     async def stop(self) -> None:
+        if self.handover is not None:
+            await self.handover.stop()
         for server in self._servers:
             server.close()
         if self._ticker is not None:
@@ -394,9 +514,10 @@ async def drive_timers(timers: Timers) -> None:
 
 
 async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None,
-                shared_ports: bool = False) -> int:
+                shared_ports: bool = False, handover: HandoverPlan | None = None) -> int:
     """Run the broker until `stop` is set (or SIGINT/SIGTERM arrives); returns the exit code.
-    `shared_ports`: this process is one worker of `--workers N` (AMQPServer says what changes)."""
+    `shared_ports`: this process is one worker of `--workers N`, `handover` its siblings
+    (AMQPServer says what changes)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
     # A cluster node imports the file into the cluster's definitions, once it has joined.
@@ -410,7 +531,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     tls = TlsListenerContext(config.tls) if config.tls.enabled else None
     server = AMQPServer(broker, config.host, config.port if config.tcp_listener else None,
                         config.limits.max_connections_per_listener, tls, config.tls.amqp_port or None,
-                        shared_ports=shared_ports)
+                        shared_ports=shared_ports, handover=handover)
     # Prometheus metrics and the management API (each off when its port is 0), up before the
     # AMQP port opens, so whoever waits for that port finds them ready too.
     http_services = await start_http_services(config, broker, server, tls)

@@ -8,6 +8,10 @@ Channel: OPEN from channel.open-ok. A soft error makes the broker send channel.c
 channel is CLOSING until the client's close-ok and ignores everything else meanwhile (spec
 1.5.2.5). The client's own channel.close, or the end of its connection, closes it at once.
 
+Handover (a connection on a worker's shared port, handover.py): RECORDING while everything the
+client did can be replayed on another worker, MOVING once stopped before a frame naming a queue
+a sibling worker owns, then MOVED (the owner took the socket) or FIXED (it stays here).
+
 `next_state` is the only way from one state to another (Connection.advance and Channel.advance
 call it). An event the current state does not allow raises IllegalTransition; when the client
 caused it, the connection answers with RabbitMQ's "unexpected method in connection state
@@ -44,6 +48,7 @@ class ConnectionEvent(Enum):
     CLOSE_SENT = "closing"  # connection.close sent, or the client gets no answer: await close-ok
     FINISHED = "finished"  # nothing more to say: the socket closes once flushed
     TRANSPORT_CLOSED = "socket closed"
+    HANDED_OVER = "handed over"  # its socket belongs to another worker now (handover.py)
 
 
 class ChannelState(Enum):
@@ -66,6 +71,7 @@ _CONNECTION_ENDINGS = {
     ConnectionEvent.CLOSE_SENT: ConnectionState.CLOSING,
     ConnectionEvent.FINISHED: ConnectionState.CLOSED,
     ConnectionEvent.TRANSPORT_CLOSED: ConnectionState.CLOSED,
+    ConnectionEvent.HANDED_OVER: ConnectionState.CLOSED,
 }
 CONNECTION_TRANSITIONS: dict[ConnectionState, dict[ConnectionEvent, ConnectionState]] = {
     ConnectionState.AWAIT_HEADER: {ConnectionEvent.HEADER_ACCEPTED: ConnectionState.AWAIT_START_OK,
@@ -77,9 +83,11 @@ CONNECTION_TRANSITIONS: dict[ConnectionState, dict[ConnectionEvent, ConnectionSt
                            ConnectionEvent.CLOSE: ConnectionState.CLOSED, **_CONNECTION_ENDINGS},
     # Only close-ok (FINISHED) and a crossing connection.close (no change) count here.
     ConnectionState.CLOSING: {ConnectionEvent.FINISHED: ConnectionState.CLOSED,
-                              ConnectionEvent.TRANSPORT_CLOSED: ConnectionState.CLOSED},
+                              ConnectionEvent.TRANSPORT_CLOSED: ConnectionState.CLOSED,
+                              ConnectionEvent.HANDED_OVER: ConnectionState.CLOSED},
     ConnectionState.CLOSED: {ConnectionEvent.FINISHED: ConnectionState.CLOSED,
-                             ConnectionEvent.TRANSPORT_CLOSED: ConnectionState.CLOSED},
+                             ConnectionEvent.TRANSPORT_CLOSED: ConnectionState.CLOSED,
+                             ConnectionEvent.HANDED_OVER: ConnectionState.CLOSED},
 }
 # Before these are done the client is not trusted: RabbitMQ answers its errors with no frame
 # and drops the socket a few seconds later (handshake_error).
@@ -100,7 +108,34 @@ CHANNEL_TRANSITIONS: dict[ChannelState, dict[ChannelEvent, ChannelState]] = {
     ChannelState.CLOSED: {ChannelEvent.CONNECTION_GONE: ChannelState.CLOSED},
 }
 
-State = TypeVar("State", ConnectionState, ChannelState)
+
+
+class HandoverState(Enum):
+    """Whether a connection on a worker's shared port may still move to the worker that owns its
+    queue (handover.py): what it did so far can be replayed there with no side effect."""
+
+    RECORDING = "recording"  # every byte so far is replayable: the client's bytes are kept
+    MOVING = "moving"  # stopped before a frame naming another worker's queue: the socket is being passed
+    FIXED = "fixed"  # stays on this worker (did something not replayable, or the owner refused)
+    MOVED = "moved"  # the owner took the socket: this worker has forgotten the connection
+
+
+class HandoverEvent(Enum):
+    OWNER_FRAME = "a frame naming a queue another local worker owns"
+    UNREPLAYABLE = "something not replayable happened"
+    REFUSED = "the hand-over failed or the owner refused it"
+    TAKEN = "the owner took the socket"
+
+
+HANDOVER_TRANSITIONS: dict[HandoverState, dict[HandoverEvent, HandoverState]] = {
+    HandoverState.RECORDING: {HandoverEvent.OWNER_FRAME: HandoverState.MOVING,
+                              HandoverEvent.UNREPLAYABLE: HandoverState.FIXED},
+    HandoverState.MOVING: {HandoverEvent.REFUSED: HandoverState.FIXED, HandoverEvent.TAKEN: HandoverState.MOVED},
+    HandoverState.FIXED: {HandoverEvent.UNREPLAYABLE: HandoverState.FIXED},
+    HandoverState.MOVED: {},
+}
+
+State = TypeVar("State", ConnectionState, ChannelState, HandoverState)
 
 
 class IllegalTransition(Exception):

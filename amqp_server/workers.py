@@ -33,9 +33,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from amqp_server.config import ConfigError, ServerConfig, load_config
+
+if TYPE_CHECKING:
+    from amqp_server.handover import HandoverPlan
 
 log = logging.getLogger("amqp_server.workers")  # also when run as __main__ (a worker)
 
@@ -403,23 +406,28 @@ def supervise(config: ServerConfig, argv: Sequence[str]) -> int:
 def worker_main(args: Sequence[str]) -> int:
     """`python -m amqp_server.workers K FD ARGS`: run as worker K, reporting on socket FD."""
     from amqp_server.cli import configure_logging
+    from amqp_server.handover import HandoverPlan, handover_address
     from amqp_server.server import event_loop_runner
 
     index, channel_fd, argv = int(args[0]), int(args[1]), list(args[2:])
     channel = socket.socket(fileno=channel_fd)
     try:
         config = load_config(argv)
-        plan = plan_workers(config)[index - 1]
+        plans = plan_workers(config)
+        plan = plans[index - 1]
     except ConfigError as error:
         print(f"amqp-server: configuration error: {error}", file=sys.stderr)
         return 2
+    # Each worker takes its siblings' connections on a Unix socket named from its data directory.
+    handover = HandoverPlan(plan.node_name, handover_address(plan.data_dir),
+                            {p.node_name: handover_address(p.data_dir) for p in plans if p.index != index})
     config = plan.apply(config)
     configure_logging(config.log_level, node=plan.node_name)
     runner, _loop_name = event_loop_runner()
-    return runner(_serve_worker(config, channel))
+    return runner(_serve_worker(config, channel, handover))
 
 
-async def _serve_worker(config: ServerConfig, channel: socket.socket) -> int:
+async def _serve_worker(config: ServerConfig, channel: socket.socket, handover: "HandoverPlan") -> int:
     from amqp_server.server import serve
 
     loop = asyncio.get_running_loop()
@@ -440,7 +448,7 @@ async def _serve_worker(config: ServerConfig, channel: socket.socket) -> int:
             stop.set()
 
     loop.add_reader(channel.fileno(), parent_readable)
-    serving = asyncio.create_task(serve(config, ready, stop, shared_ports=True))
+    serving = asyncio.create_task(serve(config, ready, stop, shared_ports=True, handover=handover))
     readiness = asyncio.create_task(ready.wait())
     await asyncio.wait({serving, readiness}, return_when=asyncio.FIRST_COMPLETED)
     alive = None

@@ -143,8 +143,11 @@ def test_two_workers_share_the_port_and_serve_each_others_queues(tmp_path):
         on_1 = connections[sorted(by_worker[0])[0]]
         on_2 = connections[sorted(by_worker[1])[0]]
 
-        # Declared through worker 1: worker 1 owns it, worker 2 forwards to it.
+        # Declared through worker 1: worker 1 owns it, worker 2 forwards to it. Each connection
+        # declares a queue first, which keeps it on its worker (a connection whose first act is to
+        # use the other worker's queue moves there instead: test_cluster_workers_handover.py).
         on_1.channel().queue_declare("declared-on-1", durable=True)
+        on_2.channel().queue_declare("declared-on-2")
         for worker in (1, 2):
             wait_until(lambda worker=worker: group.api(worker, "queues/%2F/declared-on-1").status_code == 200,
                        f"worker {worker} knows the queue")
@@ -166,7 +169,6 @@ def test_two_workers_share_the_port_and_serve_each_others_queues(tmp_path):
         assert received == [f"m{number}" for number in range(100)]
 
         # And the other way round: declared through worker 2, used through worker 1.
-        on_2.channel().queue_declare("declared-on-2")
         wait_until(lambda: group.api(1, "queues/%2F/declared-on-2").status_code == 200, "worker 1 knows it")
         channel = on_1.channel()
         channel.confirm_delivery()

@@ -106,10 +106,12 @@ def amqplain_response(user: str, password: str) -> str:
 class FakeClient:
     """Drives one broker connection. Every `send*` returns the frames the broker answered with."""
 
-    def __init__(self, broker: Broker | None = None, peer_host: str = "127.0.0.1") -> None:
+    def __init__(self, broker: Broker | None = None, peer_host: str = "127.0.0.1", **connection: Any) -> None:
+        """`connection`: more keyword arguments for the Connection (a handover recorder, say)."""
         self.broker = broker or Broker()
         self.output_signals = 0
-        self.connection = Connection(self.broker, peer_host=peer_host, peer_port=50000, on_output=self._signal)
+        self.connection = Connection(self.broker, peer_host=peer_host, peer_port=50000, on_output=self._signal,
+                                     **connection)
 
     def _signal(self) -> None:
         self.output_signals += 1

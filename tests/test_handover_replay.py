@@ -1,0 +1,171 @@
+"""A connection on a worker's shared port that names a queue a sibling worker owns stops before
+that frame (amqp_server/handover.py): what the client sent before it is the replay, the frame and
+what follows the rest; a replay on a fresh connection gives the same state, and its replies are
+exactly those the client already had."""
+
+from __future__ import annotations
+
+from pamqp import commands
+
+from amqp_server.broker import Broker
+from amqp_server.connection import OPEN, Connection
+from amqp_server.handover import MAX_RECORDED, HandoverRecorder
+from amqp_server.states import HandoverState
+from queues.queue import Queue
+from tests.frame_driver import PROTOCOL_HEADER, FakeClient, marshal, methods, plain_response, publish_frames
+
+SIBLINGS = {"w-2": "\0test-w-2"}
+
+
+class SiblingsQueue(Queue):
+    """A queue as a worker holds one its sibling owns (cluster_remote_queue.RemoteQueue), here a
+    plain queue with an owner's name: what the recorder asks of it, and an answer when a refused
+    hand-over is handled here."""
+
+    is_remote = True
+
+    def __init__(self, name: str, owner: str, timers) -> None:
+        super().__init__(name, "/", timers=timers)
+        self.owner = owner
+
+    def check_available(self) -> None:
+        """The owner is live."""
+
+
+def _broker_with_sibling_queue() -> Broker:
+    broker = Broker()
+    broker.vhosts["/"].queues["theirs"] = SiblingsQueue("theirs", "w-2", broker.timers)
+    broker.vhosts["/"].queues["elsewhere"] = SiblingsQueue("elsewhere", "another-host", broker.timers)
+    return broker
+
+
+def _client(broker: Broker) -> tuple[FakeClient, list[str]]:
+    moves: list[str] = []
+    recorder = HandoverRecorder(SIBLINGS, lambda: moves.append("moved"))
+    return FakeClient(broker, handover=recorder), moves
+
+
+def _handshake_bytes() -> bytes:
+    properties = {"product": "frame-driver", "capabilities": {"publisher_confirms": True}}
+    return (PROTOCOL_HEADER
+            + marshal(0, commands.Connection.StartOk(client_properties=properties, mechanism="PLAIN",
+                                                     response=plain_response("guest", "guest")))
+            + marshal(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
+            + marshal(0, commands.Connection.Open(virtual_host="/")))
+
+
+def _session_bytes() -> list[bytes]:
+    """What a client sends before it consumes, as separate reads."""
+    return [_handshake_bytes(), marshal(1, commands.Channel.Open()),
+            marshal(1, commands.Basic.Qos(prefetch_count=5)), marshal(1, commands.Confirm.Select()),
+            b"\x08\x00\x00\x00\x00\x00\x00\xce"]
+
+
+def test_a_consume_of_a_siblings_queue_stops_the_connection_before_it():
+    client, moves = _client(_broker_with_sibling_queue())
+    before = b""
+    replies = b""
+    for data in _session_bytes():
+        client.connection.receive_data(data)
+        before += data
+        replies += client.connection.take_output()
+    consume = marshal(1, commands.Basic.Consume(queue="theirs", consumer_tag="c1"))
+    later = publish_frames(1, b"after", routing_key="theirs")
+    # The consume and a publish after it in one read: neither is handled here.
+    client.connection.receive_data(consume + later)
+    recorder = client.connection.handover
+    assert moves == ["moved"]
+    assert recorder.state is HandoverState.MOVING
+    assert (recorder.owner, recorder.queue) == ("w-2", "theirs")
+    assert client.connection.take_output() == b""  # no consume-ok from this worker
+    assert recorder.replay == before
+    assert recorder.rest == consume + later
+    client.connection.receive_data(b"more")  # read before reading stopped: passed on too
+    assert recorder.rest == consume + later + b"more"
+
+    # The owner replays it on a fresh connection: the same state, the replies the client had.
+    owner = Connection(_broker_with_sibling_queue(), peer_host="127.0.0.1")
+    owner.receive_data(recorder.replay)
+    assert owner.take_output() == replies
+    assert owner.state is OPEN and sorted(owner.channels) == [1]
+    assert owner.channels[1].prefetch_count == 5 and owner.channels[1].confirms is not None
+
+
+def test_the_replay_ends_where_the_frame_began_when_it_arrived_in_pieces():
+    client, moves = _client(_broker_with_sibling_queue())
+    stream = b"".join(_session_bytes()) + marshal(1, commands.Basic.Get(queue="theirs"))
+    for index in range(len(stream)):  # one byte per read: the frame boundary is inside a read
+        client.connection.receive_data(stream[index:index + 1])
+    recorder = client.connection.handover
+    assert moves == ["moved"]
+    assert recorder.replay == b"".join(_session_bytes())
+    assert recorder.rest == marshal(1, commands.Basic.Get(queue="theirs"))
+
+
+def test_a_publish_to_a_siblings_queue_through_the_default_exchange_moves():
+    client, moves = _client(_broker_with_sibling_queue())
+    for data in _session_bytes():
+        client.connection.receive_data(data)
+    publish = publish_frames(1, b"m", routing_key="theirs")
+    client.connection.receive_data(publish)
+    assert moves == ["moved"] and client.connection.handover.rest == publish
+
+
+def test_a_refused_hand_over_handles_the_rest_here():
+    client, moves = _client(_broker_with_sibling_queue())
+    for data in _session_bytes():
+        client.connection.receive_data(data)
+    client.take()
+    client.connection.receive_data(publish_frames(1, b"m", routing_key="theirs"))
+    assert moves == ["moved"] and client.take() == []
+    client.connection.stay_after_handover()
+    assert client.connection.handover is None
+    # Handled here now: the publish is confirmed by this worker (confirm.select was on).
+    assert [type(m) for m in methods(client.take())] == [commands.Basic.Ack]
+    assert client.connection.vhost.queues["theirs"].message_count == 1
+
+
+def test_anything_not_replayable_fixes_the_connection_here():
+    for unreplayable in (marshal(1, commands.Queue.Declare(queue="mine", exclusive=True)),
+                         marshal(1, commands.Exchange.Declare(exchange="x", exchange_type="direct")),
+                         publish_frames(1, b"x", exchange="amq.direct", routing_key="theirs")):
+        client, moves = _client(_broker_with_sibling_queue())
+        for data in _session_bytes():
+            client.connection.receive_data(data)
+        client.connection.receive_data(unreplayable)
+        assert client.connection.handover is None, unreplayable
+        client.connection.receive_data(publish_frames(1, b"m", routing_key="theirs"))
+        assert moves == [], unreplayable
+        assert client.connection.vhost.queues["theirs"].message_count == 1  # handled here
+
+
+def test_a_queue_of_a_node_on_another_host_does_not_move_the_connection():
+    client, moves = _client(_broker_with_sibling_queue())
+    for data in _session_bytes():
+        client.connection.receive_data(data)
+    client.connection.receive_data(publish_frames(1, b"m", routing_key="elsewhere"))
+    assert moves == [] and client.connection.handover is None
+
+
+def test_a_connection_that_sent_too_much_stays():
+    client, moves = _client(_broker_with_sibling_queue())
+    client.connection.receive_data(_handshake_bytes())
+    heartbeat = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+    client.connection.receive_data(heartbeat * (MAX_RECORDED // len(heartbeat)))
+    client.connection.receive_data(marshal(1, commands.Channel.Open()))
+    client.connection.receive_data(publish_frames(1, b"m", routing_key="theirs"))
+    assert moves == [] and client.connection.handover is None
+
+
+def test_handed_over_forgets_the_connection():
+    broker = _broker_with_sibling_queue()
+    client, moves = _client(broker)
+    for data in _session_bytes():
+        client.connection.receive_data(data)
+    assert client.connection in broker.connections
+    client.take()
+    client.connection.receive_data(marshal(1, commands.Basic.Get(queue="theirs")))
+    client.connection.handed_over()
+    assert client.connection not in broker.connections
+    assert client.connection.channels == {}
+    assert client.take() == []

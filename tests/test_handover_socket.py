@@ -1,0 +1,139 @@
+"""The socket itself moves (amqp_server/handover.py): one worker passes a client's descriptor to
+another over its Unix socket; once the first closes its copy, the client's TCP connection is still
+open (no FIN, no RST) and talks to the second. With asyncio's event loop and with uvloop's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import pytest
+
+from amqp_server.handover import HandoverPlan, HandoverService, MovedConnection
+
+LOOPS = ["asyncio"]
+try:
+    import uvloop
+
+    LOOPS.append("uvloop")
+except ImportError:  # the [fast] extra is not installed: asyncio's loop alone
+    uvloop = None
+
+
+class Holder(asyncio.Protocol):
+    """A connection as a worker's shell holds it: the transport, and what was read."""
+
+    def __init__(self) -> None:
+        self.made: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.lost: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.received = b""
+        self.more = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.made.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data
+        self.more.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.set_result(exc)
+
+
+class Adopted:
+    def __init__(self, protocol: Holder) -> None:
+        self.protocol = protocol
+        self.live = False
+
+    def go_live(self) -> None:
+        self.live = True
+
+    def forget(self) -> None:
+        self.protocol.transport.close()
+
+
+def _address(name: str) -> str:
+    return f"\0amqp-server-handover-test-{os.getpid()}-{name}"
+
+
+async def _scenario(refuse: bool) -> None:
+    loop = asyncio.get_running_loop()
+    offered: list[MovedConnection] = []
+    adopted: list[Adopted] = []
+
+    async def adopt(sock: socket.socket, moved: MovedConnection) -> Adopted | None:
+        offered.append(moved)
+        _transport, protocol = await loop.connect_accepted_socket(Holder, sock)
+        if refuse:
+            protocol.transport.close()
+            return None
+        adopted.append(Adopted(protocol))
+        return adopted[-1]
+
+    async def never(sock: socket.socket, moved: MovedConnection) -> None:
+        raise AssertionError("the first worker is offered nothing")
+
+    tag = "refuse" if refuse else "take"
+    owner = HandoverService(HandoverPlan("w-2", _address(f"{tag}-2"), {}), adopt)
+    first = HandoverService(HandoverPlan("w-1", _address(f"{tag}-1"), {"w-2": _address(f"{tag}-2")}), never)
+    await owner.start()
+    await first.start()
+    holders: list[Holder] = []
+    server = await loop.create_server(lambda: holders.append(Holder()) or holders[-1], "127.0.0.1", 0)
+    client = socket.create_connection(server.sockets[0].getsockname())
+    client.setblocking(False)
+    try:
+        while not holders:
+            await asyncio.sleep(0.01)
+        held = holders[0]
+        await held.made
+        await loop.sock_sendall(client, b"before")
+        await held.more.wait()
+        held.transport.pause_reading()
+        moved = MovedConnection(b"replay bytes", b"rest bytes", (1, 2), "q", "w-1")
+        taken = await first.send("w-2", held.transport.get_extra_info("socket").fileno(), moved)
+        assert offered == [moved]
+        if refuse:
+            # Refused: the owner closed its copy, and the first worker still has the client.
+            assert taken is False
+            held.transport.write(b"still the first")
+            assert await asyncio.wait_for(loop.sock_recv(client, 100), 5) == b"still the first"
+            return
+        assert taken is True and adopted[0].live
+        held.transport.close()  # the first worker forgets the connection
+        await asyncio.wait_for(held.lost, 5)
+        # The client's connection is open, now to the owner: both ways, nothing lost or reset.
+        owners = adopted[0].protocol
+        owners.transport.write(b"from the owner")
+        assert await asyncio.wait_for(loop.sock_recv(client, 100), 5) == b"from the owner"
+        await loop.sock_sendall(client, b"to the owner")
+        while b"to the owner" not in owners.received:
+            owners.more.clear()
+            await asyncio.wait_for(owners.more.wait(), 5)
+        assert held.received == b"before"
+        # Only the owner's close ends it, with a FIN.
+        owners.transport.close()
+        assert await asyncio.wait_for(loop.sock_recv(client, 100), 5) == b""
+    finally:
+        client.close()
+        server.close()
+        await owner.stop()
+        await first.stop()
+
+
+@pytest.mark.parametrize("loop_name", LOOPS)
+@pytest.mark.parametrize("refuse", [False, True], ids=["taken", "refused"])
+def test_a_passed_socket_stays_open_when_the_first_worker_closes_its_copy(loop_name, refuse):
+    runner = uvloop.run if loop_name == "uvloop" else asyncio.run
+    runner(asyncio.wait_for(_scenario(refuse), 20))
+
+
+def test_an_offer_to_a_worker_that_is_not_listening_is_refused():
+    async def scenario() -> bool:
+        first = HandoverService(HandoverPlan("w-1", _address("lonely-1"), {"w-2": _address("nobody")}), None)
+        with socket.socket() as some_socket:
+            return await first.send("w-2", some_socket.fileno(), MovedConnection(b"r", b"r", (), "q", "w-1"))
+
+    assert asyncio.run(scenario()) is False
