@@ -140,7 +140,7 @@ class HandoverRecorder:
         """Every frame before the connection handles it; True: stop before it, the connection moves."""
         if self.state is not HandoverState.RECORDING or frame_type == codec.FRAME_HEARTBEAT:
             return False
-        if frame_type == codec.FRAME_METHOD:
+        if frame_type == codec.FRAME_METHOD and len(payload) >= 4:  # a shorter one is refused as usual
             index = codec.method_index(payload)
             if (index in _REPLAYABLE_ON_0) if channel_id == 0 else (index in _REPLAYABLE):
                 return False
@@ -303,8 +303,10 @@ class HandoverService:
                 adopted.forget()
                 return
             adopted.go_live()
-        except (OSError, asyncio.TimeoutError, ValueError) as error:
+        except (OSError, asyncio.TimeoutError, ValueError, KeyError) as error:
             log.warning("hand-over from a sibling worker failed: %s", error)
+        except Exception:  # a bug: the sibling keeps its connection
+            log.exception("hand-over from a sibling worker failed")
         finally:
             peer.close()
             if client is not None:

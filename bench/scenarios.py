@@ -261,9 +261,11 @@ def placed(target: Target, opts: Options, queues: int, publishers: int, consumer
     """`queues` queues, each with `publishers` flooding publishers and `consumers` manual-ack
     consumers, a connection each. SHARED_PORT: everything goes to the target's URL, each queue
     declared through a connection of its own, so behind a shared port (`--workers N`) the kernel
-    picks each queue's owner and each client's node. With the target's `nodes`: OWNER_LOCAL puts
-    queue i on node i mod n and its clients there too (what handing sockets to the owner would
-    give at best); OWNER_REMOTE puts its clients on the next node (every message forwarded)."""
+    picks each queue's owner and each client's node, and a worker hands a client whose queue
+    another worker owns to that worker (docs/cluster.md, "Handing the client's socket"). With the
+    target's `nodes`: OWNER_LOCAL puts queue i on node i mod n and its clients there too (where
+    the hand-over puts them, with no hand-over to make); OWNER_REMOTE puts its clients on the next
+    node's own port, whose connections never move (every message forwarded)."""
     nodes = target.nodes
     if placement != SHARED_PORT and len(nodes) < 2:
         return []  # a single node: every placement is SHARED_PORT's

@@ -80,14 +80,14 @@ class WorkerGroup:
 
 
 @contextmanager
-def worker_group(tmp_path: Path) -> Iterator[WorkerGroup]:
+def worker_group(tmp_path: Path, config: str = GROUP_CONFIG, extra_args: tuple[str, ...] = ()) -> Iterator[WorkerGroup]:
     service = start_etcd(tmp_path / "etcd")
     management_port = _free_port_pair()
     broker = None
     try:
-        broker = launch(tmp_path / "group", GROUP_CONFIG, extra_args=(
+        broker = launch(tmp_path / "group", config, extra_args=(
             "--workers", str(WORKERS), "--management-port", str(management_port),
-            "--cluster", service.url(f"workers-{uuid.uuid4().hex[:6]}"), "--node-name", "w"))
+            "--cluster", service.url(f"workers-{uuid.uuid4().hex[:6]}"), "--node-name", "w", *extra_args))
         group = WorkerGroup(broker, management_port)
         group.wait_until_formed()
         yield group

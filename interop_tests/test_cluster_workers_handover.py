@@ -20,7 +20,9 @@ from pamqp import commands
 
 from interop_tests.cluster_nodes import wait_until
 from interop_tests.raw_client import RawClient
-from interop_tests.test_cluster_workers import WorkerGroup, worker_group
+from interop_tests.broker_process import free_port
+from interop_tests.test_cluster_workers import GROUP_CONFIG, WorkerGroup, worker_group
+from interop_tests.tls_helpers import make_tls_files, tls_config
 
 LINK_USER = "amqp-server-cluster-link"
 BODY = b"x" * 4096
@@ -207,3 +209,31 @@ def test_heartbeats_go_on_with_the_owner_after_the_move(tmp_path):
             client.send_heartbeat()
         assert client.is_alive(1)
         client.close()
+
+
+def test_a_tls_connection_stays_and_forwards(tmp_path):
+    files = make_tls_files(tmp_path / "tls")
+    tls_port = free_port()
+    with worker_group(tmp_path, tls_config(files, GROUP_CONFIG), ("--ssl-port", str(tls_port),
+                                                                   "--management-ssl-port", "0",
+                                                                   "--metrics-ssl-port", "0")) as group:
+        _declare_on_owner(group, "owned-by-1")
+
+        def connect(name: str) -> pika.BlockingConnection:
+            return pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", tls_port, credentials=pika.PlainCredentials("guest", "guest"),
+                ssl_options=pika.SSLOptions(files.client_context(), "127.0.0.1"),
+                client_properties={"connection_name": name}, connection_attempts=1))
+
+        name, connection = _on_worker(group, 2, connect, lambda c: c.close())
+        channel = connection.channel()
+        channel.confirm_delivery()
+        links_before = _link_octets(group, 1)
+        # Its first act uses worker 1's queue; the TLS session cannot leave worker 2's process.
+        for number in range(MESSAGES):
+            channel.basic_publish("", "owned-by-1", BODY + str(number).encode(), mandatory=True)
+        method, _properties, body = channel.basic_get("owned-by-1", auto_ack=True)
+        assert body == BODY + b"0"
+        assert _listed_only_by(group, name, 2)
+        assert _link_octets(group, 1) - links_before > MESSAGES * len(BODY)
+        connection.close()
