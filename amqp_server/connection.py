@@ -263,9 +263,10 @@ class Connection:
         frames = self.reader.frames()
         channels = self.channels
         flow = self.flow
+        handover = self.handover  # None unless the connection may still move (handover.py)
         try:
             for frame_type, channel_id, payload in frames:
-                if self.handover is not None and self.handover.before_frame(self, frame_type, channel_id, payload):
+                if handover is not None and handover.before_frame(self, frame_type, channel_id, payload):
                     break  # stopped before a frame naming another worker's queue: the connection moves
                 try:
                     # The hot case inline (publishes, acks: one call less per frame): content or
@@ -319,7 +320,6 @@ class Connection:
             frames.close()  # the frames handled leave the buffer; the others wait
             if self._confirm_channels:
                 self._ask_stores()
-        handover = self.handover
         if handover is not None and handover.state is not HandoverState.RECORDING:
             if handover.state is HandoverState.MOVING:
                 handover.stopped(self.reader.take_unread())

@@ -247,9 +247,16 @@ class HandoverService:
         return self.plan.peers
 
     async def start(self) -> None:
+        """Listen for siblings' offers. A socket that cannot be bound (an earlier process of this
+        worker still holds it) is logged: siblings then keep their connections and forward."""
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(self.plan.address)
-        listener.listen(64)
+        try:
+            listener.bind(self.plan.address)
+            listener.listen(64)
+        except OSError as error:
+            listener.close()
+            log.warning("not taking connections from the other workers (they forward instead): %s", error)
+            return
         listener.setblocking(False)
         self._listener = listener
         self._accepting = asyncio.create_task(self._accept_forever())

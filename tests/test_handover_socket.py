@@ -137,3 +137,21 @@ def test_an_offer_to_a_worker_that_is_not_listening_is_refused():
             return await first.send("w-2", some_socket.fileno(), MovedConnection(b"r", b"r", (), "q", "w-1"))
 
     assert asyncio.run(scenario()) is False
+
+
+def test_a_worker_whose_socket_is_taken_runs_on_without_taking_offers():
+    async def scenario() -> bool:
+        plan = HandoverPlan("w-2", _address("taken"), {})
+        holder = HandoverService(plan, None)
+        await holder.start()
+        second = HandoverService(plan, None)
+        await second.start()  # logged, not raised
+        first = HandoverService(HandoverPlan("w-1", _address("taken-1"), {"w-2": _address("taken")}), None)
+        await holder.stop()  # a stopped worker takes nothing: the offer says so
+        try:
+            with socket.socket() as some_socket:
+                return await first.send("w-2", some_socket.fileno(), MovedConnection(b"r", b"r", (), "q", "w-1"))
+        finally:
+            await second.stop()
+
+    assert asyncio.run(scenario()) is False
