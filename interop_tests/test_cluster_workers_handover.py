@@ -139,7 +139,7 @@ def test_an_unmovable_connection_stays_and_forwards(tmp_path):
         connection.close()
 
 
-def test_an_aio_pika_publisher_keeps_its_confirms_after_the_move(tmp_path):
+def test_an_aio_pika_publisher_and_consumer_move_and_keep_confirms_and_prefetch(tmp_path):
     with worker_group(tmp_path) as group:
         _declare_on_owner(group, "owned-by-1")
 
@@ -148,19 +148,24 @@ def test_an_aio_pika_publisher_keeps_its_confirms_after_the_move(tmp_path):
                 return await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{group.broker.port}/?heartbeat=1",
                                               client_properties={"connection_name": name})
 
-            opened = []
-            for _attempt in range(40):
-                name = f"aio-{next(_names)}"
-                connection = await connect(name)
-                await asyncio.to_thread(wait_until, lambda: name in group.connection_names(1) | group.connection_names(2),
-                                        f"{name} listed")
-                if name in group.connection_names(2):
-                    break
-                opened.append(connection)
-            else:
-                raise AssertionError("40 connections and none on worker 2")
-            for other in opened:
-                await other.close()
+            async def on_worker_2() -> tuple[str, aio_pika.abc.AbstractConnection]:
+                opened = []
+                for _attempt in range(40):
+                    name = f"aio-{next(_names)}"
+                    connection = await connect(name)
+                    await asyncio.to_thread(wait_until,
+                                            lambda: name in group.connection_names(1) | group.connection_names(2),
+                                            f"{name} listed")
+                    if name in group.connection_names(2):
+                        break
+                    opened.append(connection)
+                else:
+                    raise AssertionError("40 connections and none on worker 2")
+                for other in opened:
+                    await other.close()
+                return name, connection
+
+            name, connection = await on_worker_2()
             channel = await connection.channel(publisher_confirms=True)
             links_before = _link_octets(group, 1)
             tags = []
@@ -175,6 +180,24 @@ def test_an_aio_pika_publisher_keeps_its_confirms_after_the_move(tmp_path):
 
             queue = await channel.declare_queue("owned-by-1", durable=True, passive=True)
             assert queue.declaration_result.message_count == MESSAGES
+            await connection.close()
+
+            # An aio-pika consumer moves at its passive queue.declare and consumes with its prefetch.
+            name, connection = await on_worker_2()
+            channel = await connection.channel()
+            await channel.set_qos(prefetch_count=10)
+            queue = await channel.declare_queue("owned-by-1", durable=True, passive=True)
+            assert queue.declaration_result.message_count == MESSAGES
+            assert _listed_only_by(group, name, 1)
+            received = []
+            async with queue.iterator() as messages:
+                async for message in messages:
+                    received.append(int(message.body[len(BODY):]))
+                    await message.ack()
+                    if len(received) == MESSAGES:
+                        break
+            assert received == list(range(MESSAGES))
+            assert _link_octets(group, 1) - links_before < 100_000
             await connection.close()
 
         asyncio.run(scenario())
