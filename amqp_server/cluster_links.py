@@ -93,7 +93,10 @@ class ClusterLinks:
                      timers: Timers | None = None) -> RemoteQueue:
         """The stand-in for queue `name` of `vhost` owned by node `owner`."""
         return RemoteQueue(name, vhost, owner=owner, links=self, durable=durable, exclusive=exclusive,
-                           auto_delete=auto_delete, arguments=arguments, timers=timers or Timers())
+                           auto_delete=auto_delete, arguments=arguments,
+                           # not `timers or Timers()`: Timers has a length, so an idle one is falsy,
+                           # and a stand-in given a Timers nobody drives never retries its parked consumers
+                           timers=timers if timers is not None else Timers())
 
     def close(self) -> None:
         for link in self._links.values():
