@@ -56,6 +56,16 @@ LINK_WINDOW = 2000
 PARKED_RETRY_S = 1.0
 # Stands for "a connection of another node" as the exclusive owner: no connection here may use it.
 OTHER_NODES_CONNECTION = object()
+# The refusals of a re-attach (`reattach`) that may pass, so the consumer waits and tries again:
+# 404 is what a node answers for a queue it does not serve, which during a leader change means
+# "not yet" (the new leader has not taken it, or this node's link to it dropped: "link lost"
+# comes as 404 too). A 404 never outlives the queue: if the queue was really deleted, the
+# deletion reaches this node through the shared definitions, deletes this stand-in and cancels
+# its consumers. Every other code (403 another consumer's exclusive use, 405 an exclusive
+# queue, 406 an argument the owner refuses, ...) is the owner's answer about this consumer on a
+# queue it serves: asking again gets the same answer for ever, so the consumer is cancelled
+# (basic.cancel), as RabbitMQ cancels a consumer it cannot keep.
+TRANSIENT_REFUSALS = frozenset({errors.NOT_FOUND})
 
 
 class RemoteDelivery(QueueEntry):
@@ -212,7 +222,9 @@ class RemoteQueue(Queue):
     def reattach(self, channel: "Channel", consumer: Consumer) -> None:
         """A consumer of the queue's previous form (the old leader's stand-in, or the queue
         itself before this node stopped leading) consumes on the new owner, untold: no
-        consume-ok; a refusal cancels it (basic.cancel) instead of closing its channel."""
+        consume-ok. A refusal does not close its channel: a 404 (the owner does not serve the
+        queue yet) keeps it waiting, any other refusal cancels it (basic.cancel;
+        TRANSIENT_REFUSALS says why)."""
         consumer.move_to(self)
         link = None
         if self._links.queue_available(self.vhost, self.name, self.owner):
@@ -254,9 +266,13 @@ class RemoteQueue(Queue):
                 channel.replies.release(held, None)
             return
         if reattached:
-            # The client's consume succeeded long ago: it is cancelled as by the queue's owner.
+            # The client's consume succeeded long ago: no channel error now. A refusal that may
+            # pass (no leader serves the queue yet) parks it again; any other is final.
             remote.active = True
-            self.owner_cancelled(remote)
+            if reply.code in TRANSIENT_REFUSALS:
+                self.owner_cancelled(remote)
+            else:
+                self._cancel(remote)
             return
         self._remote_consumers.pop(remote.consumer, None)
         channel.forget_consumer(remote.consumer)
@@ -315,7 +331,16 @@ class RemoteQueue(Queue):
         if self._keeps_consumers and not self.deleted:
             self._park(remote)
             return
-        del self._remote_consumers[remote.consumer]
+        self._cancel(remote)
+
+    def _cancel(self, remote: RemoteConsumer) -> None:
+        """The consumer ends here: its client gets basic.cancel (if it announced
+        consumer_cancel_notify); what it holds unacked stays settleable on its channel."""
+        remote.parked = False
+        if self._remote_consumers.get(remote.consumer) is remote:
+            del self._remote_consumers[remote.consumer]
+        if remote.mirror is not None:
+            self._close_if_done(remote.mirror)
         remote.consumer.sink.consumer_cancelled(remote.consumer)
 
     def _park(self, remote: RemoteConsumer) -> None:
