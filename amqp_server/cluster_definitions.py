@@ -101,6 +101,9 @@ class _Write:
     ephemeral: bool = False
     create_only: bool = False
     then_own: bool = False  # a queue of this node: take its ownership once this write succeeded
+    # Write only over this definition: compare-and-set against the version the service holds
+    # it at, so a change made meanwhile (a deletion) is never undone. None: write whatever is there.
+    replaces: SharedValue | None = None
 
 
 class SharedDefinitions:
@@ -138,6 +141,7 @@ class SharedDefinitions:
         self._access = DefinitionTable()  # users, vhosts, permissions as last shared
         self._followers: list[asyncio.Task] = []
         self._owner_listeners: list[OwnerListener] = []
+        self._replicated: "ReplicatedQueues | None" = None
 
     # -- the interface for other cluster parts -----------------------------------------------
 
@@ -149,26 +153,50 @@ class SharedDefinitions:
     def replicate_with(self, replicated: "ReplicatedQueues") -> None:
         """Replicated queues are held where their replica leads (cluster_replicated.py); call
         it before `start`."""
+        self._replicated = replicated
         self._local.replicate_with(replicated)
 
     def reconcile_replicated(self, vhost: str, queue: str) -> None:
         """The leadership of replicated queue (vhost, queue) changed here: hold the queue
-        itself or a stand-in as it says, and when this node took it, name it the queue's home."""
+        itself or a stand-in as it says, and when this node took it, name it the queue's home.
+        A replica that leads the group of a queue deleted meanwhile drops the group."""
         key = entry_key("queues", {"vhost": vhost, "name": queue})
         value = self._service.get(key)
         if value is None:
+            if not self._local.holds(vhost, queue) and key not in self._pending:
+                task = asyncio.create_task(self._drop_group_if_deleted(key, vhost, queue))
+                self._undoing.add(task)
+                task.add_done_callback(self._undoing.discard)
             return
         self._local.apply(key, value)
         self._name_home_if_held(key, value)
 
+    async def _drop_group_if_deleted(self, key: str, vhost: str, queue: str) -> None:
+        """The queue was deleted while no replica led its group (no node held the queue to
+        delete the group with it): the replica that leads now removes the group, once the
+        service confirms the definition is gone (this node's view may lag)."""
+        replicated = self._replicated
+        try:
+            if await self._coordinator.get(key) is not None:
+                return
+            if replicated is not None and replicated.leads(vhost, queue) and not self._local.holds(vhost, queue):
+                log.info("replicated queue '%s' in vhost '%s' was deleted during its leader change: "
+                         "removing its group", queue, vhost)
+                await replicated.drop_group(vhost, queue)
+        except CoordinationUnavailable as error:
+            log.warning("the group of deleted queue '%s' in vhost '%s' stays until the coordination service "
+                        "answers: %s", queue, vhost, error)
+
     def _name_home_if_held(self, key: str, value: SharedValue) -> None:
         """A replicated queue this node holds (its replica leads) but whose definition names
-        another home: name this node, so the other nodes' stand-ins turn here."""
+        another home: name this node, so the other nodes' stand-ins turn here. The write is a
+        compare-and-set over `value`: a deletion committed meanwhile on another node stands
+        (the queue and its group then go here too: `_superseded`)."""
         entry = value.entry
         if value.home == self._node or not self._local.holds(entry["vhost"], entry["name"]):
             return
         moved = SharedValue(value.kind, entry, self._writer, self._seq + 1, self._node, value.exclusive)
-        self._issue(key, moved.encode(), moved)
+        self._issue(key, moved.encode(), moved, replaces=value)
         self._remember(key, moved)
         self._set_ownership(entry["vhost"], entry["name"], True)
         self._tell_owner_listeners(entry["vhost"], entry["name"])
@@ -414,10 +442,10 @@ class SharedDefinitions:
                     then_own=then_own)
 
     def _issue(self, key: str, data: bytes | None, value: SharedValue | None = None, *, ephemeral: bool = False,
-               create_only: bool = False, then_own: bool = False) -> None:
+               create_only: bool = False, then_own: bool = False, replaces: SharedValue | None = None) -> None:
         """Write `data` at `key` (None: delete it) after the writes to `key` issued before."""
         self._seq += 1
-        write = _Write(self._seq, key, data, value, ephemeral, create_only, then_own)
+        write = _Write(self._seq, key, data, value, ephemeral, create_only, then_own, replaces)
         if not key.startswith(OWNERS + "/"):
             self._pending[key] = write
             self._deletes_to_retry.pop(key, None)
@@ -456,6 +484,9 @@ class SharedDefinitions:
             if not await coordinator.delete(write.key):
                 self._no_echo(write)  # nothing was there: no event will come
             return None
+        if write.replaces is not None:
+            await self._replace(write)
+            return None
         if not write.create_only:
             await coordinator.put(write.key, write.data, ephemeral=write.ephemeral)
             return None
@@ -468,6 +499,32 @@ class SharedDefinitions:
             if self._local.holds(entry["vhost"], entry["name"]):  # not deleted meanwhile
                 self._set_ownership(entry["vhost"], entry["name"], True)
         return None
+
+    async def _replace(self, write: _Write) -> None:
+        """Write `write.data` only if the service still holds `write.replaces` at the key:
+        compare-and-set against the version it is held at."""
+        assert write.replaces is not None and write.data is not None
+        current = await self._coordinator.get(write.key)
+        held = self._decoded(write.replaces.kind, current) if current is not None else None
+        if current is None or held != write.replaces:
+            self._superseded(write)
+            return
+        try:
+            await self._coordinator.compare_and_set(write.key, write.data, current.version, ephemeral=write.ephemeral)
+        except VersionConflict:
+            self._superseded(write)
+
+    def _superseded(self, write: _Write) -> None:
+        """A conditional write found the key changed (deleted, or written by another node): it
+        is not made, and this node takes what the service holds, as last seen (a change not
+        seen yet arrives through the watch and is applied then). A replicated queue deleted
+        meanwhile is so removed here too, and its group with it (cluster_replicated.py)."""
+        log.info("%s changed before this node's write over it: not written", write.key)
+        if self._pending.get(write.key) is not write:
+            return  # a later local change of the key decides
+        del self._pending[write.key]
+        assert write.value is not None
+        self._local.apply(write.key, self._service.get(write.key), write.value.entry)
 
     def _outcome_unknown(self, write: _Write) -> None:
         """A write sent but not answered may still have been committed (the answer lost, or the

@@ -212,6 +212,11 @@ class ReplicatedQueues:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def drop_group(self, vhost: str, name: str) -> None:
+        """The queue is gone from the shared definitions and no node holds it (deleted while no
+        replica led): remove its group, and so every member's replica."""
+        await self.manager.delete_group(queue_id(vhost, name))
+
     async def _delete_group(self, replica_id: str) -> None:
         try:
             await self.manager.delete_group(replica_id)
