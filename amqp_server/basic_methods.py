@@ -186,8 +186,12 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
     raw_header = get_ok_header(queue.settings, message, entry.delivery_count)
     frames = [codec.get_ok_frame(channel.id, tag, entry.redelivered, message.routing_raw, queue.message_count)]
     codec.content_frames(frames, channel.id, raw_header, message.body, connection.max_body_frame)
-    channel.replies.send_frames(frames)
     queue.after_get(entry)
+    wait = queue.journal.delivery_wait if queue.journal is not None and entry.persisted else None
+    if wait is None:
+        channel.replies.send_frames(frames)
+    else:  # a replicated queue: the get-ok leaves once its `delivered` record is on a majority
+        channel.replies.send_when_durable(b"".join(frames), wait, "basic.get")
     connection.broker.stats.get += 1
 
 

@@ -13,10 +13,23 @@ to the log in order when it does; a journal whose replica stops leading fails ev
 sync (the publishers get basic.nack: nothing unreplicated is confirmed) and its queue is handed
 over (amqp_server/cluster_replicated.py).
 
+Deliveries wait for replication too, in batches, as a quorum queue's deliveries are effects
+of committed commands: the queue delivers a message only once a **delivery horizon** covering
+its seq (a log record, cluster/replication/queue_log.py) is committed. A horizon reaches
+HORIZON_AHEAD past the message being delivered, but never past the last message published
+(so a message is delivered only once its own record is committed, like its confirm); one
+horizon is on its way at a time, and the next is appended when deliveries pass the middle of
+the committed one. One small record per batch, no task, future or closure per message
+(`may_deliver`, `deliver_check_above`). A basic.get-ok waits for its own `delivered` record
+to be committed (`delivery_wait`).
+
 At a leader change the new leader builds the queue from its log (`recover`): the messages not
 settled, in publish order; those a consumer held at the failover come back with a `requeued`
 record carrying their delivery count, so they are delivered again with `redelivered=true` and
-a higher x-delivery-count, as a requeue would deliver them.
+a higher x-delivery-count, as a requeue would deliver them. So do the ready messages at or
+below the last delivery horizon: the old leader may have delivered them in its last instant
+with their `delivered` record not on a majority yet (it could not deliver any above: their
+horizon was not committed, and the new leader holds every committed record).
 
 Imported only on a clustered broker.
 """
@@ -31,7 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cluster.replication.queue_log import Held, QueueState
+from cluster.replication.queue_log import Held, QueueState, horizon_payload
 from cluster.replication.replica import QueueReplica, Role
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
@@ -39,10 +52,17 @@ from persistence.record_format import MessageState, Reason, encode_message, enco
 from queues.journal import JournalRecovery, QueueJournal, SyncCallback
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, QueueEntry
 
+if TYPE_CHECKING:
+    from queues.queue import Queue
+
 log = logging.getLogger(__name__)
 
 # The highest sequence number a record may carry: a purge record settles every ready message up to it.
 _MAX_SEQ = (1 << 63) - 1
+# How far past the message being delivered a delivery horizon may reach, for consumers without
+# a prefetch limit (with one, it reaches as far as their free prefetch): at a failover, ready
+# messages up to the horizon come back marked redelivered, delivered or not.
+HORIZON_AHEAD = 256
 
 
 class NotReplicated(OSError):
@@ -77,6 +97,16 @@ class ReplicatedJournal(QueueJournal):
         self._commit_index = 0
         self._handing_over = False
         self._lost = False  # it led and stopped: nothing it is given from now on is replicated
+        # The delivery horizon (module docstring): deliverable up to `_deliverable` (committed);
+        # `_horizon` the highest appended, at log index `_horizon_index` (0: none on its way);
+        # `_resume` dispatches the queue again once a horizon it waits for is committed.
+        self.deliver_check_above = 0
+        self._deliverable = 0
+        self._horizon = 0
+        self._horizon_index = 0
+        self._horizon_early = 0  # past this seq (in the committed horizon) the next one is appended
+        self._resume: Callable[[], None] | None = None
+        self._last_published = 0  # the highest seq published: no horizon reaches past it
 
     # -- the replica's reports (ReplicaManager.own) ---------------------------------------------
 
@@ -85,6 +115,13 @@ class ReplicatedJournal(QueueJournal):
         waiting = self._waiting
         while waiting and waiting[0][0] <= index:
             waiting.popleft()[1](None)
+        if self._horizon_index and index >= self._horizon_index:
+            self._horizon_index = 0
+            self._deliverable = self._horizon
+            self.deliver_check_above = self._horizon_early
+            resume, self._resume = self._resume, None
+            if resume is not None:
+                resume()
 
     def on_role(self, role: Role) -> None:
         if role is Role.LEADER:
@@ -97,6 +134,9 @@ class ReplicatedJournal(QueueJournal):
             unplaced, self._unplaced = self._unplaced, []
             index = self.replica.log.last_index
             self._waiting.extend((index, callback) for callback in unplaced)
+            resume, self._resume = self._resume, None
+            if resume is not None:  # deliveries waited for the replica to lead
+                resume()
             return
         was_leading, self._leading = self._leading, False
         self._fail_pending()
@@ -116,6 +156,38 @@ class ReplicatedJournal(QueueJournal):
     def leading(self) -> bool:
         return self._leading
 
+    # -- deliveries -----------------------------------------------------------------------------
+
+    def may_deliver(self, seq: int, queue: "Queue") -> bool:
+        """Message `seq` may be delivered once a committed delivery horizon covers it. Near the
+        end of the committed horizon the next one is appended, before it is needed."""
+        if seq <= self._deliverable:
+            self._extend(seq, queue)
+            return True
+        self._resume = queue.dispatch
+        self._extend(seq, queue)
+        return False
+
+    def _extend(self, seq: int, queue: "Queue") -> None:
+        """Append a horizon from `seq` on covering what the queue's consumers have room for
+        (HORIZON_AHEAD at most, and never past the last message published), unless one is on
+        its way; until it is committed, messages past the committed one wait."""
+        self.deliver_check_above = self._deliverable
+        if not self._leading or self._lost or self._horizon_index:
+            return  # (not leading yet: on_role resumes the queue, which asks again)
+        room = queue.delivery_room()
+        reach = HORIZON_AHEAD if room is None else max(1, min(room, HORIZON_AHEAD))
+        horizon = min(seq - 1 + reach, max(self._last_published, seq))
+        if horizon > self._horizon:
+            self._horizon = horizon
+            self._horizon_early = horizon - reach // 2
+            self._horizon_index = self.replica.publish(horizon_payload(horizon))
+
+    def delivery_wait(self, callback: SyncCallback) -> None:
+        """Call `callback(error)` once the records journaled so far (a basic.get's `delivered`
+        among them) are committed: a get-ok waits for it."""
+        self.request_sync(callback)
+
     # -- records ------------------------------------------------------------------------------------
 
     def _replicate(self, payload: bytes) -> None:
@@ -127,6 +199,8 @@ class ReplicatedJournal(QueueJournal):
     def published(self, entry: QueueEntry) -> bool:
         if not super().published(entry):
             return False
+        if entry.seq > self._last_published:
+            self._last_published = entry.seq
         message = entry.message
         head, body = encode_message(entry.seq, int(message.published_at * 1000), message.exchange,
                                     message.routing_key, message.raw_header[CONTENT_HEADER_PREFIX_SIZE:], message.body)
@@ -188,6 +262,7 @@ class ReplicatedJournal(QueueJournal):
         self.store.recover()
         now = _now_ms()
         held_back: list[bytes] = []
+        maybe_delivered = set(state.maybe_delivered())
         for seq in sorted(state.messages):
             record = state.messages[seq]
             self.store.append_message(seq, record.published_at_ms, record.exchange, record.routing_key,
@@ -196,13 +271,23 @@ class ReplicatedJournal(QueueJournal):
             if state.held[seq] is Held.DELIVERED:
                 # A consumer held it when the old leader went: it comes back as a requeue would.
                 held_back.append(encode_state(MessageState.REQUEUED, seq, now, delivery_count=count))
+            elif seq in maybe_delivered:
+                # Ready here, but within the old leader's delivery horizon: it may have gone to a
+                # consumer in the old leader's last instant, its `delivered` record lost with it.
+                count += 1
+                held_back.append(encode_state(MessageState.REQUEUED, seq, now, delivery_count=count))
             if count:
                 self.store.append_state(seq, MessageState.REQUEUED, now, delivery_count=count)
         self.store.close()
         for payload in held_back:
             self._replicate(payload)
+        # This leader's deliveries start from nothing: the messages the old horizon covered are
+        # marked above, and must not be counted again at a later failover.
+        self._replicate(horizon_payload(0))
         self.store = self._reopen()
         recovery = super().recover()
-        log.info("%r taken over from its replica log: %d messages (%d held by consumers at the failover)",
-                 self.store.queue, recovery.count, len(held_back))
+        log.info("%r taken over from its replica log: %d messages (%d held by consumers at the failover, "
+                 "%d more within its delivery horizon)", self.store.queue, recovery.count,
+                 len(held_back) - len(maybe_delivered), len(maybe_delivered))
+        self._last_published = max(recovery.next_seq, state.next_seq) - 1
         return recovery._replace(next_seq=max(recovery.next_seq, state.next_seq))

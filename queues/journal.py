@@ -63,11 +63,23 @@ class QueueJournal:
     # keeps only persistent ones, as RabbitMQ's does; a replicated (quorum) queue keeps every
     # message, as RabbitMQ's quorum queues do (amqp_server/replicated_journal.py).
     keeps_transient = False
+    # Queue.dispatch asks `may_deliver` before delivering a message whose seq is above this.
+    # A journal whose deliveries must wait for their records to be replicated lowers it
+    # (amqp_server/replicated_journal.py); here nothing waits.
+    deliver_check_above = (1 << 63) - 1
+    # What a basic.get-ok waits for after its `delivered` record (None: nothing; a replicated
+    # journal waits for the record to be on a majority).
+    delivery_wait: Callable[[Callable[[Exception | None], None]], None] | None = None
 
     def __init__(self, store: QueueStore, committer: GroupCommitter) -> None:
         self.store = store
         self.committer = committer
         self.failure: OSError | None = None  # the first state record that could not be written
+
+    def may_deliver(self, seq: int, queue: "Queue") -> bool:
+        """May message `seq` of `queue` be delivered now? False: not yet, and the journal calls
+        `queue.dispatch()` once it may."""
+        return True
 
     def set_archive(self, archive: bool) -> None:
         """Archive fully acked segments from now on (a policy's `archive`), or stop."""

@@ -166,6 +166,16 @@ class Queue:
     def consumers(self) -> list[Consumer]:
         return list(self._rotation)
 
+    def delivery_room(self) -> int | None:
+        """How many more messages the consumers could take now, at most (None: no limit); a
+        replicated queue's journal sizes what it lets through with it."""
+        room = 0
+        for consumer in self._rotation:
+            if consumer.no_ack or not consumer.prefetch_count:
+                return None
+            room += max(consumer.prefetch_count - consumer.unacked, 0)
+        return room
+
     @property
     def failure(self) -> OSError | None:
         """Why the queue failed: the first state record its journal could not write (it keeps
@@ -360,6 +370,7 @@ class Queue:
             ready = self.ready
             stats = self.stats
             picker = self._picker
+            journal = self.journal
             if self.may_hold_expired():
                 now = self.timers.now() if now is None else now
             else:
@@ -370,6 +381,10 @@ class Queue:
                     return
                 entry = pop_unexpired(self, now) if now else ready.pop()
                 if entry is None:
+                    return
+                if journal is not None and entry.seq > journal.deliver_check_above and \
+                        not journal.may_deliver(entry.seq, self):
+                    ready.put_back(entry)  # its journal calls dispatch again when it may go
                     return
                 if entry.delivery_count:
                     stats.redelivered += 1

@@ -10,7 +10,10 @@ queue store, with the replica's commits and role changes driven by hand:
 - a replicated queue keeps every message, transient ones (delivery_mode 1) too, as a RabbitMQ
   quorum queue does: its confirm waits for the majority and a new leader has it back;
 - a state record the local disk refuses still goes to the replica log (what a failover reads),
-  and marks the journal failed; one for a message already settled goes nowhere.
+  and marks the journal failed; one for a message already settled goes nowhere;
+- a message a consumer received comes back from a new leader with redelivered=true and its
+  delivery count up, even when the old leader died before its `delivered` record was
+  committed: the new leader knows only what was committed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from cluster.replication.replica import Role
 from persistence.queue_store import QueueStore
 from queues.message import Message, QueueEntry, content_header
 from queues.publish_outcome import ENQUEUED_DURABLY
+from queues.consumer import Consumer
 from queues.queue import Queue
 
 PERSISTENT_PROPERTIES = b"\x10\x00\x02"  # property flags: delivery-mode; delivery-mode 2
@@ -207,3 +211,69 @@ def test_a_state_record_the_local_disk_refuses_is_still_replicated(tmp_path, mon
     assert replica.log.last_index == 3
     journal.acked(entry)  # settled already: the store records nothing, and the log gets nothing
     assert replica.log.last_index == 3
+
+
+class _Sink:
+    """A consumer's channel: takes every delivery, and remembers the bodies it was sent."""
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+
+    def can_deliver(self) -> bool:
+        return True
+
+    def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
+        self.received.append(entry.message.body)
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        pass
+
+
+def _committed_prefix(log: FileReplicaLog, commit_index: int, directory: Path) -> _Replica:
+    """A new leader's replica holding the old leader's log up to `commit_index` only: the
+    records after it were on the old leader alone when it died."""
+    replica = _Replica(directory)
+    for index, term, payload in log.entries():
+        if index <= commit_index:
+            replica.log.append(term, bytes(payload))
+    replica.log.flush()
+    return replica
+
+
+async def _test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(tmp_path):
+    old = _Replica(tmp_path / "log")
+    queue = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
+                  journal=_journal(tmp_path / "old", old))
+    for number in range(3):
+        queue.publish(Message("", "q", content_header(2, PERSISTENT_PROPERTIES), f"m{number}".encode()))
+    committed = old.log.last_index
+    queue.journal.on_commit(committed)  # the three messages are confirmed
+    sink = _Sink()
+    queue.add_consumer(Consumer("c", queue, sink, no_ack=False, prefetch_count=2))
+    # The commit index moves only when the test says so: once everything logged so far is
+    # committed, the consumer has what it may have; the old leader then dies, the records
+    # logged after that (the `delivered` ones among them) on no other node.
+    for _ in range(3):
+        if sink.received:
+            break
+        committed = old.log.last_index
+        queue.journal.on_commit(committed)
+    assert sink.received == [b"m0", b"m1"]
+    old.log.flush()
+    new = _committed_prefix(old.log, committed, tmp_path / "new-log")
+    taken = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
+                  journal=_journal(tmp_path / "new", new, recover=False))
+    assert taken.recover() == 3
+    back = {}
+    while (entry := taken.get(no_ack=True)) is not None:
+        back[entry.message.body] = entry.delivery_count
+    assert set(back) == {b"m0", b"m1", b"m2"}
+    # What the consumer saw comes back redelivered, its delivery count up (before the change
+    # the old leader sent m0 and m1 before their `delivered` records were committed, and the
+    # new leader gave them back as never delivered: count 0, redelivered=false).
+    assert back[b"m0"] == back[b"m1"] == 1, back
+    assert back[b"m2"] == 0, "no consumer had room for it: it comes back as never delivered"
+
+
+def test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(tmp_path):
+    asyncio.run(_test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(tmp_path))

@@ -3,6 +3,10 @@
 Each log payload is one segment record of docs/queue-files.md §3 (a message, or a state record
 about one: delivered, acked, requeued, dead_lettered, ...), so a follower's log holds exactly what
 the leader's queue store held, in the same order; the empty payload is a new leader's no-op.
+One payload is the log's own: the **delivery horizon** (`horizon_payload`), the highest message
+seq the leader may deliver; the leader delivers a message only once a horizon covering it is
+committed, so a new leader knows which messages its predecessor may have delivered without
+their `delivered` record reaching it (amqp_server/replicated_journal.py).
 
 `QueueState` folds those records into the queue's messages: which are ready (in publish
 order), which are held by a consumer and their delivery counts. A new leader folds its whole
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import struct
 import zlib
 from collections.abc import Iterable
 
@@ -27,6 +32,17 @@ from persistence.record_format import (
     encode_message,
     encode_state,
 )
+
+
+# A horizon payload: a zero length (a segment record's length is at least 5: it cannot be one),
+# then the horizon's seq.
+_HORIZON = struct.Struct(">IQ")
+_HORIZON_MARK = b"\0\0\0\0"
+
+
+def horizon_payload(seq: int) -> bytes:
+    """The log payload saying: messages up to `seq` may be delivered from here on."""
+    return _HORIZON.pack(0, seq)
 
 
 class Held(enum.Enum):
@@ -43,6 +59,8 @@ class QueueState:
         self.delivery_count: dict[int, int] = {}
         self._ready: list[int] = []  # heap of seqs, lazily cleaned
         self.next_seq = 1
+        # The last delivery horizon: messages up to it may have been delivered (0: none yet).
+        self.delivery_horizon = 0
 
     @classmethod
     def rebuild(cls, payloads: Iterable[bytes | memoryview]) -> "QueueState":
@@ -54,6 +72,9 @@ class QueueState:
     def apply(self, payload: bytes | memoryview) -> None:
         """Fold one log payload (a segment record; empty is a no-op)."""
         if not payload:
+            return
+        if len(payload) == _HORIZON.size and payload[:4] == _HORIZON_MARK:
+            self.delivery_horizon = _HORIZON.unpack_from(payload)[1]
             return
         length, crc, rtype = RECORD_HEAD.unpack_from(payload)
         if zlib.crc32(payload[8:4 + length]) != crc:
@@ -96,6 +117,12 @@ class QueueState:
         while ready and self.held.get(ready[0]) is not Held.READY:
             heapq.heappop(ready)
         return ready[0] if ready else None
+
+    def maybe_delivered(self) -> list[int]:
+        """The ready messages the last leader may have delivered without its `delivered`
+        record reaching this log: those at or below the delivery horizon."""
+        horizon = self.delivery_horizon
+        return sorted(seq for seq, held in self.held.items() if held is Held.READY and seq <= horizon)
 
     def held_at_failover(self) -> list[tuple[int, int]]:
         """(seq, delivery count after returning) of each message a consumer held."""
