@@ -170,13 +170,14 @@ class ReplicatedJournal(QueueJournal):
 
     def _extend(self, seq: int, queue: "Queue") -> None:
         """Append a horizon from `seq` on covering what the queue's consumers have room for
-        (HORIZON_AHEAD at most, and never past the last message published), unless one is on
-        its way; until it is committed, messages past the committed one wait."""
+        (their free prefetch; HORIZON_AHEAD for consumers without a limit), never past the last
+        message published, unless one is on its way; until it is committed, messages past the
+        committed one wait."""
         self.deliver_check_above = self._deliverable
         if not self._leading or self._lost or self._horizon_index:
             return  # (not leading yet: on_role resumes the queue, which asks again)
         room = queue.delivery_room()
-        reach = HORIZON_AHEAD if room is None else max(1, min(room, HORIZON_AHEAD))
+        reach = HORIZON_AHEAD if room is None else max(1, room)
         horizon = min(seq - 1 + reach, max(self._last_published, seq))
         if horizon > self._horizon:
             self._horizon = horizon
