@@ -455,13 +455,19 @@ class AMQPServer:
             sock.close()
             return None
         try:
-            _transport, protocol = await asyncio.get_running_loop().connect_accepted_socket(
+            transport, protocol = await asyncio.get_running_loop().connect_accepted_socket(
                 lambda: AMQPProtocol(self.broker, self.protocols, self._shared_limit, moved=moved), sock)
         except OSError:
             sock.close()
             return None
         if protocol.connection is None or not protocol.replayed:
-            protocol.forget()
+            if protocol.connection is not None:
+                log.warning("connection %s not taken from %s: its replay here ended in state %s with channels %s",
+                            protocol.connection.describe(), moved.origin, protocol.connection.state.value,
+                            sorted(protocol.connection.channels))
+                protocol.forget()
+            else:
+                transport.close()
             return None
         return protocol
 
