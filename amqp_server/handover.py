@@ -15,10 +15,10 @@ the client did so far can be replayed there with no side effect:
   with nothing awaiting a reply, stops the connection before that frame (MOVING): the bytes
   before it are the replay, the frame and everything read after it the rest.
 - The shell (server.py) then passes the socket's descriptor, the replay and the rest to the
-  owner over its Unix socket (`HandoverService.send`, `socket.send_fds`). The owner wraps the
-  descriptor as a connection of its own, feeds it the replay with the replies discarded (the
-  client had them from the first worker), checks it reached the same state (open, the same
-  channels), answers yes, and goes on live from the rest. On yes the first worker forgets the
+  owner over its Unix socket (`HandoverService.send`, `socket.send_fds`). The owner feeds the
+  replay to a connection of its own with the replies discarded (the client had them from the
+  first worker) without reading the socket yet; if that reached the same state (open, the same
+  channels) it answers yes, wraps the descriptor and goes on live from the rest. On yes the first worker forgets the
   connection: closing its copy of the descriptor sends nothing to the client, since the owner's
   copy keeps the socket open. On anything else (no such worker, it refused or is stopping, the
   replay ended elsewhere) the first worker keeps the connection and handles the rest itself,
@@ -39,7 +39,7 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -220,14 +220,18 @@ class MovedConnection:
 
 
 class Adopted(Protocol):
-    """The owner's connection made from a moved socket (server.AMQPProtocol)."""
+    """The owner's connection, replayed from a moved socket's bytes before anything is read from
+    the socket (server.AMQPProtocol)."""
 
-    def go_live(self) -> None: ...
+    async def go_live(self, sock: socket.socket) -> None:
+        """The sibling forgot the connection: read and write `sock` from now on."""
 
-    def forget(self) -> None: ...
+    def forget(self) -> None:
+        """The sibling keeps the connection: drop this one without touching the socket."""
 
 
-Adopt = Callable[[socket.socket, MovedConnection], Awaitable["Adopted | None"]]
+# Replays the connection, or refuses it (None); it must not read from the socket.
+Adopt = Callable[[socket.socket, MovedConnection], "Adopted | None"]
 
 
 class HandoverService:
@@ -299,8 +303,9 @@ class HandoverService:
                     or client.family not in (socket.AF_INET, socket.AF_INET6)):
                 await loop.sock_sendall(peer, _NO)
                 return
-            adopted = await self._adopt(client, moved)
-            client = None  # adopt closed it, or a connection owns it now
+            # Nothing is read from the client's socket before the sibling knows it moved: until
+            # then the sibling may keep it, and every byte the client sends is the sibling's.
+            adopted = self._adopt(client, moved)
             if adopted is None:
                 await loop.sock_sendall(peer, _NO)
                 return
@@ -309,7 +314,8 @@ class HandoverService:
             except OSError:  # the sibling cannot learn it moved: it keeps the connection
                 adopted.forget()
                 return
-            adopted.go_live()
+            sock, client = client, None
+            await adopted.go_live(sock)
         except (OSError, asyncio.TimeoutError, ValueError, KeyError) as error:
             log.warning("hand-over from a sibling worker failed: %s", error)
         except Exception:  # a bug: the sibling keeps its connection

@@ -107,36 +107,37 @@ class AMQPProtocol(asyncio.Protocol):
         self._reading_paused = False
         self.handover = handover
         self.moved = moved
-        self._moving = False  # being handed over, or not yet live after one: no reads, writes or ticks
-        self.replayed = False
+        self._moving = False  # being handed over: no reads, writes or ticks
         self._handing_over: asyncio.Task | None = None
-        self._early: list[bytes] = []  # read after a hand-over, before go_live
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername") or ("", 0)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        if self.connection is None:  # else a connection handed over, replayed already (replay)
+            # On an AMQPS listener asyncio calls connection_made after the TLS handshake.
+            tls = session_of(transport.get_extra_info("ssl_object"))
+            self._make_connection(transport.get_extra_info("peername") or ("", 0),
+                                  transport.get_extra_info("sockname"), tls, self.handover is not None and tls is None)
+            if self.connection.admission.dropped:
+                # Over a connection limit, with too many refusals already waiting (connection_limits.py).
+                transport.abort()
+                return
+        self.registry.add(self)
+        log.debug("accepting AMQP connection %s", self.connection.peer)
+        if self.moved is not None:  # live from the hand-over frame on
+            rest, self.moved = self.moved.rest, None
+            self.data_received(rest)
+
+    def _make_connection(self, peer: tuple, local: Any, tls: Any, mobile: bool) -> None:
         admission = Admission((self.broker.connection_limit, self.listener_limit), f"{peer[0]}:{peer[1]}")
-        # On an AMQPS listener asyncio calls connection_made after the TLS handshake.
-        tls = session_of(transport.get_extra_info("ssl_object"))
-        local = transport.get_extra_info("sockname")
-        mobile = self.handover is not None and tls is None
         self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush,
                                      admission=admission, tls=tls,
                                      local_address=f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "",
                                      on_reading_paused=self._update_reading,
                                      handover=HandoverRecorder(self.handover.peers, self._start_moving) if mobile else None)
-        if admission.dropped:
-            # Over a connection limit, with too many refusals already waiting (connection_limits.py).
-            transport.abort()
-            return
-        self.registry.add(self)
-        log.debug("accepting AMQP connection %s", self.connection.peer)
-        if self.moved is not None:
-            self._replay(self.moved)
 
     # -- handing the connection to the worker owning its queue (handover.py) --
 
@@ -178,44 +179,42 @@ class AMQPProtocol(asyncio.Protocol):
             self._update_reading()
             self._flush()
 
-    def _replay(self, moved: MovedConnection) -> None:
-        """A sibling handed this socket over: replay what the client said there, dropping the
-        replies it already had; `go_live` follows once the sibling knows."""
-        self._moving = True
-        self._update_reading()
-        connection = self.connection
+    def replay(self, sock: socket.socket) -> bool:
+        """A sibling offers this socket (`moved`): replay what the client said there, dropping the
+        replies it already had, without reading or writing the socket; True if the connection is
+        where it was there (then `go_live`)."""
+        self._make_connection(sock.getpeername(), sock.getsockname(), None, False)
+        connection, moved = self.connection, self.moved
+        if connection.admission.dropped:
+            return False
         try:
             connection.receive_data(moved.replay)
         except Exception:
             log.exception("replaying connection %s handed over by %s failed", connection.peer, moved.origin)
-            return
+            return False
         connection.take_output()
-        self.replayed = (connection.state is OPEN and not connection.close_when_flushed
-                         and tuple(sorted(connection.channels)) == moved.channels)
+        return (connection.state is OPEN and not connection.close_when_flushed
+                and tuple(sorted(connection.channels)) == moved.channels)
 
-    def go_live(self) -> None:
-        """The sibling forgot the connection: handle the client's bytes from the hand-over frame on."""
-        moved, self.moved = self.moved, None
-        self._moving = False
-        self.last_read = self.last_write = time.monotonic()
-        if self.transport is None or self.transport.is_closing():
-            return
-        early, self._early = self._early, []
-        self.data_received(b"".join((moved.rest, *early)))
-        self._update_reading()
+    async def go_live(self, sock: socket.socket) -> None:
+        """The sibling forgot the connection: this worker serves the socket from the rest on."""
+        try:
+            await self.loop.connect_accepted_socket(lambda: self, sock)
+        except OSError as error:  # nobody has the client any more: it reconnects
+            log.error("connection %s handed over, then lost: %s", self.connection.describe(), error)
+            self.forget()
+            sock.close()
 
     def forget(self) -> None:
         """The socket is another worker's now: drop the connection without a word to the client.
         Closing this process's descriptor sends nothing, since the other worker's keeps it open."""
         self.connection.handed_over()
         if self.transport is not None:
-            self.transport.close()
+            self.transport.close()  # connection_lost gives back its place under the limits
+        else:  # replayed here, never served
+            self.connection.admission.release()
 
     def data_received(self, data: bytes) -> None:
-        if self.moved is not None:
-            # Handed over and not live yet: uvloop reads even when paused in connection_made.
-            self._early.append(data)
-            return
         self.last_read = time.monotonic()
         if not self._feed(self.connection.receive_data, data):
             return
@@ -448,28 +447,19 @@ class AMQPServer:
         self._servers.append(server)
         return bound
 
-    async def _adopt(self, sock: socket.socket, moved: MovedConnection) -> AMQPProtocol | None:
+    def _adopt(self, sock: socket.socket, moved: MovedConnection) -> AMQPProtocol | None:
         """A sibling worker offers a client's socket: its connection here once the replay reached
-        the same state, else None (the socket is closed here, the sibling keeps it)."""
+        the same state, else None (the sibling keeps it). Reads nothing from the socket."""
         if self._shared_limit is None:
-            sock.close()
             return None
-        try:
-            transport, protocol = await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: AMQPProtocol(self.broker, self.protocols, self._shared_limit, moved=moved), sock)
-        except OSError:
-            sock.close()
-            return None
-        if protocol.connection is None or not protocol.replayed:
-            if protocol.connection is not None:
-                log.warning("connection %s not taken from %s: its replay here ended in state %s with channels %s",
-                            protocol.connection.describe(), moved.origin, protocol.connection.state.value,
-                            sorted(protocol.connection.channels))
-                protocol.forget()
-            else:
-                transport.close()
-            return None
-        return protocol
+        protocol = AMQPProtocol(self.broker, self.protocols, self._shared_limit, moved=moved)
+        if protocol.replay(sock):
+            return protocol
+        connection = protocol.connection
+        log.warning("connection %s not taken from %s: its replay here ended in state %s with channels %s",
+                    connection.describe(), moved.origin, connection.state.value, sorted(connection.channels))
+        protocol.forget()
+        return None
 
     async def _tick_forever(self) -> None:
         while True:

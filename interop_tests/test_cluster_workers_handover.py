@@ -260,3 +260,37 @@ def test_a_tls_connection_stays_and_forwards(tmp_path):
         assert _listed_only_by(group, name, 2)
         assert _link_octets(group, 1) - links_before > MESSAGES * len(BODY)
         connection.close()
+
+
+def test_a_connection_the_owner_refuses_stays_and_forwards(tmp_path):
+    # Each shared listener takes 2 connections: worker 1, holding 2, cannot take a third by hand-over.
+    config = GROUP_CONFIG + "\n[limits]\nmax_connections_per_listener = 2\n"
+    with worker_group(tmp_path, config) as group:
+        _declare_on_owner(group, "owned-by-1")
+        on_1: list[pika.BlockingConnection] = []
+        on_2: list[tuple[str, pika.BlockingConnection]] = []
+        for _attempt in range(40):
+            name = f"limited-{next(_names)}"
+            try:
+                connection = pika.BlockingConnection(pika.ConnectionParameters(
+                    "127.0.0.1", group.broker.port, credentials=pika.PlainCredentials("guest", "guest"),
+                    client_properties={"connection_name": name}, connection_attempts=1))
+            except pika.exceptions.AMQPError:
+                continue  # a third on one worker: refused there
+            wait_until(lambda: name in group.connection_names(1) | group.connection_names(2), f"{name} listed")
+            (on_2.append((name, connection)) if name in group.connection_names(2) else on_1.append(connection))
+            if len(on_1) == 2 and on_2:
+                break
+        assert len(on_1) == 2 and on_2, "no two connections on worker 1 and one on worker 2"
+        name, connection = on_2[0]
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for number in range(10):
+            channel.basic_publish("", "owned-by-1", f"m{number}".encode(), mandatory=True)
+        method, _properties, body = channel.basic_get("owned-by-1", auto_ack=True)
+        assert body == b"m0" and method.message_count == 9
+        assert _listed_only_by(group, name, 2)
+        log = group.broker.log_text()
+        assert f"not taken from w-2" in log and "handed over to w-1" not in log
+        for held in on_1 + [c for _n, c in on_2]:
+            held.close()

@@ -43,15 +43,17 @@ class Holder(asyncio.Protocol):
 
 
 class Adopted:
-    def __init__(self, protocol: Holder) -> None:
-        self.protocol = protocol
-        self.live = False
+    """What a worker's adopt gives: made before anything is read from the socket."""
 
-    def go_live(self) -> None:
-        self.live = True
+    def __init__(self) -> None:
+        self.protocol: Holder | None = None
+        self.forgotten = False
+
+    async def go_live(self, sock: socket.socket) -> None:
+        _transport, self.protocol = await asyncio.get_running_loop().connect_accepted_socket(Holder, sock)
 
     def forget(self) -> None:
-        self.protocol.transport.close()
+        self.forgotten = True
 
 
 def _address(name: str) -> str:
@@ -63,16 +65,14 @@ async def _scenario(refuse: bool) -> None:
     offered: list[MovedConnection] = []
     adopted: list[Adopted] = []
 
-    async def adopt(sock: socket.socket, moved: MovedConnection) -> Adopted | None:
+    def adopt(sock: socket.socket, moved: MovedConnection) -> Adopted | None:
         offered.append(moved)
-        _transport, protocol = await loop.connect_accepted_socket(Holder, sock)
         if refuse:
-            protocol.transport.close()
             return None
-        adopted.append(Adopted(protocol))
+        adopted.append(Adopted())
         return adopted[-1]
 
-    async def never(sock: socket.socket, moved: MovedConnection) -> None:
+    def never(sock: socket.socket, moved: MovedConnection) -> None:
         raise AssertionError("the first worker is offered nothing")
 
     tag = "refuse" if refuse else "take"
@@ -92,6 +92,7 @@ async def _scenario(refuse: bool) -> None:
         await loop.sock_sendall(client, b"before")
         await held.more.wait()
         held.transport.pause_reading()
+        await loop.sock_sendall(client, b"during")  # sent while the socket is offered: read by one worker only
         moved = MovedConnection(b"replay bytes", b"rest bytes", (1, 2), "q", "w-1")
         taken = await first.send("w-2", held.transport.get_extra_info("socket").fileno(), moved)
         assert offered == [moved]
@@ -100,16 +101,22 @@ async def _scenario(refuse: bool) -> None:
             assert taken is False
             held.transport.write(b"still the first")
             assert await asyncio.wait_for(loop.sock_recv(client, 100), 5) == b"still the first"
+            held.more.clear()
+            held.transport.resume_reading()
+            await asyncio.wait_for(held.more.wait(), 5)
+            assert held.received == b"beforeduring"
             return
-        assert taken is True and adopted[0].live
+        assert taken is True
         held.transport.close()  # the first worker forgets the connection
         await asyncio.wait_for(held.lost, 5)
+        while adopted[0].protocol is None:  # the owner wraps the socket once it said yes
+            await asyncio.sleep(0.01)
         # The client's connection is open, now to the owner: both ways, nothing lost or reset.
         owners = adopted[0].protocol
         owners.transport.write(b"from the owner")
         assert await asyncio.wait_for(loop.sock_recv(client, 100), 5) == b"from the owner"
         await loop.sock_sendall(client, b"to the owner")
-        while b"to the owner" not in owners.received:
+        while owners.received != b"duringto the owner":
             owners.more.clear()
             await asyncio.wait_for(owners.more.wait(), 5)
         assert held.received == b"before"
