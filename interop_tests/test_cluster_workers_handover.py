@@ -294,3 +294,30 @@ def test_a_connection_the_owner_refuses_stays_and_forwards(tmp_path):
         assert f"not taken from w-2" in log and "handed over to w-1" not in log
         for held in on_1 + [c for _n, c in on_2]:
             held.close()
+
+
+def test_a_moved_connection_gives_back_its_place_under_the_first_workers_limit(tmp_path):
+    config = GROUP_CONFIG + "\n[limits]\nmax_connections_per_listener = 2\n"
+    with worker_group(tmp_path, config) as group:
+        _declare_on_owner(group, "owned-by-1")
+        name, moved = _pika(group, 2)
+        moved.channel().basic_get("owned-by-1", auto_ack=True)  # moves it to worker 1
+        wait_until(lambda: _listed_only_by(group, name, 1), "moved to worker 1")
+        # Worker 2's shared listener holds nothing now: two more connections are accepted there.
+        on_2 = []
+        for _attempt in range(40):
+            other = f"after-{next(_names)}"
+            try:
+                connection = pika.BlockingConnection(pika.ConnectionParameters(
+                    "127.0.0.1", group.broker.port, credentials=pika.PlainCredentials("guest", "guest"),
+                    client_properties={"connection_name": other}, connection_attempts=1))
+            except pika.exceptions.AMQPError:
+                continue  # worker 1's listener is full (the moved one and one more)
+            wait_until(lambda: other in group.connection_names(1) | group.connection_names(2), f"{other} listed")
+            if other in group.connection_names(2):
+                on_2.append(connection)
+                if len(on_2) == 2:
+                    break
+        assert len(on_2) == 2, "worker 2 still counts the connection it handed over"
+        for connection in on_2 + [moved]:
+            connection.close()
