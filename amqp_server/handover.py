@@ -18,9 +18,9 @@ the client did so far can be replayed there with no side effect:
   owner over its Unix socket (`HandoverService.send`, `socket.send_fds`). The owner feeds the
   replay to a connection of its own with the replies discarded (the client had them from the
   first worker) without reading the socket yet; if that reached the same state (open, the same
-  channels) it answers yes, wraps the descriptor and goes on live from the rest. On yes the first worker forgets the
-  connection: closing its copy of the descriptor sends nothing to the client, since the owner's
-  copy keeps the socket open. On anything else (no such worker, it refused or is stopping, the
+  channels) it answers yes, wraps the descriptor and goes on live from the rest. On yes the
+  first worker forgets the connection: closing its copy of the descriptor sends nothing to the
+  client, since the owner's copy keeps the socket open. On anything else (no such worker, it refused or is stopping, the
   replay ended elsewhere) the first worker keeps the connection and handles the rest itself,
   forwarding as before.
 
