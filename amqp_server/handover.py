@@ -199,9 +199,10 @@ class HandoverRecorder:
 
 def _quiet(connection: "Connection") -> bool:
     """Nothing of the connection is left that its replay would not rebuild: open, no reply
-    awaited, no content half-received, no exclusive queue, not held back by flow control."""
+    awaited, no content half-received, no exclusive queue, not held back by flow control; and
+    not another node's link (those reach this worker on its own port, never the shared one)."""
     if (connection.state is not ConnectionState.OPEN or connection.exclusive_queues or connection.content_in_flight
-            or connection.reading_paused):
+            or connection.reading_paused or connection.is_cluster_link):
         return False
     return all(channel.state is ChannelState.OPEN and not channel.replies.waiting and not channel.consumers
                for channel in connection.channels.values())

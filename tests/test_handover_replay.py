@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pamqp import commands
 
+from amqp_server.access_control import CLUSTER_LINK_USER
 from amqp_server.broker import Broker
 from amqp_server.connection import OPEN, Connection
 from amqp_server.handover import MAX_RECORDED, HandoverRecorder
@@ -169,3 +170,19 @@ def test_handed_over_forgets_the_connection():
     assert client.connection not in broker.connections
     assert client.connection.channels == {}
     assert client.take() == []
+
+
+def test_a_cluster_link_never_moves():
+    broker = _broker_with_sibling_queue()
+    broker.access.admit_cluster_links("link-secret")
+    client, moves = _client(broker)
+    properties = {"product": "amqp-server cluster link", "capabilities": {}}
+    client.connection.receive_data(
+        PROTOCOL_HEADER
+        + marshal(0, commands.Connection.StartOk(client_properties=properties, mechanism="PLAIN",
+                                                 response=plain_response(CLUSTER_LINK_USER, "link-secret")))
+        + marshal(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
+        + marshal(0, commands.Connection.Open(virtual_host="/")) + marshal(1, commands.Channel.Open()))
+    assert client.connection.is_cluster_link
+    client.connection.receive_data(publish_frames(1, b"m", routing_key="theirs"))
+    assert moves == [] and client.connection.handover is None
