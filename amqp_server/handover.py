@@ -10,10 +10,11 @@ the client did so far can be replayed there with no side effect:
 - `HandoverRecorder` (one per plain connection on the shared port, owned by its `Connection`)
   keeps the bytes the client sent (at most MAX_RECORDED) while they are only the handshake,
   heartbeats, channel.open, basic.qos and confirm.select. Anything else makes the connection
-  FIXED: it stays, and its recorder is dropped. The first queue.declare, basic.consume,
-  basic.get, or basic.publish to the default exchange, naming a queue a sibling worker owns,
-  with nothing awaiting a reply, stops the connection before that frame (MOVING): the bytes
-  before it are the replay, the frame and everything read after it the rest.
+  FIXED: it stays, and its recorder is dropped. The first queue.declare, basic.consume or
+  basic.get naming a queue a sibling worker owns, or basic.publish whose key routes only to
+  queues of one sibling (the default exchange, or a direct, topic or fanout exchange with no
+  alternate exchange), with nothing awaiting a reply, stops the connection before that frame
+  (MOVING): the bytes before it are the replay, the frame and everything read after it the rest.
 - The shell (server.py) then passes the socket's descriptor, the replay and the rest to the
   owner over its Unix socket (`HandoverService.send`, `socket.send_fds`). The owner feeds the
   replay to a connection of its own with the replies discarded (the client had them from the
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from amqp_server import codec
+from exchanges.delayed import DelayedMessageExchange
 from amqp_server.states import (
     HANDOVER_TRANSITIONS,
     ChannelState,
@@ -155,20 +157,32 @@ class HandoverRecorder:
         return False
 
     def _sibling_owner(self, connection: "Connection", index: int, payload: bytes) -> tuple[str, str] | None:
+        """The sibling owning every queue the frame names or its publish reaches, and one of
+        them; None when there is no single such sibling."""
         try:
             method = codec.decode_method(payload)
         except Exception:  # a broken method: handled (and refused) here
             return None
-        if index == _BASIC_PUBLISH:
-            if method.exchange:  # only the default exchange names its one queue
-                return None
-            name = method.routing_key
-        else:
-            name = method.queue
-        queue = connection.vhost.queues.get(name) if name and connection.vhost is not None else None
-        if queue is None or not queue.is_remote or queue.owner not in self._peers:
+        vhost = connection.vhost
+        if vhost is None:
             return None
-        return queue.owner, name
+        if index != _BASIC_PUBLISH:
+            queues = (vhost.queues.get(method.queue),) if method.queue else ()
+        elif not method.exchange:
+            queues = (vhost.queues.get(method.routing_key),)
+        else:
+            # Routed by its key alone, with no other exchange to go through: where the message
+            # goes is known from the method frame (a headers exchange needs the content header).
+            exchange = vhost.exchanges.get(method.exchange)
+            if (exchange is None or exchange.needs_headers or exchange.alternate_exchange is not None
+                    or exchange.internal or isinstance(exchange, DelayedMessageExchange)):
+                return None
+            queues = tuple(exchange.route(method.routing_key, None))
+        owners = {queue.owner if getattr(queue, "is_remote", False) else None for queue in queues}
+        if len(owners) != 1:
+            return None
+        owner = owners.pop()
+        return (owner, queues[0].name) if owner in self._peers else None
 
     def stopped(self, unread: bytes) -> None:
         """The connection stopped before the hand-over frame; `unread` is what it had read after it."""

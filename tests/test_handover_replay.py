@@ -186,3 +186,19 @@ def test_a_cluster_link_never_moves():
     assert client.connection.is_cluster_link
     client.connection.receive_data(publish_frames(1, b"m", routing_key="theirs"))
     assert moves == [] and client.connection.handover is None
+
+
+def test_a_publish_routed_only_to_one_siblings_queues_moves_and_a_mixed_one_stays():
+    broker = _broker_with_sibling_queue()
+    vhost = broker.vhosts["/"]
+    vhost.queues["mine"] = Queue("mine", "/", timers=broker.timers)
+    vhost.bind(vhost.exchanges["amq.direct"], vhost.queues["theirs"], "to-them", {})
+    vhost.bind(vhost.exchanges["amq.fanout"], vhost.queues["theirs"], "", {})
+    vhost.bind(vhost.exchanges["amq.fanout"], vhost.queues["mine"], "", {})
+    for exchange, key, moves_expected in (("amq.direct", "to-them", ["moved"]), ("amq.fanout", "", []),
+                                          ("amq.direct", "nowhere", [])):
+        client, moves = _client(broker)
+        for data in _session_bytes():
+            client.connection.receive_data(data)
+        client.connection.receive_data(publish_frames(1, b"m", exchange=exchange, routing_key=key))
+        assert moves == moves_expected, (exchange, key)
