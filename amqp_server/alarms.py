@@ -71,6 +71,21 @@ class ResourceAlarms:
         # Set by ResourceMonitor: re-measure at once, so a changed limit takes effect now.
         self.recheck: Callable[[], None] = lambda: None
 
+    def recheck_with(self, check: Callable[[], None]) -> None:
+        """`check` re-measures and re-evaluates the alarms (ResourceMonitor.check): called when
+        a limit changes at run time."""
+        self.recheck = check
+
+    def measured_memory(self, used: int, resident: int) -> None:
+        """Record a memory measurement: what counts against the watermark, and the process RSS."""
+        self.memory_used = used
+        self.resident_memory = resident
+        self.measured = True
+
+    def measured_disk_free(self, free: int) -> None:
+        """Record a measurement of the data directory's free disk space in bytes."""
+        self.disk_free = free
+
     @property
     def memory_limit(self) -> int:
         """The memory high watermark in bytes (absolute setting, else fraction of total RAM)."""
@@ -195,14 +210,13 @@ class ResourceMonitor:
         self.gauge = gauge or MemoryGauge(trim=glibc_malloc_trim())
         data_dir = broker.config.data_dir
         self._read_disk_free = read_disk_free or (lambda: disk_free_bytes(data_dir))
-        self.alarms.recheck = self.check
+        self.alarms.recheck_with(self.check)
 
     def check(self) -> None:
         alarms = self.alarms
         limit = alarms.memory_limit
         used, rss = self.gauge.measure(limit, lambda: message_bytes_held(self.broker))
-        alarms.memory_used, alarms.resident_memory = used, rss
-        alarms.measured = True
+        alarms.measured_memory(used, rss)
         memory_over = used >= limit
         if memory_over != alarms.memory_alarm:
             if memory_over:
@@ -212,7 +226,8 @@ class ResourceMonitor:
                 log.warning("memory resource limit alarm cleared on node %s: memory used %d bytes, allowed %d",
                             self.broker.node_name, used, limit)
             alarms.set(MEMORY, memory_over)
-        free = alarms.disk_free = self._read_disk_free()
+        free = self._read_disk_free()
+        alarms.measured_disk_free(free)
         disk_low = free < alarms.disk_free_limit
         if disk_low != alarms.disk_alarm:
             if disk_low:

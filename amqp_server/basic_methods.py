@@ -75,7 +75,7 @@ def basic_qos(channel: "Channel", method: commands.Basic.Qos) -> None:
         # RabbitMQ applies a new per-consumer limit only to later consumers; applying it to the
         # running ones too is what Celery's dynamic prefetch needs (rabbitmq-server#11948).
         for consumer in channel.consumers.values():
-            consumer.prefetch_count = method.prefetch_count
+            consumer.set_prefetch(method.prefetch_count)
             if consumer.queue.is_remote:
                 consumer.queue.prefetch_changed(consumer)  # its owner node's limit too
     reply(channel, commands.Basic.QosOk())

@@ -133,9 +133,9 @@ class Broker:
                 memory_budget=self.memory_budget,
                 on_change=self._topology_changed,
                 archives_everything=storage.archive or name in storage.archive_vhosts,
+                queue_defaults=self.config.queue_defaults,  # [[queue_defaults]] (docs/lifecycle.md)
+                on_queue_deleted=self._queue_deleted,
             )
-            vhost.on_queue_deleted = self._queue_deleted
-            vhost.queue_defaults = self.config.queue_defaults  # [[queue_defaults]] (docs/lifecycle.md)
             self.save_definitions()
         return vhost
 

@@ -149,7 +149,7 @@ class Channel:
             handler(self, method)
         except AMQPError as error:
             if not error.class_id:
-                error.class_id, error.method_id = index >> 16, index & 0xFFFF
+                error.caused_by(index >> 16, index & 0xFFFF)
             raise
 
     def _handle_while_closing(self, index: int, payload: bytes) -> None:

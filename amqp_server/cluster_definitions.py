@@ -615,8 +615,7 @@ class SharedDefinitions:
             refusal = locked
         else:
             return None
-        refusal.class_id, refusal.method_id = (50, 10) if mine.kind == "queues" else (40, 10)
-        return refusal
+        return refusal.caused_by(*((50, 10) if mine.kind == "queues" else (40, 10)))
 
     # -- the service out of reach ---------------------------------------------------------------
 

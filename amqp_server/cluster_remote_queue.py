@@ -280,7 +280,7 @@ class RemoteQueue(Queue):
             channel.replies.withdraw(held)
         if channel.is_open:
             error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
-            error.class_id, error.method_id = 60, 20
+            error.caused_by(60, 20)
             channel.connection.fail_channel(channel, error)
 
     def prefetch_changed(self, consumer: Consumer) -> None:
@@ -504,7 +504,7 @@ class RemoteQueue(Queue):
             channel.replies.withdraw(held)
         if channel.is_open:
             error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
-            error.class_id, error.method_id = class_id, method_id
+            error.caused_by(class_id, method_id)
             channel.connection.fail_channel(channel, error)
 
     # MirrorHandler of the fetch channel (it never consumes, so it gets no deliveries).

@@ -256,7 +256,7 @@ def _delete_counted(channel: "Channel", method: commands.Queue.Delete, queue: "Q
             if place is None:
                 raise refusal
             channel.replies.withdraw(place)
-            refusal.class_id, refusal.method_id = 50, 40
+            refusal.caused_by(50, 40)
             connection.fail_channel(channel, refusal)
             return
     count = messages

@@ -77,6 +77,12 @@ class AMQPError(Exception):
         self.class_id = class_id
         self.method_id = method_id
 
+    def caused_by(self, class_id: int, method_id: int) -> "AMQPError":
+        """Name the method that caused it (channel.close carries it); returns the error itself."""
+        self.class_id = class_id
+        self.method_id = method_id
+        return self
+
     @property
     def reply_text(self) -> str:
         """RabbitMQ's text: longer than a short string allows (255 bytes), it is cut to 252

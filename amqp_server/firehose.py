@@ -142,9 +142,9 @@ def _encodable(value: Any) -> Any:
 def set_tracing(vhost: "VirtualHost", on: bool, node_name: str) -> None:
     """Switch the firehose of `vhost` on or off (rabbit_trace:start/stop)."""
     if on and vhost.firehose is None:
-        vhost.firehose = Firehose(vhost, node_name)
+        vhost.use_firehose(Firehose(vhost, node_name))
     elif not on:
-        vhost.firehose = None
+        vhost.use_firehose(None)
 
 
 def is_tracing(vhost: "VirtualHost") -> bool:

@@ -82,10 +82,14 @@ class VirtualHost:
         memory_budget: MemoryBudget | None = None,
         on_change: DefinitionChanged | None = None,
         archives_everything: bool = False,
+        queue_defaults: list[QueueDefault] | None = None,
+        on_queue_deleted: Callable[[Queue], None] | None = None,
     ) -> None:
         """`journal_factory(vhost, queue, archive)` gives durable queues their journal (None: no
         persistence; a quorum queue's call adds its arguments: a clustered broker replicates it); `archive` is the queue's x-archive (its own or a policy's);
-        `archives_everything` says the configuration archives every queue of this vhost."""
+        `archives_everything` says the configuration archives every queue of this vhost;
+        `queue_defaults` are the configuration's [[queue_defaults]] (docs/lifecycle.md);
+        `on_queue_deleted` is called for every queue removed, whatever removed it."""
         self.name = name
         self.archives_everything = archives_everything
         # Policies and operator policies (policies.py); policy_application.py applies them.
@@ -104,9 +108,9 @@ class VirtualHost:
         self.on_durable_change: DefinitionChanged = on_durable_change or (lambda kind, entry, present: None)
         self._on_change = on_change
         # [[queue_defaults]] of the configuration: lifecycle x-arguments by queue-name pattern.
-        self.queue_defaults: list[QueueDefault] = []
+        self.queue_defaults: list[QueueDefault] = queue_defaults if queue_defaults is not None else []
         # Called for every queue removed, whatever removed it (delete, auto-delete, x-expires...).
-        self.on_queue_deleted: Callable[[Queue], None] = lambda queue: None
+        self.on_queue_deleted: Callable[[Queue], None] = on_queue_deleted or (lambda queue: None)
         # destination (queue or exchange) -> {source exchange: number of bindings}, for cleanup on delete.
         self._bound_to: dict[object, dict[Exchange, int]] = {}
         # The callbacks every queue of this vhost gets, made once: a bound method made per queue
@@ -225,6 +229,10 @@ class VirtualHost:
 
     # -- queues ------------------------------------------------------------------------
 
+    def use_firehose(self, firehose: Any) -> None:
+        """Trace with `firehose` from now on, or stop tracing (None); see firehose.set_tracing."""
+        self.firehose = firehose
+
     def declare_queue(
         self,
         name: str,
@@ -302,8 +310,7 @@ class VirtualHost:
         recovered = queue.recover()
         if recovered:
             log.info("recovered %d messages of %s", recovered, errors.resource("queue", name, self.name))
-        queue.on_unused = self._delete_queue_callback
-        queue.on_unused_expired = self._delete_queue_callback
+        queue.when_unused(self._delete_queue_callback)
         self.queues[name] = queue
         self._changed("queues", queue_definition(self.name, queue), True, is_stored_queue(queue))
         return queue, True

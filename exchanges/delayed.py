@@ -43,7 +43,11 @@ class DelayedMessageExchange(Exchange):
             raise UnknownExchangeType(inner_type)
         self._inner = EXCHANGE_TYPES[inner_type](name)
         self.needs_headers = self._inner.needs_headers  # type: ignore[misc]
-        self.pending: Any = None  # set by the vhost: where held messages wait
+        self.pending: Any = None  # where held messages wait (hold_in)
+
+    def hold_in(self, pending: Any) -> None:
+        """Hold messages routed here in `pending` until their x-delay passes (queues/delays)."""
+        self.pending = pending
 
     def route(self, routing_key: str, headers: dict | None) -> Collection[Hashable]:
         return self._inner.route(routing_key, headers)

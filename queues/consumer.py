@@ -65,6 +65,10 @@ class Consumer:
         through the queue they came from."""
         self.queue = queue
 
+    def set_prefetch(self, count: int) -> None:
+        """A new per-consumer limit (basic.qos global=false on its channel; 0 = none)."""
+        self.prefetch_count = count
+
     def has_capacity(self) -> bool:
         if not self.no_ack and self.prefetch_count and self.unacked >= self.prefetch_count:
             return False

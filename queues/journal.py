@@ -111,15 +111,14 @@ class QueueJournal:
         message = self.load_message(seq)
         if message is None:
             return None
-        entry = QueueEntry(message, seq)
-        entry.persisted = True
-        entry.delivery_count = delivery_count
-        return entry
+        return QueueEntry(message, seq, persisted=True, delivery_count=delivery_count)
 
     # -- records -----------------------------------------------------------------------
 
     def published(self, entry: QueueEntry) -> bool:
-        """Append the message; False (logged, nothing written) when the store cannot take it."""
+        """Append the message; False (logged, nothing written) when the store cannot take it.
+
+        The caller made `entry` with persisted=True and drops it when this says False."""
         message = entry.message
         try:
             self.store.append_message(
@@ -133,7 +132,6 @@ class QueueJournal:
         except OSError as error:
             log.error("%r: a published message could not be written: %s", self.store.queue, error)
             return False
-        entry.persisted = True
         return True
 
     def delivered(self, entry: QueueEntry) -> None:

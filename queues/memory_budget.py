@@ -32,6 +32,14 @@ class MemoryBudget:
     def exhausted(self) -> bool:
         return self.held > self.limit
 
+    def hold(self, size: int) -> None:
+        """A ready message of `size` body bytes is now kept in memory."""
+        self.held += size + PER_MESSAGE_OVERHEAD
+
+    def release(self, size: int) -> None:
+        """A ready message of `size` body bytes is no longer kept in memory (taken or paged out)."""
+        self.held -= size + PER_MESSAGE_OVERHEAD
+
 
 def should_page(ready: "ReadyMessages | PriorityReadyMessages") -> bool:
     """Should a new persistent message of a durable queue stay in its journal only?

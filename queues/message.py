@@ -253,13 +253,14 @@ class QueueEntry:
 
     __slots__ = ("message", "seq", "delivery_count", "expires_at", "state", "persisted")
 
-    def __init__(self, message: Message, seq: int, expires_at: float = 0.0) -> None:
+    def __init__(self, message: Message, seq: int, expires_at: float = 0.0, persisted: bool = False,
+                 delivery_count: int = 0) -> None:
         self.message = message
         self.seq = seq
-        self.delivery_count = 0
+        self.delivery_count = delivery_count
         self.expires_at = expires_at
         self.state = READY
-        self.persisted = False  # written to the queue's journal (a persistent message, durable queue)
+        self.persisted = persisted  # written to the queue's journal (a persistent message, durable queue)
 
     @property
     def redelivered(self) -> bool:

@@ -26,7 +26,7 @@ from queues.consumer_rotation import NO_CONSUMERS, ConsumerRotation
 from queues.deduplication import DeduplicationCache
 from queues.delays.delayed_retry import DelayedRetry
 from queues.journal import QueueJournal
-from queues.memory_budget import KEEP_PER_QUEUE, PER_MESSAGE_OVERHEAD, MemoryBudget, should_page
+from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget, should_page
 from queues.message import FLAG_EXPIRATION, FLAG_PRIORITY, GONE, READY, UNACKED, Message, QueueEntry
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
 from queues.paged_expiry import PagedExpiry
@@ -134,7 +134,7 @@ class Queue:
         # Called with the queue when an auto-delete queue loses its last consumer.
         self.on_unused: Callable[[Queue], None] | None = None
         # Called with the queue when its x-expires time passes without use.
-        self.on_unused_expired: Callable[[Queue], None] | None = None
+        self.on_unused_expired: Callable[[Queue], None] | None = None  # both set by when_unused
         self.next_seq = 1  # the sequence number of the next message in (journal order)
         self._consumer_count = 0
         self._dispatching = False
@@ -184,6 +184,12 @@ class Queue:
 
     # -- messages in -------------------------------------------------------------------
 
+    def when_unused(self, callback: Callable[["Queue"], None]) -> None:
+        """Call `callback(queue)` when the queue falls unused: an auto-delete queue loses its
+        last consumer, or its x-expires time passes without use (the vhost then deletes it)."""
+        self.on_unused = callback
+        self.on_unused_expired = callback
+
     def publish(self, message: Message) -> int:
         """Enqueue a routed message and deliver it if a consumer has room.
 
@@ -212,11 +218,11 @@ class Queue:
             expires_at = 0.0
         else:
             expires_at = expiry_time(message, settings.message_ttl_ms)
-        entry = QueueEntry(message, self.next_seq, expires_at)
         journal = self.journal
         # A replicated (quorum) queue journals transient messages too; the class attribute is
         # looked up only for a transient message to a durable queue.
         durable = journal is not None and (message.is_persistent or journal.keeps_transient)
+        entry = QueueEntry(message, self.next_seq, expires_at, durable)  # dropped if the write fails
         if durable and not journal.published(entry):
             return WRITE_FAILED
         self.next_seq += 1
@@ -654,11 +660,11 @@ class ReadyMessages:
 
     def _hold(self, size: int) -> None:
         self.in_memory += 1
-        self.budget.held += size + PER_MESSAGE_OVERHEAD
+        self.budget.hold(size)
 
     def _release(self, size: int) -> None:
         self.in_memory -= 1
-        self.budget.held -= size + PER_MESSAGE_OVERHEAD
+        self.budget.release(size)
 
     def __len__(self) -> int:
         return self.count
@@ -676,7 +682,7 @@ class ReadyMessages:
         size = len(entry.message.body)
         # _hold(size), inline: this runs once per message.
         self.in_memory += 1
-        self.budget.held += size + PER_MESSAGE_OVERHEAD
+        self.budget.hold(size)
         self.bytes += size
 
     def append_paged(self, seq: int, delivery_count: int, size: int, priority: int = 0) -> None:
@@ -765,7 +771,7 @@ class ReadyMessages:
         size = len(entry.message.body)
         # _release(size), inline: this runs once per message.
         self.in_memory -= 1
-        self.budget.held -= size + PER_MESSAGE_OVERHEAD
+        self.budget.release(size)
         self.bytes -= size
         return entry
 

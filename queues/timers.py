@@ -47,7 +47,7 @@ class Timer:
             # timer leaves the heap: a deleted queue is then freed by reference counting alone.
             self.callback = _spent
             if self._timers is not None:
-                self._timers._cancelled += 1
+                self._timers.note_cancelled()
 
 
 class Timers:
@@ -65,6 +65,11 @@ class Timers:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+    def note_cancelled(self) -> None:
+        """One of this heap's timers was cancelled (Timer.cancel): it stays in the heap until
+        compacted or popped, and is counted so that compaction knows when it pays."""
+        self._cancelled += 1
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(when, callback, self)

@@ -76,7 +76,7 @@ def hold_delayed_messages(vhost: Vhost, exchange: DelayingExchange) -> None:
     recovered = pending.recover()
     if recovered:
         log.info("recovered %d delayed messages of exchange '%s' in vhost '%s'", recovered, exchange.name, vhost.name)
-    exchange.pending = pending
+    exchange.hold_in(pending)
 
 
 def route_released(vhost: Vhost, exchange: DelayingExchange, message: Message) -> bool:
@@ -162,7 +162,7 @@ class DelayedMessages:
         seq = self._next_seq
         self._next_seq = seq + 1
         if self.journal is not None and message.is_persistent:
-            entry = QueueEntry(message, seq)
+            entry = QueueEntry(message, seq, persisted=True)
             if not self.journal.published(entry):
                 return WRITE_FAILED  # nothing written (queues/journal.py): the publisher gets a nack
             self.journal.waiting(entry, due_ms)
