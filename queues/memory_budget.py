@@ -47,4 +47,8 @@ def should_page(ready: "ReadyMessages | PriorityReadyMessages") -> bool:
     Yes once the queue keeps KEEP_PER_QUEUE messages in memory and either the budget is spent
     or messages ahead of it are paged out already (a consumer will not want it soon).
     """
-    return ready.in_memory >= KEEP_PER_QUEUE and (ready.budget.exhausted or len(ready) > ready.in_memory)
+    if ready.in_memory < KEEP_PER_QUEUE:
+        return False
+    budget = ready.budget
+    # (budget.exhausted and len(ready), inline: this runs once per message of a backlog)
+    return budget.held > budget.limit or ready.count > ready.in_memory

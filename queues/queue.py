@@ -240,12 +240,17 @@ class Queue:
             outcome = ENQUEUED_DURABLY
         else:
             outcome = ENQUEUED
-        self.ready.append(entry)
-        if expires_at:
-            self.message_expiry().track(entry)
-        if self._consumer_count:
-            # Judge expiry at publish time: a TTL of 0 still reaches a consumer that has room.
-            self.dispatch(message.published_at)
+        if self._consumer_count and not self.ready.count and not expires_at and not self._dispatching and not self.deleted:
+            # Nothing waits ahead of it: a consumer with room gets it without the ready list
+            # (no budget, count or deque traffic for a message that does not stay).
+            self.dispatch(message.published_at, entry)
+        else:
+            self.ready.append(entry)
+            if expires_at:
+                self.message_expiry().track(entry)
+            if self._consumer_count:
+                # Judge expiry at publish time: a TTL of 0 still reaches a consumer that has room.
+                self.dispatch(message.published_at)
         if limited:
             length_limit.drop_head_over_limit(self)
         return outcome
@@ -364,10 +369,12 @@ class Queue:
     def has_exclusive_consumer(self) -> bool:
         return any(consumer.exclusive for consumer in self._rotation)
 
-    def dispatch(self, now: float | None = None) -> None:
+    def dispatch(self, now: float | None = None, first: QueueEntry | None = None) -> None:
         """Deliver ready messages to consumers with room, in fair (round-robin) order.
 
         Messages whose TTL passed before `now` (default: the current time) are expired instead.
+        `first` is a message just published (without expiry) to a queue with no ready messages:
+        it goes first, and to the ready list only if no consumer has room.
         """
         if self._dispatching or self.deleted:
             return
@@ -381,13 +388,20 @@ class Queue:
                 now = self.timers.now() if now is None else now
             else:
                 now = 0.0
-            while ready.count:
+            while first is not None or ready.count:
                 consumer = picker.next_with_room()
                 if consumer is None:
+                    if first is not None:
+                        ready.append(first)
                     return
-                entry = pop_unexpired(self, now) if now else ready.pop()
-                if entry is None:
-                    return
+                if first is not None:
+                    entry = first
+                    first = None
+                    entry.state = UNACKED  # as ready.pop() leaves it
+                else:
+                    entry = pop_unexpired(self, now) if now else ready.pop()
+                    if entry is None:
+                        return
                 if journal is not None and entry.seq > journal.deliver_check_above and \
                         not journal.may_deliver(entry.seq, self):
                     ready.put_back(entry)  # its journal calls dispatch again when it may go

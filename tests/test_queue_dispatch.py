@@ -210,3 +210,30 @@ def test_auto_delete_queue_reports_unused_after_its_last_consumer_goes():
     assert unused == []
     queue.remove_consumer(b)
     assert unused == [queue]
+
+
+def test_a_message_handed_straight_to_a_consumer_leaves_the_memory_budget_as_it_was():
+    queue, sink = Queue("q", "/"), FakeSink()
+    consumer(queue, sink, "a", prefetch=1)
+    held_before = queue.ready.budget.held
+    publish(queue, b"0")
+    assert sink.bodies() == [b"0"]
+    assert queue.ready.budget.held == held_before
+    assert (queue.message_count, queue.unacked_count) == (0, 1)
+    publish(queue, b"1")  # no room: it waits in the ready list and counts against the budget
+    assert sink.bodies() == [b"0"]
+    assert queue.message_count == 1
+    assert queue.ready.budget.held > held_before
+    sink.ack(b"0")
+    assert sink.bodies() == [b"0", b"1"]
+    assert queue.ready.budget.held == held_before
+
+
+def test_a_publish_while_messages_wait_goes_behind_them():
+    queue, sink = Queue("q", "/"), FakeSink()
+    publish(queue, b"0", b"1")
+    taker = consumer(queue, sink, "a", prefetch=1)
+    assert sink.bodies() == [b"0"]
+    taker.set_prefetch(0)  # room for all: the next publish must not overtake b"1"
+    publish(queue, b"2")
+    assert sink.bodies() == [b"0", b"1", b"2"]
