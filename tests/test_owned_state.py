@@ -250,6 +250,7 @@ ALLOWED: dict[str, str] = {
     "spark/report.py::summarize::q.redelivered": SUMMARY,
     "amqp_server/cluster_remote_queue.py::RemoteQueue._consume_answered::remote.active": PRIVATE_RECORD,
     "amqp_server/cluster_remote_queue.py::RemoteQueue._consume_on_owner::remote.mirror": PRIVATE_RECORD,
+    "amqp_server/cluster_remote_queue.py::RemoteQueue._cancel::remote.parked": PRIVATE_RECORD,
     "amqp_server/cluster_remote_queue.py::RemoteQueue._park::remote.parked": PRIVATE_RECORD,
     "amqp_server/cluster_remote_queue.py::RemoteQueue.owner_cancelled::remote.active": PRIVATE_RECORD,
     "amqp_server/access_control.py::AccessControl.change_password::user.password_hash": USER_ROWS,
