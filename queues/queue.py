@@ -1,8 +1,9 @@
 """A queue: messages in, fair dispatch to consumers, and what acks, rejects and requeues do.
 
 This file is the queue's in-memory structure: the Queue, and its ready list (ReadyMessages,
-at the end, with PriorityReadyMessages for an x-max-priority queue). A message's place in the
-queue is a QueueEntry (queues/message.py).
+at the end, with PriorityReadyMessages for an x-max-priority queue) with the MemoryBudget the
+ready lists of a broker share (what their in-memory messages cost; past its limit durable
+queues page out). A message's place in the queue is a QueueEntry (queues/message.py).
 
 Dispatch is synchronous and cheap: whenever a message arrives, a consumer appears or a
 consumer gains room (an ack, a new basic.qos, a socket that drained), `dispatch()` hands ready
@@ -26,7 +27,6 @@ from queues.consumer_rotation import NO_CONSUMERS, ConsumerRotation
 from queues.deduplication import DeduplicationCache
 from queues.delays.delayed_retry import DelayedRetry
 from queues.journal import QueueJournal
-from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget, should_page
 from queues.message import FLAG_EXPIRATION, FLAG_PRIORITY, GONE, READY, UNACKED, Message, QueueEntry
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
 from queues.paged_expiry import PagedExpiry
@@ -595,6 +595,56 @@ class CongestedQueues:
 
 # Loads a paged-out message back: (seq, delivery_count) -> entry, or None if it cannot be read.
 Loader = Callable[[int, int], "QueueEntry | None"]
+
+
+# -- the memory budget: how many bytes of ready messages the broker keeps as objects before
+# paging out to disk (one MemoryBudget shared by every queue's ready list) --------------------
+
+# Python holds a message as several objects (entry, message, header, body); this is roughly
+# what they cost beyond the body itself, so the budget counts memory, not only payload.
+PER_MESSAGE_OVERHEAD = 400
+DEFAULT_LIMIT_BYTES = 48 * 1024 * 1024
+# A queue always keeps this many ready messages in memory, so dispatch never waits on a read.
+KEEP_PER_QUEUE = 64
+
+
+class MemoryBudget:
+    """Shared by every queue of a broker: `held` is what their in-memory ready messages cost.
+
+    Once `held` passes `limit`, durable queues keep new persistent messages in their journal
+    only (see ReadyMessages.append_paged) and read them back when they near the head.
+    """
+
+    __slots__ = ("limit", "held")
+
+    def __init__(self, limit: int = DEFAULT_LIMIT_BYTES) -> None:
+        self.limit = limit
+        self.held = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.held > self.limit
+
+    def hold(self, size: int) -> None:
+        """A ready message of `size` body bytes is now kept in memory."""
+        self.held += size + PER_MESSAGE_OVERHEAD
+
+    def release(self, size: int) -> None:
+        """A ready message of `size` body bytes is no longer kept in memory (taken or paged out)."""
+        self.held -= size + PER_MESSAGE_OVERHEAD
+
+
+def should_page(ready: "ReadyMessages | PriorityReadyMessages") -> bool:
+    """Should a new persistent message of a durable queue stay in its journal only?
+
+    Yes once the queue keeps KEEP_PER_QUEUE messages in memory and either the budget is spent
+    or messages ahead of it are paged out already (a consumer will not want it soon).
+    """
+    if ready.in_memory < KEEP_PER_QUEUE:
+        return False
+    budget = ready.budget
+    # (budget.exhausted and len(ready), inline: this runs once per message of a backlog)
+    return budget.held > budget.limit or ready.count > ready.in_memory
 
 
 class PagedRun:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from persistence.queue_store import QueueStore
 from queues.consumer import Consumer
 from queues.journal import QueueJournal
-from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget
+from queues.queue import KEEP_PER_QUEUE, MemoryBudget
 from queues.paged_expiry import ExpiryHeap
 from queues.queue import Queue
 from queues.timers import Timers

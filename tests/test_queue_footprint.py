@@ -24,7 +24,7 @@ from persistence.queue_store import QueueStore
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import FAILED
 from queues.journal import QueueJournal
-from queues.memory_budget import KEEP_PER_QUEUE, MemoryBudget
+from queues.queue import KEEP_PER_QUEUE, MemoryBudget
 from queues.message import Message, QueueEntry, content_header
 from queues.timers import Timers
 
