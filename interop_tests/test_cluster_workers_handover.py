@@ -145,7 +145,7 @@ def test_an_aio_pika_publisher_and_consumer_move_and_keep_confirms_and_prefetch(
 
         async def scenario() -> None:
             async def connect(name: str) -> aio_pika.abc.AbstractConnection:
-                return await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{group.broker.port}/?heartbeat=1",
+                return await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{group.broker.port}/",
                                               client_properties={"connection_name": name})
 
             async def on_worker_2() -> tuple[str, aio_pika.abc.AbstractConnection]:
@@ -208,6 +208,7 @@ def test_heartbeats_go_on_with_the_owner_after_the_move(tmp_path):
         _declare_on_owner(group, "owned-by-1")
 
         def listed_by(worker: int, client: RawClient) -> bool:
+            client.send_heartbeat()  # 1 s heartbeats: keep the connection while the API is asked
             port = client.sock.getsockname()[1]
             return any(c["peer_port"] == port for c in group.api(worker, "connections").json())
 
