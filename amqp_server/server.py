@@ -493,7 +493,7 @@ class AMQPServer:
 async def drive_timers(timers: Timers) -> None:
     """The one task that services every delay in the broker (see queues.timers)."""
     wake = asyncio.Event()
-    timers.on_earlier_deadline = lambda when: wake.set()
+    timers.wake_with(lambda when: wake.set())
     while True:
         deadline = timers.next_deadline()
         if deadline is None:

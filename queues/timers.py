@@ -60,8 +60,13 @@ class Timers:
         self._order = itertools.count()
         self._cancelled = 0  # cancelled timers still in the heap
         self._running_at: float | None = None  # the `now` of the run_due in progress
-        # Called when a new earliest deadline appears, so the driver can wake up sooner.
+        # Called when a new earliest deadline appears, so the driver can wake up sooner (wake_with).
         self.on_earlier_deadline: Callable[[float], None] = lambda when: None
+
+    def wake_with(self, callback: Callable[[float], None]) -> None:
+        """Call `callback(when)` whenever a new earliest deadline appears: the driver that waits
+        for the next deadline (server.drive_timers) must wake up sooner."""
+        self.on_earlier_deadline = callback
 
     def __len__(self) -> int:
         return len(self._heap)
