@@ -38,9 +38,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GROUP_SIZE_ARGUMENT = "x-quorum-initial-group-size"
-# How often a node lists the replica groups to start following a new one (a new queue's
-# followers start within this; until a majority follows, its confirms wait).
+# How soon a node tries again to list and watch the replica groups and leases when the
+# coordination service did not answer (its replicas then read their own keys that often).
 GROUPS_POLL_S = 0.25
+# How often a settled replica reads its group record and lease although no watch event woke it:
+# a safety net only (the node's watches wake a replica whose keys change).
+REPLICA_IDLE_POLL_S = 10.0
 
 
 def queue_id(vhost: str, name: str) -> str:
@@ -85,7 +88,8 @@ class ReplicatedQueues:
         self._committer = committer
         self._live_nodes = live_nodes
         self.manager = ReplicaManager(node=node, coordinator=coordinator, data_dir=data_dir, committer=committer,
-                                      poll_interval=GROUPS_POLL_S, on_role=self._role_changed)
+                                      poll_interval=GROUPS_POLL_S, watch=True, idle_poll_interval=REPLICA_IDLE_POLL_S,
+                                      on_role=self._role_changed)
         self._definitions: "SharedDefinitions | None" = None
         self._closing = False
         self._tasks: set[asyncio.Task] = set()

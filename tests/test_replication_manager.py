@@ -31,12 +31,16 @@ async def wait_for(predicate, timeout=10.0):
         await asyncio.sleep(0.01)
 
 
-def test_members_follow_a_group_that_names_them_and_drop_it_when_deleted(tmp_path):
+@pytest.mark.parametrize("watch", [False, True])
+def test_members_follow_a_group_that_names_them_and_drop_it_when_deleted(tmp_path, watch):
+    """(watch: the managers watch the records and leases, and a settled replica reads its keys
+    only every 30 s unless woken: everything here happens through the watches.)"""
     async def scenario():
         service = MemoryService()
         managers = {n: ReplicaManager(node=n, coordinator=MemoryCoordinator(service), data_dir=tmp_path / n,
                                       committer=GroupCommitter("always"), poll_interval=0.05,
-                                      replica_poll_interval=0.02) for n in ("a", "b", "c", "d")}
+                                      replica_poll_interval=0.02, watch=watch, idle_poll_interval=30.0)
+                    for n in ("a", "b", "c", "d")}
         for manager in managers.values():
             await manager.start("127.0.0.1")
         commits: list[int] = []
@@ -52,8 +56,8 @@ def test_members_follow_a_group_that_names_them_and_drop_it_when_deleted(tmp_pat
         assert managers["d"].replicas == {}
         await managers["a"].delete_group("/:q")
         for name in ("b", "c"):
-            await wait_for(lambda: "/:q" not in managers[name].replicas)
-            assert not any((tmp_path / name / "replicas").iterdir())
+            await wait_for(lambda: "/:q" not in managers[name].replicas
+                           and not any((tmp_path / name / "replicas").iterdir()))
         assert not any(key.startswith(("replicas/", "replica-leases/")) for key in service.keys)
         for manager in managers.values():
             await manager.close()

@@ -4,9 +4,15 @@
 `ReplicationListener`, one group committer, one directory per queue replica under
 ``<data_dir>/replicas/``. The broker asks it to ``host`` a queue it serves (with the callbacks
 that release its confirms); every group record in the coordination service that names this node
-as a member gets a replica here too (``sync_groups``, run every ``poll_interval``), so a follower
-node needs nothing but the record to start copying a queue. A group whose record is deleted is
-stopped and its directory removed.
+as a member gets a replica here too, so a follower node needs nothing but the record to start
+copying a queue. A group whose record is deleted is stopped and its directory removed.
+
+How it learns of the records: with ``watch`` (the broker), the node lists the group records and
+the leases once and then watches both directories, one watch each for the whole node; a change
+starts or stops a replica and wakes the replica it concerns (`QueueReplica.wake`), whose own
+reads then idle at ``idle_poll_interval`` while it is settled. Without ``watch`` it lists the
+records every ``poll_interval`` (``sync_groups``) and each replica reads its keys every
+``replica_poll_interval``.
 
 `group_members` picks a new group: this node first, then other live nodes, ``size`` in all
 (default 3, or every live node when the cluster is smaller), as RabbitMQ places a quorum queue's
@@ -24,8 +30,8 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from cluster.coordinator import CoordinationUnavailable, Coordinator
-from cluster.replication.election import GROUPS, GroupRecord
+from cluster.coordinator import CoordinationUnavailable, Coordinator, EventKind, HistoryLost, leaf_name
+from cluster.replication.election import GROUPS, LEASES, GroupRecord
 from cluster.replication.log import FileReplicaLog
 from cluster.replication.replica import QueueReplica, ReplicationListener, Role
 from persistence.group_commit import GroupCommitter
@@ -53,7 +59,8 @@ class ReplicaManager:
     """This node's queue replicas; see the module docstring."""
 
     def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
-                 poll_interval: float = 1.0, replica_poll_interval: float = 0.1,
+                 poll_interval: float = 1.0, replica_poll_interval: float = 0.1, watch: bool = False,
+                 idle_poll_interval: float = 2.0,
                  on_role: Callable[[str, Role], None] = _ignore_queue_role) -> None:
         """``on_role(queue, role)`` hears every role change of every replica here (the broker
         takes a queue over when its replica here becomes leader), after the queue's owner (`host`)."""
@@ -63,6 +70,10 @@ class ReplicaManager:
         self._committer = committer
         self._poll = poll_interval
         self._replica_poll = replica_poll_interval
+        self._watch = watch
+        self._idle_poll = idle_poll_interval if watch else replica_poll_interval
+        self._records: dict[str, GroupRecord] = {}  # watching: group key -> record
+        self._by_leaf: dict[str, str] = {}  # a replica's key leaf -> its queue
         self.listener = ReplicationListener()
         self.replicas: dict[str, QueueReplica] = {}
         self.groups: dict[str, GroupRecord] = {}  # every group, as the last listing found them
@@ -123,8 +134,9 @@ class ReplicaManager:
             queue=queue, node=self.node, members=members, log=FileReplicaLog(self._replica_directory(queue)),
             coordinator=self._coordinator, listener=self.listener, committer=self._committer,
             on_commit=functools.partial(self._committed, queue), on_role=functools.partial(self._role_changed, queue),
-            poll_interval=self._replica_poll, create_group=create_group)
+            poll_interval=self._replica_poll, idle_poll_interval=self._idle_poll, create_group=create_group)
         self.replicas[queue] = replica
+        self._by_leaf[leaf_name(queue)] = queue
         replica.start()
         return replica
 
@@ -163,18 +175,30 @@ class ReplicaManager:
     async def sync_groups(self) -> None:
         """Start a replica for each group naming this node; stop those whose group is gone."""
         items, _ = await self._coordinator.list(GROUPS)
-        named: dict[str, GroupRecord] = {}
-        groups: dict[str, GroupRecord] = {}
+        self._records = {}
         for item in items:
-            try:
-                record = GroupRecord.decode(item.value)
-            except (ValueError, KeyError, TypeError):
-                log.warning("ignoring an unreadable replica group record at %s", item.key)
-                continue
-            groups[record.queue] = record
-            if self.node in record.members:
-                named[record.queue] = record
-        self.groups = groups
+            self._remember(item.key, item.value)
+        await self._apply_groups()
+
+    def _remember(self, key: str, value: bytes | None) -> str | None:
+        """Record what the service holds at group key `key` now; the queue it is of, if known."""
+        if value is None:
+            gone = self._records.pop(key, None)
+            return gone.queue if gone is not None else self._by_leaf.get(key.rsplit("/", 1)[-1])
+        try:
+            record = GroupRecord.decode(value)
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring an unreadable replica group record at %s", key)
+            return None
+        self._records[key] = record
+        return record.queue
+
+    async def _apply_groups(self, only: str | None = None) -> None:
+        """Act on the records: a replica for each group naming this node, none for a group gone
+        (`only`: of that queue alone)."""
+        self.groups = {record.queue: record for record in self._records.values()}
+        named = {queue: record for queue, record in self.groups.items()
+                 if self.node in record.members and only in (None, queue)}
         for queue, record in named.items():
             replica = self.replicas.get(queue)
             if replica is not None and replica.incarnation not in (None, record.incarnation):
@@ -187,7 +211,8 @@ class ReplicaManager:
                 replica = self._start(queue, list(record.members), create_group=False)
             if replica.incarnation == record.incarnation:
                 self._mark_incarnation(queue, record.incarnation)
-        for queue in [q for q in self.replicas if q not in named and self.replicas[q].record is not None]:
+        for queue in [q for q in self.replicas if only in (None, q) and q not in named
+                      and self.replicas[q].record is not None]:
             await self._remove(queue)
             log.info("%s: replicated queue %s was deleted; its replica is removed", self.node, queue)
 
@@ -202,17 +227,78 @@ class ReplicaManager:
 
     async def _remove(self, queue: str) -> None:
         self._owners.pop(queue, None)
-        replica = self.replicas.pop(queue)
+        replica = self.replicas.pop(queue, None)
+        if replica is None:
+            return  # removed meanwhile (the group deleted here, and its deletion seen by the watch)
+        self._by_leaf.pop(leaf_name(queue), None)
         await replica.stop()
         replica.log.close()
         shutil.rmtree(self._replica_directory(queue), ignore_errors=True)
 
     async def _follow_groups(self) -> None:
+        if not self._watch:
+            while True:
+                try:
+                    await self.sync_groups()
+                except CoordinationUnavailable as error:
+                    log.warning("%s: cannot list replica groups: %s", self.node, error)
+                except Exception:
+                    log.exception("%s: following replica groups failed a step; retrying", self.node)
+                await asyncio.sleep(self._poll)
+        leases = asyncio.get_running_loop().create_task(self._watch_leases())
+        try:
+            await self._watch_groups()
+        finally:
+            leases.cancel()
+
+    async def _watch_groups(self) -> None:
         while True:
             try:
-                await self.sync_groups()
+                items, revision = await self._coordinator.list(GROUPS)
+                self._records = {}
+                for item in items:
+                    self._remember(item.key, item.value)
+                await self._apply_groups()
+                self._wake_all()
+                async for event in self._coordinator.watch(GROUPS, revision, list(self._records)):
+                    queue = self._remember(event.key, event.value if event.kind is EventKind.PUT else None)
+                    if queue is not None:
+                        await self._apply_groups(only=queue)
+                        self._wake(queue)
+            except HistoryLost:
+                continue  # list again
             except CoordinationUnavailable as error:
-                log.warning("%s: cannot list replica groups: %s", self.node, error)
+                log.warning("%s: cannot watch the replica groups: %s", self.node, error)
             except Exception:
-                log.exception("%s: following replica groups failed a step; retrying", self.node)
+                log.exception("%s: watching replica groups failed; listing them again", self.node)
+            self._wake_all()  # while the watch is down, the replicas read their keys themselves
             await asyncio.sleep(self._poll)
+
+    async def _watch_leases(self) -> None:
+        """Wake the replica whose leader's lease came or went (the lease of a dead leader goes
+        when its session expires: its followers elect at once)."""
+        while True:
+            try:
+                items, revision = await self._coordinator.list(LEASES)
+                self._wake_all()
+                async for event in self._coordinator.watch(LEASES, revision, [item.key for item in items]):
+                    queue = self._by_leaf.get(event.key.rsplit("/", 1)[-1])
+                    if queue is not None:
+                        self._wake(queue)
+            except HistoryLost:
+                continue
+            except CoordinationUnavailable as error:
+                log.warning("%s: cannot watch the replica leases: %s", self.node, error)
+            except Exception:
+                log.exception("%s: watching replica leases failed; listing them again", self.node)
+            self._wake_all()
+            await asyncio.sleep(self._poll)
+
+    def _wake(self, queue: str) -> None:
+        replica = self.replicas.get(queue)
+        if replica is not None:
+            replica.wake()
+
+    def _wake_all(self) -> None:
+        for replica in self.replicas.values():
+            replica.wake()

@@ -7,10 +7,15 @@ iteration are sent to every follower and handed to the group committer once, at 
 (`_flush_soon`); a follower fsyncs what one read of its stream brought in one group-commit
 round and acknowledges it with one ACK.
 
-Roles and the coordination service (`election`): a background task polls the group record and
-the leader's lease. With a live lease of the record's term the replica follows that leader;
-without a lease a member votes for the next term and the winner takes the lease and the term;
-a leader whose term was superseded, or whose lease vanished, steps down.
+Roles and the coordination service (`election`): a background task reads the group record and
+the leader's lease, and acts on them. With a live lease of the record's term the replica
+follows that leader; without a lease a member votes for the next term and the winner takes the
+lease and the term; a leader whose term was superseded, or whose lease vanished, steps down.
+It reads them again every ``poll_interval`` while anything is under way (an election, a
+follower not yet connected to its leader), and otherwise only when woken (`wake`: the node's
+watch of the records and leases saw this group's change, or this leader's in-sync set or a
+transfer's target moved) or every ``idle_poll_interval`` (by default the same; the broker's
+node watches the keys and lets settled replicas idle, ReplicaManager).
 
 The owner (the broker's queue, or a test harness) passes ``on_commit(index)``, called with the
 new commit index whenever it rises (confirms up to it may leave), and ``on_role(role)``, called
@@ -145,6 +150,7 @@ class QueueReplica:
         on_commit: Callable[[int], None],
         on_role: Callable[[Role], None],
         poll_interval: float = 0.1,
+        idle_poll_interval: float | None = None,
         election_timeout: float = 3.0,
         create_group: bool = True,
     ) -> None:
@@ -161,6 +167,8 @@ class QueueReplica:
         self._on_commit = on_commit
         self._on_role = on_role
         self._poll = poll_interval
+        self._idle_poll = poll_interval if idle_poll_interval is None else idle_poll_interval
+        self._woken = asyncio.Event()
         self._election_timeout = election_timeout
         self._create_group = create_group
         self.role = Role.FOLLOWER
@@ -199,6 +207,11 @@ class QueueReplica:
     async def delete_group(self) -> None:
         """The queue is gone: remove its group from the coordination service."""
         await self._keys.delete()
+
+    def wake(self) -> None:
+        """Read the group record and the lease again now (they, or what this replica compares
+        with them, changed)."""
+        self._woken.set()
 
     # ---- facts (metrics) --------------------------------------------------------------------------
 
@@ -278,6 +291,8 @@ class QueueReplica:
         if isinstance(frame, Ack):
             if leader.on_ack(stream.peer, frame):
                 self._on_commit(leader.commit_index)
+            if self._record_lags(stream.peer):
+                self.wake()
         elif isinstance(frame, Mismatch):
             leader.on_mismatch(stream.peer, frame)
         elif isinstance(frame, Refuse):
@@ -293,6 +308,15 @@ class QueueReplica:
             del self._followers[stream.peer]
             if self.leader is not None:
                 self.leader.follower_lost(stream.peer)
+                self.wake()  # it leaves the record's in-sync set
+
+    def _record_lags(self, peer: str) -> bool:
+        """Does the group record need this leader's attention after `peer`'s ACK: its in-sync
+        set says otherwise of `peer`, or `peer` is the target of a leadership transfer?"""
+        record, leader = self.record, self.leader
+        if record is None or leader is None:
+            return False
+        return record.transfer_to == peer or (peer in record.in_sync) != (peer in leader.in_sync_members())
 
     def _check_stepped_down(self) -> bool:
         if self.leader is not None and self.leader.role is LeaderRole.STEPPED_DOWN:
@@ -331,6 +355,7 @@ class QueueReplica:
     def _upstream_lost(self, stream: _Stream) -> None:
         if stream is self._upstream:
             self._upstream = None
+            self.wake()  # connect again (or, the leader gone, wait for its lease to go)
 
     async def _follow(self, record: GroupRecord) -> None:
         if self._upstream is not None and self._upstream_term == record.term:
@@ -376,7 +401,29 @@ class QueueReplica:
                 raise
             except Exception:
                 log.exception("%s: replication of %s failed a step; retrying", self.node, self.queue)
-            await asyncio.sleep(self._poll)
+            await self._nap()
+
+    async def _nap(self) -> None:
+        """Until the next read: `poll_interval` while anything is under way, else until woken
+        or `idle_poll_interval`."""
+        delay = self._idle_poll if self._settled() else self._poll
+        # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation that comes as the
+        # event is set, and stop() would wait for ever.
+        timer = asyncio.get_running_loop().call_later(delay, self._woken.set)
+        try:
+            await self._woken.wait()
+        finally:
+            timer.cancel()
+        self._woken.clear()
+
+    def _settled(self) -> bool:
+        """Nothing under way: this replica leads, or follows its record's leader over a live
+        stream. What changes that comes as a wake (the keys' watch, or this replica's streams)."""
+        if self.role is Role.LEADER:
+            return True
+        record = self.record
+        return (self.role is Role.FOLLOWER and record is not None and self._upstream is not None
+                and self._upstream_term == record.term and record.leader != self.node)
 
     async def _tick(self) -> None:
         record, version = await self._keys.read()
