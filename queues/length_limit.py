@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from queues import dead_letter
 from queues.arguments import QueueArguments
-from queues.message import GONE, Message, QueueEntry
+from queues.message import Message, QueueEntry
 
 if TYPE_CHECKING:
     from queues.queue import Queue
@@ -46,7 +46,7 @@ def drop_head_over_limit(queue: "Queue") -> None:
     dropped = []
     while queue.ready and over_limit(queue, 0, 0):
         entry = queue.ready.pop()
-        entry.state = GONE
+        entry.mark_gone()
         dropped.append(entry)
     dead_letter.hand_off(queue, dropped, dead_letter.MAXLEN)
 

@@ -265,3 +265,27 @@ class QueueEntry:
     @property
     def redelivered(self) -> bool:
         return self.delivery_count > 0
+
+    # The queue moves its entries between states with these. Its per-message path
+    # (ReadyMessages.append and pop, Queue.dispatch and settle) writes the same fields inline,
+    # a call less per message; tests/test_owned_state.py lists those writes.
+
+    def mark_ready(self) -> None:
+        """Back in the ready list (requeued, or its delayed retry is due)."""
+        self.state = READY
+
+    def mark_gone(self) -> None:
+        """Settled for good: acked, dropped, expired or dead-lettered."""
+        self.state = GONE
+
+    def mark_waiting(self) -> None:
+        """Returned by a consumer, waiting for its delayed retry."""
+        self.state = WAITING
+
+    def count_delivery(self) -> None:
+        """Delivered once more (redelivered from now on)."""
+        self.delivery_count += 1
+
+    def expire_at(self, when: float) -> None:
+        """Expires at wall-clock time `when` (seconds; 0 for never)."""
+        self.expires_at = when

@@ -15,7 +15,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 from queues import dead_letter
-from queues.message import FLAG_EXPIRATION, GONE, READY, Message, QueueEntry
+from queues.message import FLAG_EXPIRATION, READY, Message, QueueEntry
 from queues.timers import Timer
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def pop_unexpired(queue: "Queue", now: float) -> QueueEntry | None:
     while ready:
         entry = ready.pop()
         if entry.expires_at and entry.expires_at < now:
-            entry.state = GONE
+            entry.mark_gone()
             dead_letter.hand_off(queue, [entry], dead_letter.EXPIRED)
             continue
         return entry
@@ -106,7 +106,7 @@ class MessageExpiry:
         heap = self.heap
         heap.clear()
         for entry in self.queue.ready.in_memory_entries():
-            entry.expires_at = expiry_time(entry.message, queue_ttl_ms)
+            entry.expire_at(expiry_time(entry.message, queue_ttl_ms))
             if entry.expires_at:
                 heap.append((entry.expires_at, entry.seq, entry))
         heapq.heapify(heap)

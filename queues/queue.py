@@ -265,7 +265,7 @@ class Queue:
         """Read a paged-out message back from the journal (None if it cannot be read)."""
         entry = self.journal.load(seq, delivery_count)
         if entry is not None:
-            entry.expires_at = expiry_time(entry.message, self.settings.message_ttl_ms)
+            entry.expire_at(expiry_time(entry.message, self.settings.message_ttl_ms))
         return entry
 
     def recover(self) -> int:
@@ -450,13 +450,13 @@ class Queue:
             self.stats.redelivered += 1
         if no_ack:
             self.stats.get_no_ack += 1
-            entry.state = GONE
+            entry.mark_gone()
         else:
             self.unacked_count += 1
         return entry
 
     def after_get(self, entry: QueueEntry) -> None:
-        entry.delivery_count += 1
+        entry.count_delivery()
         if entry.persisted:
             if entry.state == GONE:  # fetched with no_ack: that was its last delivery
                 self.journal.acked(entry)
@@ -770,7 +770,7 @@ class ReadyMessages:
         self.append_paged(entry.seq, entry.delivery_count, len(entry.message.body))
 
     def put_back(self, entry: QueueEntry) -> None:
-        entry.state = READY
+        entry.mark_ready()
         if self._returned is _NO_RETURNED:
             self._returned = []
         heapq.heappush(self._returned, (entry.seq, entry))
@@ -782,7 +782,7 @@ class ReadyMessages:
     def remove(self, entry: QueueEntry) -> None:
         """Take a ready message out wherever it is (it stays in place as a skipped tombstone)."""
         if entry.state == READY:
-            entry.state = GONE
+            entry.mark_gone()
             self.count -= 1
             size = len(entry.message.body)
             self._release(size)
@@ -819,7 +819,7 @@ class ReadyMessages:
             self.bytes -= size
             entry = self.loader(seq, delivery_count) if self.loader else None
             if entry is not None:
-                entry.state = GONE
+                entry.mark_gone()
             return entry
         return None
 
@@ -913,11 +913,11 @@ class ReadyMessages:
         count = self.count
         for _seq, entry in self._returned:
             if entry.state == READY:
-                entry.state = GONE
+                entry.mark_gone()
                 self._release(len(entry.message.body))
         for item in self._fifo:
             if isinstance(item, QueueEntry) and item.state == READY:
-                item.state = GONE
+                item.mark_gone()
                 self._release(len(item.message.body))
         self._returned = _NO_RETURNED
         self._fifo = _NO_MESSAGES

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 from queues import dead_letter
 from queues.arguments import QueueArguments
 from queues.length_limit import drop_head_after_return
-from queues.message import GONE, WAITING
 from queues.delays.retry_lanes import RetryLanes
 from queues.timers import Deadline
 
@@ -69,7 +68,7 @@ class DelayedRetry:
     def hold(self, entry: "QueueEntry", delay_ms: int) -> None:
         """`entry` (just returned by a consumer) waits `delay_ms` before it is ready again."""
         due_ms = int(self.queue.timers.now() * 1000) + delay_ms
-        entry.state = WAITING
+        entry.mark_waiting()
         if entry.persisted:
             # The journal holds it: keep only its number (read back when due).
             self.queue.journal.waiting(entry, due_ms)
@@ -97,7 +96,7 @@ class DelayedRetry:
             if entry is None:
                 continue
             if entry.expires_at and entry.expires_at <= queue.timers.now():
-                entry.state = GONE
+                entry.mark_gone()
                 dead_letter.hand_off(queue, [entry], dead_letter.EXPIRED)
             else:
                 queue.put_back(entry)
@@ -118,7 +117,7 @@ class DelayedRetry:
         removed = self.lanes.clear()
         for item in removed:
             if item.entry is not None:
-                item.entry.state = GONE
+                item.entry.mark_gone()
         return len(removed)
 
     def stop(self) -> int:
