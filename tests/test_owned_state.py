@@ -100,8 +100,9 @@ SUMMARY = "a summary record (dataclass) created in this function and filled by i
 MESSAGE_BUILT = "a Message (or pamqp Properties) created a line above in this function and filled before it is handed on"
 RECOVERY = "recovery's result records (Recovery, SegmentEntry) being assembled while the journal files are replayed"
 SYNC_JOB = "the SyncJob created in this function, filled before it is handed to the group committer"
-COUNTERS = ("a counters record (BrokerStats, QueueStats, ChannelStats): a __slots__ bag of independent counts with no "
-            "invariant between them, bumped where the event happens; a method per count would be a call per message")
+COUNTERS = ("a counters record (BrokerStats, QueueStats: documented as plain integers bumped on the hot path), a "
+            "__slots__ bag of independent counts with no invariant between them, bumped where the event happens; "
+            "a method per count would be a call per message")
 PRIVATE_RECORD = ("a record class private to this module (_Held, _Window, _Incoming, _Worker, _Follower, RemoteConsumer, "
                   "StoreWait, PagedRun, SegmentEntry, Timer), kept and mutated only by the one class of the module that owns it")
 USER_ROWS = "a User row of AccessControl's user table, a dataclass of the same module that only AccessControl changes"
