@@ -397,15 +397,19 @@ class Queue:
                 if first is not None:
                     entry = first
                     first = None
+                    if journal is not None and entry.seq > journal.deliver_check_above and \
+                            not journal.may_deliver(entry.seq, self):
+                        ready.append(entry)  # its journal calls dispatch again when it may go
+                        return
                     entry.state = UNACKED  # as ready.pop() leaves it
                 else:
                     entry = pop_unexpired(self, now) if now else ready.pop()
                     if entry is None:
                         return
-                if journal is not None and entry.seq > journal.deliver_check_above and \
-                        not journal.may_deliver(entry.seq, self):
-                    ready.put_back(entry)  # its journal calls dispatch again when it may go
-                    return
+                    if journal is not None and entry.seq > journal.deliver_check_above and \
+                            not journal.may_deliver(entry.seq, self):
+                        ready.put_back(entry)  # its journal calls dispatch again when it may go
+                        return
                 if entry.delivery_count:
                     stats.redelivered += 1
                 if consumer.no_ack:

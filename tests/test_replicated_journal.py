@@ -11,9 +11,10 @@ queue store, with the replica's commits and role changes driven by hand:
   quorum queue does: its confirm waits for the majority and a new leader has it back;
 - a state record the local disk refuses still goes to the replica log (what a failover reads),
   and marks the journal failed; one for a message already settled goes nowhere;
-- a message a consumer received comes back from a new leader with redelivered=true and its
-  delivery count up, even when the old leader died before its `delivered` record was
-  committed: the new leader knows only what was committed.
+- a message a consumer received (taken from the queue, or offered as it was published) is on
+  a new leader and comes back with redelivered=true and its delivery count up, even when the
+  old leader died before its `delivered` record was committed: the new leader knows only
+  what was committed; a message no consumer had room for comes back untouched.
 """
 
 from __future__ import annotations
@@ -214,16 +215,20 @@ def test_a_state_record_the_local_disk_refuses_is_still_replicated(tmp_path, mon
 
 
 class _Sink:
-    """A consumer's channel: takes every delivery, and remembers the bodies it was sent."""
+    """A consumer's channel: takes every delivery, and remembers the bodies it was sent and
+    the commit index when the last one went out (`committed_then`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, commit_index: list[int]) -> None:
         self.received: list[bytes] = []
+        self._commit_index = commit_index
+        self.committed_then = 0
 
     def can_deliver(self) -> bool:
         return True
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
         self.received.append(entry.message.body)
+        self.committed_then = self._commit_index[0]
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
         pass
@@ -240,29 +245,40 @@ def _committed_prefix(log: FileReplicaLog, commit_index: int, directory: Path) -
     return replica
 
 
-async def _test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(tmp_path):
+async def _test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(tmp_path,
+                                                                                             consumer_first):
     old = _Replica(tmp_path / "log")
     queue = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
                   journal=_journal(tmp_path / "old", old))
+    commit_index = [0]
+
+    def commit_all() -> None:
+        commit_index[0] = old.log.last_index
+        queue.journal.on_commit(commit_index[0])
+
+    sink = _Sink(commit_index)
+    consumer = Consumer("c", queue, sink, no_ack=False, prefetch_count=2)
+    if consumer_first:  # each message is offered to it as it is published
+        queue.add_consumer(consumer)
     for number in range(3):
         queue.publish(Message("", "q", content_header(2, PERSISTENT_PROPERTIES), f"m{number}".encode()))
-    committed = old.log.last_index
-    queue.journal.on_commit(committed)  # the three messages are confirmed
-    sink = _Sink()
-    queue.add_consumer(Consumer("c", queue, sink, no_ack=False, prefetch_count=2))
-    # The commit index moves only when the test says so: once everything logged so far is
-    # committed, the consumer has what it may have; the old leader then dies, the records
-    # logged after that (the `delivered` ones among them) on no other node.
-    for _ in range(3):
-        if sink.received:
+    commit_all()  # the three messages are confirmed
+    if not consumer_first:  # they wait in the queue, and it takes them from there
+        queue.add_consumer(consumer)
+    # The commit index moves only when the test says so, until the consumer has what it has
+    # room for; the old leader then dies with only what was committed when the last delivery
+    # went out: the records logged after that (the `delivered` ones among them) were on it alone.
+    for _ in range(5):
+        if len(sink.received) == 2:
             break
-        committed = old.log.last_index
-        queue.journal.on_commit(committed)
+        commit_all()
     assert sink.received == [b"m0", b"m1"]
     old.log.flush()
-    new = _committed_prefix(old.log, committed, tmp_path / "new-log")
+    new = _committed_prefix(old.log, sink.committed_then, tmp_path / "new-log")
     taken = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
                   journal=_journal(tmp_path / "new", new, recover=False))
+    # (Without the delivery horizon, a consumer there before the publishes got m0 and m1 before
+    # even their own records were committed: the new leader had none of them.)
     assert taken.recover() == 3
     back = {}
     while (entry := taken.get(no_ack=True)) is not None:
@@ -275,5 +291,7 @@ async def _test_a_message_a_consumer_received_comes_back_redelivered_whatever_wa
     assert back[b"m2"] == 0, "no consumer had room for it: it comes back as never delivered"
 
 
-def test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(tmp_path):
-    asyncio.run(_test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(tmp_path))
+@pytest.mark.parametrize("consumer_first", [False, True])
+def test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(tmp_path, consumer_first):
+    asyncio.run(_test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(
+        tmp_path, consumer_first))
