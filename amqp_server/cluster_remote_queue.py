@@ -38,7 +38,7 @@ from amqp_server.errors import AMQPError
 from amqp_server.unacked_store import Unacked
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
-from queues.message import GONE, Message, QueueEntry
+from queues.message import Message, QueueEntry
 from queues.publish_outcome import FORWARDED, REJECTED
 from queues.queue import Queue
 
@@ -370,10 +370,10 @@ class RemoteQueue(Queue):
             while waiting and consumer.has_capacity():
                 entry = waiting.popleft()
                 if consumer.no_ack:
-                    entry.state = GONE
+                    entry.mark_gone()
                     entry.mirror.ack(entry.link_tag)  # the client settles nothing: settle here
                 else:
-                    consumer.unacked += 1
+                    consumer.count_unacked()
                     self.unacked_count += 1
                 consumer.sink.deliver(consumer, entry)
 
@@ -441,7 +441,7 @@ class RemoteQueue(Queue):
         entry = RemoteDelivery(message, fetcher, link_tag, redelivered)
         tag = channel.take_delivery_tag()
         if no_ack:
-            entry.state = GONE
+            entry.mark_gone()
             fetcher.ack(link_tag)
         else:
             self.unacked_count += 1

@@ -65,6 +65,11 @@ class Consumer:
         through the queue they came from."""
         self.queue = queue
 
+    def count_unacked(self) -> None:
+        """One more delivery to it waits for its ack. (Queue.dispatch and settle change the
+        count inline, once per message.)"""
+        self.unacked += 1
+
     def set_prefetch(self, count: int) -> None:
         """A new per-consumer limit (basic.qos global=false on its channel; 0 = none)."""
         self.prefetch_count = count

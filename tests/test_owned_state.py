@@ -261,13 +261,10 @@ ALLOWED: dict[str, str] = {
 }
 
 KNOWN_OFFENDERS: dict[str, tuple[int, str]] = {
-    "amqp_server/cluster_remote_queue.py::RemoteQueue._fetched::entry.state": (1, "a remote delivery's QueueEntry state: wants entry.mark_gone(); left alone because cluster_remote_queue.py is being changed by the replication work"),
-    "amqp_server/cluster_remote_queue.py::RemoteQueue.dispatch::consumer.unacked": (1, "Consumer's unacked count, per message: wants consumer.delivered()/settled() or the count kept by the queue; measure before"),
-    "amqp_server/cluster_remote_queue.py::RemoteQueue.dispatch::entry.state": (1, "a remote delivery's QueueEntry state: wants entry.mark_gone(); left alone because cluster_remote_queue.py is being changed by the replication work"),
-    "queues/queue.py::Queue.dispatch::consumer.unacked": (1, "Consumer's unacked count, per message: wants consumer.delivered()/settled() or the count kept by the queue; measure before"),
+    "queues/queue.py::Queue.dispatch::consumer.unacked": (1, "Consumer's unacked count changed inline on the per-message path (count_unacked states the increment elsewhere): a call less per message"),
     "queues/queue.py::Queue.dispatch::entry.delivery_count": (1, "QueueEntry.count_delivery inline, once per delivery (a call less per message)"),
     "queues/queue.py::Queue.dispatch::entry.state": (2, "QueueEntry's state on the per-message path: the body of QueueEntry.mark_ready/mark_gone (or UNACKED, taken for delivery) inline, a Python call (~400 instructions) less per message; the other transitions use the methods"),
-    "queues/queue.py::Queue.settle::consumer.unacked": (1, "Consumer's unacked count, per message: wants consumer.delivered()/settled() or the count kept by the queue; measure before"),
+    "queues/queue.py::Queue.settle::consumer.unacked": (1, "Consumer's unacked count changed inline on the per-message path (count_unacked states the increment elsewhere): a call less per message"),
     "queues/queue.py::Queue.settle::entry.state": (1, "QueueEntry's state on the per-message path: the body of QueueEntry.mark_ready/mark_gone (or UNACKED, taken for delivery) inline, a Python call (~400 instructions) less per message; the other transitions use the methods"),
     "queues/queue.py::ReadyMessages.append::entry.state": (1, "QueueEntry's state on the per-message path: the body of QueueEntry.mark_ready/mark_gone (or UNACKED, taken for delivery) inline, a Python call (~400 instructions) less per message; the other transitions use the methods"),
     "queues/queue.py::ReadyMessages.pop::entry.state": (1, "QueueEntry's state on the per-message path: the body of QueueEntry.mark_ready/mark_gone (or UNACKED, taken for delivery) inline, a Python call (~400 instructions) less per message; the other transitions use the methods"),
