@@ -1,4 +1,4 @@
-"""Waiting messages and TTLs of durable queues across a restart (a real journal in tmp_path)."""
+"""Waiting messages, TTLs and delivered messages of durable queues across a restart (a real journal in tmp_path)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from pamqp import commands
 
 from persistence.queue_store import QueueStore
+from queues.consumer import Consumer
 from queues.delays.delayed_retry import FAILED
 from queues.journal import QueueJournal
 from queues.message import Message, content_header
@@ -131,3 +132,48 @@ def test_a_priority_queue_recovers_each_message_at_its_priority(tmp_path):
 
     queue = open_queue(tmp_path, clock, arguments)
     assert [queue.get(no_ack=True).message.body for _ in range(3)] == [b"high", b"mid", b"low"]
+
+
+class _Taker:
+    """A consumer's channel with room for everything: remembers the bodies it was sent."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def can_deliver(self) -> bool:
+        return True
+
+    def deliver(self, consumer: Consumer, entry) -> None:
+        self.bodies.append(entry.message.body)
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        pass
+
+
+def test_a_message_handed_straight_to_a_consumer_and_not_acked_comes_back_redelivered(tmp_path):
+    # The consumer is there before the publish: the message goes to it without the ready list
+    # (Queue.publish's direct hand-off), and must be journaled as delivered all the same.
+    clock = Clock()
+    queue = open_queue(tmp_path, clock, {})
+    taker = _Taker()
+    queue.add_consumer(Consumer("c", queue, taker, no_ack=False, prefetch_count=1))
+    queue.publish(persistent(b"held", clock))
+    assert (taker.bodies, queue.message_count, queue.unacked_count) == ([b"held"], 0, 1)
+    stop(queue)  # the broker stops while the consumer still holds it
+
+    queue = open_queue(tmp_path, clock, {})
+    entry = queue.get(no_ack=True)
+    assert (entry.message.body, entry.redelivered, entry.delivery_count) == (b"held", True, 1)
+
+
+def test_a_message_handed_straight_to_a_no_ack_consumer_does_not_come_back(tmp_path):
+    clock = Clock()
+    queue = open_queue(tmp_path, clock, {})
+    taker = _Taker()
+    queue.add_consumer(Consumer("c", queue, taker, no_ack=True, prefetch_count=0))
+    queue.publish(persistent(b"taken", clock))
+    assert taker.bodies == [b"taken"]
+    stop(queue)
+
+    queue = open_queue(tmp_path, clock, {})
+    assert queue.message_count == 0
