@@ -35,7 +35,7 @@ from amqp_server.consumer_timeouts import deliveries_timed_out
 from amqp_server.declarations import DECLARATION_HANDLERS
 from amqp_server.delivery_timeouts import DeliveryTimeouts
 from amqp_server.errors import AMQPError
-from amqp_server.metrics.message_sizes import BUCKET_BOUNDS
+from amqp_server.metrics.message_sizes import BUCKET_BOUNDS, FIRST_BOUND
 from amqp_server.ordered_replies import OrderedReplies
 from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_PREFIX, REPLY_QUEUE
@@ -269,7 +269,7 @@ class Channel:
         size = len(body)
         # The size histogram's bucket (metrics/message_sizes.py folds the counts when scraped):
         # most messages fit the first one, so no bisect for them.
-        stats.received_sizes[0 if size <= 100 else bisect_left(BUCKET_BOUNDS, size)] += 1
+        stats.received_sizes[0 if size <= FIRST_BOUND else bisect_left(BUCKET_BOUNDS, size)] += 1
         stats.received_bytes += size
         if self.confirms is not None:
             stats.received_confirm += 1

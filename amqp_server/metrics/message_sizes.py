@@ -14,6 +14,9 @@ from collections.abc import Sequence
 BUCKET_BOUNDS = (100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 50_000_000, 100_000_000)
 # How many counts the histogram keeps: one per bound, then one for sizes above every bound (+Inf).
 BUCKET_COUNT = len(BUCKET_BOUNDS) + 1
+# The first bound alone: most messages are at most this, and the publish path tests it before
+# any bisect (amqp_server/channel.py).
+FIRST_BOUND = BUCKET_BOUNDS[0]
 
 
 def cumulative_buckets(counts: Sequence[int]) -> list[tuple[str, int]]:
