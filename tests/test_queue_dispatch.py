@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import struct
 
+from pamqp import commands
+
 from queues.consumer import Consumer
-from queues.message import Message, QueueEntry
+from queues.message import Message, QueueEntry, content_header
 from queues.queue import Queue
+from queues.timers import Timers
 
 
 class FakeSink:
@@ -237,3 +240,40 @@ def test_a_publish_while_messages_wait_goes_behind_them():
     taker.set_prefetch(0)  # room for all: the next publish must not overtake b"1"
     publish(queue, b"2")
     assert sink.bodies() == [b"0", b"1", b"2"]
+
+
+def test_a_message_with_a_ttl_that_no_consumer_has_room_for_still_expires_on_time():
+    # The direct hand-off is for messages without an expiry: one with a TTL that finds no room
+    # must be timed in the ready list like any other.
+    clock = [1000.0]
+    queue, sink = Queue("q", "/", timers=Timers(lambda: clock[0])), FakeSink()
+    consumer(queue, sink, "a", prefetch=1)
+    publish(queue, b"held")
+    raw = commands.Basic.Properties(expiration="1000").marshal()
+    timed = Message("", "q", content_header(5, raw), b"timed")
+    timed.published_at = clock[0]
+    queue.publish(timed)
+    assert (sink.bodies(), queue.message_count) == ([b"held"], 1)
+    clock[0] += 2
+    queue.timers.run_due(clock[0])
+    assert queue.message_count == 0, "its TTL passed while it waited: it expires"
+    sink.ack(b"held")
+    assert sink.bodies() == [b"held"]
+
+
+class RepublishingSink(FakeSink):
+    """A consumer whose first delivery publishes another message to the same queue, while the
+    queue is still dispatching."""
+
+    def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
+        super().deliver(consumer, entry)
+        if entry.message.body == b"first":
+            consumer.queue.publish(message(b"follow-up"))
+
+
+def test_a_publish_made_while_the_queue_dispatches_is_delivered_too():
+    queue, sink = Queue("q", "/"), RepublishingSink()
+    consumer(queue, sink, "a")
+    publish(queue, b"first")
+    assert sink.bodies() == [b"first", b"follow-up"]
+    assert queue.message_count == 0
