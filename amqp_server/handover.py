@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 
 # The client's bytes kept for a replay; a connection that sent more before naming a queue stays.
 MAX_RECORDED = 64 * 1024
+# The rest: the hand-over frame and what followed it, recorded (so within MAX_RECORDED), plus
+# what the transport read before reading paused; an owner takes no larger message.
+MAX_REST = MAX_RECORDED + (1 << 20)
+MAX_HEADER = 64 * 1024
 # How long an owner waits for the whole hand-over message once a sibling connected.
 RECEIVE_TIMEOUT_S = 5.0
 _MAGIC = b"AHO1"
@@ -301,18 +305,17 @@ class HandoverService:
     async def _receive(self, peer: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         client: socket.socket | None = None
+        fds: list[int] = []  # received and not yet wrapped: closed whatever happens
         try:
             _pid, uid, _gid = struct.unpack("3i", peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                   struct.calcsize("3i")))
             if uid != os.getuid():
                 log.warning("hand-over refused: offered by user id %d, not this worker's", uid)
                 return
-            data, fds = await asyncio.wait_for(_receive_message(loop, peer), RECEIVE_TIMEOUT_S)
+            data = await asyncio.wait_for(_receive_message(loop, peer, fds), RECEIVE_TIMEOUT_S)
             if len(fds) != 1:
-                for fd in fds:
-                    os.close(fd)
                 return
-            client = socket.socket(fileno=fds[0])
+            client = socket.socket(fileno=fds.pop())
             moved = _parse(data)
             if (moved is None or self.stopping or client.type != socket.SOCK_STREAM
                     or client.family not in (socket.AF_INET, socket.AF_INET6)):
@@ -336,6 +339,8 @@ class HandoverService:
         except Exception:  # a bug: the sibling keeps its connection
             log.exception("hand-over from a sibling worker failed")
         finally:
+            for fd in fds:  # a message cut short, too large or late keeps no copy of the client's socket
+                os.close(fd)
             peer.close()
             if client is not None:
                 client.close()  # our copy only: the sibling's keeps the client's socket open
@@ -362,9 +367,9 @@ class HandoverService:
         return answer == _YES
 
 
-async def _receive_message(loop: asyncio.AbstractEventLoop, peer: socket.socket) -> tuple[bytes, list[int]]:
-    """One hand-over message: its bytes and the descriptor that came with its first bytes."""
-    fds: list[int] = []
+async def _receive_message(loop: asyncio.AbstractEventLoop, peer: socket.socket, fds: list[int]) -> bytes:
+    """One hand-over message: its bytes; the descriptor that came with its first bytes goes to
+    `fds` as soon as it arrives (the caller closes it if the message never completes)."""
     data = b""
     while not fds and len(data) < _PREFIX.size:
         await _readable(loop, peer)
@@ -383,6 +388,8 @@ async def _receive_message(loop: asyncio.AbstractEventLoop, peer: socket.socket)
             magic, header_size, replay_size, rest_size = _PREFIX.unpack_from(buffer)
             if magic != _MAGIC:
                 raise ValueError("not a hand-over message")
+            if header_size > MAX_HEADER or replay_size > MAX_RECORDED or rest_size > MAX_REST:
+                raise ValueError(f"a hand-over message announcing {header_size}+{replay_size}+{rest_size} bytes")
             total = _PREFIX.size + header_size + replay_size + rest_size
         if total and len(buffer) >= total:
             break
@@ -390,7 +397,7 @@ async def _receive_message(loop: asyncio.AbstractEventLoop, peer: socket.socket)
         if not chunk:
             raise ValueError("the sibling closed in the middle of its message")
         buffer += chunk
-    return bytes(buffer), fds
+    return bytes(buffer)
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:

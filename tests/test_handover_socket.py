@@ -162,3 +162,48 @@ def test_a_worker_whose_socket_is_taken_runs_on_without_taking_offers():
             await second.stop()
 
     assert asyncio.run(scenario()) is False
+
+
+async def _offer_raw(name: str, announced: tuple[int, int, int], sent: bytes, cut: bool) -> bytes:
+    """A process of the broker's user offers one end of a socket pair with a message announcing
+    (header, replay, rest) sizes and carrying only `sent` after the prefix (then, if `cut`, no more
+    bytes: its end shut); returns
+    what the other end reads once that end's last copy in this process is closed (b"" when the
+    owner closed its copy too)."""
+    from amqp_server.handover import _MAGIC, _PREFIX
+
+    loop = asyncio.get_running_loop()
+
+    def never(sock: socket.socket, moved: MovedConnection) -> None:
+        raise AssertionError("a broken offer is never adopted")
+
+    address = _address(name)
+    owner = HandoverService(HandoverPlan("w-2", address, {}), never)
+    await owner.start()
+    ours, theirs = socket.socketpair()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sibling:
+            sibling.connect(address)
+            socket.send_fds(sibling, [_PREFIX.pack(_MAGIC, *announced) + sent], [ours.fileno()])
+            ours.close()  # the owner's copy is the last one now
+            if cut:
+                sibling.shutdown(socket.SHUT_WR)
+            sibling.setblocking(False)
+            # Refused at once (not after RECEIVE_TIMEOUT_S of waiting for a gigabyte).
+            assert await asyncio.wait_for(loop.sock_recv(sibling, 1), 2) in (b"", b"N")
+        theirs.setblocking(False)
+        return await asyncio.wait_for(loop.sock_recv(theirs, 1), 2)
+    finally:
+        theirs.close()
+        await owner.stop()
+
+
+def test_an_offer_announcing_more_than_a_hand_over_holds_is_refused_at_once_and_its_socket_closed():
+    # A replay is at most MAX_RECORDED bytes: the owner must not buffer a gigabyte for anyone.
+    assert asyncio.run(_offer_raw("huge", (2, 1 << 30, 1), b"{}", cut=False)) == b""
+
+
+def test_an_offer_cut_short_closes_the_owners_copy_of_the_socket():
+    # The sibling closed in the middle of its message: the owner keeps no copy of the client's
+    # socket (a leaked copy would keep the client's TCP connection open after the first worker closes it).
+    assert asyncio.run(_offer_raw("short", (2, 10, 10), b"{}abc", cut=True)) == b""
