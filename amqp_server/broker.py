@@ -283,10 +283,19 @@ class Broker:
         self.connections.add(connection)
         self.stats.connections_opened += 1
 
-    def connection_closed(self, connection: "Connection") -> None:
+    def connection_closed(self, connection: "Connection", moved: bool = False) -> None:
+        """`moved`: its socket went to another worker of this host (amqp_server/handover.py),
+        where it goes on: it leaves this worker without counting as closed."""
         if connection in self.connections:
             self.connections.discard(connection)
-            self.stats.connections_closed += 1
+            if not moved:
+                self.stats.connections_closed += 1
+
+    def connection_replayed(self, connection: "Connection") -> None:
+        """`connection` was replayed here from a sibling worker's socket (amqp_server/handover.py),
+        which counted it and its channels as opened: one client moving between workers is one
+        connection opened and one closed across them, not churn."""
+        self.stats.uncount_opening(1 if connection in self.connections else 0, len(connection.channels))
 
     # -- definitions -------------------------------------------------------------------
 

@@ -35,3 +35,9 @@ class BrokerStats:
         # The message size histogram's counts, per bucket of metrics/message_sizes.py (folded
         # into the metric when it is scraped), and the sum of the sizes.
         self.received_sizes = [0] * BUCKET_COUNT
+
+    def uncount_opening(self, connections: int, channels: int) -> None:
+        """Connections and channels just counted as opened that were counted so elsewhere: a
+        connection replayed from a sibling worker's socket (amqp_server/handover.py)."""
+        self.connections_opened -= connections
+        self.channels_opened -= channels

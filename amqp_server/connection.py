@@ -341,7 +341,7 @@ class Connection:
         if self.handover is not None:
             self.handover.taken()
             self.handover = None
-        self._release()
+        self._release(moved=True)
         self.advance(ConnectionEvent.HANDED_OVER)
 
     def _ask_stores(self) -> None:
@@ -656,8 +656,9 @@ class Connection:
         self.close_when_flushed = True
         self.on_output()
 
-    def _release(self) -> None:
-        """Give back everything this connection held: channels, consumers, exclusive queues."""
+    def _release(self, moved: bool = False) -> None:
+        """Give back everything this connection held: channels, consumers, exclusive queues.
+        `moved`: it goes on at another worker (handed_over), its channels and itself not closed."""
         channels = list(self.channels.values())
         self.channels.clear()
         self._confirm_channels.clear()
@@ -666,7 +667,8 @@ class Connection:
             channel.advance(ChannelEvent.CONNECTION_GONE)
             if released:
                 channel.release()
-                self.broker.stats.channels_closed += 1
+                if not moved:
+                    self.broker.stats.channels_closed += 1
         for queue in self.exclusive_queues:
             queue_vhost = self.broker.vhosts.get(queue.vhost)
             if queue_vhost is not None:
@@ -674,7 +676,7 @@ class Connection:
         self.exclusive_queues.clear()
         self.flow.release()
         if self.vhost is not None:
-            self.broker.connection_closed(self)
+            self.broker.connection_closed(self, moved)
             self.vhost = None
 
 

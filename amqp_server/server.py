@@ -192,6 +192,8 @@ class AMQPProtocol(asyncio.Protocol):
         except Exception:
             log.exception("replaying connection %s handed over by %s failed", connection.peer, moved.origin)
             return False
+        finally:
+            self.broker.connection_replayed(connection)  # counted as opened where it was accepted
         connection.take_output()
         return (connection.state is OPEN and not connection.close_when_flushed
                 and tuple(sorted(connection.channels)) == moved.channels)

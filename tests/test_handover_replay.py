@@ -202,3 +202,47 @@ def test_a_publish_routed_only_to_one_siblings_queues_moves_and_a_mixed_one_stay
             client.connection.receive_data(data)
         client.connection.receive_data(publish_frames(1, b"m", exchange=exchange, routing_key=key))
         assert moves == moves_expected, (exchange, key)
+
+
+def _counts(broker: Broker) -> tuple[int, int, int, int]:
+    stats = broker.stats
+    return stats.connections_opened, stats.connections_closed, stats.channels_opened, stats.channels_closed
+
+
+def test_a_moved_connection_counts_once_opened_and_once_closed_across_the_workers():
+    """rabbitmq_connections_opened_total and _closed_total summed over the workers (RabbitMQ's
+    churn rates) see one connection and one channel, not a close and a second open at the move."""
+    import asyncio
+    import socket
+
+    from amqp_server.connection_limits import ConnectionLimit
+    from amqp_server.handover import MovedConnection
+    from amqp_server.server import AMQPProtocol
+
+    first_broker = _broker_with_sibling_queue()
+    client, moves = _client(first_broker)
+    for data in _session_bytes():
+        client.connection.receive_data(data)
+    client.connection.receive_data(marshal(1, commands.Basic.Get(queue="theirs")))
+    recorder = client.connection.handover
+    moved = MovedConnection(recorder.replay, recorder.rest, (1,), "theirs", "w-1")
+    client.connection.handed_over()
+    assert _counts(first_broker) == (1, 0, 1, 0)  # it moved: it did not close here
+
+    async def owner_side(take: bool) -> tuple[int, int, int, int]:
+        owner_broker = _broker_with_sibling_queue()
+        with socket.create_server(("127.0.0.1", 0)) as listener, \
+                socket.create_connection(listener.getsockname()) as _peer:
+            accepted, _ = listener.accept()
+            with accepted:
+                protocol = AMQPProtocol(owner_broker, set(), ConnectionLimit("listener", 0), moved=moved)
+                assert protocol.replay(accepted)
+                if take:
+                    assert _counts(owner_broker) == (0, 0, 0, 0)  # opened on the first worker
+                    protocol.connection.transport_closed()  # it ends here
+                else:
+                    protocol.forget()  # refused: the first worker keeps it
+        return _counts(owner_broker)
+
+    assert asyncio.run(owner_side(take=True)) == (0, 1, 0, 1)
+    assert asyncio.run(owner_side(take=False)) == (0, 0, 0, 0)
