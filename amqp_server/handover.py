@@ -28,7 +28,8 @@ the client did so far can be replayed there with no side effect:
 Authentication is done again by the replay (every worker has the same users). TLS connections
 never move (the session keys live in the process that did the handshake), nor cluster links,
 nor a connection that already moved. Each worker listens on an abstract Unix socket named from
-its data directory, and takes descriptors only from processes of its own user.
+its data directory (reachable from the whole network namespace), and takes descriptors only from
+its siblings: processes of its own user whose parent is its own (SO_PEERCRED, /proc).
 """
 
 from __future__ import annotations
@@ -307,10 +308,10 @@ class HandoverService:
         client: socket.socket | None = None
         fds: list[int] = []  # received and not yet wrapped: closed whatever happens
         try:
-            _pid, uid, _gid = struct.unpack("3i", peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                  struct.calcsize("3i")))
-            if uid != os.getuid():
-                log.warning("hand-over refused: offered by user id %d, not this worker's", uid)
+            pid, uid, _gid = struct.unpack("3i", peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                 struct.calcsize("3i")))
+            if uid != os.getuid() or not _is_sibling(pid):
+                log.warning("hand-over refused: offered by process %d (user id %d), not a sibling worker", pid, uid)
                 return
             data = await asyncio.wait_for(_receive_message(loop, peer, fds), RECEIVE_TIMEOUT_S)
             if len(fds) != 1:
@@ -407,6 +408,19 @@ async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
         await ready
     finally:
         loop.remove_reader(sock.fileno())
+
+
+def _is_sibling(pid: int) -> bool:
+    """`pid` (the peer of a Unix socket) is this process or another child of its parent: the
+    supervisor of `--workers` starts every worker itself (workers.py)."""
+    if pid == os.getpid():
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            after_name = stat.read().rsplit(b")", 1)[1].split()  # state, ppid, ...
+    except (OSError, IndexError):
+        return False
+    return int(after_name[1]) == os.getppid()
 
 
 def _parse(data: bytes) -> MovedConnection | None:

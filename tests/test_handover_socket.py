@@ -207,3 +207,42 @@ def test_an_offer_cut_short_closes_the_owners_copy_of_the_socket():
     # The sibling closed in the middle of its message: the owner keeps no copy of the client's
     # socket (a leaked copy would keep the client's TCP connection open after the first worker closes it).
     assert asyncio.run(_offer_raw("short", (2, 10, 10), b"{}abc", cut=True)) == b""
+
+
+def test_an_offer_from_a_process_that_is_no_sibling_worker_is_not_heard():
+    """Same user, but not a child of this worker's parent (the supervisor): its socket is never
+    adopted. The workers' Unix sockets are abstract, reachable from the whole network namespace."""
+    import sys
+
+    address = _address("strangers")
+    script = f"""
+import asyncio, socket
+from amqp_server.handover import HandoverPlan, HandoverService, MovedConnection
+async def main():
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    first = HandoverService(HandoverPlan("w-1", "\\0unused", {{"w-2": {address!r}}}), None)
+    print(await first.send("w-2", client.fileno(), MovedConnection(b"r", b"r", (1,), "q", "w-1")))
+asyncio.run(main())
+"""
+
+    async def scenario() -> tuple[list[MovedConnection], bytes]:
+        offered: list[MovedConnection] = []
+
+        def adopt(sock: socket.socket, moved: MovedConnection) -> None:
+            offered.append(moved)
+            return None
+
+        owner = HandoverService(HandoverPlan("w-2", address, {}), adopt)
+        await owner.start()
+        try:
+            stranger = await asyncio.create_subprocess_exec(sys.executable, "-c", script,
+                                                            stdout=asyncio.subprocess.PIPE)
+            out, _ = await asyncio.wait_for(stranger.communicate(), 20)
+        finally:
+            await owner.stop()
+        return offered, out
+
+    offered, out = asyncio.run(scenario())
+    assert out.strip() == b"False"
+    assert offered == []
