@@ -188,7 +188,10 @@ class ZooKeeperCoordinator(Coordinator):
             self._call_on_loop(children_changed.set)
 
         def on_data(event: Any) -> None:  # kazoo's thread: one child's data watch fired
-            name = event.path.rsplit("/", 1)[1]
+            # No path: the connection dropped, and kazoo fired and forgot every watch. Each
+            # child is read again, which re-arms its data watch (else a later change of a key
+            # already known would never be reported).
+            name = event.path.rsplit("/", 1)[1] if event.path else _EVERY_CHILD
 
             def mark() -> None:
                 data_changed.add(name)
@@ -232,7 +235,8 @@ class ZooKeeperCoordinator(Coordinator):
             events = [WatchEvent(EventKind.DELETE, key, b"", parent.pzxid) for key in known if key not in present]
             for key in [key for key in known if key not in present]:
                 del known[key]
-            to_read = [name for name in names if prefix + name not in known or name in changed]
+            to_read = [name for name in names
+                       if prefix + name not in known or name in changed or _EVERY_CHILD in changed]
             for item in await _gathered(read, to_read):
                 if item is None:
                     continue
@@ -254,6 +258,8 @@ class ZooKeeperCoordinator(Coordinator):
 
 
 READS_IN_FLIGHT = 256
+# In a watch's set of changed children: every child (kazoo dropped the watches at a disconnect).
+_EVERY_CHILD = "/"
 
 
 async def _gathered(read: Any, names: list[str]) -> list[KeyValue | None]:

@@ -53,3 +53,51 @@ def test_a_write_while_disconnected_is_refused_at_once_and_never_applied_later(t
         asyncio.run(scenario())
     finally:
         service.stop()
+
+
+def test_a_watch_sees_a_change_of_a_key_it_knew_after_zookeeper_came_back(tmp_path):
+    """kazoo fires every watch with a pathless session event when the connection drops, and
+    forgets them: the watch must read its known keys again (re-arming their data watches), or
+    a later change of such a key (a replica group's new term or member) is never reported."""
+    service = start_zookeeper(tmp_path / "zk")
+    try:
+        async def scenario() -> None:
+            coordinator = await connect(parse_cluster_address(service.url(f"z-{uuid.uuid4().hex[:6]}")), 10)
+            try:
+                await coordinator.put("groups/q", b"term 1")
+                items, revision = await coordinator.list("groups")
+                events = coordinator.watch("groups", revision, [item.key for item in items])
+                await coordinator.put("groups/q", b"term 2")
+                first = await asyncio.wait_for(events.__anext__(), 20)
+                assert (first.key, first.value) == ("groups/q", b"term 2")
+
+                service.kill9_all()
+                deadline = time.monotonic() + 10
+                while coordinator._client.connected:
+                    assert time.monotonic() < deadline, "kazoo still says connected 10 s after ZooKeeper died"
+                    await asyncio.sleep(0.05)
+                service.start_again()
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        await coordinator.put("groups/q", b"term 3")
+                        break
+                    except CoordinationUnavailable:
+                        assert time.monotonic() < deadline, "ZooKeeper did not answer again"
+                seen = []
+                deadline = time.monotonic() + 30
+                while b"term 3" not in seen:
+                    remaining = deadline - time.monotonic()
+                    assert remaining > 0, f"the watch never reported the change after the reconnect: {seen}"
+                    try:
+                        event = await asyncio.wait_for(events.__anext__(), remaining)
+                    except asyncio.TimeoutError:
+                        raise AssertionError(f"the watch never reported the change after the reconnect: {seen}")
+                    seen.append(event.value)
+                await events.aclose()
+            finally:
+                await coordinator.close()
+
+        asyncio.run(scenario())
+    finally:
+        service.stop()
