@@ -295,3 +295,106 @@ async def _test_a_message_a_consumer_received_comes_back_redelivered_whatever_wa
 def test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(tmp_path, consumer_first):
     asyncio.run(_test_a_message_a_consumer_received_comes_back_redelivered_whatever_was_committed(
         tmp_path, consumer_first))
+
+
+async def _test_what_a_consumer_without_a_prefetch_limit_received_comes_back_redelivered(tmp_path, no_ack):
+    """A consumer without a prefetch limit (with acks, or no-ack: its deliveries are journaled
+    as settled) takes every message the horizon lets through; the old leader dies with only
+    what was committed when its last delivery went out: each message it received comes back
+    redelivered (its `delivered`/`acked` record was on the old leader alone), none is lost."""
+    old = _Replica(tmp_path / "log")
+    queue = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
+                  journal=_journal(tmp_path / "old", old))
+    commit_index = [0]
+    sink = _Sink(commit_index)
+    queue.add_consumer(Consumer("c", queue, sink, no_ack=no_ack, prefetch_count=0))
+    for number in range(3):
+        queue.publish(Message("", "q", content_header(2, PERSISTENT_PROPERTIES), f"m{number}".encode()))
+    assert sink.received == [], "delivered before a committed horizon covered it"
+    for _ in range(5):
+        if len(sink.received) == 3:
+            break
+        commit_index[0] = old.log.last_index
+        queue.journal.on_commit(commit_index[0])
+    assert sink.received == [b"m0", b"m1", b"m2"]
+    old.log.flush()
+    new = _committed_prefix(old.log, sink.committed_then, tmp_path / "new-log")
+    taken = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
+                  journal=_journal(tmp_path / "new", new, recover=False))
+    back = {}
+    assert taken.recover() == (2 if no_ack else 3)
+    while (entry := taken.get(no_ack=True)) is not None:
+        back[entry.message.body] = entry.delivery_count
+    if no_ack:
+        # m0 went alone under the first horizon; its no-ack settlement was committed with the
+        # horizon that let m1 and m2 go, so it is gone for good, as the client had it.
+        assert back == {b"m1": 1, b"m2": 1}
+    else:
+        assert back == {b"m0": 1, b"m1": 1, b"m2": 1}
+
+
+@pytest.mark.parametrize("no_ack", [False, True])
+def test_what_a_consumer_without_a_prefetch_limit_received_comes_back_redelivered(tmp_path, no_ack):
+    asyncio.run(_test_what_a_consumer_without_a_prefetch_limit_received_comes_back_redelivered(tmp_path, no_ack))
+
+
+async def _test_a_get_ok_waits_for_its_delivered_record_and_a_new_leader_gives_it_back_redelivered(tmp_path):
+    """basic.get: the get-ok waits (`delivery_wait`) until the `delivered` record of the message
+    it carries is committed; once it is, a new leader has the message as held and gives it
+    back redelivered with its delivery count up."""
+    old = _Replica(tmp_path / "log")
+    queue = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
+                  journal=_journal(tmp_path / "old", old))
+    queue.publish(Message("", "q", content_header(2, PERSISTENT_PROPERTIES), b"m0"))
+    entry = queue.get(no_ack=False)
+    assert entry is not None
+    queue.after_get(entry)
+    delivered_at = old.log.last_index
+    sent: list = []
+    queue.journal.delivery_wait(sent.append)
+    queue.journal.on_commit(delivered_at - 1)
+    assert sent == [], "the get-ok left before its delivered record was committed"
+    queue.journal.on_commit(delivered_at)
+    assert sent == [None]
+    old.log.flush()
+    new = _committed_prefix(old.log, delivered_at, tmp_path / "new-log")
+    taken = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
+                  journal=_journal(tmp_path / "new", new, recover=False))
+    assert taken.recover() == 1
+    again = taken.get(no_ack=True)
+    assert again is not None and again.message.body == b"m0" and again.delivery_count == 1
+
+
+def test_a_get_ok_waits_for_its_delivered_record_and_a_new_leader_gives_it_back_redelivered(tmp_path):
+    asyncio.run(_test_a_get_ok_waits_for_its_delivered_record_and_a_new_leader_gives_it_back_redelivered(tmp_path))
+
+
+def _horizon_records(log: FileReplicaLog) -> int:
+    return sum(1 for _, _, payload in log.entries() if bytes(payload[:4]) == b"\0\0\0\0" and len(payload) == 12)
+
+
+async def _test_horizons_are_one_record_per_batch_and_none_while_the_queue_is_idle(tmp_path):
+    replica = _Replica(tmp_path / "log")
+    queue = Queue("q", "/", durable=True, arguments={"x-queue-type": "quorum"},
+                  journal=_journal(tmp_path / "q", replica))
+    sink = _Sink([0])
+    queue.add_consumer(Consumer("c", queue, sink, no_ack=False, prefetch_count=0))
+    for number in range(1000):
+        queue.publish(Message("", "q", content_header(2, PERSISTENT_PROPERTIES), b"%d" % number))
+    for _ in range(100):
+        if len(sink.received) == 1000:
+            break
+        queue.journal.on_commit(replica.log.last_index)
+    assert len(sink.received) == 1000
+    batches = _horizon_records(replica.log)
+    assert batches <= 1000 // 64, f"{batches} horizon records for 1000 deliveries"
+    # Idle, its consumer still there: dispatching and commits append nothing more.
+    idle_from = replica.log.last_index
+    for _ in range(50):
+        queue.dispatch()
+        queue.journal.on_commit(replica.log.last_index)
+    assert replica.log.last_index == idle_from
+
+
+def test_horizons_are_one_record_per_batch_and_none_while_the_queue_is_idle(tmp_path):
+    asyncio.run(_test_horizons_are_one_record_per_batch_and_none_while_the_queue_is_idle(tmp_path))
