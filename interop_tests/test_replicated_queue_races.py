@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pika
 
-from interop_tests.cluster_nodes import SESSION_TTL, three_nodes, wait_until
+from interop_tests.cluster_nodes import three_nodes, wait_until
 from interop_tests.replication_hooks_broker import HOLD_REATTACH
 from interop_tests.test_replicated_queues import (
     _ctl, _declare, _HeldConsumer, _parameters, _publish_confirmed, _queue_node, _wait_until_each_holds_its_prefetch,
@@ -24,9 +24,9 @@ def test_a_consumer_whose_reattach_is_refused_is_cancelled_and_keeps_its_channel
     """A consumer on b of a queue led by a, holding 5 deliveries; leadership moves to c while
     b's consumer waits (the hook holds its re-attach); a client on c consumes exclusively; then
     b's consumer tries again and c refuses it (403 in exclusive use). It gets basic.cancel
-    within the lease time (before the change it waited and retried for ever), its channel
-    stays open, the old delivery tags can be acked, and the exclusive consumer gets every
-    message."""
+    within seconds (its parked retry runs every second; before the change it waited and
+    retried for ever, so any bound catches that), its channel stays open, the old delivery
+    tags can be acked, and the exclusive consumer gets every message."""
     with three_nodes(tmp_path, module=HOOKS) as nodes:
         a, b, c = nodes["a"], nodes["b"], nodes["c"]
         _declare(nodes, a, "locked")
@@ -53,7 +53,7 @@ def test_a_consumer_whose_reattach_is_refused_is_cancelled_and_keeps_its_channel
 
         hold.unlink()  # b's waiting consumer tries again: c refuses it for good
         wait_until(lambda: waiting.pump() or waiting.cancelled, "basic.cancel reaches b's consumer",
-                   within=SESSION_TTL + 2)
+                   within=20)  # generous: a loaded 2-core machine; the broken build never sends it
         assert waiting.channel.is_open and waiting.connection.is_open
         waiting.ack_all()  # the tags a delivered stay valid on the client's channel
         waiting.channel.queue_declare("after", exclusive=True)
