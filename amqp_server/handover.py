@@ -68,8 +68,10 @@ MAX_RECORDED = 64 * 1024
 # what the transport read before reading paused; an owner takes no larger message.
 MAX_REST = MAX_RECORDED + (1 << 20)
 MAX_HEADER = 64 * 1024
-# How long an owner waits for the whole hand-over message once a sibling connected.
+# How long an owner waits for the whole hand-over message once a sibling connected, and a
+# sibling for the owner's answer (then it keeps the connection: _last_word).
 RECEIVE_TIMEOUT_S = 5.0
+ANSWER_TIMEOUT_S = 5.0
 _MAGIC = b"AHO1"
 _PREFIX = struct.Struct(">4sIII")  # magic, header length, replay length, rest length
 _YES, _NO = b"Y", b"N"
@@ -361,11 +363,27 @@ class HandoverService:
                 sibling.connect(address)  # a local listening socket: at once, or refused
                 sent = socket.send_fds(sibling, [prefix], [fd])
                 await loop.sock_sendall(sibling, prefix[sent:] + moved.replay + moved.rest)
-                answer = await loop.sock_recv(sibling, 1)
+                try:
+                    answer = await asyncio.wait_for(loop.sock_recv(sibling, 1), ANSWER_TIMEOUT_S)
+                except asyncio.TimeoutError:  # a frozen or stopped sibling: keep the client here
+                    answer = _last_word(sibling)
+                    log.warning("no answer from %s in %gs: the connection %s", owner, ANSWER_TIMEOUT_S,
+                                "moved all the same" if answer == _YES else "stays here")
             except OSError as error:
                 log.warning("connection not handed over to %s: %s", owner, error)
                 return False
         return answer == _YES
+
+
+def _last_word(sibling: socket.socket) -> bytes:
+    """The owner's answer once the sibling stops waiting for it: after the shutdown the owner's
+    yes fails (EPIPE: it forgets the connection), and a yes it sent before is still read here
+    (the connection moved). The kernel orders the two, so they cannot cross."""
+    try:
+        sibling.shutdown(socket.SHUT_RDWR)
+        return sibling.recv(1)
+    except OSError:
+        return b""
 
 
 async def _receive_message(loop: asyncio.AbstractEventLoop, peer: socket.socket, fds: list[int]) -> bytes:

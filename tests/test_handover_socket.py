@@ -246,3 +246,40 @@ asyncio.run(main())
     offered, out = asyncio.run(scenario())
     assert out.strip() == b"False"
     assert offered == []
+
+
+def test_an_owner_that_does_not_answer_leaves_the_connection_with_the_first_worker(monkeypatch):
+    """A sibling that accepted (its kernel did) but never answers: a frozen or stopped process.
+    The first worker must not wait for ever with its client's connection paused."""
+    from amqp_server import handover
+
+    monkeypatch.setattr(handover, "ANSWER_TIMEOUT_S", 0.3)
+    address = _address("mute")
+
+    async def scenario() -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
+            mute.bind(address)
+            mute.listen(1)
+            first = HandoverService(HandoverPlan("w-1", _address("mute-1"), {"w-2": address}), None)
+            with socket.socket() as some_socket:
+                return await asyncio.wait_for(
+                    first.send("w-2", some_socket.fileno(), MovedConnection(b"r", b"r", (), "q", "w-1")), 5)
+
+    assert asyncio.run(scenario()) is False
+
+
+def test_a_late_yes_either_arrives_before_the_first_worker_gives_up_or_fails_for_the_owner():
+    """Giving up on an answer and the owner's yes cannot cross: a yes already sent is read
+    (the connection moved), and after giving up the owner's yes fails (it forgets the connection)."""
+    from amqp_server.handover import _last_word
+
+    first, owner = socket.socketpair()
+    with first, owner:
+        owner.send(b"Y")
+        assert _last_word(first) == b"Y"
+    first, owner = socket.socketpair()
+    with first, owner:
+        first.setblocking(False)
+        assert _last_word(first) == b""
+        with pytest.raises(BrokenPipeError):
+            owner.send(b"Y")
