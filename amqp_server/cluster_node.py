@@ -94,7 +94,7 @@ class ClusterNode:
         if broker.committer is not None and broker.message_dir is not None:
             # Durable quorum queues are replicated (they need this node's disk for their logs).
             replicated = ReplicatedQueues(node=me.name, coordinator=coordinator, data_dir=broker.message_dir,
-                                          committer=broker.committer,
+                                          committer=broker.committer, secret=secret,
                                           live_nodes=lambda: [node.name for node in membership.live_nodes()])
             replicated.share(definitions)
             definitions.replicate_with(replicated)

@@ -82,14 +82,16 @@ class ReplicatedQueues:
     """See the module docstring."""
 
     def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
-                 live_nodes: Callable[[], list[str]]) -> None:
+                 live_nodes: Callable[[], list[str]], secret: str) -> None:
+        """``secret``: the cluster secret (the one the links log in with); the replication
+        streams between nodes prove it too."""
         self.node = node
         self._coordinator = coordinator
         self._committer = committer
         self._live_nodes = live_nodes
         self.manager = ReplicaManager(node=node, coordinator=coordinator, data_dir=data_dir, committer=committer,
-                                      poll_interval=GROUPS_POLL_S, watch=True, idle_poll_interval=REPLICA_IDLE_POLL_S,
-                                      on_role=self._role_changed)
+                                      secret=secret.encode("utf-8"), poll_interval=GROUPS_POLL_S, watch=True,
+                                      idle_poll_interval=REPLICA_IDLE_POLL_S, on_role=self._role_changed)
         self._definitions: "SharedDefinitions | None" = None
         self._closing = False
         self._tasks: set[asyncio.Task] = set()

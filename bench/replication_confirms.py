@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 from tests.coordination_services import free_port, start_etcd
+from tests.replication_node import secret_environment
 
 
 def _leader_port(ports: list[int], deadline_s: float = 30.0) -> int:
@@ -72,13 +73,14 @@ def run(members: int, count: int, in_flights: list[int], etcd) -> list[tuple[int
     ports = [free_port() for _ in names]
     url = etcd.url(f"bench-{uuid.uuid4().hex[:8]}")
     processes = []
+    environment = secret_environment()  # the nodes' shared cluster secret
     try:
         for name, port in zip(names, ports):
             log = open(directory / f"{name}.log", "wb")
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "tests.replication_node", "--cluster", url, "--node", name,
                  "--members", ",".join(names), "--data-dir", str(directory / name), "--client-port", str(port)],
-                stdout=log, stderr=subprocess.STDOUT))
+                stdout=log, stderr=subprocess.STDOUT, env=environment))
         leader = _leader_port(ports)
         _publish(leader, 200, 16)  # warm up
         return [(k, count / _publish(leader, count, k)) for k in in_flights]

@@ -17,9 +17,11 @@ too), all started by the tests, with pika.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import random
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,7 +30,11 @@ import pika
 import pytest
 from pika.exceptions import AMQPError as PikaError
 
+from amqp_server.cluster_replicated import queue_id
 from amqp_server.ctl.main import main as ctl_main
+from cluster import connect, parse_cluster_address
+from cluster.replication.election import GroupKeys, GroupRecord
+from cluster.replication.wire import encode_hello
 from interop_tests.cluster_nodes import (
     SESSION_TTL, ClusterNode, pika_parameters, queue_known_everywhere, three_nodes, wait_until,
 )
@@ -178,6 +184,77 @@ def _wait_until_each_holds_its_prefetch(consumers: list[_HeldConsumer]) -> None:
         return all(len(consumer.received) == 5 for consumer in consumers)
 
     wait_until(each_holds_five, "each consumer holds its prefetch of 5")
+
+
+def _group_record(node: ClusterNode, queue: str) -> GroupRecord:
+    """The queue's replica group record, read from the coordination service `node` uses."""
+    args = node.broker.args
+    address = parse_cluster_address(args[args.index("--cluster") + 1])
+
+    async def read() -> GroupRecord:
+        coordinator = await connect(address)
+        try:
+            record, _version = await GroupKeys(coordinator, queue_id("/", queue)).read()
+        finally:
+            await coordinator.close()
+        assert record is not None
+        return record
+
+    return asyncio.run(read())
+
+
+def _intrude(address: str, payload: bytes, within: float) -> tuple[bytes, bool]:
+    """Connect to a replication port, send `payload` at once, read until the stream ends:
+    (everything received, closed by the other side within `within` seconds)."""
+    host, _, port = address.rpartition(":")
+    received = bytearray()
+    deadline = time.monotonic() + within
+    with socket.create_connection((host, int(port)), timeout=5) as intruder:
+        intruder.sendall(payload)
+        while time.monotonic() < deadline:
+            intruder.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = intruder.recv(65536)
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                return bytes(received), True
+            if not chunk:
+                return bytes(received), True
+            received += chunk
+    return bytes(received), False
+
+
+def test_the_replication_port_gives_nothing_to_a_peer_without_the_cluster_secret(tmp_path):
+    """Anyone reaching the leader's replication port: a version 1 follower's HELLO naming member b
+    (no handshake), and a handshake answer made without the secret, are each closed having read
+    no record (the leader logs the refusal with their address); the group stays in sync and the
+    queue keeps confirming and delivering."""
+    with three_nodes(tmp_path) as nodes:
+        a, b, c = nodes["a"], nodes["b"], nodes["c"]
+        _declare(nodes, a, "guarded")
+        publisher = pika.BlockingConnection(_parameters(b))
+        channel = publisher.channel()
+        channel.confirm_delivery()
+        for number in range(20):
+            channel.basic_publish("", "guarded", b"confidential-%d" % number, PERSISTENT)
+        publisher.close()
+        record = _group_record(a, "guarded")
+        leader = nodes[record.leader]
+        for payload in (encode_hello(0, 0, 0, "b", queue_id("/", "guarded")), os.urandom(64)):
+            received, closed = _intrude(record.leader_address, payload, within=10)
+            assert b"confidential" not in received
+            assert closed, f"the stream stayed open, sending {len(received)} bytes"
+            assert len(received) <= 64, received  # the handshake's challenge, nothing more
+        refusals = [line for line in leader.broker.log_text().splitlines()
+                    if "replication stream with 127.0.0.1:" in line and "refused" in line]
+        assert len(refusals) == 2, refusals
+        wait_until(lambda: sorted(c.api("queues/%2F/guarded").json().get("in_sync", [])) == sorted(nodes),
+                   "every member of the queue's group is still in sync")
+        assert _group_record(a, "guarded").term == record.term
+        _publish_confirmed(c, "guarded", 1)
+        bodies = [body for body, _, _ in _drain(c, "guarded")]
+        assert bodies == [b"confidential-%d" % n for n in range(20)] + [b"m0"], bodies
 
 
 def test_consumers_on_other_nodes_keep_consuming_across_a_leader_change(tmp_path):

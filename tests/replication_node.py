@@ -5,7 +5,9 @@
 
 It runs the real replication core (`cluster.replication`): a `QueueReplica` with a
 `FileReplicaLog`, the group committer and the etcd coordinator. The payloads are real segment
-records. Clients send one command a line and read one answer a line:
+records. The nodes of one test cluster share the cluster secret in the environment variable
+REPLICATION_TEST_SECRET (`secret_environment`). Clients send one command a line and read one
+answer a line:
 
     R              -> "R leader <term> <in-sync,...>" or "R follower"
     P <id>         -> "C <id>" once the message record is committed (majority fsynced), or "N"
@@ -28,6 +30,7 @@ import asyncio
 import faulthandler
 import logging
 import os
+import secrets
 import signal
 import time
 from collections import deque
@@ -42,7 +45,15 @@ from persistence.group_commit import GroupCommitter
 from persistence.record_format import MessageState
 
 QUEUE = "/:replicated"
+# The cluster secret the nodes' replication streams prove (an environment variable, not an
+# argument: no other user sees it in the process list). `secret_environment` makes one.
+SECRET_VARIABLE = "REPLICATION_TEST_SECRET"
 BROKEN_BATCH_S = 0.05
+
+
+def secret_environment() -> dict[str, str]:
+    """The environment for a test cluster's harness nodes: this one's, and a new random secret."""
+    return {**os.environ, SECRET_VARIABLE: secrets.token_urlsafe(32)}
 
 
 def _now_ms() -> int:
@@ -64,7 +75,7 @@ class HarnessNode:
     async def run(self) -> None:
         args = self.args
         coordinator = await connect(parse_cluster_address(args.cluster), session_ttl=args.session_ttl)
-        listener = ReplicationListener()
+        listener = ReplicationListener(os.environ[SECRET_VARIABLE].encode())
         await listener.start("127.0.0.1", 0)
         committer = GroupCommitter("always")
         log = FileReplicaLog(Path(args.data_dir))

@@ -27,7 +27,8 @@ def test_each_replica_is_a_series_per_queue_and_the_aggregated_endpoint_sums_the
     async def scenario() -> None:
         broker = Broker()
         replicated = ReplicatedQueues(node="a", coordinator=MemoryCoordinator(MemoryService()), data_dir=tmp_path,
-                                      committer=GroupCommitter("always"), live_nodes=lambda: ["a"])
+                                      committer=GroupCommitter("always"), live_nodes=lambda: ["a"],
+                                      secret="s3cret")
         await replicated.start("127.0.0.1")
         broker.replicate_queues(replicated)
         commits: dict[str, int] = {}

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.coordination_services import free_port, start_etcd, start_zookeeper
+from tests.replication_node import secret_environment
 
 NODES = ("n1", "n2", "n3")
 IN_FLIGHT = 32
@@ -60,6 +61,7 @@ class Cluster:
         self.broken = broken
         self.ports = {n: free_port() for n in NODES}
         self.processes: dict[str, subprocess.Popen] = {}
+        self.environment = secret_environment()  # the nodes' shared cluster secret
 
     def start(self, node: str) -> None:
         command = [sys.executable, "-m", "tests.replication_node", "--cluster", self.url, "--node", node,
@@ -68,7 +70,7 @@ class Cluster:
         if self.broken:
             command.append("--confirm-before-replication")
         log = open(self.directory / f"{node}.log", "ab")
-        self.processes[node] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        self.processes[node] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.environment)
 
     def kill9(self, node: str) -> None:
         process = self.processes.pop(node)

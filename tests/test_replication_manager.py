@@ -38,7 +38,7 @@ def test_members_follow_a_group_that_names_them_and_drop_it_when_deleted(tmp_pat
     async def scenario():
         service = MemoryService()
         managers = {n: ReplicaManager(node=n, coordinator=MemoryCoordinator(service), data_dir=tmp_path / n,
-                                      committer=GroupCommitter("always"), poll_interval=0.05,
+                                      committer=GroupCommitter("always"), secret=b"s3cret", poll_interval=0.05,
                                       replica_poll_interval=0.02, watch=watch, idle_poll_interval=30.0)
                     for n in ("a", "b", "c", "d")}
         for manager in managers.values():
@@ -73,7 +73,8 @@ def test_a_group_deleted_and_made_again_under_the_same_name_is_not_mixed_with_th
 
         def manager(name: str, poll: float = 0.05) -> ReplicaManager:
             return ReplicaManager(node=name, coordinator=MemoryCoordinator(service), data_dir=tmp_path / name,
-                                  committer=GroupCommitter("always"), poll_interval=poll, replica_poll_interval=0.02)
+                                  committer=GroupCommitter("always"), secret=b"s3cret", poll_interval=poll,
+                                  replica_poll_interval=0.02)
 
         managers = {"a": manager("a"), "b": manager("b"), "c": manager("c", poll=3600)}  # c lists groups once
         for one in managers.values():

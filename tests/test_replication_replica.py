@@ -13,6 +13,7 @@ from persistence.group_commit import GroupCommitter
 from tests.memory_coordinator import MemoryCoordinator, MemoryService
 
 MEMBERS = ("a", "b", "c")
+SECRET = b"the test cluster's secret"
 
 
 TRACE: list[tuple[str, str, int]] = []  # ("fsynced", node, index) and ("commit", node, index), in order
@@ -31,10 +32,10 @@ class TracedLog(FileReplicaLog):
 
 
 class Node:
-    def __init__(self, name, store, directory):
+    def __init__(self, name, store, directory, secret=SECRET, handshake_timeout=5.0):
         self.name = name
         self.session = MemoryCoordinator(store)
-        self.listener = ReplicationListener()
+        self.listener = ReplicationListener(secret, handshake_timeout)
         self.committer = GroupCommitter("always")
         self.directory = directory
         self.commits: list[int] = []

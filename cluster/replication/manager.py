@@ -1,8 +1,8 @@
 """The replicas one node holds, and which nodes a new replicated queue's group gets.
 
 `ReplicaManager` is the node's side of replication, shared by all its queues: one
-`ReplicationListener`, one group committer, one directory per queue replica under
-``<data_dir>/replicas/``. The broker asks it to ``host`` a queue it serves (with the callbacks
+`ReplicationListener` (holding the cluster secret that every replication stream proves), one
+group committer, one directory per queue replica under ``<data_dir>/replicas/``. The broker asks it to ``host`` a queue it serves (with the callbacks
 that release its confirms); every group record in the coordination service that names this node
 as a member gets a replica here too, so a follower node needs nothing but the record to start
 copying a queue. A group whose record is deleted is stopped and its directory removed.
@@ -59,11 +59,12 @@ class ReplicaManager:
     """This node's queue replicas; see the module docstring."""
 
     def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
-                 poll_interval: float = 1.0, replica_poll_interval: float = 0.1, watch: bool = False,
+                 secret: bytes, poll_interval: float = 1.0, replica_poll_interval: float = 0.1, watch: bool = False,
                  idle_poll_interval: float = 2.0,
                  on_role: Callable[[str, Role], None] = _ignore_queue_role) -> None:
         """``on_role(queue, role)`` hears every role change of every replica here (the broker
-        takes a queue over when its replica here becomes leader), after the queue's owner (`host`)."""
+        takes a queue over when its replica here becomes leader), after the queue's owner (`host`).
+        ``secret``: the cluster secret every replication stream, to or from this node, proves first."""
         self.node = node
         self._coordinator = coordinator
         self._directory = Path(data_dir) / "replicas"
@@ -74,7 +75,7 @@ class ReplicaManager:
         self._idle_poll = idle_poll_interval if watch else replica_poll_interval
         self._records: dict[str, GroupRecord] = {}  # watching: group key -> record
         self._by_leaf: dict[str, str] = {}  # a replica's key leaf -> its queue
-        self.listener = ReplicationListener()
+        self.listener = ReplicationListener(secret)
         self.replicas: dict[str, QueueReplica] = {}
         self.groups: dict[str, GroupRecord] = {}  # every group, as the last listing found them
         # queue -> (on_commit, on_role) of the owner that `host`ed it; replicas nobody hosts

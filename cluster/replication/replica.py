@@ -2,10 +2,11 @@
 `ReplicationListener` that followers connect to.
 
 One TCP stream per follower and queue carries the leader's APPEND frames one way and the
-follower's ACKs the other. Nothing is created per record: appends made in one event-loop
-iteration are sent to every follower and handed to the group committer once, at the end of it
-(`_flush_soon`); a follower fsyncs what one read of its stream brought in one group-commit
-round and acknowledges it with one ACK.
+follower's ACKs the other, once both ends proved they hold the cluster secret (`wire.Handshake`;
+the node's `ReplicationListener` holds it and opens and accepts every stream). Nothing is
+created per record: appends made in one event-loop iteration are sent to every follower and
+handed to the group committer once, at the end of it (`_flush_soon`); a follower fsyncs what one
+read of its stream brought in one group-commit round and acknowledges it with one ACK.
 
 Roles and the coordination service (`election`): a background task reads the group record and
 the leader's lease, and acts on them. With a live lease of the record's term the replica
@@ -38,10 +39,17 @@ from cluster.replication.election import GroupKeys, GroupRecord, Lease, Vote, ch
 from cluster.replication.follower import FollowerReplication
 from cluster.replication.leader import LeaderReplication, LeaderRole, NotLeader
 from cluster.replication.log import FileReplicaLog
-from cluster.replication.wire import Ack, Append, FrameReader, Hello, Mismatch, ProtocolError, Refuse
+from cluster.replication.wire import (
+    Ack, Append, AuthenticationFailed, FrameReader, Handshake, Hello, Mismatch, ProtocolError, Refuse,
+)
 from persistence.group_commit import GroupCommitter
 
 log = logging.getLogger(__name__)
+
+# A peer has this long to prove the cluster secret once its stream opened (one round trip is needed).
+HANDSHAKE_TIMEOUT_S = 5.0
+# A follower whose stream to the leader closed in the handshake connects again after this long.
+HANDSHAKE_RETRY_S = 1.0
 
 
 class Role(enum.Enum):
@@ -51,31 +59,81 @@ class Role(enum.Enum):
 
 
 class _Stream(asyncio.Protocol):
-    """One replication TCP stream; frames go to ``handler(stream, frame)``."""
+    """One replication TCP stream. First the mutual proof of the cluster secret (`Handshake`),
+    within ``handshake_timeout`` seconds, or the stream is closed; until it is done nothing is
+    read as a frame and nothing but the handshake is sent. Then ``on_open(stream)`` hears it,
+    and frames go to ``on_frame(stream, frame)``."""
 
-    def __init__(self, on_frame: Callable[["_Stream", object], None], on_lost: Callable[["_Stream"], None],
-                 peer: str = "") -> None:
+    def __init__(self, handshake: Handshake, handshake_timeout: float,
+                 on_frame: Callable[["_Stream", object], None], on_lost: Callable[["_Stream"], None],
+                 peer: str = "", on_open: Callable[["_Stream"], None] | None = None) -> None:
+        self._handshake = handshake
+        self._handshake_timeout = handshake_timeout
+        self._timer: asyncio.TimerHandle | None = None
         self._reader = FrameReader()
         self._on_frame = on_frame
         self._on_lost = on_lost
+        self._on_open = on_open
         self.transport: asyncio.Transport | None = None
         self.paused = False
         self.peer = peer  # the node at the other end (on the leader's side: once HELLO named it)
+        self.address = ""  # host:port at the other end
         self.on_resume: Callable[["_Stream"], None] | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Both sides proved the cluster secret: frames may flow."""
+        return self._handshake.is_open
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # No isinstance check: uvloop's TCP transports (the broker's loop) are not asyncio.Transport.
         self.transport = transport  # type: ignore[assignment]
+        peername = transport.get_extra_info("peername")
+        self.address = f"{peername[0]}:{peername[1]}" if peername else "an unknown address"
+        self._timer = asyncio.get_running_loop().call_later(self._handshake_timeout, self._handshake_expired)
+        opening = self._handshake.opening()
+        if opening:
+            transport.write(opening)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         try:
+            if not self._handshake.is_open:
+                # The whole of `data`: a peer sends nothing after its handshake message before
+                # the other side's answer, so more is a failed handshake (Handshake.feed).
+                reply = self._handshake.feed(data)
+                if reply and self.transport is not None:
+                    self.transport.write(reply)
+                if self._handshake.is_open:
+                    self._cancel_timer()
+                    if self._on_open is not None:
+                        self._on_open(self)
+                return
             for frame in self._reader.feed(data):
                 self._on_frame(self, frame)
+        except AuthenticationFailed as error:
+            log.warning("replication stream with %s refused: %s", self._describe(), error)
+            self.close()
         except ProtocolError as error:
-            log.warning("replication stream from %s closed: %s", self.peer or "a peer", error)
+            log.warning("replication stream with %s closed: %s", self._describe(), error)
             self.close()
 
+    def _handshake_expired(self) -> None:
+        self._timer = None
+        if not self._handshake.is_open and self.transport is not None:
+            log.warning("replication stream with %s refused: no handshake within %.1f s", self._describe(),
+                        self._handshake_timeout)
+            self.close()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _describe(self) -> str:
+        return f"{self.peer} at {self.address}" if self.peer else self.address
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
         self.transport = None
         self._on_lost(self)
 
@@ -94,7 +152,8 @@ class _Stream(asyncio.Protocol):
         self._on_frame, self._on_lost, self.on_resume = on_frame, on_lost, on_resume
 
     def write(self, data: bytes) -> None:
-        if self.transport is not None:
+        """Send frames; dropped before the handshake is done (never to an unproven peer)."""
+        if self.transport is not None and self._handshake.is_open:
             self.transport.write(data)
 
     def close(self) -> None:
@@ -103,9 +162,17 @@ class _Stream(asyncio.Protocol):
 
 
 class ReplicationListener:
-    """This node's replication port: a follower's stream starts with HELLO naming its queue."""
+    """This node's replication endpoint, holding the cluster secret: the port followers connect
+    to (a stream's first frame, once the handshake is done, is HELLO naming its queue) and the
+    streams this node's followers open to other nodes' ports (`connect`). Every stream, either
+    way, starts with the mutual proof of the secret (`Handshake`); one that fails it, or does
+    not finish it within ``handshake_timeout`` seconds, is closed before any frame."""
 
-    def __init__(self) -> None:
+    def __init__(self, secret: bytes, handshake_timeout: float = HANDSHAKE_TIMEOUT_S) -> None:
+        if not secret:
+            raise ValueError("the replication port needs the cluster secret")
+        self._secret = secret
+        self._handshake_timeout = handshake_timeout
         self._replicas: dict[str, "QueueReplica"] = {}
         self._server: asyncio.base_events.Server | None = None
         self.address = ""
@@ -118,10 +185,20 @@ class ReplicationListener:
 
     async def start(self, host: str, port: int) -> str:
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Stream(self._first_frame, lambda stream: None), host, port)
+            lambda: _Stream(Handshake.listening(self._secret), self._handshake_timeout, self._first_frame,
+                            lambda stream: None), host, port)
         sock_host, sock_port = self._server.sockets[0].getsockname()[:2]
         self.address = f"{sock_host}:{sock_port}"
         return self.address
+
+    async def connect(self, host: str, port: int, peer: str, on_frame: Callable[[_Stream, object], None],
+                      on_lost: Callable[[_Stream], None], on_open: Callable[[_Stream], None]) -> _Stream:
+        """A stream to node ``peer``'s replication port; ``on_open`` hears when both sides proved
+        the secret (only then may the stream carry a frame). Raises OSError."""
+        _, stream = await asyncio.get_running_loop().create_connection(
+            lambda: _Stream(Handshake.connecting(self._secret), self._handshake_timeout, on_frame, on_lost, peer,
+                            on_open), host, port)
+        return stream
 
     def _first_frame(self, stream: _Stream, frame: object) -> None:
         replica = self._replicas.get(frame.queue) if isinstance(frame, Hello) else None
@@ -177,6 +254,7 @@ class QueueReplica:
         self._followers: dict[str, _Stream] = {}  # leader side: follower name -> stream
         self._upstream: _Stream | None = None  # follower side: the stream to the leader
         self._upstream_term = 0
+        self._follow_after = 0.0  # follower: no new stream to the leader before this (monotonic)
         self._sync_requested = False  # follower: a group-commit round will ACK what arrived
         self._caught_up = False  # see _may_vote
         self._flush_scheduled = False
@@ -355,20 +433,35 @@ class QueueReplica:
     def _upstream_lost(self, stream: _Stream) -> None:
         if stream is self._upstream:
             self._upstream = None
+            if not stream.is_open:
+                # Closed in the handshake: most likely the leader holds another cluster secret.
+                # Not again at once, or a misconfigured node would fill the leader's log.
+                log.warning("%s: the stream to %s, leader of %s, closed in the handshake (another cluster "
+                            "secret?); trying again in %.0f s", self.node, stream.peer, self.queue,
+                            HANDSHAKE_RETRY_S)
+                self._follow_after = time.monotonic() + HANDSHAKE_RETRY_S
             self.wake()  # connect again (or, the leader gone, wait for its lease to go)
 
     async def _follow(self, record: GroupRecord) -> None:
         if self._upstream is not None and self._upstream_term == record.term:
             return
+        if time.monotonic() < self._follow_after:
+            return  # the last stream failed its handshake: the pause is not over
         self._drop_upstream()
         host, _, port = record.leader_address.rpartition(":")
         try:
-            _, stream = await asyncio.get_running_loop().create_connection(
-                lambda: _Stream(self._upstream_frame, self._upstream_lost, record.leader), host, int(port))
+            stream = await self._listener.connect(host, int(port), record.leader, self._upstream_frame,
+                                                  self._upstream_lost, self._upstream_open)
         except OSError:
             return  # the leader is not listening (yet, or any more): the next poll tries again
         self._upstream, self._upstream_term = stream, record.term
-        stream.write(self._follower.hello())
+        if stream.is_open:  # the handshake finished before this task resumed
+            self._upstream_open(stream)
+
+    def _upstream_open(self, stream: _Stream) -> None:
+        """Both sides proved the cluster secret: the stream's first frame is HELLO."""
+        if stream is self._upstream:
+            stream.write(self._follower.hello())
 
     def _drop_upstream(self) -> None:
         if self._upstream is not None:

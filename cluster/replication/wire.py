@@ -1,5 +1,18 @@
 """Frames between a queue's leader and its followers, one TCP stream per follower.
 
+Protocol version 2 (`PROTOCOL_VERSION`; version 1 had no handshake). A stream starts with a
+mutual proof of the cluster secret (`Handshake`), fixed-size messages before any frame:
+
+    CHALLENGE  listener -> connector  magic "AMQPREPL", version u16, listener nonce (32 bytes)
+    RESPONSE   connector -> listener  connector nonce (32 bytes),
+                                      HMAC-SHA256(secret, CONNECTOR_LABEL | listener nonce | connector nonce)
+    PROOF      listener -> connector  HMAC-SHA256(secret, LISTENER_LABEL | connector nonce | listener nonce)
+
+Each side checks the other's HMAC with `hmac.compare_digest`; a side that receives more than the
+message it waits for, or a wrong one, fails the handshake and the stream is closed. Neither
+side sends anything else before the PROOF arrived, so no frame is read from, or sent to, a peer
+that has not proved it holds the secret. Then the frames:
+
 Every frame is ``length u32`` (bytes after it), ``kind u8``, then the kind's fields (integers
 big-endian u64 unless said otherwise):
 
@@ -18,8 +31,11 @@ Sans-I/O: `FrameReader.feed` turns received bytes into frames, the encoders retu
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
+import secrets
 import struct
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from cluster.replication.entries import HEAD_SIZE, MAX_PAYLOAD
 
@@ -135,6 +151,126 @@ def _decode(kind: int, body: memoryview) -> Frame:
     except (struct.error, UnicodeDecodeError) as error:
         raise ProtocolError(f"malformed frame of kind {kind}: {error}") from error
     raise ProtocolError(f"unknown frame kind {kind}")
+
+
+PROTOCOL_VERSION = 2
+HANDSHAKE_MAGIC = b"AMQPREPL"
+NONCE_SIZE = 32
+_MAC_SIZE = hashlib.sha256().digest_size
+_VERSION = struct.Struct(">H")
+CHALLENGE_SIZE = len(HANDSHAKE_MAGIC) + _VERSION.size + NONCE_SIZE
+RESPONSE_SIZE = NONCE_SIZE + _MAC_SIZE
+PROOF_SIZE = _MAC_SIZE
+# One label per direction: a proof one side made can never pass for the other side's.
+CONNECTOR_LABEL = b"amqp-server replication 2: connecting side\x00"
+LISTENER_LABEL = b"amqp-server replication 2: listening side\x00"
+
+
+class AuthenticationFailed(ProtocolError):
+    """The peer did not prove it holds the cluster secret (or sent what no handshake holds)."""
+
+
+class HandshakeState(enum.Enum):
+    AWAIT_CHALLENGE = "await_challenge"  # connecting side: the listener's nonce comes first
+    AWAIT_RESPONSE = "await_response"  # listening side: CHALLENGE sent
+    AWAIT_PROOF = "await_proof"  # connecting side: RESPONSE sent
+    OPEN = "open"  # each side proved the secret to the other: frames follow
+    FAILED = "failed"
+
+
+# The one transition table: a state waiting for a message, its size, and the state after it.
+_WAITING: dict[HandshakeState, tuple[int, HandshakeState]] = {
+    HandshakeState.AWAIT_CHALLENGE: (CHALLENGE_SIZE, HandshakeState.AWAIT_PROOF),
+    HandshakeState.AWAIT_RESPONSE: (RESPONSE_SIZE, HandshakeState.OPEN),
+    HandshakeState.AWAIT_PROOF: (PROOF_SIZE, HandshakeState.OPEN),
+}
+
+
+def _mac(secret: bytes, label: bytes, first: bytes, second: bytes) -> bytes:
+    return hmac.new(secret, label + first + second, hashlib.sha256).digest()
+
+
+class Handshake:
+    """One side's mutual proof of the cluster secret at a stream's start, sans-I/O (see the
+    module docstring). `listening` or `connecting` makes one; `opening` is what to send first,
+    `feed` takes received bytes and returns what to send; `is_open` once both proved it.
+    A failure raises AuthenticationFailed and the handshake stays FAILED."""
+
+    def __init__(self, secret: bytes, state: HandshakeState) -> None:
+        if not secret:
+            raise ValueError("a replication stream needs the cluster secret")
+        self._secret = secret
+        self.state = state
+        self._nonce = secrets.token_bytes(NONCE_SIZE)
+        self._peer_nonce = b""
+        self._buffer = bytearray()
+
+    @classmethod
+    def listening(cls, secret: bytes) -> "Handshake":
+        return cls(secret, HandshakeState.AWAIT_RESPONSE)
+
+    @classmethod
+    def connecting(cls, secret: bytes) -> "Handshake":
+        return cls(secret, HandshakeState.AWAIT_CHALLENGE)
+
+    @property
+    def is_open(self) -> bool:
+        return self.state is HandshakeState.OPEN
+
+    def opening(self) -> bytes:
+        """What this side sends as the stream opens: the listener's CHALLENGE, or nothing."""
+        if self.state is HandshakeState.AWAIT_RESPONSE:
+            return HANDSHAKE_MAGIC + _VERSION.pack(PROTOCOL_VERSION) + self._nonce
+        return b""
+
+    def feed(self, data: bytes) -> bytes:
+        """Take received bytes; returns the bytes to send (possibly none)."""
+        if self.state is HandshakeState.FAILED:
+            raise AuthenticationFailed("the handshake failed already")
+        waiting = _WAITING.get(self.state)
+        if waiting is None:
+            raise RuntimeError(f"the handshake is {self.state.value}")
+        size, after = waiting
+        self._buffer += data
+        if len(self._buffer) < size:
+            return b""
+        if len(self._buffer) > size:
+            self._fail(f"{len(self._buffer)} bytes where the handshake waits for {size}")
+        message = bytes(self._buffer)
+        self._buffer.clear()
+        if self.state is HandshakeState.AWAIT_CHALLENGE:
+            reply = self._challenged(message)
+        elif self.state is HandshakeState.AWAIT_RESPONSE:
+            reply = self._responded(message)
+        else:
+            reply = self._proved(message)
+        self.state = after
+        return reply
+
+    def _challenged(self, challenge: bytes) -> bytes:
+        if not challenge.startswith(HANDSHAKE_MAGIC):
+            self._fail("the peer is not a replication listener")
+        (version,) = _VERSION.unpack_from(challenge, len(HANDSHAKE_MAGIC))
+        if version != PROTOCOL_VERSION:
+            self._fail(f"the peer speaks replication protocol {version}, this node {PROTOCOL_VERSION}")
+        self._peer_nonce = challenge[len(HANDSHAKE_MAGIC) + _VERSION.size:]
+        return self._nonce + _mac(self._secret, CONNECTOR_LABEL, self._peer_nonce, self._nonce)
+
+    def _responded(self, response: bytes) -> bytes:
+        self._peer_nonce, proof = response[:NONCE_SIZE], response[NONCE_SIZE:]
+        if not hmac.compare_digest(proof, _mac(self._secret, CONNECTOR_LABEL, self._nonce, self._peer_nonce)):
+            self._fail("the peer did not prove the cluster secret")
+        return _mac(self._secret, LISTENER_LABEL, self._peer_nonce, self._nonce)
+
+    def _proved(self, proof: bytes) -> bytes:
+        if not hmac.compare_digest(proof, _mac(self._secret, LISTENER_LABEL, self._nonce, self._peer_nonce)):
+            self._fail("the listener did not prove the cluster secret")
+        return b""
+
+    def _fail(self, reason: str) -> NoReturn:
+        self.state = HandshakeState.FAILED
+        self._buffer.clear()
+        raise AuthenticationFailed(reason)
 
 
 class FrameReader:
