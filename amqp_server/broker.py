@@ -135,6 +135,7 @@ class Broker:
                 archives_everything=storage.archive or name in storage.archive_vhosts,
                 queue_defaults=self.config.queue_defaults,  # [[queue_defaults]] (docs/lifecycle.md)
                 on_queue_deleted=self._queue_deleted,
+                default_queue_type=self.config.default_queue_type,
             )
             self.save_definitions()
         return vhost

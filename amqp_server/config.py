@@ -41,6 +41,9 @@ ENV_CLUSTER_SECRET = "AMQP_SERVER_CLUSTER_SECRET"
 ENV_DEFINITIONS = "AMQP_SERVER_DEFINITIONS"
 ENV_NODE_NAME = "AMQP_SERVER_NODE_NAME"
 ENV_WORKERS = "AMQP_SERVER_WORKERS"
+ENV_DEFAULT_QUEUE_TYPE = "AMQP_SERVER_DEFAULT_QUEUE_TYPE"
+# What a durable, shared queue declared without x-queue-type becomes (RabbitMQ 3.13's default_queue_type).
+QUEUE_TYPES = ("classic", "quorum")
 MAX_WORKERS = 64
 ENV_MANAGEMENT_ALLOWED_HOSTS = "AMQP_SERVER_MANAGEMENT_ALLOWED_HOSTS"
 ENV_MANAGEMENT_ALLOWED_ORIGINS = "AMQP_SERVER_MANAGEMENT_ALLOWED_ORIGINS"
@@ -194,6 +197,9 @@ class ServerConfig:
     definitions_file: Path | None = None
     # Node processes on this host sharing the AMQP port, as one cluster (amqp_server/workers.py).
     workers: int = 1
+    # "quorum": a durable, non-exclusive, non-auto-delete queue declared without x-queue-type is a
+    # quorum (replicated) queue, as with RabbitMQ 3.13's default_queue_type (docs/replication.md).
+    default_queue_type: str = "classic"
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -223,6 +229,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", metavar="N",
                         help=f"run N node processes sharing the AMQP port as a cluster; needs --cluster "
                         f"(env {ENV_WORKERS}; default 1)")
+    parser.add_argument("--default-queue-type", metavar="TYPE",
+                        help=f"type of a durable queue declared without x-queue-type: {' or '.join(QUEUE_TYPES)} "
+                        f"(env {ENV_DEFAULT_QUEUE_TYPE}; default classic)")
     parser.add_argument("--definitions", metavar="FILE",
                         help=f"import this RabbitMQ definitions file at startup, as load_definitions does "
                         f"(env {ENV_DEFINITIONS})")
@@ -261,6 +270,7 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         ("data_dir", env.get(ENV_DATA_DIR), ENV_DATA_DIR),
         ("log_level", env.get(ENV_LOG_LEVEL), ENV_LOG_LEVEL),
         ("workers", env.get(ENV_WORKERS), ENV_WORKERS),
+        ("default_queue_type", env.get(ENV_DEFAULT_QUEUE_TYPE), ENV_DEFAULT_QUEUE_TYPE),
         ("host", args.host, "--host"),
         ("port", args.port, "--port"),
         ("data_dir", args.data_dir, "--data-dir"),
@@ -268,6 +278,7 @@ def load_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         ("metrics_port", args.metrics_port, "--metrics-port"),
         ("management_port", args.management_port, "--management-port"),
         ("workers", args.workers, "--workers"),
+        ("default_queue_type", args.default_queue_type, "--default-queue-type"),
     ]
     _apply_overrides(config, _SERVER_KEYS, overrides)
     tls_overrides: list[tuple[str, str | None, str]] = [
@@ -457,6 +468,7 @@ _SERVER_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "tcp_listener": lambda value, where: _boolean(value, where),
     "auth_mechanisms": lambda value, where: _auth_mechanisms(value, where),
     "workers": _int_between(1, MAX_WORKERS),
+    "default_queue_type": lambda value, where: _one_of(QUEUE_TYPES)(value, where),
 }
 
 _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {

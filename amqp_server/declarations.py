@@ -156,6 +156,7 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
         arguments=method.arguments,
         allow_reserved_name=server_named,  # amq.gen-… is ours to give
         server_named=server_named,
+        by_client=True,
     )
     refuse_if_unavailable(queue)
     if created:

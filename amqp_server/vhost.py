@@ -83,12 +83,15 @@ class VirtualHost:
         archives_everything: bool = False,
         queue_defaults: list[QueueDefault] | None = None,
         on_queue_deleted: Callable[[Queue], None] | None = None,
+        default_queue_type: str = "classic",
     ) -> None:
         """`journal_factory(vhost, queue, archive)` gives durable queues their journal (None: no
         persistence; a quorum queue's call adds its arguments: a clustered broker replicates it); `archive` is the queue's x-archive (its own or a policy's);
         `archives_everything` says the configuration archives every queue of this vhost;
         `queue_defaults` are the configuration's [[queue_defaults]] (docs/lifecycle.md);
-        `on_queue_deleted` is called for every queue removed, whatever removed it."""
+        `on_queue_deleted` is called for every queue removed, whatever removed it;
+        `default_queue_type` is the configuration's: what a client's durable shared queue declared
+        without x-queue-type becomes (queue_type_rules.with_implied_type)."""
         self.name = name
         self.archives_everything = archives_everything
         # Policies and operator policies (policies.py); policy_application.py applies them.
@@ -110,6 +113,7 @@ class VirtualHost:
         self.queue_defaults: list[QueueDefault] = queue_defaults if queue_defaults is not None else []
         # Called for every queue removed, whatever removed it (delete, auto-delete, x-expires...).
         self.on_queue_deleted: Callable[[Queue], None] = on_queue_deleted or (lambda queue: None)
+        self.default_queue_type = default_queue_type
         # destination (queue or exchange) -> {source exchange: number of bindings}, for cleanup on delete.
         self._bound_to: dict[object, dict[Exchange, int]] = {}
         # The callbacks every queue of this vhost gets, made once: a bound method made per queue
@@ -244,11 +248,15 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
         allow_reserved_name: bool = False,
         server_named: bool = False,
+        by_client: bool = False,
     ) -> tuple[Queue, bool]:
         """Declare (or check) a queue; returns the queue and whether it was created.
 
         A new queue's type may refuse its properties or arguments (queues/arguments/queue_type_rules.py);
         `server_named` says the client left the name to the broker, which a quorum queue refuses.
+        `by_client`: a client's declaration (AMQP, the HTTP API, a definitions import), whose omitted
+        x-queue-type is filled in first (queue_type_rules.with_implied_type); a stored or cluster
+        definition already carries the type it was given, so it is taken as it is.
         """
         if passive:
             queue = self.queue(name, connection)
@@ -258,6 +266,12 @@ class VirtualHost:
         if name.startswith("amq.") and not allow_reserved_name:
             raise errors.reserved_prefix("queue", name)
         existing = self.queues.get(name)
+        if by_client and not (server_named and existing is None):  # a server-named queue stays classic
+            arguments = queue_type_rules.with_implied_type(
+                arguments, existing.arguments.get("x-queue-type") if existing is not None else None,
+                durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+                default_queue_type=self.default_queue_type, exists=existing is not None,
+            )
         if existing is not None:
             if existing.exclusive_owner not in (None, connection) or existing.exclusive != exclusive:
                 raise errors.resource_locked(name, self.name)

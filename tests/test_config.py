@@ -304,3 +304,38 @@ def test_a_definitions_file_from_the_file_the_environment_or_the_flag(in_tmp_dir
     bad = write_config(in_tmp_dir, '[definitions]\nfile = "x.json"\n')
     with pytest.raises(ConfigError, match=r"\[definitions\] has unknown key 'file' \(known: load_file\)"):
         load(["--config", bad])
+
+
+# ---- default_queue_type ----
+
+def test_the_default_queue_type_is_classic() -> None:
+    assert load().default_queue_type == "classic"
+
+
+def test_the_default_queue_type_from_the_file_the_environment_or_the_flag(in_tmp_dir: Path) -> None:
+    file = write_config(in_tmp_dir, "[server]\ndefault_queue_type = 'quorum'\n")
+    assert load(["--config", file]).default_queue_type == "quorum"
+    assert load(AMQP_SERVER_DEFAULT_QUEUE_TYPE="quorum").default_queue_type == "quorum"
+    assert load(["--default-queue-type", "quorum"]).default_queue_type == "quorum"
+    # flag > environment > file, as for every key
+    assert load(["--config", file], AMQP_SERVER_DEFAULT_QUEUE_TYPE="classic").default_queue_type == "classic"
+    assert load(["--default-queue-type", "classic"], AMQP_SERVER_DEFAULT_QUEUE_TYPE="quorum") \
+        .default_queue_type == "classic"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "text"),
+    [
+        (["--default-queue-type", "stream"], {}, "--default-queue-type must be one of classic, quorum, got 'stream'"),
+        ([], {"AMQP_SERVER_DEFAULT_QUEUE_TYPE": "Quorum"}, "AMQP_SERVER_DEFAULT_QUEUE_TYPE must be one of"),
+    ],
+)
+def test_an_unknown_default_queue_type_is_refused(argv: list[str], env: dict[str, str], text: str) -> None:
+    with pytest.raises(ConfigError, match=text):
+        load(argv, **env)
+
+
+def test_an_unknown_default_queue_type_in_the_file_is_refused(in_tmp_dir: Path) -> None:
+    file = write_config(in_tmp_dir, "[server]\ndefault_queue_type = 7\n")
+    with pytest.raises(ConfigError, match=r"\[server\] default_queue_type must be a string"):
+        load(["--config", file])

@@ -336,6 +336,7 @@ def _apply(broker: "Broker", plan: _Plan) -> None:
         _queue, created = broker.vhosts[entry["vhost"]].declare_queue(
             entry["name"], connection=None, durable=entry["durable"], auto_delete=entry["auto_delete"],
             arguments=entry["arguments"],
+            by_client=True,
         )
         broker.stats.queues_declared += 1
         broker.stats.queues_created += created

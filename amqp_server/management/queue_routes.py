@@ -107,6 +107,7 @@ async def put_queue(request: web.Request) -> web.Response:
             durable=as_bool(body.get("durable")),
             auto_delete=as_bool(body.get("auto_delete")),
             arguments=as_table(body.get("arguments")),
+            by_client=True,
         )
     except AMQPError as error:
         raise api_errors.from_amqp_error(error) from None

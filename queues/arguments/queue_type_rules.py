@@ -73,3 +73,38 @@ def server_named_refusal(arguments: dict[str, Any]) -> str | None:
     if arguments.get("x-queue-type") in (QUORUM, QUORUM.encode()):
         return f"Cannot declare a server-named queue for type {QUORUM_MODULE}"
     return None
+
+
+def implies_quorum(
+    arguments: dict[str, Any], *, durable: bool, exclusive: bool, auto_delete: bool, default_queue_type: str
+) -> bool:
+    """Does a client's declaration that leaves x-queue-type out ask for a quorum queue?
+
+    It does when the queue is durable, non-exclusive and non-auto-delete (the queues RabbitMQ 3.13
+    gives its default_queue_type; the others stay classic) and either it carries
+    x-quorum-initial-group-size (RabbitMQ 3.10 would make a classic queue and ignore that argument:
+    here asking for replicas asks for replication) or the broker's default_queue_type is quorum.
+    """
+    if "x-queue-type" in arguments or not durable or exclusive or auto_delete:
+        return False
+    return default_queue_type == QUORUM or "x-quorum-initial-group-size" in arguments
+
+
+def with_implied_type(
+    arguments: dict[str, Any], existing_type: Any | None, *, durable: bool, exclusive: bool,
+    auto_delete: bool, default_queue_type: str, exists: bool,
+) -> dict[str, Any]:
+    """A client's queue.declare arguments with the type it left out filled in, before validation.
+
+    A new queue that implies_quorum gets `x-queue-type: quorum`, stored with it, so everything after
+    (the quorum checks above, replication, /api/queues) sees a quorum queue. An existing queue
+    redeclared the same way takes its own type (`existing_type`, None for none), as RabbitMQ 3.13
+    resolves an omitted type on redeclaration: the client that declared without x-queue-type and
+    redeclares without it stays equivalent, whatever the default was when the queue was made.
+    """
+    if not implies_quorum(arguments, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+                          default_queue_type=default_queue_type):
+        return arguments
+    if not exists:
+        return {**arguments, "x-queue-type": QUORUM}
+    return arguments if existing_type is None else {**arguments, "x-queue-type": existing_type}
