@@ -65,11 +65,13 @@ def wait_until(check: Callable[[], bool], what: str, within: float = 15.0) -> fl
 
 @contextlib.contextmanager
 def three_nodes(tmp_path: Path, backend: str = "etcd", service: CoordinationService | None = None,
-                module: str = "amqp_server", via: dict[str, str] | None = None) -> Iterator[dict[str, ClusterNode]]:
+                module: str = "amqp_server", via: dict[str, str] | None = None,
+                extra_args: tuple[str, ...] = ()) -> Iterator[dict[str, ClusterNode]]:
     """The three nodes on a new one-member etcd or ZooKeeper (`backend`), or on `service` when
     given (then left running: its starter stops it). `module`: what each node runs with
     `python -m` (a test harness's variant of the broker). `via`: the host:port a node reaches the
-    service at instead of the service's own (a tests/tcp_cut.py forwarder, to partition it)."""
+    service at instead of the service's own (a tests/tcp_cut.py forwarder, to partition it).
+    `extra_args`: more command-line flags for every node (`--default-queue-type quorum`, say)."""
     own_service = service is None
     if service is None:
         service = start_etcd(tmp_path / "etcd") if backend == "etcd" else start_zookeeper(tmp_path / "zk")
@@ -80,7 +82,7 @@ def three_nodes(tmp_path: Path, backend: str = "etcd", service: CoordinationServ
             management_port = free_port()
             node_url = url if name not in (via or {}) else f"{service.scheme}://{via[name]}/{url.rsplit('/', 1)[1]}"
             broker = launch(tmp_path / name, NODE_CONFIG, extra_args=(
-                "--management-port", str(management_port), "--cluster", node_url, "--node-name", name), module=module)
+                "--management-port", str(management_port), "--cluster", node_url, "--node-name", name, *extra_args), module=module)
             nodes[name] = ClusterNode(name, broker, management_port)
         for node in nodes.values():
             wait_until(lambda node=node: node.live_nodes() == list(NAMES), f"{node.name} lists every node")

@@ -141,6 +141,45 @@ def test_a_quorum_queue_moves_to_a_survivor_when_its_leader_is_killed(tmp_path, 
                    "the restarted node follows the new leader")
 
 
+@pytest.mark.parametrize(
+    ("default_queue_type", "arguments"),
+    [("classic", {"x-quorum-initial-group-size": 3}), ("quorum", {})],
+    ids=["group-size-argument", "quorum-default"],
+)
+def test_a_queue_declared_without_a_type_is_replicated_when_asked_to_be(tmp_path, default_queue_type, arguments):
+    """x-quorum-initial-group-size, or `--default-queue-type quorum` on every node, makes a durable
+    queue declared without x-queue-type a replicated one: a leader, three members, and its
+    confirmed messages survive `kill -9` of the leader."""
+    with three_nodes(tmp_path, extra_args=("--default-queue-type", default_queue_type)) as nodes:
+        a, b = nodes["a"], nodes["b"]
+        connection = pika.BlockingConnection(_parameters(a))
+        channel = connection.channel()
+        channel.queue_declare("asked", durable=True, arguments=dict(arguments))
+        channel.queue_declare("plain-transient", durable=False)  # transient: classic whatever the default
+        connection.close()
+        queue_known_everywhere(nodes, "asked")
+        wait_until(lambda: sorted(b.api("queues/%2F/asked").json().get("in_sync", [])) == sorted(nodes),
+                   "every member of the queue's group is in sync")
+        shown = b.api("queues/%2F/asked").json()
+        assert (shown["type"], shown["leader"]) == ("quorum", "a")
+        assert sorted(shown["members"]) == ["a", "b", "c"]
+        assert a.api("queues/%2F/plain-transient").json()["type"] == "classic"
+
+        publisher = pika.BlockingConnection(_parameters(b))
+        channel = publisher.channel()
+        channel.confirm_delivery()
+        for number in range(50):
+            channel.basic_publish("", "asked", f"m{number}".encode(), PERSISTENT)  # confirmed on return
+        # Redeclared as first declared, through another node: still equivalent.
+        channel.queue_declare("asked", durable=True, arguments=dict(arguments))
+        publisher.close()
+
+        a.broker.kill()  # kill -9 of the leader
+        wait_until(lambda: _queue_node(b, "asked") in ("b", "c"), "a survivor leads the queue",
+                   within=SESSION_TTL + 15)
+        assert [body for body, _, _ in _drain(b, "asked")] == [f"m{n}".encode() for n in range(50)]
+
+
 class _HeldConsumer:
     """A pika consumer (prefetch 5) that acks only when told, and notes basic.cancel."""
 

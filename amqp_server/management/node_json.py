@@ -200,7 +200,7 @@ def vhost_json(ctx: ManagementContext, vhost: "VirtualHost") -> dict[str, Any]:
         "description": description,
         "tags": tags,
         "metadata": {"description": description, "tags": list(tags)},
-        "default_queue_type": "classic",
+        "default_queue_type": vhost.default_queue_type,  # the broker's default_queue_type
         "tracing": is_tracing(vhost),
         "cluster_state": {ctx.broker.node_name: "running"},
         "message_stats": ctx.rates.details(key, queue_message_counts(vhost.queue_stats_total(), include_publish=False)),
