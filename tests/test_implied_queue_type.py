@@ -162,3 +162,18 @@ def test_stored_definitions_are_taken_as_they_are():
     server.vhosts["/"].declare_queue("q", connection=None, durable=True)
 
     assert queue_type(server, "q") is None
+
+
+def test_the_http_api_queue_put_gets_the_default_and_the_vhost_shows_it():
+    from tests.test_management_client import ManagementClient
+
+    server = broker("quorum")
+    api = ManagementClient(server)
+    try:
+        assert api.request("PUT", "/api/queues/%2F/q", {"durable": True}, user="guest").status == 201
+        assert api.request("PUT", "/api/queues/%2F/t", {"durable": False}, user="guest").status == 201
+        assert api.get("/api/queues/%2F/q")["type"] == "quorum"
+        assert api.get("/api/queues/%2F/t")["type"] == "classic"
+        assert api.get("/api/vhosts/%2F")["default_queue_type"] == "quorum"
+    finally:
+        api.close()
