@@ -171,16 +171,23 @@ def test_failed_state_records_mark_the_queue_crashed_and_close_no_connection(
     ]
 
 
+def _confirming_client_with_durable_delayed_exchange(broker: Broker):
+    """A client in confirm mode, the durable delayed exchange "later" it declared, its pending store,
+    and the properties of a persistent message delayed for a minute."""
+    client = opened_client(broker)
+    client.call(1, commands.Exchange.Declare(exchange="later", exchange_type="x-delayed-message", durable=True,
+                                             arguments={"x-delayed-type": "direct"}))
+    client.call(1, commands.Confirm.Select())
+    pending = broker.vhosts["/"].exchanges["later"].pending
+    delayed = commands.Basic.Properties(delivery_mode=2, headers={"x-delay": 60_000})
+    return client, pending, delayed
+
+
 def test_a_delayed_message_that_is_written_is_acked(broker: Broker, api: ManagementClient) -> None:
     # The write that succeeds, beside the one below that fails: a persistent message held by a
     # durable delayed exchange is confirmed once its journal is fsynced (no 541 since 7170f99).
     async def scenario() -> None:
-        client = opened_client(broker)
-        client.call(1, commands.Exchange.Declare(exchange="later", exchange_type="x-delayed-message", durable=True,
-                                                 arguments={"x-delayed-type": "direct"}))
-        client.call(1, commands.Confirm.Select())
-        pending = broker.vhosts["/"].exchanges["later"].pending
-        delayed = commands.Basic.Properties(delivery_mode=2, headers={"x-delay": 60_000})
+        client, pending, delayed = _confirming_client_with_durable_delayed_exchange(broker)
         received = client.publish(1, b"kept", exchange="later", routing_key="q", properties=delayed)
         await broker.committer.idle()
         received += client.take()
@@ -193,12 +200,7 @@ def test_a_delayed_message_that_is_written_is_acked(broker: Broker, api: Managem
 
 def test_a_delayed_message_whose_write_fails_is_nacked(broker: Broker, api: ManagementClient, monkeypatch) -> None:
     async def scenario() -> None:
-        client = opened_client(broker)
-        client.call(1, commands.Exchange.Declare(exchange="later", exchange_type="x-delayed-message", durable=True,
-                                                 arguments={"x-delayed-type": "direct"}))
-        client.call(1, commands.Confirm.Select())
-        pending = broker.vhosts["/"].exchanges["later"].pending
-        delayed = commands.Basic.Properties(delivery_mode=2, headers={"x-delay": 60_000})
+        client, pending, delayed = _confirming_client_with_durable_delayed_exchange(broker)
         with monkeypatch.context() as patch:
             patch.setattr(pending.journal.store, "append_message", no_space)
             received = client.publish(1, b"lost", exchange="later", routing_key="q", properties=delayed)
