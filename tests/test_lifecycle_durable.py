@@ -150,14 +150,21 @@ class _Taker:
         pass
 
 
+def _publish_to_waiting_consumer(tmp_path, clock, body: bytes, *, no_ack: bool, prefetch_count: int):
+    """Open the durable queue, attach a consumer, then publish one persistent message: the
+    message goes straight to the consumer (Queue.publish's direct hand-off)."""
+    queue = open_queue(tmp_path, clock, {})
+    taker = _Taker()
+    queue.add_consumer(Consumer("c", queue, taker, no_ack=no_ack, prefetch_count=prefetch_count))
+    queue.publish(persistent(body, clock))
+    return queue, taker
+
+
 def test_a_message_handed_straight_to_a_consumer_and_not_acked_comes_back_redelivered(tmp_path):
     # The consumer is there before the publish: the message goes to it without the ready list
     # (Queue.publish's direct hand-off), and must be journaled as delivered all the same.
     clock = Clock()
-    queue = open_queue(tmp_path, clock, {})
-    taker = _Taker()
-    queue.add_consumer(Consumer("c", queue, taker, no_ack=False, prefetch_count=1))
-    queue.publish(persistent(b"held", clock))
+    queue, taker = _publish_to_waiting_consumer(tmp_path, clock, b"held", no_ack=False, prefetch_count=1)
     assert (taker.bodies, queue.message_count, queue.unacked_count) == ([b"held"], 0, 1)
     stop(queue)  # the broker stops while the consumer still holds it
 
@@ -168,10 +175,7 @@ def test_a_message_handed_straight_to_a_consumer_and_not_acked_comes_back_redeli
 
 def test_a_message_handed_straight_to_a_no_ack_consumer_does_not_come_back(tmp_path):
     clock = Clock()
-    queue = open_queue(tmp_path, clock, {})
-    taker = _Taker()
-    queue.add_consumer(Consumer("c", queue, taker, no_ack=True, prefetch_count=0))
-    queue.publish(persistent(b"taken", clock))
+    queue, taker = _publish_to_waiting_consumer(tmp_path, clock, b"taken", no_ack=True, prefetch_count=0)
     assert taker.bodies == [b"taken"]
     stop(queue)
 
