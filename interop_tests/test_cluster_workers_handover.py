@@ -44,13 +44,26 @@ def _on_worker(group: WorkerGroup, worker: int, connect: Callable[[str], Client]
     raise AssertionError(f"40 connections and none on worker {worker}")
 
 
-def _pika(group: WorkerGroup, worker: int, heartbeat: int | None = None) -> tuple[str, pika.BlockingConnection]:
-    def connect(name: str) -> pika.BlockingConnection:
-        return pika.BlockingConnection(pika.ConnectionParameters(
-            "127.0.0.1", group.broker.port, credentials=pika.PlainCredentials("guest", "guest"),
-            client_properties={"connection_name": name}, connection_attempts=1, heartbeat=heartbeat))
+def _pika_connect(group: WorkerGroup, name: str, heartbeat: int | None = None) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", group.broker.port, credentials=pika.PlainCredentials("guest", "guest"),
+        client_properties={"connection_name": name}, connection_attempts=1, heartbeat=heartbeat))
 
-    return _on_worker(group, worker, connect, lambda connection: connection.close())
+
+def _pika(group: WorkerGroup, worker: int, heartbeat: int | None = None) -> tuple[str, pika.BlockingConnection]:
+    return _on_worker(group, worker, lambda name: _pika_connect(group, name, heartbeat),
+                      lambda connection: connection.close())
+
+
+def _pika_unless_refused(group: WorkerGroup, prefix: str) -> tuple[str, pika.BlockingConnection, int] | None:
+    """A connection to the shared port, its name and the worker listing it; None if that worker refused it."""
+    name = f"{prefix}-{next(_names)}"
+    try:
+        connection = _pika_connect(group, name)
+    except pika.exceptions.AMQPError:
+        return None
+    wait_until(lambda: name in group.connection_names(1) | group.connection_names(2), f"{name} listed")
+    return name, connection, 2 if name in group.connection_names(2) else 1
 
 
 def _link_octets(group: WorkerGroup, worker: int) -> int:
@@ -271,15 +284,11 @@ def test_a_connection_the_owner_refuses_stays_and_forwards(tmp_path):
         on_1: list[pika.BlockingConnection] = []
         on_2: list[tuple[str, pika.BlockingConnection]] = []
         for _attempt in range(40):
-            name = f"limited-{next(_names)}"
-            try:
-                connection = pika.BlockingConnection(pika.ConnectionParameters(
-                    "127.0.0.1", group.broker.port, credentials=pika.PlainCredentials("guest", "guest"),
-                    client_properties={"connection_name": name}, connection_attempts=1))
-            except pika.exceptions.AMQPError:
+            accepted = _pika_unless_refused(group, "limited")
+            if accepted is None:
                 continue  # a third on one worker: refused there
-            wait_until(lambda: name in group.connection_names(1) | group.connection_names(2), f"{name} listed")
-            (on_2.append((name, connection)) if name in group.connection_names(2) else on_1.append(connection))
+            name, connection, worker = accepted
+            (on_2.append((name, connection)) if worker == 2 else on_1.append(connection))
             if len(on_1) == 2 and on_2:
                 break
         assert len(on_1) == 2 and on_2, "no two connections on worker 1 and one on worker 2"
@@ -307,15 +316,11 @@ def test_a_moved_connection_gives_back_its_place_under_the_first_workers_limit(t
         # Worker 2's shared listener holds nothing now: two more connections are accepted there.
         on_2 = []
         for _attempt in range(40):
-            other = f"after-{next(_names)}"
-            try:
-                connection = pika.BlockingConnection(pika.ConnectionParameters(
-                    "127.0.0.1", group.broker.port, credentials=pika.PlainCredentials("guest", "guest"),
-                    client_properties={"connection_name": other}, connection_attempts=1))
-            except pika.exceptions.AMQPError:
+            accepted = _pika_unless_refused(group, "after")
+            if accepted is None:
                 continue  # worker 1's listener is full (the moved one and one more)
-            wait_until(lambda: other in group.connection_names(1) | group.connection_names(2), f"{other} listed")
-            if other in group.connection_names(2):
+            _other, connection, worker = accepted
+            if worker == 2:
                 on_2.append(connection)
                 if len(on_2) == 2:
                     break
