@@ -59,9 +59,9 @@ def test_a_listener_without_the_secret_is_refused_by_the_connector():
 
 
 def test_another_protocol_or_version_is_refused():
-    for challenge in (b"HTTP/1.1 200 OK\r\n".ljust(CHALLENGE_SIZE, b"x"),
-                      HANDSHAKE_MAGIC + (1).to_bytes(2, "big") + bytes(NONCE_SIZE)):
-        with pytest.raises(AuthenticationFailed):
+    for challenge, reason in ((b"HTTP/1.1 200 OK\r\n".ljust(CHALLENGE_SIZE, b"x"), "not a replication listener"),
+                              (HANDSHAKE_MAGIC + (1).to_bytes(2, "big") + bytes(NONCE_SIZE), "protocol 1")):
+        with pytest.raises(AuthenticationFailed, match=reason):
             Handshake.connecting(b"k").feed(challenge)
 
 
@@ -69,9 +69,10 @@ def test_more_than_the_handshake_message_is_refused_and_less_waits():
     listener = Handshake.listening(b"k")
     listener.opening()
     assert listener.feed(bytes(RESPONSE_SIZE - 1)) == b""  # an incomplete response: it waits
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(AuthenticationFailed, match="where the handshake waits"):
         listener.feed(bytes(2))
-    with pytest.raises(AuthenticationFailed):  # a version 1 follower's HELLO and APPEND-sized junk
+    # a version 1 follower's HELLO and APPEND-sized junk
+    with pytest.raises(AuthenticationFailed, match="where the handshake waits"):
         Handshake.listening(b"k").feed(encode_hello(0, 0, 0, "b", "/:q") + bytes(100))
 
 
