@@ -14,6 +14,15 @@ from cluster.zookeeper import REQUEST_DEADLINE_S
 from tests.coordination_services import start_zookeeper
 
 
+async def _kill_zookeeper_and_wait_disconnected(service, coordinator) -> None:
+    """kill -9 every ZooKeeper server and wait until kazoo noticed the closed socket."""
+    service.kill9_all()
+    deadline = time.monotonic() + 10
+    while coordinator._client.connected:
+        assert time.monotonic() < deadline, "kazoo still says connected 10 s after ZooKeeper died"
+        await asyncio.sleep(0.05)
+
+
 def test_a_write_while_disconnected_is_refused_at_once_and_never_applied_later(tmp_path):
     service = start_zookeeper(tmp_path / "zk")
     try:
@@ -21,11 +30,7 @@ def test_a_write_while_disconnected_is_refused_at_once_and_never_applied_later(t
             coordinator = await connect(parse_cluster_address(service.url(f"z-{uuid.uuid4().hex[:6]}")), 2)
             try:
                 await coordinator.put("definitions/queues/before", b"kept")
-                service.kill9_all()
-                deadline = time.monotonic() + 10
-                while coordinator._client.connected:  # kazoo notices the closed socket
-                    assert time.monotonic() < deadline, "kazoo still says connected 10 s after ZooKeeper died"
-                    await asyncio.sleep(0.05)
+                await _kill_zookeeper_and_wait_disconnected(service, coordinator)
                 started = time.monotonic()
                 refusals = await asyncio.gather(
                     coordinator.compare_and_set("definitions/queues/refused", b"never", None),
@@ -71,11 +76,7 @@ def test_a_watch_sees_a_change_of_a_key_it_knew_after_zookeeper_came_back(tmp_pa
                 first = await asyncio.wait_for(events.__anext__(), 20)
                 assert (first.key, first.value) == ("groups/q", b"term 2")
 
-                service.kill9_all()
-                deadline = time.monotonic() + 10
-                while coordinator._client.connected:
-                    assert time.monotonic() < deadline, "kazoo still says connected 10 s after ZooKeeper died"
-                    await asyncio.sleep(0.05)
+                await _kill_zookeeper_and_wait_disconnected(service, coordinator)
                 service.start_again()
                 deadline = time.monotonic() + 30
                 while True:
