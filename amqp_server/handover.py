@@ -272,9 +272,12 @@ class HandoverService:
     def peers(self) -> Mapping[str, str]:
         return self.plan.peers
 
-    async def start(self) -> None:
-        """Listen for siblings' offers. A socket that cannot be bound (an earlier process of this
-        worker still holds it) is logged: siblings then keep their connections and forward."""
+    def listen(self) -> None:
+        """Take siblings' offers into the backlog from now on (answered once `start` runs). A
+        socket that cannot be bound (an earlier process of this worker still holds it) is
+        logged: siblings then keep their connections and forward."""
+        if self._listener is not None:
+            return
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(self.plan.address)
@@ -285,7 +288,12 @@ class HandoverService:
             return
         listener.setblocking(False)
         self._listener = listener
-        self._accepting = asyncio.create_task(self._accept_forever())
+
+    async def start(self) -> None:
+        """Answer siblings' offers (listening first if `listen` was not called)."""
+        self.listen()
+        if self._listener is not None and self._accepting is None:
+            self._accepting = asyncio.create_task(self._accept_forever())
 
     async def stop(self) -> None:
         """Refuse every socket offered from now on, and stop listening."""

@@ -405,7 +405,11 @@ class AMQPServer:
         if self.port is not None:
             self.port = await self._listen(self.port, None, reuse_port=self.shared_ports, handover=self.handover)
         if self.shared_ports:
-            self._node_port = await self._listen(0, None)
+            # Listening already (accepted once `start` serves): a sibling that sees this worker
+            # live in the cluster before it serves waits in the backlog instead of being refused.
+            self._node_port = await self._listen(0, None, listen_now=True)
+        if self.handover is not None:
+            self.handover.listen()  # the same for a sibling's hand-over offer
 
     @property
     def node_port(self) -> int | None:
@@ -430,16 +434,20 @@ class AMQPServer:
         self._timer_driver = asyncio.create_task(drive_timers(self.broker.timers))
 
     async def _listen(self, port: int, ssl_context: "ssl.SSLContext | None", reuse_port: bool = False,
-                      handover: HandoverService | None = None) -> int:
+                      handover: HandoverService | None = None, listen_now: bool = False) -> int:
         """Bind `port` (TLS when `ssl_context` is given; shared with the other workers when
         `reuse_port`; its connections may move with `handover`) without accepting yet; returns
-        the port bound."""
+        the port bound. `listen_now`: the kernel takes connections from now on (they wait in
+        the backlog until `start`), where otherwise they are refused until then."""
         limit: list[ConnectionLimit] = []  # its own limit, named by the port bound (port 0 asks for any)
         tls_options = {"ssl": ssl_context, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S} if ssl_context else {}
+        if listen_now:
+            where: dict[str, Any] = {"sock": _listening_socket(self.host, port)}
+        else:
+            where = {"host": self.host, "port": port, "reuse_address": True, "reuse_port": reuse_port or None}
         server = await asyncio.get_running_loop().create_server(
             lambda: AMQPProtocol(self.broker, self.protocols, limit[0], handover),
-            self.host, port, reuse_address=True, reuse_port=reuse_port or None, backlog=1024, start_serving=False,
-            **tls_options,
+            backlog=1024, start_serving=False, **where, **tls_options,
         )
         bound = server.sockets[0].getsockname()[1]
         # Before serving starts: every accepted connection finds its limit.
@@ -490,6 +498,21 @@ class AMQPServer:
                 protocol.transport.close()
         for server in self._servers:
             await server.wait_closed()
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (`host`, `port`) and listening."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 async def drive_timers(timers: Timers) -> None:

@@ -283,3 +283,37 @@ def test_a_late_yes_either_arrives_before_the_first_worker_gives_up_or_fails_for
         assert _last_word(first) == b""
         with pytest.raises(BrokenPipeError):
             owner.send(b"Y")
+
+
+def test_an_offer_made_before_the_owner_answers_waits_and_is_taken_once_it_does():
+    """A worker registers in the cluster before it serves (it joins first); a sibling that offers
+    a connection in that gap waits in the backlog instead of being refused and forwarding to a
+    worker whose links are not served yet either."""
+    async def scenario() -> None:
+        adopted: list[Adopted] = []
+
+        def adopt(sock: socket.socket, moved: MovedConnection) -> Adopted:
+            adopted.append(Adopted())
+            return adopted[-1]
+
+        owner = HandoverService(HandoverPlan("w-2", _address("early-2"), {}), adopt)
+        first = HandoverService(HandoverPlan("w-1", _address("early-1"), {"w-2": _address("early-2")}), None)
+        owner.listen()  # bound while joining: not answering yet
+        listener = socket.create_server(("127.0.0.1", 0))
+        other_end = socket.create_connection(listener.getsockname())
+        client, _ = listener.accept()  # a client's TCP socket, as a worker holds it
+        listener.close()
+        try:
+            offer = asyncio.create_task(first.send("w-2", client.fileno(), MovedConnection(b"r", b"r", (), "q", "w-1")))
+            await asyncio.sleep(0.2)
+            assert not offer.done() and not adopted  # waiting, not refused
+            await owner.start()
+            assert await asyncio.wait_for(offer, 5) is True
+            assert len(adopted) == 1
+        finally:
+            client.close()
+            other_end.close()
+            await owner.stop()
+            await first.stop()
+
+    asyncio.run(scenario())
