@@ -66,9 +66,12 @@ class Consumer:
         self.queue = queue
 
     def count_unacked(self) -> None:
-        """One more delivery to it waits for its ack. (Queue.dispatch and settle change the
-        count inline, once per message.)"""
+        """One more delivery to it waits for its ack."""
         self.unacked += 1
+
+    def count_settled(self) -> None:
+        """One of its deliveries was settled (acked, rejected or requeued)."""
+        self.unacked -= 1
 
     def set_prefetch(self, count: int) -> None:
         """A new per-consumer limit (basic.qos global=false on its channel; 0 = none)."""

@@ -15,18 +15,21 @@ from queues.consumer import Consumer
 class ConsumerRotation:
     """Priority groups of consumers, each rotated as it is served."""
 
-    __slots__ = ("_groups",)
+    __slots__ = ("_groups", "_only")
 
     def __init__(self) -> None:
         # Highest priority first; a list from the first consumer on (an empty one shares the
         # empty tuple).
         self._groups: list[tuple[int, deque[Consumer]]] | tuple[()] = ()
+        # The consumer while it is the only one (the usual case), else None: nothing to rotate.
+        self._only: Consumer | None = None
 
     def __iter__(self) -> Iterator[Consumer]:
         for _priority, group in self._groups:
             yield from group
 
     def add(self, consumer: Consumer) -> None:
+        self._only = consumer if not self._groups else None
         for priority, group in self._groups:
             if priority == consumer.priority:
                 group.append(consumer)
@@ -45,17 +48,18 @@ class ConsumerRotation:
                     del self._groups[index]
                     if not self._groups:
                         self._groups = ()
+                groups = self._groups
+                self._only = groups[0][1][0] if len(groups) == 1 and len(groups[0][1]) == 1 else None
                 return True
         return False
 
     def next_with_room(self) -> Consumer | None:
         """The next consumer in turn that can take a message now (None if none can)."""
-        groups = self._groups
-        if len(groups) == 1 and len(groups[0][1]) == 1:
+        only = self._only
+        if only is not None:
             # One consumer, the usual case: nothing to rotate (this runs once per delivery).
-            consumer = groups[0][1][0]
-            return consumer if consumer.has_capacity() else None
-        for _priority, group in groups:
+            return only if only.has_capacity() else None
+        for _priority, group in self._groups:
             for _ in range(len(group)):
                 consumer = group[0]
                 group.rotate(-1)
@@ -65,6 +69,7 @@ class ConsumerRotation:
 
     def clear(self) -> None:
         self._groups = ()
+        self._only = None
 
 
 # The rotation of every queue that never had a consumer: empty, and never added to (Queue makes

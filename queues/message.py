@@ -56,7 +56,7 @@ class Message:
         "body",
         "published_at",
         "property_flags",
-        "_routing_raw",
+        "routing_raw",
         "_properties",
     )
 
@@ -75,17 +75,11 @@ class Message:
         self.property_flags: int = _flags.unpack_from(raw_header, CONTENT_HEADER_PREFIX_SIZE)[0]
         self.body = body
         self.published_at = time.time()
-        self._routing_raw = routing_raw
+        # Exchange and routing key as two AMQP short strings, as basic.deliver carries them: as
+        # they arrived in a client's basic.publish, else encoded here. A plain attribute (not a
+        # property that encodes on first use): every delivery reads it.
+        self.routing_raw: bytes = routing_raw if routing_raw is not None else _routing_raw(exchange, routing_key)
         self._properties: BasicProperties | None = None
-
-    @property
-    def routing_raw(self) -> bytes:
-        """Exchange and routing key as two AMQP short strings, as basic.deliver carries them."""
-        if self._routing_raw is None:
-            exchange = self.exchange.encode()
-            key = self.routing_key.encode()
-            self._routing_raw = bytes((len(exchange),)) + exchange + bytes((len(key),)) + key
-        return self._routing_raw
 
     @property
     def properties(self) -> BasicProperties:
@@ -143,6 +137,13 @@ class Message:
         )
         copy.published_at = self.published_at
         return copy
+
+
+def _routing_raw(exchange: str, routing_key: str) -> bytes:
+    """Exchange and routing key as two AMQP short strings (basic.deliver's encoding)."""
+    exchange_raw = exchange.encode()
+    key = routing_key.encode()
+    return bytes((len(exchange_raw),)) + exchange_raw + bytes((len(key),)) + key
 
 
 def decode_properties(raw: bytes) -> BasicProperties:
@@ -266,9 +267,20 @@ class QueueEntry:
     def redelivered(self) -> bool:
         return self.delivery_count > 0
 
-    # The queue moves its entries between states with these. Its per-message path
-    # (ReadyMessages.append and pop, Queue.dispatch and settle) writes the same fields inline,
-    # a call less per message; tests/test_owned_state.py lists those writes.
+    # The queue moves its entries between states with these; nothing else writes them. A new
+    # entry is READY, and the ready list leaves it so when it hands it out: whoever takes it
+    # says what happens next (delivered, mark_unacked for basic.get, mark_gone).
+
+    def delivered(self, no_ack: bool) -> None:
+        """Delivered to a consumer once more: UNACKED until settled, or GONE with `no_ack` (that
+        delivery was its last). Called after the delivery is made, which says redelivered by
+        the count before this one. One call for what every delivery changes (per message)."""
+        self.delivery_count += 1
+        self.state = GONE if no_ack else UNACKED
+
+    def mark_unacked(self) -> None:
+        """Fetched with basic.get, to be acked."""
+        self.state = UNACKED
 
     def mark_ready(self) -> None:
         """Back in the ready list (requeued, or its delayed retry is due)."""

@@ -27,7 +27,7 @@ from queues.consumer_rotation import NO_CONSUMERS, ConsumerRotation
 from queues.deduplication import DeduplicationCache
 from queues.delays.delayed_retry import DelayedRetry
 from queues.journal import QueueJournal
-from queues.message import FLAG_EXPIRATION, FLAG_PRIORITY, GONE, READY, UNACKED, Message, QueueEntry
+from queues.message import FLAG_EXPIRATION, FLAG_PRIORITY, GONE, READY, Message, QueueEntry
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
 from queues.paged_expiry import PagedExpiry
 from queues.publish_outcome import DUPLICATE, ENQUEUED, ENQUEUED_DURABLY, REJECTED, WRITE_FAILED
@@ -384,10 +384,10 @@ class Queue:
             stats = self.stats
             picker = self._picker
             journal = self.journal
-            if self.may_hold_expired():
-                now = self.timers.now() if now is None else now
-            else:
-                now = 0.0
+            # Whether ready messages may have expired (then `now` is the time to judge them by)
+            # is asked at the first one taken from the ready list: a message published straight
+            # to a consumer (`first`) never needs it.
+            expiring: bool | None = None
             while first is not None or ready.count:
                 consumer = picker.next_with_room()
                 if consumer is None:
@@ -401,9 +401,12 @@ class Queue:
                             not journal.may_deliver(entry.seq, self):
                         ready.append(entry)  # its journal calls dispatch again when it may go
                         return
-                    entry.state = UNACKED  # as ready.pop() leaves it
                 else:
-                    entry = pop_unexpired(self, now) if now else ready.pop()
+                    if expiring is None:
+                        expiring = self.may_hold_expired()
+                        if expiring and now is None:
+                            now = self.timers.now()
+                    entry = pop_unexpired(self, now) if expiring else ready.pop()
                     if entry is None:
                         return
                     if journal is not None and entry.seq > journal.deliver_check_above and \
@@ -412,18 +415,18 @@ class Queue:
                         return
                 if entry.delivery_count:
                     stats.redelivered += 1
-                if consumer.no_ack:
-                    entry.state = GONE
+                no_ack = consumer.no_ack
+                if no_ack:
                     stats.delivered_no_ack += 1
                 else:
-                    consumer.unacked += 1
+                    consumer.count_unacked()
                     self.unacked_count += 1
                 stats.delivered += 1
                 consumer.sink.deliver(consumer, entry)
-                entry.delivery_count += 1
+                entry.delivered(no_ack)
                 if entry.persisted:
                     # A no-ack delivery is the message's last: journal it as settled.
-                    (self.journal.acked if consumer.no_ack else self.journal.delivered)(entry)
+                    (journal.acked if no_ack else journal.delivered)(entry)
         finally:
             self._dispatching = False
             if self.flow_waiters and self.ready.count < FLOW_LOW:
@@ -456,6 +459,7 @@ class Queue:
             self.stats.get_no_ack += 1
             entry.mark_gone()
         else:
+            entry.mark_unacked()
             self.unacked_count += 1
         return entry
 
@@ -472,12 +476,16 @@ class Queue:
     def settle(self, entry: QueueEntry, consumer: Consumer | None) -> None:
         """An unacked delivery is done with (acked, or rejected without requeue)."""
         self.unacked_count -= 1
-        entry.state = GONE
+        entry.mark_gone()
         if consumer is not None:
-            consumer.unacked -= 1
+            consumer.count_settled()
 
     def ack(self, entry: QueueEntry, consumer: Consumer | None) -> None:
-        self.settle(entry, consumer)
+        # (settle(entry, consumer), inline: this runs once per acked message)
+        self.unacked_count -= 1
+        entry.mark_gone()
+        if consumer is not None:
+            consumer.count_settled()
         self.stats.acked += 1
         if entry.persisted and not self.deleted:
             self.journal.acked(entry)
@@ -741,7 +749,7 @@ class ReadyMessages:
         return self.count > 0
 
     def append(self, entry: QueueEntry) -> None:
-        entry.state = READY
+        """Add a new message (READY, as QueueEntry makes it; one that comes back is put_back)."""
         fifo = self._fifo
         if fifo is _NO_MESSAGES:
             fifo = self._fifo = deque()
@@ -828,13 +836,13 @@ class ReadyMessages:
         return None
 
     def pop(self) -> QueueEntry:
-        """Remove and return the next message to deliver; IndexError when empty."""
+        """Remove and return the next message to deliver; IndexError when empty. It is still
+        READY: the caller says what became of it (QueueEntry.delivered, mark_gone...)."""
         fifo = self._fifo
         if not self._returned and fifo and fifo[0].__class__ is QueueEntry and fifo[0].state == READY:
             entry = fifo.popleft()  # the usual case: nothing came back, the head is in memory
         else:
             entry = self._take_head()
-        entry.state = UNACKED
         self.count -= 1
         size = len(entry.message.body)
         # _release(size), inline: this runs once per message.
