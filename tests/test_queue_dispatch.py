@@ -277,3 +277,62 @@ def test_a_publish_made_while_the_queue_dispatches_is_delivered_too():
     publish(queue, b"first")
     assert sink.bodies() == [b"first", b"follow-up"]
     assert queue.message_count == 0
+
+
+def _timed_message(clock: list[float], body: bytes, ttl_ms: str = "1000") -> Message:
+    timed = Message("", "q", content_header(len(body), commands.Basic.Properties(expiration=ttl_ms).marshal()), body)
+    timed.published_at = clock[0]
+    return timed
+
+
+def test_a_message_taken_from_the_ready_list_is_no_longer_timed_by_its_ttl():
+    # Delivered (or fetched) means out of the ready list: its TTL passing later must neither
+    # expire it nor count it out of the ready messages a second time.
+    clock = [1000.0]
+    queue, sink = Queue("q", "/", timers=Timers(lambda: clock[0])), FakeSink()
+    dead: list[bytes] = []
+    queue.dead_letterer = lambda _queue, entries, _reason: dead.extend(e.message.body for e in entries)
+    consumer(queue, sink, "a", prefetch=1)
+    publish(queue, b"held")
+    queue.publish(_timed_message(clock, b"timed"))
+    queue.publish(_timed_message(clock, b"fetched"))
+    sink.ack(b"held")  # room: "timed" comes out of the ready list to the consumer
+    assert sink.bodies() == [b"held", b"timed"]
+    fetched = queue.get(no_ack=False)
+    assert fetched is not None and fetched.message.body == b"fetched"
+    queue.after_get(fetched)
+    clock[0] += 2
+    queue.timers.run_due(clock[0])
+    assert (queue.message_count, queue.unacked_count, dead) == (0, 2, [])
+    sink.ack(b"timed")
+    queue.ack(fetched, None)
+    assert (queue.message_count, queue.unacked_count, dead) == (0, 0, [])
+
+
+def test_a_no_ack_delivery_from_the_ready_list_is_its_last():
+    clock = [1000.0]
+    queue, sink = Queue("q", "/", timers=Timers(lambda: clock[0])), FakeSink()
+    dead: list[bytes] = []
+    queue.dead_letterer = lambda _queue, entries, _reason: dead.extend(e.message.body for e in entries)
+    queue.publish(_timed_message(clock, b"timed"))
+    consumer(queue, sink, "a", no_ack=True)
+    assert sink.bodies() == [b"timed"]
+    clock[0] += 2
+    queue.timers.run_due(clock[0])
+    assert (queue.message_count, queue.unacked_count, dead) == (0, 0, [])
+
+
+def test_consumers_that_left_get_nothing_and_the_one_left_alone_gets_everything():
+    queue, sink = Queue("q", "/"), FakeSink()
+    queue.remove_consumer(consumer(queue, sink, "gone"))
+    publish(queue, b"0")
+    assert (sink.tags(), queue.message_count) == ([], 1), "no consumer left: it waits"
+    b = consumer(queue, sink, "b")
+    assert sink.tags() == ["b"]
+    consumer(queue, sink, "c")
+    queue.remove_consumer(b)
+    publish(queue, b"1", b"2")
+    assert sink.tags() == ["b", "c", "c"]
+    consumer(queue, sink, "d")
+    publish(queue, b"3", b"4", b"5", b"6")
+    assert sorted(sink.tags()[3:]) == ["c", "c", "d", "d"]
