@@ -78,7 +78,7 @@ class Message:
         # Exchange and routing key as two AMQP short strings, as basic.deliver carries them: as
         # they arrived in a client's basic.publish, else encoded here. A plain attribute (not a
         # property that encodes on first use): every delivery reads it.
-        self.routing_raw: bytes = routing_raw if routing_raw is not None else _routing_raw(exchange, routing_key)
+        self.routing_raw = routing_raw if routing_raw is not None else _routing_raw(exchange, routing_key)
         self._properties: BasicProperties | None = None
 
     @property
@@ -139,10 +139,15 @@ class Message:
         return copy
 
 
-def _routing_raw(exchange: str, routing_key: str) -> bytes:
-    """Exchange and routing key as two AMQP short strings (basic.deliver's encoding)."""
+def _routing_raw(exchange: str, routing_key: str) -> bytes | None:
+    """Exchange and routing key as two AMQP short strings (basic.deliver's encoding); None if
+    one is longer than a short string can be (a routing key given to the management API, a
+    trace copy's "deliver.<queue>"): such a message can be routed, and fails only if it is
+    delivered, as before this was encoded eagerly."""
     exchange_raw = exchange.encode()
     key = routing_key.encode()
+    if len(exchange_raw) > 255 or len(key) > 255:
+        return None
     return bytes((len(exchange_raw),)) + exchange_raw + bytes((len(key),)) + key
 
 

@@ -34,3 +34,11 @@ def test_headers_nested_beyond_the_limit_give_400_and_at_the_limit_are_published
             400, "406 PRECONDITION_FAILED - invalid message: tables and arrays nested deeper than 64"), levels
     assert broker.vhosts["/"].queues["inbox"].message_count == 0
     assert publish(api, {"headers": nested(64)}).json() == {"routed": True}
+
+
+def test_a_routing_key_longer_than_a_short_string_is_published_unrouted(api, broker):
+    # No queue name is that long, so nothing routes it; the message is made all the same
+    # (its routing_raw is encoded when it is made, not when it is delivered).
+    reply = api.request("POST", "/api/exchanges/%2F/amq.default/publish", {
+        "routing_key": "k" * 300, "payload": "x", "payload_encoding": "string", "properties": {}})
+    assert (reply.status, reply.json()) == (200, {"routed": False})
