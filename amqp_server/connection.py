@@ -91,7 +91,7 @@ class Connection:
         "client_properties", "client_capabilities", "user", "mechanism", "vhost", "channels",
         "exclusive_queues", "write_paused", "deliveries_paused", "_delivered_unwritten", "content_in_flight",
         "max_content_in_flight", "flow", "on_reading_paused", "close_when_flushed", "close_ok_timeout_s", "_out",
-        "_confirm_channels", "_input_broken", "_method_budget", "input_waiting", "connected_at_ms",
+        "_confirm_channels", "_input_broken", "_method_budget", "input_waiting", "input_held", "connected_at_ms",
         "received_bytes", "received_reads", "sent_bytes", "sent_writes", "handover",
     )
 
@@ -158,6 +158,9 @@ class Connection:
         # none are, the frames still buffered wait for the next turn (input_waiting).
         self._method_budget = METHODS_PER_TURN
         self.input_waiting = False
+        # Flow control holds the connection: no frame is handled, read already or not, until
+        # its congested queues drain (hold_input, release_input).
+        self.input_held = False
         # Traffic, as the management API reports it (recv_oct, send_oct, ...): one addition per
         # read or write, never per message.
         self.connected_at_ms = int(time.time() * 1000)
@@ -248,18 +251,41 @@ class Connection:
 
     def resume_input(self) -> None:
         """A new event-loop turn: handle the frames left waiting (the shell calls this while
-        ``input_waiting``)."""
+        ``input_waiting`` and not ``input_held``)."""
         self._method_budget = METHODS_PER_TURN
         self.input_waiting = False
         if self.state is CLOSED or self._input_broken:
             return
         self._handle_input()
 
+    def hold_input(self) -> None:
+        """Flow control (PublisherFlow) holds this publisher back: handle none of its frames
+        after the one being handled, and read nothing more. RabbitMQ's reader stops the same
+        way, mid-buffer. Handling the rest of a socket read (up to 256 KB, some 1,500 small
+        publishes) grew a congested queue by that much each time it was let go, and the broker
+        then sat idle while its consumers drained the surplus one prefetch window at a time
+        (docs/benchmarks.md, "Hot path, issue 14"). The frames left wait in the reader
+        (``input_waiting``) for the next turn after the hold ends."""
+        self.input_held = True
+        self._method_budget = 0  # the loop in _handle_input stops after this frame
+        self.on_reading_paused(True)
+
+    def release_input(self) -> None:
+        """The congested queues drained: handle the frames held (the shell resumes input from
+        the next turn) and read again, unless an alarm still blocks the connection."""
+        self.input_held = False
+        if not self.reading_paused:
+            self.on_reading_paused(False)
+
     def spend_method_budget(self) -> None:
         """A channel method other than publish and ack is being handled (see METHODS_PER_TURN)."""
         self._method_budget -= 1
 
     def _handle_input(self) -> None:
+        if self.input_held:
+            # Held (hold_input): bytes fed meanwhile wait with the frames held.
+            self.input_waiting = True
+            return
         frames = self.reader.frames()
         channels = self.channels
         flow = self.flow

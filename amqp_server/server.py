@@ -103,7 +103,8 @@ class AMQPProtocol(asyncio.Protocol):
         self.last_sent = now
         self._read_budget = READ_BUDGET_PER_ITERATION
         self._yielding = False
-        self._input_waiting = False  # the connection holds frames for the next turn
+        self._input_waiting = False  # the connection holds frames for a later turn
+        self._resume_scheduled = False  # _resume_input is due in the next turn
         self._reading_paused = False
         self.handover = handover
         self.moved = moved
@@ -246,18 +247,25 @@ class AMQPProtocol(asyncio.Protocol):
         return True
 
     def _continue_next_turn(self) -> None:
-        """Frames are left for the next turn (the connection's METHODS_PER_TURN ran out): read
-        nothing more until they are handled, and let the other connections run first."""
+        """Frames are left for a later turn (the connection's METHODS_PER_TURN ran out, or flow
+        control or an alarm holds it): read nothing more until they are handled, and let the
+        other connections run first. While the connection is held, its frames wait for the
+        hold to end (_update_reading schedules them then), not for every turn."""
         if not self._input_waiting:
             self._input_waiting = True
             self._update_reading()
-        self.loop.call_soon(self._resume_input)
+        if not self._resume_scheduled and not self.connection.input_held:
+            self._resume_scheduled = True
+            self.loop.call_soon(self._resume_input)
 
     def _resume_input(self) -> None:
+        self._resume_scheduled = False
+        if self.connection.input_held:
+            return  # held again meanwhile: _update_reading schedules this when it ends
         if not self._feed(self.connection.resume_input):
             return
         if self.connection.input_waiting:
-            self.loop.call_soon(self._resume_input)
+            self._continue_next_turn()
             return
         self._input_waiting = False
         self._update_reading()
@@ -268,10 +276,14 @@ class AMQPProtocol(asyncio.Protocol):
         self._update_reading()
 
     def _update_reading(self, _paused: bool | None = None) -> None:
-        """Read from the socket unless yielding to others or paused by flow control."""
+        """Read from the socket unless yielding to others or paused by flow control; frames
+        a hold left waiting are handled from the next turn on once it ends."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        if self._input_waiting and not self._resume_scheduled and not self.connection.input_held:
+            self._resume_scheduled = True
+            self.loop.call_soon(self._resume_input)
         pause = self._yielding or self._input_waiting or self._moving or self.connection.reading_paused
         if pause != self._reading_paused:
             self._reading_paused = pause

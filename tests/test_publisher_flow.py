@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pamqp import commands
+from pamqp.body import ContentBody
 
 from amqp_server.cluster_forwarded import ForwardFlow
 from amqp_server.publisher_blocking import PublisherFlow
@@ -32,6 +33,13 @@ class StubConnection:
 
     def on_reading_paused(self, paused: bool) -> None:
         self.paused.append(paused)
+
+    def hold_input(self) -> None:
+        self.paused.append(True)
+
+    def release_input(self) -> None:
+        if not self.reading_paused:
+            self.paused.append(False)
 
     def send_method(self, channel_id: int, method: Any) -> None:
         self.sent.append(method)
@@ -126,30 +134,70 @@ def test_a_closing_connection_is_not_blocked():
     assert (connection.sent, connection.paused, connection.flow.blocked_by) == ([], [], None)
 
 
-def test_a_connection_publishing_into_a_queue_its_consumer_cannot_keep_up_with_stops_being_read_until_it_drains():
-    # End to end with a real queue and connection: the queue holds the connection past
-    # FLOW_HIGH ready messages and lets it go below FLOW_LOW (queues/queue.py CongestedQueues).
-    client = opened_client()
+def _publisher_and_slow_consumer() -> tuple[Any, Any, Any, list[bool]]:
+    """A publisher connection and, on a connection of its own, a consumer of queue "q" with
+    prefetch 1 that acks nothing until told: (publisher, consumer, queue, the publisher's
+    reading paused/resumed calls)."""
+    publisher = opened_client()
+    consumer = opened_client(publisher.broker)
     paused: list[bool] = []
-    client.connection.on_reading_paused = paused.append
-    client.call(1, commands.Queue.Declare(queue="q"))
-    client.call(1, commands.Basic.Qos(prefetch_count=1))
-    client.call(1, commands.Basic.Consume(queue="q", consumer_tag="slow"))
-    queue = client.broker.vhosts["/"].queues["q"]
-    client.send_bytes(b"".join(client.publish_bytes(1, b"m", routing_key="q") for _ in range(FLOW_HIGH + 2)))
+    publisher.connection.on_reading_paused = paused.append
+    publisher.call(1, commands.Queue.Declare(queue="q"))
+    consumer.call(1, commands.Basic.Qos(prefetch_count=1))
+    consumer.call(1, commands.Basic.Consume(queue="q", consumer_tag="slow"))
+    return publisher, consumer, publisher.broker.vhosts["/"].queues["q"], paused
+
+
+def test_a_connection_publishing_into_a_queue_its_consumer_cannot_keep_up_with_stops_being_read_until_it_drains():
+    # End to end with a real queue and connections: the queue holds the publisher past
+    # FLOW_HIGH ready messages and lets it go below FLOW_LOW (queues/queue.py CongestedQueues).
+    publisher, consumer, queue, paused = _publisher_and_slow_consumer()
+    publisher.send_bytes(b"".join(publisher.publish_bytes(1, b"m", routing_key="q") for _ in range(FLOW_HIGH + 2)))
     assert queue.message_count == FLOW_HIGH + 1  # one is with the consumer
-    assert paused == [True] and client.connection.reading_paused
-    assert client.connection.flow.management_state == "flow"
+    assert paused == [True] and publisher.connection.reading_paused
+    assert publisher.connection.flow.management_state == "flow"
     tag = 1
     while queue.message_count > FLOW_LOW:
-        client.send(1, commands.Basic.Ack(delivery_tag=tag))
+        consumer.send(1, commands.Basic.Ack(delivery_tag=tag))
         tag += 1
-    assert paused == [True] and client.connection.reading_paused
-    client.send(1, commands.Basic.Ack(delivery_tag=tag))
+    assert paused == [True] and publisher.connection.reading_paused
+    consumer.send(1, commands.Basic.Ack(delivery_tag=tag))
     assert queue.message_count == FLOW_LOW - 1
-    assert paused == [True, False] and not client.connection.reading_paused
-    assert client.connection.flow.management_state == "running"
+    assert paused == [True, False] and not publisher.connection.reading_paused
+    assert publisher.connection.flow.management_state == "running"
     assert queue.flow_waiters == {}
+
+
+def test_a_held_publisher_handles_none_of_what_it_read_after_the_publish_that_congested_the_queue():
+    # As RabbitMQ's reader: held back, the connection stops at the frame that held it, not at the
+    # end of the socket read, so a congested queue grows by one publish, not by a whole read;
+    # the rest is handled, in order, from the next turn after the queue drained.
+    publisher, consumer, queue, paused = _publisher_and_slow_consumer()
+    extra = 500
+    bodies = [b"%d" % i for i in range(FLOW_HIGH + 2 + extra)]
+    publisher.send_bytes(b"".join(publisher.publish_bytes(1, body, routing_key="q") for body in bodies))
+    assert queue.message_count == FLOW_HIGH + 1, "nothing after the congesting publish was handled"
+    connection = publisher.connection
+    assert connection.input_held and connection.input_waiting
+    publisher.send_bytes(publisher.publish_bytes(1, b"late", routing_key="q"))
+    assert queue.message_count == FLOW_HIGH + 1, "bytes read while held wait too"
+    received = _bodies(consumer.take())
+    tag = 1
+    while paused == [True]:
+        received += _bodies(consumer.send(1, commands.Basic.Ack(delivery_tag=tag)))
+        tag += 1
+    assert queue.message_count == FLOW_LOW - 1 and not connection.input_held
+    assert connection.input_waiting, "the held frames wait for the shell's next turn"
+    connection.resume_input()
+    assert queue.message_count == FLOW_LOW - 1 + extra + 1
+    while len(received) < len(bodies) + 1:
+        received += _bodies(consumer.send(1, commands.Basic.Ack(delivery_tag=tag)))
+        tag += 1
+    assert received == bodies + [b"late"], "all delivered, in order"
+
+
+def _bodies(received: Any) -> list[bytes]:
+    return [frame.value for _channel, frame in received if isinstance(frame, ContentBody)]
 
 
 def test_a_closed_link_channel_leaves_nothing_in_the_queues_that_paused_it():
