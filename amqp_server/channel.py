@@ -58,7 +58,7 @@ from queues.message import (
     Message,
     QueueEntry,
 )
-from queues.publish_outcome import ENQUEUED_DURABLY, FORWARDED, REJECTED, WRITE_FAILED
+from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY, FORWARDED, REJECTED, WRITE_FAILED
 from queues.raw_properties import RawProperties
 
 if TYPE_CHECKING:
@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 OPEN = ChannelState.OPEN
 CLOSING = ChannelState.CLOSING
 CLOSED = ChannelState.CLOSED
+# The properties _check_special_properties looks at (one constant: the flags are tested per publish).
+_CHECKED_FLAGS = FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION
 
 
 class Channel:
@@ -259,7 +261,7 @@ class Channel:
         message = Message(content.exchange.name, content.routing_key, content.raw_header, body, content.routing_raw)
         flags = message.property_flags
         # One test of the flag word; properties are decoded only for messages that set these.
-        if flags & (FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION) and self.forward_targets is None:
+        if flags & _CHECKED_FLAGS and self.forward_targets is None:
             # (A forwarded message was checked by the node its publisher is connected to.)
             message = self._check_special_properties(message, flags)
         if flags & FLAG_HEADERS:
@@ -338,7 +340,9 @@ class Channel:
             delivered = False
             for queue in destinations:
                 outcome = queue.publish(message)
-                if outcome == REJECTED:
+                if outcome == ENQUEUED:
+                    pass  # the usual outcome: nothing to wait for (one comparison, not four)
+                elif outcome == REJECTED:
                     accepted = False  # a queue at its length limit with x-overflow reject-publish
                 elif outcome == ENQUEUED_DURABLY:
                     if journaled is None:

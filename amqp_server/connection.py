@@ -12,6 +12,7 @@ bytes, writes what it produces, and handles heartbeat timing.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from pamqp import commands
 
 from amqp_server import codec, errors, handshake, secret_update
 from amqp_server.access_control import AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
+from amqp_server.codec import FRAME_BODY, FRAME_HEADER, FRAME_METHOD
 from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_limits import Admission
 from amqp_server.channel import Channel
@@ -66,6 +68,7 @@ METHODS_PER_TURN = 16
 # Largest frame read from a client whose login was refused: close-ok is 4 payload bytes and a
 # connection.close at most 266; anything bigger ends the wait.
 _REFUSED_LOGIN_FRAME_MAX = 512
+_unpack_method_index = struct.Struct(">I").unpack_from
 _CHANNEL_OPEN = 0x0014000A
 _CONNECTION_CLOSE = 0x000A0032
 _CONNECTION_CLOSE_OK = 0x000A0033
@@ -302,17 +305,20 @@ class Connection:
                         self._handle_frame(frame_type, channel_id, payload)
                     else:
                         try:
-                            if frame_type == codec.FRAME_BODY:
+                            if frame_type == FRAME_BODY:
                                 channel.handle_body(payload)
                                 if flow.block_on_publish:
                                     # A body of a publish begun before the alarm is publishing too.
                                     flow.publishing()
-                            elif frame_type == codec.FRAME_HEADER:
+                            elif frame_type == FRAME_HEADER:
                                 channel.handle_header(payload)
                                 if flow.block_on_publish:
                                     flow.publishing()
-                            elif frame_type == codec.FRAME_METHOD:
-                                index = codec.method_index(payload)
+                            elif frame_type == FRAME_METHOD:
+                                try:  # codec.method_index, without the call
+                                    index = _unpack_method_index(payload)[0]
+                                except struct.error:
+                                    index = codec.method_index(payload)  # raises its 501
                                 if index >> 16 == 10:
                                     # A connection-class method belongs on channel 0 only (on an
                                     # unopened channel RabbitMQ says 'expected channel.open' first).

@@ -52,7 +52,9 @@ class ContentAssembly:
         self.routing_raw = routing_raw
         self.raw_header: bytes | None = None
         self.body_size = 0
-        self.parts: list[bytes] = []
+        # The body frames so far, made only once a body comes in more than one frame: most
+        # messages' body is one frame, and this runs for every publish.
+        self.parts: list[bytes] | None = None
         self.received = 0
         # Counted in the connection's content_in_flight: a first body frame left it incomplete.
         self.in_flight = False
@@ -77,7 +79,10 @@ class ContentAssembly:
         decode."""
         if self.raw_header is not None:
             raise AMQPError(errors.UNEXPECTED_FRAME, "expected content body, got non content body frame instead")
-        class_id, body_size = codec.content_header_body_size(payload)
+        try:  # codec.content_header_body_size, without the call
+            class_id, _weight, body_size = _unpack_header_prefix(payload)
+        except struct.error:
+            class_id, body_size = codec.content_header_body_size(payload)  # raises its 501
         if class_id != codec.BASIC_CLASS:
             raise AMQPError(
                 errors.UNEXPECTED_FRAME,
@@ -102,8 +107,10 @@ class ContentAssembly:
         body once complete, else None. FRAME_ERROR if the bodies exceed the declared size."""
         received = self.received + len(payload)
         parts = self.parts
-        if received == self.body_size and not parts:
-            return payload  # the usual case: the whole body in one frame
+        if parts is None:
+            if received == self.body_size:
+                return payload  # the usual case: the whole body in one frame
+            parts = self.parts = []
         parts.append(payload)
         self.received = received
         if received < self.body_size:
@@ -119,6 +126,7 @@ _DELIVERY_MODE_BIT = 1 << 12
 _PROPERTY_BITS = 0xFFFC  # bit 1 is reserved (ignored, as by RabbitMQ and every client)
 _PROPERTIES_START = 14  # class, weight, body size, property flags
 _u32 = struct.Struct(">I")
+_unpack_header_prefix = struct.Struct(">HHQ").unpack_from  # class, weight, body size
 
 
 class InvalidContentHeader(ValueError):
