@@ -158,7 +158,8 @@ class Connection:
         self._confirm_channels: set[Channel] = set()
         self._input_broken = False
         # Channel methods other than publish and ack left to run in this event-loop turn; when
-        # none are, the frames still buffered wait for the next turn (input_waiting).
+        # none are, the frames still buffered wait for the next turn (input_waiting). Zero too
+        # once closed or broken, and while held by flow control (hold_input).
         self._method_budget = METHODS_PER_TURN
         self.input_waiting = False
         # Flow control holds the connection: no frame is handled, read already or not, until
@@ -188,6 +189,8 @@ class Connection:
         """Move to the state `event` leads to (states.py); IllegalTransition if this state does
         not allow it."""
         self.state = next_state(CONNECTION_TRANSITIONS, self.state, event)
+        if self.state is CLOSED:
+            self._method_budget = 0  # no frame after this one is handled (_handle_input)
 
     # -- what the handshake (handshake.py) and update-secret learn ----------------------
 
@@ -336,10 +339,12 @@ class Connection:
                     return
                 except AMQPError as error:
                     self._connection_error(error)
-                if self.state is CLOSED or self._input_broken:
-                    return
                 if self._method_budget <= 0:
-                    self.input_waiting = True
+                    # Out of budget for this turn, held by flow control, or no more input at all
+                    # (closed, or broken framing: advance and _stop_input zero the budget too, so
+                    # the hot loop tests one number per frame).
+                    if self.state is not CLOSED and not self._input_broken:
+                        self.input_waiting = True
                     return
         except AMQPError as error:  # framing itself is broken: nothing after this can be read
             self._stop_input()
@@ -629,6 +634,7 @@ class Connection:
     def _stop_input(self) -> None:
         """Nothing more will be read: drop what is buffered and stop reading the socket."""
         self._input_broken = True
+        self._method_budget = 0  # no frame after this one is handled (_handle_input)
         self.reader.clear()
         self.on_reading_paused(True)
 
