@@ -1,19 +1,26 @@
 """PublisherFlow (amqp_server/publisher_blocking.py) on its own: what holds back reading from a
-publishing connection, and what it tells the client. End to end through a connection, with
-real alarms, see test_alarms.py."""
+publishing connection, and what it tells the client; flow control through a connection, and
+through the shell (server.py) over sockets. End to end through a connection, with real alarms,
+see test_alarms.py."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from pamqp import commands
+from pamqp import commands, frame
 from pamqp.body import ContentBody
+from pamqp.heartbeat import Heartbeat
 
+from amqp_server.broker import Broker
 from amqp_server.cluster_forwarded import ForwardFlow
+from amqp_server.config import ServerConfig
 from amqp_server.publisher_blocking import PublisherFlow
+from amqp_server.server import AMQPServer
 from amqp_server.states import ConnectionState
+from persistence.definitions import FileDefinitionStore
 from queues.queue import FLOW_HIGH, FLOW_LOW
-from tests.frame_driver import opened_client
+from tests.frame_driver import CLIENT_CAPABILITIES, PROTOCOL_HEADER, marshal, opened_client, plain_response, publish_frames
 
 
 class StubConnection:
@@ -212,3 +219,112 @@ def test_a_closed_link_channel_leaves_nothing_in_the_queues_that_paused_it():
     assert isinstance(flow, commands.Channel.Flow) and not flow.active
     client.send(1, commands.Channel.Close(200, "bye", 0, 0))
     assert queue.flow_waiters == {}
+
+
+# -- through the shell, over sockets ----------------------------------------------------------
+
+
+class SocketClient:
+    """A raw AMQP client on an asyncio stream (so it runs in the broker's own loop): frames out
+    as bytes, frames in parsed by pamqp. It sends no heartbeats."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.buffer = b""
+
+    @classmethod
+    async def open(cls, port: int, heartbeat: int = 0) -> "SocketClient":
+        client = cls(*await asyncio.open_connection("127.0.0.1", port))
+        client.writer.write(PROTOCOL_HEADER)
+        await client.expect(commands.Connection.Start)
+        client.send(0, commands.Connection.StartOk(
+            client_properties={"capabilities": CLIENT_CAPABILITIES}, mechanism="PLAIN",
+            response=plain_response("guest", "guest")))
+        await client.expect(commands.Connection.Tune)
+        client.send(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=heartbeat))
+        client.send(0, commands.Connection.Open(virtual_host="/"))
+        await client.expect(commands.Connection.OpenOk)
+        client.send(1, commands.Channel.Open())
+        await client.expect(commands.Channel.OpenOk)
+        return client
+
+    def send(self, channel: int, *frames: Any) -> None:
+        self.writer.write(marshal(channel, *frames))
+
+    async def next_frame(self) -> Any:
+        """The next frame other than a heartbeat (10 s at most)."""
+        while True:
+            if len(self.buffer) >= 7 and len(self.buffer) >= int.from_bytes(self.buffer[3:7], "big") + 8:
+                consumed, _channel, value = frame.unmarshal(self.buffer)
+                self.buffer = self.buffer[consumed:]
+                if not isinstance(value, Heartbeat):
+                    return value
+                continue
+            data = await asyncio.wait_for(self.reader.read(65536), 10)
+            assert data, "the broker closed the connection"
+            self.buffer += data
+
+    async def expect(self, kind: type) -> Any:
+        value = await self.next_frame()
+        assert isinstance(value, kind), f"expected {kind.__name__}, got {value!r}"
+        return value
+
+
+def test_a_held_publisher_goes_on_by_itself_once_the_queue_drains_and_is_not_taken_for_dead_meanwhile(tmp_path):
+    # The publisher sends every publish and then a method it waits for, and nothing more (not
+    # even heartbeats): once the queue drains, only the broker itself can go on with the frames
+    # it holds (no lost wake-up). Held longer than its heartbeat timeout, it is not closed for
+    # missed heartbeats: the broker does not read it meanwhile (RabbitMQ pauses its monitor
+    # too). Other connections are served during the hold.
+    extra = 300
+    heartbeat = 1
+
+    async def scenario() -> None:
+        broker = Broker(ServerConfig(), FileDefinitionStore(tmp_path))
+        server = AMQPServer(broker, "127.0.0.1", 0)
+        await server.start()
+        try:
+            consumer = await SocketClient.open(server.port)
+            consumer.send(1, commands.Queue.Declare(queue="q"), commands.Basic.Qos(prefetch_count=1),
+                          commands.Basic.Consume(queue="q", consumer_tag="slow"))
+            await consumer.expect(commands.Queue.DeclareOk)
+            await consumer.expect(commands.Basic.QosOk)
+            await consumer.expect(commands.Basic.ConsumeOk)
+            publisher = await SocketClient.open(server.port, heartbeat=heartbeat)
+            [shell] = [protocol for protocol in server.protocols if protocol.connection.heartbeat == heartbeat]
+            connection = shell.connection
+            bodies = [b"%d" % i for i in range(FLOW_HIGH + 2 + extra)]
+            publisher.writer.write(b"".join(publish_frames(1, body, routing_key="q") for body in bodies)
+                                   + marshal(1, commands.Queue.Declare(queue="q", passive=True)))
+            queue = broker.vhosts["/"].queues["q"]
+            for _ in range(500):
+                if connection.input_held:
+                    break
+                await asyncio.sleep(0.01)
+            assert connection.input_held, "the queue never held the publisher"
+            await asyncio.sleep(2 * heartbeat + 1)  # past the heartbeat timeout, a tick at least every 0.25 s
+            assert connection.input_held and queue.message_count == FLOW_HIGH + 1
+            assert connection.state is ConnectionState.OPEN and shell.transport is not None, "closed while held"
+
+            other = await SocketClient.open(server.port)
+            other.send(1, commands.Queue.Declare(queue="other"))
+            await other.expect(commands.Queue.DeclareOk)
+            other.writer.close()
+
+            received: list[bytes] = []
+            while len(received) < len(bodies):
+                value = await consumer.next_frame()
+                if isinstance(value, ContentBody):
+                    received.append(value.value)
+                    consumer.send(1, commands.Basic.Ack(delivery_tag=len(received)))
+            assert received == bodies, "every publish delivered, in order"
+            await publisher.expect(commands.Queue.DeclareOk)
+            assert not connection.input_held and connection.flow.management_state == "running"
+            publisher.writer.close()
+            consumer.writer.close()
+        finally:
+            await server.stop()
+            await broker.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
