@@ -10,8 +10,10 @@ from typing import Any
 
 from pamqp import commands, frame
 from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
 from pamqp.heartbeat import Heartbeat
 
+from amqp_server.alarms import MEMORY
 from amqp_server.broker import Broker
 from amqp_server.cluster_forwarded import ForwardFlow
 from amqp_server.config import ServerConfig
@@ -201,6 +203,41 @@ def test_a_held_publisher_handles_none_of_what_it_read_after_the_publish_that_co
         received += _bodies(consumer.send(1, commands.Basic.Ack(delivery_tag=tag)))
         tag += 1
     assert received == bodies + [b"late"], "all delivered, in order"
+
+
+def test_an_alarm_and_flow_control_each_keep_a_held_publisher_paused_until_both_let_it_go():
+    # A publisher held by flow control whose publish on another channel still waits for its
+    # body is blocked by an alarm too (publisher_blocking.py). Neither the alarm clearing while
+    # the queue is congested, nor the queue draining while the alarm is on, may read it or
+    # handle its held frames (a publish during a memory alarm is what the alarm is there to
+    # stop); only the end of both does.
+    publisher, consumer, queue, paused = _publisher_and_slow_consumer()
+    publisher.open_channel(2)
+    broker, connection = publisher.broker, publisher.connection
+    started = marshal(2, commands.Basic.Publish(exchange="", routing_key="q"), ContentHeader(body_size=2), ContentBody(b"x"))
+    congesting = b"".join(publisher.publish_bytes(1, b"m", routing_key="q") for _ in range(FLOW_HIGH + 2))
+    publisher.send_bytes(started + congesting + publisher.publish_bytes(1, b"after", routing_key="q"))
+    assert queue.message_count == FLOW_HIGH + 1 and connection.input_held and paused == [True]
+    broker.alarms.set(MEMORY, True)
+    assert connection.flow.blocked_by is not None, "the publish begun on channel 2 meets the alarm"
+    broker.alarms.set(MEMORY, False)
+    assert connection.input_held and connection.reading_paused
+    assert False not in paused, "the alarm cleared, but the queue still holds the publisher"
+    broker.alarms.set(MEMORY, True)
+    assert connection.flow.blocked_by is not None
+    _bodies(consumer.take())
+    tag = 1
+    while queue.message_count >= FLOW_LOW:
+        consumer.send(1, commands.Basic.Ack(delivery_tag=tag))
+        tag += 1
+    assert not connection.input_held and connection.reading_paused
+    assert False not in paused, "the queue drained, but the alarm still blocks the publisher"
+    broker.alarms.set(MEMORY, False)
+    assert paused[-1] is False and not connection.reading_paused
+    assert connection.input_waiting, "the held frames wait for the shell's next turn"
+    count = queue.message_count
+    connection.resume_input()
+    assert queue.message_count == count + 1, "the held publish is handled once both let go"
 
 
 def _bodies(received: Any) -> list[bytes]:
