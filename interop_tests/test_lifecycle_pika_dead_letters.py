@@ -160,3 +160,26 @@ def test_per_message_ttl_expires_behind_a_longer_lived_head(broker, channel, uni
     assert channel.queue_declare(queue, passive=True).method.message_count == 1
     _m, properties, body = channel.basic_get(dead, auto_ack=True)
     assert body == b"short-lived" and properties.headers["x-death"][0]["reason"] == "expired"
+
+
+def test_a_dead_letter_routing_key_too_long_for_amqp_is_delivered_cut_to_255_bytes(broker, channel, unique):
+    """x-dead-letter-routing-key is a long string, so it can exceed what basic.deliver carries
+    (a short string). RabbitMQ 3.10 closes the consumer's connection with 541 there and the
+    message is lost; here it is delivered with the key's first 255 bytes, cut between characters."""
+    if broker.is_external:
+        pytest.skip("RabbitMQ closes the consumer's connection with 541 INTERNAL_ERROR")
+    work, dead = unique("long-key-work"), unique("long-key-dead")
+    long_key = "k" * 254 + "é" + "tail"  # the 2-byte é straddles byte 255: cut before it
+    channel.queue_declare(dead, auto_delete=True)
+    channel.queue_bind(dead, "amq.fanout")
+    channel.queue_declare(work, auto_delete=True, arguments={
+        "x-dead-letter-exchange": "amq.fanout", "x-dead-letter-routing-key": long_key})
+    channel.basic_publish("", work, b"m")
+    method, _p, _b = channel.basic_get(work)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    wait_for_count(channel, dead, 1)
+    got, properties, body = channel.basic_get(dead, auto_ack=True)
+    assert (got.routing_key, got.exchange, body) == ("k" * 254, "amq.fanout", b"m")
+    assert properties.headers["x-death"][0]["reason"] == "rejected"
+    assert channel.is_open  # and the connection too: the next call still works
+    assert channel.queue_declare(dead, passive=True).method.message_count == 0

@@ -139,16 +139,21 @@ class Message:
         return copy
 
 
-def _routing_raw(exchange: str, routing_key: str) -> bytes | None:
-    """Exchange and routing key as two AMQP short strings (basic.deliver's encoding); None if
-    one is longer than a short string can be (a routing key given to the management API, a
-    trace copy's "deliver.<queue>"): such a message can be routed, and fails only if it is
-    delivered, as before this was encoded eagerly."""
-    exchange_raw = exchange.encode()
-    key = routing_key.encode()
-    if len(exchange_raw) > 255 or len(key) > 255:
-        return None
-    return bytes((len(exchange_raw),)) + exchange_raw + bytes((len(key),)) + key
+def _routing_raw(exchange: str, routing_key: str) -> bytes:
+    """Exchange and routing key as two AMQP short strings (basic.deliver's encoding). A routing
+    key longer than a short string can hold cannot come from an AMQP publish, but a dead-letter
+    routing key or a trace copy's "deliver.<queue>" can be one: it is cut to its first 255 bytes
+    (at a character boundary), so the message is delivered with as much of its key as AMQP 0-9-1
+    carries. RabbitMQ 3.10 closes the consumer's connection with 541 there, and the message is
+    lost; routing still uses the whole key."""
+    return _short_string(exchange) + _short_string(routing_key)
+
+
+def _short_string(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) > 255:
+        raw = raw[:255].decode("utf-8", "ignore").encode()
+    return bytes((len(raw),)) + raw
 
 
 def decode_properties(raw: bytes) -> BasicProperties:

@@ -118,6 +118,10 @@ def publish(broker: "Broker", vhost: "VirtualHost", exchange: "Exchange", routin
         raise api_errors.bad_request(f"cannot publish to internal exchange '{exchange.name}'")
     if len(body) > broker.max_message_size:
         raise api_errors.bad_request(f"message size {len(body)} is larger than max size {broker.max_message_size}")
+    if len(routing_key.encode()) > 255:
+        # No AMQP client could deliver it whole (a short string); RabbitMQ 3.10 routes it and
+        # then closes its consumer's connection with 541.
+        raise api_errors.bad_request(f"routing key of {len(routing_key.encode())} bytes: AMQP 0-9-1 allows 255")
     message = make_message(exchange.name, routing_key, properties, body)
     broker.stats.received += 1
     routed = False
