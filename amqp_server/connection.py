@@ -58,6 +58,14 @@ _HANDSHAKE_STATES = (AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN)
 # nothing more until the shell has written them (output_flushed), so one dispatch round cannot
 # move a whole queue into memory as frames, nor hold the event loop while doing it.
 DELIVERY_BYTES_PER_WRITE = 4 * 1024 * 1024
+# Deliveries after which the shell writes what is waiting at once, the first time in an
+# event-loop turn (on_early_write), instead of only at the end of the turn: a consumer acking a
+# prefetch window (100 by default in the benchmark's clients) then starts on its first
+# deliveries while the broker makes the rest, and its ack comes back while the broker is still
+# busy, instead of the two taking turns with one of them idle (docs/benchmarks.md, "Hot path,
+# issue 14"). At most one early write per turn: a turn that delivers thousands (auto-ack) adds
+# one write, not one per this many.
+EARLY_WRITE_DELIVERIES = 32
 # How long the shell keeps a socket after connection.close was sent, waiting for close-ok.
 CLOSE_OK_TIMEOUT_S = 3.0
 # Channel methods other than publish and ack (declarations, deletions, bindings ...) cost far
@@ -95,7 +103,8 @@ class Connection:
         "exclusive_queues", "write_paused", "deliveries_paused", "_delivered_unwritten", "content_in_flight",
         "max_content_in_flight", "flow", "on_reading_paused", "close_when_flushed", "close_ok_timeout_s", "_out",
         "_confirm_channels", "_input_broken", "_method_budget", "input_waiting", "input_held", "connected_at_ms",
-        "received_bytes", "received_reads", "sent_bytes", "sent_writes", "handover",
+        "received_bytes", "received_reads", "sent_bytes", "sent_writes", "handover", "on_early_write",
+        "_deliveries_unwritten",
     )
 
     def __init__(
@@ -109,9 +118,11 @@ class Connection:
         local_address: str = "",
         on_reading_paused: Callable[[bool], None] | None = None,
         handover: HandoverRecorder | None = None,
+        on_early_write: Callable[[], None] | None = None,
     ) -> None:
         """`local_address` is "ip:port" of our end; `on_reading_paused` is called with True/False
-        when reading from the socket should pause/resume (both from the shell, server.py).
+        when reading from the socket should pause/resume; `on_early_write` when
+        EARLY_WRITE_DELIVERIES deliveries wait (take_early_output; all from the shell, server.py).
         `handover`: the connection may move to the worker owning its queue (handover.py)."""
         self.broker = broker
         # Its place under the connection limits; refused at connection.open when over one.
@@ -155,6 +166,8 @@ class Connection:
         # In CLOSING, the shell drops the socket after this long without close-ok.
         self.close_ok_timeout_s = CLOSE_OK_TIMEOUT_S
         self._out: list[bytes] = []
+        self._deliveries_unwritten = 0  # deliveries in _out (EARLY_WRITE_DELIVERIES)
+        self.on_early_write = on_early_write
         self._confirm_channels: set[Channel] = set()
         self._input_broken = False
         # Channel methods other than publish and ack left to run in this event-loop turn; when
@@ -528,6 +541,9 @@ class Connection:
         self._delivered_unwritten += body_size
         if self._delivered_unwritten > DELIVERY_BYTES_PER_WRITE:
             self.deliveries_paused = True
+        self._deliveries_unwritten += 1
+        if self._deliveries_unwritten == EARLY_WRITE_DELIVERIES and self.on_early_write is not None:
+            self.on_early_write()
 
     def _write(self, data: bytes) -> None:
         if not self._out:
@@ -546,10 +562,18 @@ class Connection:
             for channel in self._confirm_channels:
                 channel.flush_confirms()
             self._confirm_channels.clear()
+        return self.take_early_output()
+
+    def take_early_output(self) -> bytes:
+        """The frames waiting now, for a write before the end of the event-loop turn
+        (on_early_write): without the publisher confirms collected, which wait for take_output
+        at the end of the turn, once the queues that store their messages were asked
+        (_ask_stores)."""
         if not self._out:
             return b""
         data = b"".join(self._out)
         self._out.clear()
+        self._deliveries_unwritten = 0
         self.sent_bytes += len(data)
         self.sent_writes += 1
         return data

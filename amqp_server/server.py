@@ -92,6 +92,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.connection: Connection | None = None
         self._flush_scheduled = False
+        self._wrote_early = False  # an early write went out in this turn (_write_early)
         now = time.monotonic()
         self.started_at = now
         self.last_read = now
@@ -137,7 +138,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush,
                                      admission=admission, tls=tls,
                                      local_address=f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "",
-                                     on_reading_paused=self._update_reading,
+                                     on_reading_paused=self._update_reading, on_early_write=self._write_early,
                                      handover=HandoverRecorder(self.handover.peers, self._start_moving) if mobile else None)
 
     # -- handing the connection to the worker owning its queue (handover.py) --
@@ -297,8 +298,22 @@ class AMQPProtocol(asyncio.Protocol):
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
+    def _write_early(self) -> None:
+        """EARLY_WRITE_DELIVERIES deliveries wait (connection.py): write them now, once per turn,
+        so the client starts on them while the broker makes the rest. What follows waits for
+        `_flush` at the end of the turn, as every write did before."""
+        transport = self.transport
+        if self._wrote_early or transport is None or transport.is_closing() or self._moving:
+            return
+        self._wrote_early = True
+        data = self.connection.take_early_output()
+        if data:
+            transport.write(data)
+            self._written += len(data)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._wrote_early = False
         transport = self.transport
         if transport is None or transport.is_closing() or self._moving:
             return
