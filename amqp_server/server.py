@@ -310,6 +310,7 @@ class AMQPProtocol(asyncio.Protocol):
         if data:
             transport.write(data)
             self._written += len(data)
+            self.last_write = time.monotonic()  # a heartbeat is due only after silence
 
     def _flush(self) -> None:
         self._flush_scheduled = False
