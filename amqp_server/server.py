@@ -1,9 +1,11 @@
 """The asyncio shell around the sans-I/O connections: sockets, write batching, heartbeats, signals.
 
 Each socket gets an `AMQPProtocol` that feeds bytes to its `Connection` and writes what the
-connection produces at most once per event-loop iteration, so everything produced while
-handling a batch of input (deliveries to many consumers, confirms) leaves in one write.
-One ticker task checks heartbeats and close deadlines for all connections.
+connection produces once per event-loop iteration, so everything produced while handling a
+batch of input (deliveries to many consumers, confirms) leaves in one write; the one exception
+is a consumer's first EARLY_WRITE_DELIVERIES deliveries of an iteration, written at once so it
+starts on them while the rest are made (connection.py). One ticker task checks heartbeats and
+close deadlines for all connections.
 
 A publish starts here. A persistent message published with confirms to a durable queue runs
 code in these files, in this order, from the socket read to its basic.ack being written
