@@ -158,8 +158,7 @@ class AMQPProtocol(asyncio.Protocol):
         if transport is not None and not transport.is_closing() and recorder.replay:
             data = connection.take_output()
             if data:
-                transport.write(data)
-                self._written += len(data)
+                self._send(transport, data)
                 connection.output_flushed()
             # Everything the client is owed so far is in the kernel: the owner's writes follow it.
             if not transport.get_write_buffer_size():
@@ -310,9 +309,14 @@ class AMQPProtocol(asyncio.Protocol):
         self._wrote_early = True
         data = self.connection.take_early_output()
         if data:
-            transport.write(data)
-            self._written += len(data)
-            self.last_write = time.monotonic()  # a heartbeat is due only after silence
+            self._send(transport, data)
+
+    def _send(self, transport: asyncio.Transport, data: bytes, now: float | None = None) -> None:
+        """Hand `data` to the transport, counted for the send timeout and stamped for the
+        heartbeat (a heartbeat is due only after `heartbeat / 2` of silence)."""
+        transport.write(data)
+        self._written += len(data)
+        self.last_write = time.monotonic() if now is None else now
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -322,9 +326,7 @@ class AMQPProtocol(asyncio.Protocol):
             return
         data = self.connection.take_output()
         if data:
-            transport.write(data)
-            self._written += len(data)
-            self.last_write = time.monotonic()
+            self._send(transport, data)
             self.connection.output_flushed()
         if self.connection.close_when_flushed:
             transport.close()
@@ -375,9 +377,7 @@ class AMQPProtocol(asyncio.Protocol):
             self._flush()
             transport.close()
         elif now - self.last_write >= heartbeat / 2:
-            transport.write(codec.HEARTBEAT_FRAME)
-            self._written += len(codec.HEARTBEAT_FRAME)
-            self.last_write = now
+            self._send(transport, codec.HEARTBEAT_FRAME, now)
 
     def _send_timed_out(self, now: float, transport: asyncio.Transport) -> bool:
         """RabbitMQ's send_timeout: close a connection whose client took none of the bytes pending
