@@ -100,11 +100,11 @@ class Connection:
         "broker", "admission", "tls", "peer_host", "peer_port", "peer", "local_address", "peer_is_loopback",
         "on_output", "state", "reader", "frame_max", "max_body_frame", "channel_max", "heartbeat",
         "client_properties", "client_capabilities", "user", "mechanism", "vhost", "channels",
-        "exclusive_queues", "write_paused", "deliveries_paused", "_delivered_unwritten", "content_in_flight",
+        "exclusive_queues", "write_paused", "deliveries_paused", "_delivery_bytes_unwritten", "content_in_flight",
         "max_content_in_flight", "flow", "on_reading_paused", "close_when_flushed", "close_ok_timeout_s", "_out",
         "_confirm_channels", "_input_broken", "_method_budget", "input_waiting", "input_held", "connected_at_ms",
         "received_bytes", "received_reads", "sent_bytes", "sent_writes", "handover", "on_early_write",
-        "_deliveries_unwritten",
+        "_delivery_count_unwritten",
     )
 
     def __init__(
@@ -154,7 +154,7 @@ class Connection:
         self.write_paused = False  # the socket's buffer is over its high-water mark (the shell says)
         # No deliveries now: write_paused, or DELIVERY_BYTES_PER_WRITE wait for the next write.
         self.deliveries_paused = False
-        self._delivered_unwritten = 0
+        self._delivery_bytes_unwritten = 0
         # Declared body bytes of publishes whose content is still arriving (a first body frame
         # came, not the last), on all channels, and how many may be (Channel.handle_body).
         self.content_in_flight = 0
@@ -166,7 +166,7 @@ class Connection:
         # In CLOSING, the shell drops the socket after this long without close-ok.
         self.close_ok_timeout_s = CLOSE_OK_TIMEOUT_S
         self._out: list[bytes] = []
-        self._deliveries_unwritten = 0  # deliveries in _out (EARLY_WRITE_DELIVERIES)
+        self._delivery_count_unwritten = 0  # deliveries in _out (EARLY_WRITE_DELIVERIES)
         self.on_early_write = on_early_write
         self._confirm_channels: set[Channel] = set()
         self._input_broken = False
@@ -538,11 +538,11 @@ class Connection:
         if not self._out:
             self.on_output()
         self._out.extend(frames)
-        self._delivered_unwritten += body_size
-        if self._delivered_unwritten > DELIVERY_BYTES_PER_WRITE:
+        self._delivery_bytes_unwritten += body_size
+        if self._delivery_bytes_unwritten > DELIVERY_BYTES_PER_WRITE:
             self.deliveries_paused = True
-        self._deliveries_unwritten += 1
-        if self._deliveries_unwritten == EARLY_WRITE_DELIVERIES and self.on_early_write is not None:
+        self._delivery_count_unwritten += 1
+        if self._delivery_count_unwritten == EARLY_WRITE_DELIVERIES and self.on_early_write is not None:
             self.on_early_write()
 
     def _write(self, data: bytes) -> None:
@@ -573,7 +573,7 @@ class Connection:
             return b""
         data = b"".join(self._out)
         self._out.clear()
-        self._deliveries_unwritten = 0
+        self._delivery_count_unwritten = 0
         self.sent_bytes += len(data)
         self.sent_writes += 1
         return data
@@ -619,8 +619,8 @@ class Connection:
     def output_flushed(self) -> None:
         """The shell wrote what take_output returned: deliveries held back for that write go on,
         unless the socket's buffer is now over its high-water mark (then resume_deliveries will)."""
-        held_back = self._delivered_unwritten > DELIVERY_BYTES_PER_WRITE
-        self._delivered_unwritten = 0
+        held_back = self._delivery_bytes_unwritten > DELIVERY_BYTES_PER_WRITE
+        self._delivery_bytes_unwritten = 0
         if held_back and not self.write_paused:
             self._resume_consumers()
 
