@@ -193,6 +193,35 @@ class Channel:
         elif not content.in_flight:
             self._content_in_flight(content)
 
+    def handle_publish(self, method: bytes, header: bytes, body: bytes) -> None:
+        """A basic.publish method frame, its content header and one body frame, read together
+        (codec.FRAME_PUBLISH): what handle_method, handle_header and handle_body do with them in
+        turn, in one call."""
+        if self.content is not None or self.state is CLOSING:
+            # Refused (a publish before the last one's content was complete), or dropped while
+            # closing: each frame as apart.
+            self.handle_method(method, codec.PUBLISH_METHOD)
+            self.handle_header(header)
+            self.handle_body(body)
+            return
+        try:
+            content = self._begin_publish(method)
+        except (IndexError, struct.error, UnicodeDecodeError):
+            raise codec.cannot_decode(method) from None
+        try:
+            complete = content.take_header(header, self.connection.broker.max_message_size)
+        except InvalidContentHeader as invalid:
+            raise self._refused_header(invalid) from None
+        if complete or len(body) != content.body_size:
+            # An empty body (this body frame is then out of turn), or a body in several frames.
+            if complete:
+                self._complete_publish(content, b"")
+            else:
+                self.content = content
+            self.handle_body(body)
+            return
+        self._complete_publish(content, body)
+
     def _content_in_flight(self, content: ContentAssembly) -> None:
         """A content's first body frame left it incomplete: it holds memory until the rest comes.
         Messages arriving interleaved on many channels would each hold theirs, so one connection

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 from pamqp import commands, frame as pamqp_frame
 from pamqp.base import Frame as Method
@@ -29,6 +30,12 @@ FRAME_METHOD = 1
 FRAME_HEADER = 2
 FRAME_BODY = 3
 FRAME_HEARTBEAT = 8
+# Not a type on the wire: FrameReader.frames(whole_publishes=True) yields a basic.publish method
+# frame whose content header and one body frame follow it, complete, in the same read, as one
+# item of this type whose payload is the three payloads (method, header, body). A message that
+# arrives in one read, the usual case, is then one step of the connection's loop, not three.
+FRAME_PUBLISH = 0x100
+_PUBLISH_PREFIX = b"\x00\x3c\x00\x28"  # basic.publish's class and method ids
 FRAME_END = 0xCE
 FRAME_END_BYTE = b"\xce"
 # Frame header: type (octet), channel (short), payload size (long).
@@ -107,8 +114,13 @@ class FrameReader:
         self._parts = ()
         self._parts_size = 0
 
-    def frames(self) -> Iterator[tuple[int, int, bytes]]:
+    def frames(self, whole_publishes: bool = False) -> Iterator[tuple[int, int, Any]]:
         """Yield every complete frame buffered so far.
+
+        With `whole_publishes`, a basic.publish whose content header and single body frame are
+        buffered too, on the same channel, each within frame_max and with its frame-end byte, is
+        yielded as one FRAME_PUBLISH item (payload: the three payloads). Anything else about them
+        is left for the frames one by one to show (and refuse).
 
         Raises AMQPError 501 for a frame larger than the negotiated frame_max or a bad frame-end
         byte, as RabbitMQ does; the caller then closes the connection. Frames not taken (the
@@ -144,6 +156,18 @@ class FrameReader:
                     )
                 payload = data[offset + 7 : frame_end]
                 offset = frame_end + 1
+                if frame_type == 1 and whole_publishes and end - offset >= 16 and payload.startswith(_PUBLISH_PREFIX):
+                    header_type, header_channel, header_size = unpack(data, offset)
+                    header_end = offset + 7 + header_size
+                    if header_type == 2 and header_channel == channel and header_size <= max_size \
+                            and header_end + 8 <= end and data[header_end] == 206:
+                        body_type, body_channel, body_size = unpack(data, header_end + 1)
+                        body_end = header_end + 8 + body_size
+                        if body_type == 3 and body_channel == channel and body_size <= max_size \
+                                and body_end < end and data[body_end] == 206:
+                            frame_type = FRAME_PUBLISH
+                            payload = (payload, data[offset + 7 : header_end], data[header_end + 8 : body_end])
+                            offset = body_end + 1
                 yield frame_type, channel, payload
             else:
                 self._wanted = FRAME_OVERHEAD

@@ -21,7 +21,7 @@ from pamqp import commands
 
 from amqp_server import codec, errors, handshake, secret_update
 from amqp_server.access_control import AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
-from amqp_server.codec import FRAME_BODY, FRAME_HEADER, FRAME_METHOD
+from amqp_server.codec import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, FRAME_PUBLISH
 from amqp_server.config import FRAME_MIN_SIZE
 from amqp_server.connection_limits import Admission
 from amqp_server.channel import Channel
@@ -305,10 +305,15 @@ class Connection:
             # Held (hold_input): bytes fed meanwhile wait with the frames held.
             self.input_waiting = True
             return
-        frames = self.reader.frames()
         channels = self.channels
         flow = self.flow
         handover = self.handover  # None unless the connection may still move (handover.py)
+        # A publish whose frames all came in one read is one step (codec.FRAME_PUBLISH), except
+        # while the connection may still move (the hand-over looks at each frame), before it is
+        # open, and while a resource alarm waits for the next publish to block the connection
+        # (flow.publishing after its header). An alarm changes only between two reads (its
+        # monitor runs on a timer; a connection opened in this read is not joined anyway).
+        frames = self.reader.frames(handover is None and self.state is OPEN and not flow.block_on_publish)
         try:
             for frame_type, channel_id, payload in frames:
                 if handover is not None and handover.before_frame(self, frame_type, channel_id, payload):
@@ -321,7 +326,10 @@ class Connection:
                         self._handle_frame(frame_type, channel_id, payload)
                     else:
                         try:
-                            if frame_type == FRAME_BODY:
+                            if frame_type == FRAME_PUBLISH:
+                                method, header, body = payload
+                                channel.handle_publish(method, header, body)
+                            elif frame_type == FRAME_BODY:
                                 channel.handle_body(payload)
                                 if flow.block_on_publish:
                                     # A body of a publish begun before the alarm is publishing too.
@@ -403,6 +411,15 @@ class Connection:
 
     def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
         """Every frame but content and methods on an open channel (_handle_input handles those)."""
+        if frame_type == codec.FRAME_PUBLISH:
+            # A publish read whole (codec.FRAME_PUBLISH) but not for an open channel: its frames
+            # one by one. The method is refused (or dropped while closing) and so closes the
+            # connection, whose closing drops the other two, as it would have apart.
+            method, header, body = payload
+            self._handle_frame(FRAME_METHOD, channel_id, method)
+            self._handle_frame(FRAME_HEADER, channel_id, header)
+            self._handle_frame(FRAME_BODY, channel_id, body)
+            return
         if self.state is CLOSING:
             if frame_type == codec.FRAME_METHOD and channel_id == 0:
                 index = codec.method_index(payload)
