@@ -41,7 +41,13 @@ from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from amqp_server.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
 from amqp_server.cluster_forwarded import ForwardFlow, forwarded_queues
-from amqp_server.content_assembly import ContentAssembly, InvalidContentHeader, NestedTooDeep, UnknownDeliveryMode
+from amqp_server.content_assembly import (
+    ContentAssembly,
+    InvalidContentHeader,
+    NestedTooDeep,
+    UnknownDeliveryMode,
+    header_body_size,
+)
 from amqp_server.settlement import apply_settlement, settle
 from amqp_server.states import CHANNEL_TRANSITIONS, ChannelEvent, ChannelState, next_state
 from amqp_server.transaction import Transaction
@@ -96,6 +102,9 @@ class Channel:
         self.reply_key: str | None = None
         self.reply_consumer_tag: str | None = None
         self.content: ContentAssembly | None = None  # a publish whose content is arriving
+        # The last basic.publish method frame decoded, and its fields (_publish_method).
+        self._last_publish_method = b""
+        self._last_publish_fields: tuple[str, str, bool, bytes] = ("", "", False, b"")
         self._tag_raw: dict[str, bytes] = {}
         self.write_permitted: set[str] = set()  # exchanges the user was allowed to publish to
         self._published_before = False  # published before forget_permissions() emptied write_permitted
@@ -125,7 +134,8 @@ class Channel:
             return
         try:
             if index == codec.PUBLISH_METHOD:
-                self.content = self._begin_publish(payload)
+                exchange, routing_key, mandatory, routing_raw = self._publish_method(payload)
+                self.content = ContentAssembly(exchange, routing_key, mandatory, routing_raw)
                 return
             if index == codec.ACK_METHOD:
                 tag, multiple = codec.decode_ack(payload)
@@ -176,7 +186,8 @@ class Channel:
             raise self._refused_header(invalid) from None
         if complete:
             self.content = None
-            self._complete_publish(content, b"")
+            self._complete_publish(content.exchange, content.routing_key, content.routing_raw, payload, b"",
+                                   content.mandatory)
 
     def handle_body(self, payload: bytes) -> None:
         content = self.content
@@ -189,14 +200,15 @@ class Channel:
             self.content = None
             if content.in_flight:
                 self.connection.content_finished(content.body_size)
-            self._complete_publish(content, body)
+            self._complete_publish(content.exchange, content.routing_key, content.routing_raw, content.raw_header,
+                                   body, content.mandatory)
         elif not content.in_flight:
             self._content_in_flight(content)
 
     def handle_publish(self, method: bytes, header: bytes, body: bytes) -> None:
         """A basic.publish method frame, its content header and one body frame, read together
         (codec.FRAME_PUBLISH): what handle_method, handle_header and handle_body do with them in
-        turn, in one call."""
+        turn, in one call, and without a ContentAssembly when the body is all in that frame."""
         if self.content is not None or self.state is CLOSING:
             # Refused (a publish before the last one's content was complete), or dropped while
             # closing: each frame as apart.
@@ -205,22 +217,21 @@ class Channel:
             self.handle_body(body)
             return
         try:
-            content = self._begin_publish(method)
+            exchange, routing_key, mandatory, routing_raw = self._publish_method(method)
         except (IndexError, struct.error, UnicodeDecodeError):
             raise codec.cannot_decode(method) from None
         try:
-            complete = content.take_header(header, self.connection.broker.max_message_size)
+            body_size = header_body_size(header, self.connection.broker.max_message_size)
         except InvalidContentHeader as invalid:
             raise self._refused_header(invalid) from None
-        if complete or len(body) != content.body_size:
-            # An empty body (this body frame is then out of turn), or a body in several frames.
-            if complete:
-                self._complete_publish(content, b"")
-            else:
-                self.content = content
+        if body_size != len(body) or not body_size:
+            # An empty body (this body frame is then out of turn), or a body in several frames:
+            # the header and body as apart (the header is checked again: a rare case).
+            self.content = ContentAssembly(exchange, routing_key, mandatory, routing_raw)
+            self.handle_header(header)
             self.handle_body(body)
             return
-        self._complete_publish(content, body)
+        self._complete_publish(exchange, routing_key, routing_raw, header, body, mandatory)
 
     def _content_in_flight(self, content: ContentAssembly) -> None:
         """A content's first body frame left it incomplete: it holds memory until the rest comes.
@@ -242,11 +253,18 @@ class Channel:
 
     # -- publishing --------------------------------------------------------------------
 
-    def _begin_publish(self, payload: bytes) -> ContentAssembly:
-        """A basic.publish method frame: check the exchange and permission; what collects its content."""
-        exchange_name, routing_key, mandatory, immediate, routing_raw = codec.decode_publish(payload)
-        if immediate:
-            raise AMQPError(errors.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+    def _publish_method(self, payload: bytes) -> tuple["Exchange", str, bool, bytes]:
+        """A basic.publish method frame, its exchange and permission checked: the exchange, the
+        routing key, mandatory, and the exchange and key as they arrived (Message.routing_raw)."""
+        if payload == self._last_publish_method:
+            # A publisher usually repeats one exchange and key: the same bytes decode the same.
+            exchange_name, routing_key, mandatory, routing_raw = self._last_publish_fields
+        else:
+            exchange_name, routing_key, mandatory, immediate, routing_raw = codec.decode_publish(payload)
+            if immediate:
+                raise AMQPError(errors.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+            self._last_publish_method = payload
+            self._last_publish_fields = (exchange_name, routing_key, mandatory, routing_raw)
         vhost = self.vhost
         exchange = vhost.exchanges.get(exchange_name)
         if exchange is None and self.forward_targets is not None:
@@ -265,7 +283,7 @@ class Channel:
                 60,
                 40,
             )
-        return ContentAssembly(exchange, routing_key, mandatory, routing_raw)
+        return exchange, routing_key, mandatory, routing_raw
 
     def _refused_header(self, invalid: InvalidContentHeader) -> AMQPError:
         """How to refuse a content header that `check_content_header` (content_assembly.py)
@@ -285,9 +303,10 @@ class Channel:
             return AMQPError(errors.PRECONDITION_FAILED, f"invalid message: {invalid.reason}", 60, 40)
         return AMQPError(errors.INTERNAL_ERROR, "")
 
-    def _complete_publish(self, content: ContentAssembly, body: bytes) -> None:
+    def _complete_publish(self, exchange: "Exchange", routing_key: str, routing_raw: bytes, raw_header: bytes,
+                          body: bytes, mandatory: bool) -> None:
         """The whole content arrived: make the message and route it (or keep it for tx.commit)."""
-        message = Message(content.exchange.name, content.routing_key, content.raw_header, body, content.routing_raw)
+        message = Message(exchange.name, routing_key, raw_header, body, routing_raw)
         flags = message.property_flags
         # One test of the flag word; properties are decoded only for messages that set these.
         if flags & _CHECKED_FLAGS and self.forward_targets is None:
@@ -305,9 +324,9 @@ class Channel:
         if self.confirms is not None:
             stats.received_confirm += 1
         if self.transaction is not None:
-            self.transaction.publish(content.exchange, message, content.mandatory)
+            self.transaction.publish(exchange, message, mandatory)
             return
-        self.route_publish(content.exchange, message, content.mandatory)
+        self.route_publish(exchange, message, mandatory)
 
     def _check_special_properties(self, message: Message, flags: int) -> Message:
         """user_id must be the connection's user; reply_to amq.rabbitmq.reply-to gets the channel's key;

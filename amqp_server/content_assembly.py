@@ -2,10 +2,12 @@
 
 AMQP sends a message as a basic.publish method frame, one content header frame with the body
 size and properties, then body frames until that size is reached (spec 4.2.6). A channel
-starts a ContentAssembly at the method (Channel._begin_publish) and hands it every frame
+starts a ContentAssembly at the method (Channel.handle_method) and hands it every frame
 after; anything else in between is refused with RabbitMQ's 505 texts, and so is a header of
 another class or a body larger than declared. The header is checked before the body is read,
-so a message consumers could not decode is refused without holding its body.
+so a message consumers could not decode is refused without holding its body. A publish whose
+three frames came in one read, the usual case, needs no assembly: Channel.handle_publish checks
+its header with the same `header_body_size` and makes the message at once.
 
 That check is the broker's door for properties (`check_content_header`, below): the content
 header is relayed to consumers byte for byte, so it must hold exactly what RabbitMQ 3.10 can
@@ -74,30 +76,10 @@ class ContentAssembly:
 
     def take_header(self, payload: bytes, max_size: int) -> bool:
         """The content header frame; True if the content is complete (an empty body). Raises
-        AMQPError for a header out of turn, of another class or announcing more than `max_size`
-        bytes, and InvalidContentHeader for properties consumers could not
-        decode."""
+        AMQPError for a header out of turn, and what `header_body_size` raises."""
         if self.raw_header is not None:
             raise AMQPError(errors.UNEXPECTED_FRAME, "expected content body, got non content body frame instead")
-        try:  # codec.content_header_body_size, without the call
-            class_id, _weight, body_size = _unpack_header_prefix(payload)
-        except struct.error:
-            class_id, body_size = codec.content_header_body_size(payload)  # raises its 501
-        if class_id != codec.BASIC_CLASS:
-            raise AMQPError(
-                errors.UNEXPECTED_FRAME,
-                f"expected content header for class 60, got one for class {class_id} instead",
-                60,
-                40,
-            )
-        if body_size > max_size:
-            raise AMQPError(
-                errors.PRECONDITION_FAILED,
-                f"message size {body_size} is larger than configured max size {max_size}",
-                60,
-                40,
-            )
-        check_content_header(payload)  # before the body is read: consumers must decode it
+        body_size = header_body_size(payload, max_size)
         self.raw_header = payload
         self.body_size = body_size
         return body_size == 0
@@ -173,6 +155,34 @@ def _layout(flags: int) -> tuple[int, ...]:
     layout = tuple(kind for index, kind in enumerate(PROPERTY_KINDS) if flags & (1 << (15 - index)))
     _layouts[flags] = layout  # at most 2**14 entries, one per combination of properties
     return layout
+
+
+def header_body_size(payload: bytes, max_size: int) -> int:
+    """The body size the basic content header `payload` announces, once the header is found
+    acceptable. Raises AMQPError for a header of another class or announcing more than
+    `max_size` bytes, and InvalidContentHeader (check_content_header) for properties consumers
+    could not decode. (A publish read whole skips the ContentAssembly and asks this directly:
+    Channel.handle_publish.)"""
+    try:  # codec.content_header_body_size, without the call
+        class_id, _weight, body_size = _unpack_header_prefix(payload)
+    except struct.error:
+        class_id, body_size = codec.content_header_body_size(payload)  # raises its 501
+    if class_id != codec.BASIC_CLASS:
+        raise AMQPError(
+            errors.UNEXPECTED_FRAME,
+            f"expected content header for class 60, got one for class {class_id} instead",
+            60,
+            40,
+        )
+    if body_size > max_size:
+        raise AMQPError(
+            errors.PRECONDITION_FAILED,
+            f"message size {body_size} is larger than configured max size {max_size}",
+            60,
+            40,
+        )
+    check_content_header(payload)  # before the body is read: consumers must decode it
+    return body_size
 
 
 def check_content_header(payload: bytes) -> None:

@@ -139,6 +139,17 @@ STREAMS = {
     + raw_frame(2, 1, b"\x00\x32" + bytes(10) + b"\x00\x00")
     + marshal(1, ContentBody(b"ab")),
     "a message over the size limit": _publish(body=b"x" * 300),
+    "the same publish before and after its exchange is deleted": marshal(
+        1, commands.Exchange.Declare(exchange="x", exchange_type="direct"), commands.Queue.Declare(queue="q"),
+        commands.Queue.Bind(queue="q", exchange="x", routing_key="k"),
+    )
+    + _publish(exchange="x", routing_key="k")
+    + marshal(1, commands.Exchange.Delete(exchange="x"))
+    + _publish(exchange="x", routing_key="k"),
+    "publishes alternating between two keys": _declare("q")
+    + _declare("r")
+    + (_publish(routing_key="q") + _publish(routing_key="r") + _publish(routing_key="r", mandatory=True)) * 2
+    + marshal(1, commands.Basic.Get(queue="r", no_ack=True)),
     "an undecodable publish method": raw_frame(1, 1, b"\x00\x3c\x00\x28\x00\x00\x09")
     + marshal(1, ContentHeader(body_size=1), ContentBody(b"x")),
 }
