@@ -4,9 +4,10 @@ The channel owns its state (OPEN, CLOSING, CLOSED: states.py, moved only by `adv
 its settings; other modules change them through its methods. It takes frames from its
 connection, delivers to its consumers and tracks what they have not acked.
 
-Publishing is the channel's too, in this file: a basic.publish method frame starts a
-ContentAssembly (content_assembly.py) that the channel hands the content header and body
-frames; once the content is complete the channel makes the Message, checks the properties
+Publishing is the channel's too, in this file: a basic.publish whose frames came in one read
+(codec.FRAME_PUBLISH, the usual case) is taken whole by `handle_publish`; otherwise its method
+frame starts a ContentAssembly (content_assembly.py) that the channel hands the content header
+and body frames. Once the content is complete the channel makes the Message, checks the properties
 RabbitMQ checks (user_id, direct reply-to), and either keeps it for tx.commit or routes it at
 once (`route_publish`): it enqueues it, returns it to a mandatory publisher when nothing took
 it, and resolves its publisher confirm (PublisherConfirms, below) at once, or once every queue
@@ -41,13 +42,8 @@ from amqp_server.publish_expiration import check_expiration
 from amqp_server.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from amqp_server.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
 from amqp_server.cluster_forwarded import ForwardFlow, forwarded_queues
-from amqp_server.content_assembly import (
-    ContentAssembly,
-    InvalidContentHeader,
-    NestedTooDeep,
-    UnknownDeliveryMode,
-    header_body_size,
-)
+from amqp_server.codec import InvalidContentHeader, NestedTooDeep, UnknownDeliveryMode, header_body_size
+from amqp_server.content_assembly import ContentAssembly
 from amqp_server.settlement import apply_settlement, settle
 from amqp_server.states import CHANNEL_TRANSITIONS, ChannelEvent, ChannelState, next_state
 from amqp_server.transaction import Transaction
@@ -286,7 +282,7 @@ class Channel:
         return exchange, routing_key, mandatory, routing_raw
 
     def _refused_header(self, invalid: InvalidContentHeader) -> AMQPError:
-        """How to refuse a content header that `check_content_header` (content_assembly.py)
+        """How to refuse a content header that `check_content_header` (codec.py)
         found consumers could not decode: 541 for what RabbitMQ cannot decode either (it closes
         the connection), 406 for a delivery_mode RabbitMQ refuses and for headers nested beyond
         this broker's limit."""

@@ -1,10 +1,16 @@
-"""Frame codec: bytes in, frames out, and the fast writers for the hot path.
+"""Frame codec: bytes in, frames out, the fast writers for the hot path, and the door for
+content headers.
 
 pamqp encodes and decodes every method; only the methods that run once per message
 (basic.publish, basic.ack and basic.deliver) get a hand-written path here, and the unit
 tests prove those produce and accept the same bytes as pamqp. So do the replies that repeat a
 name the client chose (queue.declare-ok, basic.get-ok, basic.return): pamqp refuses to encode
 names outside the spec's character class, while RabbitMQ accepts any name a short string holds.
+
+A content header is relayed to consumers as it arrived, so its wire format is checked here,
+where the other wire formats are read: `check_content_header` accepts exactly what RabbitMQ 3.10
+can decode, and `header_body_size` adds the class and size checks every publish's header gets
+before its body is read.
 """
 
 from __future__ import annotations
@@ -16,7 +22,19 @@ from typing import Any
 from pamqp import commands, frame as pamqp_frame
 from pamqp.base import Frame as Method
 
-from amqp_server.errors import COMMAND_INVALID, FRAME_ERROR, AMQPError
+from amqp_server.errors import COMMAND_INVALID, FRAME_ERROR, PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
+from queues.field_tables import (
+    ARRAY,
+    CONTINUATION_BIT,
+    FIELD_KINDS,
+    HEADERS_TABLE,
+    LONG_STRING,
+    MAX_NESTING_DEPTH,
+    PROPERTY_KINDS,
+    SHORT_STRING,
+    TABLE,
+    UNKNOWN,
+)
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # AMQP 0-9's header (class 1, instance 1, version 0-9). RabbitMQ speaks 0-9-1 to it, and clients
@@ -412,3 +430,180 @@ def erlang_binary(data: bytes, limit: int = 16) -> str:
     if data and all(32 <= byte < 127 and byte not in (34, 92) for byte in data):
         return f'<<"{data.decode()}">>'
     return "<<" + ",".join(str(byte) for byte in data) + ">>"
+
+
+# -- the door: content headers consumers can decode --------------------------------------------
+#
+# A content header is relayed to consumers byte for byte, so it must hold exactly what RabbitMQ
+# 3.10 can decode (the field types of queues/field_tables.py, no continuation flag word, no byte
+# left over) and tables and arrays nested at most MAX_NESTING_DEPTH deep: docs/security.md,
+# "Hostile input". Every publish's header is checked here before its body is read.
+
+_DELIVERY_MODE_BIT = 1 << 12
+_PROPERTY_BITS = 0xFFFC  # bit 1 is reserved (ignored, as by RabbitMQ and every client)
+_PROPERTIES_START = 14  # class, weight, body size, property flags
+_u32 = struct.Struct(">I")
+_unpack_header_prefix = _content_header_prefix.unpack_from  # class, weight, body size
+
+
+class InvalidContentHeader(ValueError):
+    """A content header the broker refuses; `reason` says why, for the log (only the depth
+    limit's reason is also the text clients get, as RabbitMQ has no text for it)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class UndecodableProperties(InvalidContentHeader):
+    """RabbitMQ cannot decode these properties either: it closes the connection with 541."""
+
+
+class NestedTooDeep(InvalidContentHeader):
+    """Tables and arrays nested deeper than MAX_NESTING_DEPTH (this broker's own limit)."""
+
+
+class UnknownDeliveryMode(InvalidContentHeader):
+    """delivery_mode other than 1 or 2, which RabbitMQ refuses with 406."""
+
+    def __init__(self, delivery_mode: int) -> None:
+        super().__init__(f"delivery_mode {delivery_mode}")
+        self.delivery_mode = delivery_mode
+
+
+# The whole payload's length for each flag word whose properties are all fixed-width (none, or
+# any of delivery_mode, priority, timestamp; with or without the reserved bit): one dict lookup
+# and one comparison check them, delivery_mode being the first when present.
+_FIXED_WIDTH_LENGTHS = {
+    flags | reserved: _PROPERTIES_START + sum(width for bit, width in ((1 << 12, 1), (1 << 11, 1), (1 << 6, 8))
+                                              if flags & bit)
+    for flags in (0, 1 << 12, 1 << 11, 1 << 6, 3 << 11, (1 << 12) | (1 << 6), (1 << 11) | (1 << 6),
+                  (3 << 11) | (1 << 6))
+    for reserved in (0, 2)
+}
+
+# The properties present for each first flag word, computed once per distinct word.
+_layouts: dict[int, tuple[int, ...]] = {}
+
+
+def _layout(flags: int) -> tuple[int, ...]:
+    layout = tuple(kind for index, kind in enumerate(PROPERTY_KINDS) if flags & (1 << (15 - index)))
+    _layouts[flags] = layout  # at most 2**14 entries, one per combination of properties
+    return layout
+
+
+def header_body_size(payload: bytes, max_size: int) -> int:
+    """The body size the basic content header `payload` announces, once the header is found
+    acceptable. Raises AMQPError for a header of another class or announcing more than
+    `max_size` bytes, and InvalidContentHeader (check_content_header) for properties consumers
+    could not decode. (A publish read whole skips the ContentAssembly and asks this directly:
+    Channel.handle_publish.)"""
+    try:  # content_header_body_size, without the call
+        class_id, _weight, body_size = _unpack_header_prefix(payload)
+    except struct.error:
+        class_id, body_size = content_header_body_size(payload)  # raises its 501
+    if class_id != BASIC_CLASS:
+        raise AMQPError(
+            UNEXPECTED_FRAME,
+            f"expected content header for class 60, got one for class {class_id} instead",
+            60,
+            40,
+        )
+    if body_size > max_size:
+        raise AMQPError(
+            PRECONDITION_FAILED,
+            f"message size {body_size} is larger than configured max size {max_size}",
+            60,
+            40,
+        )
+    check_content_header(payload)  # before the body is read: consumers must decode it
+    return body_size
+
+
+def check_content_header(payload: bytes) -> None:
+    """Accept the basic content header `payload` (class, weight and body size, then the flags
+    and properties) or raise the InvalidContentHeader subclass that says how to refuse it.
+
+    Costs a few byte reads for properties without headers, and one step per header field."""
+    end = len(payload)
+    if end < _PROPERTIES_START:
+        raise UndecodableProperties("no property flags")
+    flags = (payload[12] << 8) | payload[13]
+    if _FIXED_WIDTH_LENGTHS.get(flags) == end:  # the common case: nothing of variable length
+        if flags & _DELIVERY_MODE_BIT and payload[_PROPERTIES_START] not in (1, 2):
+            raise UnknownDeliveryMode(payload[_PROPERTIES_START])
+        return
+    if flags & CONTINUATION_BIT:
+        # RabbitMQ reads one flag word: a second one is left over (541). With none following,
+        # RabbitMQ relays the bit and pika and aio-pika consumers fail reading the missing word.
+        raise UndecodableProperties("a continuation flag word (class basic has one)")
+    pos = _PROPERTIES_START
+    delivery_mode_at: int | None = None
+    layout = _layouts.get(flags & _PROPERTY_BITS)
+    if layout is None:
+        layout = _layout(flags & _PROPERTY_BITS)
+    for kind in layout:
+        if kind == SHORT_STRING:
+            if pos >= end:
+                raise UndecodableProperties("the property list is cut short")
+            pos += 1 + payload[pos]
+        elif kind == HEADERS_TABLE:
+            if pos + 4 > end:
+                raise UndecodableProperties("the property list is cut short")
+            table_end = pos + 4 + _u32.unpack_from(payload, pos)[0]
+            if table_end > end:
+                raise UndecodableProperties("the headers table is longer than the frame")
+            _scan_table(payload, pos + 4, table_end, 1)
+            pos = table_end
+        else:
+            if delivery_mode_at is None and flags & _DELIVERY_MODE_BIT:
+                delivery_mode_at = pos  # the first fixed-width property present
+            pos += kind
+    if pos != end:
+        raise UndecodableProperties(
+            "the property list is cut short" if pos > end else f"{end - pos} bytes after the property list"
+        )
+    # RabbitMQ checks delivery_mode once the properties decode (rabbit_basic:message).
+    if delivery_mode_at is not None and payload[delivery_mode_at] not in (1, 2):
+        raise UnknownDeliveryMode(payload[delivery_mode_at])
+
+
+def _scan_table(raw: bytes, pos: int, end: int, depth: int) -> None:
+    """Walk the entries of the table whose body is raw[pos:end]."""
+    while pos < end:
+        pos += 1 + raw[pos]  # the field name
+        if pos >= end:
+            raise UndecodableProperties("a field table entry runs past its table")
+        pos = _scan_value(raw, pos, end, depth)
+
+
+def _scan_array(raw: bytes, pos: int, end: int, depth: int) -> None:
+    while pos < end:
+        pos = _scan_value(raw, pos, end, depth)
+
+
+def _scan_value(raw: bytes, pos: int, end: int, depth: int) -> int:
+    """Position after the field value (type octet first) at `pos`, which must end by `end`."""
+    kind = FIELD_KINDS[raw[pos]]
+    pos += 1
+    if kind >= 0:
+        pos += kind
+    elif kind == UNKNOWN:
+        raise UndecodableProperties(f"unknown field type {raw[pos - 1]:#04x}")
+    else:
+        if pos + 4 > end:
+            raise UndecodableProperties("a field value runs past its table")
+        value_end = pos + 4 + _u32.unpack_from(raw, pos)[0]
+        if value_end > end:
+            raise UndecodableProperties("a field value runs past its table")
+        if kind != LONG_STRING:
+            if depth >= MAX_NESTING_DEPTH:
+                raise NestedTooDeep(f"tables and arrays nested deeper than {MAX_NESTING_DEPTH}")
+            if kind == TABLE:
+                _scan_table(raw, pos + 4, value_end, depth + 1)
+            else:
+                _scan_array(raw, pos + 4, value_end, depth + 1)
+        pos = value_end
+    if pos > end:
+        raise UndecodableProperties("a field value runs past its table")
+    return pos

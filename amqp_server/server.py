@@ -13,32 +13,26 @@ code in these files, in this order, from the socket read to its basic.ack being 
 
  1. amqp_server/server.py            AMQPProtocol.data_received: the bytes read; _flush writes the ack
  2. amqp_server/connection.py        Connection.receive_data: frames to their channel; take_output
- 3. amqp_server/codec.py             FrameReader, and the publish fast path's decoders and encoders
- 4. amqp_server/channel.py           Channel: the publish's frames, its message made and routed, the
+ 3. amqp_server/codec.py             FrameReader (the publish's three frames as one FRAME_PUBLISH),
+                                     the content header checked at the door (header_body_size),
+                                     the basic.ack written
+ 4. amqp_server/channel.py           Channel.handle_publish: its message made and routed, the
                                      confirm's sequence number held until on disk (PublisherConfirms)
- 5. amqp_server/content_assembly.py  ContentAssembly: the header and body frames, joined, and the
-                                     header checked at the door (check_content_header)
- 6. queues/message.py                Message, and QueueEntry: its place in the queue
- 7. queues/queue.py                  Queue.publish, and its ready list (ReadyMessages.append)
- 8. queues/journal.py                QueueJournal.published, request_sync
- 9. persistence/queue_store.py       the record appended to the queue's segment file, and its
+ 5. queues/message.py                Message, and QueueEntry: its place in the queue
+ 6. queues/queue.py                  Queue.publish, and its ready list (ReadyMessages.append)
+ 7. queues/journal.py                QueueJournal.published, request_sync
+ 8. persistence/queue_store.py       the record appended to the queue's segment file, and its
                                      place in the store's index (SegmentEntry), to read it back
-10. persistence/record_format.py     the record's bytes
-11. persistence/group_commit.py      the fsync round, whose callback releases the confirm
+ 9. persistence/record_format.py     the record's bytes
+10. persistence/group_commit.py      the fsync round, whose callback releases the confirm
 
-Not on this path unless needed: VirtualHost.route (the default exchange is a lookup by queue
-name), the message's expiry (only with a TTL), the memory budget (only once the queue holds
-KEEP_PER_QUEUE messages in memory), the size histogram (its bucket counts are bumped in
-Channel._complete_publish and folded when metrics are scraped). A publish to another exchange
-type adds amqp_server/vhost.py and its file under exchanges/.
-
-Issue 14 asks for at most 10; this is 11. Each file left is one concept that other code uses
-on its own, so merging any two would make a file that is not: the record format (10) is the
-contract of docs/queue-files.md, read and written by the replicated queue log
-(cluster/replication/queue_log.py) and the Spark reader as well as by the queue store; the
-journal (8) is the queue's side of its store for the delayed-message exchange too and is
-subclassed by the replicated journal; the group committer (11) fsyncs the definitions file and
-the replication log as well as queue stores.
+A publish whose frames arrive in separate reads adds amqp_server/content_assembly.py (the
+ContentAssembly that holds the method and header until the body is complete). Not on this path
+unless needed: VirtualHost.route (the default exchange is a lookup by queue name), the message's
+expiry (only with a TTL), the memory budget (only once the queue holds KEEP_PER_QUEUE messages
+in memory), the size histogram (its bucket counts are bumped in Channel._complete_publish and
+folded when metrics are scraped). A publish to another exchange type adds amqp_server/vhost.py
+and its file under exchanges/.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ import pytest
 from pamqp import commands
 from pamqp.header import ContentHeader
 
-from amqp_server.content_assembly import ContentAssembly, UnknownDeliveryMode
+from amqp_server.codec import UnknownDeliveryMode
+from amqp_server.content_assembly import ContentAssembly
 from amqp_server.errors import AMQPError
 
 MAX_SIZE = 1000

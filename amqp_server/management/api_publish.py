@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from amqp_server.content_assembly import InvalidContentHeader, check_content_header
+from amqp_server.codec import InvalidContentHeader, check_content_header
 from amqp_server.management import api_errors
 from queues.field_tables import MAX_NESTING_DEPTH
 from queues.message import Message
