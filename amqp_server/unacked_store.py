@@ -46,13 +46,15 @@ class UnackedStore:
         by_tag = self._by_tag
         if tag == 0:
             return self.pop_all()
-        taken = []
-        while by_tag:
-            first = next(iter(by_tag))
-            if first > tag:
+        # The tags to take are the first ones (tags only grow): found in one pass, then popped
+        # (half the time of popping the first item and looking at the next, message by message).
+        tags = []
+        for each in by_tag:
+            if each > tag:
                 break
-            taken.append(by_tag.popitem(last=False)[1])
-        return taken
+            tags.append(each)
+        pop = by_tag.pop
+        return [pop(each) for each in tags]
 
     def get(self, tag: int) -> Unacked | None:
         return self._by_tag.get(tag)

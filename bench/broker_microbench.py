@@ -12,6 +12,7 @@ broker's Python costs per message, which a machine loaded by other work moves fa
 end-to-end rates of `python -m bench` (use it to compare two checkouts, alternating runs).
 
 Scenarios: publish-only (one queue, no consumer), pubsub-auto, pubsub-manual (prefetch 100),
+pubsub-backlog (manual ack, prefetch 100, behind a backlog of 1,500 ready messages),
 confirms (confirm mode, transient messages: the confirm bookkeeping without disk), persistent
 (persistent messages to a durable queue with confirms, 256 in flight, fsync "never": the store's
 records without the fsync wait; runs an event loop), fanout (10 queues, manual-ack consumers
@@ -40,6 +41,7 @@ from amqp_server.connection import Connection
 from bench.topic_bindings import make_bindings, make_keys
 
 BATCH = 64
+BACKLOG = 1500  # pubsub-backlog's ready messages: between the queue's FLOW_LOW and FLOW_HIGH
 BODY = b"x" * 100
 _DELIVER = b"\x00\x3c\x00\x3c"  # basic.deliver's class and method ids, as they start its payload
 _ACK = b"\x01\x00\x01\x00\x00\x00\x0d\x00\x3c\x00\x50"  # method frame, channel 1, basic.ack
@@ -96,9 +98,9 @@ class _Consumer(_Client):
             self.send(1, commands.Basic.Qos(prefetch_count=prefetch))
         for index, queue in enumerate(queues):
             self.send(1, commands.Basic.Consume(queue=queue, consumer_tag=f"c{index}", no_ack=no_ack))
-        self.take()
         self.no_ack = no_ack
-        self.delivered = 0
+        self.delivered = self.take().count(_DELIVER)  # a queue with messages delivers at once
+        self.acked = 0
 
     def drain(self) -> None:
         while True:
@@ -109,6 +111,14 @@ class _Consumer(_Client):
             self.delivered += count
             if not self.no_ack:
                 self.connection.receive_data(_ACK + struct.pack(">QB", self.delivered, 1) + b"\xce")
+
+
+    def ack_oldest(self) -> None:
+        """Ack the BATCH oldest unacked deliveries with one `multiple` ack, then count what that
+        delivered."""
+        self.acked = min(self.acked + BATCH, self.delivered)
+        self.connection.receive_data(_ACK + struct.pack(">QB", self.acked, 1) + b"\xce")
+        self.delivered += self.take().count(_DELIVER)
 
 
 def _broker(message_dir: Path | None = None) -> Broker:
@@ -160,6 +170,22 @@ def pubsub_auto(messages: int) -> float:
 
 def pubsub_manual(messages: int) -> float:
     return _pubsub(messages, no_ack=False)
+
+
+def pubsub_backlog(messages: int) -> float:
+    """Manual ack (prefetch 100) behind BACKLOG ready messages, as the bench's manual-ack pub/sub
+    runs once its consumer falls behind: each publish joins the ready list, and each round the
+    consumer acks its BATCH oldest deliveries, which takes as many out of the ready list."""
+    broker = _broker()
+    publisher = _Client(broker)
+    publisher.send(1, commands.Queue.Declare(queue="q"))
+    publisher.take()
+    for data in _batches([_publish("q")], BACKLOG):
+        publisher.connection.receive_data(data)
+        publisher.take()
+    consumer = _Consumer(broker, ["q"], no_ack=False)
+    batches = _batches([_publish("q")], messages)
+    return _timed(lambda: _flood(publisher, batches, consumer.ack_oldest), messages)
 
 
 def confirms(messages: int) -> float:
@@ -250,6 +276,7 @@ SCENARIOS: dict[str, Callable[[int], float]] = {
     "publish-only": publish_only,
     "pubsub-auto": pubsub_auto,
     "pubsub-manual": pubsub_manual,
+    "pubsub-backlog": pubsub_backlog,
     "confirms": confirms,
     "persistent": persistent,
     "fanout": fanout,
