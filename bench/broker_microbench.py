@@ -185,7 +185,10 @@ def pubsub_backlog(messages: int) -> float:
         publisher.take()
     consumer = _Consumer(broker, ["q"], no_ack=False)
     batches = _batches([_publish("q")], messages)
-    return _timed(lambda: _flood(publisher, batches, consumer.ack_oldest), messages)
+    cost = _timed(lambda: _flood(publisher, batches, consumer.ack_oldest), messages)
+    # Each ack took as many messages out of the ready list as were published meanwhile.
+    assert consumer.acked >= messages and broker.vhosts["/"].queues["q"].ready.count >= BACKLOG - 100 - BATCH, consumer.acked
+    return cost
 
 
 def confirms(messages: int) -> float:
