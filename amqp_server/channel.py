@@ -4,10 +4,10 @@ The channel owns its state (OPEN, CLOSING, CLOSED: states.py, moved only by `adv
 its settings; other modules change them through its methods. It takes frames from its
 connection, delivers to its consumers and tracks what they have not acked.
 
-Publishing is the channel's too, in this file: a basic.publish whose frames came in one read
-(codec.FRAME_PUBLISH, the usual case) is taken whole by `handle_publish`; otherwise its method
-frame starts a ContentAssembly (content_assembly.py) that the channel hands the content header
-and body frames. Once the content is complete the channel makes the Message, checks the properties
+Publishing is the channel's too, in this file: a basic.publish whose frames came in one read,
+its body in one frame (codec.FRAME_PUBLISH, the usual case), is taken whole by `handle_publish`;
+otherwise its method frame starts a ContentAssembly (content_assembly.py) that the channel hands
+the content header and body frames. Once the content is complete the channel makes the Message, checks the properties
 RabbitMQ checks (user_id, direct reply-to), and either keeps it for tx.commit or routes it at
 once (`route_publish`): it enqueues it, returns it to a mandatory publisher when nothing took
 it, and resolves its publisher confirm (PublisherConfirms, below) at once, or once every queue
@@ -203,9 +203,9 @@ class Channel:
             self._content_in_flight(content)
 
     def handle_publish(self, method: bytes, header: bytes, body: bytes) -> None:
-        """A basic.publish method frame, its content header and one body frame, read together
-        (codec.FRAME_PUBLISH): what handle_method, handle_header and handle_body do with them in
-        turn, in one call, and without a ContentAssembly when the body is all in that frame."""
+        """A basic.publish method frame, its content header and its whole body in one frame, read
+        together (codec.FRAME_PUBLISH): what handle_method, handle_header and handle_body do with
+        them in turn, in one call and without a ContentAssembly."""
         if self.content is not None or self.state is CLOSING:
             # Refused (a publish before the last one's content was complete), or dropped while
             # closing: each frame as apart.
@@ -218,16 +218,10 @@ class Channel:
         except (IndexError, struct.error, UnicodeDecodeError):
             raise codec.cannot_decode(method) from None
         try:
-            body_size = header_body_size(header, self.connection.broker.max_message_size)
+            # The body size it announces is len(body), not 0 (FrameReader joins only such a publish).
+            header_body_size(header, self.connection.broker.max_message_size)
         except InvalidContentHeader as invalid:
             raise self._refused_header(invalid) from None
-        if body_size != len(body) or not body_size:
-            # An empty body (this body frame is then out of turn), or a body in several frames:
-            # the header and body as apart (the header is checked again: a rare case).
-            self.content = ContentAssembly(exchange, routing_key, mandatory, routing_raw)
-            self.handle_header(header)
-            self.handle_body(body)
-            return
         self._complete_publish(exchange, routing_key, routing_raw, header, body, mandatory)
 
     def _content_in_flight(self, content: ContentAssembly) -> None:

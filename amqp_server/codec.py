@@ -49,9 +49,10 @@ FRAME_HEADER = 2
 FRAME_BODY = 3
 FRAME_HEARTBEAT = 8
 # Not a type on the wire: FrameReader.frames(whole_publishes=True) yields a basic.publish method
-# frame whose content header and one body frame follow it, complete, in the same read, as one
-# item of this type whose payload is the three payloads (method, header, body). A message that
-# arrives in one read, the usual case, is then one step of the connection's loop, not three.
+# frame whose content header and its whole body, in one body frame, follow it, complete, in the
+# same read, as one item of this type whose payload is the three payloads (method, header, body).
+# A message that arrives in one read, the usual case, is then one step of the connection's loop,
+# not three.
 FRAME_PUBLISH = 0x100
 _PUBLISH_PREFIX = b"\x00\x3c\x00\x28"  # basic.publish's class and method ids
 FRAME_END = 0xCE
@@ -68,6 +69,8 @@ ACK_METHOD = 0x003C0050  # basic.ack (60, 80)
 ACCESS_REQUEST_METHOD = 0x001E000A  # access.request (30, 10)
 
 _frame_header = struct.Struct(">BHI")
+# A content header frame's header, then its body size, past its class and weight (FrameReader.frames).
+_content_head = struct.Struct(">BHI4xQ")
 _method_index = struct.Struct(">I")
 _deliver_tail = struct.Struct(">QB")
 _deliver_head = struct.Struct(">BHIHH")  # frame header, then class and method ids
@@ -135,10 +138,12 @@ class FrameReader:
     def frames(self, whole_publishes: bool = False) -> Iterator[tuple[int, int, Any]]:
         """Yield every complete frame buffered so far.
 
-        With `whole_publishes`, a basic.publish whose content header and single body frame are
-        buffered too, on the same channel, each within frame_max and with its frame-end byte, is
-        yielded as one FRAME_PUBLISH item (payload: the three payloads). Anything else about them
-        is left for the frames one by one to show (and refuse).
+        With `whole_publishes`, a basic.publish whose content header and whole body, in one body
+        frame of the size the header announces (not empty), are buffered too, on the same channel,
+        each within frame_max and with its frame-end byte, is yielded as one FRAME_PUBLISH item
+        (payload: the three payloads). Anything else about them is left for the frames one by one
+        to show (and refuse): an empty body is complete at its header, where flow control may hold
+        the connection before the next frame, and a body in several frames needs its assembly.
 
         Raises AMQPError 501 for a frame larger than the negotiated frame_max or a bad frame-end
         byte, as RabbitMQ does; the caller then closes the connection. Frames not taken (the
@@ -148,6 +153,7 @@ class FrameReader:
         offset = self._offset
         end = len(data)
         unpack = _frame_header.unpack_from
+        unpack_content_head = _content_head.unpack_from
         # Read again before refusing a frame: tune-ok, handled between two frames of this loop,
         # raises max_frame_size (it only ever grows on one reader).
         max_size = self.max_frame_size
@@ -174,14 +180,18 @@ class FrameReader:
                     )
                 payload = data[offset + 7 : frame_end]
                 offset = frame_end + 1
-                if frame_type == 1 and whole_publishes and end - offset >= 16 and payload.startswith(_PUBLISH_PREFIX):
-                    header_type, header_channel, header_size = unpack(data, offset)
+                # 31: the fewest bytes a content header (14: class, weight, body size, property
+                # flags) and a body frame (1 byte) take, with their frame headers and end bytes.
+                if frame_type == 1 and whole_publishes and end - offset >= 31 and payload.startswith(_PUBLISH_PREFIX):
+                    # (A header too short to hold a body size reads on into the next frame: if
+                    # that matches, Channel.handle_publish refuses the header as apart.)
+                    header_type, header_channel, header_size, declared = unpack_content_head(data, offset)
                     header_end = offset + 7 + header_size
                     if header_type == 2 and header_channel == channel and header_size <= max_size \
                             and header_end + 8 <= end and data[header_end] == 206:
                         body_type, body_channel, body_size = unpack(data, header_end + 1)
                         body_end = header_end + 8 + body_size
-                        if body_type == 3 and body_channel == channel and body_size <= max_size \
+                        if body_type == 3 and body_channel == channel and 0 < body_size == declared <= max_size \
                                 and body_end < end and data[body_end] == 206:
                             frame_type = FRAME_PUBLISH
                             payload = (payload, data[offset + 7 : header_end], data[header_end + 8 : body_end])

@@ -308,11 +308,12 @@ class Connection:
         channels = self.channels
         flow = self.flow
         handover = self.handover  # None unless the connection may still move (handover.py)
-        # A publish whose frames all came in one read is one step (codec.FRAME_PUBLISH), except
-        # while the connection may still move (the hand-over looks at each frame), before it is
-        # open, and while a resource alarm waits for the next publish to block the connection
-        # (flow.publishing after its header). An alarm changes only between two reads (its
-        # monitor runs on a timer; a connection opened in this read is not joined anyway).
+        # A publish whose frames all came in one read, its body in one frame, is one step
+        # (codec.FRAME_PUBLISH), except while the connection may still move (the hand-over looks
+        # at each frame), before it is open, and while a resource alarm waits for the next
+        # publish to block the connection (flow.publishing after its header). An alarm changes
+        # only between two reads (its monitor runs on a timer; a connection opened in this read
+        # is not joined anyway).
         frames = self.reader.frames(handover is None and self.state is OPEN and not flow.block_on_publish)
         try:
             for frame_type, channel_id, payload in frames:

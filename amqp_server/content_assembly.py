@@ -8,9 +8,10 @@ another class or a body larger than declared. The header is checked before the b
 (codec.header_body_size, the broker's door for properties), so a message consumers could not
 decode is refused without holding its body.
 
-A publish whose three frames came in one read, the usual case, needs no assembly:
-Channel.handle_publish checks its header with the same codec.header_body_size and makes the
-message at once. So this file holds only what a publish needs while its frames are apart.
+A publish whose three frames came in one read with its whole body in one frame, the usual
+case, needs no assembly: Channel.handle_publish checks its header with the same
+codec.header_body_size and makes the message at once. So this file holds only what a publish
+needs while its frames are apart, and a body that takes several frames.
 """
 
 from __future__ import annotations

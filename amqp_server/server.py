@@ -26,13 +26,13 @@ code in these files, in this order, from the socket read to its basic.ack being 
  9. persistence/record_format.py     the record's bytes
 10. persistence/group_commit.py      the fsync round, whose callback releases the confirm
 
-A publish whose frames arrive in separate reads adds amqp_server/content_assembly.py (the
-ContentAssembly that holds the method and header until the body is complete). Not on this path
-unless needed: VirtualHost.route (the default exchange is a lookup by queue name), the message's
-expiry (only with a TTL), the memory budget (only once the queue holds KEEP_PER_QUEUE messages
-in memory), the size histogram (its bucket counts are bumped in Channel._complete_publish and
-folded when metrics are scraped). A publish to another exchange type adds amqp_server/vhost.py
-and its file under exchanges/.
+A publish whose frames arrive in separate reads, or whose body takes more than one frame, adds
+amqp_server/content_assembly.py (the ContentAssembly that holds the method and header until the
+body is complete). Not on this path unless needed: VirtualHost.route (the default exchange is a
+lookup by queue name), the message's expiry (only with a TTL), the memory budget (only once the
+queue holds KEEP_PER_QUEUE messages in memory), the size histogram (its bucket counts are
+bumped in Channel._complete_publish and folded when metrics are scraped). A publish to another
+exchange type adds amqp_server/vhost.py and its file under exchanges/.
 """
 
 from __future__ import annotations

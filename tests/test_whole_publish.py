@@ -18,7 +18,8 @@ from amqp_server import codec
 from amqp_server.broker import Broker
 from amqp_server.config import ServerConfig
 from amqp_server.errors import AMQPError
-from tests.frame_driver import FakeClient, marshal, methods, opened_client, publish_frames, raw_frame
+from queues.queue import FLOW_HIGH
+from tests.frame_driver import FakeClient, marshal, methods, opened_client, publish_frames, raw_frame, split_raw
 
 BODY = b"b" * 40
 
@@ -55,6 +56,22 @@ def test_a_publish_read_whole_is_one_item_with_its_three_payloads():
                      id="another method"),
         pytest.param(marshal(1, commands.Basic.Publish(routing_key="q"), ContentBody(b"x"), ContentHeader(body_size=1)),
                      id="body before header"),
+        pytest.param(
+            marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=0), ContentBody(b"x")),
+            id="empty body, then a body frame",
+        ),
+        pytest.param(
+            marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=0), ContentBody(b"")),
+            id="empty body, then an empty body frame",
+        ),
+        pytest.param(
+            marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=2), ContentBody(b"x")),
+            id="the first of two body frames",
+        ),
+        pytest.param(
+            marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=1), ContentBody(b"xy")),
+            id="a body frame larger than declared",
+        ),
     ],
 )
 def test_frames_that_are_not_a_whole_publish_come_one_by_one(wire):
@@ -185,6 +202,38 @@ def test_a_stream_read_whole_answers_as_read_byte_by_byte_and_in_pieces(name):
         while sum(chunks) < len(stream):
             chunks.append(pieces.randint(1, 40))
         assert whole == _answers(stream, chunks)
+
+
+def test_an_empty_body_publish_that_congests_its_queue_holds_a_body_frame_after_it_as_apart():
+    # Flow control holds a publisher at the frame that congested a queue (Connection.hold_input).
+    # A publish with an empty body is routed at its header, so a body frame after it (out of
+    # turn) waits with the held frames and is refused only once the queue drained, whether the
+    # three frames came in one read or in three.
+    stray = marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=0), ContentBody(b"x"))
+    frames = [raw_frame(kind, channel, payload) for kind, channel, payload in split_raw(stray)]
+
+    def conversation(reads: list[bytes]) -> list[tuple[list, bool]]:
+        publisher = opened_client()
+        consumer = opened_client(publisher.broker)
+        publisher.send_bytes(_declare("q"))
+        consumer.send(1, commands.Basic.Qos(prefetch_count=1), commands.Basic.Consume(queue="q", consumer_tag="c"))
+        publisher.send_bytes(b"".join(_publish(routing_key="q") for _ in range(FLOW_HIGH + 1)))
+        connection = publisher.connection
+        assert not connection.input_held, "the queue is not congested before the empty publish"
+        for read in reads:
+            connection.receive_data(read)
+        held = (publisher.take_raw(), connection.input_held)
+        tag = 1
+        while connection.input_held and tag <= FLOW_HIGH:
+            consumer.send(1, commands.Basic.Ack(delivery_tag=tag))
+            tag += 1
+        connection.resume_input()
+        return [held, (publisher.take_raw(), connection.input_held)]
+
+    apart = conversation(frames)
+    assert apart[0] == ([], True), "held at the header that congested the queue, the body frame waiting"
+    assert [(kind, channel) for kind, channel, _payload in apart[1][0]] == [(1, 0)], "then refused: connection.close"
+    assert conversation([stray]) == apart
 
 
 def _spy_on_frames(monkeypatch) -> list[tuple[bool, list[int]]]:
