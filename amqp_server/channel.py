@@ -129,11 +129,11 @@ class Channel:
         if self.state is CLOSING:
             self._handle_while_closing(index, payload)
             return
+        if index == codec.PUBLISH_METHOD:
+            exchange, routing_key, mandatory, routing_raw = self._publish_method(payload)
+            self.content = ContentAssembly(exchange, routing_key, mandatory, routing_raw)
+            return
         try:
-            if index == codec.PUBLISH_METHOD:
-                exchange, routing_key, mandatory, routing_raw = self._publish_method(payload)
-                self.content = ContentAssembly(exchange, routing_key, mandatory, routing_raw)
-                return
             if index == codec.ACK_METHOD:
                 tag, multiple = codec.decode_ack(payload)
                 settle(self, "ack", tag, multiple, False)
@@ -213,10 +213,7 @@ class Channel:
             self.handle_header(header)
             self.handle_body(body)
             return
-        try:
-            exchange, routing_key, mandatory, routing_raw = self._publish_method(method)
-        except (IndexError, struct.error, UnicodeDecodeError):
-            raise codec.cannot_decode(method) from None
+        exchange, routing_key, mandatory, routing_raw = self._publish_method(method)
         try:
             # The body size it announces is len(body), not 0 (FrameReader joins only such a publish).
             header_body_size(header, self.connection.broker.max_message_size)
@@ -245,13 +242,17 @@ class Channel:
     # -- publishing --------------------------------------------------------------------
 
     def _publish_method(self, payload: bytes) -> tuple["Exchange", str, bool, bytes]:
-        """A basic.publish method frame, its exchange and permission checked: the exchange, the
-        routing key, mandatory, and the exchange and key as they arrived (Message.routing_raw)."""
+        """A basic.publish method frame, decoded (or refused as undecodable), its exchange and
+        permission checked: the exchange, the routing key, mandatory, and the exchange and key
+        as they arrived (Message.routing_raw)."""
         if payload == self._last_publish_method:
             # A publisher usually repeats one exchange and key: the same bytes decode the same.
             exchange_name, routing_key, mandatory, routing_raw = self._last_publish_fields
         else:
-            exchange_name, routing_key, mandatory, immediate, routing_raw = codec.decode_publish(payload)
+            try:
+                exchange_name, routing_key, mandatory, immediate, routing_raw = codec.decode_publish(payload)
+            except (IndexError, struct.error, UnicodeDecodeError):
+                raise codec.cannot_decode(payload) from None
             if immediate:
                 raise AMQPError(errors.NOT_IMPLEMENTED, "immediate=true", 60, 40)
             self._last_publish_method = payload

@@ -19,7 +19,7 @@ from amqp_server.broker import Broker
 from amqp_server.config import ServerConfig
 from amqp_server.errors import AMQPError
 from queues.queue import FLOW_HIGH
-from tests.frame_driver import FakeClient, marshal, methods, opened_client, publish_frames, raw_frame, split_raw
+from tests.frame_driver import FakeClient, marshal, methods, opened_client, publish_frames, raw_frame, split_raw, unmarshal_all
 
 BODY = b"b" * 40
 
@@ -202,6 +202,16 @@ def test_a_stream_read_whole_answers_as_read_byte_by_byte_and_in_pieces(name):
         while sum(chunks) < len(stream):
             chunks.append(pieces.randint(1, 40))
         assert whole == _answers(stream, chunks)
+
+
+def test_an_undecodable_publish_method_closes_the_connection_with_501_read_whole_or_apart():
+    # (The stream test above shows both ways answer alike; this, what they answer.)
+    stream = STREAMS["an undecodable publish method"]
+    for chunks in (None, [1] * len(stream)):
+        output, _count = _answers(stream, chunks)
+        (close,) = [method for _channel, method in unmarshal_all(output) if isinstance(method, commands.Connection.Close)]
+        assert (close.reply_code, close.class_id, close.method_id) == (501, 60, 40)
+        assert close.reply_text == "FRAME_ERROR - cannot decode <<0,0,9>>"
 
 
 def test_an_empty_body_publish_that_congests_its_queue_holds_a_body_frame_after_it_as_apart():
