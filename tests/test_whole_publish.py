@@ -204,6 +204,27 @@ def test_a_stream_read_whole_answers_as_read_byte_by_byte_and_in_pieces(name):
         assert whole == _answers(stream, chunks)
 
 
+def test_a_repeated_publish_method_finds_its_exchange_again_each_time():
+    # Channel._publish_method keeps only the decoded fields of the last publish method (the
+    # streams above would pass if it kept a stale exchange, read whole and apart alike): the
+    # exchange is looked up, and its internal flag checked, for every publish.
+    client = opened_client()
+    queue_setup = (commands.Queue.Declare(queue="q"), commands.Queue.Bind(queue="q", exchange="x", routing_key="k"))
+    client.send(1, commands.Exchange.Declare(exchange="x", exchange_type="direct"), *queue_setup)
+    assert methods(client.publish(1, BODY, exchange="x", routing_key="k")) == []
+    client.send(1, commands.Exchange.Delete(exchange="x"), commands.Exchange.Declare(exchange="x", internal=True))
+    (close,) = methods(client.publish(1, BODY, exchange="x", routing_key="k"))
+    assert (close.reply_code, close.reply_text) == (403, "ACCESS_REFUSED - cannot publish to internal exchange 'x' in vhost '/'")
+    client.send(1, commands.Channel.CloseOk())
+    client.open_channel(1)
+    client.send(1, commands.Exchange.Delete(exchange="x"), commands.Exchange.Declare(exchange="x"), *queue_setup)
+    assert methods(client.publish(1, BODY, exchange="x", routing_key="k")) == []
+    client.send(1, commands.Exchange.Delete(exchange="x"))
+    (close,) = methods(client.publish(1, BODY, exchange="x", routing_key="k"))
+    assert (close.reply_code, close.reply_text) == (404, "NOT_FOUND - no exchange 'x' in vhost '/'")
+    assert client.broker.vhosts["/"].queues["q"].message_count == 2
+
+
 def test_an_undecodable_publish_method_closes_the_connection_with_501_read_whole_or_apart():
     # (The stream test above shows both ways answer alike; this, what they answer.)
     stream = STREAMS["an undecodable publish method"]
