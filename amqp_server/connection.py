@@ -414,8 +414,9 @@ class Connection:
         """Every frame but content and methods on an open channel (_handle_input handles those)."""
         if frame_type == codec.FRAME_PUBLISH:
             # A publish read whole (codec.FRAME_PUBLISH) but not for an open channel: its frames
-            # one by one. The method is refused (or dropped while closing) and so closes the
-            # connection, whose closing drops the other two, as it would have apart.
+            # one by one. The method is either refused, which closes the connection, or dropped
+            # because the connection is closing already; either way the closing connection drops
+            # the other two, as it would have apart.
             method, header, body = payload
             self._handle_frame(FRAME_METHOD, channel_id, method)
             self._handle_frame(FRAME_HEADER, channel_id, header)

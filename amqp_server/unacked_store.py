@@ -12,6 +12,10 @@ if TYPE_CHECKING:
 
 
 class Unacked(NamedTuple):
+    """One delivery awaiting its ack. Channel.deliver builds it with `tuple.__new__(Unacked,
+    (entry, queue, consumer))` (no Python-level __new__ per delivery): a field added here must
+    be added there too."""
+
     entry: "QueueEntry"
     queue: "Queue"
     consumer: "Consumer | None"  # None for basic.get
