@@ -102,7 +102,8 @@ async def find_leader(cluster: Cluster, want_in_sync: int = 1, exclude: str = ""
     answer: list[bytes] = []
     leader_answer: list[bytes] = []
     while time.monotonic() < deadline:
-        for node in cluster.processes:
+        # A copy: the fault injector kills and restarts nodes while this awaits their answers.
+        for node in list(cluster.processes):
             if node == exclude:
                 continue
             try:
@@ -115,7 +116,7 @@ async def find_leader(cluster: Cluster, want_in_sync: int = 1, exclude: str = ""
                 if len(in_sync) >= want_in_sync:
                     return node, in_sync
         await asyncio.sleep(0.1)
-    for process in cluster.processes.values():
+    for process in list(cluster.processes.values()):
         process.send_signal(signal.SIGUSR1)  # each node writes its stacks to its log
     await asyncio.sleep(0.5)
     raise AssertionError(f"no leader with {want_in_sync} in sync within {ELECTION_DEADLINE_S} s; "
