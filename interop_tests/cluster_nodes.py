@@ -101,6 +101,25 @@ def queue_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:
                    f"{node.name} knows queue {name}")
 
 
+def binding_known_everywhere(nodes: dict[str, ClusterNode], exchange: str, queue: str) -> None:
+    """Wait until every node lists a binding of `queue` to `exchange`. Shared definitions reach a
+    node one change at a time, a binding after its queue: a node that knows the queue may still
+    route a publish to its exchange nowhere."""
+    def known(node: ClusterNode) -> bool:
+        answer = node.api(f"bindings/%2F/e/{exchange}/q/{queue}")
+        return answer.status_code == 200 and bool(answer.json())
+
+    for node in nodes.values():
+        wait_until(lambda node=node: known(node), f"{node.name} knows the binding of {queue} to {exchange}")
+
+
+def exchange_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:
+    """Wait until every node lists exchange `name`."""
+    for node in nodes.values():
+        wait_until(lambda node=node: node.api(f"exchanges/%2F/{name}").status_code == 200,
+                   f"{node.name} knows exchange {name}")
+
+
 def pika_parameters(node: ClusterNode) -> pika.ConnectionParameters:
     """pika's parameters for `node` as guest: one connection attempt, blocked for at most 10 s."""
     return pika.ConnectionParameters("127.0.0.1", node.port, credentials=pika.PlainCredentials("guest", "guest"),

@@ -13,7 +13,13 @@ import kombu
 import pika
 import pytest
 
-from interop_tests.cluster_nodes import queue_known_everywhere, three_nodes, wait_until
+from interop_tests.cluster_nodes import (
+    binding_known_everywhere,
+    exchange_known_everywhere,
+    queue_known_everywhere,
+    three_nodes,
+    wait_until,
+)
 from interop_tests.node_runner import run_scenario
 
 
@@ -31,6 +37,7 @@ def test_pika_declare_on_a_publish_on_b_consume_on_c(nodes):
     declaring.queue_declare("pika-any-node", durable=True)
     declaring.queue_bind("pika-any-node", "pika-orders", "new")
     queue_known_everywhere(nodes, "pika-any-node")
+    binding_known_everywhere(nodes, "pika-orders", "pika-any-node")  # b routes the publishes
 
     on_b = pika.BlockingConnection(pika.URLParameters(b.url()))
     publishing = on_b.channel()
@@ -83,6 +90,8 @@ def test_pika_reject_on_b_dead_letters_from_a_to_a_queue_of_c_and_alternate_exch
                                arguments={"alternate-exchange": "unrouted-on-a"})
     for name in ("dead-on-c", "work-on-a", "caught-on-a"):
         queue_known_everywhere(nodes, name)
+    binding_known_everywhere(nodes, "unrouted-on-a", "caught-on-a")  # b routes through them
+    exchange_known_everywhere(nodes, "with-alternate")
 
     on_b = pika.BlockingConnection(pika.URLParameters(b.url()))
     channel = on_b.channel()
@@ -115,6 +124,7 @@ def test_kombu_declare_on_a_publish_on_b_consume_on_c(nodes):
     with kombu.Connection(a.url()) as on_a:
         queue(on_a.default_channel).declare()
     queue_known_everywhere(nodes, "kombu-any-node")
+    binding_known_everywhere(nodes, "kombu-tasks", "kombu-any-node")  # b routes the publishes
     with kombu.Connection(b.url(), transport_options={"confirm_publish": True}) as on_b:
         producer = on_b.Producer()
         for number in range(20):
