@@ -206,13 +206,10 @@ class Channel:
         """A basic.publish method frame, its content header and its whole body in one frame, read
         together (codec.FRAME_PUBLISH): what handle_method, handle_header and handle_body do with
         them in turn, in one call and without a ContentAssembly."""
-        if self.content is not None or self.state is CLOSING:
-            # Refused (a publish before the last one's content was complete), or dropped while
-            # closing: each frame as apart.
-            self.handle_method(method, codec.PUBLISH_METHOD)
-            self.handle_header(header)
-            self.handle_body(body)
-            return
+        if self.content is not None:
+            raise self.content.method_refused()  # a publish before the last one's content was complete
+        if self.state is CLOSING:
+            return  # dropped, as its three frames would be one by one
         exchange, routing_key, mandatory, routing_raw = self._publish_method(method)
         try:
             # The body size it announces is len(body), not 0 (FrameReader joins only such a publish).

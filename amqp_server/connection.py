@@ -413,14 +413,11 @@ class Connection:
     def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
         """Every frame but content and methods on an open channel (_handle_input handles those)."""
         if frame_type == codec.FRAME_PUBLISH:
-            # A publish read whole (codec.FRAME_PUBLISH) but not for an open channel: its frames
-            # one by one. The method is either refused, which closes the connection, or dropped
-            # because the connection is closing already; either way the closing connection drops
-            # the other two, as it would have apart.
-            method, header, body = payload
-            self._handle_frame(FRAME_METHOD, channel_id, method)
-            self._handle_frame(FRAME_HEADER, channel_id, header)
-            self._handle_frame(FRAME_BODY, channel_id, body)
+            # A publish read whole (codec.FRAME_PUBLISH) but not for an open channel: its method
+            # frame is either refused, which closes the connection, or dropped because the
+            # connection is closing already. Either way the closing connection would drop its
+            # header and body frames too, so they need no handling.
+            self._handle_frame(FRAME_METHOD, channel_id, payload[0])
             return
         if self.state is CLOSING:
             if frame_type == codec.FRAME_METHOD and channel_id == 0:
