@@ -183,11 +183,11 @@ class FrameReader:
                 # 31: the fewest bytes a content header (14: class, weight, body size, property
                 # flags) and a body frame (1 byte) take, with their frame headers and end bytes.
                 if frame_type == 1 and whole_publishes and end - offset >= 31 and payload.startswith(_PUBLISH_PREFIX):
-                    # (A header too short to hold a body size reads on into the next frame: if
-                    # that matches, Channel.handle_publish refuses the header as apart.)
                     header_type, header_channel, header_size, declared = unpack_content_head(data, offset)
                     header_end = offset + 7 + header_size
-                    if header_type == 2 and header_channel == channel and header_size <= max_size \
+                    # (`declared` is the header's only if it holds one: at least class, weight,
+                    # body size and property flags; a shorter one is refused one frame at a time.)
+                    if header_type == 2 and header_channel == channel and 14 <= header_size <= max_size \
                             and header_end + 8 <= end and data[header_end] == 206:
                         body_type, body_channel, body_size = unpack(data, header_end + 1)
                         body_end = header_end + 8 + body_size

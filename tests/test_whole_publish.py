@@ -43,35 +43,30 @@ def test_a_publish_read_whole_is_one_item_with_its_three_payloads():
     assert [kind for kind, _channel, _payload in apart] == [codec.FRAME_METHOD, codec.FRAME_HEADER, codec.FRAME_BODY]
 
 
+def _publish_then(*content) -> bytes:
+    """A basic.publish method frame on channel 1, then `content` (pamqp frames) on channel 1."""
+    return marshal(1, commands.Basic.Publish(routing_key="q"), *content)
+
+
 @pytest.mark.parametrize(
     "wire",
     [
         pytest.param(_publish()[:-1], id="body frame not all read"),
-        pytest.param(marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=0)), id="empty body"),
-        pytest.param(
-            marshal(1, commands.Basic.Publish(routing_key="q")) + marshal(2, ContentHeader(body_size=1), ContentBody(b"x")),
-            id="content on another channel",
-        ),
+        pytest.param(_publish_then(ContentHeader(body_size=0)), id="empty body"),
+        pytest.param(_publish_then() + marshal(2, ContentHeader(body_size=1), ContentBody(b"x")),
+                     id="content on another channel"),
         pytest.param(marshal(1, commands.Basic.Get(queue="q"), ContentHeader(body_size=1), ContentBody(b"x")),
                      id="another method"),
-        pytest.param(marshal(1, commands.Basic.Publish(routing_key="q"), ContentBody(b"x"), ContentHeader(body_size=1)),
-                     id="body before header"),
-        pytest.param(
-            marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=0), ContentBody(b"x")),
-            id="empty body, then a body frame",
-        ),
-        pytest.param(
-            marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=0), ContentBody(b"")),
-            id="empty body, then an empty body frame",
-        ),
-        pytest.param(
-            marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=2), ContentBody(b"x")),
-            id="the first of two body frames",
-        ),
-        pytest.param(
-            marshal(1, commands.Basic.Publish(routing_key="q"), ContentHeader(body_size=1), ContentBody(b"xy")),
-            id="a body frame larger than declared",
-        ),
+        pytest.param(_publish_then(ContentBody(b"x"), ContentHeader(body_size=1)), id="body before header"),
+        pytest.param(_publish_then(ContentHeader(body_size=0), ContentBody(b"x")), id="empty body, then a body frame"),
+        pytest.param(_publish_then(ContentHeader(body_size=0), ContentBody(b"")),
+                     id="empty body, then an empty body frame"),
+        pytest.param(_publish_then(ContentHeader(body_size=2), ContentBody(b"x")), id="the first of two body frames"),
+        pytest.param(_publish_then(ContentHeader(body_size=1), ContentBody(b"xy")),
+                     id="a body frame larger than declared"),
+        # 12 bytes: class, weight, body size 5, and no property flags; then a body of 5
+        pytest.param(_publish_then() + raw_frame(2, 1, struct.pack(">HHQ", 60, 0, 5)) + marshal(1, ContentBody(b"12345")),
+                     id="a header too short for its property flags"),
     ],
 )
 def test_frames_that_are_not_a_whole_publish_come_one_by_one(wire):
