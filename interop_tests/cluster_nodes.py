@@ -94,30 +94,32 @@ def three_nodes(tmp_path: Path, backend: str = "etcd", service: CoordinationServ
             service.stop()
 
 
+def _known_everywhere(nodes: dict[str, ClusterNode], path: str, what: str) -> None:
+    """Wait until every node's management API lists `path` (shared definitions reached it): a
+    200, and for a listing something in it."""
+    def known(node: ClusterNode) -> bool:
+        answer = node.api(path)
+        return answer.status_code == 200 and bool(answer.json())
+
+    for node in nodes.values():
+        wait_until(lambda node=node: known(node), f"{node.name} knows {what}")
+
+
 def queue_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:
     """Wait until every node lists queue `name` (shared definitions reached it)."""
-    for node in nodes.values():
-        wait_until(lambda node=node: node.api(f"queues/%2F/{name}").status_code == 200,
-                   f"{node.name} knows queue {name}")
+    _known_everywhere(nodes, f"queues/%2F/{name}", f"queue {name}")
 
 
 def binding_known_everywhere(nodes: dict[str, ClusterNode], exchange: str, queue: str) -> None:
     """Wait until every node lists a binding of `queue` to `exchange`. Shared definitions reach a
     node one change at a time, a binding after its queue: a node that knows the queue may still
     route a publish to its exchange nowhere."""
-    def known(node: ClusterNode) -> bool:
-        answer = node.api(f"bindings/%2F/e/{exchange}/q/{queue}")
-        return answer.status_code == 200 and bool(answer.json())
-
-    for node in nodes.values():
-        wait_until(lambda node=node: known(node), f"{node.name} knows the binding of {queue} to {exchange}")
+    _known_everywhere(nodes, f"bindings/%2F/e/{exchange}/q/{queue}", f"the binding of {queue} to {exchange}")
 
 
 def exchange_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:
     """Wait until every node lists exchange `name`."""
-    for node in nodes.values():
-        wait_until(lambda node=node: node.api(f"exchanges/%2F/{name}").status_code == 200,
-                   f"{node.name} knows exchange {name}")
+    _known_everywhere(nodes, f"exchanges/%2F/{name}", f"exchange {name}")
 
 
 def pika_parameters(node: ClusterNode) -> pika.ConnectionParameters:
