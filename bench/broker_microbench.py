@@ -35,9 +35,9 @@ from pathlib import Path
 from pamqp import commands, frame
 from pamqp.header import ContentHeader
 
-from amqp_server.broker import Broker
-from amqp_server.config import ServerConfig
-from amqp_server.connection import Connection
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ServerConfig
+from amqp_server.connection.connection import Connection
 from bench.topic_bindings import make_bindings, make_keys
 
 BATCH = 64

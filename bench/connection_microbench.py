@@ -19,8 +19,8 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqp_server.broker import Broker
-from amqp_server.connection import Connection
+from amqp_server.broker.broker import Broker
+from amqp_server.connection.connection import Connection
 
 MESSAGES = 100_000
 PER_READ = 100

@@ -15,7 +15,7 @@ import timeit
 
 from pamqp import commands
 
-from amqp_server.codec import check_content_header
+from amqp_server.wire.codec import check_content_header
 from queues.message import content_header, decode_properties
 
 Properties = commands.Basic.Properties

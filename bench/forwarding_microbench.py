@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from amqp_server.broker import Broker
-from amqp_server.cluster_links import ClusterLinks
-from amqp_server.config import ServerConfig
-from amqp_server.server import AMQPServer
+from amqp_server.broker.broker import Broker
+from cluster.links.node_links import ClusterLinks
+from amqp_server.config.settings import ServerConfig
+from amqp_server.runtime.server import AMQPServer
 from bench.lean_client import LeanConnection
 from queues.message import Message, content_header
 
@@ -45,7 +45,7 @@ async def _measure(data_dir: Path, count: int, through_b: bool) -> dict[str, flo
     queue, _ = a.vhosts["/"].declare_queue("q", connection=None)
     if through_b:
         b.vhosts["/"].adopt_remote_queue(links.remote_queue("/", "q", owner="a", durable=False, timers=b.timers))
-    b.cluster_links = links  # what joining a cluster sets (amqp_server/cluster_node.py)
+    b.cluster_links = links  # what joining a cluster sets (cluster/node.py)
     url = f"amqp://guest:guest@127.0.0.1:{(b_server if through_b else a_server).port}/"
     figures: dict[str, float] = {}
     try:

@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit("usage: gc_timed_broker.py OUT -- BROKER-ARGS")
     timer = PassTimer()
     gc.callbacks.append(timer)
-    from amqp_server.cli import main as broker_main
+    from amqp_server.runtime.cli import main as broker_main
 
     try:
         return broker_main(broker_args)

@@ -47,13 +47,13 @@ def main() -> None:
     parser.add_argument("--policies", type=int, default=0)
     args = parser.parse_args()
     sys.path.insert(0, args.tree)
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.vhost import VirtualHost
     from queues.consumer import Consumer
     from queues.message import Message
 
     vhost = VirtualHost("/")
     if args.policies:
-        from amqp_server.policies import parse_policy
+        from amqp_server.broker.policies import parse_policy
 
         for number in range(args.policies):
             vhost.set_policy(parse_policy("/", f"p{number}", {

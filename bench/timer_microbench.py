@@ -148,7 +148,7 @@ def run_memory_child(scenario: str, count: int) -> dict:
 
 
 async def lateness(count: int, background: int, busy: bool) -> dict:
-    from amqp_server.server import drive_timers
+    from amqp_server.runtime.server import drive_timers
 
     timers = Timers()
     late_ms: list[float] = []

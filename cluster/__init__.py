@@ -5,7 +5,7 @@ the one `Coordinator` interface (cluster/coordinator.py). Nothing here imports a
 broker passes in what it needs. The single-node broker never imports this package.
 """
 
-from cluster.address import ClusterAddress, parse_cluster_address
+from amqp_server.config.cluster_address import ClusterAddress, parse_cluster_address
 from cluster.coordinator import (
     CoordinationUnavailable, Coordinator, EventKind, HistoryLost, KeyValue, VersionConflict, WatchEvent,
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from cluster.address import ClusterAddress
+from amqp_server.config.cluster_address import ClusterAddress
 from cluster.coordinator import (
     CoordinationUnavailable, Coordinator, EventKind, HistoryLost, KeyValue, VersionConflict, WatchEvent,
 )

@@ -22,7 +22,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from cluster.address import ClusterAddress
+from amqp_server.config.cluster_address import ClusterAddress
 from cluster.coordinator import (
     CoordinationUnavailable, Coordinator, EventKind, HistoryLost, KeyValue, VersionConflict, WatchEvent,
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-from amqp_server.replicated_journal import ReplicatedJournal
+from cluster.replication.replicated_journal import ReplicatedJournal
 from cluster.replication.leader import NotLeader
 
 BATCH_S = 0.05
@@ -44,6 +44,6 @@ ReplicatedJournal._replicate = _replicate_late  # type: ignore[method-assign]
 ReplicatedJournal.request_sync = _confirm_at_once  # type: ignore[method-assign]
 
 if __name__ == "__main__":
-    from amqp_server.cli import main
+    from amqp_server.runtime.cli import main
 
     raise SystemExit(main())

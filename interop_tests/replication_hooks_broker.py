@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amqp_server.cluster_links import ClusterLinks
+from cluster.links.node_links import ClusterLinks
 
 HOLD_REATTACH = "hold-reattach"
 
@@ -37,7 +37,7 @@ def install() -> None:
 
 
 if __name__ == "__main__":
-    from amqp_server.cli import main
+    from amqp_server.runtime.cli import main
 
     install()
     raise SystemExit(main())

@@ -1,5 +1,5 @@
 """`--workers 2`: a client connection that landed on the worker not owning its queue moves to the
-owner (amqp_server/handover.py) instead of having its messages forwarded over a cluster link.
+owner (amqp_server/runtime/handover.py) instead of having its messages forwarded over a cluster link.
 
 Each test starts etcd and a two-worker group, declares a queue through a connection on worker 1
 (its owner), and picks connections the kernel put on worker 2 by opening connections to the

@@ -15,7 +15,7 @@ from pamqp import commands, header
 from interop_tests.broker_process import BrokerProcess
 from interop_tests.raw_client import CLIENT_CAPABILITIES, RawClient, ServerClosedSocket
 
-FORGED = "2026-01-01 00:00:00,000 INFO amqp_server.connection: user 'admin' authenticated and granted access"
+FORGED = "2026-01-01 00:00:00,000 INFO amqp_server.connection.connection: user 'admin' authenticated and granted access"
 
 
 def start_ok(client: RawClient, user: str, password: str, product: str) -> None:

@@ -30,7 +30,7 @@ import pika
 import pytest
 from pika.exceptions import AMQPError as PikaError
 
-from amqp_server.cluster_replicated import queue_id
+from cluster.replication.replicated_queues import queue_id
 from amqp_server.ctl.main import main as ctl_main
 from cluster import connect, parse_cluster_address
 from cluster.replication.election import GroupKeys, GroupRecord

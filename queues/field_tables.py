@@ -2,7 +2,7 @@
 decodes, and how readers of stored messages decode what the broker accepted in the past.
 
 The broker relays the content header a publisher sent byte for byte, so anything it lets in
-reaches every consumer. The door is `check_content_header` (amqp_server/codec.py,
+reaches every consumer. The door is `check_content_header` (amqp_server/wire/codec.py,
 where a publish's header arrives): a bounded scan over the raw bytes, with the tables of this
 file, that accepts exactly what RabbitMQ 3.10 can decode and tables and arrays nested at most
 MAX_NESTING_DEPTH deep (RabbitMQ has no limit; pika and pamqp need two Python frames per level

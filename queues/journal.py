@@ -61,11 +61,11 @@ class QueueJournal:
 
     # Whether transient messages (delivery_mode 1) are journaled too. A classic durable queue
     # keeps only persistent ones, as RabbitMQ's does; a replicated (quorum) queue keeps every
-    # message, as RabbitMQ's quorum queues do (amqp_server/replicated_journal.py).
+    # message, as RabbitMQ's quorum queues do (cluster/replication/replicated_journal.py).
     keeps_transient = False
     # Queue.dispatch asks `may_deliver` before delivering a message whose seq is above this.
     # A journal whose deliveries must wait for their records to be replicated lowers it
-    # (amqp_server/replicated_journal.py); here nothing waits.
+    # (cluster/replication/replicated_journal.py); here nothing waits.
     deliver_check_above = (1 << 63) - 1
     # What a basic.get-ok waits for after its `delivered` record (None: nothing; a replicated
     # journal waits for the record to be on a majority).

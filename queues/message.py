@@ -173,7 +173,7 @@ def decode_properties(raw: bytes) -> BasicProperties:
         properties.unmarshal(flags, raw[offset:])
     except (ValueError, OverflowError, OSError):
         # pamqp refuses some property lists the broker accepts, as RabbitMQ does
-        # (amqp_server/codec.py, check_content_header): short strings that are not UTF-8, timestamps
+        # (amqp_server/wire/codec.py, check_content_header): short strings that are not UTF-8, timestamps
         # beyond the year 9999. The broker must still read them (user_id, expiration, headers).
         return _decode_properties_leniently(flags, raw[offset:])
     return properties

@@ -13,6 +13,6 @@ ENQUEUED = 1
 ENQUEUED_DURABLY = 2  # written to the journal: a confirm must wait for its fsync
 DUPLICATE = 3  # x-message-deduplication saw its id recently: accepted (confirmed), not enqueued
 WRITE_FAILED = 4  # the journal could not write it (queues/journal.py): not enqueued, the publisher gets a nack
-# Forwarded to the node that owns the queue (amqp_server/cluster_remote_queue.py): a confirm
+# Forwarded to the node that owns the queue (cluster/links/remote_queue.py): a confirm
 # waits for the owner's confirm of this very message (RemoteQueue.forwarded_message).
 FORWARDED = 5

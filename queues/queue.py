@@ -63,7 +63,7 @@ class Queue:
     journal (queue_recovery.py). docs/lifecycle.md.
     """
 
-    # A queue owned by another node of a cluster is an amqp_server.cluster_remote_queue.RemoteQueue.
+    # A queue owned by another node of a cluster is an cluster.links.remote_queue.RemoteQueue.
     is_remote = False
 
     def __init__(
@@ -568,8 +568,8 @@ class CongestedQueues:
     """The congested queues that hold one publisher back (flow control, FLOW_HIGH above): each
     is asked to say when it drained (`flow_waiters`); `held` is called when the first one holds
     the publisher, `drained` when the last one let it go. A client connection stops reading
-    (amqp_server/publisher_blocking.py), a cluster link's channel sends channel.flow
-    (amqp_server/cluster_forwarded.py)."""
+    (amqp_server/connection/publisher_flow.py), a cluster link's channel sends channel.flow
+    (cluster/links/forwarded.py)."""
 
     __slots__ = ("queues", "_held", "_drained")
 

@@ -6,7 +6,7 @@ holds many deadlines (a queue's expiring messages, its messages waiting for a re
 exchange's pending messages) keeps them itself and puts only its earliest one here, through a
 `Deadline`; so the heap holds a few entries per queue, not one per message.
 
-The event loop side (`amqp_server.server.drive_timers`) sleeps until `next_deadline()` and calls
+The event loop side (`amqp_server.runtime.server.drive_timers`) sleeps until `next_deadline()` and calls
 `run_due()`; unit tests call `run_due()` themselves with the time they want.
 """
 

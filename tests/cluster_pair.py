@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amqp_server.broker import Broker
-from amqp_server.cluster_links import ClusterLinks
-from amqp_server.cluster_remote_queue import RemoteQueue
-from amqp_server.config import ServerConfig
-from amqp_server.server import AMQPServer
-from amqp_server.vhost import VirtualHost
+from amqp_server.broker.broker import Broker
+from cluster.links.node_links import ClusterLinks
+from cluster.links.remote_queue import RemoteQueue
+from amqp_server.config.settings import ServerConfig
+from amqp_server.runtime.server import AMQPServer
+from amqp_server.broker.vhost import VirtualHost
 from cluster.membership import NodeRecord
 
 SECRET = "test-cluster-secret-0123456789"

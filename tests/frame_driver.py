@@ -16,8 +16,8 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader, ProtocolHeader
 
-from amqp_server.broker import Broker
-from amqp_server.connection import Connection
+from amqp_server.broker.broker import Broker
+from amqp_server.connection.connection import Connection
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # What pika, amqplib and kombu advertise in start-ok (the ones the broker looks at).

@@ -5,9 +5,9 @@ from __future__ import annotations
 import amqp.sasl
 import pytest
 
-from amqp_server.access_control import AccessControl, AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
-from amqp_server.auth import hash_password
-from amqp_server.config import ConfigError, PermissionConfig, ServerConfig, UserConfig, load_config
+from amqp_server.broker.access_control import AccessControl, AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
+from amqp_server.config.auth import hash_password
+from amqp_server.config.settings import ConfigError, PermissionConfig, ServerConfig, UserConfig, load_config
 
 
 def plain(user: str, password: str) -> bytes:

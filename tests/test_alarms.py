@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pamqp import commands
 
-from amqp_server.alarms import DISK, MEMORY, MemoryGauge, ResourceMonitor
-from amqp_server.broker import Broker
-from amqp_server.config import LimitsConfig, ServerConfig
+from amqp_server.broker.alarms import DISK, MEMORY, MemoryGauge, ResourceMonitor
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import LimitsConfig, ServerConfig
 from tests.frame_driver import CLIENT_CAPABILITIES, FakeClient, bodies, methods, opened_client
 
 

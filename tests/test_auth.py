@@ -15,8 +15,8 @@ import pika.spec
 import pytest
 from pamqp import encode, frame
 
-from amqp_server import auth
-from amqp_server.auth import SaslError, hash_password, parse_sasl_response, verify_password
+from amqp_server.config import auth
+from amqp_server.config.auth import SaslError, hash_password, parse_sasl_response, verify_password
 
 # Made by RabbitMQ 3.10.8: `rabbitmqctl add_user hashcheck s3cret`, then
 # `rabbitmqctl export_definitions /tmp/defs.json`, users[].password_hash.
@@ -189,7 +189,7 @@ def test_hash_password_command_usage_error(capsys: pytest.CaptureFixture[str]) -
 
 def test_python_dash_m_entry_point() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "amqp_server.auth", "hash-password"],
+        [sys.executable, "-m", "amqp_server.config.auth", "hash-password"],
         input="guest\n", capture_output=True, text=True, check=True, timeout=30,
     )
     assert verify_password(result.stdout.strip(), "guest")

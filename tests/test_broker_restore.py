@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from amqp_server.broker import Broker
-from amqp_server.config import ServerConfig
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ServerConfig
 from persistence.definitions import MemoryDefinitionStore
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from amqp_server.broker import Broker
-from amqp_server.config import ServerConfig
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ServerConfig
 
 
 def test_deleting_a_vhost_removes_its_queue_and_delayed_exchange_files(tmp_path):

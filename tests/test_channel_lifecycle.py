@@ -8,7 +8,7 @@ from pamqp import commands
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqp_server import connection as connection_module
+from amqp_server.connection import connection as connection_module
 from tests.frame_driver import marshal, opened_client, raw_frame
 
 

@@ -7,8 +7,8 @@ import struct
 from pamqp import commands
 from pamqp.body import ContentBody
 
-from amqp_server.broker import Broker
-from amqp_server.config import LimitsConfig, ServerConfig
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import LimitsConfig, ServerConfig
 from tests.frame_driver import bodies, marshal, methods, opened_client, publish_frames, raw_frame, split_raw
 
 

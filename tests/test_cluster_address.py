@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster.address import Backend, parse_cluster_address
+from amqp_server.config.cluster_address import Backend, parse_cluster_address
 
 
 def test_etcd_address_with_several_members_and_a_prefix():

@@ -10,9 +10,9 @@ import asyncio
 
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.cluster_definitions import SharedDefinitions
-from amqp_server.config import ClusterConfig, ServerConfig
+from amqp_server.broker.broker import Broker
+from cluster.definitions.shared import SharedDefinitions
+from amqp_server.config.settings import ClusterConfig, ServerConfig
 from cluster.coordinator import CoordinationUnavailable
 from tests.frame_driver import methods, opened_client
 from tests.memory_coordinator import MemoryCoordinator, MemoryService

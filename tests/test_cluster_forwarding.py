@@ -16,9 +16,9 @@ import aiormq
 import pytest
 from pamqp import commands
 
-from amqp_server import codec
-from amqp_server.cluster_link_frames import forward_to_frame
-from amqp_server.policies import parse_policy
+from amqp_server.wire import codec
+from cluster.links.frames import forward_to_frame
+from amqp_server.broker.policies import parse_policy
 from tests.cluster_pair import Pair, linked_pair
 from tests.frame_driver import publish_frames
 

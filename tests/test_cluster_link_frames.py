@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pamqp import commands, frame as pamqp_frame
 
-from amqp_server import codec
-from amqp_server.cluster_link_frames import (
+from amqp_server.wire import codec
+from cluster.links.frames import (
     FORWARD_TO_METHOD, ack_frame, decode_deliver, decode_forward_to, decode_get_ok, forward_to_frame, nack_frame,
     publish_frame, reject_frame, split_routing_raw,
 )

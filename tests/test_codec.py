@@ -7,9 +7,9 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqp_server import codec
+from amqp_server.wire import codec
 from queues.message import content_header
-from amqp_server.errors import AMQPError
+from amqp_server.wire.errors import AMQPError
 
 PROPERTIES = commands.Basic.Properties(
     content_type="application/json",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from amqp_server import cli
-from amqp_server.auth import verify_password
-from amqp_server.config import ConfigError, LimitsConfig, PermissionConfig, ServerConfig, load_config
+from amqp_server.runtime import cli
+from amqp_server.config.auth import verify_password
+from amqp_server.config.settings import ConfigError, LimitsConfig, PermissionConfig, ServerConfig, load_config
 
 RABBITMQ_HASH_OF_S3CRET = "Sq1v7NDvP6o5CX8uSgsKc8mSZ92Tma5g4XCDohtxFsXTf5Xz"
 
@@ -247,9 +247,9 @@ def test_invalid_flag_or_env(argv: list[str], env: dict[str, str], message: str)
 
 @pytest.fixture
 def fake_server(monkeypatch: pytest.MonkeyPatch) -> list[ServerConfig]:
-    """Stand in for amqp_server.server so the CLI can be tested without the network side."""
+    """Stand in for amqp_server.runtime.server so the CLI can be tested without the network side."""
     calls: list[ServerConfig] = []
-    module = types.ModuleType("amqp_server.server")
+    module = types.ModuleType("amqp_server.runtime.server")
     root = logging.getLogger()
     # cli.main reconfigures the root logger; put it back for the other tests.
     monkeypatch.setattr(root, "handlers", list(root.handlers))
@@ -260,7 +260,7 @@ def fake_server(monkeypatch: pytest.MonkeyPatch) -> list[ServerConfig]:
         return 0
 
     module.run_server = run_server  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "amqp_server.server", module)
+    monkeypatch.setitem(sys.modules, "amqp_server.runtime.server", module)
     return calls
 
 
@@ -279,7 +279,7 @@ def test_cli_config_error_exits_2_with_message(fake_server: list[ServerConfig],
 
 
 def test_cli_returns_server_exit_code(fake_server: list[ServerConfig], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys.modules["amqp_server.server"], "run_server", lambda config: 3)
+    monkeypatch.setattr(sys.modules["amqp_server.runtime.server"], "run_server", lambda config: 3)
     assert cli.main([]) == 3
 
 
@@ -287,8 +287,8 @@ def test_cli_log_lines_have_timestamp_level_and_logger(fake_server: list[ServerC
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     cli.main(["--log-level", "info"])
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    # e.g. "2024-05-01 12:00:00,123 INFO amqp_server.cli: starting on 0.0.0.0:5672, ..."
-    assert " INFO amqp_server.cli: starting on 0.0.0.0:5672" in line
+    # e.g. "2024-05-01 12:00:00,123 INFO amqp_server.runtime.cli: starting on 0.0.0.0:5672, ..."
+    assert " INFO amqp_server.runtime.cli: starting on 0.0.0.0:5672" in line
     assert line[:4].isdigit()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from amqp_server.config import ConfigError, load_config
+from amqp_server.config.settings import ConfigError, load_config
 
 
 def test_cluster_from_file_environment_and_flags(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_bad_cluster_settings_are_named(tmp_path: Path, argv, document, complain
 
 
 def test_a_single_node_imports_no_cluster_code_or_client() -> None:
-    probe = ("import sys; from amqp_server.config import load_config; import amqp_server.server, amqp_server.cli; "
+    probe = ("import sys; from amqp_server.config.settings import load_config; import amqp_server.runtime.server, amqp_server.runtime.cli; "
              "load_config([], {}); "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('cluster', 'kazoo')))")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "[]\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from amqp_server.config import ConfigError, ManagementConfig, load_config
+from amqp_server.config.settings import ConfigError, ManagementConfig, load_config
 
 
 def test_defaults_serve_only_local_names_and_limit_failed_logins() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_server.config import ConfigError, load_config
+from amqp_server.config.settings import ConfigError, load_config
 
 
 def config_from(tmp_path, text: str):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from amqp_server.config import ConfigError, load_config
+from amqp_server.config.settings import ConfigError, load_config
 
 
 def load_file(tmp_path: Path, text: str, argv: list[str] | None = None, **env: str):

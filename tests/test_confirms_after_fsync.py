@@ -1,6 +1,6 @@
 """A persistent message's publisher confirm leaves only after its queue's journal is fsynced, and
 the publishes of one read wait together: one sync request per queue for the whole read
-(amqp_server/channel.py, StoreWait), made while the read is handled."""
+(amqp_server/channel/channel.py, StoreWait), made while the read is handled."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pamqp import commands
 
-from amqp_server.broker import Broker
+from amqp_server.broker.broker import Broker
 from tests.frame_driver import methods, opened_client, publish_frames
 
 PERSISTENT = commands.Basic.Properties(delivery_mode=2)

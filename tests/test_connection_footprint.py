@@ -12,7 +12,7 @@ import gc
 import tracemalloc
 from pathlib import Path
 
-from amqp_server.broker import Broker
+from amqp_server.broker.broker import Broker
 from tests.frame_driver import opened_client
 
 CONNECTIONS = 200

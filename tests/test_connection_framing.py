@@ -7,7 +7,7 @@ import struct
 from pamqp import commands
 from pamqp.body import ContentBody
 
-from amqp_server import connection as connection_module
+from amqp_server.connection import connection as connection_module
 from tests.frame_driver import marshal, opened_client, raw_frame
 
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from amqp_server.connection import CLOSED, CLOSING, OPEN
+from amqp_server.connection.connection import CLOSED, CLOSING, OPEN
 from tests.frame_driver import FakeClient, opened_client, raw_frame
 
 METHOD_IDS = sorted(commands.INDEX_MAPPING)

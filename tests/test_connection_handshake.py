@@ -10,9 +10,9 @@ import pytest
 from pamqp import commands
 from pamqp.header import ProtocolHeader
 
-from amqp_server import connection as connection_module
-from amqp_server.broker import Broker
-from amqp_server.config import LimitsConfig, ServerConfig
+from amqp_server.connection import connection as connection_module
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import LimitsConfig, ServerConfig
 from tests.frame_driver import PROTOCOL_HEADER, FakeClient, marshal, methods, plain_response, publish_frames
 
 
@@ -69,7 +69,7 @@ def test_legacy_0_9_header_leads_to_an_open_connection():
 )
 def test_refused_header_is_logged_with_the_peer_and_what_it_sent(caplog, header, reason):
     client = FakeClient()
-    with caplog.at_level(logging.ERROR, logger="amqp_server.connection"):
+    with caplog.at_level(logging.ERROR, logger="amqp_server.connection.connection"):
         assert isinstance(only_method(client.send_bytes(header)), ProtocolHeader)
     assert client.connection.close_when_flushed
     assert [record.getMessage() for record in caplog.records] == [
@@ -211,7 +211,7 @@ def test_login_without_tune_ok_cannot_open_and_gets_no_reply(caplog):
     client.start()
     client.start_ok()
     # RabbitMQ answers a client that has not tuned yet with nothing: the socket goes 3 s later.
-    with caplog.at_level(logging.WARNING, logger="amqp_server.connection"):
+    with caplog.at_level(logging.WARNING, logger="amqp_server.connection.connection"):
         assert client.send(0, commands.Connection.Open(virtual_host="/")) == []
     assert client.connection.state == connection_module.CLOSING
     assert client.send(0, commands.Connection.CloseOk()) == []  # not even read any more

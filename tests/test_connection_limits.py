@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amqp_server.connection_limits import REFUSING_AT_MOST, Admission, ConnectionLimit
+from amqp_server.broker.connection_limits import REFUSING_AT_MOST, Admission, ConnectionLimit
 
 
 def test_a_socket_takes_a_slot_in_every_limit_and_gives_it_back_once():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pamqp import commands
 
-from amqp_server.connection import METHODS_PER_TURN
+from amqp_server.connection.connection import METHODS_PER_TURN
 from tests.frame_driver import marshal, methods, opened_client, publish_frames
 
 

@@ -7,7 +7,7 @@ import logging
 import pytest
 from pamqp import commands
 
-from amqp_server.access_control import AuthenticationFailed
+from amqp_server.broker.access_control import AuthenticationFailed
 from tests.frame_driver import FakeClient, methods, opened_client
 
 REFUSED = ("NOT_ALLOWED - New secret was refused by one of the backends", 10, 70)
@@ -21,7 +21,7 @@ def close_fields(close: commands.Connection.Close) -> tuple[str, int, int]:
 
 def test_the_right_secret_is_answered_with_update_secret_ok_and_the_connection_carries_on(caplog):
     client = opened_client()
-    with caplog.at_level(logging.INFO, logger="amqp_server.connection"):
+    with caplog.at_level(logging.INFO, logger="amqp_server.connection.connection"):
         reply = client.call(0, commands.Connection.UpdateSecret("guest", "token refresh"))
 
     assert isinstance(reply, commands.Connection.UpdateSecretOk)
@@ -31,7 +31,7 @@ def test_the_right_secret_is_answered_with_update_secret_ok_and_the_connection_c
 
 def test_a_wrong_secret_closes_the_connection_with_530(caplog):
     client = opened_client()
-    with caplog.at_level(logging.ERROR, logger="amqp_server.connection"):
+    with caplog.at_level(logging.ERROR, logger="amqp_server.connection.connection"):
         reply = client.call(0, commands.Connection.UpdateSecret("wrong", "token refresh"))
 
     assert close_fields(reply) == REFUSED

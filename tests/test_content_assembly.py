@@ -1,4 +1,4 @@
-"""ContentAssembly (amqp_server/content_assembly.py) on its own: a publish's header and body
+"""ContentAssembly (amqp_server/wire/content_assembly.py) on its own: a publish's header and body
 frames, and the frames it refuses with RabbitMQ's codes and texts."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from pamqp import commands
 from pamqp.header import ContentHeader
 
-from amqp_server.codec import UnknownDeliveryMode
-from amqp_server.content_assembly import ContentAssembly
-from amqp_server.errors import AMQPError
+from amqp_server.wire.codec import UnknownDeliveryMode
+from amqp_server.wire.content_assembly import ContentAssembly
+from amqp_server.wire.errors import AMQPError
 
 MAX_SIZE = 1000
 

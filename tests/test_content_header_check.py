@@ -8,8 +8,8 @@ import struct
 import pytest
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.codec import NestedTooDeep, UndecodableProperties, UnknownDeliveryMode, check_content_header
+from amqp_server.broker.broker import Broker
+from amqp_server.wire.codec import NestedTooDeep, UndecodableProperties, UnknownDeliveryMode, check_content_header
 from queues.field_tables import FIELD_TYPES, MAX_NESTING_DEPTH
 from queues.message import FLAG_DELIVERY_MODE, FLAG_HEADERS
 from tests.frame_driver import marshal, opened_client, raw_frame

@@ -11,9 +11,9 @@ from pamqp import commands
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqp_server.alarms import MEMORY
-from amqp_server.broker import Broker
-from amqp_server.config import LimitsConfig, ServerConfig
+from amqp_server.broker.alarms import MEMORY
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import LimitsConfig, ServerConfig
 from tests.frame_driver import methods, opened_client
 
 

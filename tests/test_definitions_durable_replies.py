@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.config import ServerConfig
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ServerConfig
 from persistence.definitions import FileDefinitionStore
 from persistence.group_commit import GroupCommitter
 from tests.frame_driver import methods, opened_client

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pamqp import commands
 from pamqp.body import ContentBody
 
-from amqp_server.connection import EARLY_WRITE_DELIVERIES
+from amqp_server.connection.connection import EARLY_WRITE_DELIVERIES
 from tests.frame_driver import FakeClient, methods, unmarshal_all
 
 

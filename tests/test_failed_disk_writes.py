@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.connection import OPEN
+from amqp_server.broker.broker import Broker
+from amqp_server.connection.connection import OPEN
 from tests.frame_driver import FakeClient, bodies, methods, opened_client
 from tests.test_management_client import ManagementClient
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pamqp import commands
 from pamqp.header import ContentHeader
 
-from amqp_server.broker import Broker
-from amqp_server.firehose import is_tracing, set_tracing
+from amqp_server.broker.broker import Broker
+from amqp_server.broker.firehose import is_tracing, set_tracing
 from tests.frame_driver import bodies, opened_client
 
 

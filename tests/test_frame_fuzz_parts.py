@@ -9,15 +9,15 @@ from bench.frame_fuzz.mutations import connection_token, session_frames
 
 SCRIPTS = corpus_scripts()
 
-INTERNAL_ERROR = '''2026-11-25 06:57:51,643 ERROR amqp_server.server: internal error on connection 127.0.0.1:35276; closing it
+INTERNAL_ERROR = '''2026-11-25 06:57:51,643 ERROR amqp_server.runtime.server: internal error on connection 127.0.0.1:35276; closing it
 Traceback (most recent call last):
-  File "/work/amqp_server/server.py", line 76, in data_received
+  File "/work/amqp_server/runtime/server.py", line 76, in data_received
     self.connection.receive_data(data)
-  File "/work/amqp_server/declarations.py", line 142, in queue_declare
+  File "/work/amqp_server/channel/declarations.py", line 142, in queue_declare
     commands.Queue.DeclareOk(
 ValueError: Invalid value for queue
 '''
-UNDECODABLE = '''2026-11-25 06:57:52,001 ERROR amqp_server.server: internal error on connection 127.0.0.1:35280; closing it
+UNDECODABLE = '''2026-11-25 06:57:52,001 ERROR amqp_server.runtime.server: internal error on connection 127.0.0.1:35280; closing it
 Traceback (most recent call last):
   File "/work/amqp_server/publishing.py", line 105, in check_special_properties
     properties = message.properties
@@ -25,8 +25,8 @@ Traceback (most recent call last):
     properties.unmarshal(flags, raw[offset:])
 ValueError: Unknown type: b'Z'
 '''
-CLIENT_ERRORS = '''2026-11-25 07:05:33,457 ERROR amqp_server.connection: closing AMQP connection 127.0.0.1:43232 -> 127.0.0.1:41985: {bad_header,<<1,0,2,0,0,16,0,0>>}
-2026-11-25 07:05:33,458 WARNING amqp_server.connection: closing AMQP connection 127.0.0.1:43244 -> 127.0.0.1:41985: CHANNEL_ERROR - second 'channel.open' seen
+CLIENT_ERRORS = '''2026-11-25 07:05:33,457 ERROR amqp_server.connection.connection: closing AMQP connection 127.0.0.1:43232 -> 127.0.0.1:41985: {bad_header,<<1,0,2,0,0,16,0,0>>}
+2026-11-25 07:05:33,458 WARNING amqp_server.connection.connection: closing AMQP connection 127.0.0.1:43244 -> 127.0.0.1:41985: CHANNEL_ERROR - second 'channel.open' seen
 '''
 
 
@@ -46,7 +46,7 @@ def test_sessions_carry_their_connections_token_instead_of_the_placeholder():
 def test_an_internal_error_is_a_failure_with_the_brokers_frames_as_its_signature():
     (failure,) = log_failures(CLIENT_ERRORS + INTERNAL_ERROR + CLIENT_ERRORS)
     assert failure.signature == (
-        "ValueError at amqp_server/declarations.py:queue_declare <- amqp_server/server.py:data_received"
+        "ValueError at amqp_server/channel/declarations.py:queue_declare <- amqp_server/runtime/server.py:data_received"
     )
     assert (failure.count, failure.ports, failure.known) == (1, [35276], None)
 

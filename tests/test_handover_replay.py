@@ -1,5 +1,5 @@
 """A connection on a worker's shared port that names a queue a sibling worker owns stops before
-that frame (amqp_server/handover.py): what the client sent before it is the replay, the frame and
+that frame (amqp_server/runtime/handover.py): what the client sent before it is the replay, the frame and
 what follows the rest; a replay on a fresh connection gives the same state, and its replies are
 exactly those the client already had."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pamqp import commands
 
-from amqp_server.access_control import CLUSTER_LINK_USER
-from amqp_server.broker import Broker
-from amqp_server.connection import OPEN, Connection
-from amqp_server.handover import MAX_RECORDED, HandoverRecorder
-from amqp_server.states import HandoverState
+from amqp_server.broker.access_control import CLUSTER_LINK_USER
+from amqp_server.broker.broker import Broker
+from amqp_server.connection.connection import OPEN, Connection
+from amqp_server.runtime.handover import MAX_RECORDED, HandoverRecorder
+from amqp_server.wire.states import HandoverState
 from queues.queue import Queue
 from tests.frame_driver import PROTOCOL_HEADER, FakeClient, marshal, methods, plain_response, publish_frames
 
@@ -215,9 +215,9 @@ def test_a_moved_connection_counts_once_opened_and_once_closed_across_the_worker
     import asyncio
     import socket
 
-    from amqp_server.connection_limits import ConnectionLimit
-    from amqp_server.handover import MovedConnection
-    from amqp_server.server import AMQPProtocol
+    from amqp_server.broker.connection_limits import ConnectionLimit
+    from amqp_server.runtime.handover import MovedConnection
+    from amqp_server.runtime.server import AMQPProtocol
 
     first_broker = _broker_with_sibling_queue()
     client, moves = _client(first_broker)

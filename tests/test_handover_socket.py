@@ -1,4 +1,4 @@
-"""The socket itself moves (amqp_server/handover.py): one worker passes a client's descriptor to
+"""The socket itself moves (amqp_server/runtime/handover.py): one worker passes a client's descriptor to
 another over its Unix socket; once the first closes its copy, the client's TCP connection is still
 open (no FIN, no RST) and talks to the second. With asyncio's event loop and with uvloop's."""
 
@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from amqp_server.handover import HandoverPlan, HandoverService, MovedConnection
+from amqp_server.runtime.handover import HandoverPlan, HandoverService, MovedConnection
 
 LOOPS = ["asyncio"]
 try:
@@ -170,7 +170,7 @@ async def _offer_raw(name: str, announced: tuple[int, int, int], sent: bytes, cu
     bytes: its end shut); returns
     what the other end reads once that end's last copy in this process is closed (b"" when the
     owner closed its copy too)."""
-    from amqp_server.handover import _MAGIC, _PREFIX
+    from amqp_server.runtime.handover import _MAGIC, _PREFIX
 
     loop = asyncio.get_running_loop()
 
@@ -217,7 +217,7 @@ def test_an_offer_from_a_process_that_is_no_sibling_worker_is_not_heard():
     address = _address("strangers")
     script = f"""
 import asyncio, socket
-from amqp_server.handover import HandoverPlan, HandoverService, MovedConnection
+from amqp_server.runtime.handover import HandoverPlan, HandoverService, MovedConnection
 async def main():
     server = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(server.getsockname())
@@ -251,7 +251,7 @@ asyncio.run(main())
 def test_an_owner_that_does_not_answer_leaves_the_connection_with_the_first_worker(monkeypatch):
     """A sibling that accepted (its kernel did) but never answers: a frozen or stopped process.
     The first worker must not wait for ever with its client's connection paused."""
-    from amqp_server import handover
+    from amqp_server.runtime import handover
 
     monkeypatch.setattr(handover, "ANSWER_TIMEOUT_S", 0.3)
     address = _address("mute")
@@ -271,7 +271,7 @@ def test_an_owner_that_does_not_answer_leaves_the_connection_with_the_first_work
 def test_a_late_yes_either_arrives_before_the_first_worker_gives_up_or_fails_for_the_owner():
     """Giving up on an answer and the owner's yes cannot cross: a yes already sent is read
     (the connection moved), and after giving up the owner's yes fails (it forgets the connection)."""
-    from amqp_server.handover import _last_word
+    from amqp_server.runtime.handover import _last_word
 
     first, owner = socket.socketpair()
     with first, owner:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.config import ServerConfig
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ServerConfig
 from amqp_server.management.definitions_import import import_definitions
 from tests.frame_driver import methods, opened_client
 

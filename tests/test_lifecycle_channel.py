@@ -7,7 +7,7 @@ import time
 from pamqp import commands
 from pamqp.header import ContentHeader
 
-from amqp_server.broker import Broker
+from amqp_server.broker.broker import Broker
 from tests.frame_driver import CLIENT_CAPABILITIES, FakeClient, bodies, methods, opened_client
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pamqp import commands
 
-from amqp_server.config import ConfigError, load_config
-from amqp_server.vhost import VirtualHost
+from amqp_server.config.settings import ConfigError, load_config
+from amqp_server.broker.vhost import VirtualHost
 from queues.arguments.queue_defaults import defaults_for
 from queues.deduplication import DeduplicationCache
 from queues.message import Message, content_header

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import sys
 
-from amqp_server.log_escaping import EscapingFormatter, escape_unprintable
+from amqp_server.runtime.log_escaping import EscapingFormatter, escape_unprintable
 
 
 def record(msg: str, *args: object, exc_info: object = None) -> logging.LogRecord:
-    return logging.LogRecord("amqp_server.connection", logging.WARNING, __file__, 1, msg, args, exc_info)
+    return logging.LogRecord("amqp_server.connection.connection", logging.WARNING, __file__, 1, msg, args, exc_info)
 
 
 def test_control_format_and_separator_characters_are_escaped_and_printable_text_is_kept():

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from pamqp import commands
 
-from amqp_server.alarms import DISK, MEMORY, MemoryGauge, ResourceMonitor
-from amqp_server.broker import Broker
+from amqp_server.broker.alarms import DISK, MEMORY, MemoryGauge, ResourceMonitor
+from amqp_server.broker.broker import Broker
 from tests.frame_driver import opened_client
 from tests.test_management_client import ManagementClient, broker_with_users
 

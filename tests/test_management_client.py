@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aiohttp import test_utils
 
-from amqp_server.broker import Broker
-from amqp_server.auth import hash_password
-from amqp_server.config import ManagementConfig, ServerConfig, UserConfig
+from amqp_server.broker.broker import Broker
+from amqp_server.config.auth import hash_password
+from amqp_server.config.settings import ManagementConfig, ServerConfig, UserConfig
 from amqp_server.management.app import build_management_app
 from tests.test_metrics_values import FIXED_PROCESS
 

@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import test_utils
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.firehose import is_tracing
+from amqp_server.broker.broker import Broker
+from amqp_server.broker.firehose import is_tracing
 from amqp_server.management.definitions_transfer import export_definitions
 from amqp_server.metrics.core_collector import channel_label
 from amqp_server.metrics.http_endpoint import build_metrics_app

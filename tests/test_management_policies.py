@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amqp_server.broker import Broker
-from amqp_server.config import ServerConfig
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ServerConfig
 from persistence.definitions import FileDefinitionStore, MemoryDefinitionStore
 from tests.test_management_client import ManagementClient, api, broker, broker_with_users  # noqa: F401
 
@@ -107,7 +107,7 @@ def test_deleting_a_vhost_removes_its_policies_from_the_store():
     store = MemoryDefinitionStore()
     broker = Broker(ServerConfig(), store=store)
     vhost = broker.add_vhost("tenant")
-    from amqp_server.policies import parse_policy
+    from amqp_server.broker.policies import parse_policy
 
     vhost.set_policy(parse_policy("tenant", "p", {"pattern": ".*", "definition": {"max-length": 1}}))
     vhost.set_limits({"max-queues": 1})

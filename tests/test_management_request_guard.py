@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from amqp_server.broker import Broker
-from amqp_server.config import ManagementConfig
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ManagementConfig
 from amqp_server.management.request_guard import RequestPolicy, machine_names, split_host
 from tests.test_management_client import ManagementClient, broker  # noqa: F401  (fixture)
 from tests.test_management_client import api  # noqa: F401  (fixture)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from amqp_server.config import ManagementConfig
+from amqp_server.config.settings import ManagementConfig
 from amqp_server.management.ui_sessions import COOKIE_NAME, UiSessions
-from amqp_server.access_control import User
+from amqp_server.broker.access_control import User
 
 from tests.test_management_client import ManagementClient, api, broker, broker_with_users  # noqa: F401  (fixtures)
 

@@ -3,7 +3,7 @@ GET /api/vhosts, and kept across a restart, as in RabbitMQ 3.10."""
 
 from __future__ import annotations
 
-from amqp_server.broker import Broker
+from amqp_server.broker.broker import Broker
 from persistence.definitions import MemoryDefinitionStore
 from tests.test_management_client import ManagementClient, api, broker  # noqa: F401
 

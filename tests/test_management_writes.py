@@ -6,7 +6,7 @@ import urllib.parse
 
 from pamqp import commands
 
-from amqp_server.auth import verify_password
+from amqp_server.config.auth import verify_password
 from tests.frame_driver import methods, opened_client
 from tests.test_management_client import ManagementClient, api, broker, broker_with_users  # noqa: F401
 

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from amqp_server.broker import Broker
+from amqp_server.broker.broker import Broker
 from amqp_server.metrics.core_collector import AGGREGATED, PER_OBJECT, CoreCollector
 from tests.frame_driver import opened_client
 from tests.test_metrics_values import FIXED_PROCESS

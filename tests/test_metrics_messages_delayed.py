@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from amqp_server.broker import Broker
+from amqp_server.broker.broker import Broker
 from amqp_server.metrics.core_collector import PER_OBJECT, CoreCollector
 from amqp_server.metrics.detailed_collector import DetailedCollector
 from tests.test_management_messages_delayed import reject_two_of_three

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pamqp import commands
 
-from amqp_server.broker import Broker
+from amqp_server.broker.broker import Broker
 from amqp_server.metrics.core_collector import PER_OBJECT, CoreCollector
 from amqp_server.metrics.detailed_collector import DetailedCollector
 from queues.queue import PER_MESSAGE_OVERHEAD

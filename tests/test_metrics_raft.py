@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from amqp_server.broker import Broker
-from amqp_server.cluster_replicated import ReplicatedQueues, queue_id
+from amqp_server.broker.broker import Broker
+from cluster.replication.replicated_queues import ReplicatedQueues, queue_id
 from amqp_server.metrics.core_collector import AGGREGATED, PER_OBJECT, CoreCollector
 from cluster.replication.replica import Role
 from persistence.group_commit import GroupCommitter

@@ -15,7 +15,7 @@ from aiohttp import test_utils
 from pamqp import commands
 from prometheus_client.parser import text_string_to_metric_families
 
-from amqp_server.broker import Broker
+from amqp_server.broker.broker import Broker
 from amqp_server.metrics.http_endpoint import build_metrics_app
 from tests.frame_driver import opened_client
 

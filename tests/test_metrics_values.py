@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from amqp_server.broker import Broker
+from amqp_server.broker.broker import Broker
 from amqp_server.metrics import process_stats
 from amqp_server.metrics.core_collector import AGGREGATED, PER_OBJECT, CoreCollector
 from amqp_server.metrics.detailed_collector import DetailedCollector
@@ -257,7 +257,7 @@ def test_limits_and_alarms_are_the_brokers_own():
 
 def test_memory_and_disk_figures_are_the_alarms_measurements():
     """What the dashboards plot (used vs limit) is what the alarm compares."""
-    from amqp_server.alarms import MemoryGauge, ResourceMonitor
+    from amqp_server.broker.alarms import MemoryGauge, ResourceMonitor
     from amqp_server.metrics.broker_view import process_stats_of
 
     broker = Broker()

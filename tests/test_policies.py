@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_server.policies import ApplyTo, PolicySet, parse_policy
+from amqp_server.broker.policies import ApplyTo, PolicySet, parse_policy
 from queues.arguments.policy_keys import PolicyError, combine_with_arguments, merge_definitions, queue_arguments_of
 
 

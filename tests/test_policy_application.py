@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from amqp_server.policies import parse_policy
-from amqp_server.vhost import VirtualHost
+from amqp_server.broker.policies import parse_policy
+from amqp_server.broker.vhost import VirtualHost
 from queues.delays.delayed_retry import FAILED
 from queues.message import Message
 from queues.timers import Timers
@@ -178,8 +178,8 @@ def test_deduplication_and_consumer_timeout_come_and_go_with_a_policy():
 
 
 def test_a_policys_archive_switches_the_queues_segment_archive(tmp_path):
-    from amqp_server.broker import Broker
-    from amqp_server.config import ServerConfig
+    from amqp_server.broker.broker import Broker
+    from amqp_server.config.settings import ServerConfig
 
     broker = Broker(ServerConfig(), message_dir=tmp_path)
     vhost = broker.vhosts["/"]

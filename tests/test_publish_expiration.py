@@ -11,8 +11,8 @@ import pytest
 from pamqp import commands
 from pamqp.body import ContentBody
 
-from amqp_server.errors import AMQPError
-from amqp_server.publish_expiration import check_expiration
+from amqp_server.wire.errors import AMQPError
+from amqp_server.channel.publish_expiration import check_expiration
 from tests.frame_driver import marshal, opened_client, raw_frame
 
 

@@ -6,7 +6,7 @@ persistent message in confirm mode, and records every project source file whose 
 between the moment the publish bytes reach the broker's socket and the moment its basic.ack
 is written back (sys.setprofile on the event loop; the fsync itself runs in the group
 commit's worker thread, inside persistence/group_commit.py, which the loop side calls too).
-The hops are listed in amqp_server/server.py's docstring; this test keeps that list true and
+The hops are listed in amqp_server/runtime/server.py's docstring; this test keeps that list true and
 the number of hops at or below MAX_HOPS.
 """
 
@@ -21,14 +21,14 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqp_server.broker import Broker
-from amqp_server.config import ServerConfig
-from amqp_server.server import AMQPServer
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ServerConfig
+from amqp_server.runtime.server import AMQPServer
 from persistence.definitions import FileDefinitionStore
 from tests.frame_driver import PROTOCOL_HEADER, marshal, plain_response
 
 ROOT = Path(__file__).resolve().parent.parent
-# Issue 14 asks for at most 10 (amqp_server/server.py's docstring lists them).
+# Issue 14 asks for at most 10 (amqp_server/runtime/server.py's docstring lists them).
 MAX_HOPS = 10
 PROJECT_PACKAGES = ("amqp_server", "queues", "exchanges", "persistence")
 
@@ -120,7 +120,7 @@ async def files_of_one_confirmed_publish(data_dir: Path, apart: bool = False) ->
         protocol_class.data_received = traced_data_received
         try:
             # The trace starts in the broker's data_received and ends when the ack has arrived.
-            seen["amqp_server/server.py"] = None
+            seen["amqp_server/runtime/server.py"] = None
             wire = _publish(b"traced")
             if apart:
                 body_at = len(wire) - len(b"traced") - 8  # the body frame: 7-byte header, body, end byte
@@ -142,23 +142,23 @@ async def files_of_one_confirmed_publish(data_dir: Path, apart: bool = False) ->
 
 
 def listed_hops() -> list[str]:
-    """The files amqp_server/server.py's docstring lists as the hops ("12. queues/queue.py ...")."""
-    import amqp_server.server
+    """The files amqp_server/runtime/server.py's docstring lists as the hops ("12. queues/queue.py ...")."""
+    import amqp_server.runtime.server
 
-    return re.findall(r"^\s*\d+\.\s+(\S+\.py)\b", amqp_server.server.__doc__, re.MULTILINE)
+    return re.findall(r"^\s*\d+\.\s+(\S+\.py)\b", amqp_server.runtime.server.__doc__, re.MULTILINE)
 
 
 def test_the_hops_listed_in_server_docstring_are_the_files_a_publish_crosses(tmp_path):
     files = asyncio.run(files_of_one_confirmed_publish(tmp_path))
     assert sorted(listed_hops()) == sorted(files), (
-        "update the list in amqp_server/server.py's docstring; a publish now crosses:\n" + "\n".join(files))
+        "update the list in amqp_server/runtime/server.py's docstring; a publish now crosses:\n" + "\n".join(files))
     assert len(files) <= MAX_HOPS, (
         f"a confirmed publish crosses {len(files)} files, more than {MAX_HOPS}:\n" + "\n".join(files))
 
 
 def test_a_publish_whose_frames_come_in_separate_reads_adds_only_content_assembly(tmp_path):
     files = asyncio.run(files_of_one_confirmed_publish(tmp_path, apart=True))
-    assert sorted(files) == sorted([*listed_hops(), "amqp_server/content_assembly.py"]), "\n".join(files)
+    assert sorted(files) == sorted([*listed_hops(), "amqp_server/wire/content_assembly.py"]), "\n".join(files)
 
 
 if __name__ == "__main__":  # python -m tests.test_publish_path_files: print the hops

@@ -6,7 +6,7 @@ number below the smallest one still outstanding or being nacked; the rest go one
 
 from __future__ import annotations
 
-from amqp_server.channel import PublisherConfirms
+from amqp_server.channel.channel import PublisherConfirms
 
 ACK, NACK = True, False
 

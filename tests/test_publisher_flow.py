@@ -1,4 +1,4 @@
-"""PublisherFlow (amqp_server/publisher_blocking.py) on its own: what holds back reading from a
+"""PublisherFlow (amqp_server/connection/publisher_flow.py) on its own: what holds back reading from a
 publishing connection, and what it tells the client; flow control through a connection, and
 through the shell (server.py) over sockets. End to end through a connection, with real alarms,
 see test_alarms.py."""
@@ -13,13 +13,13 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 from pamqp.heartbeat import Heartbeat
 
-from amqp_server.alarms import MEMORY
-from amqp_server.broker import Broker
-from amqp_server.cluster_forwarded import ForwardFlow
-from amqp_server.config import ServerConfig
-from amqp_server.publisher_blocking import PublisherFlow
-from amqp_server.server import AMQPServer
-from amqp_server.states import ConnectionState
+from amqp_server.broker.alarms import MEMORY
+from amqp_server.broker.broker import Broker
+from cluster.links.forwarded import ForwardFlow
+from amqp_server.config.settings import ServerConfig
+from amqp_server.connection.publisher_flow import PublisherFlow
+from amqp_server.runtime.server import AMQPServer
+from amqp_server.wire.states import ConnectionState
 from persistence.definitions import FileDefinitionStore
 from queues.queue import FLOW_HIGH, FLOW_LOW
 from tests.frame_driver import CLIENT_CAPABILITIES, PROTOCOL_HEADER, marshal, opened_client, plain_response, publish_frames

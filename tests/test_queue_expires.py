@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amqp_server.vhost import VirtualHost
+from amqp_server.broker.vhost import VirtualHost
 from queues.timers import Timers
 
 

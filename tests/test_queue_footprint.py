@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.vhost import VirtualHost
+from amqp_server.broker.broker import Broker
+from amqp_server.broker.vhost import VirtualHost
 from persistence.queue_store import QueueStore
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import FAILED

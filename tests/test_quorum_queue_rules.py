@@ -8,8 +8,8 @@ import struct
 import pytest
 from pamqp import commands
 
-from amqp_server.errors import AMQPError
-from amqp_server.vhost import VirtualHost
+from amqp_server.wire.errors import AMQPError
+from amqp_server.broker.vhost import VirtualHost
 from queues.arguments import QueueArguments
 from queues.delivery_count import get_ok_header, header_with_delivery_count
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, content_header

@@ -1,4 +1,4 @@
-"""The replicated queue's journal (amqp_server/replicated_journal.py) on a real replica log and
+"""The replicated queue's journal (cluster/replication/replicated_journal.py) on a real replica log and
 queue store, with the replica's commits and role changes driven by hand:
 
 - a confirm (request_sync) waits for the replica's commit index to cover every record so far,
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from amqp_server.replicated_journal import NotReplicated, ReplicatedJournal
+from cluster.replication.replicated_journal import NotReplicated, ReplicatedJournal
 from cluster.replication.log import FileReplicaLog
 from cluster.replication.queue_log import Held, QueueState
 from cluster.replication.replica import Role

@@ -24,11 +24,11 @@ from typing import Any, AsyncIterator
 import pytest
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.cluster_definition_keys import entry_key
-from amqp_server.cluster_definitions import SharedDefinitions
-from amqp_server.config import ClusterConfig, ServerConfig
-from amqp_server.replicated_journal import ReplicatedJournal
+from amqp_server.broker.broker import Broker
+from cluster.definitions.keys import entry_key
+from cluster.definitions.shared import SharedDefinitions
+from amqp_server.config.settings import ClusterConfig, ServerConfig
+from cluster.replication.replicated_journal import ReplicatedJournal
 from cluster import connect, parse_cluster_address
 from cluster.coordinator import Coordinator, KeyValue, WatchEvent
 from cluster.replication.log import FileReplicaLog

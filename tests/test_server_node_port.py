@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from amqp_server.broker import Broker
-from amqp_server.config import ServerConfig
-from amqp_server.server import AMQPServer
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ServerConfig
+from amqp_server.runtime.server import AMQPServer
 from persistence.definitions import FileDefinitionStore
 
 

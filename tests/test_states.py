@@ -1,4 +1,4 @@
-"""The connection's and the channel's state tables (amqp_server/states.py), and that the
+"""The connection's and the channel's state tables (amqp_server/wire/states.py), and that the
 connection and channel move only through them."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from pamqp import commands
 
-from amqp_server.connection import Connection
-from amqp_server.errors import AMQPError
-from amqp_server.states import (
+from amqp_server.connection.connection import Connection
+from amqp_server.wire.errors import AMQPError
+from amqp_server.wire.states import (
     CHANNEL_TRANSITIONS,
     CONNECTION_TRANSITIONS,
     ChannelEvent,

@@ -1,4 +1,4 @@
-"""amqp_server/tls.py: the server context follows [tls] versions; the session names RabbitMQ's items."""
+"""amqp_server/config/tls.py: the server context follows [tls] versions; the session names RabbitMQ's items."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import trustme
 
-from amqp_server.config import TlsConfig
-from amqp_server.tls import TlsListenerContext, _cipher_parts, build_server_context
+from amqp_server.config.settings import TlsConfig
+from amqp_server.config.tls import TlsListenerContext, _cipher_parts, build_server_context
 
 
 @pytest.fixture

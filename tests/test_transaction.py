@@ -1,12 +1,12 @@
-"""Transaction (amqp_server/transaction.py) on its own: what it keeps for tx.commit, and the
+"""Transaction (amqp_server/channel/transaction.py) on its own: what it keeps for tx.commit, and the
 delivery tags it refuses as RabbitMQ does. End to end through a channel: test_channel_tx.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from amqp_server.errors import AMQPError
-from amqp_server.transaction import Transaction
+from amqp_server.wire.errors import AMQPError
+from amqp_server.channel.transaction import Transaction
 
 
 class StubChannel:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amqp_server.unacked_store import Unacked, UnackedStore
+from amqp_server.channel.unacked_store import Unacked, UnackedStore
 
 
 def _store(tags: list[int]) -> UnackedStore:

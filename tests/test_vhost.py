@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from amqp_server.errors import AMQPError
-from amqp_server.vhost import VirtualHost
+from amqp_server.wire.errors import AMQPError
+from amqp_server.broker.vhost import VirtualHost
 from queues.consumer import Consumer
 from queues.message import Message
 

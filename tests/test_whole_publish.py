@@ -14,10 +14,10 @@ from pamqp import commands
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqp_server import codec
-from amqp_server.broker import Broker
-from amqp_server.config import ServerConfig
-from amqp_server.errors import AMQPError
+from amqp_server.wire import codec
+from amqp_server.broker.broker import Broker
+from amqp_server.config.settings import ServerConfig
+from amqp_server.wire.errors import AMQPError
 from queues.queue import FLOW_HIGH
 from tests.frame_driver import FakeClient, marshal, methods, opened_client, publish_frames, raw_frame, split_raw, unmarshal_all
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from amqp_server.config import ConfigError, load_config
-from amqp_server.workers import plan_workers, worker_node_name
+from amqp_server.config.settings import ConfigError, load_config
+from amqp_server.runtime.workers import plan_workers, worker_node_name
 
 CLUSTER = ["--cluster", "etcd://127.0.0.1:2379/w"]
 

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from amqp_server.workers import RESTART_LIMIT
+from amqp_server.runtime.workers import RESTART_LIMIT
 
 # argv: index, fd, behaviour. Prints "worker K pid P ready" and "worker K pid P stopped".
 FAKE_WORKER = r"""
@@ -42,7 +42,7 @@ print(f"worker {index} pid {os.getpid()} stopped", flush=True)
 DRIVER = r"""
 import logging, sys
 from pathlib import Path
-from amqp_server.workers import Supervisor, WorkerPlan
+from amqp_server.runtime.workers import Supervisor, WorkerPlan
 logging.basicConfig(level="INFO", stream=sys.stdout)
 fake, behaviour, watchdog_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
 plans = [WorkerPlan(k, f"w-{k}", Path("."), 0, 0, 0, 0) for k in (1, 2)]

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from amqp_server.config import ConfigError, parse_byte_size
+from amqp_server.config.settings import ConfigError, parse_byte_size
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import item_reply, no_content, read_body
 
 if TYPE_CHECKING:
-    from amqp_server.alarms import ResourceAlarms
+    from amqp_server.broker.alarms import ResourceAlarms
 
 PREFIX = "/api/amqp-server"
 

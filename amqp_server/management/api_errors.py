@@ -6,8 +6,8 @@ into `{"error": ..., "reason": ...}` as RabbitMQ's management plugin answers.
 
 from __future__ import annotations
 
-from amqp_server import errors
-from amqp_server.errors import AMQPError
+from amqp_server.wire import errors
+from amqp_server.wire.errors import AMQPError
 
 REALM = 'Basic realm="RabbitMQ Management"'
 

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from amqp_server.codec import InvalidContentHeader, check_content_header
+from amqp_server.wire.codec import InvalidContentHeader, check_content_header
 from amqp_server.management import api_errors
 from queues.field_tables import MAX_NESTING_DEPTH
 from queues.message import Message
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.broker import Broker
+    from amqp_server.broker.vhost import VirtualHost
     from exchanges.exchange import Exchange
 
 _CONTENT_HEADER_PREFIX = struct.Struct(">HHQ")

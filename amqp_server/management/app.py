@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from amqp_server.config import ManagementConfig
-from amqp_server.errors import AMQPError
+from amqp_server.config.settings import ManagementConfig
+from amqp_server.wire.errors import AMQPError
 from amqp_server.management import (
     alarm_routes,
     binding_routes,
@@ -55,8 +55,8 @@ from amqp_server.metrics.broker_view import process_stats_of
 from amqp_server.metrics.process_stats import ProcessStats
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
-    from amqp_server.tls import TlsListenerContext
+    from amqp_server.broker.broker import Broker
+    from amqp_server.config.tls import TlsListenerContext
 
 # Definitions files of large brokers run to megabytes; aiohttp's default cap is 1 MiB.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from amqp_server.errors import AMQPError
+from amqp_server.wire.errors import AMQPError
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
 from amqp_server.management.exchange_routes import DEFAULT_EXCHANGE_ALIAS, exchange_name
@@ -29,7 +29,7 @@ from amqp_server.management.http_io import (
 from amqp_server.management.topology_json import all_bindings, all_bindings_json, binding_json, properties_key
 
 if TYPE_CHECKING:
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.vhost import VirtualHost
     from exchanges.exchange import Exchange
     from queues.queue import Queue
 

@@ -24,12 +24,12 @@ import binascii
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from amqp_server.access_control import AccessControl, AuthenticationFailed, LoopbackOnly, User, is_loopback_address
+from amqp_server.broker.access_control import AccessControl, AuthenticationFailed, LoopbackOnly, User, is_loopback_address
 from amqp_server.management import api_errors
 from amqp_server.management.login_throttle import LoginThrottle
 
 if TYPE_CHECKING:
-    from amqp_server.connection import Connection
+    from amqp_server.connection.connection import Connection
 
 ADMINISTRATOR = "administrator"
 MONITORING = "monitoring"

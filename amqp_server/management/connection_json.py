@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.metrics.broker_view import unconfirmed_count
 from amqp_server.metrics.core_collector import channel_label
-from amqp_server.states import ConnectionState
+from amqp_server.wire.states import ConnectionState
 
 if TYPE_CHECKING:
-    from amqp_server.channel import Channel
-    from amqp_server.connection import Connection
+    from amqp_server.channel.channel import Channel
+    from amqp_server.connection.connection import Connection
     from amqp_server.management.rates import RateSampler
     from queues.consumer import Consumer
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from amqp_server.errors import CONNECTION_FORCED
+from amqp_server.wire.errors import CONNECTION_FORCED
 from amqp_server.management import api_errors
 from amqp_server.management.connection_json import channel_json, connection_json, consumer_json
 from amqp_server.management.context import caller, context
@@ -21,7 +21,7 @@ from amqp_server.metrics.broker_view import channels_of
 from amqp_server.metrics.core_collector import channel_label
 
 if TYPE_CHECKING:
-    from amqp_server.connection import Connection
+    from amqp_server.connection.connection import Connection
 
 DEFAULT_CLOSE_REASON = "Closed via management plugin"
 

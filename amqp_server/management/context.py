@@ -22,9 +22,9 @@ from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
 from amqp_server.metrics.process_stats import ProcessStats
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
+    from amqp_server.broker.broker import Broker
     from amqp_server.management.caller import Caller
-    from amqp_server.tls import TlsListenerContext
+    from amqp_server.config.tls import TlsListenerContext
 
 CONTEXT_KEY = web.AppKey("management_context", object)
 # aiohttp 3.12+ types request keys; older versions take a plain string.

@@ -22,20 +22,20 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from amqp_server import errors
-from amqp_server.errors import AMQPError
+from amqp_server.wire import errors
+from amqp_server.wire.errors import AMQPError
 from amqp_server.management import api_errors
 from amqp_server.management.definitions_transfer import password_hash_of, set_user, user_tags, vhost_metadata_of
 from amqp_server.management.http_io import as_bool, as_table
-from amqp_server.policies import Policy, parse_policy
-from amqp_server.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
+from amqp_server.broker.policies import Policy, parse_policy
+from amqp_server.broker.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 from exchanges.registry import EXCHANGE_TYPES
 from queues.arguments import InvalidArgument, QueueArguments, equivalence
 from queues.arguments.equivalence import Inequivalent
 from queues.arguments.policy_keys import PolicyError
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
+    from amqp_server.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
-from amqp_server.definitions_export import topology_definitions
+from amqp_server.config.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
+from amqp_server.broker.definitions_export import topology_definitions
 from amqp_server.management import api_errors
 from amqp_server.management.node_json import permission_json, user_json
 from amqp_server.metrics import identity
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.broker import Broker
+    from amqp_server.broker.vhost import VirtualHost
 
 _VERSION_FIELDS = {
     "rabbit_version": identity.RABBITMQ_COMPATIBLE_VERSION,

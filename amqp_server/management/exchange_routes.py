@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from amqp_server.errors import AMQPError
+from amqp_server.wire.errors import AMQPError
 from amqp_server.management import api_errors, api_publish
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import (
@@ -30,7 +30,7 @@ from amqp_server.management.http_io import (
 from amqp_server.management.topology_json import all_bindings, binding_json, exchange_json
 
 if TYPE_CHECKING:
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.vhost import VirtualHost
     from exchanges.exchange import Exchange
 
 DEFAULT_EXCHANGE_ALIAS = "amq.default"

@@ -23,9 +23,9 @@ from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
+    from amqp_server.broker.broker import Broker
     from amqp_server.management.caller import Caller
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.vhost import VirtualHost
 
 MAX_PAGE_SIZE = 500  # RabbitMQ's limit
 T = TypeVar("T")

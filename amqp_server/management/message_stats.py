@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from queues.queue import QueueStats
 
 if TYPE_CHECKING:
-    from amqp_server.broker_stats import BrokerStats
+    from amqp_server.broker.stats import BrokerStats
 
 
 def queue_message_counts(stats: QueueStats, include_publish: bool = True) -> dict[str, int]:

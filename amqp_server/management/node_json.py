@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.access_control import User
-from amqp_server.auth import HASHING_ALGORITHM
-from amqp_server.config import PermissionConfig
-from amqp_server.firehose import is_tracing
+from amqp_server.broker.access_control import User
+from amqp_server.config.auth import HASHING_ALGORITHM
+from amqp_server.config.settings import PermissionConfig
+from amqp_server.broker.firehose import is_tracing
 from amqp_server.management.context import OVERVIEW_KEY, ManagementContext
 from amqp_server.management.http_io import vhosts_visible_to
 from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
@@ -19,7 +19,7 @@ from amqp_server.metrics.process_stats import uptime_seconds
 
 if TYPE_CHECKING:
     from amqp_server.management.caller import Caller
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.vhost import VirtualHost
     from cluster.membership import NodeRecord
 
 EXCHANGE_TYPES = [

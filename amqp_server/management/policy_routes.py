@@ -25,11 +25,11 @@ from amqp_server.management.http_io import (
     vhost_for_write,
     vhost_named,
 )
-from amqp_server.policies import PolicySet, parse_policy
+from amqp_server.broker.policies import PolicySet, parse_policy
 from queues.arguments.policy_keys import PolicyError
 
 if TYPE_CHECKING:
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.vhost import VirtualHost
 
 POLICYMAKER = "policymaker"
 

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.connection import Connection
-from amqp_server import policy_application
+from amqp_server.connection.connection import Connection
+from amqp_server.broker import policy_application
 from amqp_server.management.connection_json import connection_details, consumer_json
 from amqp_server.management.message_stats import queue_depth_counts, queue_message_counts
 from amqp_server.management.rates import RateSampler
 from amqp_server.metrics.queue_sizes import queue_sizes
 
 if TYPE_CHECKING:
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.vhost import VirtualHost
     from queues.queue import Queue
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from amqp_server.errors import AMQPError
+from amqp_server.wire.errors import AMQPError
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import (
@@ -36,8 +36,8 @@ from amqp_server.metrics.queue_sizes import unacked_bytes_by_queue
 from queues.arguments.queue_type_rules import QUORUM
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.broker import Broker
+    from amqp_server.broker.vhost import VirtualHost
     from queues.queue import Queue
 
 MAX_NAME_LENGTH = 255

@@ -26,7 +26,7 @@ from amqp_server.management.http_io import no_content, read_body, visible_vhost
 from queues.arguments.queue_type_rules import QUORUM
 
 if TYPE_CHECKING:
-    from amqp_server.cluster_replicated import ReplicatedQueues
+    from cluster.replication.replicated_queues import ReplicatedQueues
 
 QUEUE_PATH = PREFIX + "/queues/{vhost}/{name}"
 _CLASSIC_REFUSALS = {
@@ -57,7 +57,7 @@ async def _node_in_body(request: web.Request) -> str:
 
 
 async def _apply(change: Callable[[], Awaitable[None]]) -> web.Response:
-    from amqp_server.cluster_replicated import MembershipRefused  # only a clustered broker gets here
+    from cluster.replication.replicated_queues import MembershipRefused  # only a clustered broker gets here
     from cluster.coordinator import CoordinationUnavailable
 
     try:

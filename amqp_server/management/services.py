@@ -16,10 +16,10 @@ from amqp_server.metrics.http_endpoint import build_metrics_app
 from amqp_server.metrics.http_service import HttpService
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
-    from amqp_server.config import ServerConfig
-    from amqp_server.server import AMQPServer
-    from amqp_server.tls import TlsListenerContext
+    from amqp_server.broker.broker import Broker
+    from amqp_server.config.settings import ServerConfig
+    from amqp_server.runtime.server import AMQPServer
+    from amqp_server.config.tls import TlsListenerContext
 
 log = logging.getLogger(__name__)
 

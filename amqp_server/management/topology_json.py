@@ -14,13 +14,13 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from amqp_server import policy_application
+from amqp_server.broker import policy_application
 from exchanges.exchange import Exchange
 from exchanges.field_table import canonical_table
 from queues.queue import Queue
 
 if TYPE_CHECKING:
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.vhost import VirtualHost
 
 Binding = tuple[Exchange, "Queue | Exchange", str, dict[str, Any]]
 

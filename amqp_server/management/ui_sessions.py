@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from amqp_server.access_control import AccessControl, User
+from amqp_server.broker.access_control import AccessControl, User
 from amqp_server.management import api_errors
 from amqp_server.management.caller import Caller, management_caller
 from amqp_server.management.request_guard import SAFE_METHODS

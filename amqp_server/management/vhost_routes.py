@@ -1,6 +1,6 @@
 """/api/vhosts: list, show, create and delete virtual hosts (writes need administrator).
 
-PUT with `{"tracing": true|false}` switches the vhost's firehose (amqp_server/firehose.py), as
+PUT with `{"tracing": true|false}` switches the vhost's firehose (amqp_server/broker/firehose.py), as
 RabbitMQ's API does; like RabbitMQ, the switch does not survive a restart.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from amqp_server.firehose import set_tracing
+from amqp_server.broker.firehose import set_tracing
 from amqp_server.management.connection_json import channel_json, connection_json
 from amqp_server.management.context import caller, context
 from amqp_server.management.definitions_transfer import vhost_metadata_of

@@ -15,10 +15,10 @@ from amqp_server.metrics.process_stats import ProcessStats, sample_process_stats
 from queues.queue import Queue, QueueStats
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
-    from amqp_server.channel import Channel
-    from amqp_server.connection import Connection
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.broker import Broker
+    from amqp_server.channel.channel import Channel
+    from amqp_server.connection.connection import Connection
+    from amqp_server.broker.vhost import VirtualHost
 
 DEAD_LETTER_REASONS = ("expired", "rejected", "maxlen", "delivery_limit")
 # RabbitMQ labels dead-lettering by what happens to the message: republished to a DLX

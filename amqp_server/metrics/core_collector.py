@@ -37,7 +37,7 @@ from amqp_server.metrics.process_stats import ProcessStats, uptime_seconds
 from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_bytes_by_queue
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
+    from amqp_server.broker.broker import Broker
 
 AGGREGATED = "aggregated"
 PER_OBJECT = "per-object"

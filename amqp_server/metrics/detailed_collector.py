@@ -28,8 +28,8 @@ from amqp_server.metrics.core_collector import (
 )
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
-    from amqp_server.vhost import VirtualHost
+    from amqp_server.broker.broker import Broker
+    from amqp_server.broker.vhost import VirtualHost
     from queues.queue import Queue
 
 PREFIX = "rabbitmq_detailed_"

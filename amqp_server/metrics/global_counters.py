@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from amqp_server.metrics.broker_view import DEAD_LETTER_REASONS, BrokerSnapshot
 
 if TYPE_CHECKING:
-    from amqp_server.broker_stats import BrokerStats
+    from amqp_server.broker.stats import BrokerStats
 
 PROTOCOL = "amqp091"
 QUEUE_TYPE = "rabbit_classic_queue"

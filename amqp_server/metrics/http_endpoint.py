@@ -20,7 +20,7 @@ from amqp_server.metrics.broker_view import process_stats_of
 from amqp_server.metrics.process_stats import ProcessStats
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
+    from amqp_server.broker.broker import Broker
 
 
 def build_metrics_app(

@@ -12,10 +12,10 @@ import hashlib
 import platform
 from typing import TYPE_CHECKING
 
-from amqp_server.handshake import PRODUCT, VERSION
+from amqp_server.connection.handshake import PRODUCT, VERSION
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
+    from amqp_server.broker.broker import Broker
 
 RABBITMQ_COMPATIBLE_VERSION = "3.10.8"
 PRODUCT_NAME = PRODUCT

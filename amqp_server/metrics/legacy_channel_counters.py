@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from amqp_server.metrics.broker_view import BrokerSnapshot
 
 if TYPE_CHECKING:
-    from amqp_server.broker_stats import BrokerStats
+    from amqp_server.broker.stats import BrokerStats
 
 
 def legacy_channel_counter_families(stats: "BrokerStats", snapshot: BrokerSnapshot) -> Iterator[Metric]:

@@ -1,7 +1,7 @@
 """The published-message size histogram (RabbitMQ's rabbitmq_message_size_bytes).
 
 The counts are plain integers in BrokerStats (`received_sizes`, `received_bytes`), bumped
-where a publish's message is made (amqp_server/channel.py, `Channel._complete_publish`: one
+where a publish's message is made (amqp_server/channel/channel.py, `Channel._complete_publish`: one
 index into a list, no call into this file per message). This file defines the buckets and folds those counts into
 Prometheus' cumulative buckets when metrics are scraped.
 """
@@ -15,7 +15,7 @@ BUCKET_BOUNDS = (100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 50_000_000,
 # How many counts the histogram keeps: one per bound, then one for sizes above every bound (+Inf).
 BUCKET_COUNT = len(BUCKET_BOUNDS) + 1
 # The first bound alone: most messages are at most this, and the publish path tests it before
-# any bisect (amqp_server/channel.py).
+# any bisect (amqp_server/channel/channel.py).
 FIRST_BOUND = BUCKET_BOUNDS[0]
 
 

@@ -18,7 +18,7 @@ from amqp_server.metrics.broker_view import channels_of
 from queues.queue import PER_MESSAGE_OVERHEAD
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
+    from amqp_server.broker.broker import Broker
     from queues.queue import Queue
 
 

@@ -6,7 +6,7 @@ the leader's queue store held, in the same order; the empty payload is a new lea
 One payload is the log's own: the **delivery horizon** (`horizon_payload`), the highest message
 seq the leader may deliver; the leader delivers a message only once a horizon covering it is
 committed, so a new leader knows which messages its predecessor may have delivered without
-their `delivered` record reaching it (amqp_server/replicated_journal.py).
+their `delivered` record reaching it (cluster/replication/replicated_journal.py).
 
 `QueueState` folds those records into the queue's messages: which are ready (in publish
 order), which are held by a consumer and their delivery counts. A new leader folds its whole

@@ -54,7 +54,7 @@ class DelayingExchange(Protocol):
 
 
 class Vhost(Protocol):
-    """What holding and releasing need of the vhost (amqp_server.vhost.VirtualHost)."""
+    """What holding and releasing need of the vhost (amqp_server.broker.vhost.VirtualHost)."""
 
     name: str
     timers: Timers

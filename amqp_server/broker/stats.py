@@ -1,0 +1,43 @@
+"""Broker-wide counters: plain integers bumped on the hot path, read when metrics are scraped."""
+
+from __future__ import annotations
+
+from amqp_server.metrics.message_sizes import BUCKET_COUNT
+
+
+class BrokerStats:
+    """What the broker did since it started (RabbitMQ's global counters)."""
+
+    __slots__ = (
+        "received",
+        "received_confirm",
+        "routed",
+        "returned",
+        "dropped",
+        "confirmed",
+        "acked",
+        "get",
+        "get_empty",
+        "queues_declared",
+        "queues_created",
+        "queues_deleted",
+        "connections_opened",
+        "connections_closed",
+        "channels_opened",
+        "channels_closed",
+        "received_sizes",
+        "received_bytes",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+        # The message size histogram's counts, per bucket of metrics/message_sizes.py (folded
+        # into the metric when it is scraped), and the sum of the sizes.
+        self.received_sizes = [0] * BUCKET_COUNT
+
+    def uncount_opening(self, connections: int, channels: int) -> None:
+        """Connections and channels just counted as opened that were counted so elsewhere: a
+        connection replayed from a sibling worker's socket (amqp_server/runtime/handover.py)."""
+        self.connections_opened -= connections
+        self.channels_opened -= channels

@@ -1,0 +1,251 @@
+"""Handlers for the channel, basic and confirm methods (the tx methods: transaction.py).
+
+Each handler takes the channel and the decoded pamqp method, replies through the connection,
+and raises AMQPError with RabbitMQ's code and text when it refuses. basic.publish and basic.ack
+take fast paths in channel.py, which also does the work of publishing; settling deliveries
+is in settlement.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from amqp_server.wire import codec, errors
+from cluster.links.remote_queue import refuse_if_unavailable
+from amqp_server.wire.errors import AMQPError
+from amqp_server.broker.reply_to import REPLY_QUEUE
+from amqp_server.channel.settlement import apply_settlement, settle
+from amqp_server.channel.transaction import tx_commit, tx_rollback, tx_select
+from amqp_server.channel.unacked_store import Unacked
+from queues.arguments import amqp_type_name
+from queues.consumer import Consumer
+from queues.delays.delayed_retry import RETURNED
+from queues.delivery_count import get_ok_header
+
+if TYPE_CHECKING:
+    from amqp_server.channel.channel import Channel
+
+
+def reply(channel: "Channel", method: Any) -> None:
+    """Send a method reply on the channel, after any earlier one that waits for disk."""
+    channel.replies.send(method)
+
+
+def queue_name_or_last(channel: "Channel", name: str) -> str:
+    """An empty queue name means the queue last declared on this channel (AMQP shortcut)."""
+    if name:
+        return name
+    if not channel.last_queue_name:
+        raise AMQPError(errors.NOT_FOUND, "no previously declared queue")
+    return channel.last_queue_name
+
+
+# -- channel class -------------------------------------------------------------------------
+
+
+def channel_flow(channel: "Channel", method: commands.Channel.Flow) -> None:
+    # RabbitMQ does not let a client stop deliveries with channel.flow (basic.qos does that).
+    if not method.active:
+        raise AMQPError(errors.NOT_IMPLEMENTED, "active=false")
+    reply(channel, commands.Channel.FlowOk(active=True))
+
+
+def channel_close(channel: "Channel", method: commands.Channel.Close) -> None:
+    channel.connection.close_channel(channel)
+    reply(channel, commands.Channel.CloseOk())
+
+
+def channel_open(channel: "Channel", method: commands.Channel.Open) -> None:
+    raise AMQPError(errors.CHANNEL_ERROR, "second 'channel.open' seen")
+
+
+# -- basic class ---------------------------------------------------------------------------
+
+
+def basic_qos(channel: "Channel", method: commands.Basic.Qos) -> None:
+    if method.prefetch_size:
+        raise AMQPError(errors.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
+    channel.set_prefetch(method.prefetch_count, method.global_)
+    if not method.global_:
+        # RabbitMQ applies a new per-consumer limit only to later consumers; applying it to the
+        # running ones too is what Celery's dynamic prefetch needs (rabbitmq-server#11948).
+        for consumer in channel.consumers.values():
+            consumer.set_prefetch(method.prefetch_count)
+            if consumer.queue.is_remote:
+                consumer.queue.prefetch_changed(consumer)  # its owner node's limit too
+    reply(channel, commands.Basic.QosOk())
+    channel.dispatch_all()
+
+
+def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
+    connection = channel.connection
+    tag = method.consumer_tag or _unique_tag(channel)
+    if tag in channel.consumers or tag == channel.reply_consumer_tag:
+        raise AMQPError(errors.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+    if method.queue == REPLY_QUEUE:
+        _consume_replies(channel, method, tag)
+        return
+    queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
+    connection.check_permission("read", "queue", queue.name)
+    refuse_if_unavailable(queue)
+    if queue.has_exclusive_consumer() or (method.exclusive and queue.consumer_count):
+        raise AMQPError(
+            errors.ACCESS_REFUSED, f"{errors.resource('queue', queue.name, channel.vhost.name)} in exclusive use"
+        )
+    arguments = method.arguments or {}
+    priority = arguments.get("x-priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise AMQPError(
+            errors.PRECONDITION_FAILED,
+            f"invalid arg 'x-priority' for {errors.resource('queue', queue.name, channel.vhost.name)}: "
+            f'"expected integer, got {amqp_type_name(priority)}"',
+        )
+    timeout_ms = arguments.get("x-consumer-timeout", queue.settings.consumer_timeout_ms)
+    if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0):
+        raise AMQPError(
+            errors.PRECONDITION_FAILED,
+            f"invalid arg 'x-consumer-timeout' for {errors.resource('queue', queue.name, channel.vhost.name)}",
+        )
+    consumer = Consumer(
+        tag,
+        queue,
+        channel,
+        no_ack=method.no_ack,
+        exclusive=method.exclusive,
+        priority=priority,
+        prefetch_count=channel.prefetch_count,
+        arguments=arguments,
+        timeout_ms=None if method.no_ack else timeout_ms or None,
+    )
+    channel.add_consumer(consumer)
+    if queue.is_remote:
+        queue.subscribe(channel, consumer, method.nowait)  # consume-ok once its owner node's comes
+        return
+    if not method.nowait:
+        reply(channel, commands.Basic.ConsumeOk(consumer_tag=tag))
+    queue.add_consumer(consumer)
+
+
+def _unique_tag(channel: "Channel") -> str:
+    return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+def _consume_replies(channel: "Channel", method: commands.Basic.Consume, tag: str) -> None:
+    if not method.no_ack:
+        raise AMQPError(errors.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+    if channel.reply_key is not None:
+        raise AMQPError(errors.PRECONDITION_FAILED, "reply consumer already set")
+    channel.start_reply_consumer(tag)
+    if not method.nowait:
+        reply(channel, commands.Basic.ConsumeOk(consumer_tag=tag))
+
+
+def basic_cancel(channel: "Channel", method: commands.Basic.Cancel) -> None:
+    tag = method.consumer_tag
+    if tag == channel.reply_consumer_tag and channel.reply_key is not None:
+        channel.stop_reply_consumer()
+    consumer = channel.remove_consumer(tag)
+    if not method.nowait:
+        reply(channel, commands.Basic.CancelOk(consumer_tag=tag))
+    if consumer is not None:
+        consumer.queue.remove_consumer(consumer)
+
+
+def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
+    connection = channel.connection
+    queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
+    connection.check_permission("read", "queue", queue.name)
+    if queue.is_remote:
+        queue.check_available()
+        queue.fetch_for(channel, method.no_ack)  # get-ok or get-empty once its owner node answers
+        return
+    if queue.single_active is not None:
+        raise AMQPError(
+            errors.RESOURCE_LOCKED,
+            f"cannot obtain access to locked {errors.resource('queue', queue.name, channel.vhost.name)}. "
+            "basic.get operations are not supported by quorum queues with single active consumer",
+        )
+    entry = queue.get(method.no_ack)
+    if entry is None:
+        connection.broker.stats.get_empty += 1
+        reply(channel, commands.Basic.GetEmpty())
+        return
+    tag = channel.take_delivery_tag()
+    if not method.no_ack:
+        channel.unacked.add(tag, Unacked(entry, queue, None))
+        if queue.settings.consumer_timeout_ms:
+            channel.track_timeout(tag, queue.settings.consumer_timeout_ms)
+    message = entry.message
+    if channel.vhost.firehose is not None:
+        channel.vhost.firehose.delivered(queue.name, message, entry.redelivered, connection, channel.id)
+    raw_header = get_ok_header(queue.settings, message, entry.delivery_count)
+    frames = [codec.get_ok_frame(channel.id, tag, entry.redelivered, message.routing_raw, queue.message_count)]
+    codec.content_frames(frames, channel.id, raw_header, message.body, connection.max_body_frame)
+    queue.after_get(entry)
+    wait = queue.journal.delivery_wait if queue.journal is not None and entry.persisted else None
+    if wait is None:
+        channel.replies.send_frames(frames)
+    else:  # a replicated queue: the get-ok leaves once its `delivered` record is on a majority
+        channel.replies.send_when_durable(b"".join(frames), wait, "basic.get")
+    connection.broker.stats.get += 1
+
+
+def basic_nack(channel: "Channel", method: commands.Basic.Nack) -> None:
+    settle(channel, "nack", method.delivery_tag, method.multiple, method.requeue)
+
+
+def basic_reject(channel: "Channel", method: commands.Basic.Reject) -> None:
+    settle(channel, "reject", method.delivery_tag, False, method.requeue)
+
+
+def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
+    if not method.requeue:
+        raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
+    # RabbitMQ answers recover-ok before the redeliveries.
+    reply(channel, commands.Basic.RecoverOk())
+    channel.forget_timeouts(0, True)
+    apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
+
+
+def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync) -> None:
+    if not method.requeue:
+        raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
+    channel.forget_timeouts(0, True)
+    apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
+
+
+# -- confirm (tx: transaction.py) ---------------------------------------------------------
+
+
+def confirm_select(channel: "Channel", method: commands.Confirm.Select) -> None:
+    if channel.transaction is not None:
+        raise AMQPError(errors.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+    channel.select_confirms()
+    if not method.nowait:
+        reply(channel, commands.Confirm.SelectOk())
+
+
+# basic.ack is not here: Channel.handle_method settles every basic.ack on its fast path
+# (codec.decode_ack) before it looks a method up in this table.
+METHOD_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {
+    commands.Channel.Open: channel_open,
+    commands.Channel.Flow: channel_flow,
+    commands.Channel.Close: channel_close,
+    commands.Basic.Qos: basic_qos,
+    commands.Basic.Consume: basic_consume,
+    commands.Basic.Cancel: basic_cancel,
+    commands.Basic.Get: basic_get,
+    commands.Basic.Nack: basic_nack,
+    commands.Basic.Reject: basic_reject,
+    commands.Basic.Recover: basic_recover,
+    commands.Basic.RecoverAsync: basic_recover_async,
+    commands.Confirm.Select: confirm_select,
+    commands.Tx.Select: tx_select,
+    commands.Tx.Commit: tx_commit,
+    commands.Tx.Rollback: tx_rollback,
+}

@@ -1,0 +1,109 @@
+"""Settling deliveries on a channel: basic.ack, basic.nack and basic.reject of delivery tags.
+
+A tag (or, with `multiple`, every tag up to it; 0 means all) must be an unacked delivery of
+the channel, else the channel is closed with 406 "unknown delivery tag"; a tag that already
+timed out (consumer timeout) went back to its queue and is ignored. In a transaction the tags
+are checked at once but settled at tx.commit; as in RabbitMQ, a tag settled earlier in the same
+transaction is already unknown (tx.rollback makes it known again). The 406 names the method
+that settled: basic.ack (60,80), basic.reject (60,90) or basic.nack (60,120). Acked messages
+are done; nacked or rejected ones are requeued (queues/requeue.py decides where) or leave
+their queue (to its dead-letter exchange). Room freed on consumers is offered messages again
+at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from amqp_server.wire import errors
+from amqp_server.wire.errors import AMQPError
+from amqp_server.channel.unacked_store import Unacked
+from queues.consumer import Consumer
+from queues.delays.delayed_retry import FAILED
+from queues.queue import Queue
+from queues.message import QueueEntry
+
+if TYPE_CHECKING:
+    from amqp_server.channel.channel import Channel
+
+
+# The method a settlement came as, for the class and method ids of its 406.
+_METHOD_IDS = {"ack": 80, "reject": 90, "nack": 120}
+
+
+def settle(channel: "Channel", kind: str, tag: int, multiple: bool, requeue: bool) -> None:
+    """ack / nack / reject (`kind`) of one delivery tag, or of all up to it with `multiple`."""
+    if channel.transaction is not None:
+        channel.transaction.settle(channel, kind, tag, multiple, requeue)  # applied at tx.commit
+        return
+    taken = take_unacked(channel, kind, tag, multiple)
+    apply_settlement(channel, kind, taken, requeue)
+
+
+def take_unacked(channel: "Channel", kind: str, tag: int, multiple: bool) -> list[Unacked]:
+    """Take the deliveries a settlement names; 406 if it names none."""
+    unacked = channel.unacked
+    if multiple:
+        # RabbitMQ needs `tag` itself to be unacked (or 0), even when higher tags are.
+        if tag == 0 or tag in unacked or tag in channel.timed_out:
+            if channel.delivery_timeouts is not None:
+                channel.forget_timeouts(tag, True)
+            return unacked.pop_up_to(tag)
+    elif tag in unacked:
+        if channel.delivery_timeouts is not None:
+            channel.delivery_timeouts.forget(tag)
+        return [unacked.pop(tag)]
+    elif tag in channel.timed_out:
+        # It timed out and went back to its queue: settling it now changes nothing.
+        channel.timed_out.discard(tag)
+        return []
+    raise unknown_delivery_tag(kind, tag)
+
+
+def unknown_delivery_tag(kind: str, tag: int) -> AMQPError:
+    return AMQPError(errors.PRECONDITION_FAILED, f"unknown delivery tag {tag}", 60, _METHOD_IDS[kind])
+
+
+def take_if_present(channel: "Channel", tag: int, multiple: bool) -> list[Unacked]:
+    """At tx.commit: the deliveries a settlement named that are still unacked (tags were checked
+    when the ack arrived; one settled twice in a transaction is settled once)."""
+    channel.forget_timeouts(tag, multiple)
+    if multiple:
+        return channel.unacked.pop_up_to(tag)
+    taken = channel.unacked.pop(tag)
+    return [taken] if taken is not None else []
+
+
+def apply_settlement(channel: "Channel", kind: str, taken: list[Unacked], requeue: bool, cause: str = FAILED) -> None:
+    """Settle `taken`; a requeue is for `cause` (delayed_retry.FAILED or RETURNED)."""
+    if not taken:
+        return
+    stats = channel.connection.broker.stats
+    touched: set[Queue] = set()
+    if kind == "ack":
+        for entry, queue, consumer in taken:
+            queue.ack(entry, consumer)
+            touched.add(queue)
+        stats.acked += len(taken)
+    elif requeue:
+        by_queue: dict[Queue, list[tuple[QueueEntry, Consumer | None]]] = defaultdict(list)
+        for entry, queue, consumer in taken:
+            by_queue[queue].append((entry, consumer))
+        for queue, entries in by_queue.items():
+            queue.requeue(entries, cause)
+        touched.update(by_queue)
+    else:
+        for entry, queue, consumer in taken:
+            queue.reject(entry, consumer)
+            touched.add(queue)
+    # With a channel-wide limit, room freed by one queue's ack may be used by any queue.
+    if channel.global_prefetch_count:
+        touched = touched | {consumer.queue for consumer in channel.consumers.values()}
+    for queue in touched:
+        if queue.deleted:
+            # Deliveries of a queue form that is gone: a replicated queue whose leader changed
+            # moved its consumers to its new form (cluster_apply.py), where the room is used.
+            channel.dispatch_all()
+        else:
+            queue.dispatch()

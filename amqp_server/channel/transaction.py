@@ -1,0 +1,140 @@
+"""Transactions (tx.select, tx.commit, tx.rollback): a channel's publishes and settlements kept
+until commit.
+
+After tx.select a channel keeps its publishes and its acks, nacks and rejects in a Transaction
+instead of applying them; tx.commit applies them in order and tx.rollback forgets them, and the
+channel stays transactional either way. As in RabbitMQ, a settlement's delivery tags are
+checked when it arrives (a tag settled earlier in the same transaction is already unknown, 406)
+and applied at commit; commit-ok for persistent messages waits until they are on disk, as a
+confirm does, and a message a queue could not write fails the commit (406 "partial tx
+completion"). A channel is in confirm mode or transactional, never both (406).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from amqp_server.wire import codec, errors
+from cluster.links.transactions import check_one_node
+from amqp_server.wire.errors import AMQPError
+from amqp_server.channel.settlement import apply_settlement, take_if_present, unknown_delivery_tag
+from queues.journal import when_synced
+from queues.publish_outcome import WRITE_FAILED
+
+if TYPE_CHECKING:
+    from amqp_server.channel.channel import Channel
+    from exchanges import Exchange
+    from queues.message import Message
+
+Publish = tuple["Exchange", "Message", bool]  # exchange, message, mandatory
+Settlement = tuple[str, int, bool, bool]  # kind ("ack", "nack", "reject"), tag, multiple, requeue
+
+
+class Transaction:
+    """The publishes and settlements of a channel's open transaction."""
+
+    __slots__ = ("publishes", "settlements", "_settled_up_to", "_settled_tags")
+
+    def __init__(self) -> None:
+        self.publishes: list[Publish] = []
+        self.settlements: list[Settlement] = []
+        # Tags settled in the open transaction: all up to _settled_up_to, and these.
+        self._settled_up_to = 0
+        self._settled_tags: set[int] = set()
+
+    def publish(self, exchange: "Exchange", message: "Message", mandatory: bool) -> None:
+        self.publishes.append((exchange, message, mandatory))
+
+    def settle(self, channel: "Channel", kind: str, tag: int, multiple: bool, requeue: bool) -> None:
+        """Keep a settlement of `channel`'s deliveries for commit: 406 unless it names a
+        delivery not yet settled in this transaction; what it names counts as settled from now
+        on (RabbitMQ takes it off the channel's unacked list at once, so a second ack of one
+        is an unknown tag)."""
+        unacked = channel.unacked
+        settled_up_to = self._settled_up_to
+        if multiple:
+            if tag == 0:
+                self._settled_up_to = channel.next_delivery_tag - 1
+            elif (tag in unacked and tag > settled_up_to and tag not in self._settled_tags) or tag in channel.timed_out:
+                self._settled_up_to = max(tag, settled_up_to)
+            else:
+                raise unknown_delivery_tag(kind, tag)
+        elif tag in unacked:
+            if tag <= settled_up_to or tag in self._settled_tags:
+                raise unknown_delivery_tag(kind, tag)
+            self._settled_tags.add(tag)
+        elif tag not in channel.timed_out:
+            raise unknown_delivery_tag(kind, tag)
+        self.settlements.append((kind, tag, multiple, requeue))
+
+    def end(self) -> tuple[list[Publish], list[Settlement]]:
+        """Commit or rollback: what the transaction kept; the next one starts empty."""
+        kept = self.publishes, self.settlements
+        self.publishes = []
+        self.settlements = []
+        self._settled_up_to = 0
+        self._settled_tags.clear()
+        return kept
+
+
+def tx_select(channel: "Channel", method: commands.Tx.Select) -> None:
+    if channel.confirms is not None:
+        raise AMQPError(errors.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+    channel.select_transactions()
+    channel.replies.send(commands.Tx.SelectOk())
+
+
+def _open_transaction(channel: "Channel") -> Transaction:
+    if channel.transaction is None:
+        raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
+    return channel.transaction
+
+
+def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
+    transaction = _open_transaction(channel)
+    if channel.connection.broker.cluster_links is not None:
+        check_one_node(channel, transaction.publishes, transaction.settlements)
+    publishes, settlements = transaction.end()
+    journaled: set[Any] = set()
+    write_failed = False
+    for exchange, message, mandatory in publishes:
+        stored = channel.route_publish(exchange, message, mandatory)
+        if stored == WRITE_FAILED:
+            write_failed = True
+        elif stored:
+            journaled.update(stored)
+    for kind, tag, multiple, requeue in settlements:
+        # Tags were checked when the ack arrived; ones that timed out since are skipped.
+        apply_settlement(channel, kind, take_if_present(channel, tag, multiple), requeue)
+    if not journaled and not write_failed:
+        channel.replies.send(commands.Tx.CommitOk())
+        return
+
+    def wait(done: Callable[[Exception | None], None]) -> None:
+        # Like a confirm, commit-ok for persistent messages waits until they are on disk. A
+        # message a queue could not write, or an fsync that failed, fails the transaction as a
+        # nack does in RabbitMQ: 406 "partial tx completion" closes the channel.
+        def synced(error: OSError | None) -> None:
+            done(partial_tx_completion() if write_failed or error is not None else None)
+
+        if journaled:
+            when_synced(list(journaled), synced)
+        else:
+            synced(None)
+
+    # `wait` reports every failure as "partial tx completion": no 541 text is needed.
+    channel.replies.send_when_durable(codec.method_frame(channel.id, commands.Tx.CommitOk()), wait)
+
+
+def partial_tx_completion() -> AMQPError:
+    """RabbitMQ's answer to a tx.commit some of whose messages a queue refused (rabbit_channel
+    complete_tx): the channel is closed."""
+    return AMQPError(errors.PRECONDITION_FAILED, "partial tx completion", 90, 20)
+
+
+def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:
+    _open_transaction(channel).end()
+    channel.replies.send(commands.Tx.RollbackOk())

@@ -1,0 +1,43 @@
+"""connection.update-secret: a client renews its credentials on a live connection, as in RabbitMQ.
+
+Clients whose secret expires (an OAuth token used as the password) send the new one with a
+reason. The secret is checked with the mechanism the connection logged in with, for the same
+user. On success the connection carries on as the user's current record and every channel
+forgets the permission checks it remembered, so permissions are looked up again from then on;
+on failure the connection closes with RabbitMQ's 530.
+
+RabbitMQ's internal user database accepts any new secret (only backends whose credentials
+expire, such as OAuth 2, check it); here the secret is checked, as such a backend would.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from amqp_server.wire import errors
+from amqp_server.broker.access_control import AuthenticationFailed
+from amqp_server.wire.errors import AMQPError
+
+if TYPE_CHECKING:
+    from amqp_server.connection.connection import Connection
+
+# These are the connection's log lines: one logger to configure for all of them.
+log = logging.getLogger("amqp_server.connection.connection")
+
+REFUSED_TEXT = "New secret was refused by one of the backends"
+
+
+def update_secret(connection: "Connection", method: commands.Connection.UpdateSecret) -> None:
+    """Check the new secret and answer update-secret-ok, or close the connection with 530."""
+    name = connection.user.name
+    try:
+        user = connection.broker.access.check_new_secret(name, connection.mechanism, method.new_secret)
+    except AuthenticationFailed as failure:
+        log.error("Secret update was refused for user '%s': %s", name, failure.reason)
+        raise AMQPError(errors.NOT_ALLOWED, REFUSED_TEXT, 10, 70) from None
+    connection.secret_updated(user)
+    connection.send_method(0, commands.Connection.UpdateSecretOk())
+    log.info("connection %s: user '%s' updated secret, reason: %s", connection.name, name, method.reason)

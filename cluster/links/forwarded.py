@@ -1,0 +1,120 @@
+"""The receiving end of forwarding: a cluster link's forward-to on this node.
+
+Another node routed a message with the full binding table and found queues this node owns; it
+sends forward-to (their names, cluster_link_frames.py) and then the publishes, on a channel of
+a connection logged in with the cluster secret. Each publish then goes into those queues as it
+is, without routing it again (Channel.route_publish), and is confirmed as any publish: at
+once, or once every queue that journaled it fsynced.
+
+Only queues this node owns are taken. A name this node holds no queue of (not yet taken back
+after a restart, deleted a moment ago, or owned by yet another node now) makes the message
+refused (a nack to the publisher, who may publish it again and have it routed afresh): the
+sending node believed the queue is here, and confirming would lose the message. A name may
+also be a direct reply-to address of a channel here (a reply published on another node): the
+message is delivered to that channel, as a reply published here would be.
+
+Flow control (`ForwardFlow`): a queue here congested by forwarded publishes does not stop this
+node reading the link, as it stops reading a client that publishes into it: the same link
+carries the acks of the sending node's consumers of that queue, which are what drain it, so
+reading nothing would wait for them forever. The channel is sent channel.flow(active=false)
+instead, and channel.flow(active=true) once every such queue drained (the sending node then stops
+and resumes reading its own publishers, cluster_link.ForwardStream).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from amqp_server.wire import codec
+from cluster.links.frames import decode_forward_to
+from amqp_server.wire.states import ChannelState, ConnectionState
+from amqp_server.broker.reply_to import ReplyRegistry, is_reply_key
+from queues.message import Message
+from queues.publish_outcome import ENQUEUED, REJECTED
+from queues.queue import CongestedQueues
+
+if TYPE_CHECKING:
+    from amqp_server.channel.channel import Channel
+    from queues.queue import Queue
+
+
+def forwarded_queues(channel: "Channel", payload: bytes) -> tuple["Queue", ...]:
+    """The queues a forward-to names that this node owns; 501 if it cannot be decoded."""
+    try:
+        names = decode_forward_to(payload)
+    except (IndexError, struct.error, UnicodeDecodeError):
+        raise codec.cannot_decode(payload) from None
+    vhost = channel.vhost
+    queues = vhost.queues
+    registry = channel.connection.broker.reply_registry
+    found: list = []
+    for name in names:
+        queue = queues.get(name)
+        if queue is not None and not queue.is_remote:
+            found.append(queue)
+        elif is_reply_key(name):
+            if registry.has_key(name):
+                found.append(ReplyAddress(registry, vhost.name))
+        else:
+            found.append(NOT_HERE)
+    return tuple(found)
+
+
+class _NotHere:
+    """A forward-to destination this node holds no queue for: the message is refused."""
+
+    __slots__ = ()
+    deleted = False
+    congested = False
+
+    def publish(self, message: Message) -> int:
+        return REJECTED
+
+
+NOT_HERE = _NotHere()
+
+
+class ReplyAddress:
+    """A forward-to destination that is a direct reply-to address of a channel of this node:
+    taken by route_publish like a queue (publish, deleted, congested)."""
+
+    __slots__ = ("_registry", "_vhost")
+    deleted = False
+    congested = False
+
+    def __init__(self, registry: ReplyRegistry, vhost: str) -> None:
+        self._registry = registry
+        self._vhost = vhost
+
+    def publish(self, message: Message) -> int:
+        self._registry.deliver(message, self._vhost)
+        return ENQUEUED
+
+
+class ForwardFlow:
+    """channel.flow on one link channel that forwards into this node's queues: off while any
+    queue it published into is congested, on again once they all drained (module docstring)."""
+
+    __slots__ = ("_channel", "_congested")
+
+    def __init__(self, channel: "Channel") -> None:
+        self._channel = channel
+        self._congested = CongestedQueues(lambda: self._send(False), lambda: self._send(True))
+
+    def hold(self, queue: "Queue") -> None:
+        """`queue` is congested by this channel's publishes: ask the sending node to pause."""
+        self._congested.add(queue)
+
+    def release(self) -> None:
+        """The channel is gone: no queue keeps it (nor a way to resume it) until it drains."""
+        self._congested.clear()
+
+    def _send(self, active: bool) -> None:
+        channel = self._channel
+        connection = channel.connection
+        if (channel.state is ChannelState.OPEN and connection.state is ConnectionState.OPEN
+                and connection.channels.get(channel.id) is channel):
+            connection.send_method(channel.id, commands.Channel.Flow(active=active))

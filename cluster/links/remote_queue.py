@@ -1,0 +1,546 @@
+"""A queue owned by another node, as this node holds it: `RemoteQueue`.
+
+It sits in the vhost's `queues` like any queue, so bindings lead to it and routing finds it;
+what it does goes to the owner over the link (cluster_link.py):
+
+- `publish` forwards the message on the owner's forward stream and reports FORWARDED, so the
+  publisher's confirm waits for the owner's confirm of that message (`forwarded_message`). With the owner down the
+  message is refused (REJECTED: the publisher gets a basic.nack), as RabbitMQ 3.10 rejects
+  publishes to a classic queue whose node is down.
+- a consumer here is a consumer there, on a mirror channel of its own with its prefetch,
+  priority, exclusivity and arguments; the owner decides who gets what (priorities, single
+  active consumer) and this node hands each delivery to its client with its own delivery tag.
+  Acks, rejects and requeues go back with the owner's tag; the owner's basic.cancel (queue
+  deleted) reaches the client as a consumer cancel notification.
+- a stand-in of a replicated queue (`keep_consumers_across_leader_changes`) does not cancel its
+  consumers when the owner's link goes or the owner cancels them (the leader died or handed the
+  queue over): they wait, and when the stand-in is replaced (a new leader took the queue) they
+  move to the new form, re-consumed on the new leader (`reattach`) or added to the queue itself
+  (docs/replication.md "Consumers at a failover").
+- basic.get, queue.purge and queue.declare-ok (its message and consumer counts) ask the owner
+  and answer when it does, in order with the channel's other replies.
+
+Memory stays bounded: the owner sends a consumer at most its prefetch (LINK_WINDOW when it has
+none) beyond what the client acked, and forwarding stops reading a publisher while the stream
+to the owner has FORWARD_HIGH messages unconfirmed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from amqp_server.wire import codec, errors
+from cluster.links.link import ForwardStream, LinkState, MirrorChannel, MirrorState, NodeLink, QueueUnavailable
+from amqp_server.wire.errors import AMQPError
+from amqp_server.channel.unacked_store import Unacked
+from queues.arguments import QueueArguments
+from queues.consumer import Consumer
+from queues.message import Message, QueueEntry
+from queues.publish_outcome import FORWARDED, REJECTED
+from queues.queue import Queue
+
+if TYPE_CHECKING:
+    from amqp_server.channel.channel import Channel
+    from cluster.links.node_links import ClusterLinks
+    from amqp_server.channel.ordered_replies import SyncCallback
+    from queues.timers import Timer, Timers
+
+# A consumer without a prefetch limit gets at most this many unsettled deliveries from the owner
+# at a time, so a slow client cannot make this node buffer the whole queue.
+LINK_WINDOW = 2000
+# How often a replicated queue's stand-in whose consumers wait looks whether its owner serves the
+# queue again (the link went without a leader change); a new leader replaces the stand-in instead.
+PARKED_RETRY_S = 1.0
+# Stands for "a connection of another node" as the exclusive owner: no connection here may use it.
+OTHER_NODES_CONNECTION = object()
+# The refusals of a re-attach (`reattach`) that may pass, so the consumer waits and tries again:
+# 404 is what a node answers for a queue it does not serve, which during a leader change means
+# "not yet" (the new leader has not taken it, or this node's link to it dropped: "link lost"
+# comes as 404 too). A 404 never outlives the queue: if the queue was really deleted, the
+# deletion reaches this node through the shared definitions, deletes this stand-in and cancels
+# its consumers. Every other code (403 another consumer's exclusive use, 405 an exclusive
+# queue, 406 an argument the owner refuses, ...) is the owner's answer about this consumer on a
+# queue it serves: asking again gets the same answer for ever, so the consumer is cancelled
+# (basic.cancel), as RabbitMQ cancels a consumer it cannot keep.
+TRANSIENT_REFUSALS = frozenset({errors.NOT_FOUND})
+
+
+class RemoteDelivery(QueueEntry):
+    """A message the owner delivered to this node, with the owner's delivery tag."""
+
+    __slots__ = ("mirror", "link_tag")
+
+    def __init__(self, message: Message, mirror: MirrorChannel, link_tag: int, redelivered: bool) -> None:
+        super().__init__(message, link_tag)
+        self.mirror = mirror
+        self.link_tag = link_tag
+        self.delivery_count = 1 if redelivered else 0
+
+
+class RemoteConsumer:
+    """One client consumer of a remote queue: its mirror channel on the owner and the deliveries
+    that arrived while the client had no room."""
+
+    __slots__ = ("queue", "consumer", "mirror", "waiting", "active", "parked")
+
+    def __init__(self, queue: "RemoteQueue", consumer: Consumer, mirror: MirrorChannel | None) -> None:
+        self.queue = queue
+        self.consumer = consumer
+        self.mirror = mirror  # None while it waits for an owner that serves the queue (`reattach`)
+        self.waiting: deque[RemoteDelivery] = deque()
+        self.active = False  # the owner answered consume-ok
+        self.parked = False  # a replicated queue's consumer waiting for its leader (owner_cancelled)
+
+    def delivered(self, mirror: MirrorChannel, consumer_tag: str, link_tag: int, redelivered: bool,
+                  message: Message) -> None:
+        self.queue.delivered(self, RemoteDelivery(message, mirror, link_tag, redelivered))
+
+    def cancelled_by_owner(self, mirror: MirrorChannel, consumer_tag: str) -> None:
+        self.queue.owner_cancelled(self)
+
+    def mirror_failed(self, mirror: MirrorChannel, error: QueueUnavailable) -> None:
+        if self.active:  # a refused consume is answered by its callback instead
+            self.queue.owner_cancelled(self)
+
+
+class ForwardedMessage:
+    """One message forwarded to its queue's owner, waited for as a queue is (`when_stored`)."""
+
+    __slots__ = ("stream", "seq")
+
+    def __init__(self, stream: "ForwardStream", seq: int) -> None:
+        self.stream = stream
+        self.seq = seq
+
+    def when_stored(self, callback: "SyncCallback") -> None:
+        """Call back once the owner confirmed this message (None) or nacked it, or its link failed."""
+        self.stream.when_confirmed(self.seq, callback)
+
+
+class RemoteQueue(Queue):
+    """A queue whose owner is another node (see the module docstring)."""
+
+    is_remote = True
+
+    def __init__(self, name: str, vhost: str, *, owner: str, links: "ClusterLinks", durable: bool,
+                 exclusive: bool, auto_delete: bool, arguments: dict[str, Any] | None, timers: "Timers") -> None:
+        super().__init__(name, vhost, durable=durable, exclusive_owner=OTHER_NODES_CONNECTION if exclusive else None,
+                         auto_delete=auto_delete, arguments=arguments, timers=timers)
+        # Deduplication, length limits, TTLs and x-delivery-count are the owner's to apply.
+        self.dedup = None
+        self.adds_delivery_count = False
+        self.owner = owner
+        self._links = links
+        self._link: NodeLink | None = None  # the link the last message was forwarded on
+        self._last_seq = 0
+        self._remote_consumers: dict[Consumer, RemoteConsumer] = {}
+        self._fetcher: MirrorChannel | None = None  # the mirror channel for basic.get and purge
+        self._keeps_consumers = False  # a replicated queue's stand-in: consumers wait for the new leader
+        self._parked_retry: "Timer | None" = None  # the timer of `_retry_parked`
+
+    def __repr__(self) -> str:
+        return f"<RemoteQueue {self.name!r} vhost={self.vhost!r} owner={self.owner!r}>"
+
+    # -- availability ------------------------------------------------------------------
+
+    def unavailable(self) -> AMQPError:
+        """RabbitMQ's error for a queue whose home node is down (rabbit_amqqueue:not_found_or_absent)."""
+        return AMQPError(
+            errors.NOT_FOUND,
+            f"home node '{self.owner}' of durable {errors.resource('queue', self.name, self.vhost)} "
+            "is down or inaccessible",
+        )
+
+    def check_available(self) -> None:
+        """404 while the owner is not live (declare, consume, get and purge ask first)."""
+        if not self._links.queue_available(self.vhost, self.name, self.owner):
+            raise self.unavailable()
+
+    def _owner_link(self) -> NodeLink:
+        link = self._links.link(self.owner, self.vhost)
+        if link is None:
+            raise self.unavailable()
+        return link
+
+    # -- publishing --------------------------------------------------------------------
+
+    def publish(self, message: Message) -> int:
+        link = self._link
+        if link is None or link.state is LinkState.FAILED:
+            link = self._links.link(self.owner, self.vhost)
+            if link is None:
+                return REJECTED
+            self._link = link
+        self._last_seq = link.stream.forward(self.name, message)
+        return FORWARDED
+
+    def forwarded_message(self) -> "ForwardedMessage":
+        """The message just published here, to wait for the owner's confirm of it alone
+        (publisher confirms and tx.commit: a nack of any one message must reach its publisher)."""
+        return ForwardedMessage(self._link.stream, self._last_seq)
+
+    @property
+    def congested(self) -> bool:
+        link = self._link
+        return link is not None and link.stream.is_congested(self)
+
+    def touch(self) -> None:
+        """x-expires runs on the owner."""
+
+    def reconfigure(self, settings: QueueArguments) -> None:
+        """A policy changed: the owner applies it to its queue (length limits, TTLs,
+        deduplication, x-delivery-count); here only the settings shown change."""
+        self.settings = settings
+
+    # -- consumers ---------------------------------------------------------------------
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self._remote_consumers)
+
+    def consumers(self) -> list[Consumer]:
+        return list(self._remote_consumers)
+
+    def has_exclusive_consumer(self) -> bool:
+        return False  # the owner knows every node's consumers and refuses what it must
+
+    def keep_consumers_across_leader_changes(self) -> None:
+        """This is a replicated queue's stand-in: see the module docstring."""
+        self._keeps_consumers = True
+
+    def subscribe(self, channel: "Channel", consumer: Consumer, nowait: bool) -> None:
+        """Consume on the owner for `consumer`; consume-ok (unless nowait) follows the owner's,
+        and the owner's refusal closes the client's channel with the owner's code and text."""
+        link = self._owner_link()
+        held = None if nowait else channel.replies.hold(
+            codec.method_frame(channel.id, commands.Basic.ConsumeOk(consumer_tag=consumer.tag)))
+        self._consume_on_owner(link, channel, consumer, held, reattached=False)
+
+    def reattach(self, channel: "Channel", consumer: Consumer) -> None:
+        """A consumer of the queue's previous form (the old leader's stand-in, or the queue
+        itself before this node stopped leading) consumes on the new owner, untold: no
+        consume-ok. A refusal does not close its channel: a 404 (the owner does not serve the
+        queue yet) keeps it waiting, any other refusal cancels it (basic.cancel;
+        TRANSIENT_REFUSALS says why)."""
+        consumer.move_to(self)
+        link = None
+        if self._links.queue_available(self.vhost, self.name, self.owner):
+            link = self._links.link(self.owner, self.vhost)
+        if link is None:
+            # Its owner does not serve it yet (this very node, about to be named the home of
+            # the new leader, or a node whose link is not up): wait, as after a lost link.
+            remote = RemoteConsumer(self, consumer, None)
+            self._remote_consumers[consumer] = remote
+            self._park(remote)
+            return
+        self._consume_on_owner(link, channel, consumer, None, reattached=True)
+
+    def _consume_on_owner(self, link: NodeLink, channel: "Channel", consumer: Consumer, held: Any,
+                          reattached: bool) -> None:
+        remote = RemoteConsumer(self, consumer, None)
+        remote.mirror = mirror = link.open_mirror(remote)
+        self._remote_consumers[consumer] = remote
+        prefetch = consumer.prefetch_count
+        if channel.global_prefetch_count:
+            prefetch = min(prefetch or channel.global_prefetch_count, channel.global_prefetch_count)
+        mirror.consume(
+            self.name, consumer.tag, no_ack=False, exclusive=consumer.exclusive,
+            prefetch_count=prefetch if prefetch and not consumer.no_ack else LINK_WINDOW,
+            # The consumer timeout is kept here, where the client's acks arrive.
+            arguments={key: value for key, value in consumer.arguments.items() if key != "x-consumer-timeout"},
+            on_reply=lambda reply: self._consume_answered(channel, remote, held, reply, reattached),
+        )
+
+    def _consume_answered(self, channel: "Channel", remote: RemoteConsumer, held: Any, reply: Any,
+                          reattached: bool = False) -> None:
+        if not channel.is_open:  # closed meanwhile: its release() cancelled the consumer
+            if held is not None:
+                channel.replies.withdraw(held)
+            return
+        if not isinstance(reply, QueueUnavailable):
+            remote.active = True
+            if held is not None:
+                channel.replies.release(held, None)
+            return
+        if reattached:
+            # The client's consume succeeded long ago: no channel error now. A refusal that may
+            # pass (no leader serves the queue yet) parks it again; any other is final.
+            remote.active = True
+            if reply.code in TRANSIENT_REFUSALS:
+                self.owner_cancelled(remote)
+            else:
+                self._cancel(remote)
+            return
+        self._remote_consumers.pop(remote.consumer, None)
+        channel.forget_consumer(remote.consumer)
+        if held is not None:
+            channel.replies.withdraw(held)
+        if channel.is_open:
+            error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
+            error.caused_by(60, 20)
+            channel.connection.fail_channel(channel, error)
+
+    def prefetch_changed(self, consumer: Consumer) -> None:
+        """A basic.qos changed the running consumer's prefetch: the owner applies it too."""
+        remote = self._remote_consumers.get(consumer)
+        if remote is not None and remote.mirror is not None and not consumer.no_ack and consumer.prefetch_count:
+            remote.mirror.qos(consumer.prefetch_count)
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        raise NotImplementedError("a remote queue's consumers come through subscribe()")
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """The client cancelled (or its channel closed): cancel on the owner; what the client
+        still holds unacked stays settleable until it is settled."""
+        remote = self._remote_consumers.pop(consumer, None)
+        if remote is None or remote.mirror is None:  # (None: it waits for its owner, `reattach`)
+            return
+        mirror = remote.mirror
+        while remote.waiting:
+            mirror.reject(remote.waiting.popleft().link_tag, requeue=True)
+        if mirror.state is MirrorState.OPEN:
+            mirror.cancel(consumer.tag, lambda reply: self._close_if_done(mirror))
+        else:
+            self._close_if_done(mirror)
+
+    def delivered(self, remote: RemoteConsumer, entry: RemoteDelivery) -> None:
+        """The owner delivered to `remote`; one that was cancelled here meanwhile gives it back."""
+        if self._remote_consumers.get(remote.consumer) is not remote:
+            entry.mirror.reject(entry.link_tag, requeue=True)
+            self._close_if_done(entry.mirror)
+            return
+        remote.waiting.append(entry)
+        self.dispatch()
+
+    def owner_cancelled(self, remote: RemoteConsumer) -> None:
+        """The owner cancelled the consumer (its queue is gone) or the link went. A replicated
+        queue's stand-in keeps the consumer, waiting for the new leader (`reattach` by the
+        stand-in that replaces this one; `delete` cancels it if none does)."""
+        if self._remote_consumers.get(remote.consumer) is not remote:
+            return
+        # What the owner sent and the client did not get yet goes back (after a failover the new
+        # leader has it from its log).
+        mirror = remote.mirror
+        assert mirror is not None  # only a mirror's callbacks get here
+        while remote.waiting:
+            mirror.reject(remote.waiting.popleft().link_tag, requeue=True)
+        remote.active = False
+        if self._keeps_consumers and not self.deleted:
+            self._park(remote)
+            return
+        self._cancel(remote)
+
+    def _cancel(self, remote: RemoteConsumer) -> None:
+        """The consumer ends here: its client gets basic.cancel (if it announced
+        consumer_cancel_notify); what it holds unacked stays settleable on its channel."""
+        remote.parked = False
+        if self._remote_consumers.get(remote.consumer) is remote:
+            del self._remote_consumers[remote.consumer]
+        if remote.mirror is not None:
+            self._close_if_done(remote.mirror)
+        remote.consumer.sink.consumer_cancelled(remote.consumer)
+
+    def _park(self, remote: RemoteConsumer) -> None:
+        remote.parked = True
+        if self._parked_retry is None:
+            self._parked_retry = self.timers.call_later(PARKED_RETRY_S, self._retry_parked)
+
+    def _retry_parked(self) -> None:
+        """Consumers wait (owner_cancelled) and no new leader replaced this stand-in: once the
+        owner serves the queue again (its link came back), they consume there again."""
+        self._parked_retry = None
+        if self.deleted:
+            return
+        if not self._links.queue_available(self.vhost, self.name, self.owner):
+            self._parked_retry = self.timers.call_later(PARKED_RETRY_S, self._retry_parked)
+            return
+        for remote in [remote for remote in self._remote_consumers.values() if remote.parked]:
+            consumer = remote.consumer
+            self.remove_consumer(consumer)
+            self.reattach(consumer.sink, consumer)  # type: ignore[arg-type]
+
+    def dispatch(self, now: float | None = None) -> None:
+        """Hand waiting deliveries to the consumers that have room."""
+        for remote in list(self._remote_consumers.values()):
+            waiting = remote.waiting
+            consumer = remote.consumer
+            while waiting and consumer.has_capacity():
+                entry = waiting.popleft()
+                if consumer.no_ack:
+                    entry.mark_gone()
+                    entry.mirror.ack(entry.link_tag)  # the client settles nothing: settle here
+                else:
+                    consumer.count_unacked()
+                    self.unacked_count += 1
+                consumer.sink.deliver(consumer, entry)
+
+    # -- settling ----------------------------------------------------------------------
+
+    def ack(self, entry: QueueEntry, consumer: Consumer | None) -> None:
+        self.settle(entry, consumer)
+        entry.mirror.ack(entry.link_tag)
+        self._close_if_done(entry.mirror)
+
+    def reject(self, entry: QueueEntry, consumer: Consumer | None) -> None:
+        self.settle(entry, consumer)
+        entry.mirror.reject(entry.link_tag, requeue=False)  # the owner dead-letters it
+        self._close_if_done(entry.mirror)
+
+    def requeue(self, entries: Any, cause: str | None = None) -> None:
+        mirrors = set()
+        for entry, consumer in entries:
+            self.settle(entry, consumer)
+            entry.mirror.reject(entry.link_tag, requeue=True)
+            mirrors.add(entry.mirror)
+        for mirror in mirrors:
+            self._close_if_done(mirror)
+
+    def _close_if_done(self, mirror: MirrorChannel) -> None:
+        """A mirror channel with no consumer here and nothing unsettled is closed."""
+        if not mirror.idle:
+            return
+        if mirror is self._fetcher:
+            self._fetcher = None
+        elif any(remote.mirror is mirror for remote in self._remote_consumers.values()):
+            return
+        mirror.close()
+
+    # -- basic.get and queue.purge ---------------------------------------------------------
+
+    def _fetch_channel(self) -> MirrorChannel:
+        fetcher = self._fetcher
+        if fetcher is None or fetcher.state is not MirrorState.OPEN:
+            fetcher = self._fetcher = self._owner_link().open_mirror(self)
+        return fetcher
+
+    def fetch_for(self, channel: "Channel", no_ack: bool) -> None:
+        """basic.get on the owner; get-ok or get-empty in order with the channel's replies."""
+        fetcher = self._fetch_channel()
+        held = channel.replies.hold(b"")
+        fetcher.get(self.name, lambda reply: self._fetched(channel, fetcher, held, no_ack, reply))
+
+    def _fetched(self, channel: "Channel", fetcher: MirrorChannel, held: Any, no_ack: bool, reply: Any) -> None:
+        if isinstance(reply, QueueUnavailable):
+            self._refused(channel, held, reply, 60, 70)
+            return
+        if not channel.is_open:
+            if reply is not None and not no_ack:
+                fetcher.reject(reply[0], requeue=True)
+            self._close_if_done(fetcher)
+            return
+        broker = channel.connection.broker
+        if reply is None:
+            broker.stats.get_empty += 1
+            channel.replies.fill(held, [codec.method_frame(channel.id, commands.Basic.GetEmpty())])
+            self._close_if_done(fetcher)
+            return
+        link_tag, redelivered, message, count = reply
+        entry = RemoteDelivery(message, fetcher, link_tag, redelivered)
+        tag = channel.take_delivery_tag()
+        if no_ack:
+            entry.mark_gone()
+            fetcher.ack(link_tag)
+        else:
+            self.unacked_count += 1
+            channel.unacked.add(tag, Unacked(entry, self, None))
+        frames = [codec.get_ok_frame(channel.id, tag, redelivered, message.routing_raw, count)]
+        codec.content_frames(frames, channel.id, message.raw_header, message.body, channel.connection.max_body_frame)
+        channel.replies.fill(held, frames)
+        broker.stats.get += 1
+        self._close_if_done(fetcher)
+
+    def purge_for(self, channel: "Channel", nowait: bool) -> None:
+        """queue.purge on the owner; purge-ok with the owner's count."""
+        fetcher = self._fetch_channel()
+        held = None if nowait else channel.replies.hold(b"")
+        fetcher.purge(self.name, lambda reply: self._purged(channel, fetcher, held, reply))
+
+    def _purged(self, channel: "Channel", fetcher: MirrorChannel, held: Any, reply: Any) -> None:
+        if isinstance(reply, QueueUnavailable):
+            self._refused(channel, held, reply, 50, 30)
+            return
+        if held is not None and channel.is_open:
+            channel.replies.fill(held, [codec.method_frame(channel.id, commands.Queue.PurgeOk(reply.message_count))])
+        self._close_if_done(fetcher)
+
+    def declare_ok_for(self, channel: "Channel") -> None:
+        """queue.declare-ok with the owner's message and consumer counts, as RabbitMQ's nodes
+        answer for a queue of another node."""
+        fetcher = self._fetch_channel()
+        held = channel.replies.hold(b"")
+        fetcher.declare_passive(self.name, lambda reply: self._declared(channel, fetcher, held, reply))
+
+    def _declared(self, channel: "Channel", fetcher: MirrorChannel, held: Any, reply: Any) -> None:
+        if isinstance(reply, QueueUnavailable):
+            self._refused(channel, held, reply, 50, 10)
+            return
+        if channel.is_open:
+            channel.replies.fill(held, [codec.queue_declare_ok_frame(
+                channel.id, self.name, reply.message_count, reply.consumer_count)])
+        self._close_if_done(fetcher)
+
+    def counts_for(self, channel: "Channel", held: Any, then: Any) -> None:
+        """Ask the owner for the queue's message and consumer counts and call `then(messages,
+        consumers)`; the owner's refusal closes the channel instead (`held`, the reply's place,
+        is withdrawn)."""
+        fetcher = self._fetch_channel()
+
+        def counted(reply: Any) -> None:
+            if isinstance(reply, QueueUnavailable):
+                self._refused(channel, held, reply, 50, 40)
+                return
+            self._close_if_done(fetcher)
+            if channel.is_open:
+                then(reply.message_count, reply.consumer_count)
+
+        fetcher.declare_passive(self.name, counted)
+
+    def _refused(self, channel: "Channel", held: Any, reply: QueueUnavailable, class_id: int, method_id: int) -> None:
+        self._fetcher = None
+        if held is not None:
+            channel.replies.withdraw(held)
+        if channel.is_open:
+            error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
+            error.caused_by(class_id, method_id)
+            channel.connection.fail_channel(channel, error)
+
+    # MirrorHandler of the fetch channel (it never consumes, so it gets no deliveries).
+    def cancelled_by_owner(self, *args: Any) -> None:
+        pass
+
+    def mirror_failed(self, mirror: MirrorChannel, error: QueueUnavailable) -> None:
+        if mirror is self._fetcher:
+            self._fetcher = None
+
+    # -- administration ----------------------------------------------------------------
+
+    def purge(self) -> int:
+        """Nothing is held here to purge (AMQP's queue.purge goes to the owner: purge_for)."""
+        return 0
+
+    def delete(self) -> list[Consumer]:
+        """This node forgets the queue (deleted on its owner): consumers here are told."""
+        self.deleted = True
+        if self._parked_retry is not None:
+            self._parked_retry.cancel()
+            self._parked_retry = None
+        consumers = list(self._remote_consumers)
+        for remote in self._remote_consumers.values():
+            remote.waiting.clear()
+            if remote.mirror is not None:
+                remote.mirror.close()
+        self._remote_consumers.clear()
+        if self._fetcher is not None:
+            self._fetcher.close()
+            self._fetcher = None
+        return consumers
+
+
+def refuse_if_unavailable(queue: Queue) -> None:
+    """404 when `queue` is a remote queue whose owner is not live."""
+    if queue.is_remote:
+        queue.check_available()  # type: ignore[attr-defined]
+

@@ -1,0 +1,251 @@
+"""Replicated queues on a clustered broker: durable `x-queue-type: quorum` queues whose records
+a group of nodes replicates (cluster/replication/, docs/replication.md).
+
+`ReplicatedQueues` is this node's side: it holds the node's `ReplicaManager` (one replica per
+group naming this node), gives a replicated queue declared here its `ReplicatedJournal`, and
+makes **ownership follow leadership**: the node whose replica leads the group holds the queue
+itself (built from its replica log); every other node holds a stand-in reaching it over the
+cluster links. When a replica here becomes leader, this node takes the queue (`reconcile`) and
+names itself the queue's home in the shared definitions, so the other nodes' stand-ins turn to
+it; when it stops leading (a newer term exists, its lease lapsed, it stops), the queue here is
+handed over: its pending confirms are failed (basic.nack) and a stand-in takes its place; the
+consumers of the queue's old form on every node move to its new one (cluster_apply.py).
+
+Imported only on a clustered broker (cluster_node.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cluster.replication.replicated_journal import ReplicatedJournal
+from cluster.coordinator import CoordinationUnavailable, Coordinator
+from cluster.replication.election import GroupKeys, GroupRecord
+from cluster.replication.manager import ReplicaManager, group_members
+from cluster.replication.replica import QueueReplica, Role
+from persistence.group_commit import GroupCommitter
+from persistence.queue_store import QueueStore
+from queues.arguments.queue_type_rules import QUORUM
+
+if TYPE_CHECKING:
+    from cluster.definitions.shared import SharedDefinitions
+
+log = logging.getLogger(__name__)
+
+GROUP_SIZE_ARGUMENT = "x-quorum-initial-group-size"
+# How soon a node tries again to list and watch the replica groups and leases when the
+# coordination service did not answer (its replicas then read their own keys that often).
+GROUPS_POLL_S = 0.25
+# How often a settled replica reads its group record and lease although no watch event woke it:
+# a safety net only (the node's watches wake a replica whose keys change).
+REPLICA_IDLE_POLL_S = 10.0
+
+
+def queue_id(vhost: str, name: str) -> str:
+    """The replica group's name of queue `name` in `vhost`."""
+    return json.dumps([vhost, name], separators=(",", ":"))
+
+
+def _vhost_and_name(replica_id: str) -> tuple[str, str] | None:
+    try:
+        vhost, name = json.loads(replica_id)
+    except (ValueError, TypeError):
+        return None
+    return str(vhost), str(name)
+
+
+def is_replicated(entry: dict[str, Any]) -> bool:
+    """Is the queue this definition entry describes a replicated one (durable, quorum)?"""
+    arguments = entry.get("arguments") or {}
+    return bool(entry.get("durable")) and arguments.get("x-queue-type") in (QUORUM, QUORUM.encode())
+
+
+class MembershipRefused(Exception):
+    """A membership change that cannot be made; the text says why."""
+
+
+def _refuse(reason: str) -> GroupRecord:
+    raise MembershipRefused(reason)
+
+
+def _with_members(record: GroupRecord, members: tuple[str, ...]) -> GroupRecord:
+    return GroupRecord(record.queue, record.term, record.leader, record.leader_address, members,
+                       tuple(m for m in record.in_sync if m in members), record.transfer_to, record.incarnation)
+
+
+class ReplicatedQueues:
+    """See the module docstring."""
+
+    def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
+                 live_nodes: Callable[[], list[str]], secret: str) -> None:
+        """``secret``: the cluster secret (the one the links log in with); the replication
+        streams between nodes prove it too."""
+        self.node = node
+        self._coordinator = coordinator
+        self._committer = committer
+        self._live_nodes = live_nodes
+        self.manager = ReplicaManager(node=node, coordinator=coordinator, data_dir=data_dir, committer=committer,
+                                      secret=secret.encode("utf-8"), poll_interval=GROUPS_POLL_S, watch=True,
+                                      idle_poll_interval=REPLICA_IDLE_POLL_S, on_role=self._role_changed)
+        self._definitions: "SharedDefinitions | None" = None
+        self._closing = False
+        self._tasks: set[asyncio.Task] = set()
+
+    def share(self, definitions: "SharedDefinitions") -> None:
+        """Take and hand over queues through these shared definitions."""
+        self._definitions = definitions
+
+    async def start(self, host: str) -> str:
+        """Listen for followers and follow the groups naming this node; the replication address."""
+        return await self.manager.start(host)
+
+    async def close(self) -> None:
+        """Stop every replica here (a leader releases its lease: a follower takes over at once)."""
+        self._closing = True
+        await self.manager.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    # -- what the rest of the broker asks ------------------------------------------------------------
+
+    def leads(self, vhost: str, name: str) -> bool:
+        """Does this node's replica of the queue lead its group now?"""
+        replica = self.manager.replicas.get(queue_id(vhost, name))
+        return replica is not None and replica.role is Role.LEADER
+
+    def group(self, vhost: str, name: str) -> GroupRecord | None:
+        """The queue's group as this node last read it: its replica's view, or the last listing of
+        every group for a queue this node holds no replica of (None: not seen yet)."""
+        replica_id = queue_id(vhost, name)
+        replica = self.manager.replicas.get(replica_id)
+        if replica is not None and replica.record is not None:
+            return replica.record
+        return self.manager.groups.get(replica_id)
+
+    def describe(self, vhost: str, name: str) -> dict[str, Any] | None:
+        """/api/queues' fields of a replicated queue, as RabbitMQ shows a quorum queue's:
+        ``type`` "quorum", ``leader``, ``members`` and ``online`` (the members that are live
+        nodes), and amqp-server's ``in_sync`` (the members holding every committed record, which
+        alone may take over with nothing confirmed missing). None: no group here knows the queue."""
+        record = self.group(vhost, name)
+        if record is None:
+            return None
+        live = set(self._live_nodes())
+        return {"type": QUORUM, "leader": record.leader, "members": list(record.members),
+                "online": [member for member in record.members if member in live],
+                "in_sync": list(record.in_sync)}
+
+    # -- membership changes (ctl add_member, delete_member, transfer_leadership) -----------------------
+
+    async def add_member(self, vhost: str, name: str, node: str) -> None:
+        """Add `node` (a live cluster node) to the queue's group: it starts a replica, gets the
+        whole log, and counts for the majority once the leader sees the change. Raises
+        MembershipRefused."""
+        if node not in self._live_nodes():
+            raise MembershipRefused(f"node '{node}' is not a running member of the cluster")
+        await self._change(vhost, name, lambda record: _with_members(record, (*record.members, node))
+                           if node not in record.members else _refuse(f"node '{node}' is already a member"))
+
+    async def delete_member(self, vhost: str, name: str, node: str) -> None:
+        """Remove `node` from the queue's group (a leader that is removed hands over at once).
+        Raises MembershipRefused."""
+        def without(record: GroupRecord) -> GroupRecord:
+            if node not in record.members:
+                _refuse(f"node '{node}' is not a member")
+            if len(record.members) == 1:
+                _refuse("the last member of a queue's group cannot be removed")
+            return _with_members(record, tuple(m for m in record.members if m != node))
+
+        await self._change(vhost, name, without)
+
+    async def transfer_leadership(self, vhost: str, name: str, node: str) -> None:
+        """Ask the queue's leader to hand over to member `node` once it has every record (the
+        queue moves there). Raises MembershipRefused."""
+        def to(record: GroupRecord) -> GroupRecord:
+            if node not in record.members:
+                _refuse(f"node '{node}' is not a member")
+            return GroupRecord(record.queue, record.term, record.leader, record.leader_address, record.members,
+                               record.in_sync, "" if node == record.leader else node, record.incarnation)
+
+        await self._change(vhost, name, to)
+
+    async def _change(self, vhost: str, name: str, change: Callable[[GroupRecord], GroupRecord]) -> None:
+        keys = GroupKeys(self._coordinator, queue_id(vhost, name))
+        for _attempt in range(10):  # the leader rewrites the record's in-sync set now and then
+            record, version = await keys.read()
+            if record is None or version is None:
+                raise MembershipRefused(f"queue '{name}' in vhost '{vhost}' has no replica group")
+            if await keys.replace(change(record), version) is not None:
+                return
+        raise MembershipRefused("the queue's group kept changing; try again")
+
+    def journal_for(self, vhost: str, name: str, open_store: Callable[[], QueueStore],
+                    arguments: dict[str, Any]) -> ReplicatedJournal:
+        """The journal of the replicated queue `name` that this node holds (declared here, or
+        taken over because its replica here leads)."""
+        replica_id = queue_id(vhost, name)
+        size = arguments.get(GROUP_SIZE_ARGUMENT)
+        members = group_members(self.node, self._live_nodes(), int(size) if size is not None else None)
+        replica = self.manager.replica_of(replica_id, members)
+        journal = ReplicatedJournal(open_store(), self._committer, replica, open_store, self._lost, self._deleted)
+        self.manager.own(replica_id, journal.on_commit, journal.on_role)
+        return journal
+
+    # -- leadership changes ------------------------------------------------------------------------------
+
+    def _role_changed(self, replica_id: str, role: Role) -> None:
+        if role is Role.LEADER:
+            asyncio.get_running_loop().call_soon(self._reconcile, replica_id)
+
+    def _lost(self, journal: ReplicatedJournal) -> None:
+        """The replica of a queue held here stopped leading: hand the queue over."""
+        log.warning("%s: no longer leads replicated queue %s; handing it over", self.node, journal.replica.queue)
+        self.manager.release(journal.replica.queue)
+        asyncio.get_running_loop().call_soon(self._reconcile, journal.replica.queue)
+
+    def _deleted(self, journal: ReplicatedJournal) -> None:
+        """The queue was deleted: so is its group (every member then drops its replica)."""
+        replica_id = journal.replica.queue
+        self.manager.release(replica_id)
+        if self._closing:
+            return
+        task = asyncio.get_running_loop().create_task(self._delete_group(replica_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drop_group(self, vhost: str, name: str) -> None:
+        """The queue is gone from the shared definitions and no node holds it (deleted while no
+        replica led): remove its group, and so every member's replica."""
+        await self.manager.delete_group(queue_id(vhost, name))
+
+    async def _delete_group(self, replica_id: str) -> None:
+        try:
+            await self.manager.delete_group(replica_id)
+        except CoordinationUnavailable as error:
+            log.warning("%s: the group of deleted queue %s stays until the coordination service answers: %s",
+                        self.node, replica_id, error)
+
+    def _reconcile(self, replica_id: str) -> None:
+        if self._closing or self._definitions is None:
+            return
+        names = _vhost_and_name(replica_id)
+        if names is not None:
+            self._definitions.reconcile_replicated(*names)
+
+    def raft_figures(self) -> list[tuple[str, str, int, int, int]]:
+        """(vhost, queue, term, commit index, last written index) of every replica on this node,
+        for the metrics' rabbitmq_raft_* families."""
+        figures = []
+        for replica_id, replica in list(self.manager.replicas.items()):
+            names = _vhost_and_name(replica_id)
+            if names is not None:
+                figures.append((*names, replica.term, replica.commit_index, replica.log.last_index))
+        return sorted(figures)
+
+    def replica(self, vhost: str, name: str) -> QueueReplica | None:
+        return self.manager.replicas.get(queue_id(vhost, name))
