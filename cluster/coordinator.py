@@ -17,8 +17,10 @@ from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from amqp_server.broker.cluster_interface import CoordinationOutOfReach
 
-class CoordinationUnavailable(ConnectionError):
+
+class CoordinationUnavailable(CoordinationOutOfReach):
     """No member of the coordination service answered in time."""
 
 

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from cluster.definitions.shared import SharedDefinitions
+from cluster.links.forwarded import ForwardingChannel
 from cluster.links.node_links import ClusterLinks
 from cluster.replication.replicated_queues import ReplicatedQueues
 from cluster import connect, parse_cluster_address
@@ -79,7 +80,7 @@ class ClusterNode:
         # A node whose session expired (even one hung with its sockets open) is given up on:
         # what waited on its links is nacked or cancelled rather than left waiting.
         membership.on_node_left(links.node_left)
-        broker.joined_cluster(membership, links)
+        broker.joined_cluster(membership, ForwardingChannel)
         broker.reply_registry.forward_elsewhere(me.name, links.forward_reply)
         definitions = SharedDefinitions(coordinator, broker, me.name,
                                         lambda: [node.name for node in membership.live_nodes()])

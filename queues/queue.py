@@ -26,6 +26,7 @@ from queues.consumer import Consumer
 from queues.consumer_rotation import NO_CONSUMERS, ConsumerRotation
 from queues.deduplication import DeduplicationCache
 from queues.delays.delayed_retry import DelayedRetry
+from queues.delivery_count import get_ok_header
 from queues.journal import QueueJournal
 from queues.message import FLAG_EXPIRATION, FLAG_PRIORITY, GONE, READY, Message, QueueEntry
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
@@ -34,6 +35,7 @@ from queues.publish_outcome import DUPLICATE, ENQUEUED, ENQUEUED_DURABLY, REJECT
 from queues.queue_recovery import take_back
 from queues.queue_stats import QueueStats
 from queues.queue_ttl import QueueTtl
+from queues.queue_type import ConsumeAnswer, CountsAnswer, GetAnswer, QueueType
 from queues.requeue import requeue
 from queues.single_active_consumer import ActiveConsumer
 from queues.timers import Timers
@@ -49,8 +51,8 @@ FLOW_LOW = 1000
 DeadLetterer = Callable[["Queue", list[QueueEntry], str], None]
 
 
-class Queue:
-    """One queue of one vhost.
+class Queue(QueueType):
+    """One queue of one vhost: the classic and quorum queue types (queues/queue_type.py).
 
     `exclusive_owner` is the connection that owns an exclusive queue (None otherwise): the
     queue itself only compares it by identity.
@@ -62,9 +64,6 @@ class Queue:
     deduplication (deduplication.py), dead-lettering (dead_letter.py), recovery from the
     journal (queue_recovery.py). docs/lifecycle.md.
     """
-
-    # A queue owned by another node of a cluster is an cluster.links.remote_queue.RemoteQueue.
-    is_remote = False
 
     def __init__(
         self,
@@ -343,6 +342,10 @@ class Queue:
 
     # -- consumers ---------------------------------------------------------------------
 
+    def consume(self, consumer: Consumer, answer: ConsumeAnswer) -> None:
+        answer.started()  # consume-ok before the first delivery
+        self.add_consumer(consumer)
+
     def add_consumer(self, consumer: Consumer) -> None:
         if self._rotation is NO_CONSUMERS:
             self._rotation = ConsumerRotation()
@@ -463,6 +466,19 @@ class Queue:
             self.unacked_count += 1
         return entry
 
+    def get_for(self, no_ack: bool, answer: GetAnswer) -> None:
+        entry = self.get(no_ack)
+        if entry is None:
+            answer.empty()
+            return
+        raw_header = get_ok_header(self.settings, entry.message, entry.delivery_count)
+        redelivered = entry.redelivered
+        count = self.message_count
+        self.after_get(entry)
+        # A replicated queue's get-ok leaves once its `delivered` record is on a majority.
+        answer.got(entry, raw_header, redelivered, count,
+                   self.journal.delivery_wait if self.journal is not None and entry.persisted else None)
+
     def after_get(self, entry: QueueEntry) -> None:
         entry.count_delivery()
         if entry.persisted:
@@ -534,6 +550,12 @@ class Queue:
             self.journal.purge()
         waiting = self.retry.clear() if self.retry is not None else 0
         return self.ready.clear() + waiting
+
+    def purge_for(self, answer: CountsAnswer) -> None:
+        answer.counted(self.purge(), self._consumer_count)
+
+    def count(self, answer: CountsAnswer) -> None:
+        answer.counted(self.message_count, self._consumer_count)
 
     def delete(self) -> list[Consumer]:
         """Mark deleted and return the consumers that must be told (basic.cancel).

@@ -19,6 +19,7 @@ from cluster.links.remote_queue import RemoteQueue
 from amqp_server.config.settings import ServerConfig
 from amqp_server.runtime.server import AMQPServer
 from amqp_server.broker.vhost import VirtualHost
+from cluster.links.forwarded import ForwardingChannel
 from cluster.membership import NodeRecord
 
 SECRET = "test-cluster-secret-0123456789"
@@ -55,11 +56,12 @@ class Pair:
     b: Node
     live: dict[str, str] = field(default_factory=dict)  # what "b" sees as live, besides itself
     live_for_a: dict[str, str] = field(default_factory=dict)  # what "a" sees as live, besides itself
+    links: dict[str, ClusterLinks] = field(default_factory=dict)  # each node's links, by node name
 
     def stand_in(self, name: str, *, durable: bool = True, exclusive: bool = False,
                  arguments: dict[str, Any] | None = None) -> RemoteQueue:
         """Node b's stand-in for node a's queue `name` (a declares it itself)."""
-        queue = self.b.broker.cluster_links.remote_queue(
+        queue = self.links["b"].remote_queue(
             "/", name, owner="a", durable=durable, exclusive=exclusive, arguments=arguments,
             timers=self.b.broker.timers)
         self.b.vhost.adopt_remote_queue(queue)
@@ -68,7 +70,7 @@ class Pair:
     def owner_down(self) -> None:
         """Node a is no longer live as far as b knows (its process keeps running)."""
         self.live.pop("a", None)
-        self.b.broker.cluster_links.node_left("a")
+        self.links["b"].node_left("a")
 
 
 async def _start(name: str, data_dir: Path) -> Node:
@@ -89,7 +91,8 @@ async def linked_pair(tmp_path: Path) -> AsyncIterator[Pair]:
     all_links = []
     for node, live in ((b, pair.live), (a, pair.live_for_a)):
         links = ClusterLinks(SECRET, lambda live=live: dict(live))
-        node.broker.joined_cluster(_Membership(live), links)  # type: ignore[arg-type]
+        node.broker.joined_cluster(_Membership(live), ForwardingChannel)
+        pair.links[node.name] = links
         node.broker.reply_registry.forward_elsewhere(node.name, links.forward_reply)
         all_links.append(links)
     try:

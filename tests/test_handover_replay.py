@@ -19,15 +19,17 @@ SIBLINGS = {"w-2": "\0test-w-2"}
 
 
 class SiblingsQueue(Queue):
-    """A queue as a worker holds one its sibling owns (cluster_remote_queue.RemoteQueue), here a
+    """A queue as a worker holds one its sibling owns (cluster/links/remote_queue.py's RemoteQueue), here a
     plain queue with an owner's name: what the recorder asks of it, and an answer when a refused
     hand-over is handled here."""
-
-    is_remote = True
 
     def __init__(self, name: str, owner: str, timers) -> None:
         super().__init__(name, "/", timers=timers)
         self.owner = owner
+
+    @property
+    def home_node(self) -> str:
+        return self.owner
 
     def check_available(self) -> None:
         """The owner is live."""

@@ -15,14 +15,16 @@ from pamqp.heartbeat import Heartbeat
 
 from amqp_server.broker.alarms import MEMORY
 from amqp_server.broker.broker import Broker
-from cluster.links.forwarded import ForwardFlow
+from amqp_server.broker.access_control import CLUSTER_LINK_USER
+from cluster.links.forwarded import ForwardingChannel
+from cluster.links.frames import forward_to_frame
 from amqp_server.config.settings import ServerConfig
 from amqp_server.connection.publisher_flow import PublisherFlow
 from amqp_server.runtime.server import AMQPServer
 from amqp_server.wire.states import ConnectionState
 from persistence.definitions import FileDefinitionStore
 from queues.queue import FLOW_HIGH, FLOW_LOW
-from tests.frame_driver import CLIENT_CAPABILITIES, PROTOCOL_HEADER, marshal, opened_client, plain_response, publish_frames
+from tests.frame_driver import CLIENT_CAPABILITIES, FakeClient, PROTOCOL_HEADER, marshal, opened_client, plain_response, publish_frames
 
 
 class StubConnection:
@@ -245,17 +247,34 @@ def _bodies(received: Any) -> list[bytes]:
 
 
 def test_a_closed_link_channel_leaves_nothing_in_the_queues_that_paused_it():
-    # ForwardFlow (cluster_forwarded.py): a queue congested by a link channel's forwarded
+    # ForwardFlow (cluster/links/forwarded.py): a queue congested by a link channel's forwarded
     # publishes pauses it with channel.flow; once the channel is gone the queue keeps no waiter.
-    client = opened_client()
+    broker = Broker()
+    broker.access.admit_cluster_links(LINK_SECRET)
+    broker.joined_cluster(_NoMembership(), ForwardingChannel)
+    client = FakeClient(broker)
+    client.start()
+    client.start_ok(user=CLUSTER_LINK_USER, password=LINK_SECRET)
+    client.send(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
+    client.send(0, commands.Connection.Open(virtual_host="/"))
+    client.open_channel(1)
     channel = client.connection.channels[1]
-    channel.forward_flow = ForwardFlow(channel)
+    assert isinstance(channel, ForwardingChannel)
+    client.send_bytes(forward_to_frame(1, ()))  # the link's first forward-to starts its flow control
     queue = StubQueue()
-    channel.forward_flow.hold(queue)
+    channel.congested(queue)
     [(_, flow)] = client.take()
     assert isinstance(flow, commands.Channel.Flow) and not flow.active
     client.send(1, commands.Channel.Close(200, "bye", 0, 0))
     assert queue.flow_waiters == {}
+
+
+LINK_SECRET = "link-secret-0123456789"
+
+
+class _NoMembership:
+    def live_nodes(self) -> list[Any]:
+        return []
 
 
 # -- through the shell, over sockets ----------------------------------------------------------

@@ -33,11 +33,8 @@ from queues.queue import MemoryBudget
 from queues.timers import Timers
 
 if TYPE_CHECKING:
-    from cluster.definitions.shared import SharedDefinitions
-    from cluster.links.node_links import ClusterLinks
-    from cluster.replication.replicated_queues import ReplicatedQueues
+    from amqp_server.broker.cluster_interface import Membership, NodeRecord, ReplicatedQueues, SharedDefinitions
     from amqp_server.connection.connection import Connection
-    from cluster.membership import Membership, NodeRecord
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +69,13 @@ class Broker:
         self.node_name = config.cluster.node_name or f"amqp-server@{socket.gethostname()}"
         # Every node of a cluster reports the same name: the prefix its keys live under.
         self.cluster_name = _cluster_name(config) or self.node_name
+        # What the cluster plug-in registers on joining (cluster_interface.py); None when alone.
         self._membership: "Membership | None" = None
-        self.cluster_links: "ClusterLinks | None" = None  # set on joining a cluster
+        # The channel class of another node's link connection (it takes forwarded publishes).
+        self.link_channel_class: Any = None
         # The cluster's shared definitions (cluster/definitions/shared.py) once joined.
         self._shared: "SharedDefinitions | None" = None
-        # Durable quorum queues replicated across the cluster (cluster_replicated.py) once joined.
+        # Durable quorum queues replicated across the cluster (cluster/replication/) once joined.
         self.replicated: "ReplicatedQueues | None" = None
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
@@ -231,11 +230,16 @@ class Broker:
         store.recover()
         store.delete()
 
-    def joined_cluster(self, membership: "Membership", links: "ClusterLinks") -> None:
-        """This node is now a member of a cluster (cluster/node.py); `links` reach
-        the queues other nodes own."""
+    def joined_cluster(self, membership: "Membership", link_channel_class: Any) -> None:
+        """This node is now a member of a cluster (cluster/node.py); a connection from another
+        node gets channels of `link_channel_class`."""
         self._membership = membership
-        self.cluster_links = links
+        self.link_channel_class = link_channel_class
+
+    @property
+    def clustered(self) -> bool:
+        """A member of a cluster (cluster_interface.py), not a node alone."""
+        return self._membership is not None
 
     def replicate_queues(self, replicated: "ReplicatedQueues") -> None:
         """From now on durable quorum queues declared here are replicated."""

@@ -337,7 +337,7 @@ class VirtualHost:
         binds the new one); a queue of this node never is (ValueError): its messages are here."""
         existing = self.queues.get(queue.name)
         if existing is not None:
-            if not existing.is_remote:
+            if not existing.home_node:
                 raise ValueError(f"{queue!r}: this node owns a queue of that name")
             self.delete_queue(existing)
         self.queues[queue.name] = queue
@@ -354,7 +354,7 @@ class VirtualHost:
         for source in self._bound_to.pop(queue, {}):
             source.unbind_destination(queue)
             self._maybe_auto_delete_exchange(source)
-        stored = is_stored_queue(queue) and not queue.is_remote
+        stored = is_stored_queue(queue) and not queue.home_node
         self._changed("queues", queue_definition(self.name, queue), False, stored)
 
     # -- policies and limits -----------------------------------------------------------

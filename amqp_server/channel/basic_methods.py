@@ -16,16 +16,14 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from amqp_server.wire import codec, errors
-from cluster.links.remote_queue import refuse_if_unavailable
 from amqp_server.wire.errors import AMQPError
 from amqp_server.broker.reply_to import REPLY_QUEUE
+from amqp_server.channel.answers import ConsumeReply, GetReply
 from amqp_server.channel.settlement import apply_settlement, settle
 from amqp_server.channel.transaction import tx_commit, tx_rollback, tx_select
-from amqp_server.channel.unacked_store import Unacked
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import RETURNED
-from queues.delivery_count import get_ok_header
 
 if TYPE_CHECKING:
     from amqp_server.channel.channel import Channel
@@ -76,8 +74,7 @@ def basic_qos(channel: "Channel", method: commands.Basic.Qos) -> None:
         # running ones too is what Celery's dynamic prefetch needs (rabbitmq-server#11948).
         for consumer in channel.consumers.values():
             consumer.set_prefetch(method.prefetch_count)
-            if consumer.queue.is_remote:
-                consumer.queue.prefetch_changed(consumer)  # its owner node's limit too
+            consumer.queue.prefetch_changed(consumer)  # (where it lives on another node, that node's too)
     reply(channel, commands.Basic.QosOk())
     channel.dispatch_all()
 
@@ -92,7 +89,7 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
         return
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
-    refuse_if_unavailable(queue)
+    queue.check_available()
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumer_count):
         raise AMQPError(
             errors.ACCESS_REFUSED, f"{errors.resource('queue', queue.name, channel.vhost.name)} in exclusive use"
@@ -123,12 +120,7 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
         timeout_ms=None if method.no_ack else timeout_ms or None,
     )
     channel.add_consumer(consumer)
-    if queue.is_remote:
-        queue.subscribe(channel, consumer, method.nowait)  # consume-ok once its owner node's comes
-        return
-    if not method.nowait:
-        reply(channel, commands.Basic.ConsumeOk(consumer_tag=tag))
-    queue.add_consumer(consumer)
+    queue.consume(consumer, ConsumeReply(channel, consumer, method.nowait))
 
 
 def _unique_tag(channel: "Channel") -> str:
@@ -160,39 +152,14 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
     connection = channel.connection
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
-    if queue.is_remote:
-        queue.check_available()
-        queue.fetch_for(channel, method.no_ack)  # get-ok or get-empty once its owner node answers
-        return
+    queue.check_available()
     if queue.single_active is not None:
         raise AMQPError(
             errors.RESOURCE_LOCKED,
             f"cannot obtain access to locked {errors.resource('queue', queue.name, channel.vhost.name)}. "
             "basic.get operations are not supported by quorum queues with single active consumer",
         )
-    entry = queue.get(method.no_ack)
-    if entry is None:
-        connection.broker.stats.get_empty += 1
-        reply(channel, commands.Basic.GetEmpty())
-        return
-    tag = channel.take_delivery_tag()
-    if not method.no_ack:
-        channel.unacked.add(tag, Unacked(entry, queue, None))
-        if queue.settings.consumer_timeout_ms:
-            channel.track_timeout(tag, queue.settings.consumer_timeout_ms)
-    message = entry.message
-    if channel.vhost.firehose is not None:
-        channel.vhost.firehose.delivered(queue.name, message, entry.redelivered, connection, channel.id)
-    raw_header = get_ok_header(queue.settings, message, entry.delivery_count)
-    frames = [codec.get_ok_frame(channel.id, tag, entry.redelivered, message.routing_raw, queue.message_count)]
-    codec.content_frames(frames, channel.id, raw_header, message.body, connection.max_body_frame)
-    queue.after_get(entry)
-    wait = queue.journal.delivery_wait if queue.journal is not None and entry.persisted else None
-    if wait is None:
-        channel.replies.send_frames(frames)
-    else:  # a replicated queue: the get-ok leaves once its `delivered` record is on a majority
-        channel.replies.send_when_durable(b"".join(frames), wait, "basic.get")
-    connection.broker.stats.get += 1
+    queue.get_for(method.no_ack, GetReply(channel, queue, method.no_ack))
 
 
 def basic_nack(channel: "Channel", method: commands.Basic.Nack) -> None:

@@ -11,7 +11,7 @@ the content header and body frames. Once the content is complete the channel mak
 RabbitMQ checks (user_id, direct reply-to), and either keeps it for tx.commit or routes it at
 once (`route_publish`): it enqueues it, returns it to a mandatory publisher when nothing took
 it, and resolves its publisher confirm (PublisherConfirms, below) at once, or once every queue
-that journaled it has fsynced and every other node it was forwarded to has confirmed it.
+that journaled it has fsynced and every queue that lives elsewhere has its receipt.
 
 The rest is in modules of its own: ack/nack/reject (settlement.py), transactions
 (transaction.py), consumer timeouts (consumer_timeouts.py), the other basic, channel and
@@ -31,7 +31,6 @@ from pamqp import commands
 
 from amqp_server.wire import codec, errors
 from amqp_server.channel.basic_methods import METHOD_HANDLERS
-from cluster.links.frames import FORWARD_TO_METHOD
 from amqp_server.channel.consumer_timeouts import deliveries_timed_out
 from amqp_server.channel.declarations import DECLARATION_HANDLERS
 from amqp_server.channel.delivery_timeouts import DeliveryTimeouts
@@ -41,7 +40,6 @@ from amqp_server.channel.ordered_replies import OrderedReplies
 from amqp_server.channel.publish_expiration import check_expiration
 from amqp_server.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
 from amqp_server.broker.sender_selected import check_routing_headers, sender_selected_keys, strip_bcc
-from cluster.links.forwarded import ForwardFlow, forwarded_queues
 from amqp_server.wire.codec import InvalidContentHeader, NestedTooDeep, UnknownDeliveryMode, header_body_size
 from amqp_server.wire.content_assembly import ContentAssembly
 from amqp_server.channel.settlement import apply_settlement, settle
@@ -60,7 +58,7 @@ from queues.message import (
     Message,
     QueueEntry,
 )
-from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY, FORWARDED, REJECTED, WRITE_FAILED
+from queues.publish_outcome import AWAIT_RECEIPT, ENQUEUED, ENQUEUED_DURABLY, REJECTED, WRITE_FAILED
 from queues.raw_properties import RawProperties
 
 if TYPE_CHECKING:
@@ -109,10 +107,6 @@ class Channel:
         # that timed out, so a late ack of one is ignored instead of being an unknown tag.
         self.delivery_timeouts: DeliveryTimeouts | None = None
         self.timed_out: set[int] = set()
-        # On a cluster link's channel, after a forward-to: the queues of this node the next
-        # publishes go into, unrouted (cluster_forwarded.py). None on every client channel.
-        self.forward_targets: tuple["Queue", ...] | None = None
-        self.forward_flow: ForwardFlow | None = None  # its channel.flow to the sending node, once needed
 
     def advance(self, event: ChannelEvent) -> None:
         """Move to the state `event` leads to (states.py); IllegalTransition if this state does
@@ -140,15 +134,16 @@ class Channel:
                 return
         except (IndexError, struct.error, UnicodeDecodeError):
             raise codec.cannot_decode(payload) from None
-        if index == FORWARD_TO_METHOD and self.connection.is_cluster_link:
-            self.forward_targets = forwarded_queues(self, payload)
-            if self.forward_flow is None:
-                self.forward_flow = ForwardFlow(self)
-            return
         if index == codec.ACCESS_REQUEST_METHOD:
             # Kept by RabbitMQ for very old clients: always granted, ticket 1 (pamqp 4 lacks the class).
             self.connection.send_frames([codec.access_request_ok_frame(self.id)])
             return
+        self.handle_other_method(payload, index)
+
+    def handle_other_method(self, payload: bytes, index: int) -> None:
+        """A method frame that is neither a publish nor an ack: decoded, and handed to its
+        handler (basic_methods.py, declarations.py). A subclass may take methods of its own
+        first (the cluster plug-in's link channel takes its forward-to)."""
         self.connection.spend_method_budget()
         method = codec.decode_method(payload)
         handler = METHOD_HANDLERS.get(type(method)) or DECLARATION_HANDLERS.get(type(method))
@@ -256,23 +251,28 @@ class Channel:
             self._last_publish_fields = (exchange_name, routing_key, mandatory, routing_raw)
         vhost = self.vhost
         exchange = vhost.exchanges.get(exchange_name)
-        if exchange is None and self.forward_targets is not None:
-            # Forwarded by a node that routed it a moment before the exchange was deleted: it still
-            # goes to its queues, named as published (deliveries repeat routing_raw byte for byte).
-            exchange = vhost.default_exchange
-        elif exchange is None:
-            raise AMQPError(errors.NOT_FOUND, f"no {errors.resource('exchange', exchange_name, vhost.name)}", 60, 40)
+        if exchange is None:
+            exchange = self.missing_exchange(exchange_name)
         if exchange_name not in self.write_permitted:
             self.connection.check_permission("write", "exchange", exchange_name or "amq.default")
             self.permit_write(exchange_name)
-        if exchange.internal and self.forward_targets is None:  # a dead-lettered message may come from one
-            raise AMQPError(
-                errors.ACCESS_REFUSED,
-                f"cannot publish to internal {errors.resource('exchange', exchange_name, vhost.name)}",
-                60,
-                40,
-            )
+        if exchange.internal:
+            self.check_internal_publish(exchange)
         return exchange, routing_key, mandatory, routing_raw
+
+    def missing_exchange(self, exchange_name: str) -> "Exchange":
+        """A publish names an exchange the vhost does not have: 404 (a subclass may decide
+        otherwise: a link channel's publishes were routed by another node)."""
+        raise AMQPError(errors.NOT_FOUND, f"no {errors.resource('exchange', exchange_name, self.vhost.name)}", 60, 40)
+
+    def check_internal_publish(self, exchange: "Exchange") -> None:
+        """A client may not publish to an internal exchange (403)."""
+        raise AMQPError(
+            errors.ACCESS_REFUSED,
+            f"cannot publish to internal {errors.resource('exchange', exchange.name, self.vhost.name)}",
+            60,
+            40,
+        )
 
     def _refused_header(self, invalid: InvalidContentHeader) -> AMQPError:
         """How to refuse a content header that `check_content_header` (codec.py)
@@ -298,9 +298,8 @@ class Channel:
         message = Message(exchange.name, routing_key, raw_header, body, routing_raw)
         flags = message.property_flags
         # One test of the flag word; properties are decoded only for messages that set these.
-        if flags & _CHECKED_FLAGS and self.forward_targets is None:
-            # (A forwarded message was checked by the node its publisher is connected to.)
-            message = self._check_special_properties(message, flags)
+        if flags & _CHECKED_FLAGS:
+            message = self.check_special_properties(message, flags)
         if flags & FLAG_HEADERS:
             check_routing_headers(message)
         stats = self.connection.broker.stats
@@ -317,7 +316,7 @@ class Channel:
             return
         self.route_publish(exchange, message, mandatory)
 
-    def _check_special_properties(self, message: Message, flags: int) -> Message:
+    def check_special_properties(self, message: Message, flags: int) -> Message:
         """user_id must be the connection's user; reply_to amq.rabbitmq.reply-to gets the channel's key;
         expiration must be a TTL RabbitMQ accepts."""
         properties = message.properties
@@ -341,67 +340,65 @@ class Channel:
 
     def route_publish(self, exchange: "Exchange", message: Message, mandatory: bool) -> "list[Queue] | int | None":
         """Route and enqueue; returns what to wait on until the message is stored (`when_stored`:
-        the queues that journaled it, and for each queue of another node the forwarded message
-        itself), None if nothing is to be waited on, or WRITE_FAILED if a queue's disk write failed
-        (a transaction then fails its commit, transaction.py)."""
+        the queues that journaled it, and for each queue that lives elsewhere the receipt of the
+        message itself), None if nothing is to be waited on, or WRITE_FAILED if a queue's disk
+        write failed (a transaction then fails its commit, transaction.py)."""
+        vhost = self.vhost
+        if vhost.firehose is not None:
+            vhost.firehose.published(message, self.connection, self.id)
+        # (reply_to.is_reply_key, without a call into reply_to.py for every publish)
+        if exchange is vhost.default_exchange and message.routing_key.startswith(REPLY_PREFIX):
+            delivered = self.connection.broker.reply_registry.deliver(message, vhost.name)
+            return self.enqueue(message, mandatory, (), delivered)
+        routing_keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
+        if routing_keys is not None:
+            message = strip_bcc(message)
+            destinations = vhost.route(exchange, message, routing_keys)
+        elif exchange is vhost.default_exchange:
+            # The default exchange routes to the queue named by the key (VirtualHost.route's
+            # first case, without the call): the usual publish to a queue.
+            queue = vhost.queues.get(message.routing_key)
+            destinations = (queue,) if queue is not None else ()
+        else:
+            destinations = vhost.route(exchange, message)
+        return self.enqueue(message, mandatory, destinations, False)
+
+    def enqueue(self, message: Message, mandatory: bool, destinations: "Sequence[Queue]",
+                delivered: bool) -> "list[Any] | int | None":
+        """Publish a routed message into `destinations` (`delivered`: it already reached a direct
+        reply-to consumer), return it when nothing took it and it is mandatory, and settle its
+        publisher confirm: at once, or once what it waits for is stored (route_publish)."""
         connection = self.connection
         broker = connection.broker
-        vhost = self.vhost
         confirms = self.confirms
-        if vhost.firehose is not None:
-            vhost.firehose.published(message, connection, self.id)
         seq = confirms.take_seq() if confirms is not None else 0
         accepted = True
         write_failed = False
-        journaled: list[Queue] | None = None
-        destinations = self.forward_targets
-        # (reply_to.is_reply_key, without a call into reply_to.py for every publish)
-        if destinations is None and exchange is vhost.default_exchange and message.routing_key.startswith(REPLY_PREFIX):
-            delivered = broker.reply_registry.deliver(message, vhost.name)
-        else:
-            if destinations is None:
-                routing_keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
-                if routing_keys is not None:
-                    message = strip_bcc(message)
-                    destinations = vhost.route(exchange, message, routing_keys)
-                elif exchange is vhost.default_exchange:
-                    # The default exchange routes to the queue named by the key (VirtualHost.route's
-                    # first case, without the call): the usual publish to a queue.
-                    queue = vhost.queues.get(message.routing_key)
-                    destinations = (queue,) if queue is not None else ()
+        journaled: list[Any] | None = None
+        for queue in destinations:
+            outcome = queue.publish(message)
+            if outcome == ENQUEUED:
+                pass  # the usual outcome: nothing to wait for (one comparison, not four)
+            elif outcome == REJECTED:
+                accepted = False  # a queue at its length limit with x-overflow reject-publish
+            elif outcome == ENQUEUED_DURABLY:
+                if journaled is None:
+                    journaled = [queue]
                 else:
-                    destinations = vhost.route(exchange, message)
-            else:
-                # Forwarded by another node, which routed it to these queues of ours (cluster_forwarded.py).
-                destinations = [queue for queue in destinations if not queue.deleted]
-            delivered = False
-            for queue in destinations:
-                outcome = queue.publish(message)
-                if outcome == ENQUEUED:
-                    pass  # the usual outcome: nothing to wait for (one comparison, not four)
-                elif outcome == REJECTED:
-                    accepted = False  # a queue at its length limit with x-overflow reject-publish
-                elif outcome == ENQUEUED_DURABLY:
-                    if journaled is None:
-                        journaled = [queue]
-                    else:
-                        journaled.append(queue)
-                elif outcome == WRITE_FAILED:
-                    accepted = False  # its disk write failed (queues/journal.py)
-                    write_failed = True
-                elif outcome == FORWARDED:
-                    # A queue of another node: wait for the owner's confirm of this very message (a
-                    # wait per queue would cover only the last message forwarded there, and miss a nack).
-                    if journaled is None:
-                        journaled = [queue.forwarded_message()]
-                    else:
-                        journaled.append(queue.forwarded_message())
-                delivered = True
-                if queue.congested:
-                    if self.forward_flow is None:
-                        connection.throttle(queue)
-                    else:  # forwarded by another node: pause it, keep reading the link (cluster_forwarded.py)
-                        self.forward_flow.hold(queue)
+                    journaled.append(queue)
+            elif outcome == WRITE_FAILED:
+                accepted = False  # its disk write failed (queues/journal.py)
+                write_failed = True
+            elif outcome == AWAIT_RECEIPT:
+                # Stored where the queue lives: wait for the receipt of this very message (a wait
+                # per queue would cover only the last message sent there, and miss a nack).
+                if journaled is None:
+                    journaled = [queue.publish_receipt()]
+                else:
+                    journaled.append(queue.publish_receipt())
+            delivered = True
+            if queue.congested:
+                self.congested(queue)
         if delivered:
             broker.stats.routed += 1
         elif mandatory:
@@ -418,6 +415,11 @@ class Channel:
                 confirms.hold_until_stored(seq, journaled, accepted)
             connection.confirms_pending(self)
         return WRITE_FAILED if write_failed else journaled
+
+    def congested(self, queue: "Queue") -> None:
+        """A publish of this channel congested `queue`: its connection stops reading until the
+        queue drains (publisher flow control)."""
+        self.connection.throttle(queue)
 
     def _send_return(self, message: Message) -> None:
         """basic.return of an unroutable mandatory message, with its content."""
@@ -601,8 +603,6 @@ class Channel:
         if content is not None and content.in_flight:
             self.connection.content_finished(content.body_size)
         self.content = None
-        if self.forward_flow is not None:
-            self.forward_flow.release()
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()

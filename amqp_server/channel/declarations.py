@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from amqp_server.wire import codec, errors
+from amqp_server.channel.answers import CountsReply
 from amqp_server.channel.basic_methods import queue_name_or_last, reply
 from amqp_server.broker.definitions_export import is_stored_queue
-from cluster.links.remote_queue import refuse_if_unavailable
 from amqp_server.wire.errors import AMQPError
 from exchanges.registry import EXCHANGE_TYPES
 from queues.arguments.exchange_arguments import alternate_exchange_refusal
@@ -158,22 +158,33 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
         server_named=server_named,
         by_client=True,
     )
-    refuse_if_unavailable(queue)
+    queue.check_available()
     if created:
         connection.broker.stats.queues_created += 1
         if queue.exclusive:
             connection.own_exclusive(queue)
     connection.broker.stats.queues_declared += 1
     channel.remember_queue(queue.name)
-    if not method.nowait and queue.is_remote and connection.broker.definition_changes == changes_before:
-        queue.declare_ok_for(channel)  # with its owner node's message and consumer counts
+    if method.nowait:
         return
-    if not method.nowait:
-        _reply_once_stored(
-            channel,
-            changes_before,
-            codec.queue_declare_ok_frame(channel.id, queue.name, queue.message_count, queue.consumer_count),
-        )
+    if connection.broker.definition_changes == changes_before:
+        # The queue's own counts (where it lives on another node, that node's: they come later).
+        queue.count(CountsReply(channel, 50, 10, lambda messages, consumers, place: _send_or_fill(
+            channel, place, codec.queue_declare_ok_frame(channel.id, queue.name, messages, consumers))))
+        return
+    _reply_once_stored(
+        channel,
+        changes_before,
+        codec.queue_declare_ok_frame(channel.id, queue.name, queue.message_count, queue.consumer_count),
+    )
+
+
+def _send_or_fill(channel: "Channel", place: Any, frame: bytes) -> None:
+    """Send `frame` now, or into the reply's held `place` (a queue type's answer that came later)."""
+    if place is None:
+        channel.replies.send_frame(frame)
+    else:
+        channel.replies.fill(place, [frame])
 
 
 def queue_bind(channel: "Channel", method: commands.Queue.Bind) -> None:
@@ -209,13 +220,10 @@ def queue_purge(channel: "Channel", method: commands.Queue.Purge) -> None:
     connection = channel.connection
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
-    if queue.is_remote:
-        queue.check_available()
-        queue.purge_for(channel, method.nowait)  # purge-ok with its owner node's count
-        return
-    count = queue.purge()
-    if not method.nowait:
-        reply(channel, commands.Queue.PurgeOk(message_count=count))
+    queue.check_available()
+    queue.purge_for(CountsReply(channel, 50, 30, lambda messages, _consumers, place: _send_or_fill(
+        channel, place, codec.method_frame(channel.id, commands.Queue.PurgeOk(message_count=messages))),
+        nowait=method.nowait))
 
 
 def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
@@ -225,16 +233,15 @@ def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
     name = queue_name_or_last(channel, method.queue)
     connection.check_permission("configure", "queue", name)
     queue = vhost.queues.get(name)
-    if queue is not None and queue.is_remote:
-        vhost.queue(name, connection)  # 405 if another connection owns it
-        queue.check_available()
-        # if-unused, if-empty and delete-ok's count are the owner's: ask it first.
-        held = channel.replies.hold(b"")
-        queue.counts_for(channel, held, lambda messages, consumers: _delete_counted(
-            channel, method, queue, held, messages, consumers))
+    if queue is None:
+        _delete_counted(channel, method, None, None, 0, 0)
         return
-    _delete_counted(channel, method, queue, None, queue.message_count if queue is not None else 0,
-                    queue.consumer_count if queue is not None else 0)
+    vhost.queue(name, connection)  # 405 if another connection owns it
+    queue.check_available()
+    # if-unused, if-empty and delete-ok's count are the queue's (where it lives on another node,
+    # that node's: they come later, and the reply keeps its place meanwhile).
+    queue.count(CountsReply(channel, 50, 40, lambda messages, consumers, place: _delete_counted(
+        channel, method, queue, place, messages, consumers)))
 
 
 def _delete_counted(channel: "Channel", method: commands.Queue.Delete, queue: "Queue | None", place: Any,
@@ -246,8 +253,6 @@ def _delete_counted(channel: "Channel", method: commands.Queue.Delete, queue: "Q
     vhost = channel.vhost
     name = queue.name if queue is not None else queue_name_or_last(channel, method.queue)
     if queue is not None:
-        if place is None:
-            vhost.queue(name, connection)  # 405 if another connection owns it
         refusal = None
         if method.if_unused and consumers:
             refusal = AMQPError(errors.PRECONDITION_FAILED, f"{errors.resource('queue', name, vhost.name)} in use")

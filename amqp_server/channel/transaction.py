@@ -8,6 +8,13 @@ checked when it arrives (a tag settled earlier in the same transaction is alread
 and applied at commit; commit-ok for persistent messages waits until they are on disk, as a
 confirm does, and a message a queue could not write fails the commit (406 "partial tx
 completion"). A channel is in confirm mode or transactional, never both (406).
+
+On a cluster, a commit must not touch queues that live on more than one node (`check_one_home`):
+queues of two nodes would be applied by two nodes, and one of them may fail (or die) after the
+other applied its part. Rather than half-apply such a commit, it is refused before anything is
+applied, with the error RabbitMQ uses for what it does not implement (540 NOT_IMPLEMENTED,
+which closes the connection). A transaction whose queues all live on one node, this one or
+another, commits as on one node. docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from amqp_server.wire import codec, errors
-from cluster.links.transactions import check_one_node
 from amqp_server.wire.errors import AMQPError
+from amqp_server.broker.reply_to import is_reply_key
+from amqp_server.broker.sender_selected import sender_selected_keys
 from amqp_server.channel.settlement import apply_settlement, take_if_present, unknown_delivery_tag
 from queues.journal import when_synced
+from queues.message import FLAG_HEADERS
 from queues.publish_outcome import WRITE_FAILED
 
 if TYPE_CHECKING:
@@ -95,8 +104,8 @@ def _open_transaction(channel: "Channel") -> Transaction:
 
 def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
     transaction = _open_transaction(channel)
-    if channel.connection.broker.cluster_links is not None:
-        check_one_node(channel, transaction.publishes, transaction.settlements)
+    if channel.connection.broker.clustered:
+        check_one_home(channel, transaction.publishes, transaction.settlements)
     publishes, settlements = transaction.end()
     journaled: set[Any] = set()
     write_failed = False
@@ -138,3 +147,30 @@ def partial_tx_completion() -> AMQPError:
 def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:
     _open_transaction(channel).end()
     channel.replies.send(commands.Tx.RollbackOk())
+
+
+def check_one_home(channel: "Channel", publishes: list[Publish], settlements: list[Settlement]) -> None:
+    """540 when the transaction's publishes and settlements reach queues that live on several
+    nodes (QueueType.home_node; "" is this node, as is a delayed exchange's store)."""
+    vhost = channel.vhost
+    homes: set[str] = set()
+    for exchange, message, _mandatory in publishes:
+        if exchange is vhost.default_exchange and is_reply_key(message.routing_key):
+            continue
+        keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
+        homes.update(queue.home_node for queue in vhost.route(exchange, message, keys))
+    unacked = channel.unacked
+    for _kind, tag, multiple, _requeue in settlements:
+        if multiple:
+            homes.update(delivery.queue.home_node for t, delivery in unacked.items() if tag == 0 or t <= tag)
+        else:
+            delivery = unacked.get(tag)
+            if delivery is not None:
+                homes.add(delivery.queue.home_node)
+    if len(homes) > 1:
+        named = ", ".join(sorted("this node" if home == "" else f"'{home}'" for home in homes))
+        raise AMQPError(
+            errors.NOT_IMPLEMENTED,
+            f"tx.commit would apply to queues on more than one cluster node ({named}); a transaction "
+            "cannot be atomic across nodes, so nothing of it was applied",
+        )

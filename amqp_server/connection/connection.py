@@ -495,7 +495,10 @@ class Connection:
         user_limits = self.broker.limits_of(self.user.name)
         if user_limits.limits_channels:  # counting the user's channels costs a pass over connections
             user_limits.check_new_channel(self.user.name, self.broker.open_channels_of(self.user))
-        channel = Channel(self, channel_id)
+        # Another node's link gets the channel the cluster plug-in made for it (it takes forwarded
+        # publishes); every client gets a Channel.
+        channel_class = self.broker.link_channel_class if self.is_cluster_link else None
+        channel = (channel_class or Channel)(self, channel_id)
         self.channels[channel_id] = channel
         self.broker.stats.channels_opened += 1
         self._write(codec.channel_open_ok_frame(channel_id))

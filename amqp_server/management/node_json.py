@@ -20,7 +20,7 @@ from amqp_server.metrics.process_stats import uptime_seconds
 if TYPE_CHECKING:
     from amqp_server.management.caller import Caller
     from amqp_server.broker.vhost import VirtualHost
-    from cluster.membership import NodeRecord
+    from amqp_server.broker.cluster_interface import NodeRecord
 
 EXCHANGE_TYPES = [
     {"name": "direct", "description": "AMQP direct exchange, as per the AMQP specification", "enabled": True},

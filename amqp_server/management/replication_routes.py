@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from amqp_server.broker.cluster_interface import ClusterChangeRefused, CoordinationOutOfReach
 from amqp_server.management import api_errors
 from amqp_server.management.alarm_routes import PREFIX
 from amqp_server.management.context import caller, context
@@ -26,7 +27,7 @@ from amqp_server.management.http_io import no_content, read_body, visible_vhost
 from queues.arguments.queue_type_rules import QUORUM
 
 if TYPE_CHECKING:
-    from cluster.replication.replicated_queues import ReplicatedQueues
+    from amqp_server.broker.cluster_interface import ReplicatedQueues
 
 QUEUE_PATH = PREFIX + "/queues/{vhost}/{name}"
 _CLASSIC_REFUSALS = {
@@ -57,14 +58,11 @@ async def _node_in_body(request: web.Request) -> str:
 
 
 async def _apply(change: Callable[[], Awaitable[None]]) -> web.Response:
-    from cluster.replication.replicated_queues import MembershipRefused  # only a clustered broker gets here
-    from cluster.coordinator import CoordinationUnavailable
-
     try:
         await change()
-    except MembershipRefused as refusal:
+    except ClusterChangeRefused as refusal:
         raise api_errors.bad_request(str(refusal)) from None
-    except CoordinationUnavailable as error:
+    except CoordinationOutOfReach as error:
         raise api_errors.ApiError(503, "service_unavailable", f"the cluster's coordination service is out of "
                                                               f"reach: {error}") from None
     return no_content()

@@ -185,7 +185,7 @@ class HandoverRecorder:
                     or exchange.internal or isinstance(exchange, DelayedMessageExchange)):
                 return None
             queues = tuple(exchange.route(method.routing_key, None))
-        owners = {queue.owner if getattr(queue, "is_remote", False) else None for queue in queues}
+        owners = {(queue.home_node or None) if queue is not None else None for queue in queues}
         if len(owners) != 1:
             return None
         owner = owners.pop()

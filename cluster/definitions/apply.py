@@ -75,7 +75,7 @@ def _move_consumer(consumer: Consumer, queue: Queue) -> None:
     channel = consumer.sink
     if not channel.is_open:  # type: ignore[attr-defined]
         return
-    if queue.is_remote:
+    if queue.home_node:  # the stand-in of a queue another node leads (remote_queue.py)
         queue.reattach(channel, consumer)  # type: ignore[attr-defined]
     else:
         consumer.move_to(queue)
@@ -337,7 +337,7 @@ class LocalDefinitions:
             self._set_ownership(vhost.name, name, True)
         else:
             queue = self._remote_queue_factory(vhost, value)
-            if queue.is_remote:
+            if queue.home_node:
                 queue.keep_consumers_across_leader_changes()  # type: ignore[attr-defined]
             vhost.adopt_remote_queue(queue)
             self._remote_queues[(vhost.name, name)] = queue

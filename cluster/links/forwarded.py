@@ -1,10 +1,11 @@
 """The receiving end of forwarding: a cluster link's forward-to on this node.
 
 Another node routed a message with the full binding table and found queues this node owns; it
-sends forward-to (their names, cluster_link_frames.py) and then the publishes, on a channel of
-a connection logged in with the cluster secret. Each publish then goes into those queues as it
-is, without routing it again (Channel.route_publish), and is confirmed as any publish: at
-once, or once every queue that journaled it fsynced.
+sends forward-to (their names, frames.py) and then the publishes, on a channel of a connection
+logged in with the cluster secret: a `ForwardingChannel`, the channel class this plug-in
+registers with the broker for such connections (amqp_server/broker/cluster_interface.py). Each
+publish then goes into those queues as it is, without routing it again (`route_publish`), and
+is confirmed as any publish: at once, or once every queue that journaled it fsynced.
 
 Only queues this node owns are taken. A name this node holds no queue of (not yet taken back
 after a restart, deleted a moment ago, or owned by yet another node now) makes the message
@@ -24,12 +25,13 @@ and resumes reading its own publishers, cluster_link.ForwardStream).
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
+from amqp_server.channel.channel import Channel
 from amqp_server.wire import codec
-from cluster.links.frames import decode_forward_to
+from cluster.links.frames import FORWARD_TO_METHOD, decode_forward_to
 from amqp_server.wire.states import ChannelState, ConnectionState
 from amqp_server.broker.reply_to import ReplyRegistry, is_reply_key
 from queues.message import Message
@@ -37,7 +39,7 @@ from queues.publish_outcome import ENQUEUED, REJECTED
 from queues.queue import CongestedQueues
 
 if TYPE_CHECKING:
-    from amqp_server.channel.channel import Channel
+    from exchanges import Exchange
     from queues.queue import Queue
 
 
@@ -53,7 +55,7 @@ def forwarded_queues(channel: "Channel", payload: bytes) -> tuple["Queue", ...]:
     found: list = []
     for name in names:
         queue = queues.get(name)
-        if queue is not None and not queue.is_remote:
+        if queue is not None and not queue.home_node:
             found.append(queue)
         elif is_reply_key(name):
             if registry.has_key(name):
@@ -118,3 +120,60 @@ class ForwardFlow:
         if (channel.state is ChannelState.OPEN and connection.state is ConnectionState.OPEN
                 and connection.channels.get(channel.id) is channel):
             connection.send_method(channel.id, commands.Channel.Flow(active=active))
+
+
+class ForwardingChannel(Channel):
+    """A channel of another node's link: after a forward-to, its publishes go into the queues
+    that forward-to named, unrouted (module docstring), and congestion pauses the sending node
+    (`ForwardFlow`) instead of this connection's reading."""
+
+    def __init__(self, connection: Any, channel_id: int) -> None:
+        super().__init__(connection, channel_id)
+        # The queues of this node the next publishes go into: None until the first forward-to.
+        self._targets: tuple[Any, ...] | None = None
+        self._flow: ForwardFlow | None = None  # its channel.flow to the sending node, once needed
+
+    def handle_other_method(self, payload: bytes, index: int) -> None:
+        if index == FORWARD_TO_METHOD:
+            self._targets = forwarded_queues(self, payload)
+            if self._flow is None:
+                self._flow = ForwardFlow(self)
+            return
+        super().handle_other_method(payload, index)
+
+    def missing_exchange(self, exchange_name: str) -> "Exchange":
+        if self._targets is None:
+            return super().missing_exchange(exchange_name)
+        # Routed by a node a moment before the exchange was deleted: it still goes to its queues,
+        # named as published (deliveries repeat routing_raw byte for byte).
+        return self.vhost.default_exchange
+
+    def check_internal_publish(self, exchange: "Exchange") -> None:
+        if self._targets is None:
+            super().check_internal_publish(exchange)
+        # (else: routed by another node; a dead-lettered message may come from an internal exchange)
+
+    def check_special_properties(self, message: Message, flags: int) -> Message:
+        if self._targets is None:
+            return super().check_special_properties(message, flags)
+        return message  # checked by the node its publisher is connected to
+
+    def route_publish(self, exchange: "Exchange", message: Message, mandatory: bool) -> Any:
+        targets = self._targets
+        if targets is None:
+            return super().route_publish(exchange, message, mandatory)
+        vhost = self.vhost
+        if vhost.firehose is not None:
+            vhost.firehose.published(message, self.connection, self.id)
+        return self.enqueue(message, mandatory, [queue for queue in targets if not queue.deleted], False)
+
+    def congested(self, queue: "Queue") -> None:
+        if self._flow is None:
+            super().congested(queue)
+        else:  # pause the sending node, keep reading the link (module docstring)
+            self._flow.hold(queue)
+
+    def release(self) -> None:
+        if self._flow is not None:
+            self._flow.release()
+        super().release()

@@ -3,8 +3,8 @@
 It sits in the vhost's `queues` like any queue, so bindings lead to it and routing finds it;
 what it does goes to the owner over the link (cluster_link.py):
 
-- `publish` forwards the message on the owner's forward stream and reports FORWARDED, so the
-  publisher's confirm waits for the owner's confirm of that message (`forwarded_message`). With the owner down the
+- `publish` forwards the message on the owner's forward stream and reports AWAIT_RECEIPT, so the
+  publisher's confirm waits for the owner's confirm of that message (`publish_receipt`). With the owner down the
   message is refused (REJECTED: the publisher gets a basic.nack), as RabbitMQ 3.10 rejects
   publishes to a classic queue whose node is down.
 - a consumer here is a consumer there, on a mirror channel of its own with its prefetch,
@@ -18,7 +18,8 @@ what it does goes to the owner over the link (cluster_link.py):
   move to the new form, re-consumed on the new leader (`reattach`) or added to the queue itself
   (docs/replication.md "Consumers at a failover").
 - basic.get, queue.purge and queue.declare-ok (its message and consumer counts) ask the owner
-  and answer when it does, in order with the channel's other replies.
+  and answer when it does (the queue type's answers, amqp_server/channel/answers.py, which keep
+  their place among the channel's other replies).
 
 Memory stays bounded: the owner sends a consumer at most its prefetch (LINK_WINDOW when it has
 none) beyond what the client acked, and forwarding stops reading a publisher while the stream
@@ -30,17 +31,16 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from pamqp import commands
 
-from amqp_server.wire import codec, errors
+from amqp_server.wire import errors
 from cluster.links.link import ForwardStream, LinkState, MirrorChannel, MirrorState, NodeLink, QueueUnavailable
 from amqp_server.wire.errors import AMQPError
-from amqp_server.channel.unacked_store import Unacked
 from queues.arguments import QueueArguments
 from queues.consumer import Consumer
 from queues.message import Message, QueueEntry
-from queues.publish_outcome import FORWARDED, REJECTED
+from queues.publish_outcome import AWAIT_RECEIPT, REJECTED
 from queues.queue import Queue
+from queues.queue_type import ConsumeAnswer, CountsAnswer, GetAnswer
 
 if TYPE_CHECKING:
     from amqp_server.channel.channel import Channel
@@ -123,8 +123,6 @@ class ForwardedMessage:
 class RemoteQueue(Queue):
     """A queue whose owner is another node (see the module docstring)."""
 
-    is_remote = True
-
     def __init__(self, name: str, vhost: str, *, owner: str, links: "ClusterLinks", durable: bool,
                  exclusive: bool, auto_delete: bool, arguments: dict[str, Any] | None, timers: "Timers") -> None:
         super().__init__(name, vhost, durable=durable, exclusive_owner=OTHER_NODES_CONNECTION if exclusive else None,
@@ -132,6 +130,7 @@ class RemoteQueue(Queue):
         # Deduplication, length limits, TTLs and x-delivery-count are the owner's to apply.
         self.dedup = None
         self.adds_delivery_count = False
+        self.single_active = None  # the owner's: it refuses a basic.get of a queue with one
         self.owner = owner
         self._links = links
         self._link: NodeLink | None = None  # the link the last message was forwarded on
@@ -140,6 +139,10 @@ class RemoteQueue(Queue):
         self._fetcher: MirrorChannel | None = None  # the mirror channel for basic.get and purge
         self._keeps_consumers = False  # a replicated queue's stand-in: consumers wait for the new leader
         self._parked_retry: "Timer | None" = None  # the timer of `_retry_parked`
+
+    @property
+    def home_node(self) -> str:  # type: ignore[override]
+        return self.owner
 
     def __repr__(self) -> str:
         return f"<RemoteQueue {self.name!r} vhost={self.vhost!r} owner={self.owner!r}>"
@@ -175,9 +178,9 @@ class RemoteQueue(Queue):
                 return REJECTED
             self._link = link
         self._last_seq = link.stream.forward(self.name, message)
-        return FORWARDED
+        return AWAIT_RECEIPT
 
-    def forwarded_message(self) -> "ForwardedMessage":
+    def publish_receipt(self) -> "ForwardedMessage":
         """The message just published here, to wait for the owner's confirm of it alone
         (publisher confirms and tx.commit: a nack of any one message must reach its publisher)."""
         return ForwardedMessage(self._link.stream, self._last_seq)
@@ -211,13 +214,12 @@ class RemoteQueue(Queue):
         """This is a replicated queue's stand-in: see the module docstring."""
         self._keeps_consumers = True
 
-    def subscribe(self, channel: "Channel", consumer: Consumer, nowait: bool) -> None:
+    def consume(self, consumer: Consumer, answer: ConsumeAnswer) -> None:
         """Consume on the owner for `consumer`; consume-ok (unless nowait) follows the owner's,
         and the owner's refusal closes the client's channel with the owner's code and text."""
         link = self._owner_link()
-        held = None if nowait else channel.replies.hold(
-            codec.method_frame(channel.id, commands.Basic.ConsumeOk(consumer_tag=consumer.tag)))
-        self._consume_on_owner(link, channel, consumer, held, reattached=False)
+        answer.later()
+        self._consume_on_owner(link, consumer, answer)
 
     def reattach(self, channel: "Channel", consumer: Consumer) -> None:
         """A consumer of the queue's previous form (the old leader's stand-in, or the queue
@@ -236,10 +238,11 @@ class RemoteQueue(Queue):
             self._remote_consumers[consumer] = remote
             self._park(remote)
             return
-        self._consume_on_owner(link, channel, consumer, None, reattached=True)
+        self._consume_on_owner(link, consumer, None)
 
-    def _consume_on_owner(self, link: NodeLink, channel: "Channel", consumer: Consumer, held: Any,
-                          reattached: bool) -> None:
+    def _consume_on_owner(self, link: NodeLink, consumer: Consumer, answer: ConsumeAnswer | None) -> None:
+        """`answer` is None for a re-attach (`reattach`), which the client is not told of."""
+        channel = consumer.sink
         remote = RemoteConsumer(self, consumer, None)
         remote.mirror = mirror = link.open_mirror(remote)
         self._remote_consumers[consumer] = remote
@@ -251,21 +254,21 @@ class RemoteQueue(Queue):
             prefetch_count=prefetch if prefetch and not consumer.no_ack else LINK_WINDOW,
             # The consumer timeout is kept here, where the client's acks arrive.
             arguments={key: value for key, value in consumer.arguments.items() if key != "x-consumer-timeout"},
-            on_reply=lambda reply: self._consume_answered(channel, remote, held, reply, reattached),
+            on_reply=lambda reply: self._consume_answered(channel, remote, answer, reply),
         )
 
-    def _consume_answered(self, channel: "Channel", remote: RemoteConsumer, held: Any, reply: Any,
-                          reattached: bool = False) -> None:
+    def _consume_answered(self, channel: Any, remote: RemoteConsumer, answer: ConsumeAnswer | None,
+                          reply: Any) -> None:
         if not channel.is_open:  # closed meanwhile: its release() cancelled the consumer
-            if held is not None:
-                channel.replies.withdraw(held)
+            if answer is not None:
+                answer.started()  # (dropped: the channel is gone)
             return
         if not isinstance(reply, QueueUnavailable):
             remote.active = True
-            if held is not None:
-                channel.replies.release(held, None)
+            if answer is not None:
+                answer.started()
             return
-        if reattached:
+        if answer is None:  # re-attached
             # The client's consume succeeded long ago: no channel error now. A refusal that may
             # pass (no leader serves the queue yet) parks it again; any other is final.
             remote.active = True
@@ -275,13 +278,7 @@ class RemoteQueue(Queue):
                 self._cancel(remote)
             return
         self._remote_consumers.pop(remote.consumer, None)
-        channel.forget_consumer(remote.consumer)
-        if held is not None:
-            channel.replies.withdraw(held)
-        if channel.is_open:
-            error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
-            error.caused_by(60, 20)
-            channel.connection.fail_channel(channel, error)
+        answer.refused(self._refusal(reply))
 
     def prefetch_changed(self, consumer: Consumer) -> None:
         """A basic.qos changed the running consumer's prefetch: the owner applies it too."""
@@ -416,96 +413,60 @@ class RemoteQueue(Queue):
             fetcher = self._fetcher = self._owner_link().open_mirror(self)
         return fetcher
 
-    def fetch_for(self, channel: "Channel", no_ack: bool) -> None:
+    def get_for(self, no_ack: bool, answer: GetAnswer) -> None:
         """basic.get on the owner; get-ok or get-empty in order with the channel's replies."""
         fetcher = self._fetch_channel()
-        held = channel.replies.hold(b"")
-        fetcher.get(self.name, lambda reply: self._fetched(channel, fetcher, held, no_ack, reply))
+        answer.later()
+        fetcher.get(self.name, lambda reply: self._fetched(fetcher, no_ack, answer, reply))
 
-    def _fetched(self, channel: "Channel", fetcher: MirrorChannel, held: Any, no_ack: bool, reply: Any) -> None:
+    def _fetched(self, fetcher: MirrorChannel, no_ack: bool, answer: GetAnswer, reply: Any) -> None:
         if isinstance(reply, QueueUnavailable):
-            self._refused(channel, held, reply, 60, 70)
+            self._fetcher = None
+            answer.refused(self._refusal(reply))
             return
-        if not channel.is_open:
+        if not answer.wanted:
             if reply is not None and not no_ack:
                 fetcher.reject(reply[0], requeue=True)
             self._close_if_done(fetcher)
             return
-        broker = channel.connection.broker
         if reply is None:
-            broker.stats.get_empty += 1
-            channel.replies.fill(held, [codec.method_frame(channel.id, commands.Basic.GetEmpty())])
+            answer.empty()
             self._close_if_done(fetcher)
             return
         link_tag, redelivered, message, count = reply
         entry = RemoteDelivery(message, fetcher, link_tag, redelivered)
-        tag = channel.take_delivery_tag()
         if no_ack:
             entry.mark_gone()
             fetcher.ack(link_tag)
         else:
             self.unacked_count += 1
-            channel.unacked.add(tag, Unacked(entry, self, None))
-        frames = [codec.get_ok_frame(channel.id, tag, redelivered, message.routing_raw, count)]
-        codec.content_frames(frames, channel.id, message.raw_header, message.body, channel.connection.max_body_frame)
-        channel.replies.fill(held, frames)
-        broker.stats.get += 1
+        answer.got(entry, message.raw_header, redelivered, count)
         self._close_if_done(fetcher)
 
-    def purge_for(self, channel: "Channel", nowait: bool) -> None:
+    def purge_for(self, answer: CountsAnswer) -> None:
         """queue.purge on the owner; purge-ok with the owner's count."""
         fetcher = self._fetch_channel()
-        held = None if nowait else channel.replies.hold(b"")
-        fetcher.purge(self.name, lambda reply: self._purged(channel, fetcher, held, reply))
+        answer.later()
+        fetcher.purge(self.name, lambda reply: self._counted(fetcher, answer, reply))
 
-    def _purged(self, channel: "Channel", fetcher: MirrorChannel, held: Any, reply: Any) -> None:
-        if isinstance(reply, QueueUnavailable):
-            self._refused(channel, held, reply, 50, 30)
-            return
-        if held is not None and channel.is_open:
-            channel.replies.fill(held, [codec.method_frame(channel.id, commands.Queue.PurgeOk(reply.message_count))])
-        self._close_if_done(fetcher)
-
-    def declare_ok_for(self, channel: "Channel") -> None:
-        """queue.declare-ok with the owner's message and consumer counts, as RabbitMQ's nodes
-        answer for a queue of another node."""
+    def count(self, answer: CountsAnswer) -> None:
+        """The owner's message and consumer counts, as RabbitMQ's nodes answer queue.declare-ok
+        for a queue of another node."""
         fetcher = self._fetch_channel()
-        held = channel.replies.hold(b"")
-        fetcher.declare_passive(self.name, lambda reply: self._declared(channel, fetcher, held, reply))
+        answer.later()
+        fetcher.declare_passive(self.name, lambda reply: self._counted(fetcher, answer, reply))
 
-    def _declared(self, channel: "Channel", fetcher: MirrorChannel, held: Any, reply: Any) -> None:
+    def _counted(self, fetcher: MirrorChannel, answer: CountsAnswer, reply: Any) -> None:
         if isinstance(reply, QueueUnavailable):
-            self._refused(channel, held, reply, 50, 10)
+            self._fetcher = None
+            answer.refused(self._refusal(reply))
             return
-        if channel.is_open:
-            channel.replies.fill(held, [codec.queue_declare_ok_frame(
-                channel.id, self.name, reply.message_count, reply.consumer_count)])
         self._close_if_done(fetcher)
+        answer.counted(reply.message_count, getattr(reply, "consumer_count", 0))
 
-    def counts_for(self, channel: "Channel", held: Any, then: Any) -> None:
-        """Ask the owner for the queue's message and consumer counts and call `then(messages,
-        consumers)`; the owner's refusal closes the channel instead (`held`, the reply's place,
-        is withdrawn)."""
-        fetcher = self._fetch_channel()
-
-        def counted(reply: Any) -> None:
-            if isinstance(reply, QueueUnavailable):
-                self._refused(channel, held, reply, 50, 40)
-                return
-            self._close_if_done(fetcher)
-            if channel.is_open:
-                then(reply.message_count, reply.consumer_count)
-
-        fetcher.declare_passive(self.name, counted)
-
-    def _refused(self, channel: "Channel", held: Any, reply: QueueUnavailable, class_id: int, method_id: int) -> None:
-        self._fetcher = None
-        if held is not None:
-            channel.replies.withdraw(held)
-        if channel.is_open:
-            error = self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
-            error.caused_by(class_id, method_id)
-            channel.connection.fail_channel(channel, error)
+    def _refusal(self, reply: QueueUnavailable) -> AMQPError:
+        """The error the client gets for the owner's refusal (a lost link: the queue's node is down)."""
+        return self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
 
     # MirrorHandler of the fetch channel (it never consumes, so it gets no deliveries).
     def cancelled_by_owner(self, *args: Any) -> None:
@@ -537,10 +498,3 @@ class RemoteQueue(Queue):
             self._fetcher.close()
             self._fetcher = None
         return consumers
-
-
-def refuse_if_unavailable(queue: Queue) -> None:
-    """404 when `queue` is a remote queue whose owner is not live."""
-    if queue.is_remote:
-        queue.check_available()  # type: ignore[attr-defined]
-

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amqp_server.broker.cluster_interface import ClusterChangeRefused
 from cluster.replication.replicated_journal import ReplicatedJournal
 from cluster.coordinator import CoordinationUnavailable, Coordinator
 from cluster.replication.election import GroupKeys, GroupRecord
@@ -65,7 +66,7 @@ def is_replicated(entry: dict[str, Any]) -> bool:
     return bool(entry.get("durable")) and arguments.get("x-queue-type") in (QUORUM, QUORUM.encode())
 
 
-class MembershipRefused(Exception):
+class MembershipRefused(ClusterChangeRefused):
     """A membership change that cannot be made; the text says why."""
 
 

@@ -126,6 +126,7 @@ class DelayedMessages:
     """The pending messages of one delayed exchange; see the module docstring."""
 
     congested = False  # routing asks every destination; holding never pushes back on publishers
+    home_node = ""  # held on this node (a transaction asks where each destination lives)
 
     def __init__(self, name: str, timers: Timers, release: Release, journal: QueueJournal | None = None) -> None:
         self.name = name

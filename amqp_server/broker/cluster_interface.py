@@ -1,0 +1,86 @@
+"""What the core asks of a cluster, and nothing more: the interfaces the cluster plug-in implements.
+
+A single node runs without any of it (every `Broker` attribute below stays None, and no module
+of `cluster/` is imported). `amqp_server.runtime` loads the plug-in (cluster/node.py) only when
+`--cluster` is given; the plug-in then registers its implementations with the broker:
+
+- `Broker.joined_cluster(membership, link_channel_class)`: the cluster's live nodes, and the
+  channel class a link from another node gets (it takes the publishes that node forwards);
+- `Broker.share_definitions(shared)`: where each queue lives (`SharedDefinitions.owner_of`) and
+  definition changes committed in the coordination service;
+- `Broker.replicate_queues(replicated)`: the replicated implementation of the quorum queue type
+  (a journal that a majority fsyncs) and its membership operations.
+
+Queues of other nodes reach the vhost as queue-type implementations of their own
+(queues/queue_type.py; the plug-in's cluster/links/remote_queue.py), so the codec, the
+connection and the channel never ask where a queue lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from persistence.queue_store import QueueStore
+    from queues.journal import QueueJournal
+
+
+class ClusterChangeRefused(Exception):
+    """A cluster operation that cannot be made (a membership change of a replicated queue that
+    would leave it without a majority, say); the text says why (HTTP 400)."""
+
+
+class CoordinationOutOfReach(ConnectionError):
+    """The coordination service did not answer in time (HTTP 503)."""
+
+
+class NodeRecord(Protocol):
+    """Another node of the cluster as its membership record describes it."""
+
+    name: str
+    amqp_address: str
+    management_address: str
+    started_at: float
+
+
+class Membership(Protocol):
+    def live_nodes(self) -> "list[Any]":
+        """The live nodes' records (NodeRecord), this one included."""
+
+
+class QueueOwner(Protocol):
+    node: str
+    live: bool
+
+
+class SharedDefinitions(Protocol):
+    """The cluster's shared definitions, once joined."""
+
+    @property
+    def changes(self) -> int: ...
+
+    def owner_of(self, vhost: str, queue: str) -> "QueueOwner | None": ...
+
+    def changed(self, kind: str, entry: dict[str, Any], present: bool) -> None: ...
+
+    def access_changed(self, access: Any) -> None: ...
+
+    def when_committed(self, changes: int, callback: Callable[[Exception | None], None]) -> None: ...
+
+
+class ReplicatedQueues(Protocol):
+    """The replicated quorum queue type: journals a majority fsyncs, and their groups."""
+
+    def journal_for(self, vhost: str, name: str, open_store: "Callable[[], QueueStore]",
+                    arguments: dict[str, Any]) -> "QueueJournal": ...
+
+    def describe(self, vhost: str, name: str) -> dict[str, Any] | None: ...
+
+    def raft_figures(self) -> list[tuple[str, str, int, int, int]]: ...
+
+    async def add_member(self, vhost: str, name: str, node: str) -> None: ...
+
+    async def delete_member(self, vhost: str, name: str, node: str) -> None: ...
+
+    async def transfer_leadership(self, vhost: str, name: str, node: str) -> None: ...
