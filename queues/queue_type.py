@@ -2,10 +2,10 @@
 
 Modelled on RabbitMQ's `rabbit_queue_type`: the channel (amqp_server/channel/) holds queues
 and calls these methods; it never asks which type it holds. Classic and quorum queues are
-`queues.queue.Queue` (a quorum queue is one whose journal a cluster replicates, chosen by its
-declared type: queues/arguments/queue_type_rules.py checks each type's arguments); the cluster
+`queues.queue.Queue` (a quorum queue is one whose journal a cluster replicates); the cluster
 plug-in adds the stand-in of a queue another node holds (cluster/links/remote_queue.py); the
-stream type is to come behind the same interface.
+stream type is to come behind the same interface. The declare half of each type, the arguments
+and properties it takes, is its `QueueTypeRules` entry (queues/arguments/queue_type_rules.py).
 
 Methods whose answer may come later (the owner of a remote queue answers over a link) take an
 *answer*: a narrow object of the channel's (amqp_server/channel/answers.py) that the queue

@@ -303,7 +303,7 @@ class VirtualHost:
         # Exclusive queues die with their connection, so only shared durable queues keep files.
         journal = None
         if durable and not exclusive and self.journal_factory is not None:
-            if settings.queue_type == queue_type_rules.QUORUM:  # replicated on a clustered broker
+            if queue_type_rules.rules_for(settings.queue_type).replicated:  # on a clustered broker
                 journal = self.journal_factory(self.name, name, archive, arguments)
             else:
                 journal = self.journal_factory(self.name, name, archive)

@@ -17,7 +17,7 @@ from queues.arguments.texts import amqp_type_name
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 RETRY_TYPES = ("disabled", "all", "failed", "returned")
 RETRY_BACKOFFS = ("linear", "exponential")
-QUEUE_TYPES = ("classic", "quorum")
+QUEUE_TYPES = tuple(queue_type_rules.QUEUE_TYPE_RULES)  # the x-queue-type values a queue may be declared with
 QUEUE_MODES = ("default", "lazy")
 QUEUE_VERSIONS = (1, 2)
 MAX_PRIORITY = 255

@@ -1,4 +1,7 @@
-"""What a quorum queue refuses at queue.declare, as RabbitMQ 3.10 refuses it.
+"""Each queue type's declare rules: the arguments and properties it takes, as RabbitMQ 3.10 checks them.
+
+`QUEUE_TYPE_RULES` holds one `QueueTypeRules` per declarable x-queue-type (the declare half of
+the queue type behaviour, queues/queue_type.py): a new type plugs in by adding its entry.
 
 RabbitMQ checks a new queue in this order (verified against RabbitMQ 3.10 with pika):
 
@@ -18,8 +21,10 @@ unsupported queue type.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+CLASSIC = "classic"
 QUORUM = "quorum"
 QUORUM_MODULE = "rabbit_quorum_queue"
 
@@ -44,34 +49,75 @@ KNOWN_ARGUMENTS = CLASSIC_ARGUMENTS | QUORUM_ARGUMENTS | STREAM_ARGUMENTS
 # x-stream-max-segment-size-bytes, x-initial-cluster-size.
 QUORUM_REFUSED_ARGUMENTS = KNOWN_ARGUMENTS - QUORUM_ARGUMENTS
 
+
+
+@dataclass(frozen=True)
+class QueueTypeRules:
+    """What one queue type accepts at queue.declare."""
+
+    name: str  # its x-queue-type value
+    module: str  # RabbitMQ's module for it, which its refusals name
+    arguments: frozenset[str]  # the x-arguments it takes (RabbitMQ's capabilities/0)
+    refuses_other_arguments: bool  # an argument only other types know is refused (step 4)
+    shared_durable_only: bool  # refuses auto-delete, exclusive and non-durable (step 5)
+    named_only: bool  # refuses a server-named queue (step 1)
+    replicated: bool  # its journal is replicated on a clustered broker (cluster/replication/)
+
+    def refused_argument(self, arguments: dict[str, Any]) -> str | None:
+        """The first key in `arguments` this type refuses as not its own, or None."""
+        if not self.refuses_other_arguments:
+            return None
+        return next((key for key in arguments if key in KNOWN_ARGUMENTS and key not in self.arguments), None)
+
+    def refused_property(self, *, durable: bool, exclusive: bool, auto_delete: bool) -> str | None:
+        """The queue property this type refuses, by RabbitMQ's name for it, or None."""
+        if not self.shared_durable_only:
+            return None
+        if auto_delete:
+            return "auto-delete"
+        if exclusive:
+            return "exclusive-owner"
+        if not durable:
+            return "non-durable"
+        return None
+
+
+QUEUE_TYPE_RULES: dict[str, QueueTypeRules] = {
+    # Classic queues keep this broker's lifecycle extensions (x-delivery-limit and the like).
+    CLASSIC: QueueTypeRules(CLASSIC, "rabbit_classic_queue", CLASSIC_ARGUMENTS, refuses_other_arguments=False,
+                            shared_durable_only=False, named_only=False, replicated=False),
+    QUORUM: QueueTypeRules(QUORUM, QUORUM_MODULE, QUORUM_ARGUMENTS, refuses_other_arguments=True,
+                           shared_durable_only=True, named_only=True, replicated=True),
+}
+
+
+def rules_for(queue_type: str) -> QueueTypeRules:
+    """The declare rules of `queue_type` (classic's for a type this broker does not know)."""
+    return QUEUE_TYPE_RULES.get(queue_type, QUEUE_TYPE_RULES[CLASSIC])
+
+
 DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
 
 
 def refused_argument(queue_type: str, arguments: dict[str, Any]) -> str | None:
     """The first key in `arguments` that `queue_type` refuses as not its own, or None."""
-    if queue_type != QUORUM:
-        return None
-    return next((key for key in arguments if key in QUORUM_REFUSED_ARGUMENTS), None)
+    return rules_for(queue_type).refused_argument(arguments)
 
 
 def refused_property(queue_type: str, *, durable: bool, exclusive: bool, auto_delete: bool) -> str | None:
     """The queue property `queue_type` refuses, by RabbitMQ's name for it, or None."""
-    if queue_type != QUORUM:
-        return None
-    if auto_delete:
-        return "auto-delete"
-    if exclusive:
-        return "exclusive-owner"
-    if not durable:
-        return "non-durable"
-    return None
+    return rules_for(queue_type).refused_property(durable=durable, exclusive=exclusive, auto_delete=auto_delete)
 
 
 def server_named_refusal(arguments: dict[str, Any]) -> str | None:
     """RabbitMQ's 406 text for a server-named queue of a type that needs a name, or None."""
-    if arguments.get("x-queue-type") in (QUORUM, QUORUM.encode()):
-        return f"Cannot declare a server-named queue for type {QUORUM_MODULE}"
+    queue_type = arguments.get("x-queue-type")
+    if isinstance(queue_type, bytes):
+        queue_type = queue_type.decode(errors="replace")
+    rules = QUEUE_TYPE_RULES.get(queue_type) if isinstance(queue_type, str) else None
+    if rules is not None and rules.named_only:
+        return f"Cannot declare a server-named queue for type {rules.module}"
     return None
 
 
