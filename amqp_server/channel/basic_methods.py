@@ -19,12 +19,11 @@ from amqp_server.wire import codec, errors
 from cluster.links.remote_queue import refuse_if_unavailable
 from amqp_server.wire.errors import AMQPError
 from amqp_server.broker.reply_to import REPLY_QUEUE
-from amqp_server.channel.settlement import apply_settlement, settle
+from amqp_server.channel.settlement import recover, settle
 from amqp_server.channel.transaction import tx_commit, tx_rollback, tx_select
 from amqp_server.channel.unacked_store import Unacked
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
-from queues.delays.delayed_retry import RETURNED
 from queues.delivery_count import get_ok_header
 
 if TYPE_CHECKING:
@@ -177,9 +176,7 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
         return
     tag = channel.take_delivery_tag()
     if not method.no_ack:
-        channel.unacked.add(tag, Unacked(entry, queue, None))
-        if queue.settings.consumer_timeout_ms:
-            channel.track_timeout(tag, queue.settings.consumer_timeout_ms)
+        channel.await_ack(tag, Unacked(entry, queue, None), queue.settings.consumer_timeout_ms)
     message = entry.message
     if channel.vhost.firehose is not None:
         channel.vhost.firehose.delivered(queue.name, message, entry.redelivered, connection, channel.id)
@@ -196,11 +193,13 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
 
 
 def basic_nack(channel: "Channel", method: commands.Basic.Nack) -> None:
-    settle(channel, "nack", method.delivery_tag, method.multiple, method.requeue)
+    settle(channel.unacked, channel.delivery_timeouts, channel.transaction, channel.connection.broker.stats, channel,
+           "nack", method.delivery_tag, method.multiple, method.requeue)
 
 
 def basic_reject(channel: "Channel", method: commands.Basic.Reject) -> None:
-    settle(channel, "reject", method.delivery_tag, False, method.requeue)
+    settle(channel.unacked, channel.delivery_timeouts, channel.transaction, channel.connection.broker.stats, channel,
+           "reject", method.delivery_tag, False, method.requeue)
 
 
 def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
@@ -208,15 +207,13 @@ def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
     # RabbitMQ answers recover-ok before the redeliveries.
     reply(channel, commands.Basic.RecoverOk())
-    channel.forget_timeouts(0, True)
-    apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
+    recover(channel.unacked, channel.delivery_timeouts, channel.connection.broker.stats, channel)
 
 
 def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync) -> None:
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
-    channel.forget_timeouts(0, True)
-    apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
+    recover(channel.unacked, channel.delivery_timeouts, channel.connection.broker.stats, channel)
 
 
 # -- confirm (tx: transaction.py) ---------------------------------------------------------
