@@ -116,10 +116,7 @@ class GetReply(Answer):
         queue = self._queue
         tag = channel.take_delivery_tag()
         if not self._no_ack:
-            channel.unacked.add(tag, Unacked(entry, queue, None))
-            timeout_ms = queue.settings.consumer_timeout_ms  # type: ignore[attr-defined]
-            if timeout_ms:
-                channel.track_timeout(tag, timeout_ms)
+            channel.await_ack(tag, Unacked(entry, queue, None), queue.settings.consumer_timeout_ms)  # type: ignore[attr-defined]
         message = entry.message
         if channel.vhost.firehose is not None:
             channel.vhost.firehose.delivered(queue.name, message, redelivered, connection, channel.id)

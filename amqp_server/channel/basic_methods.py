@@ -19,11 +19,10 @@ from amqp_server.wire import codec, errors
 from amqp_server.wire.errors import AMQPError
 from amqp_server.broker.reply_to import REPLY_QUEUE
 from amqp_server.channel.answers import ConsumeReply, GetReply
-from amqp_server.channel.settlement import apply_settlement, settle
+from amqp_server.channel.settlement import recover, settle
 from amqp_server.channel.transaction import tx_commit, tx_rollback, tx_select
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
-from queues.delays.delayed_retry import RETURNED
 
 if TYPE_CHECKING:
     from amqp_server.channel.channel import Channel
@@ -163,11 +162,13 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
 
 
 def basic_nack(channel: "Channel", method: commands.Basic.Nack) -> None:
-    settle(channel, "nack", method.delivery_tag, method.multiple, method.requeue)
+    settle(channel.unacked, channel.delivery_timeouts, channel.transaction, channel.connection.broker.stats, channel,
+           "nack", method.delivery_tag, method.multiple, method.requeue)
 
 
 def basic_reject(channel: "Channel", method: commands.Basic.Reject) -> None:
-    settle(channel, "reject", method.delivery_tag, False, method.requeue)
+    settle(channel.unacked, channel.delivery_timeouts, channel.transaction, channel.connection.broker.stats, channel,
+           "reject", method.delivery_tag, False, method.requeue)
 
 
 def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
@@ -175,15 +176,13 @@ def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
     # RabbitMQ answers recover-ok before the redeliveries.
     reply(channel, commands.Basic.RecoverOk())
-    channel.forget_timeouts(0, True)
-    apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
+    recover(channel.unacked, channel.delivery_timeouts, channel.connection.broker.stats, channel)
 
 
 def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync) -> None:
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
-    channel.forget_timeouts(0, True)
-    apply_settlement(channel, "nack", channel.unacked.pop_all(), True, RETURNED)
+    recover(channel.unacked, channel.delivery_timeouts, channel.connection.broker.stats, channel)
 
 
 # -- confirm (tx: transaction.py) ---------------------------------------------------------

@@ -14,7 +14,7 @@ it, and resolves its publisher confirm (PublisherConfirms, below) at once, or on
 that journaled it has fsynced and every queue that lives elsewhere has its receipt.
 
 The rest is in modules of its own: ack/nack/reject (settlement.py), transactions
-(transaction.py), consumer timeouts (consumer_timeouts.py), the other basic, channel and
+(transaction.py), consumer timeouts (delivery_timeouts.py), the other basic, channel and
 confirm methods (basic_methods.py), and the exchange and queue classes (declarations.py).
 """
 
@@ -31,7 +31,6 @@ from pamqp import commands
 
 from amqp_server.wire import codec, errors
 from amqp_server.channel.basic_methods import METHOD_HANDLERS
-from amqp_server.channel.consumer_timeouts import deliveries_timed_out
 from amqp_server.channel.declarations import DECLARATION_HANDLERS
 from amqp_server.channel.delivery_timeouts import DeliveryTimeouts
 from amqp_server.wire.errors import AMQPError
@@ -103,10 +102,8 @@ class Channel:
         self._tag_raw: dict[str, bytes] = {}
         self.write_permitted: set[str] = set()  # exchanges the user was allowed to publish to
         self._published_before = False  # published before forget_permissions() emptied write_permitted
-        # Consumer timeouts: deadlines of tracked deliveries (made on first use), and the tags
-        # that timed out, so a late ack of one is ignored instead of being an unknown tag.
+        # Consumer timeouts: deadlines of tracked deliveries and the tags that timed out (made on first use).
         self.delivery_timeouts: DeliveryTimeouts | None = None
-        self.timed_out: set[int] = set()
 
     def advance(self, event: ChannelEvent) -> None:
         """Move to the state `event` leads to (states.py); IllegalTransition if this state does
@@ -130,7 +127,8 @@ class Channel:
         try:
             if index == codec.ACK_METHOD:
                 tag, multiple = codec.decode_ack(payload)
-                settle(self, "ack", tag, multiple, False)
+                settle(self.unacked, self.delivery_timeouts, self.transaction, self.connection.broker.stats, self,
+                       "ack", tag, multiple, False)
                 return
         except (IndexError, struct.error, UnicodeDecodeError):
             raise codec.cannot_decode(payload) from None
@@ -609,28 +607,23 @@ class Channel:
         if self.reply_key is not None:
             self.stop_reply_consumer()
         if self.delivery_timeouts is not None:
-            self.delivery_timeouts.clear()
-        self.timed_out.clear()
-        apply_settlement(self, "nack", self.unacked.pop_all(), True, RETURNED)
+            self.delivery_timeouts.close()
+        apply_settlement(self.connection.broker.stats, self, "nack", self.unacked.pop_all(), True, RETURNED)
 
     # -- consumer timeout --------------------------------------------------------------
 
     def track_timeout(self, tag: int, timeout_ms: int) -> None:
         """Delivery `tag` times out if it is still unacked after `timeout_ms`."""
         if self.delivery_timeouts is None:
-            self.delivery_timeouts = DeliveryTimeouts(self.vhost.timers, lambda tags: deliveries_timed_out(self, tags))
+            self.delivery_timeouts = DeliveryTimeouts(self.vhost.timers, self, self.unacked, self.connection.broker.stats)
         self.delivery_timeouts.track(tag, timeout_ms)
 
-    def forget_timeouts(self, tag: int, multiple: bool) -> None:
-        timeouts = self.delivery_timeouts
-        if timeouts is None:
-            return
-        if not multiple:
-            timeouts.forget(tag)
-        elif tag == 0:
-            timeouts.clear()
-        else:
-            timeouts.forget_up_to(tag)
+    def await_ack(self, tag: int, delivery: Unacked, timeout_ms: int | None) -> None:
+        """Delivery `tag` (a basic.get's) awaits its ack; it times out after `timeout_ms`, if set.
+        (Channel.deliver does the same inline, per message.)"""
+        self.unacked.add(tag, delivery)
+        if timeout_ms:
+            self.track_timeout(tag, timeout_ms)
 
 
 # -- publisher confirms ------------------------------------------------------------------

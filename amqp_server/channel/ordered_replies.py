@@ -27,7 +27,7 @@ from amqp_server.wire.states import ChannelState, ConnectionState
 from amqp_server.wire.errors import AMQPError
 
 if TYPE_CHECKING:
-    from amqp_server.connection.connection import Connection
+    from amqp_server.channel.ports import ReplyConnection
 
 # None when done; an OSError when the write failed; an AMQPError when the change was refused.
 SyncCallback = Callable[[Exception | None], None]
@@ -49,7 +49,7 @@ class OrderedReplies:
 
     __slots__ = ("_connection", "_channel_id", "_held")
 
-    def __init__(self, connection: "Connection", channel_id: int) -> None:
+    def __init__(self, connection: "ReplyConnection", channel_id: int) -> None:
         self._connection = connection
         self._channel_id = channel_id
         self._held: deque[_Held] | None = None  # made by hold(), dropped when drained

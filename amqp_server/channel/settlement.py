@@ -9,6 +9,10 @@ that settled: basic.ack (60,80), basic.reject (60,90) or basic.nack (60,120). Ac
 are done; nacked or rejected ones are requeued (queues/requeue.py decides where) or leave
 their queue (to its dead-letter exchange). Room freed on consumers is offered messages again
 at once.
+
+The functions are handed what they change (the channel's UnackedStore and DeliveryTimeouts,
+the broker's stats) and see the channel itself only as a ports.SettlingChannel: its consumers
+and prefetch limit, read to offer messages again.
 """
 
 from __future__ import annotations
@@ -18,45 +22,52 @@ from typing import TYPE_CHECKING
 
 from amqp_server.wire import errors
 from amqp_server.wire.errors import AMQPError
-from amqp_server.channel.unacked_store import Unacked
+from amqp_server.channel.unacked_store import Unacked, UnackedStore
 from queues.consumer import Consumer
-from queues.delays.delayed_retry import FAILED
+from queues.delays.delayed_retry import FAILED, RETURNED
 from queues.queue import Queue
 from queues.message import QueueEntry
 
 if TYPE_CHECKING:
-    from amqp_server.channel.channel import Channel
+    from amqp_server.broker.stats import BrokerStats
+    from amqp_server.channel.delivery_timeouts import DeliveryTimeouts
+    from amqp_server.channel.ports import SettlingChannel
+    from amqp_server.channel.transaction import Transaction
 
 
 # The method a settlement came as, for the class and method ids of its 406.
 _METHOD_IDS = {"ack": 80, "reject": 90, "nack": 120}
 
 
-def settle(channel: "Channel", kind: str, tag: int, multiple: bool, requeue: bool) -> None:
-    """ack / nack / reject (`kind`) of one delivery tag, or of all up to it with `multiple`."""
-    if channel.transaction is not None:
-        channel.transaction.settle(channel, kind, tag, multiple, requeue)  # applied at tx.commit
+def settle(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", transaction: "Transaction | None",
+           stats: "BrokerStats", channel: "SettlingChannel", kind: str, tag: int, multiple: bool,
+           requeue: bool) -> None:
+    """ack / nack / reject (`kind`) of one delivery tag of `unacked`, or of all up to it with
+    `multiple`: at once, or at tx.commit when `transaction` is open."""
+    if transaction is not None:
+        # applied at tx.commit
+        transaction.settle(unacked, timeouts, channel.next_delivery_tag, kind, tag, multiple, requeue)
         return
-    taken = take_unacked(channel, kind, tag, multiple)
-    apply_settlement(channel, kind, taken, requeue)
+    taken = take_unacked(unacked, timeouts, kind, tag, multiple)
+    apply_settlement(stats, channel, kind, taken, requeue)
 
 
-def take_unacked(channel: "Channel", kind: str, tag: int, multiple: bool) -> list[Unacked]:
+def take_unacked(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", kind: str, tag: int,
+                 multiple: bool) -> list[Unacked]:
     """Take the deliveries a settlement names; 406 if it names none."""
-    unacked = channel.unacked
     if multiple:
         # RabbitMQ needs `tag` itself to be unacked (or 0), even when higher tags are.
-        if tag == 0 or tag in unacked or tag in channel.timed_out:
-            if channel.delivery_timeouts is not None:
-                channel.forget_timeouts(tag, True)
+        if tag == 0 or tag in unacked or (timeouts is not None and timeouts.has_timed_out(tag)):
+            if timeouts is not None:
+                timeouts.forget_settled(tag, True)
             return unacked.pop_up_to(tag)
     elif tag in unacked:
-        if channel.delivery_timeouts is not None:
-            channel.delivery_timeouts.forget(tag)
+        if timeouts is not None:
+            timeouts.forget(tag)
         return [unacked.pop(tag)]
-    elif tag in channel.timed_out:
+    elif timeouts is not None and timeouts.has_timed_out(tag):
         # It timed out and went back to its queue: settling it now changes nothing.
-        channel.timed_out.discard(tag)
+        timeouts.forget_timed_out(tag)
         return []
     raise unknown_delivery_tag(kind, tag)
 
@@ -65,21 +76,32 @@ def unknown_delivery_tag(kind: str, tag: int) -> AMQPError:
     return AMQPError(errors.PRECONDITION_FAILED, f"unknown delivery tag {tag}", 60, _METHOD_IDS[kind])
 
 
-def take_if_present(channel: "Channel", tag: int, multiple: bool) -> list[Unacked]:
+def take_if_present(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", tag: int,
+                    multiple: bool) -> list[Unacked]:
     """At tx.commit: the deliveries a settlement named that are still unacked (tags were checked
     when the ack arrived; one settled twice in a transaction is settled once)."""
-    channel.forget_timeouts(tag, multiple)
+    if timeouts is not None:
+        timeouts.forget_settled(tag, multiple)
     if multiple:
-        return channel.unacked.pop_up_to(tag)
-    taken = channel.unacked.pop(tag)
+        return unacked.pop_up_to(tag)
+    taken = unacked.pop(tag)
     return [taken] if taken is not None else []
 
 
-def apply_settlement(channel: "Channel", kind: str, taken: list[Unacked], requeue: bool, cause: str = FAILED) -> None:
-    """Settle `taken`; a requeue is for `cause` (delayed_retry.FAILED or RETURNED)."""
+def recover(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", stats: "BrokerStats",
+            channel: "SettlingChannel") -> None:
+    """basic.recover: every delivery of `unacked` goes back to its queue, as a returned one."""
+    if timeouts is not None:
+        timeouts.forget_all()
+    apply_settlement(stats, channel, "nack", unacked.pop_all(), True, RETURNED)
+
+
+def apply_settlement(stats: "BrokerStats", channel: "SettlingChannel", kind: str, taken: list[Unacked],
+                     requeue: bool, cause: str = FAILED) -> None:
+    """Settle `taken`, deliveries of `channel`; a requeue is for `cause` (delayed_retry.FAILED or
+    RETURNED)."""
     if not taken:
         return
-    stats = channel.connection.broker.stats
     touched: set[Queue] = set()
     if kind == "ack":
         for entry, queue, consumer in taken:

@@ -35,6 +35,8 @@ from queues.publish_outcome import WRITE_FAILED
 
 if TYPE_CHECKING:
     from amqp_server.channel.channel import Channel
+    from amqp_server.channel.delivery_timeouts import DeliveryTimeouts
+    from amqp_server.channel.unacked_store import UnackedStore
     from exchanges import Exchange
     from queues.message import Message
 
@@ -57,17 +59,19 @@ class Transaction:
     def publish(self, exchange: "Exchange", message: "Message", mandatory: bool) -> None:
         self.publishes.append((exchange, message, mandatory))
 
-    def settle(self, channel: "Channel", kind: str, tag: int, multiple: bool, requeue: bool) -> None:
-        """Keep a settlement of `channel`'s deliveries for commit: 406 unless it names a
-        delivery not yet settled in this transaction; what it names counts as settled from now
-        on (RabbitMQ takes it off the channel's unacked list at once, so a second ack of one
-        is an unknown tag)."""
-        unacked = channel.unacked
+    def settle(self, unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", next_delivery_tag: int, kind: str,
+               tag: int, multiple: bool, requeue: bool) -> None:
+        """Keep a settlement of deliveries of `unacked` (a channel's, whose next delivery tag is
+        `next_delivery_tag`) for commit: 406 unless it names a delivery not yet settled in this
+        transaction, or one that timed out; what it names counts as settled from now on
+        (RabbitMQ takes it off the channel's unacked list at once, so a second ack of one is
+        an unknown tag)."""
         settled_up_to = self._settled_up_to
+        timed_out = timeouts is not None and timeouts.has_timed_out(tag)
         if multiple:
             if tag == 0:
-                self._settled_up_to = channel.next_delivery_tag - 1
-            elif (tag in unacked and tag > settled_up_to and tag not in self._settled_tags) or tag in channel.timed_out:
+                self._settled_up_to = next_delivery_tag - 1
+            elif (tag in unacked and tag > settled_up_to and tag not in self._settled_tags) or timed_out:
                 self._settled_up_to = max(tag, settled_up_to)
             else:
                 raise unknown_delivery_tag(kind, tag)
@@ -75,7 +79,7 @@ class Transaction:
             if tag <= settled_up_to or tag in self._settled_tags:
                 raise unknown_delivery_tag(kind, tag)
             self._settled_tags.add(tag)
-        elif tag not in channel.timed_out:
+        elif not timed_out:
             raise unknown_delivery_tag(kind, tag)
         self.settlements.append((kind, tag, multiple, requeue))
 
@@ -115,9 +119,11 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
             write_failed = True
         elif stored:
             journaled.update(stored)
+    stats = channel.connection.broker.stats
     for kind, tag, multiple, requeue in settlements:
         # Tags were checked when the ack arrived; ones that timed out since are skipped.
-        apply_settlement(channel, kind, take_if_present(channel, tag, multiple), requeue)
+        taken = take_if_present(channel.unacked, channel.delivery_timeouts, tag, multiple)
+        apply_settlement(stats, channel, kind, taken, requeue)
     if not journaled and not write_failed:
         channel.replies.send(commands.Tx.CommitOk())
         return
