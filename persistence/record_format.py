@@ -185,7 +185,7 @@ class StateKind(NamedTuple):
     extra: str  # "" | "count" (delivery_count) | "retry" (delivery_count, due_at_ms) | "reason"
 
 
-_EXTRA_OF_TYPE = {
+_EXTRA_OF_TYPE: dict[int, str] = {
     RecordType.DELIVERED: "count",
     RecordType.REQUEUED: "count",
     RecordType.WAITING_RETRY: "retry",
