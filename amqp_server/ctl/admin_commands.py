@@ -158,7 +158,7 @@ def delete_vhost(session: Session, name: str) -> int:
 def _set_tracing(session: Session, on: bool) -> None:
     vhost = session.vhost
     current = require_vhost(session, vhost)
-    body = {key: current[key] for key in ("description", "tags", "default_queue_type") if key in current}
+    body: dict[str, Any] = {key: current[key] for key in ("description", "tags", "default_queue_type") if key in current}
     body["tracing"] = on
     _call(lambda: session.client.put(f"/api/vhosts/{quote(vhost)}", body))
     if bool(require_vhost(session, vhost).get("tracing")) != on:

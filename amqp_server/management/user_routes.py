@@ -119,14 +119,15 @@ async def put_permission(request: web.Request) -> web.Response:
     broker = context(request).broker
     vhost, user = request.match_info["vhost"], request.match_info["user"]
     body = await read_body(request)
-    if vhost not in broker.vhosts or broker.access.user(user) is None:
+    account = broker.access.user(user)
+    if vhost not in broker.vhosts or account is None:
         raise api_errors.bad_request("vhost_or_user_not_found")
     patterns = []
     for field in PERMISSION_FIELDS:
         if not isinstance(body.get(field), str):
             raise api_errors.bad_request(f"{field}_not_present" if field not in body else f"{field} must be a string")
         patterns.append(body[field])
-    created = not broker.access.can_access_vhost(broker.access.user(user), vhost)
+    created = not broker.access.can_access_vhost(account, vhost)
     try:
         broker.access.set_permissions(user, vhost, *patterns)
     except ValueError as error:
