@@ -297,9 +297,10 @@ class SharedDefinitions:
                 try:
                     await self._coordinator.compare_and_set(key, value.encode(), None)
                 except VersionConflict as conflict:
-                    value = self._decoded(kind, conflict.current) if conflict.current else None
-                    if value is None:
+                    current = self._decoded(kind, conflict.current) if conflict.current else None
+                    if current is None:
                         continue
+                    value = current
                 self._remember(key, value)
                 self._local.apply(key, value)
 
@@ -405,8 +406,12 @@ class SharedDefinitions:
     async def committed(self, since: int | None = None) -> None:
         """Return once every write so far has finished; raise the first failure after `since`."""
         done: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
-        self.when_committed(self._seq if since is None else since,
-                            lambda error: done.done() or done.set_result(error))
+
+        def finish(error: Exception | None) -> None:
+            if not done.done():
+                done.set_result(error)
+
+        self.when_committed(self._seq if since is None else since, finish)
         error = await done
         if error is not None:
             raise error

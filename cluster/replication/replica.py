@@ -201,7 +201,10 @@ class ReplicationListener:
         return stream
 
     def _first_frame(self, stream: _Stream, frame: object) -> None:
-        replica = self._replicas.get(frame.queue) if isinstance(frame, Hello) else None
+        if not isinstance(frame, Hello):
+            stream.close()
+            return
+        replica = self._replicas.get(frame.queue)
         if replica is None or not replica.accept_follower(stream, frame):
             stream.close()
 
