@@ -56,7 +56,8 @@ def hand_off(queue: "Queue", entries: "list[QueueEntry]", reason: str) -> None:
 class Router(Protocol):
     """What republishing needs of the vhost: its exchanges by name, and routing through them."""
 
-    exchanges: Mapping[str, Any]
+    @property
+    def exchanges(self) -> Mapping[str, Any]: ...  # read only: a vhost's dict of its Exchanges
 
     def route(self, exchange: Any, message: Message, routing_keys: Collection[str] | None = None) -> "Collection[Queue]":
         ...

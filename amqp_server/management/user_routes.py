@@ -7,6 +7,8 @@ PUT /api/users/{name} needs `tags` (a list or a comma-separated string) and `pas
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from amqp_server.management import api_errors
@@ -14,6 +16,10 @@ from amqp_server.management.context import caller, context
 from amqp_server.management.definitions_transfer import password_hash_of, set_user, user_tags
 from amqp_server.management.http_io import created_or_updated, item_reply, list_reply, no_content, read_body
 from amqp_server.management.node_json import permission_json, user_json
+
+if TYPE_CHECKING:
+    from amqp_server.broker.access_control import User
+    from amqp_server.config.settings import PermissionConfig
 
 PERMISSION_FIELDS = ("configure", "write", "read")
 
@@ -32,7 +38,7 @@ async def users_without_permissions(request: web.Request) -> web.Response:
     return list_reply(request, [user_json(u) for u in access.users() if u.name not in with_permissions])
 
 
-def _user_named(request: web.Request):
+def _user_named(request: web.Request) -> User:
     user = context(request).broker.access.user(request.match_info["user"])
     if user is None:
         raise api_errors.not_found()
@@ -101,7 +107,7 @@ async def list_permissions(request: web.Request) -> web.Response:
     return list_reply(request, [permission_json(p) for p in context(request).broker.access.permissions()])
 
 
-def _permission_of(request: web.Request):
+def _permission_of(request: web.Request) -> PermissionConfig:
     vhost, user = request.match_info["vhost"], request.match_info["user"]
     for permission in context(request).broker.access.permissions():
         if permission.vhost == vhost and permission.user == user:

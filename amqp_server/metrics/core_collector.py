@@ -38,6 +38,7 @@ from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_by
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
+    from amqp_server.broker.stats import BrokerStats
     from amqp_server.connection.connection import Connection
 
 # A family that takes samples (add_metric): a counter or a gauge.
@@ -107,7 +108,7 @@ class CoreCollector(Collector):
         yield from global_counter_families(stats, snapshot)
         yield from self._message_sizes()
 
-    def _churn(self, stats) -> Iterator[Metric]:
+    def _churn(self, stats: BrokerStats) -> Iterator[Metric]:
         for name, documentation, value in (
             ("rabbitmq_connections_opened_total", "Total number of connections opened", stats.connections_opened),
             ("rabbitmq_connections_closed_total", "Total number of connections closed or terminated",

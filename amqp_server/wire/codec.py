@@ -16,7 +16,7 @@ before its body is read.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from pamqp import commands, frame as pamqp_frame
@@ -135,7 +135,7 @@ class FrameReader:
         self._parts = ()
         self._parts_size = 0
 
-    def frames(self, whole_publishes: bool = False) -> Iterator[tuple[int, int, Any]]:
+    def frames(self, whole_publishes: bool = False) -> Generator[tuple[int, int, Any], None, None]:
         """Yield every complete frame buffered so far.
 
         With `whole_publishes`, a basic.publish whose content header and whole body, in one body

@@ -60,7 +60,10 @@ class Vhost(Protocol):
 
     name: str
     timers: Timers
-    exchanges: Mapping[str, Any]
+
+    @property
+    def exchanges(self) -> Mapping[str, Any]: ...  # read only: a vhost's dict of its Exchanges
+
     journal_factory: Callable[[str, str, bool], QueueJournal] | None
 
     def route(self, exchange: Any, message: Message, routing_keys: Collection[str] | None = None) -> Collection[Any]:
