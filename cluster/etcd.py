@@ -47,7 +47,7 @@ class EtcdCoordinator(Coordinator):
         self._http = session
         self._ttl = max(2, round(session_ttl))  # etcd grants whole seconds, 2 at least
         self._lease_id = 0
-        self._keepalive: asyncio.Task | None = None
+        self._keepalive: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, address: ClusterAddress, session_ttl: float) -> "EtcdCoordinator":
@@ -70,7 +70,7 @@ class EtcdCoordinator(Coordinator):
                 try:
                     async with self._http.post(endpoint + path, json=body,
                                                timeout=aiohttp.ClientTimeout(total=5)) as response:
-                        reply = await response.json(content_type=None)
+                        reply: dict[str, Any] = await response.json(content_type=None)  # (JSON: Any)
                 except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
                     last_error = f"{endpoint}: {error!r}"
                     continue

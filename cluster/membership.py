@@ -53,7 +53,7 @@ class Membership:
         self.me = me
         self._session_ttl = session_ttl
         self._live: dict[str, NodeRecord] = {}
-        self._mirror: asyncio.Task | None = None
+        self._mirror: asyncio.Task[None] | None = None
         self._key = f"{NODES}/{leaf_name(me.name)}"
         self._left_listeners: list[Callable[[str], None]] = []
 

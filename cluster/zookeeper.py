@@ -64,7 +64,7 @@ class ZooKeeperCoordinator(Coordinator):
         except asyncio.TimeoutError:
             raise CoordinationUnavailable(f"ZooKeeper did not answer within {REQUEST_DEADLINE_S:.0f} s") from None
 
-    def _future(self, async_result: Any) -> asyncio.Future:
+    def _future(self, async_result: Any) -> asyncio.Future[Any]:  # kazoo is untyped
         future = self._loop.create_future()
 
         def settle(result: Any) -> None:
@@ -139,7 +139,8 @@ class ZooKeeperCoordinator(Coordinator):
                 await self._await(self._client.create_async(path, value, ephemeral=ephemeral))
                 return 0
             stat = await self._await(self._client.set_async(path, value, version=expected_version))
-            return stat.version
+            version: int = stat.version  # (kazoo is untyped)
+            return version
         except (NodeExistsError, BadVersionError, NoNodeError):
             raise VersionConflict(key, await self.get(key)) from None
 

@@ -49,14 +49,14 @@ class DelayedMessageExchange(Exchange):
         """Hold messages routed here in `pending` until their x-delay passes (queues/delays)."""
         self.pending = pending
 
-    def route(self, routing_key: str, headers: dict | None) -> Collection[Hashable]:
+    def route(self, routing_key: str, headers: dict[str, Any] | None) -> Collection[Hashable]:
         return self._inner.route(routing_key, headers)
 
-    def _validate_binding_arguments(self, arguments: dict) -> None:
+    def _validate_binding_arguments(self, arguments: dict[str, Any]) -> None:
         self._inner._validate_binding_arguments(arguments)
 
-    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         self._inner._index_add(destination, routing_key, arguments)
 
-    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         self._inner._index_remove(destination, routing_key, arguments)

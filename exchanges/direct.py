@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable
+from typing import Any
 
 from .destination_counts import add_destination, remove_destination
 from .exchange import Exchange
 
-_NOTHING: frozenset = frozenset()
+_NOTHING: frozenset[Hashable] = frozenset()
 
 
 class DirectExchange(Exchange):
@@ -15,19 +16,19 @@ class DirectExchange(Exchange):
 
     type_name = "direct"
 
-    def __init__(self, name: str, **kwargs) -> None:
+    def __init__(self, name: str, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         self._by_key: dict[str, dict[Hashable, int]] = {}
 
-    def route(self, routing_key: str, headers: dict | None) -> Collection[Hashable]:
+    def route(self, routing_key: str, headers: dict[str, Any] | None) -> Collection[Hashable]:
         """See Exchange.route: the result is a live view the caller must not keep across binds."""
         counts = self._by_key.get(routing_key)
         return counts.keys() if counts is not None else _NOTHING
 
-    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         add_destination(self._by_key.setdefault(routing_key, {}), destination)
 
-    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         counts = self._by_key[routing_key]
         remove_destination(counts, destination)
         if not counts:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from .field_table import canonical_table
 
 # (routing_key, canonical arguments): a binding's identity within one destination.
-_BindingKey = tuple[str, tuple]
+_BindingKey = tuple[str, tuple[Any, ...]]
 
 
 class Exchange:
@@ -30,15 +30,15 @@ class Exchange:
     needs_headers: ClassVar[bool] = False
 
     def __init__(self, name: str, *, durable: bool = False, auto_delete: bool = False,
-                 internal: bool = False, arguments: dict | None = None) -> None:
+                 internal: bool = False, arguments: dict[str, Any] | None = None) -> None:
         self.name = name
         self.durable = durable
         self.auto_delete = auto_delete
         self.internal = internal
-        self.arguments: dict = dict(arguments) if arguments else {}
+        self.arguments: dict[str, Any] = dict(arguments) if arguments else {}
         self.alternate_exchange: str | None = _alternate_exchange(self.arguments)
         # destination -> {(routing_key, canonical args): original args}
-        self._by_destination: dict[Hashable, dict[_BindingKey, dict]] = {}
+        self._by_destination: dict[Hashable, dict[_BindingKey, dict[str, Any]]] = {}
         self._count = 0
 
     def __repr__(self) -> str:
@@ -52,7 +52,7 @@ class Exchange:
 
     # -- bindings ---------------------------------------------------------
 
-    def bind(self, destination: Hashable, routing_key: str, arguments: dict | None) -> bool:
+    def bind(self, destination: Hashable, routing_key: str, arguments: dict[str, Any] | None) -> bool:
         """Add a binding; True if it was new. Raises InvalidBindingArguments if the type rejects ``arguments``."""
         self._validate_binding_arguments(arguments or {})
         key = (routing_key, canonical_table(arguments))
@@ -65,7 +65,7 @@ class Exchange:
         self._index_add(destination, routing_key, args)
         return True
 
-    def unbind(self, destination: Hashable, routing_key: str, arguments: dict | None) -> bool:
+    def unbind(self, destination: Hashable, routing_key: str, arguments: dict[str, Any] | None) -> bool:
         """Remove a binding; True if it existed. Unbinding a missing binding is not an error."""
         existing = self._by_destination.get(destination)
         if existing is None:
@@ -89,11 +89,11 @@ class Exchange:
         self._count -= len(existing)
         return len(existing)
 
-    def has_binding(self, destination: Hashable, routing_key: str, arguments: dict | None) -> bool:
+    def has_binding(self, destination: Hashable, routing_key: str, arguments: dict[str, Any] | None) -> bool:
         existing = self._by_destination.get(destination)
         return existing is not None and (routing_key, canonical_table(arguments)) in existing
 
-    def bindings(self) -> list[tuple[Hashable, str, dict]]:
+    def bindings(self) -> list[tuple[Hashable, str, dict[str, Any]]]:
         """Every binding as ``(destination, routing_key, arguments)``; the argument dicts are copies."""
         return [(destination, routing_key, dict(args))
                 for destination, existing in self._by_destination.items()
@@ -104,7 +104,7 @@ class Exchange:
 
     # -- routing ----------------------------------------------------------
 
-    def route(self, routing_key: str, headers: dict | None) -> Collection[Hashable]:
+    def route(self, routing_key: str, headers: dict[str, Any] | None) -> Collection[Hashable]:
         """The destinations a message with this key (and headers) goes to, each once.
 
         For speed the result may be an internal collection of the exchange (or a
@@ -115,13 +115,13 @@ class Exchange:
 
     # -- hooks for subclasses --------------------------------------------
 
-    def _validate_binding_arguments(self, arguments: dict) -> None:
+    def _validate_binding_arguments(self, arguments: dict[str, Any]) -> None:
         """Raise InvalidBindingArguments if this type rejects the arguments. Default: accept all."""
 
-    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         raise NotImplementedError
 
 

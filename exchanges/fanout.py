@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable
+from typing import Any
 
 from .destination_counts import add_destination, remove_destination
 from .exchange import Exchange
@@ -13,16 +14,16 @@ class FanoutExchange(Exchange):
 
     type_name = "fanout"
 
-    def __init__(self, name: str, **kwargs) -> None:
+    def __init__(self, name: str, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         self._destinations: dict[Hashable, int] = {}
 
-    def route(self, routing_key: str, headers: dict | None) -> Collection[Hashable]:
+    def route(self, routing_key: str, headers: dict[str, Any] | None) -> Collection[Hashable]:
         """See Exchange.route: the result is a live view the caller must not keep across binds."""
         return self._destinations.keys()
 
-    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         add_destination(self._destinations, destination)
 
-    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         remove_destination(self._destinations, destination)

@@ -28,7 +28,7 @@ _X_MATCH_MODES = {"all": (True, False), "any": (False, False),
                   "all-with-x": (True, True), "any-with-x": (False, True)}
 _PRESENT = object()  # compiled form of a void binding value: "the key exists"
 _MISSING = object()
-_NO_HEADERS: dict = {}
+_NO_HEADERS: dict[str, Any] = {}
 # Types whose == is already RabbitMQ's comparison when both sides have the type.
 _PLAIN_TYPES = frozenset({str, int, bytes, float, bool, Decimal, datetime})
 
@@ -36,7 +36,7 @@ _PLAIN_TYPES = frozenset({str, int, bytes, float, bool, Decimal, datetime})
 _Rule = tuple[Hashable, bool, list[tuple[str, Any]]]
 
 
-def _compile(destination: Hashable, arguments: dict) -> _Rule:
+def _compile(destination: Hashable, arguments: dict[str, Any]) -> _Rule:
     match_all, with_x = _X_MATCH_MODES.get(arguments.get("x-match"), (True, False))  # type: ignore[arg-type]
     tests = [(key, _PRESENT if value is None else value)
              for key, value in arguments.items()
@@ -50,12 +50,12 @@ class HeadersExchange(Exchange):
     type_name = "headers"
     needs_headers = True
 
-    def __init__(self, name: str, **kwargs) -> None:
+    def __init__(self, name: str, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         # (destination, routing_key, canonical arguments) -> compiled rule
-        self._rules: dict[tuple, _Rule] = {}
+        self._rules: dict[tuple[Any, ...], _Rule] = {}
 
-    def route(self, routing_key: str, headers: dict | None) -> Collection[Hashable]:
+    def route(self, routing_key: str, headers: dict[str, Any] | None) -> Collection[Hashable]:
         """See Exchange.route; here the result is a new set owned by the caller."""
         get = (headers or _NO_HEADERS).get
         found: set[Hashable] = set()
@@ -80,7 +80,7 @@ class HeadersExchange(Exchange):
                 found.add(destination)
         return found
 
-    def _validate_binding_arguments(self, arguments: dict) -> None:
+    def _validate_binding_arguments(self, arguments: dict[str, Any]) -> None:
         x_match = arguments.get("x-match", "all")
         if type(x_match) is str and x_match in _X_MATCH_MODES:
             return
@@ -92,10 +92,10 @@ class HeadersExchange(Exchange):
             f"Invalid x-match field type {_amqp_type_name(x_match)} "
             f"(value {_erlang_term(x_match)}); expected longstr")
 
-    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         self._rules[(destination, routing_key, canonical_table(arguments))] = _compile(destination, arguments)
 
-    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         del self._rules[(destination, routing_key, canonical_table(arguments))]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .delayed import DelayedMessageExchange
 from .direct import DirectExchange
 from .errors import UnknownExchangeType
@@ -16,7 +18,7 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
 }
 
 
-def create_exchange(type_name: str, name: str, **kwargs) -> Exchange:
+def create_exchange(type_name: str, name: str, **kwargs: Any) -> Exchange:
     """A new exchange of the named type; raises UnknownExchangeType for any other name."""
     try:
         cls = EXCHANGE_TYPES[type_name]

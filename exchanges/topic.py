@@ -8,6 +8,7 @@ destinations cache skips most trie walks. Any bind or unbind empties the cache.
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable
+from typing import Any
 
 from .exchange import Exchange
 from .topic_trie import TopicTrie
@@ -21,13 +22,13 @@ class TopicExchange(Exchange):
 
     type_name = "topic"
 
-    def __init__(self, name: str, *, cache_size: int = DEFAULT_CACHE_SIZE, **kwargs) -> None:
+    def __init__(self, name: str, *, cache_size: int = DEFAULT_CACHE_SIZE, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         self._trie = TopicTrie()
         self._cache: dict[str, set[Hashable]] = {}
         self._cache_size = cache_size
 
-    def route(self, routing_key: str, headers: dict | None) -> Collection[Hashable]:
+    def route(self, routing_key: str, headers: dict[str, Any] | None) -> Collection[Hashable]:
         """See Exchange.route. The returned set is shared with the cache: do not modify it.
 
         It stays valid after later binds and unbinds (they replace the cache, not its sets).
@@ -42,10 +43,10 @@ class TopicExchange(Exchange):
                 cache[routing_key] = found
         return found
 
-    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_add(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         self._trie.add(routing_key, destination)
         self._cache = {}
 
-    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict) -> None:
+    def _index_remove(self, destination: Hashable, routing_key: str, arguments: dict[str, Any]) -> None:
         self._trie.remove(routing_key, destination)
         self._cache = {}

@@ -33,7 +33,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from persistence.atomic_file import fsync_directory, write_atomically
 from persistence.definition_table import KINDS, LOG_KEY, DefinitionTable, TableSnapshot
@@ -79,11 +79,11 @@ class DefinitionStore(Protocol):
         recording only what differs."""
         ...
 
-    def put(self, kind: str, entry: dict) -> None:
+    def put(self, kind: str, entry: dict[str, Any]) -> None:
         """Add or replace one entry of ``kind`` ("queues", "bindings" ...)."""
         ...
 
-    def remove(self, kind: str, entry: dict) -> None:
+    def remove(self, kind: str, entry: dict[str, Any]) -> None:
         """Remove the entry with ``entry``'s key fields, and what depends on it."""
         ...
 
@@ -120,11 +120,11 @@ class MemoryDefinitionStore:
     def save(self, definitions: Definitions, kinds: tuple[str, ...] = KINDS) -> None:
         self._changes += len(self._table.replace(definitions, kinds))
 
-    def put(self, kind: str, entry: dict) -> None:
+    def put(self, kind: str, entry: dict[str, Any]) -> None:
         if self._table.put(kind, entry) is not None:
             self._changes += 1
 
-    def remove(self, kind: str, entry: dict) -> None:
+    def remove(self, kind: str, entry: dict[str, Any]) -> None:
         if self._table.remove(kind, entry) is not None:
             self._changes += 1
 
@@ -180,12 +180,12 @@ class FileDefinitionStore:
         for record in self._opened().replace(definitions, kinds):
             self._append(record)
 
-    def put(self, kind: str, entry: dict) -> None:
+    def put(self, kind: str, entry: dict[str, Any]) -> None:
         record = self._opened().put(kind, entry)
         if record is not None:
             self._append(record)
 
-    def remove(self, kind: str, entry: dict) -> None:
+    def remove(self, kind: str, entry: dict[str, Any]) -> None:
         record = self._opened().remove(kind, entry)
         if record is not None:
             self._append(record)
@@ -230,6 +230,7 @@ class FileDefinitionStore:
         return job
 
     def sync_done(self, job: SyncJob, error: OSError | None) -> None:
+        assert isinstance(job.token, tuple)  # prepare_sync's (bytes written, log was new)
         written, log_was_new = job.token
         if error is None:
             self._durable = max(self._durable, written)

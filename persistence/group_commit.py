@@ -317,7 +317,7 @@ def _log_failure(error: OSError | None) -> None:
         log.error("fsync of a changed directory failed: %s", error)
 
 
-def _result_or_error(done: asyncio.Future, jobs: dict[Syncable, SyncJob]) -> dict[Syncable, OSError]:
+def _result_or_error(done: asyncio.Future[dict[Syncable, OSError]], jobs: dict[Syncable, SyncJob]) -> dict[Syncable, OSError]:
     try:
         return done.result()
     except BaseException as err:  # the executor itself failed: every store in the round failed

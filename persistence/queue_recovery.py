@@ -162,9 +162,9 @@ class _Replay:
         self.last_seq = 0
         # Per segment during replay only: delivery counts, body sizes, publish times and flags,
         # parallel to entry.seqs.
-        self.counts: dict[int, array] = {}
-        self.sizes: dict[int, array] = {}
-        self.published: dict[int, array] = {}
+        self.counts: dict[int, array[int]] = {}
+        self.sizes: dict[int, array[int]] = {}
+        self.published: dict[int, array[int]] = {}
         self.flags: dict[int, bytearray] = {}
 
     def run(self) -> ReplayResult:

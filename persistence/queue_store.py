@@ -33,8 +33,9 @@ import shutil
 import time
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Never
 
 from persistence.atomic_file import fsync_if_present
 from persistence.group_commit import SyncJob
@@ -125,7 +126,7 @@ class SegmentEntry:
         return True
 
 
-def locate(segments: list[SegmentEntry], segment_ids: list[int], seq: int) -> tuple[SegmentEntry, int] | None:
+def locate(segments: Sequence[SegmentEntry], segment_ids: Sequence[int], seq: int) -> tuple[SegmentEntry, int] | None:
     """The segment holding message `seq` and its index there (segments sorted by id, which is
     each segment's first sequence number); None if no segment has it."""
     k = bisect_right(segment_ids, seq) - 1
@@ -143,7 +144,7 @@ DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 DEFAULT_DRAIN_ROLLOVER_SIZE = 1024 * 1024
 _MAX_SEGMENT_SIZE = 0xFFFF_FFFF  # offsets are kept as u32
 _BUFFER_LIMIT_FACTOR = 16  # while writes fail, buffer at most this many write_buffer_size
-_RUNTIME_STATE = {  # by record type: an int key, not an enum (hashed in Python) per record
+_RUNTIME_STATE: dict[int, int] = {  # by record type: an int key, not an enum (hashed in Python) per record
     RecordType.DELIVERED: DELIVERED,
     RecordType.REQUEUED: READY,
     RecordType.WAITING_RETRY: WAITING_RETRY,
@@ -155,7 +156,7 @@ _RUNTIME_STATE = {  # by record type: an int key, not an enum (hashed in Python)
 # and immutable, so the many idle durable queues of a broker carry no such objects of their own
 # (each would be one more for every full garbage collection to scan).
 _NO_SEGMENTS: tuple[()] = ()
-_NOTHING: frozenset = frozenset()
+_NOTHING: frozenset[Never] = frozenset()
 
 
 def _now_ms() -> int:
@@ -236,7 +237,7 @@ class QueueStore:
         self.archive = archive
 
     @classmethod
-    def for_queue(cls, data_dir: Path, vhost: str, queue: str, *, archive: bool = False, **options) -> "QueueStore":
+    def for_queue(cls, data_dir: Path, vhost: str, queue: str, *, archive: bool = False, **options: Any) -> "QueueStore":
         """The store of queue ``queue`` in ``vhost`` under ``data_dir`` (layout in segment_layout)."""
         return cls(
             queue_path(data_dir, vhost, queue),
@@ -340,7 +341,9 @@ class QueueStore:
         tail = self._tail
         assert tail is not None
         was_empty = not self._buffer
-        self._buffer += encode_state_of(kind, seq, at_ms, delivery_count, due_at_ms, reason)
+        # A Reason by now (`reason.__class__ is str` above, cheaper per record than isinstance,
+        # does not narrow for mypy).
+        self._buffer += encode_state_of(kind, seq, at_ms, delivery_count, due_at_ms, reason)  # type: ignore[arg-type]
         if entry is not tail:
             tail.refs.add(entry.segment_id)
         if kind.settles:
@@ -543,8 +546,9 @@ class QueueStore:
         entry = SegmentEntry(first_seq, path, HEADER_SIZE, len(header))
         if self._segments is _NO_SEGMENTS:
             self._segments, self._segment_ids = [], []
-        self._segments.append(entry)
-        self._segment_ids.append(first_seq)
+        # Lists now (mypy does not narrow by `is _NO_SEGMENTS`).
+        self._segments.append(entry)  # type: ignore[union-attr]
+        self._segment_ids.append(first_seq)  # type: ignore[union-attr]
         self._tail, self._tail_fd = entry, fd
         if sealed is not None and self.on_segment_sealed is not None:
             self.on_segment_sealed(sealed)
@@ -604,8 +608,9 @@ class QueueStore:
         else:
             entry.path.unlink(missing_ok=True)
         k = self._segments.index(entry)
-        del self._segments[k]
-        del self._segment_ids[k]
+        # Lists: the entry is one of the segments (mypy cannot tell them from _NO_SEGMENTS).
+        del self._segments[k]  # type: ignore[union-attr]
+        del self._segment_ids[k]  # type: ignore[union-attr]
         self._unsynced_paths = self._unsynced_paths - {str(entry.path)} or _NOTHING
         self._deleted_not_durable = self._deleted_not_durable | {entry.segment_id}
         self._dir_dirty = True

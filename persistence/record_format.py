@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 RECORD_HEAD = struct.Struct(">IIB")  # length, crc, type
 LENGTH = struct.Struct(">I")
@@ -185,7 +185,7 @@ class StateKind(NamedTuple):
     extra: str  # "" | "count" (delivery_count) | "retry" (delivery_count, due_at_ms) | "reason"
 
 
-_EXTRA_OF_TYPE = {
+_EXTRA_OF_TYPE: dict[int, str] = {
     RecordType.DELIVERED: "count",
     RecordType.REQUEUED: "count",
     RecordType.WAITING_RETRY: "retry",
@@ -246,6 +246,10 @@ def encode_state_of(
     return LENGTH_AND_CRC.pack(len(body) + 4, zlib.crc32(body)) + body
 
 
+@overload
+def decode_payload(rtype: Literal[RecordType.MESSAGE], payload: bytes | memoryview) -> MessageRecord: ...
+@overload
+def decode_payload(rtype: int, payload: bytes | memoryview) -> MessageRecord | StateRecord | UnknownRecord: ...
 def decode_payload(rtype: int, payload: bytes | memoryview) -> MessageRecord | StateRecord | UnknownRecord:
     """Decode a record's payload (the bytes after the type byte) whose CRC was already checked."""
     try:

@@ -211,6 +211,7 @@ def _is_valid_record(data: bytes, view: memoryview, pos: int) -> bool:
     """True when a whole record with a matching CRC starts at ``pos`` (``view`` is ``data``'s)."""
     if _frame_problem(data, pos) is not None:
         return False
+    crc: int  # (struct's fields are Any to mypy)
     length, crc, _ = RECORD_HEAD.unpack_from(data, pos)
     return zlib.crc32(view[pos + 8 : pos + 4 + length]) == crc
 

@@ -19,7 +19,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from persistence.atomic_file import write_atomically
 from persistence.format_version import FORMAT_VERSION, check_format_version
@@ -117,7 +117,7 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def _meta_bytes(fields: dict) -> bytes:
+def _meta_bytes(fields: dict[str, Any]) -> bytes:
     document = {"format_version": FORMAT_VERSION, **fields, "created_at_ms": int(time.time() * 1000)}
     return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
 

@@ -45,7 +45,7 @@ class ConsumerRotation:
             if consumer in group:
                 group.remove(consumer)
                 if not group:
-                    del self._groups[index]
+                    del self._groups[index]  # type: ignore[union-attr]  # a list: it held `group`
                     if not self._groups:
                         self._groups = ()
                 groups = self._groups

@@ -49,14 +49,15 @@ def hand_off(queue: "Queue", entries: "list[QueueEntry]", reason: str) -> None:
         for entry in entries:
             if entry.persisted:
                 queue.journal.removed(entry, reason, has_dlx)
-    if has_dlx:
+    if has_dlx and queue.dead_letterer is not None:  # (has_dlx holds it: for mypy, per batch)
         queue.dead_letterer(queue, entries, reason)
 
 
 class Router(Protocol):
     """What republishing needs of the vhost: its exchanges by name, and routing through them."""
 
-    exchanges: Mapping[str, Any]
+    @property
+    def exchanges(self) -> Mapping[str, Any]: ...  # read only: a vhost's dict of its Exchanges
 
     def route(self, exchange: Any, message: Message, routing_keys: Collection[str] | None = None) -> "Collection[Queue]":
         ...
@@ -109,7 +110,10 @@ def dead_lettered(
     """
     properties = message.properties  # decoded (cached): read only, the original stays as it is
     headers = properties.headers or {}
-    deaths = [dict(entry) for entry in headers.get("x-death") or [] if isinstance(entry, dict)]
+    # An x-death that is not an array (a client's) counts as none, as in RabbitMQ (iterating
+    # an integer one raised TypeError).
+    x_death = headers.get("x-death")
+    deaths: list[dict[str, Any]] = [dict(entry) for entry in x_death if isinstance(entry, dict)] if isinstance(x_death, list) else []
     for index, entry in enumerate(deaths):
         if _text(entry.get("queue")) == queue_name and _text(entry.get("reason")) == reason:
             entry["count"] = int(entry.get("count", 0)) + 1
@@ -127,7 +131,7 @@ def dead_lettered(
         if properties.expiration is not None:
             entry["original-expiration"] = properties.expiration
         deaths.insert(0, entry)
-    written = {"x-death": deaths}
+    written: dict[str, Any] = {"x-death": deaths}  # header values for encode_field
     if "x-first-death-queue" not in headers:
         written["x-first-death-queue"] = queue_name
         written["x-first-death-reason"] = reason

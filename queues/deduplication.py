@@ -70,8 +70,10 @@ class DeduplicationCache:
     def remember(self, key: Hashable, message: Message, now: float) -> None:
         ttl_ms = self.ttl_ms
         headers = message.properties.headers if message.property_flags & FLAG_HEADERS else None
-        if headers and isinstance(headers.get(TTL_HEADER), int) and headers[TTL_HEADER] > 0:
-            ttl_ms = headers[TTL_HEADER]
+        if headers:
+            header_ttl = headers.get(TTL_HEADER)  # one lookup, narrowed once
+            if isinstance(header_ttl, int) and header_ttl > 0:
+                ttl_ms = header_ttl
         seen = self._seen
         seen[key] = now + ttl_ms / 1000.0 if ttl_ms else 0.0
         seen.move_to_end(key)

@@ -35,7 +35,7 @@ class JournalRecovery(NamedTuple):
     # that had been delivered before the restart counts as delivered at least once, so it
     # comes back redelivered; `due_at_ms` is set for one that was waiting for a delayed retry.
     messages: Iterator[tuple[int, int, int, int | None, int]]
-    count: int
+    count: int  # type: ignore[assignment]  # a field, hiding tuple.count (never called on it)
     next_seq: int  # the next sequence number to use
     expiring_properties: dict[int, bytes]  # raw basic properties of the messages with an `expiration`
 

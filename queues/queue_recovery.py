@@ -28,6 +28,7 @@ def take_back(queue: "Queue", recovery: "JournalRecovery") -> None:
     """
     now_ms = int(queue.timers.now() * 1000)
     journal = queue.journal
+    assert journal is not None  # the recovery came from it
     ready = queue.ready
     by_priority = bool(queue.settings.max_priority)  # a PriorityReadyMessages (Queue.__init__)
     queue_ttl_ms = queue.settings.message_ttl_ms

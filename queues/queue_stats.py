@@ -10,6 +10,19 @@ class QueueStats:
         "published", "delivered", "delivered_no_ack", "redelivered", "acked", "get", "get_no_ack", "get_empty",
         "dead_lettered_expired", "dead_lettered_rejected", "dead_lettered_maxlen", "dead_lettered_delivery_limit",
     )
+    # (The slots' types, for mypy: __init__ sets them in a loop.)
+    published: int
+    delivered: int
+    delivered_no_ack: int
+    redelivered: int
+    acked: int
+    get: int
+    get_no_ack: int
+    get_empty: int
+    dead_lettered_expired: int
+    dead_lettered_rejected: int
+    dead_lettered_maxlen: int
+    dead_lettered_delivery_limit: int
 
     def __init__(self) -> None:
         for name in self.__slots__:

@@ -34,7 +34,7 @@ class Timer:
 
     __slots__ = ("when", "callback", "cancelled", "_timers")
 
-    def __init__(self, when: float, callback: Callable[[], None], timers: "Timers | None" = None) -> None:
+    def __init__(self, when: float, callback: Callable[[], object], timers: "Timers | None" = None) -> None:
         self.when = when
         self.callback = callback
         self.cancelled = False
@@ -76,7 +76,7 @@ class Timers:
         compacted or popped, and is counted so that compaction knows when it pays."""
         self._cancelled += 1
 
-    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+    def call_at(self, when: float, callback: Callable[[], object]) -> Timer:
         timer = Timer(when, callback, self)
         heap = self._heap
         if self._cancelled >= _COMPACT_MIN_CANCELLED and self._cancelled * 2 > len(heap):
@@ -87,7 +87,7 @@ class Timers:
             self.on_earlier_deadline(when)
         return timer
 
-    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
         return self.call_at(self.clock() + delay, callback)
 
     def now(self) -> float:

@@ -27,6 +27,7 @@ is on; ``spark.register`` turns it on.
 from __future__ import annotations
 
 import sys
+from types import FrameType
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -144,7 +145,7 @@ def _boolean_option(options: dict[str, Any], name: str, default: bool) -> bool:
 
 def _in_pushdown_planner() -> bool:
     """True when called from Spark's planner that offers filters (only used when pushdown is enabled)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename.endswith(_PUSHDOWN_PLANNER):
             return True

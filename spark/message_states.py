@@ -69,7 +69,7 @@ class StateEvents(NamedTuple):
     def nbytes(self) -> int:
         return sum(column.nbytes for column in self)
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __len__(self) -> int:
         return len(self.seq)
 
 

@@ -211,6 +211,7 @@ def _batch(part: SegmentPart, request: ScanRequest, messages: SegmentMessages, o
     columns = request.columns
     n = len(rows)
     if side_table is None:
+        assert messages.scan is not None  # no side table: the records are read from the segment
         decoded = decode_columns(messages.scan.data, messages.starts[rows], messages.ends[rows], columns)
         if "seq" in columns:
             decoded["seq"] = pa.array(messages.seqs[rows])

@@ -68,7 +68,8 @@ def translate(filters: list[Any]) -> tuple[Pushed, list[Any]]:
             if values is not None:
                 field = {"vhost": "vhosts", "queue": "queues", "state": "states"}[column]
                 current = getattr(pushed, field)
-                updated = pushed._replace(**{field: values if current is None else current & values})
+                change: dict[str, Any] = {field: values if current is None else current & values}  # a field by name
+                updated = pushed._replace(**change)
             elif column == "queue" and isinstance(f, StringStartsWith):
                 updated = pushed._replace(queue_prefixes=(*pushed.queue_prefixes, f.value))
         elif column in ("seq", "published_at"):
@@ -96,7 +97,8 @@ def translate(filters: list[Any]) -> tuple[Pushed, list[Any]]:
 
 def _narrow(pushed: Pushed, field: str, value: int, pick) -> Pushed:
     current = getattr(pushed, field)
-    return pushed._replace(**{field: value if current is None else pick(current, value)})
+    change: dict[str, Any] = {field: value if current is None else pick(current, value)}  # a field by name
+    return pushed._replace(**change)
 
 
 def _bound(column: str, value: Any) -> int | None:

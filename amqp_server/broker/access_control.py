@@ -205,7 +205,7 @@ class AccessControl:
             name, password = parse_sasl_response(mechanism, response)
         except SaslError as err:
             raise AuthenticationFailed(f"{mechanism} login refused: {err}", mechanism) from err
-        if name == CLUSTER_LINK_USER and self.cluster_link_user is not None:
+        if name == CLUSTER_LINK_USER and self.cluster_link_user is not None and self._cluster_secret is not None:
             if hmac.compare_digest(password.encode("utf-8", "surrogateescape"), self._cluster_secret):
                 return self.cluster_link_user
             raise AuthenticationFailed(f"{mechanism} login refused: user '{name}' - invalid credentials", mechanism)

@@ -151,5 +151,5 @@ class PolicySet:
         return next((policy for policy in self if policy.matches_exchange(name)), None)
 
 
-def _precedence(policy: Policy) -> tuple[int, str]:
+def _precedence(policy: Policy) -> tuple[int | float, str]:
     return (-policy.priority, policy.name)

@@ -37,7 +37,7 @@ def sender_selected_keys(message: Message) -> list[str] | None:
     if b"\x02CC" not in raw and b"\x03BCC" not in raw:
         return None
     headers = message.headers or {}
-    extra = []
+    extra: list[str] = []
     for name in ("CC", "BCC"):
         value = headers.get(name)
         if isinstance(value, list):

@@ -28,6 +28,25 @@ class BrokerStats:
         "received_sizes",
         "received_bytes",
     )
+    # (The slots' types, for mypy: __init__ sets them in a loop.)
+    received: int
+    received_confirm: int
+    routed: int
+    returned: int
+    dropped: int
+    confirmed: int
+    acked: int
+    get: int
+    get_empty: int
+    queues_declared: int
+    queues_created: int
+    queues_deleted: int
+    connections_opened: int
+    connections_closed: int
+    channels_opened: int
+    channels_closed: int
+    received_sizes: list[int]
+    received_bytes: int
 
     def __init__(self) -> None:
         for name in self.__slots__:

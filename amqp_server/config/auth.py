@@ -22,6 +22,7 @@ import sys
 from typing import Sequence
 
 from pamqp import decode as pamqp_decode
+from pamqp.common import FieldTable
 
 SUPPORTED_MECHANISMS: tuple[str, ...] = ("PLAIN", "AMQPLAIN")
 # Mechanisms whose secret is the user's password (so connection.update-secret can renew it).
@@ -115,7 +116,7 @@ def _parse_amqplain(raw: bytes) -> tuple[str, str]:
     return _as_text(login), _as_text(password)
 
 
-def _decode_amqplain_table(raw: bytes) -> dict:
+def _decode_amqplain_table(raw: bytes) -> FieldTable:
     # A table without a length prefix starts with a key-length octet followed
     # by the key, so its first four bytes never equal the remaining length.
     if len(raw) >= 4 and struct.unpack(">I", raw[:4])[0] == len(raw) - 4:

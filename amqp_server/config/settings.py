@@ -383,9 +383,10 @@ def _string(value: Any, where: str) -> str:
 
 
 def _nonempty_string(value: Any, where: str) -> str:
-    if not _string(value, where):
+    text = _string(value, where)
+    if not text:
         _fail(where, "must not be empty")
-    return value
+    return text
 
 
 def _int_between(low: int, high: int | None) -> Callable[[Any, str], int]:
@@ -430,7 +431,7 @@ def parse_byte_size(value: Any, where: str) -> int:
     if isinstance(value, str):
         match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", value)
         unit = match.group(2).lower() if match else None
-        if unit not in _BYTE_UNITS:
+        if match is None or unit not in _BYTE_UNITS:
             _fail(where, f"must be a byte count such as 50000000, \"50MB\" or \"2GiB\", got {value!r}")
         return int(match.group(1)) * _BYTE_UNITS[unit]
     return _int_between(0, None)(value, where)
@@ -448,11 +449,12 @@ def _path(value: Any, where: str) -> Path:
 
 
 def _regex(value: Any, where: str) -> str:
+    pattern = _string(value, where)
     try:
-        re.compile(_string(value, where))
+        re.compile(pattern)
     except re.error as err:
         _fail(where, f"is not a valid regular expression: {err}")
-    return value
+    return pattern
 
 
 _PORT = _int_between(0, 65535)
@@ -544,9 +546,10 @@ def _auth_mechanisms(value: Any, where: str) -> list[str]:
 
 def _one_of(choices: Sequence[str]) -> Callable[[Any, str], str]:
     def check(value: Any, where: str) -> str:
-        if _string(value, where) not in choices:
+        choice = _string(value, where)
+        if choice not in choices:
             _fail(where, f"must be one of {', '.join(choices)}, got {value!r}")
-        return value
+        return choice
     return check
 
 

@@ -120,6 +120,7 @@ class TlsSession:
         if source == "subject_alternative_name":
             names = [value for kind, value in self.peer_cert.get("subjectAltName", ()) if kind in ("DNS", "email")]
             return names[0] if names else None
+        rdn: tuple[tuple[str, str], ...]  # getpeercert()'s subject: relative names, (key, value) pairs
         for rdn in self.peer_cert.get("subject", ()):
             for key, value in rdn:
                 if key == "commonName":

@@ -42,7 +42,8 @@ def refused(error: ApiError) -> CtlError:
 
 def existing_user(session: Session, name: str) -> dict[str, Any]:
     try:
-        return session.client.get(f"/api/users/{quote(name)}")
+        user: dict[str, Any] = session.client.get(f"/api/users/{quote(name)}")  # (JSON: Any)
+        return user
     except ApiError as error:
         if _missing(error):
             raise CtlError(EX_NOUSER, f'User "{name}" does not exist') from None
@@ -51,7 +52,8 @@ def existing_user(session: Session, name: str) -> dict[str, Any]:
 
 def require_vhost(session: Session, vhost: str) -> dict[str, Any]:
     try:
-        return session.client.get(f"/api/vhosts/{quote(vhost)}")
+        found: dict[str, Any] = session.client.get(f"/api/vhosts/{quote(vhost)}")  # (JSON: Any)
+        return found
     except ApiError as error:
         if _missing(error):
             raise CtlError(EX_UNAVAILABLE, f"Virtual host {vhost} does not exist") from None
@@ -158,7 +160,7 @@ def delete_vhost(session: Session, name: str) -> int:
 def _set_tracing(session: Session, on: bool) -> None:
     vhost = session.vhost
     current = require_vhost(session, vhost)
-    body = {key: current[key] for key in ("description", "tags", "default_queue_type") if key in current}
+    body: dict[str, Any] = {key: current[key] for key in ("description", "tags", "default_queue_type") if key in current}
     body["tracing"] = on
     _call(lambda: session.client.put(f"/api/vhosts/{quote(vhost)}", body))
     if bool(require_vhost(session, vhost).get("tracing")) != on:

@@ -46,7 +46,8 @@ def _byte_count(text: str) -> int | str:
 
 
 def _node(session: Session) -> str:
-    return _call(lambda: session.client.get(ALARMS_PATH))["node"]
+    node: str = _call(lambda: session.client.get(ALARMS_PATH))["node"]  # (JSON: Any)
+    return node
 
 
 def _put(session: Session, path: str, body: dict[str, Any]) -> None:

@@ -181,8 +181,11 @@ def run_listing(session: Session, listing: Listing, args: argparse.Namespace, he
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser, out: TextIO) -> int:
     if args.command in (None, "help"):
         topic = getattr(args, "topic", None)
-        if topic and topic in parser._subparsers._group_actions[0].choices:  # type: ignore[union-attr]
-            parser._subparsers._group_actions[0].choices[topic].print_help(out)  # type: ignore[union-attr]
+        # The subcommands' parsers by name (argparse keeps no public handle on them; typeshed
+        # types its private _subparsers Optional).
+        commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+        if topic and isinstance(commands, dict) and topic in commands:
+            commands[topic].print_help(out)
         else:
             parser.print_help(out)
         return EX_OK if args.command == "help" else EX_USAGE

@@ -8,7 +8,7 @@ text from the X-Reason header, as RabbitMQ does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -125,7 +125,7 @@ async def list_consumers(request: web.Request) -> web.Response:
     return list_reply(request, consumers, _by_queue_and_tag)
 
 
-def _by_queue_and_tag(consumer: dict) -> tuple:
+def _by_queue_and_tag(consumer: dict[str, Any]) -> tuple[Any, ...]:
     return consumer["queue"]["vhost"], consumer["queue"]["name"], consumer["consumer_tag"]
 
 

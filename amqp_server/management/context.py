@@ -26,9 +26,12 @@ if TYPE_CHECKING:
     from amqp_server.management.caller import Caller
     from amqp_server.config.tls import TlsListenerContext
 
-CONTEXT_KEY = web.AppKey("management_context", object)
+# (Typed by their annotations: ManagementContext is defined below, Caller imported for types only.)
+CONTEXT_KEY: web.AppKey[ManagementContext] = web.AppKey("management_context")
 # aiohttp 3.12+ types request keys; older versions take a plain string.
-CALLER_KEY = web.RequestKey("management_caller", object) if hasattr(web, "RequestKey") else "management_caller"
+CALLER_KEY: web.RequestKey[Caller] | str = (
+    web.RequestKey("management_caller") if hasattr(web, "RequestKey") else "management_caller"
+)
 
 OVERVIEW_KEY = ("overview",)
 
@@ -67,7 +70,7 @@ class ManagementContext:
 
 
 def context(request: web.Request) -> ManagementContext:
-    return request.app[CONTEXT_KEY]  # type: ignore[return-value]
+    return request.app[CONTEXT_KEY]
 
 
 def caller(request: web.Request) -> "Caller":

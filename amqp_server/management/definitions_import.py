@@ -140,13 +140,13 @@ def _check_access(broker: "Broker", document: dict[str, Any], plan: _Plan) -> No
         user, vhost = _text(entry, "user"), _text(entry, "vhost")
         if user not in users or vhost not in vhosts:
             raise api_errors.bad_request(f"permissions for unknown user {user!r} or vhost {vhost!r}")
-        patterns = [_text(entry, kind) for kind in ("configure", "write", "read")]
-        for pattern in patterns:
+        configure, write, read = (_text(entry, kind) for kind in ("configure", "write", "read"))
+        for pattern in (configure, write, read):
             try:
                 re.compile(pattern)
             except re.error as error:
                 raise api_errors.bad_request(f"invalid permission pattern {pattern!r}: {error}") from None
-        plan.permissions.append((user, vhost, *patterns))
+        plan.permissions.append((user, vhost, configure, write, read))
     for entry in _entries(document, "topic_permissions"):
         plan.not_applied.append(
             f"topic permissions of user '{entry.get('user')}' in vhost '{entry.get('vhost')}': "
@@ -159,7 +159,9 @@ def _check_access(broker: "Broker", document: dict[str, Any], plan: _Plan) -> No
 
 def _default_queue_type(entry: dict[str, Any]) -> Any:
     """A vhost entry's default queue type: top-level or in "metadata" (RabbitMQ 3.11+ exports)."""
-    metadata = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
+    metadata = entry.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     return entry.get("default_queue_type", metadata.get("default_queue_type"))
 
 
@@ -215,7 +217,7 @@ def _check_topology(broker: "Broker", document: dict[str, Any], plan: _Plan, onl
             plan.not_applied.append(f"exchange '{name}' in vhost '{vhost}': exchange type '{type_name}' is not supported")
             skipped.add((vhost, "exchange", name))
             continue
-        exchange = {
+        exchange: dict[str, Any] = {
             "vhost": vhost, "name": name, "type": type_name, "durable": as_bool(entry.get("durable"), True),
             "auto_delete": as_bool(entry.get("auto_delete")), "internal": as_bool(entry.get("internal")),
             "arguments": as_table(entry.get("arguments")),
@@ -229,7 +231,7 @@ def _check_topology(broker: "Broker", document: dict[str, Any], plan: _Plan, onl
         known.add((vhost, "exchange", name))
     for entry in _entries(document, "queues"):
         vhost, name = _vhost_of(broker, plan, entry, only_vhost), _text(entry, "name")
-        queue = {"vhost": vhost, "name": name, "durable": as_bool(entry.get("durable"), True),
+        queue: dict[str, Any] = {"vhost": vhost, "name": name, "durable": as_bool(entry.get("durable"), True),
                  "auto_delete": as_bool(entry.get("auto_delete")), "arguments": as_table(entry.get("arguments"))}
         if name.startswith("amq."):
             # RabbitMQ 3.10 answers 204 and creates no queue with a reserved name (amq.gen-…):

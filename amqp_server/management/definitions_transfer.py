@@ -86,7 +86,9 @@ def _parameters(vhost: "VirtualHost") -> list[dict[str, Any]]:
 def vhost_metadata_of(entry: dict[str, Any]) -> tuple[str, list[str]]:
     """A vhost's description and tags from a PUT body or a definitions entry: top-level
     "description"/"tags" (RabbitMQ 3.10's API) or inside "metadata" (3.11+ exports)."""
-    metadata = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
+    metadata = entry.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     description = entry.get("description", metadata.get("description"))
     tags = entry.get("tags", metadata.get("tags"))
     return ("" if description is None else str(description)), user_tags(tags)

@@ -6,7 +6,7 @@ needs write, as with AMQP. "amq.default" in a URL is the default exchange (named
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -102,7 +102,7 @@ async def destination_bindings(request: web.Request) -> web.Response:
     return list_reply(request, [binding_json(vhost, *b) for b in vhost.bindings() if b[1] is exchange], _binding_order)
 
 
-def _binding_order(binding: dict) -> tuple:
+def _binding_order(binding: dict[str, Any]) -> tuple[Any, ...]:
     return binding["source"], binding["destination"], binding["routing_key"], binding["properties_key"]
 
 

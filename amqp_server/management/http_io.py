@@ -174,8 +174,8 @@ def _columns(request: web.Request) -> list[list[str]]:
     return [column.split(".") for column in spec.split(",") if column]
 
 
-def _sort_key(path: list[str]) -> Callable[[dict[str, Any]], tuple]:
-    def key(item: dict[str, Any]) -> tuple:
+def _sort_key(path: list[str]) -> Callable[[dict[str, Any]], tuple[int, Any, str]]:
+    def key(item: dict[str, Any]) -> tuple[int, Any, str]:
         value = _lookup(item, path)
         # None first, then numbers, then text: mixed types must not break sorting.
         if value is None:
@@ -186,7 +186,7 @@ def _sort_key(path: list[str]) -> Callable[[dict[str, Any]], tuple]:
     return key
 
 
-def _by_vhost_and_name(item: dict[str, Any]) -> tuple:
+def _by_vhost_and_name(item: dict[str, Any]) -> tuple[str, str]:
     return (str(item.get("vhost", "")), str(item.get("name", "")))
 
 

@@ -18,11 +18,11 @@ from amqp_server.management.policy_routes import validation_failed
 from amqp_server.broker.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits, updated
 
 
-def _by_vhost(item: dict[str, Any]) -> tuple:
+def _by_vhost(item: dict[str, Any]) -> tuple[Any]:
     return (item.get("vhost", ""),)
 
 
-def _by_user(item: dict[str, Any]) -> tuple:
+def _by_user(item: dict[str, Any]) -> tuple[Any]:
     return (item.get("user", ""),)
 
 

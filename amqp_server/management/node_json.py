@@ -18,6 +18,7 @@ from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
 from amqp_server.metrics.process_stats import uptime_seconds
 
 if TYPE_CHECKING:
+    from amqp_server.broker.stats import BrokerStats
     from amqp_server.management.caller import Caller
     from amqp_server.broker.vhost import VirtualHost
     from amqp_server.broker.cluster_interface import NodeRecord
@@ -113,7 +114,7 @@ def overview_json(ctx: ManagementContext, caller: "Caller", msg_rates_window: Sa
     return overview
 
 
-def _churn(stats) -> dict[str, int]:
+def _churn(stats: BrokerStats) -> dict[str, int]:
     return {
         "channel_closed": stats.channels_closed,
         "channel_created": stats.channels_opened,

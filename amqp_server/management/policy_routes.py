@@ -66,7 +66,7 @@ def _policies_in(request: web.Request, writing: bool = False) -> tuple["VirtualH
     return vhost, (vhost.operator_policies if operator else vhost.policies), operator
 
 
-def _by_priority(item: dict[str, Any]) -> tuple:
+def _by_priority(item: dict[str, Any]) -> tuple[Any, ...]:
     """RabbitMQ lists policies by ascending priority (rabbit_policy:sort_by_priority), in the
     API and in rabbitmqctl alike; ties, which it leaves unordered, by vhost and name here."""
     return (item["priority"], item["vhost"], item["name"])

@@ -38,7 +38,7 @@ PROPERTY_NAMES = tuple(
 )
 
 
-def browse(queue: "Queue", count: int, ackmode: str, encoding: str = "auto", truncate: int | None = None) -> list[dict]:
+def browse(queue: "Queue", count: int, ackmode: str, encoding: str = "auto", truncate: int | None = None) -> list[dict[str, Any]]:
     """The messages as RabbitMQ's get returns them; ApiError 400 for an unknown mode."""
     if ackmode not in ACKMODES:
         raise api_errors.bad_request(f"unknown ackmode {ackmode!r} (one of {', '.join(ACKMODES)})")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from amqp_server.channel.channel import Channel
 from amqp_server.connection.connection import Connection
 from amqp_server.broker import policy_application
 from amqp_server.management.connection_json import connection_details, consumer_json
@@ -88,7 +89,7 @@ def queue_detail_json(
     item["consumer_details"] = [
         consumer_json(consumer.sink.connection, consumer.sink, consumer, node)
         for consumer in queue.consumers()
-        if hasattr(consumer.sink, "connection")
+        if isinstance(consumer.sink, Channel)  # a client's channel (every sink the broker makes)
     ]
     item["deliveries"] = []
     item["incoming"] = []

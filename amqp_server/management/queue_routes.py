@@ -7,7 +7,7 @@ created, deleted ones as deleted, in the same counters as AMQP's (metrics and ov
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -64,7 +64,7 @@ async def list_queues(request: web.Request) -> web.Response:
     unacked_bytes = unacked_bytes_by_queue(broker)
     queues = [(v, q) for v in vhosts for q in list(v.queues.values())]
 
-    def as_json(pair: tuple["VirtualHost", "Queue"]) -> dict:
+    def as_json(pair: tuple["VirtualHost", "Queue"]) -> dict[str, Any]:
         vhost, queue = pair
         item = queue_json(vhost, queue, ctx.rates, *_location(broker, vhost, queue, unacked_bytes.get(queue, 0)))
         return _with_replication(broker, vhost, queue, item)
@@ -81,7 +81,7 @@ async def show_queue(request: web.Request) -> web.Response:
     return item_reply(request, _with_replication(ctx.broker, vhost, queue, item))
 
 
-def _with_replication(broker: "Broker", vhost: "VirtualHost", queue: "Queue", item: dict) -> dict:
+def _with_replication(broker: "Broker", vhost: "VirtualHost", queue: "Queue", item: dict[str, Any]) -> dict[str, Any]:
     """A replicated queue's item gets RabbitMQ's quorum queue fields (leader, members, online)."""
     if broker.replicated is None or not queue.durable or queue.settings.queue_type != QUORUM:
         return item

@@ -46,7 +46,7 @@ async def who_is_logged_in(request: web.Request) -> web.Response:
     session = context(request).ui_sessions.find(request.cookies.get(COOKIE_NAME, ""))
     user = caller(request)
     own_session = session is not None and session.user_name == user.name
-    return json_reply(_session_json(user, session.csrf_token if own_session else None))
+    return json_reply(_session_json(user, session.csrf_token if session is not None and own_session else None))
 
 
 async def log_out(request: web.Request) -> web.Response:

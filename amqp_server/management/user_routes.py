@@ -7,6 +7,8 @@ PUT /api/users/{name} needs `tags` (a list or a comma-separated string) and `pas
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from amqp_server.management import api_errors
@@ -14,6 +16,10 @@ from amqp_server.management.context import caller, context
 from amqp_server.management.definitions_transfer import password_hash_of, set_user, user_tags
 from amqp_server.management.http_io import created_or_updated, item_reply, list_reply, no_content, read_body
 from amqp_server.management.node_json import permission_json, user_json
+
+if TYPE_CHECKING:
+    from amqp_server.broker.access_control import User
+    from amqp_server.config.settings import PermissionConfig
 
 PERMISSION_FIELDS = ("configure", "write", "read")
 
@@ -32,7 +38,7 @@ async def users_without_permissions(request: web.Request) -> web.Response:
     return list_reply(request, [user_json(u) for u in access.users() if u.name not in with_permissions])
 
 
-def _user_named(request: web.Request):
+def _user_named(request: web.Request) -> User:
     user = context(request).broker.access.user(request.match_info["user"])
     if user is None:
         raise api_errors.not_found()
@@ -101,7 +107,7 @@ async def list_permissions(request: web.Request) -> web.Response:
     return list_reply(request, [permission_json(p) for p in context(request).broker.access.permissions()])
 
 
-def _permission_of(request: web.Request):
+def _permission_of(request: web.Request) -> PermissionConfig:
     vhost, user = request.match_info["vhost"], request.match_info["user"]
     for permission in context(request).broker.access.permissions():
         if permission.vhost == vhost and permission.user == user:
@@ -119,14 +125,15 @@ async def put_permission(request: web.Request) -> web.Response:
     broker = context(request).broker
     vhost, user = request.match_info["vhost"], request.match_info["user"]
     body = await read_body(request)
-    if vhost not in broker.vhosts or broker.access.user(user) is None:
+    account = broker.access.user(user)
+    if vhost not in broker.vhosts or account is None:
         raise api_errors.bad_request("vhost_or_user_not_found")
     patterns = []
     for field in PERMISSION_FIELDS:
         if not isinstance(body.get(field), str):
             raise api_errors.bad_request(f"{field}_not_present" if field not in body else f"{field} must be a string")
         patterns.append(body[field])
-    created = not broker.access.can_access_vhost(broker.access.user(user), vhost)
+    created = not broker.access.can_access_vhost(account, vhost)
     try:
         broker.access.set_permissions(user, vhost, *patterns)
     except ValueError as error:

@@ -11,7 +11,7 @@ RabbitMQ's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -38,6 +38,11 @@ from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_by
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
+    from amqp_server.broker.stats import BrokerStats
+    from amqp_server.connection.connection import Connection
+
+# A family that takes samples (add_metric): a counter or a gauge.
+_Family = CounterMetricFamily | GaugeMetricFamily
 
 AGGREGATED = "aggregated"
 PER_OBJECT = "per-object"
@@ -103,7 +108,7 @@ class CoreCollector(Collector):
         yield from global_counter_families(stats, snapshot)
         yield from self._message_sizes()
 
-    def _churn(self, stats) -> Iterator[Metric]:
+    def _churn(self, stats: BrokerStats) -> Iterator[Metric]:
         for name, documentation, value in (
             ("rabbitmq_connections_opened_total", "Total number of connections opened", stats.connections_opened),
             ("rabbitmq_connections_closed_total", "Total number of connections closed or terminated",
@@ -200,7 +205,8 @@ class CoreCollector(Collector):
             return
         per_object = self.endpoint == PER_OBJECT
         labels = ["vhost", "queue"] if per_object else None
-        families = (
+        # Each family's column of raft_figures() (a number: term, commit or last written index).
+        families: tuple[tuple[_Family, Literal[2, 3, 4] | None], ...] = (
             (CounterMetricFamily("rabbitmq_raft_term", "Current Raft term number", labels=labels), 2),
             (GaugeMetricFamily("rabbitmq_raft_log_snapshot_index", "Raft log snapshot index", labels=labels), None),
             (GaugeMetricFamily("rabbitmq_raft_log_last_applied_index", "Raft log last applied index",
@@ -266,7 +272,7 @@ class CoreCollector(Collector):
         RabbitMQ labels them)."""
         per_object = self.endpoint == PER_OBJECT
         labels = ["channel"] if per_object else None
-        families = [
+        families: list[tuple[_Family, Callable[[Connection], int]]] = [
             (CounterMetricFamily("rabbitmq_connection_incoming_bytes", "Total number of bytes received on a connection",
                                  labels=labels), lambda c: c.received_bytes),
             (CounterMetricFamily("rabbitmq_connection_outgoing_bytes", "Total number of bytes sent on a connection",

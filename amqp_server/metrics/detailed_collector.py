@@ -93,10 +93,10 @@ class DetailedCollector(Collector):
         if family == "queue_metrics":
             unacked_bytes = unacked_bytes_by_queue(self.broker)
             sizes = [(vhost, queue, queue_sizes(queue, unacked_bytes.get(queue, 0))) for vhost, queue in queues]
-            for name, documentation, value in SIZE_GAUGES:
+            for name, documentation, size_of in SIZE_GAUGES:
                 metric = GaugeMetricFamily(PREFIX + name, documentation, labels=QUEUE_LABELS)
                 for vhost, queue, queue_size in sizes:
-                    metric.add_metric([vhost.name, queue.name], value(queue_size))
+                    metric.add_metric([vhost.name, queue.name], size_of(queue_size))
                 yield metric
 
     def _exchange_names(self) -> Iterator[Metric]:

@@ -11,6 +11,7 @@ queues.queue.PER_MESSAGE_OVERHEAD per message held (what the memory budget charg
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ def unacked_bytes_by_queue(broker: "Broker") -> dict["Queue", int]:
 
 # (metric name without its prefix, RabbitMQ's help, value): the per-queue gauges read from QueueSizes,
 # on /metrics/per-object and in /metrics/detailed's queue_metrics family.
-SIZE_GAUGES = (
+SIZE_GAUGES: tuple[tuple[str, str, Callable[[QueueSizes], float]], ...] = (
     ("queue_messages_bytes", "Size in bytes of ready and unacknowledged messages", lambda s: s.bytes),
     ("queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages", lambda s: s.unacked_bytes),
     ("queue_messages_paged_out", "Messages paged out to disk", lambda s: s.paged_out),

@@ -16,7 +16,7 @@ before its body is read.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from pamqp import commands, frame as pamqp_frame
@@ -135,7 +135,7 @@ class FrameReader:
         self._parts = ()
         self._parts_size = 0
 
-    def frames(self, whole_publishes: bool = False) -> Iterator[tuple[int, int, Any]]:
+    def frames(self, whole_publishes: bool = False) -> Generator[tuple[int, int, Any], None, None]:
         """Yield every complete frame buffered so far.
 
         With `whole_publishes`, a basic.publish whose content header and whole body, in one body
@@ -158,6 +158,7 @@ class FrameReader:
         # raises max_frame_size (it only ever grows on one reader).
         max_size = self.max_frame_size
         self._wanted = 0
+        payload: bytes | tuple[bytes, bytes, bytes]  # a publish read whole: its three payloads
         try:
             while end - offset >= 8:  # FRAME_OVERHEAD
                 frame_type, channel, size = unpack(data, offset)
@@ -260,7 +261,7 @@ def decode_method(payload: bytes) -> Method:
     socket) or that nest tables too deep for pamqp.
     """
     index = method_index(payload)
-    method_class = commands.INDEX_MAPPING.get(index)
+    method_class: type[Method] | None = commands.INDEX_MAPPING.get(index)  # pamqp types it dict[int, type]
     if method_class is None:
         raise AMQPError(COMMAND_INVALID, "unknown method", index >> 16, index & 0xFFFF)
     method = method_class()
@@ -285,7 +286,7 @@ def method_index(payload: bytes) -> int:
     """Class and method id of a method frame; 501 when the frame is too short to hold them."""
     if len(payload) < 4:
         raise AMQPError(FRAME_ERROR, f"type 1, all octets = {erlang_binary(payload)}: {{method_frame_too_short}}")
-    return _method_index.unpack_from(payload)[0]
+    return _method_index.unpack_from(payload)[0]  # type: ignore[no-any-return]  # struct's fields are Any
 
 
 def read_shortstr(payload: bytes, offset: int) -> tuple[str, int]:
@@ -408,7 +409,9 @@ def content_frames(out: list[bytes], channel: int, raw_header: bytes, body: byte
     for start in range(0, size, max_body_frame):
         chunk = view[start : start + max_body_frame]
         out.append(_frame_header.pack(FRAME_BODY, channel, len(chunk)))
-        out.append(chunk)
+        # A slice of a large body, uncopied: the frames go to the transport's writelines, which
+        # takes any bytes-like object. (Typed list[bytes] with every sender's frames for now.)
+        out.append(chunk)  # type: ignore[arg-type]
         out.append(FRAME_END_BYTE)
 
 
@@ -508,6 +511,7 @@ def header_body_size(payload: bytes, max_size: int) -> int:
     `max_size` bytes, and InvalidContentHeader (check_content_header) for properties consumers
     could not decode. (A publish read whole skips the ContentAssembly and asks this directly:
     Channel.handle_publish.)"""
+    body_size: int  # (struct's fields are Any to mypy)
     try:  # content_header_body_size, without the call
         class_id, _weight, body_size = _unpack_header_prefix(payload)
     except struct.error:

@@ -8,7 +8,7 @@ whole connection. Client code matches on these exact strings (for example
 from __future__ import annotations
 
 from queues.arguments.equivalence import Inequivalent
-from queues.arguments.texts import resource
+from queues.arguments.texts import resource as resource  # (re-exported: errors.resource)
 
 REPLY_SUCCESS = 200
 CONTENT_TOO_LARGE = 311

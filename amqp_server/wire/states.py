@@ -136,6 +136,7 @@ HANDOVER_TRANSITIONS: dict[HandoverState, dict[HandoverEvent, HandoverState]] = 
 }
 
 State = TypeVar("State", ConnectionState, ChannelState, HandoverState)
+Event = TypeVar("Event", bound=Enum)
 
 
 class IllegalTransition(Exception):
@@ -147,7 +148,7 @@ class IllegalTransition(Exception):
         self.event = event
 
 
-def next_state(table: dict[State, dict], state: State, event: Enum) -> State:
+def next_state(table: dict[State, dict[Event, State]], state: State, event: Event) -> State:
     """The state `event` leads to from `state` in `table`; IllegalTransition if not allowed."""
     try:
         return table[state][event]

@@ -128,12 +128,14 @@ class LocalDefinitions:
     def drop_not_shared(self, kind: str) -> None:
         """Remove the exchanges or queues this node has that the service does not."""
         for vhost in list(self._broker.vhosts.values()):
-            objects = vhost.exchanges if kind == "exchanges" else vhost.queues
-            for name, thing in list(objects.items()):
-                if kind == "exchanges" and (not name or name.startswith("amq.")):
-                    continue
-                entry = (exchange_definition(vhost.name, thing) if kind == "exchanges"
-                         else queue_definition(vhost.name, thing))
+            # Each definition made when its turn comes (after the removals before it), of a
+            # snapshot of the names.
+            if kind == "exchanges":
+                entries = (exchange_definition(vhost.name, exchange) for name, exchange in list(vhost.exchanges.items())
+                           if name and not name.startswith("amq."))
+            else:
+                entries = (queue_definition(vhost.name, queue) for queue in list(vhost.queues.values()))
+            for entry in entries:
                 key = entry_key(kind, entry)
                 if key not in self._mirror:
                     self.apply(key, None, entry)
@@ -320,7 +322,8 @@ class LocalDefinitions:
                 del self._remote_queues[(vhost.name, name)]
             elif existing.journal is not None:
                 # Another node leads it now: our copy goes, the replica (and the group) stay.
-                existing.journal.hand_over()
+                # (A replicated queue's journal: a ReplicatedJournal.)
+                existing.journal.hand_over()  # type: ignore[attr-defined]
             # The leader changed, the queue did not: its consumers here go on with its new form,
             # as RabbitMQ keeps a quorum queue's consumers across a leader change.
             moving = [consumer for consumer in existing.consumers() if _moves_with_the_queue(consumer)]
@@ -362,7 +365,7 @@ class LocalDefinitions:
         vhost = self._broker.vhosts.get(entry["vhost"])
         name = entry["name"]
         queue = vhost.queues.get(name) if vhost is not None else None
-        if queue is None:
+        if vhost is None or queue is None:
             return
         remote = self._remote_queues.pop((vhost.name, name), None) is queue
         vhost.delete_queue(queue)

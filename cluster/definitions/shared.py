@@ -123,14 +123,14 @@ class SharedDefinitions:
         self._finished: set[int] = set()  # finished writes above _done_through
         self._failures: dict[int, Exception] = {}  # recent failed writes by seq
         self._waiters: deque[tuple[int, int, CommitCallback]] = deque()  # (through seq, since seq, callback)
-        self._key_tails: dict[str, asyncio.Task] = {}  # the last write issued per key
+        self._key_tails: dict[str, asyncio.Task[None]] = {}  # the last write issued per key
         self._pending: dict[str, _Write] = {}  # per key: our latest write whose echo has not come
         self._deletes_to_retry: dict[str, _Write] = {}
         self._landed_after_refusal: dict[str, bytes] = {}  # key -> data of a refused creation that may land
-        self._undoing: set[asyncio.Task] = set()
+        self._undoing: set[asyncio.Task[None]] = set()
         self._in_flight = asyncio.Semaphore(MAX_WRITES_IN_FLIGHT)
         self._unreachable: CoordinationUnavailable | None = None
-        self._probe: asyncio.Task | None = None
+        self._probe: asyncio.Task[None] | None = None
         # -- what the service holds, as last listed or watched --
         self._service = ServiceMirror()
         self._owners: dict[str, str] = {}  # queue-owners key -> node
@@ -139,7 +139,7 @@ class SharedDefinitions:
         self._local = LocalDefinitions(broker, node_name, self._service, lambda key: key in self._pending,
                                        self._set_ownership)
         self._access = DefinitionTable()  # users, vhosts, permissions as last shared
-        self._followers: list[asyncio.Task] = []
+        self._followers: list[asyncio.Task[None]] = []
         self._owner_listeners: list[OwnerListener] = []
         self._replicated: "ReplicatedQueues | None" = None
 
@@ -297,9 +297,10 @@ class SharedDefinitions:
                 try:
                     await self._coordinator.compare_and_set(key, value.encode(), None)
                 except VersionConflict as conflict:
-                    value = self._decoded(kind, conflict.current) if conflict.current else None
-                    if value is None:
+                    current = self._decoded(kind, conflict.current) if conflict.current else None
+                    if current is None:
                         continue
+                    value = current
                 self._remember(key, value)
                 self._local.apply(key, value)
 
@@ -405,8 +406,12 @@ class SharedDefinitions:
     async def committed(self, since: int | None = None) -> None:
         """Return once every write so far has finished; raise the first failure after `since`."""
         done: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
-        self.when_committed(self._seq if since is None else since,
-                            lambda error: done.done() or done.set_result(error))
+
+        def finish(error: Exception | None) -> None:
+            if not done.done():
+                done.set_result(error)
+
+        self.when_committed(self._seq if since is None else since, finish)
         error = await done
         if error is not None:
             raise error
@@ -455,7 +460,7 @@ class SharedDefinitions:
         self._key_tails[key] = task
         task.add_done_callback(lambda done: self._key_tails.get(key) is done and self._key_tails.pop(key))
 
-    async def _perform(self, write: _Write, previous: asyncio.Task | None) -> None:
+    async def _perform(self, write: _Write, previous: asyncio.Task[None] | None) -> None:
         if previous is not None:  # one key's writes go out in the order they were made
             await asyncio.wait([previous])
         failure: Exception | None = None

@@ -29,7 +29,7 @@ class BadEntry(ValueError):
 
 
 class EntryHead(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # a field, hiding tuple.index (never called on it)
     term: int
     start: int  # offset of the entry in the buffer it was found in
     end: int  # offset just after it

@@ -95,6 +95,7 @@ def _damaged_at_start(data: bytes) -> bool:
     scan: reading further cannot repair it."""
     if len(data) < 4:
         return False
+    length: int  # (struct's fields are Any to mypy)
     (length,) = struct.unpack_from(">I", data)
     return 4 + length <= len(data) or length > MAX_PAYLOAD + ENTRY_HEAD_SIZE
 

@@ -82,7 +82,7 @@ class ReplicaManager:
         # (a follower node's) report to nobody but `on_role`.
         self._owners: dict[str, tuple[Callable[[int], None], Callable[[Role], None]]] = {}
         self._on_role = on_role
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int = 0) -> str:
         """Listen for followers and start following the groups that name this node; returns the

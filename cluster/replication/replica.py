@@ -201,7 +201,10 @@ class ReplicationListener:
         return stream
 
     def _first_frame(self, stream: _Stream, frame: object) -> None:
-        replica = self._replicas.get(frame.queue) if isinstance(frame, Hello) else None
+        if not isinstance(frame, Hello):
+            stream.close()
+            return
+        replica = self._replicas.get(frame.queue)
         if replica is None or not replica.accept_follower(stream, frame):
             stream.close()
 
@@ -258,7 +261,7 @@ class QueueReplica:
         self._sync_requested = False  # follower: a group-commit round will ACK what arrived
         self._caught_up = False  # see _may_vote
         self._flush_scheduled = False
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.record: GroupRecord | None = None
         self.incarnation: str | None = None  # of the group this replica belongs to, once read
 

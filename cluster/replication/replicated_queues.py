@@ -95,7 +95,7 @@ class ReplicatedQueues:
                                       idle_poll_interval=REPLICA_IDLE_POLL_S, on_role=self._role_changed)
         self._definitions: "SharedDefinitions | None" = None
         self._closing = False
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def share(self, definitions: "SharedDefinitions") -> None:
         """Take and hand over queues through these shared definitions."""

@@ -79,7 +79,7 @@ class Append(NamedTuple):
 
 class Ack(NamedTuple):
     term: int
-    index: int
+    index: int  # type: ignore[assignment]  # a field, hiding tuple.index (never called on it)
 
 
 class Mismatch(NamedTuple):
@@ -129,7 +129,8 @@ def encode_refuse(term: int) -> bytes:
 def _decode(kind: int, body: memoryview) -> Frame:
     try:
         if kind == FrameKind.APPEND:
-            return Append(*_U64x4.unpack_from(body), bytes(body[32:]))
+            # (The struct's four fields, then the entries: mypy cannot count a struct's fields.)
+            return Append(*_U64x4.unpack_from(body), bytes(body[32:]))  # type: ignore[call-arg]
         if kind == FrameKind.ACK:
             return Ack(*_U64x2.unpack_from(body))
         if kind == FrameKind.MISMATCH:

@@ -9,7 +9,7 @@ the vhost's check, not this one.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from queues.arguments.texts import describe_argument, plain, resource
 
@@ -22,7 +22,7 @@ class DeclaredExchange(Protocol):
     the exchanges package)."""
 
     name: str
-    type_name: str
+    type_name: ClassVar[str]  # (a class attribute of each exchange type)
     durable: bool
     auto_delete: bool
     internal: bool

@@ -52,13 +52,18 @@ class DelayingExchange(Protocol):
     durable: bool
     pending: "DelayedMessages | None"
 
+    def hold_in(self, pending: "DelayedMessages") -> None: ...
+
 
 class Vhost(Protocol):
     """What holding and releasing need of the vhost (amqp_server.broker.vhost.VirtualHost)."""
 
     name: str
     timers: Timers
-    exchanges: Mapping[str, Any]
+
+    @property
+    def exchanges(self) -> Mapping[str, Any]: ...  # read only: a vhost's dict of its Exchanges
+
     journal_factory: Callable[[str, str, bool], QueueJournal] | None
 
     def route(self, exchange: Any, message: Message, routing_keys: Collection[str] | None = None) -> Collection[Any]:
@@ -178,7 +183,8 @@ class DelayedMessages:
 
     def when_stored(self, callback: Callable[[OSError | None], None]) -> None:
         """Like Queue.when_stored: once the journal holding what was published here is fsynced."""
-        self.journal.request_sync(callback)
+        # Only after a hold that journaled (ENQUEUED_DURABLY): there is a journal.
+        self.journal.request_sync(callback)  # type: ignore[union-attr]
 
     def release_due(self) -> None:
         """Timer callback: route the messages whose time has come (a batch at a time)."""
@@ -191,13 +197,14 @@ class DelayedMessages:
             released += 1
             message = self._held.pop(seq, None)
             journaled = message is None
-            if journaled:
-                message = self.journal.load_message(seq)
+            # A message not held here was journaled: there is a journal.
+            if message is None:
+                message = self.journal.load_message(seq)  # type: ignore[union-attr]
                 if message is None:
                     continue
             routed = self.release(_released_copy(message, now_ms / 1000.0))
             if journaled:
-                self.journal.settled(seq, "acked" if routed else "dropped", now_ms)
+                self.journal.settled(seq, "acked" if routed else "dropped", now_ms)  # type: ignore[union-attr]
         self._rearm(now_ms, released >= RELEASE_BATCH)
 
     def _rearm(self, now_ms: int, batch_full: bool = False) -> None:

@@ -71,7 +71,7 @@ class DelayedRetry:
         entry.mark_waiting()
         if entry.persisted:
             # The journal holds it: keep only its number (read back when due).
-            self.queue.journal.waiting(entry, due_ms)
+            self.queue.journal.waiting(entry, due_ms)  # type: ignore[union-attr]  # persisted: journaled
             self.lanes.add(delay_ms, due_ms, entry.seq, entry.delivery_count, None)
         else:
             self.lanes.add(delay_ms, due_ms, entry.seq, entry.delivery_count, entry)
