@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from amqp_server.channel.channel import Channel
     from queues.consumer import Consumer
     from queues.message import QueueEntry
-    from queues.queue_type import QueueType
+    from queues.queue import Queue
 
 
 class Answer:
@@ -104,7 +104,7 @@ class GetReply(Answer):
 
     __slots__ = ("_queue", "_no_ack")
 
-    def __init__(self, channel: "Channel", queue: "QueueType", no_ack: bool) -> None:
+    def __init__(self, channel: "Channel", queue: "Queue", no_ack: bool) -> None:
         super().__init__(channel, 60, 70)
         self._queue = queue
         self._no_ack = no_ack
@@ -116,7 +116,7 @@ class GetReply(Answer):
         queue = self._queue
         tag = channel.take_delivery_tag()
         if not self._no_ack:
-            channel.await_ack(tag, Unacked(entry, queue, None), queue.settings.consumer_timeout_ms)  # type: ignore[attr-defined]
+            channel.await_ack(tag, Unacked(entry, queue, None), queue.settings.consumer_timeout_ms)
         message = entry.message
         if channel.vhost.firehose is not None:
             channel.vhost.firehose.delivered(queue.name, message, redelivered, connection, channel.id)

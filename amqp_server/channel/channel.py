@@ -61,6 +61,7 @@ from queues.publish_outcome import AWAIT_RECEIPT, ENQUEUED, ENQUEUED_DURABLY, RE
 from queues.raw_properties import RawProperties
 
 if TYPE_CHECKING:
+    from amqp_server.broker.vhost import VirtualHost
     from amqp_server.connection.connection import Connection
     from exchanges import Exchange
     from queues.queue import Queue
@@ -82,7 +83,9 @@ class Channel:
         self.connection = connection
         self.id = channel_id
         self.state = OPEN  # changed by advance() only
-        self.vhost = connection.vhost
+        vhost = connection.vhost
+        assert vhost is not None, "a channel opens only after connection.open chose the vhost"
+        self.vhost: "VirtualHost" = vhost
         # Method replies, in order even when one waits for disk (declare-ok, commit-ok).
         self.replies = OrderedReplies(connection, channel_id)
         self.consumers: dict[str, Consumer] = {}
