@@ -64,7 +64,7 @@ from queues.publish_outcome import ENQUEUED, ENQUEUED_DURABLY, FORWARDED, REJECT
 from queues.raw_properties import RawProperties
 
 if TYPE_CHECKING:
-    from amqp_server.connection.connection import Connection
+    from amqp_server.channel.ports import ChannelConnection
     from exchanges import Exchange
     from queues.queue import Queue
 
@@ -81,7 +81,7 @@ _CHECKED_FLAGS = FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION
 class Channel:
     """One channel of a connection, and the DeliverySink of the consumers it opened."""
 
-    def __init__(self, connection: "Connection", channel_id: int) -> None:
+    def __init__(self, connection: "ChannelConnection", channel_id: int) -> None:
         self.connection = connection
         self.id = channel_id
         self.state = OPEN  # changed by advance() only
