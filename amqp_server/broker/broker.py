@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from cluster.definitions.shared import SharedDefinitions
     from cluster.links.node_links import ClusterLinks
     from cluster.replication.replicated_queues import ReplicatedQueues
-    from amqp_server.connection.connection import Connection
+    from amqp_server.broker.ports import BrokerConnection
     from cluster.membership import Membership, NodeRecord
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class Broker:
         # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
         # kept here, next to the vhost records they are saved in, not in VirtualHost.
         self.vhost_metadata: dict[str, dict[str, Any]] = {}
-        self.connections: set[Connection] = set()
+        self.connections: set[BrokerConnection] = set()
         # Users' max-connections and max-channels (resource_limits.py): made at a user's first
         # connection or limit and kept, so connections are counted before a limit is ever set.
         self._user_limits: dict[str, UserLimits] = {}
@@ -280,11 +280,11 @@ class Broker:
 
     # -- connections -------------------------------------------------------------------
 
-    def connection_opened(self, connection: "Connection") -> None:
+    def connection_opened(self, connection: "BrokerConnection") -> None:
         self.connections.add(connection)
         self.stats.connections_opened += 1
 
-    def connection_closed(self, connection: "Connection", moved: bool = False) -> None:
+    def connection_closed(self, connection: "BrokerConnection", moved: bool = False) -> None:
         """`moved`: its socket went to another worker of this host (amqp_server/runtime/handover.py),
         where it goes on: it leaves this worker without counting as closed."""
         if connection in self.connections:
@@ -292,7 +292,7 @@ class Broker:
             if not moved:
                 self.stats.connections_closed += 1
 
-    def connection_replayed(self, connection: "Connection") -> None:
+    def connection_replayed(self, connection: "BrokerConnection") -> None:
         """`connection` was replayed here from a sibling worker's socket (amqp_server/runtime/handover.py),
         which counted it and its channels as opened: one client moving between workers is one
         connection opened and one closed across them, not churn."""

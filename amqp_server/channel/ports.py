@@ -30,6 +30,10 @@ class ChannelConnection(Protocol):
     def broker(self) -> "Broker": ...
 
     @property
+    def name(self) -> str:
+        """RabbitMQ's connection name, which the firehose's copies carry."""
+
+    @property
     def vhost(self) -> "VirtualHost | None": ...
 
     @property
