@@ -36,7 +36,7 @@ from amqp_server.channel.consumer_timeouts import deliveries_timed_out
 from amqp_server.channel.declarations import DECLARATION_HANDLERS
 from amqp_server.channel.delivery_timeouts import DeliveryTimeouts
 from amqp_server.wire.errors import AMQPError
-from amqp_server.metrics.message_sizes import BUCKET_BOUNDS, FIRST_BOUND
+from amqp_server.broker.stats import BUCKET_BOUNDS, FIRST_BOUND
 from amqp_server.channel.ordered_replies import OrderedReplies
 from amqp_server.channel.publish_expiration import check_expiration
 from amqp_server.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
