@@ -2,8 +2,8 @@
 
 The broker layer sits below the channel and connection layers: a connection registers itself
 with the broker (Broker.connection_opened) and the broker, its alarms and its firehose see it
-only through `BrokerConnection`, so no module of amqp_server.broker imports
-amqp_server.connection or amqp_server.channel. The Connection and the Channel satisfy these
+only through the Protocols here, so no module of amqp_server.broker imports
+amqp_server.connection or amqp_server.channel (direct reply-to's channels: reply_to.Requester). The Connection and the Channel satisfy these
 Protocols as they are. Read-only members are properties: the broker reads them, never assigns them.
 """
 
