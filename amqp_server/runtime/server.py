@@ -55,7 +55,7 @@ from amqp_server.connection.connection import AWAIT_HEADER, CLOSED, CLOSING, OPE
 from amqp_server.broker.connection_limits import Admission, ConnectionLimit
 from amqp_server.wire.errors import CONNECTION_FORCED, INTERNAL_ERROR
 from amqp_server.runtime.handover import HandoverPlan, HandoverRecorder, HandoverService, MovedConnection
-from amqp_server.management.services import start_http_services, stop_http_services
+from amqp_server.runtime.http_services import start_http_services, stop_http_services
 from amqp_server.config.tls import TlsListenerContext, session_of
 from amqp_server.wire import codec
 from amqp_server.runtime.boot_definitions import DefinitionsFileRefused, load_definitions_file
