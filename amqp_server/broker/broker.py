@@ -21,7 +21,8 @@ from amqp_server.broker.connection_limits import ConnectionLimit
 from amqp_server.wire.errors import AMQPError
 from amqp_server.broker.policies import parse_policy
 from amqp_server.broker.reply_to import ReplyRegistry
-from amqp_server.broker.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, UserLimits, check_limits
+from amqp_server.broker.resource_limits import UserLimits
+from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 from amqp_server.broker.vhost import OPERATOR_POLICIES, POLICIES, VHOST_LIMITS as VHOST_LIMITS_KIND, VirtualHost
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
 from persistence.group_commit import DirectorySyncs, GroupCommitter
@@ -173,7 +174,7 @@ class Broker:
         return {user: limits.as_value() for user, limits in self._user_limits.items() if limits.as_value()}
 
     def set_user_limits(self, user: str, limits: dict[str, int]) -> None:
-        """Replace the user's limits (checked by resource_limits.check_limits); {} lifts them all."""
+        """Replace the user's limits (checked by limit_definitions.check_limits); {} lifts them all."""
         current = self.limits_of(user)
         if limits == current.as_value():
             return
