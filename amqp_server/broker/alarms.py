@@ -37,7 +37,6 @@ from amqp_server.broker.resource_readings import disk_free_bytes, resident_memor
 if TYPE_CHECKING:
     from amqp_server.broker.ports import BrokerConnection
     from amqp_server.config.settings import LimitsConfig, ServerConfig
-    from queues.queue import MemoryBudget
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +190,14 @@ def glibc_malloc_trim() -> Callable[[], Any] | None:
     return lambda: trim(0)
 
 
+class HeldMemory(Protocol):
+    """The broker's memory budget (queues' MemoryBudget), as the monitor reads it."""
+
+    @property
+    def held(self) -> int:
+        """Bytes of the ready messages queues hold as objects."""
+
+
 class MonitoredBroker(Protocol):
     """What the monitor reads of the broker (amqp_server.broker.broker.Broker)."""
 
@@ -204,7 +211,7 @@ class MonitoredBroker(Protocol):
     def node_name(self) -> str: ...
 
     @property
-    def memory_budget(self) -> "MemoryBudget": ...
+    def memory_budget(self) -> HeldMemory: ...
 
     @property
     def connections(self) -> Collection["BrokerConnection"]: ...
