@@ -7,7 +7,7 @@ from pamqp import commands
 
 from amqp_server.broker.broker import Broker
 from amqp_server.wire.errors import AMQPError
-from amqp_server.broker.resource_limits import VHOST_LIMITS, LimitError, check_limits
+from amqp_server.config.limit_definitions import VHOST_LIMITS, LimitError, check_limits
 from tests.frame_driver import FakeClient, opened_client
 
 

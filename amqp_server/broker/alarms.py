@@ -29,14 +29,14 @@ import asyncio
 import ctypes
 import ctypes.util
 import logging
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
-from amqp_server.metrics.process_stats import disk_free_bytes, resident_memory_bytes, total_memory_bytes
+from amqp_server.broker.resource_readings import disk_free_bytes, resident_memory_bytes, total_memory_bytes
 
 if TYPE_CHECKING:
-    from amqp_server.broker.broker import Broker
-    from amqp_server.config.settings import LimitsConfig
+    from amqp_server.broker.ports import BrokerConnection
+    from amqp_server.config.settings import LimitsConfig, ServerConfig
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,34 @@ def glibc_malloc_trim() -> Callable[[], Any] | None:
     return lambda: trim(0)
 
 
-def message_bytes_held(broker: "Broker") -> int:
+class HeldMemory(Protocol):
+    """The broker's memory budget (queues' MemoryBudget), as the monitor reads it."""
+
+    @property
+    def held(self) -> int:
+        """Bytes of the ready messages queues hold as objects."""
+
+
+class MonitoredBroker(Protocol):
+    """What the monitor reads of the broker (amqp_server.broker.broker.Broker)."""
+
+    @property
+    def alarms(self) -> "ResourceAlarms": ...
+
+    @property
+    def config(self) -> "ServerConfig": ...
+
+    @property
+    def node_name(self) -> str: ...
+
+    @property
+    def memory_budget(self) -> HeldMemory: ...
+
+    @property
+    def connections(self) -> Collection["BrokerConnection"]: ...
+
+
+def message_bytes_held(broker: MonitoredBroker) -> int:
     """Bytes of the messages the broker holds in memory: ready in queues, or delivered and unacked."""
     total = broker.memory_budget.held  # ready messages held as objects; paged-out ones are on disk
     for connection in list(broker.connections):
@@ -203,7 +230,7 @@ def message_bytes_held(broker: "Broker") -> int:
 class ResourceMonitor:
     """Measures memory and free disk space and sets `broker.alarms` accordingly."""
 
-    def __init__(self, broker: "Broker", gauge: MemoryGauge | None = None,
+    def __init__(self, broker: MonitoredBroker, gauge: MemoryGauge | None = None,
                  read_disk_free: Callable[[], int] | None = None) -> None:
         self.broker = broker
         self.alarms: ResourceAlarms = broker.alarms

@@ -21,7 +21,8 @@ from amqp_server.broker.connection_limits import ConnectionLimit
 from amqp_server.wire.errors import AMQPError
 from amqp_server.broker.policies import parse_policy
 from amqp_server.broker.reply_to import ReplyRegistry
-from amqp_server.broker.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, UserLimits, check_limits
+from amqp_server.broker.resource_limits import UserLimits
+from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 from amqp_server.broker.vhost import OPERATOR_POLICIES, POLICIES, VHOST_LIMITS as VHOST_LIMITS_KIND, VirtualHost
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
 from persistence.group_commit import DirectorySyncs, GroupCommitter
@@ -34,7 +35,7 @@ from queues.timers import Timers
 
 if TYPE_CHECKING:
     from amqp_server.broker.cluster_interface import Membership, NodeRecord, ReplicatedQueues, SharedDefinitions
-    from amqp_server.connection.connection import Connection
+    from amqp_server.broker.ports import BrokerConnection
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class Broker:
         # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
         # kept here, next to the vhost records they are saved in, not in VirtualHost.
         self.vhost_metadata: dict[str, dict[str, Any]] = {}
-        self.connections: set[Connection] = set()
+        self.connections: set[BrokerConnection] = set()
         # Users' max-connections and max-channels (resource_limits.py): made at a user's first
         # connection or limit and kept, so connections are counted before a limit is ever set.
         self._user_limits: dict[str, UserLimits] = {}
@@ -172,7 +173,7 @@ class Broker:
         return {user: limits.as_value() for user, limits in self._user_limits.items() if limits.as_value()}
 
     def set_user_limits(self, user: str, limits: dict[str, int]) -> None:
-        """Replace the user's limits (checked by resource_limits.check_limits); {} lifts them all."""
+        """Replace the user's limits (checked by limit_definitions.check_limits); {} lifts them all."""
         current = self.limits_of(user)
         if limits == current.as_value():
             return
@@ -284,11 +285,11 @@ class Broker:
 
     # -- connections -------------------------------------------------------------------
 
-    def connection_opened(self, connection: "Connection") -> None:
+    def connection_opened(self, connection: "BrokerConnection") -> None:
         self.connections.add(connection)
         self.stats.connections_opened += 1
 
-    def connection_closed(self, connection: "Connection", moved: bool = False) -> None:
+    def connection_closed(self, connection: "BrokerConnection", moved: bool = False) -> None:
         """`moved`: its socket went to another worker of this host (amqp_server/runtime/handover.py),
         where it goes on: it leaves this worker without counting as closed."""
         if connection in self.connections:
@@ -296,7 +297,7 @@ class Broker:
             if not moved:
                 self.stats.connections_closed += 1
 
-    def connection_replayed(self, connection: "Connection") -> None:
+    def connection_replayed(self, connection: "BrokerConnection") -> None:
         """`connection` was replayed here from a sibling worker's socket (amqp_server/runtime/handover.py),
         which counted it and its channels as opened: one client moving between workers is one
         connection opened and one closed across them, not churn."""

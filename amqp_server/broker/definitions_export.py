@@ -11,13 +11,29 @@ Both leave out the default exchange and the predeclared amq.* exchanges.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from queues.queue import Queue
 
 if TYPE_CHECKING:
-    from amqp_server.broker.vhost import VirtualHost
     from exchanges.exchange import Exchange
+
+
+class ExportedVhost(Protocol):
+    """What the export reads of a vhost (amqp_server.broker.vhost.VirtualHost)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def exchanges(self) -> Mapping[str, "Exchange"]: ...
+
+    @property
+    def queues(self) -> Mapping[str, Queue]: ...
+
+    def bindings(self) -> Iterable[tuple["Exchange", "Queue | Exchange", str, dict[str, Any]]]:
+        """(source, destination, routing key, arguments) of every binding."""
 
 
 def exchange_definition(vhost_name: str, exchange: "Exchange") -> dict[str, Any]:
@@ -72,7 +88,7 @@ def is_stored_binding(source: "Exchange", destination: "Queue | Exchange") -> bo
     return is_stored_queue(destination) if isinstance(destination, Queue) else destination.durable
 
 
-def topology_definitions(vhost: "VirtualHost", durable_only: bool) -> dict[str, list[dict[str, Any]]]:
+def topology_definitions(vhost: ExportedVhost, durable_only: bool) -> dict[str, list[dict[str, Any]]]:
     """{"exchanges": [...], "queues": [...], "bindings": [...]} of `vhost`, only its durable
     definitions if `durable_only`."""
     exchanges = [
@@ -93,6 +109,6 @@ def topology_definitions(vhost: "VirtualHost", durable_only: bool) -> dict[str, 
     return {"exchanges": exchanges, "queues": queues, "bindings": bindings}
 
 
-def durable_definitions(vhost: "VirtualHost") -> dict[str, list[dict[str, Any]]]:
+def durable_definitions(vhost: ExportedVhost) -> dict[str, list[dict[str, Any]]]:
     """What the definition store saves for `vhost` and declares again at startup."""
     return topology_definitions(vhost, durable_only=True)

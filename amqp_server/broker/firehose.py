@@ -25,7 +25,7 @@ from amqp_server.broker.sender_selected import sender_selected_keys
 from queues.message import FLAG_HEADERS, BasicProperties, Message
 
 if TYPE_CHECKING:
-    from amqp_server.connection.connection import Connection
+    from amqp_server.broker.ports import TracedConnection
     from amqp_server.broker.vhost import VirtualHost
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
@@ -65,7 +65,7 @@ class Firehose:
         self.vhost = vhost
         self.node_name = node_name
 
-    def published(self, message: Message, connection: "Connection", channel_id: int) -> None:
+    def published(self, message: Message, connection: "TracedConnection", channel_id: int) -> None:
         if message.exchange == TRACE_EXCHANGE:
             return
         keys = sender_selected_keys(message) if message.property_flags & FLAG_HEADERS else None
@@ -83,7 +83,7 @@ class Firehose:
         self._trace(f"publish.{message.exchange}", headers, message.body)
 
     def delivered(
-        self, queue_name: str, message: Message, redelivered: bool, connection: "Connection", channel_id: int
+        self, queue_name: str, message: Message, redelivered: bool, connection: "TracedConnection", channel_id: int
     ) -> None:
         if message.exchange == TRACE_EXCHANGE:
             return

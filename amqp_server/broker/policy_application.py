@@ -16,20 +16,48 @@ Nothing here runs per message.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from amqp_server.broker.policies import Policy, PolicySet
 from exchanges.exchange import Exchange
 from queues.arguments import InvalidArgument, QueueArguments
 from queues.arguments.policy_keys import combine_with_arguments, merge_definitions, queue_arguments_of
-from queues.arguments.queue_defaults import defaults_for
+from queues.arguments.queue_defaults import QueueDefault, defaults_for
 from queues.queue import Queue
 
-if TYPE_CHECKING:
-    from amqp_server.broker.vhost import VirtualHost
-
 log = logging.getLogger(__name__)
+
+
+class PolicedVhost(Protocol):
+    """What applying policies reads of the vhost (amqp_server.broker.vhost.VirtualHost): its
+    policy sets and queue defaults, and the queues and exchanges they apply to."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def policies(self) -> PolicySet: ...
+
+    @property
+    def operator_policies(self) -> PolicySet: ...
+
+    @property
+    def queue_defaults(self) -> list[QueueDefault]: ...
+
+    @property
+    def archives_everything(self) -> bool: ...
+
+    @property
+    def default_exchange(self) -> Exchange: ...
+
+    @property
+    def exchanges(self) -> Mapping[str, Exchange]: ...
+
+    @property
+    def queues(self) -> Mapping[str, Queue]: ...
+
 
 # Arguments checked against another one (queues/arguments/queue_arguments.py): a refusal of the first may be
 # the other's fault.
@@ -63,11 +91,11 @@ class PoliciesInForce:
 NONE_IN_FORCE = PoliciesInForce(None, None)
 
 
-def for_queue(vhost: "VirtualHost", name: str, queue_type: str) -> PoliciesInForce:
+def for_queue(vhost: PolicedVhost, name: str, queue_type: str) -> PoliciesInForce:
     return _in_force(vhost.policies, vhost.operator_policies, lambda set_: set_.for_queue(name, queue_type))
 
 
-def for_exchange(vhost: "VirtualHost", name: str) -> PoliciesInForce:
+def for_exchange(vhost: PolicedVhost, name: str) -> PoliciesInForce:
     return _in_force(vhost.policies, vhost.operator_policies, lambda set_: set_.for_exchange(name))
 
 
@@ -78,7 +106,7 @@ def _in_force(policies: PolicySet, operator_policies: PolicySet, match: Any) -> 
 
 
 def queue_settings(
-    vhost: "VirtualHost", name: str, arguments: dict[str, Any], checked: QueueArguments
+    vhost: PolicedVhost, name: str, arguments: dict[str, Any], checked: QueueArguments
 ) -> tuple[QueueArguments, bool]:
     """The effective settings of queue `name` whose own `arguments` parsed to `checked` (with
     the configuration's defaults), and its x-archive; `checked` itself when no policy applies."""
@@ -108,13 +136,13 @@ def queue_settings(
         return settings, archive
 
 
-def exchange_alternate(vhost: "VirtualHost", exchange: Exchange) -> str | None:
+def exchange_alternate(vhost: PolicedVhost, exchange: Exchange) -> str | None:
     """The alternate exchange a policy gives `exchange` (its own argument wins over it)."""
     value = for_exchange(vhost, exchange.name).definition.get("alternate-exchange")
     return value if isinstance(value, str) else None
 
 
-def apply_to_queue(vhost: "VirtualHost", queue: Queue) -> None:
+def apply_to_queue(vhost: PolicedVhost, queue: Queue) -> None:
     """Bring `queue` to the settings the policies in force give it now."""
     try:
         checked = QueueArguments.parse(queue.arguments, _defaults(vhost, queue.name))
@@ -126,13 +154,13 @@ def apply_to_queue(vhost: "VirtualHost", queue: Queue) -> None:
         queue.journal.set_archive(archive or vhost.archives_everything)
 
 
-def apply_to_exchange(vhost: "VirtualHost", exchange: Exchange) -> None:
+def apply_to_exchange(vhost: PolicedVhost, exchange: Exchange) -> None:
     if exchange is vhost.default_exchange:
         return  # it routes by queue name only; RabbitMQ's default exchange takes no policy
     exchange.use_policy_alternate(exchange_alternate(vhost, exchange))
 
 
-def reapply(vhost: "VirtualHost") -> None:
+def reapply(vhost: PolicedVhost) -> None:
     """A policy of `vhost` was set or cleared: every queue and exchange takes what is now in
     force, at once and in place."""
     for queue in list(vhost.queues.values()):
@@ -141,5 +169,5 @@ def reapply(vhost: "VirtualHost") -> None:
         apply_to_exchange(vhost, exchange)
 
 
-def _defaults(vhost: "VirtualHost", name: str) -> dict[str, Any] | None:
+def _defaults(vhost: PolicedVhost, name: str) -> dict[str, Any] | None:
     return defaults_for(vhost.queue_defaults, vhost.name, name) if vhost.queue_defaults else None

@@ -13,10 +13,9 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from amqp_server.channel.channel import Channel
     from queues.message import Message
 
 REPLY_QUEUE = "amq.rabbitmq.reply-to"
@@ -38,6 +37,13 @@ def node_of_key(key: str) -> str | None:
         return None
 
 
+class Requester(Protocol):
+    """A channel consuming amq.rabbitmq.reply-to (amqp_server.channel.channel.Channel)."""
+
+    def deliver_reply(self, message: "Message") -> None:
+        """Deliver a reply published to this channel's key, with no queue in between."""
+
+
 # Forwards a reply whose key names another node: (node, vhost, message) -> whether it went.
 ForwardReply = Callable[[str, str, "Message"], bool]
 
@@ -46,7 +52,7 @@ class ReplyRegistry:
     """Reply keys of the channels that consume amq.rabbitmq.reply-to."""
 
     def __init__(self) -> None:
-        self._channels: dict[str, "Channel"] = {}
+        self._channels: dict[str, Requester] = {}
         self._node_suffix = ""
         self._node = ""
         self._forward: ForwardReply | None = None
@@ -58,7 +64,7 @@ class ReplyRegistry:
         self._node_suffix = "." + base64.urlsafe_b64encode(node.encode()).decode().rstrip("=")
         self._forward = forward
 
-    def register(self, channel: "Channel") -> str:
+    def register(self, channel: Requester) -> str:
         key = base64.urlsafe_b64encode(os.urandom(18)).decode() + self._node_suffix
         self._channels[key] = channel
         return key

@@ -12,40 +12,17 @@ refusal is RabbitMQ's, at the moment the limit is hit:
                            user limit of (N)"
     queue.declare     406 "cannot declare queue 'q': queue limit in vhost '/' (N) is reached"
 
-Lowering a limit closes nothing that is already open. docs/policies.md.
+Lowering a limit closes nothing that is already open. docs/policies.md. What a limits
+definition may hold, and RabbitMQ's refusals of one, are amqp_server/config/limit_definitions.py's.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from amqp_server.wire import errors
 from amqp_server.broker.connection_limits import ConnectionLimit, LimitScope
 from amqp_server.wire.errors import AMQPError
-from queues.arguments.policy_keys import erlang_term
 
-VHOST_LIMITS = ("max-connections", "max-queues")
-USER_LIMITS = ("max-connections", "max-channels")
 NO_LIMIT = -1
-
-
-class LimitError(ValueError):
-    """Limits RabbitMQ would refuse; the message is its text."""
-
-
-def check_limits(value: Any, names: tuple[str, ...], component: str) -> dict[str, int]:
-    """`value` ({"max-connections": 10, ...}) if every key is one of `names` with an integer
-    value; LimitError with RabbitMQ's text (rabbit_parameter_validation) otherwise."""
-    if not isinstance(value, dict):
-        raise LimitError(f"{component} must be a JSON object, got {erlang_term(value)}")
-    unknown = sorted((name, item) for name, item in value.items() if name not in names)  # as an Erlang map lists them
-    if unknown:
-        listed = ",".join(f"{{{erlang_term(name)},{erlang_term(item)}}}" for name, item in unknown)
-        raise LimitError(f"Unrecognised terms [{listed}] in {component}")
-    for name, item in value.items():
-        if not isinstance(item, int) or isinstance(item, bool):
-            raise LimitError(f"{name} should be a number, actually was {erlang_term(item)}")
-    return dict(value)
 
 
 class _Limits:
@@ -106,13 +83,3 @@ class UserLimits(_Limits):
     @property
     def limits_channels(self) -> bool:
         return self.maximum >= 0
-
-
-def updated(current: dict[str, int], name: str, value: int | None) -> dict[str, int]:
-    """`current` with limit `name` set to `value` (None: lifted), for one-limit API calls."""
-    limits = dict(current)
-    if value is None:
-        limits.pop(name, None)
-    else:
-        limits[name] = value
-    return limits

@@ -10,8 +10,8 @@ VirtualHost.route is the entry point; it answers the default exchange itself.
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping
+from typing import Protocol
 
 from exchanges.delayed import DelayedMessageExchange
 from exchanges.exchange import Exchange
@@ -19,12 +19,22 @@ from queues.delays.delayed_exchange import delay_of
 from queues.message import Message
 from queues.queue import Queue
 
-if TYPE_CHECKING:
-    from amqp_server.broker.vhost import VirtualHost
+
+class Topology(Protocol):
+    """What routing reads of the vhost (amqp_server.broker.vhost.VirtualHost)."""
+
+    @property
+    def default_exchange(self) -> Exchange: ...
+
+    @property
+    def exchanges(self) -> Mapping[str, Exchange]: ...
+
+    @property
+    def queues(self) -> Mapping[str, Queue]: ...
 
 
 def route_into(
-    vhost: "VirtualHost",
+    vhost: Topology,
     exchange: Exchange,
     message: Message,
     keys: Collection[str],

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from amqp_server.metrics.message_sizes import BUCKET_COUNT
+# The published-message size histogram's buckets, RabbitMQ's (rabbit_msg_size_metrics): 100 B up
+# to 100 MB. amqp_server/metrics/message_sizes.py folds the counts into the metric when scraped.
+BUCKET_BOUNDS = (100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 50_000_000, 100_000_000)
+# How many counts the histogram keeps: one per bound, then one for sizes above every bound (+Inf).
+BUCKET_COUNT = len(BUCKET_BOUNDS) + 1
+# The first bound alone: most messages are at most this, and the publish path tests it before
+# any bisect (amqp_server/channel/channel.py).
+FIRST_BOUND = BUCKET_BOUNDS[0]
 
 
 class BrokerStats:
@@ -51,8 +58,8 @@ class BrokerStats:
     def __init__(self) -> None:
         for name in self.__slots__:
             setattr(self, name, 0)
-        # The message size histogram's counts, per bucket of metrics/message_sizes.py (folded
-        # into the metric when it is scraped), and the sum of the sizes.
+        # The message size histogram's counts, per bucket of BUCKET_BOUNDS (folded into the
+        # metric when it is scraped), and the sum of the sizes.
         self.received_sizes = [0] * BUCKET_COUNT
 
     def uncount_opening(self, connections: int, channels: int) -> None:

@@ -377,7 +377,7 @@ class VirtualHost:
         return True
 
     def set_limits(self, limits: dict[str, int]) -> None:
-        """Replace the vhost's limits (checked by resource_limits.check_limits); {} lifts them all."""
+        """Replace the vhost's limits (checked by limit_definitions.check_limits); {} lifts them all."""
         if limits == self.limits.as_value():
             return
         self.limits.replace(limits)

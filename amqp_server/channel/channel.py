@@ -34,7 +34,7 @@ from amqp_server.channel.basic_methods import METHOD_HANDLERS
 from amqp_server.channel.declarations import DECLARATION_HANDLERS
 from amqp_server.channel.delivery_timeouts import DeliveryTimeouts
 from amqp_server.wire.errors import AMQPError
-from amqp_server.metrics.message_sizes import BUCKET_BOUNDS, FIRST_BOUND
+from amqp_server.broker.stats import BUCKET_BOUNDS, FIRST_BOUND
 from amqp_server.channel.ordered_replies import OrderedReplies
 from amqp_server.channel.publish_expiration import check_expiration
 from amqp_server.broker.reply_to import REPLY_PREFIX, REPLY_QUEUE
@@ -62,7 +62,7 @@ from queues.raw_properties import RawProperties
 
 if TYPE_CHECKING:
     from amqp_server.broker.vhost import VirtualHost
-    from amqp_server.connection.connection import Connection
+    from amqp_server.channel.ports import ChannelConnection
     from exchanges import Exchange
     from queues.queue import Queue
 
@@ -79,7 +79,7 @@ _CHECKED_FLAGS = FLAG_USER_ID | FLAG_REPLY_TO | FLAG_EXPIRATION
 class Channel:
     """One channel of a connection, and the DeliverySink of the consumers it opened."""
 
-    def __init__(self, connection: "Connection", channel_id: int) -> None:
+    def __init__(self, connection: "ChannelConnection", channel_id: int) -> None:
         self.connection = connection
         self.id = channel_id
         self.state = OPEN  # changed by advance() only

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import ssl
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from amqp_server.config.auth import HASHING_ALGORITHM, hash_password, is_valid_password_hash
-from amqp_server.config.tls import CERT_LOGIN_SOURCES, DEFAULT_VERSIONS as DEFAULT_TLS_VERSIONS, TLS_VERSIONS, VERIFY_MODES
 from persistence.group_commit import parse_sync_mode
 from queues.arguments.queue_defaults import QueueDefault, parse_entry
 
@@ -119,6 +119,19 @@ class ManagementConfig:
     allowed_origins: list[str] = field(default_factory=list)
     failed_login_limit: int = 10  # failed logins per client address per window, then 429; 0 = no limit
     failed_login_window: int = 60  # seconds
+
+
+# What [tls] accepts. RabbitMQ's names for versions in ssl_options.versions (tls.py builds the
+# context from them).
+TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
+    "tlsv1": ssl.TLSVersion.TLSv1,
+    "tlsv1.1": ssl.TLSVersion.TLSv1_1,
+    "tlsv1.2": ssl.TLSVersion.TLSv1_2,
+    "tlsv1.3": ssl.TLSVersion.TLSv1_3,
+}
+DEFAULT_TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
+VERIFY_MODES = ("verify_none", "verify_peer")
+CERT_LOGIN_SOURCES = ("common_name", "subject_alternative_name", "distinguished_name")
 
 
 @dataclass

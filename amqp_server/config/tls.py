@@ -15,23 +15,11 @@ import logging
 import ssl
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from amqp_server.config.settings import TlsConfig
+from amqp_server.config.settings import TLS_VERSIONS, TlsConfig
 
 log = logging.getLogger(__name__)
-
-# RabbitMQ's names for versions in ssl_options.versions.
-TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
-    "tlsv1": ssl.TLSVersion.TLSv1,
-    "tlsv1.1": ssl.TLSVersion.TLSv1_1,
-    "tlsv1.2": ssl.TLSVersion.TLSv1_2,
-    "tlsv1.3": ssl.TLSVersion.TLSv1_3,
-}
-DEFAULT_VERSIONS = ("tlsv1.2", "tlsv1.3")
-VERIFY_MODES = ("verify_none", "verify_peer")
-CERT_LOGIN_SOURCES = ("common_name", "subject_alternative_name", "distinguished_name")
 
 
 def build_server_context(tls: "TlsConfig") -> ssl.SSLContext:

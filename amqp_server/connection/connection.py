@@ -27,7 +27,7 @@ from amqp_server.config.settings import FRAME_MIN_SIZE
 from amqp_server.broker.connection_limits import Admission
 from amqp_server.channel.channel import Channel
 from amqp_server.wire.errors import AMQPError, HandshakeError
-from amqp_server.runtime.handover import HandoverRecorder
+from amqp_server.connection.ports import Handover
 from amqp_server.connection.publisher_flow import PublisherFlow
 from amqp_server.wire.states import (
     CONNECTION_TRANSITIONS,
@@ -118,7 +118,7 @@ class Connection:
         tls: TlsSession | None = None,
         local_address: str = "",
         on_reading_paused: Callable[[bool], None] | None = None,
-        handover: HandoverRecorder | None = None,
+        handover: Handover | None = None,
         on_early_write: Callable[[], None] | None = None,
     ) -> None:
         """`local_address` is "ip:port" of our end; `on_reading_paused` is called with True/False

@@ -17,7 +17,7 @@ from typing import Any
 from amqp_server.ctl.admin_commands import Session, existing_user, refused, require_vhost
 from amqp_server.ctl.api_client import ApiError, quote
 from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_UNAVAILABLE, EX_USAGE, ArgumentError, CtlError
-from amqp_server.broker.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
+from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 
 
 def _definition(text: str) -> Any:

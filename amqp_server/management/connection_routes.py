@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from amqp_server.connection.views import connections_of
 from amqp_server.wire.errors import CONNECTION_FORCED
 from amqp_server.management import api_errors
 from amqp_server.management.connection_json import channel_json, connection_json, consumer_json
@@ -28,7 +29,7 @@ DEFAULT_CLOSE_REASON = "Closed via management plugin"
 
 def _visible_connections(request: web.Request) -> list["Connection"]:
     user = caller(request)
-    return [c for c in list(context(request).broker.connections) if user.may_see_connection(c)]
+    return [c for c in connections_of(context(request).broker) if user.may_see_connection(c)]
 
 
 def _connection_named(request: web.Request) -> "Connection":

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from amqp_server.connection.views import connections_of
 from amqp_server.management.message_stats import broker_message_counts, queue_depth_counts, queue_message_counts
 from amqp_server.management.connection_json import connection_traffic
 from amqp_server.management.login_throttle import LoginThrottle
@@ -65,7 +66,7 @@ class ManagementContext:
                 counts = queue_message_counts(queue.stats)
                 counts.update(queue_depth_counts(queue.message_count, queue.unacked_count))
                 yield ("queue", vhost.name, queue.name), counts
-        for connection in list(broker.connections):
+        for connection in connections_of(broker):
             yield ("connection", connection.name), connection_traffic(connection)
 
 

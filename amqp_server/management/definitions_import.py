@@ -28,7 +28,7 @@ from amqp_server.management import api_errors
 from amqp_server.management.definitions_transfer import password_hash_of, set_user, user_tags, vhost_metadata_of
 from amqp_server.management.http_io import as_bool, as_table
 from amqp_server.broker.policies import Policy, parse_policy
-from amqp_server.broker.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
+from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 from exchanges.registry import EXCHANGE_TYPES
 from queues.arguments import InvalidArgument, QueueArguments, equivalence
 from queues.arguments.equivalence import Inequivalent

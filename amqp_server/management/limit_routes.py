@@ -15,7 +15,7 @@ from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import list_reply, no_content, read_body, vhost_for_write, vhost_named
 from amqp_server.management.policy_routes import validation_failed
-from amqp_server.broker.resource_limits import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits, updated
+from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits, updated
 
 
 def _by_vhost(item: dict[str, Any]) -> tuple[Any]:

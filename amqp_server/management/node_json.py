@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from amqp_server.connection.views import connections_of
 from amqp_server.broker.access_control import User
 from amqp_server.config.auth import HASHING_ALGORITHM
 from amqp_server.config.settings import PermissionConfig
@@ -81,7 +82,7 @@ def overview_json(ctx: ManagementContext, caller: "Caller", msg_rates_window: Sa
         }
     else:
         vhosts = vhosts_visible_to(broker, caller)
-        own = [c for c in broker.connections if caller.may_see_connection(c)]
+        own = [c for c in connections_of(broker) if caller.may_see_connection(c)]
         ready = sum(vhost_totals(v)["messages_ready"] for v in vhosts)
         unacked = sum(vhost_totals(v)["messages_unacknowledged"] for v in vhosts)
         message_stats = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from amqp_server.connection.views import connection_of
 from amqp_server.channel.channel import Channel
 from amqp_server.connection.connection import Connection
 from amqp_server.broker import policy_application
@@ -87,7 +88,7 @@ def queue_detail_json(
     """One queue (GET /api/queues/{vhost}/{name}): the list shape plus its consumers."""
     item = queue_json(vhost, queue, rates, node, unacked_bytes, running)
     item["consumer_details"] = [
-        consumer_json(consumer.sink.connection, consumer.sink, consumer, node)
+        consumer_json(connection_of(consumer.sink), consumer.sink, consumer, node)
         for consumer in queue.consumers()
         if isinstance(consumer.sink, Channel)  # a client's channel (every sink the broker makes)
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from amqp_server.connection.views import connections_of
 from amqp_server.broker.firehose import set_tracing
 from amqp_server.management.connection_json import channel_json, connection_json
 from amqp_server.management.context import caller, context
@@ -84,7 +85,7 @@ async def vhost_connections(request: web.Request) -> web.Response:
     vhost = vhost_named(ctx.broker, request.match_info["vhost"])
     return list_reply(request, [
         connection_json(c, ctx.broker.node_name, ctx.rates)
-        for c in list(ctx.broker.connections)
+        for c in connections_of(ctx.broker)
         if c.vhost is vhost and user.may_see_connection(c)
     ])
 

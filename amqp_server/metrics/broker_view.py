@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from amqp_server.connection.views import connections_of
 from amqp_server.metrics.process_stats import ProcessStats, sample_process_stats
 from queues.queue import Queue
 from queues.queue_stats import QueueStats
@@ -35,7 +36,7 @@ def queues_of(broker: "Broker") -> Iterator[tuple["VirtualHost", Queue]]:
 
 
 def channels_of(broker: "Broker") -> Iterator[tuple["Connection", "Channel"]]:
-    for connection in list(broker.connections):
+    for connection in connections_of(broker):
         for channel in list(connection.channels.values()):
             yield connection, channel
 

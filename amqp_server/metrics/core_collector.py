@@ -22,6 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from amqp_server.connection.views import connections_of
 from amqp_server.metrics import identity
 from amqp_server.metrics.broker_view import (
     BrokerSnapshot,
@@ -287,7 +288,7 @@ class CoreCollector(Collector):
             (GaugeMetricFamily("rabbitmq_connection_channels", "Channels on a connection", labels=labels),
              lambda c: len(c.channels)),
         ]
-        connections = list(self.broker.connections)
+        connections = connections_of(self.broker)
         for family, value in families:
             if per_object:
                 for connection in connections:

@@ -1,17 +1,19 @@
 """What the operating system says about this broker process: memory, file descriptors, disk.
 
 Read on demand (a scrape, a management request), never on the message path. Linux first
-(/proc), with portable fallbacks so the numbers are never missing, only less precise.
+(/proc), with portable fallbacks so the numbers are never missing, only less precise. Memory and
+free disk are the readings the resource alarms measure (amqp_server/broker/resource_readings.py).
 """
 
 from __future__ import annotations
 
 import os
 import resource
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from amqp_server.broker.resource_readings import disk_free_bytes, resident_memory_bytes, total_memory_bytes
 
 # RabbitMQ's defaults: vm_memory_high_watermark.relative = 0.4 of the memory available to the
 # node, and disk_free_limit.absolute = 50 MB (the broker's own limits replace them, see
@@ -23,8 +25,6 @@ SOCKET_SHARE_OF_FDS = 0.9
 
 # The broker imports this module while starting, so this is (close to) the process start.
 _STARTED_AT = time.monotonic()
-
-_CGROUP_MEMORY_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
 @dataclass(frozen=True)
@@ -72,31 +72,6 @@ def uptime_seconds() -> float:
     return time.monotonic() - _STARTED_AT
 
 
-def resident_memory_bytes() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        # ru_maxrss is the peak, in KiB on Linux: the best a non-Linux system offers cheaply.
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def total_memory_bytes() -> int:
-    """Physical memory, or the cgroup's limit when a container sets a smaller one."""
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (OSError, ValueError):
-        physical = 0
-    for path in _CGROUP_MEMORY_FILES:
-        try:
-            text = Path(path).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and (not physical or int(text) < physical):
-            return int(text)
-    return physical
-
-
 def open_fd_count() -> int:
     try:
         return len(os.listdir("/proc/self/fd"))
@@ -107,13 +82,3 @@ def open_fd_count() -> int:
 def max_fd_count() -> int:
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
-
-
-def disk_free_bytes(data_dir: Path | str) -> int:
-    path = Path(data_dir)
-    while not path.exists() and path != path.parent:
-        path = path.parent  # the data directory may not exist yet in unit tests
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return 0

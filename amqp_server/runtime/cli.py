@@ -12,9 +12,7 @@ import sys
 from typing import Sequence
 
 from amqp_server.config.settings import ConfigError, load_config
-from amqp_server.runtime.log_escaping import EscapingFormatter
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+from amqp_server.runtime.log_escaping import configure_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,15 +44,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     from amqp_server.runtime.server import run_server
 
     return run_server(config)
-
-
-def configure_logging(level: str, node: str | None = None) -> None:
-    """Log to stderr with timestamp, level and logger name at ``level`` ("info", ...), one line per
-    record: what clients control is escaped (log_escaping.py), so no client can forge a line.
-    `node` names the worker process in every line, where several share one stderr."""
-    handler = logging.StreamHandler(sys.stderr)
-    log_format = LOG_FORMAT
-    if node is not None:
-        log_format = LOG_FORMAT.replace("%(name)s", "[" + node.replace("%", "%%") + "] %(name)s")
-    handler.setFormatter(EscapingFormatter(log_format))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

@@ -7,32 +7,42 @@ is a consumer's first EARLY_WRITE_DELIVERIES deliveries of an iteration, written
 starts on them while the rest are made (connection.py). One ticker task checks heartbeats and
 close deadlines for all connections.
 
-A publish starts here. A persistent message published with confirms to a durable queue runs
-code in these files, in this order, from the socket read to its basic.ack being written
-(tests/test_publish_path_files.py traces one and checks this list):
+A publish starts here and crosses the layers downward only (tests/test_import_layers.py lists
+them). For a persistent message published with confirms to a durable queue, from the socket read
+to its basic.ack being written (tests/test_publish_path_files.py traces one and checks these lines):
 
- 1. amqp_server/runtime/server.py            AMQPProtocol.data_received: the bytes read; _flush writes the ack
- 2. amqp_server/connection/connection.py        Connection.receive_data: frames to their channel; take_output
- 3. amqp_server/wire/codec.py             FrameReader (the publish's three frames as one FRAME_PUBLISH),
-                                     the content header checked at the door (header_body_size),
-                                     the basic.ack written
- 4. amqp_server/channel/channel.py           Channel.handle_publish: its message made and routed, the
-                                     confirm's sequence number held until on disk (PublisherConfirms)
- 5. queues/message.py                Message, and QueueEntry: its place in the queue
- 6. queues/queue.py                  Queue.publish, and its ready list (ReadyMessages.append)
- 7. queues/journal.py                QueueJournal.published, request_sync
- 8. persistence/queue_store.py       the record appended to the queue's segment file, and its
-                                     place in the store's index (SegmentEntry), to read it back
- 9. persistence/record_format.py     the record's bytes
-10. persistence/group_commit.py      the fsync round, whose callback releases the confirm
+ runtime -> connection -> wire
+     AMQPProtocol.data_received feeds the bytes read to Connection.receive_data; the wire's
+     FrameReader splits them (a publish's three frames as one FRAME_PUBLISH)
+ runtime -> connection -> channel -> wire
+     Channel.handle_publish: the content header checked at the door (header_body_size), its
+     Message made
+ runtime -> connection -> channel -> broker -> exchanges
+     VirtualHost.route: the queues the exchange's bindings name (to the default exchange the
+     channel looks the queue up by name itself: the broker is not entered)
+ runtime -> connection -> channel -> queues -> persistence
+     Queue.publish: QueueJournal.published appends the record to the queue's segment file
+     (QueueStore); after the read's last publish the channel's confirms ask the queue to store
+     it (Queue.when_stored), which starts a group commit round (the fsync)
 
-A publish whose frames arrive in separate reads, or whose body takes more than one frame, adds
-amqp_server/wire/content_assembly.py (the ContentAssembly that holds the method and header until the
-body is complete). Not on this path unless needed: VirtualHost.route (the default exchange is a
-lookup by queue name), the message's expiry (only with a TTL), the memory budget (only once the
-queue holds KEEP_PER_QUEUE messages in memory), the size histogram (its bucket counts are
-bumped in Channel._complete_publish and folded when metrics are scraped). A publish to another
-exchange type adds amqp_server/broker/vhost.py and its file under exchanges/.
+The confirm comes back up only through callbacks the lower layers were handed:
+
+ persistence -> channel
+     the group commit's completion calls the channel's StoreWait.one_stored, handed down by
+     Queue.when_stored
+ channel -> connection
+     the channel's connection (channel/ports.py), handed to it at channel.open: confirms_pending,
+     then send_method writes the basic.ack
+ connection -> runtime
+     on_output (AMQPProtocol._schedule_flush), handed to the connection: _flush takes the output
+     (take_output, the confirms with it) and writes it
+
+A publish whose frames arrive in separate reads, or whose body takes more than one frame, also
+runs amqp_server/wire/content_assembly.py (the ContentAssembly that holds the method and header
+until the body is complete). Not on this path unless needed: the message's expiry (only with a
+TTL), whether it pages out (only once the queue holds KEEP_PER_QUEUE messages in memory), the size
+histogram (its bucket counts are bumped in Channel._complete_publish and folded when metrics are
+scraped).
 """
 
 from __future__ import annotations
@@ -55,7 +65,7 @@ from amqp_server.connection.connection import AWAIT_HEADER, CLOSED, CLOSING, OPE
 from amqp_server.broker.connection_limits import Admission, ConnectionLimit
 from amqp_server.wire.errors import CONNECTION_FORCED, INTERNAL_ERROR
 from amqp_server.runtime.handover import HandoverPlan, HandoverRecorder, HandoverService, MovedConnection
-from amqp_server.management.services import start_http_services, stop_http_services
+from amqp_server.runtime.http_services import start_http_services, stop_http_services
 from amqp_server.config.tls import TlsListenerContext, session_of
 from amqp_server.wire import codec
 from amqp_server.runtime.boot_definitions import DefinitionsFileRefused, load_definitions_file

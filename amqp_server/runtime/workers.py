@@ -405,7 +405,7 @@ def supervise(config: ServerConfig, argv: Sequence[str]) -> int:
 
 def worker_main(args: Sequence[str]) -> int:
     """`python -m amqp_server.runtime.workers K FD ARGS`: run as worker K, reporting on socket FD."""
-    from amqp_server.runtime.cli import configure_logging
+    from amqp_server.runtime.log_escaping import configure_logging
     from amqp_server.runtime.handover import HandoverPlan, handover_address
     from amqp_server.runtime.server import event_loop_runner
 

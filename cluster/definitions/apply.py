@@ -20,7 +20,7 @@ from cluster.definitions.mirror import ServiceMirror
 from cluster.replication.replicated_queues import is_replicated
 from amqp_server.broker.definitions_export import exchange_definition, queue_definition
 from amqp_server.broker.policies import parse_policy
-from amqp_server.broker.resource_limits import USER_LIMITS, VHOST_LIMITS, check_limits
+from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, check_limits
 from queues.arguments import equivalence
 from queues.arguments.equivalence import Inequivalent
 from queues.consumer import Consumer

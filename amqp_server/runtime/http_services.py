@@ -3,28 +3,78 @@
 `serve()` calls these; a port of 0 in the configuration disables that service. A service
 whose port cannot be bound (another broker or RabbitMQ holds it) is logged as an error and
 left out: the AMQP listener, which clients depend on, keeps running without it.
+
+Each service is an `HttpService`: an aiohttp application listening on one port of the broker's
+event loop (start, learn the bound port: port 0 binds an ephemeral one, which tests use; stop).
+One application may listen on a plain port, an HTTPS port, or both (one runner, two sites, so
+the app's background tasks run once). The applications themselves are built by
+amqp_server/management/app.py and amqp_server/metrics/http_endpoint.py, which start nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from aiohttp import web
 
 from amqp_server.management.app import build_management_app
 from amqp_server.metrics.http_endpoint import build_metrics_app
-from amqp_server.metrics.http_service import HttpService
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
     from amqp_server.config.settings import ServerConfig
-    from amqp_server.runtime.server import AMQPServer
     from amqp_server.config.tls import TlsListenerContext
 
 log = logging.getLogger(__name__)
 
 
-async def start_http_services(config: "ServerConfig", broker: "Broker", amqp: "AMQPServer",
+class AmqpListeners(Protocol):
+    """The AMQP listeners' ports (server.AMQPServer, once started; None: that listener is off)."""
+
+    @property
+    def port(self) -> int | None: ...
+
+    @property
+    def tls_port(self) -> int | None: ...
+
+
+class HttpService:
+    def __init__(self, app: web.Application, host: str, port: int | None, description: str,
+                 tls_port: int | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
+        """`port` None: no plain HTTP; `tls_port` with `ssl_context`: HTTPS as well."""
+        self.app = app
+        self.host = host
+        self.port = port
+        self.tls_port = tls_port if ssl_context is not None else None
+        self.ssl_context = ssl_context
+        self.description = description
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        # access_log=None: no log line per request (scrapes come every few seconds).
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        if self.port is not None:
+            await web.TCPSite(self._runner, self.host, self.port, reuse_address=True).start()
+            self.port = self._runner.addresses[-1][1]
+            log.info("%s listening on http://%s:%d/", self.description, self.host, self.port)
+        if self.tls_port is not None:
+            site = web.TCPSite(self._runner, self.host, self.tls_port, reuse_address=True,
+                               ssl_context=self.ssl_context)
+            await site.start()
+            self.tls_port = self._runner.addresses[-1][1]
+            log.info("%s listening on https://%s:%d/", self.description, self.host, self.tls_port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+async def start_http_services(config: "ServerConfig", broker: "Broker", amqp: AmqpListeners,
                               tls: "TlsListenerContext | None") -> list[HttpService]:
     """Start the enabled services, HTTPS ones too when `tls` is given; the caller stops them with
     `stop_http_services`."""
