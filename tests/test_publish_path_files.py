@@ -28,8 +28,9 @@ from persistence.definitions import FileDefinitionStore
 from tests.frame_driver import PROTOCOL_HEADER, marshal, plain_response
 
 ROOT = Path(__file__).resolve().parent.parent
-# Issue 14 asks for at most 10 (amqp_server/runtime/server.py's docstring lists them).
-MAX_HOPS = 10
+# Issue 14 asked for at most 10; issue 22 split queues/queue.py back into its concepts (the
+# ready list and the memory budget have files of their own) and makes this a layer budget.
+MAX_HOPS = 12
 PROJECT_PACKAGES = ("amqp_server", "queues", "exchanges", "persistence")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from queues.queue import QueueStats
+from queues.queue_stats import QueueStats
 
 if TYPE_CHECKING:
     from amqp_server.broker.stats import BrokerStats

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.metrics.process_stats import ProcessStats, sample_process_stats
-from queues.queue import Queue, QueueStats
+from queues.queue import Queue
+from queues.queue_stats import QueueStats
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker

@@ -19,18 +19,20 @@ code in these files, in this order, from the socket read to its basic.ack being 
  4. amqp_server/channel/channel.py           Channel.handle_publish: its message made and routed, the
                                      confirm's sequence number held until on disk (PublisherConfirms)
  5. queues/message.py                Message, and QueueEntry: its place in the queue
- 6. queues/queue.py                  Queue.publish, and its ready list (ReadyMessages.append)
+ 6. queues/queue.py                  Queue.publish
  7. queues/journal.py                QueueJournal.published, request_sync
  8. persistence/queue_store.py       the record appended to the queue's segment file, and its
                                      place in the store's index (SegmentEntry), to read it back
  9. persistence/record_format.py     the record's bytes
 10. persistence/group_commit.py      the fsync round, whose callback releases the confirm
+11. queues/ready_messages.py         the queue's ready list (ReadyMessages.append)
+12. queues/memory_budget.py          what the message held in memory costs (MemoryBudget.hold)
 
 A publish whose frames arrive in separate reads, or whose body takes more than one frame, adds
 amqp_server/wire/content_assembly.py (the ContentAssembly that holds the method and header until the
 body is complete). Not on this path unless needed: VirtualHost.route (the default exchange is a
-lookup by queue name), the message's expiry (only with a TTL), the memory budget (only once the
-queue holds KEEP_PER_QUEUE messages in memory), the size histogram (its bucket counts are
+lookup by queue name), the message's expiry (only with a TTL), whether it pages out (only once
+the queue holds KEEP_PER_QUEUE messages in memory), the size histogram (its bucket counts are
 bumped in Channel._complete_publish and folded when metrics are scraped). A publish to another
 exchange type adds amqp_server/broker/vhost.py and its file under exchanges/.
 """
