@@ -21,12 +21,12 @@ code in these files, in this order, from the socket read to its basic.ack being 
  5. queues/message.py                Message, and QueueEntry: its place in the queue
  6. queues/queue.py                  Queue.publish
  7. queues/journal.py                QueueJournal.published, request_sync
- 8. persistence/queue_store.py       the record appended to the queue's segment file, and its
-                                     place in the store's index (SegmentEntry), to read it back
+ 8. persistence/queue_store.py       the record appended to the queue's segment file
  9. persistence/record_format.py     the record's bytes
-10. persistence/group_commit.py      the fsync round, whose callback releases the confirm
-11. queues/ready_messages.py         the queue's ready list (ReadyMessages.append)
-12. queues/memory_budget.py          what the message held in memory costs (MemoryBudget.hold)
+10. persistence/store_index.py       its place in the store's index (SegmentEntry), to read it back
+11. persistence/group_commit.py      the fsync round, whose callback releases the confirm
+12. queues/ready_messages.py         the queue's ready list (ReadyMessages.append)
+13. queues/memory_budget.py          what the message held in memory costs (MemoryBudget.hold)
 
 A publish whose frames arrive in separate reads, or whose body takes more than one frame, adds
 amqp_server/wire/content_assembly.py (the ContentAssembly that holds the method and header until the
