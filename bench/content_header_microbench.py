@@ -4,8 +4,9 @@ Run: python bench/content_header_microbench.py        (from the repo root; a few
 
 Each case is a content header as a client library encodes it (pamqp, which aio-pika uses; pika
 and kombu produce the same bytes for these). The check runs once per publish, on the event
-loop, before the body is read (queues/field_tables.py). For scale, the "decode" column is what
-decoding the same properties with pamqp costs, which the check must stay well below.
+loop, before the body is read (amqp_server/wire/codec.py, with the field types of
+persistence/properties_format.py). For scale, the "decode" column is what decoding the same
+properties with pamqp costs, which the check must stay well below.
 """
 
 from __future__ import annotations

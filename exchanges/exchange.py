@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable
 from typing import Any, ClassVar
 
-from .field_table import canonical_table
+from .field_equality import canonical_table
 
 # (routing_key, canonical arguments): a binding's identity within one destination.
 _BindingKey = tuple[str, tuple[Any, ...]]

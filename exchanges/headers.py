@@ -10,7 +10,7 @@ the rule:
 
 A binding value of None (AMQP void) asks only that the header be present. So a
 binding with no keys to compare matches every message under ``all`` and none
-under ``any``. Values compare as in field_table.field_values_equal.
+under ``any``. Values compare as in field_equality.field_values_equal.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import InvalidBindingArguments
 from .exchange import Exchange
-from .field_table import canonical_table, field_values_equal
+from .field_equality import canonical_table, field_values_equal
 
 _X_MATCH_MODES = {"all": (True, False), "any": (False, False),
                   "all-with-x": (True, True), "any-with-x": (False, True)}

@@ -4,14 +4,14 @@
 dropped, ...) to the queue's newest segment (the *tail*), batching them in
 memory and writing each batch with one ``os.write``. It keeps a compact index
 from sequence number to (segment, offset) for random reads (``SegmentEntry``,
-below), rolls over to a
+persistence/store_index.py), rolls over to a
 new segment past ``segment_size``, and removes segments (or moves them to the
 archive) once nothing in them is needed any more. Durability is the job of a
 ``GroupCommitter``: the store implements its ``Syncable`` protocol.
 
 Promises:
   * ``recover()`` must be called once before anything else; it returns what
-    is still in the queue (see queue_recovery) and repairs damaged tails.
+    is still in the queue (see store_recovery) and repairs damaged tails.
   * A message's sequence number must be above every earlier one.
   * A record reaches the OS at the latest on the next ``flush()``,
     ``prepare_sync()`` or ``read_message()`` of it, or once the buffer holds
@@ -52,89 +52,10 @@ from persistence.record_format import (
 )
 from persistence.segment_file import HEADER_SIZE, SUFFIX, CorruptRecord, encode_header, read_record, segment_file_name
 from persistence.segment_layout import ensure_queue_directory, fsync_directory, queue_path
-
-if TYPE_CHECKING:
-    from persistence.queue_recovery import Recovery
+from persistence.store_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry, locate
+from persistence.store_recovery import Recovery, highest_message_seq, replay_segments
 
 log = logging.getLogger(__name__)
-
-
-# ---- the index ---------------------------------------------------------------------------
-#
-# The in-memory index of one segment: where each message record is, and what became of it.
-#
-# Kept compact on purpose: per message an 8-byte sequence number, a 4-byte
-# file offset and a 1-byte state, in arrays rather than Python objects, so a
-# million messages cost about 13 MB. Sequence numbers within a segment only
-# grow, so lookups are a direct hit for consecutive numbers and a binary
-# search otherwise.
-
-READY = 0  # in the queue, waiting for a consumer
-DELIVERED = 1  # handed to a consumer, not yet settled
-WAITING_RETRY = 2  # rejected, due back in the queue at a later time
-SETTLED = 3  # acked, dropped, dead-lettered, expired or purged: gone for good
-
-
-class SegmentEntry:
-    """What the store knows about one segment file.
-
-    ``live`` counts messages not yet settled. ``refs`` holds the ids of other
-    (older) segments whose messages have state records in this one: this
-    segment may only be deleted after those are gone, or recovery would
-    forget what happened to their messages.
-    """
-
-    __slots__ = ("segment_id", "path", "header_length", "size", "seqs", "offsets", "states", "live", "refs")
-
-    def __init__(self, segment_id: int, path: Path, header_length: int, size: int) -> None:
-        self.segment_id = segment_id
-        self.path = path
-        self.header_length = header_length
-        self.size = size  # bytes in the file (written to the OS), header included
-        self.seqs = array("Q")
-        self.offsets = array("I")
-        self.states = bytearray()
-        self.live = 0
-        self.refs: set[int] = set()
-
-    def add(self, seq: int, offset: int) -> None:
-        self.seqs.append(seq)
-        self.offsets.append(offset)
-        self.states.append(READY)
-        self.live += 1
-
-    def index_of(self, seq: int) -> int | None:
-        seqs = self.seqs
-        if not seqs:
-            return None
-        i = seq - seqs[0]
-        if 0 <= i < len(seqs) and seqs[i] == seq:
-            return i
-        i = bisect_left(seqs, seq)
-        return i if i < len(seqs) and seqs[i] == seq else None
-
-    @property
-    def message_count(self) -> int:
-        return len(self.seqs)
-
-    def settle(self, i: int) -> bool:
-        """Mark message ``i`` settled; True when it was live before."""
-        if self.states[i] == SETTLED:
-            return False
-        self.states[i] = SETTLED
-        self.live -= 1
-        return True
-
-
-def locate(segments: Sequence[SegmentEntry], segment_ids: Sequence[int], seq: int) -> tuple[SegmentEntry, int] | None:
-    """The segment holding message `seq` and its index there (segments sorted by id, which is
-    each segment's first sequence number); None if no segment has it."""
-    k = bisect_right(segment_ids, seq) - 1
-    if k < 0:
-        return None
-    entry = segments[k]
-    i = entry.index_of(seq)
-    return None if i is None else (entry, i)
 
 
 # ---- the store ---------------------------------------------------------------------------
@@ -260,10 +181,6 @@ class QueueStore:
             raise RuntimeError("recover() was already called")
         if self.directory.is_dir():
             self._make_directory()  # meta files lost or damaged since are written again
-        # queue_recovery rebuilds this store's index (SegmentEntry), so it imports this module;
-        # the store needs it only here, once, when it opens.
-        from persistence.queue_recovery import highest_message_seq, replay_segments
-
         segments, recovery, last_seq, highest_id = replay_segments(self.directory)
         if segments:
             self._segments = segments

@@ -8,11 +8,22 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from typing import Any, Generic, Protocol, TypeVar
 
-from queues.consumer import Consumer
+
+class RotatedConsumer(Protocol):
+    """What the rotation uses of a consumer (a queues.consumer.Consumer)."""
+
+    @property
+    def priority(self) -> int: ...
+
+    def has_capacity(self) -> bool: ...
 
 
-class ConsumerRotation:
+C = TypeVar("C", bound=RotatedConsumer)
+
+
+class ConsumerRotation(Generic[C]):
     """Priority groups of consumers, each rotated as it is served."""
 
     __slots__ = ("_groups", "_only")
@@ -20,15 +31,15 @@ class ConsumerRotation:
     def __init__(self) -> None:
         # Highest priority first; a list from the first consumer on (an empty one shares the
         # empty tuple).
-        self._groups: list[tuple[int, deque[Consumer]]] | tuple[()] = ()
+        self._groups: list[tuple[int, deque[C]]] | tuple[()] = ()
         # The consumer while it is the only one (the usual case), else None: nothing to rotate.
-        self._only: Consumer | None = None
+        self._only: C | None = None
 
-    def __iter__(self) -> Iterator[Consumer]:
+    def __iter__(self) -> Iterator[C]:
         for _priority, group in self._groups:
             yield from group
 
-    def add(self, consumer: Consumer) -> None:
+    def add(self, consumer: C) -> None:
         self._only = consumer if not self._groups else None
         for priority, group in self._groups:
             if priority == consumer.priority:
@@ -39,7 +50,7 @@ class ConsumerRotation:
         groups.sort(key=lambda item: -item[0])
         self._groups = groups
 
-    def remove(self, consumer: Consumer) -> bool:
+    def remove(self, consumer: C) -> bool:
         """Take `consumer` out; False if it was not here."""
         for index, (_priority, group) in enumerate(self._groups):
             if consumer in group:
@@ -53,7 +64,7 @@ class ConsumerRotation:
                 return True
         return False
 
-    def next_with_room(self) -> Consumer | None:
+    def next_with_room(self) -> C | None:
         """The next consumer in turn that can take a message now (None if none can)."""
         only = self._only
         if only is not None:
@@ -74,4 +85,4 @@ class ConsumerRotation:
 
 # The rotation of every queue that never had a consumer: empty, and never added to (Queue makes
 # its own at its first consumer), so such a queue carries no rotation object of its own.
-NO_CONSUMERS = ConsumerRotation()
+NO_CONSUMERS: ConsumerRotation[Any] = ConsumerRotation()

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, FLAG_EXPIRATION, Message
 from queues.raw_properties import RawProperties, encode_field
 
 if TYPE_CHECKING:
-    from queues.queue import Queue
+    from queues.arguments import QueueArguments
+    from queues.journal import QueueJournal
     from queues.message import QueueEntry
+    from queues.queue_stats import QueueStats
 
 REJECTED = "rejected"
 EXPIRED = "expired"
@@ -36,7 +38,27 @@ MAXLEN = "maxlen"
 DELIVERY_LIMIT = "delivery_limit"
 
 
-def hand_off(queue: "Queue", entries: "list[QueueEntry]", reason: str) -> None:
+class DeadLetterSource(Protocol):
+    """What dead-lettering uses of the queue messages leave (a queues.queue.Queue): its name,
+    settings and counters, its journal, and the callback that republishes them (the vhost's)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def settings(self) -> QueueArguments: ...
+
+    @property
+    def stats(self) -> QueueStats: ...
+
+    @property
+    def journal(self) -> QueueJournal | None: ...
+
+    @property
+    def dead_letterer(self) -> Callable[[Self, list[QueueEntry], str], None] | None: ...
+
+
+def hand_off(queue: DeadLetterSource, entries: "list[QueueEntry]", reason: str) -> None:
     """`entries` left `queue` for `reason`: count them, journal it, and give them to the queue's
     dead-letter exchange if it has one (else they are dropped)."""
     if not entries:
@@ -53,17 +75,28 @@ def hand_off(queue: "Queue", entries: "list[QueueEntry]", reason: str) -> None:
         queue.dead_letterer(queue, entries, reason)
 
 
+class DeadLetterTarget(Protocol):
+    """A queue a dead-lettered copy is routed to (a queues.queue.Queue)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def publish(self, message: Message) -> int: ...
+
+
 class Router(Protocol):
     """What republishing needs of the vhost: its exchanges by name, and routing through them."""
 
     @property
     def exchanges(self) -> Mapping[str, Any]: ...  # read only: a vhost's dict of its Exchanges
 
-    def route(self, exchange: Any, message: Message, routing_keys: Collection[str] | None = None) -> "Collection[Queue]":
+    def route(
+        self, exchange: Any, message: Message, routing_keys: Collection[str] | None = None
+    ) -> Collection[DeadLetterTarget]:
         ...
 
 
-def republish(router: Router, queue: "Queue", entries: "list[QueueEntry]", reason: str) -> None:
+def republish(router: Router, queue: DeadLetterSource, entries: "list[QueueEntry]", reason: str) -> None:
     """Route copies of `entries` (with x-death updated) from `queue`'s dead-letter exchange.
 
     With x-dead-letter-routing-key they carry that key; otherwise they keep their routing key

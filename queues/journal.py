@@ -12,20 +12,33 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Collection, Iterator
+from typing import NamedTuple, Protocol
 
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
 from persistence.record_format import MessageState, Reason
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, QueueEntry, content_header
 
-if TYPE_CHECKING:
-    from queues.queue import Queue
-
 log = logging.getLogger(__name__)
 
 SyncCallback = Callable[[OSError | None], None]
+
+
+class DeliveringQueue(Protocol):
+    """What a journal that holds deliveries back (`may_deliver`) uses of its queue (a
+    queues.queue.Queue): how much its consumers could take, and dispatch to resume it."""
+
+    def delivery_room(self) -> int | None: ...
+
+    def dispatch(self) -> None: ...
+
+
+class StoringQueue(Protocol):
+    """A queue that can say when what was published to it is stored (a queues.queue.Queue, or
+    a cluster's stand-in for a queue on another node)."""
+
+    def when_stored(self, callback: SyncCallback) -> None: ...
 
 
 class JournalRecovery(NamedTuple):
@@ -76,7 +89,7 @@ class QueueJournal:
         self.committer = committer
         self.failure: OSError | None = None  # the first state record that could not be written
 
-    def may_deliver(self, seq: int, queue: "Queue") -> bool:
+    def may_deliver(self, seq: int, queue: DeliveringQueue) -> bool:
         """May message `seq` of `queue` be delivered now? False: not yet, and the journal calls
         `queue.dispatch()` once it may."""
         return True
@@ -203,7 +216,7 @@ class QueueJournal:
         self.committer.request_sync(self.store, callback)
 
 
-def when_synced(queues: "list[Queue]", callback: SyncCallback) -> None:
+def when_synced(queues: Collection[StoringQueue], callback: SyncCallback) -> None:
     """Call `callback(error)` once all `queues` stored what was just published to them (their
     journals fsynced; a remote queue's owner confirmed it); the first error wins."""
     waiting = len(queues)

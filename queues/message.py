@@ -17,7 +17,7 @@ from typing import Any
 
 from pamqp import commands
 
-from queues.field_tables import decode_headers_leniently
+from persistence.properties_format import decode_headers_leniently
 
 BasicProperties = commands.Basic.Properties
 

@@ -12,14 +12,28 @@ is dead-lettered (reason `expired`) if the queue has a dead-letter exchange. Pag
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from queues import dead_letter
 from queues.message import FLAG_EXPIRATION, READY, Message, QueueEntry
-from queues.timers import Timer
+from queues.timers import Timer, Timers
 
 if TYPE_CHECKING:
-    from queues.queue import Queue
+    from queues.ready_messages import ReadyList
+
+
+class ExpiringQueue(dead_letter.DeadLetterSource, Protocol):
+    """What message expiry uses of the queue (a queues.queue.Queue): its ready messages, its
+    clock, whether it was deleted, and what dead-lettering uses."""
+
+    @property
+    def ready(self) -> ReadyList: ...
+
+    @property
+    def timers(self) -> Timers: ...
+
+    @property
+    def deleted(self) -> bool: ...
 
 
 def expiry_time(message: Message, queue_ttl_ms: int | None) -> float:
@@ -46,7 +60,7 @@ def expiry_of(published_at: float, expiration: str | None, queue_ttl_ms: int | N
     return published_at + ttl_ms / 1000.0
 
 
-def pop_unexpired(queue: "Queue", now: float) -> QueueEntry | None:
+def pop_unexpired(queue: ExpiringQueue, now: float) -> QueueEntry | None:
     """Pop the queue's next ready message, expiring any at the head whose time has come."""
     ready = queue.ready
     while ready:
@@ -64,7 +78,7 @@ class MessageExpiry:
 
     __slots__ = ("queue", "heap", "timer")
 
-    def __init__(self, queue: "Queue") -> None:
+    def __init__(self, queue: ExpiringQueue) -> None:
         self.queue = queue
         # (expires_at, seq, entry); entries that left the ready messages meanwhile are skipped when popped.
         self.heap: list[tuple[float, int, QueueEntry]] = []

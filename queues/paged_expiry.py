@@ -18,7 +18,7 @@ from queues import dead_letter
 from queues.timers import Deadline
 
 if TYPE_CHECKING:
-    from queues.queue import Queue
+    from queues.message_ttl import ExpiringQueue
 
 BATCH = 10_000  # messages expired per timer run before yielding to the event loop
 
@@ -87,7 +87,7 @@ class PagedExpiry:
 
     __slots__ = ("queue", "heap", "deadline")
 
-    def __init__(self, queue: "Queue") -> None:
+    def __init__(self, queue: ExpiringQueue) -> None:
         self.queue = queue
         self.heap = ExpiryHeap()
         self.deadline = Deadline(queue.timers, self.expire_due)

@@ -1,9 +1,9 @@
 """A queue: messages in, fair dispatch to consumers, and what acks, rejects and requeues do.
 
-This file is the queue's in-memory structure: the Queue, and its ready list (ReadyMessages,
-at the end, with PriorityReadyMessages for an x-max-priority queue) with the MemoryBudget the
-ready lists of a broker share (what their in-memory messages cost; past its limit durable
-queues page out). A message's place in the queue is a QueueEntry (queues/message.py).
+This file is the Queue, which coordinates; its ready messages are a ReadyMessages (or a
+PriorityReadyMessages for an x-max-priority queue, queues/ready_messages.py) charged to the
+MemoryBudget the ready lists of a broker share (queues/memory_budget.py). A message's place in
+the queue is a QueueEntry (queues/message.py).
 
 Dispatch is synchronous and cheap: whenever a message arrives, a consumer appears or a
 consumer gains room (an ack, a new basic.qos, a socket that drained), `dispatch()` hands ready
@@ -13,11 +13,7 @@ priority, until messages or room run out. No task or future is created per messa
 
 from __future__ import annotations
 
-import heapq
-from array import array
-from bisect import bisect_left
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from queues import dead_letter, length_limit
@@ -28,7 +24,8 @@ from queues.deduplication import DeduplicationCache
 from queues.delays.delayed_retry import DelayedRetry
 from queues.delivery_count import get_ok_header
 from queues.journal import QueueJournal
-from queues.message import FLAG_EXPIRATION, FLAG_PRIORITY, GONE, READY, Message, QueueEntry
+from queues.memory_budget import MemoryBudget
+from queues.message import FLAG_EXPIRATION, GONE, Message, QueueEntry
 from queues.message_ttl import MessageExpiry, expiry_time, pop_unexpired
 from queues.paged_expiry import PagedExpiry
 from queues.publish_outcome import DUPLICATE, ENQUEUED, ENQUEUED_DURABLY, REJECTED, WRITE_FAILED
@@ -36,6 +33,7 @@ from queues.queue_recovery import take_back
 from queues.queue_stats import QueueStats
 from queues.queue_ttl import QueueTtl
 from queues.queue_type import ConsumeAnswer, CountsAnswer, GetAnswer, QueueType
+from queues.ready_messages import KEEP_PER_QUEUE, PriorityReadyMessages, ReadyList, ReadyMessages, should_page
 from queues.requeue import requeue
 from queues.single_active_consumer import ActiveConsumer
 from queues.timers import Timers
@@ -60,7 +58,7 @@ class Queue(QueueType):
     This class coordinates; each other concern lives in its own module: message TTL
     (message_ttl.py, paged_expiry.py), queue TTL (queue_ttl.py), length limits
     (length_limit.py), consumer order (consumer_rotation.py, single_active_consumer.py),
-    delayed retry (delays/), priorities (PriorityReadyMessages, below),
+    delayed retry (delays/), priorities (PriorityReadyMessages, ready_messages.py),
     deduplication (deduplication.py), dead-lettering (dead_letter.py), recovery from the
     journal (queue_recovery.py). docs/lifecycle.md.
     """
@@ -104,7 +102,7 @@ class Queue(QueueType):
         self.journal = journal
         loader = self.load_paged if journal is not None else None
         if settings.max_priority:
-            self.ready = PriorityReadyMessages(settings.max_priority, loader, memory_budget)
+            self.ready: ReadyList = PriorityReadyMessages(settings.max_priority, loader, memory_budget)
         else:
             self.ready = ReadyMessages(loader, memory_budget)
         # Redeliveries carry x-delivery-count (read by the channel only for redeliveries).
@@ -112,14 +110,14 @@ class Queue(QueueType):
         self.retry: DelayedRetry | None = None  # messages waiting for a delayed retry, made on first use
         # Ids of recent messages (x-message-deduplication), consulted by publish; None: no deduplication.
         self.dedup = DeduplicationCache.for_settings(settings)
-        self._rotation = NO_CONSUMERS  # its own ConsumerRotation from the first consumer on
-        self.single_active: ActiveConsumer | None = None
+        self._rotation: ConsumerRotation[Consumer] = NO_CONSUMERS  # its own ConsumerRotation from the first consumer on
+        self.single_active: ActiveConsumer[Consumer] | None = None
         if settings.single_active_consumer:
             self.single_active = ActiveConsumer()
         # What dispatch asks for the next consumer with room (next_with_room()): the single
         # active consumer's order, or the rotation. An object, not a stored bound method (one
         # object more per queue for the garbage collector).
-        self._picker: ConsumerRotation | ActiveConsumer = self.single_active or self._rotation
+        self._picker: ConsumerRotation[Consumer] | ActiveConsumer[Consumer] = self.single_active or self._rotation
         # The parts below refer back to the queue; each is made when first needed (most queues
         # never need them: fewer objects for each full garbage collection to scan), and dropped
         # on delete, so a deleted queue holds no reference cycle and reference counting frees it.
@@ -584,520 +582,3 @@ class Queue(QueueType):
         if self.journal is not None:
             self.journal.delete()
         return consumers
-
-
-class CongestedQueues:
-    """The congested queues that hold one publisher back (flow control, FLOW_HIGH above): each
-    is asked to say when it drained (`flow_waiters`); `held` is called when the first one holds
-    the publisher, `drained` when the last one let it go. A client connection stops reading
-    (amqp_server/connection/publisher_flow.py), a cluster link's channel sends channel.flow
-    (cluster/links/forwarded.py)."""
-
-    __slots__ = ("queues", "_held", "_drained")
-
-    def __init__(self, held: Callable[[], None], drained: Callable[[], None]) -> None:
-        self.queues: set[Queue] = set()
-        self._held = held
-        self._drained = drained
-
-    def add(self, queue: Queue) -> None:
-        """`queue` is congested by this publisher's publishes: hold it until the queue drains."""
-        queues = self.queues
-        if queue in queues:
-            return
-        first = not queues
-        queues.add(queue)
-        queue.flow_waiters[self] = lambda: self._one_drained(queue)
-        if first:
-            self._held()
-
-    def _one_drained(self, queue: Queue) -> None:
-        self.queues.discard(queue)
-        if not self.queues:
-            self._drained()
-
-    def clear(self) -> None:
-        """The publisher is gone: no queue keeps a way to resume it."""
-        for queue in self.queues:
-            queue.flow_waiters.pop(self, None)
-        self.queues.clear()
-
-
-# -- the ready list ----------------------------------------------------------------------
-#
-# The ready messages of a queue, in delivery order, with the tail kept on disk when it is long.
-
-# Loads a paged-out message back: (seq, delivery_count) -> entry, or None if it cannot be read.
-Loader = Callable[[int, int], "QueueEntry | None"]
-
-
-# -- the memory budget: how many bytes of ready messages the broker keeps as objects before
-# paging out to disk (one MemoryBudget shared by every queue's ready list) --------------------
-
-# Python holds a message as several objects (entry, message, header, body); this is roughly
-# what they cost beyond the body itself, so the budget counts memory, not only payload.
-PER_MESSAGE_OVERHEAD = 400
-DEFAULT_LIMIT_BYTES = 48 * 1024 * 1024
-# A queue always keeps this many ready messages in memory, so dispatch never waits on a read.
-KEEP_PER_QUEUE = 64
-
-
-class MemoryBudget:
-    """Shared by every queue of a broker: `held` is what their in-memory ready messages cost.
-
-    Once `held` passes `limit`, durable queues keep new persistent messages in their journal
-    only (see ReadyMessages.append_paged) and read them back when they near the head.
-    """
-
-    __slots__ = ("limit", "held")
-
-    def __init__(self, limit: int = DEFAULT_LIMIT_BYTES) -> None:
-        self.limit = limit
-        self.held = 0
-
-    @property
-    def exhausted(self) -> bool:
-        return self.held > self.limit
-
-    def hold(self, size: int) -> None:
-        """A ready message of `size` body bytes is now kept in memory."""
-        self.held += size + PER_MESSAGE_OVERHEAD
-
-    def release(self, size: int) -> None:
-        """A ready message of `size` body bytes is no longer kept in memory (taken or paged out)."""
-        self.held -= size + PER_MESSAGE_OVERHEAD
-
-
-def should_page(ready: "ReadyMessages | PriorityReadyMessages") -> bool:
-    """Should a new persistent message of a durable queue stay in its journal only?
-
-    Yes once the queue keeps KEEP_PER_QUEUE messages in memory and either the budget is spent
-    or messages ahead of it are paged out already (a consumer will not want it soon).
-    """
-    if ready.in_memory < KEEP_PER_QUEUE:
-        return False
-    budget = ready.budget
-    # (budget.exhausted and len(ready), inline: this runs once per message of a backlog)
-    return budget.held > budget.limit or ready.count > ready.in_memory
-
-
-class PagedRun:
-    """Consecutive persistent messages held only in the journal: their numbers and sizes.
-
-    About 16 bytes a message instead of the message itself, which is what keeps a queue of
-    a million messages within bounded memory.
-    """
-
-    __slots__ = ("seqs", "delivery_counts", "sizes", "start")
-
-    def __init__(self) -> None:
-        self.seqs = array("Q")
-        self.delivery_counts = array("I")
-        self.sizes = array("I")
-        self.start = 0  # index of the next message to hand out
-
-    def __len__(self) -> int:
-        return len(self.seqs) - self.start
-
-    def add(self, seq: int, delivery_count: int, size: int) -> None:
-        self.seqs.append(seq)
-        self.delivery_counts.append(delivery_count)
-        self.sizes.append(size)
-
-    def release(self) -> None:
-        """Every message was handed out or taken: free the arrays (the run may still sit in the FIFO)."""
-        self.seqs = array("Q")
-        self.delivery_counts = array("I")
-        self.sizes = array("I")
-        self.start = 0
-
-
-# What the structures of a queue that never had a message (never paged out, never had one
-# returned) hold: shared and immutable, so an idle queue carries no objects of its own for them
-# (fewer for each full garbage collection to scan, and no 600-byte deque). The first change
-# replaces them with its own.
-_NO_MESSAGES: "tuple[QueueEntry | PagedRun, ...]" = ()
-_NO_RUNS: "tuple[PagedRun, ...]" = ()
-_NO_RETURNED: "tuple[tuple[int, QueueEntry], ...]" = ()
-_NOTHING_TAKEN: frozenset[int] = frozenset()
-
-
-class ReadyMessages:
-    """FIFO of new messages plus the messages that came back, which go first.
-
-    A message that was delivered and then requeued (nack, reject, a channel closing) goes
-    back to its original position, as in RabbitMQ: every message still in the FIFO arrived
-    after every message that was delivered from it, so returned messages, ordered by their
-    sequence number among themselves, all come before the FIFO.
-
-    A message can also leave from the middle (it expired): `remove()` marks it gone and
-    `pop()` skips it later, so removal costs O(1).
-
-    Persistent messages of a durable queue may be paged out (`append_paged`): the FIFO then
-    holds a PagedRun instead of the entries, and `pop()` reads them back through `loader`.
-    """
-
-    __slots__ = ("_fifo", "_runs", "_returned", "count", "bytes", "in_memory", "loader", "budget", "_taken")
-
-    def __init__(self, loader: Loader | None = None, budget: MemoryBudget | None = None) -> None:
-        self._fifo: deque[QueueEntry | PagedRun] | tuple[QueueEntry | PagedRun, ...] = _NO_MESSAGES
-        # The PagedRuns of the FIFO, in order (lookup by seq); a deque from the first one.
-        self._runs: deque[PagedRun] | tuple[PagedRun, ...] = _NO_RUNS
-        # Returned messages, a heap by seq; a list from the first one.
-        self._returned: list[tuple[int, QueueEntry]] | tuple[tuple[int, QueueEntry], ...] = _NO_RETURNED
-        # Ready messages: what len() says, read as an attribute by the queue's per-message code
-        # (no __len__/__bool__ call there). Only this class changes it.
-        self.count = 0
-        self.bytes = 0
-        self.in_memory = 0  # ready messages held as objects (not paged out)
-        self.loader = loader
-        self.budget = budget if budget is not None else MemoryBudget()
-        # Paged-out messages taken from the middle of their run (they expired): skipped later;
-        # a set from the first one.
-        self._taken: set[int] | frozenset[int] = _NOTHING_TAKEN
-
-    def _hold(self, size: int) -> None:
-        self.in_memory += 1
-        self.budget.hold(size)
-
-    def _release(self, size: int) -> None:
-        self.in_memory -= 1
-        self.budget.release(size)
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __bool__(self) -> bool:
-        return self.count > 0
-
-    def append(self, entry: QueueEntry) -> None:
-        """Add a new message (READY, as QueueEntry makes it; one that comes back is put_back)."""
-        fifo = self._fifo
-        if fifo is _NO_MESSAGES:
-            fifo = self._fifo = deque()
-        fifo.append(entry)
-        self.count += 1
-        size = len(entry.message.body)
-        # _hold(size), inline: this runs once per message.
-        self.in_memory += 1
-        self.budget.hold(size)
-        self.bytes += size
-
-    def append_paged(self, seq: int, delivery_count: int, size: int, priority: int = 0) -> None:
-        """Add a message that only the journal holds (`priority` is for PriorityReadyMessages)."""
-        fifo = self._fifo
-        if fifo is _NO_MESSAGES:
-            fifo = self._fifo = deque()
-        tail = fifo[-1] if fifo else None
-        if not isinstance(tail, PagedRun):
-            tail = PagedRun()
-            fifo.append(tail)
-            if self._runs is _NO_RUNS:
-                self._runs = deque()
-            self._runs.append(tail)
-        tail.add(seq, delivery_count, size)
-        self.count += 1
-        self.bytes += size
-
-    def page(self, entry: QueueEntry) -> None:
-        """Add a journaled message but keep only its number in memory (memory is tight)."""
-        self.append_paged(entry.seq, entry.delivery_count, len(entry.message.body))
-
-    def put_back(self, entry: QueueEntry) -> None:
-        entry.mark_ready()
-        if self._returned is _NO_RETURNED:
-            self._returned = []
-        heapq.heappush(self._returned, (entry.seq, entry))
-        self.count += 1
-        size = len(entry.message.body)
-        self._hold(size)
-        self.bytes += size
-
-    def remove(self, entry: QueueEntry) -> None:
-        """Take a ready message out wherever it is (it stays in place as a skipped tombstone)."""
-        if entry.state == READY:
-            entry.mark_gone()
-            self.count -= 1
-            size = len(entry.message.body)
-            self._release(size)
-            self.bytes -= size
-
-    def take_paged(self, seq: int) -> QueueEntry | None:
-        """Take out the paged-out message `seq` from wherever it is, read back; None if it is
-        not paged out here (delivered or read back already, or gone)."""
-        taken = self._taken
-        for run in self._runs:
-            if not len(run):
-                continue
-            seqs = run.seqs
-            if seq > seqs[-1]:
-                continue
-            i = bisect_left(seqs, seq, run.start)
-            if seqs[i] != seq or seq in taken:
-                return None
-            size, delivery_count = run.sizes[i], run.delivery_counts[i]
-            if i == run.start:
-                # The run's first: advance past it (and past any taken before), so that expiring
-                # in queue order, the usual case, leaves nothing behind.
-                run.start += 1
-                while taken and run.start < len(seqs) and seqs[run.start] in taken:
-                    taken.discard(seqs[run.start])
-                    run.start += 1
-                if not len(run):
-                    run.release()
-            else:
-                if taken is _NOTHING_TAKEN:
-                    taken = self._taken = set()
-                taken.add(seq)
-            self.count -= 1
-            self.bytes -= size
-            entry = self.loader(seq, delivery_count) if self.loader else None
-            if entry is not None:
-                entry.mark_gone()
-            return entry
-        return None
-
-    def pop(self) -> QueueEntry:
-        """Remove and return the next message to deliver; IndexError when empty. It is still
-        READY: the caller says what became of it (QueueEntry.delivered, mark_gone...)."""
-        fifo = self._fifo
-        if not self._returned and fifo and fifo[0].__class__ is QueueEntry and fifo[0].state == READY:
-            entry = fifo.popleft()  # the usual case: nothing came back, the head is in memory
-        else:
-            entry = self._take_head()
-        self.count -= 1
-        size = len(entry.message.body)
-        # _release(size), inline: this runs once per message.
-        self.in_memory -= 1
-        self.budget.release(size)
-        self.bytes -= size
-        return entry
-
-    def _take_head(self) -> QueueEntry:
-        returned = self._returned
-        while returned:
-            entry = heapq.heappop(returned)[1]
-            if entry.state == READY:
-                return entry
-        fifo = self._fifo
-        while True:
-            head = fifo[0]  # IndexError when empty
-            if isinstance(head, QueueEntry):
-                fifo.popleft()
-                if head.state == READY:
-                    return head
-                continue
-            if not len(head):  # every message of the run was taken out (they expired)
-                fifo.popleft()
-                self._runs.popleft()
-                continue
-            entry = self._load_from(head)
-            if entry is not None:
-                return entry
-
-    def _load_from(self, run: PagedRun) -> QueueEntry | None:
-        i = run.start
-        run.start += 1
-        if not len(run):
-            self._fifo.popleft()
-            self._runs.popleft()
-        if self._taken and run.seqs[i] in self._taken:
-            self._taken.discard(run.seqs[i])
-            return None  # counted out when it was taken
-        entry = self.loader(run.seqs[i], run.delivery_counts[i]) if self.loader else None
-        if entry is None:  # unreadable: it is gone; keep the counts true
-            self.count -= 1
-            self.bytes -= run.sizes[i]
-            return None
-        # It counts as in memory from now on, and its size is what was read.
-        size = len(entry.message.body)
-        self._hold(size)
-        self.bytes += size - run.sizes[i]
-        return entry
-
-    def in_memory_entries(self) -> list[QueueEntry]:
-        """The ready messages held as objects (not paged out), in no particular order."""
-        entries = [entry for _seq, entry in self._returned if entry.state == READY]
-        entries.extend(item for item in self._fifo if isinstance(item, QueueEntry) and item.state == READY)
-        return entries
-
-    def peek(self, count: int) -> list[QueueEntry]:
-        """The first `count` ready messages in delivery order, left where they are."""
-        returned = heapq.nsmallest(count, (item for item in self._returned if item[1].state == READY))
-        entries = [entry for _seq, entry in returned]
-        for item in self._fifo:
-            if len(entries) >= count:
-                break
-            if isinstance(item, QueueEntry):
-                if item.state == READY:
-                    entries.append(item)
-                continue
-            for i in range(item.start, len(item.seqs)):
-                if len(entries) >= count:
-                    break
-                if item.seqs[i] in self._taken:
-                    continue
-                loaded = self.loader(item.seqs[i], item.delivery_counts[i]) if self.loader else None
-                if loaded is not None:
-                    entries.append(loaded)
-        return entries
-
-    def clear(self) -> int:
-        """Remove every ready message; returns how many there were."""
-        count = self.count
-        for _seq, entry in self._returned:
-            if entry.state == READY:
-                entry.mark_gone()
-                self._release(len(entry.message.body))
-        for item in self._fifo:
-            if isinstance(item, QueueEntry) and item.state == READY:
-                item.mark_gone()
-                self._release(len(item.message.body))
-        self._returned = _NO_RETURNED
-        self._fifo = _NO_MESSAGES
-        self._runs = _NO_RUNS
-        self._taken = _NOTHING_TAKEN
-        self.count = 0
-        self.bytes = 0
-        return count
-
-    def close(self) -> int:
-        """The queue is deleted: remove every ready message (returns how many) and forget the
-        loader, which refers back to the queue (no reference cycle outlives the queue)."""
-        self.loader = None
-        return self.clear()
-
-
-# -- the ready list by priority -------------------------------------------------------------
-#
-# The ready messages of an x-max-priority queue: higher priority first, FIFO within a priority.
-#
-# One ReadyMessages per priority level in use, so everything ReadyMessages promises holds within
-# a level: a requeued message goes back to its original position among the messages of its
-# priority, a message can expire from the middle, and persistent messages of a durable queue
-# page out to the journal and are read back near the head. As in RabbitMQ, a message without a
-# priority has priority 0 and one above the queue's maximum counts as the maximum.
-#
-# Only queues declared with x-max-priority >= 1 use this store; every other queue keeps the plain
-# ReadyMessages, so their path costs nothing more.
-
-
-def message_priority(message: Message, max_priority: int) -> int:
-    """The priority level `message` is kept at in a queue with `max_priority`."""
-    if not message.property_flags & FLAG_PRIORITY:
-        return 0
-    priority = message.properties.priority or 0
-    return priority if priority < max_priority else max_priority
-
-
-class PriorityReadyMessages:
-    """Same interface as ReadyMessages; see the module docstring."""
-
-    __slots__ = ("max_priority", "loader", "budget", "_levels", "_order", "count")
-
-    def __init__(self, max_priority: int, loader: Loader | None = None, budget: MemoryBudget | None = None) -> None:
-        self.max_priority = max_priority
-        self.loader = loader
-        self.budget = budget if budget is not None else MemoryBudget()
-        self._levels: dict[int, ReadyMessages] = {}
-        self._order: list[ReadyMessages] = []  # the levels in use, highest priority first
-        self.count = 0  # ready messages, as ReadyMessages.count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __bool__(self) -> bool:
-        return self.count > 0
-
-    @property
-    def bytes(self) -> int:
-        return sum(level.bytes for level in self._order)
-
-    @property
-    def in_memory(self) -> int:
-        return sum(level.in_memory for level in self._order)
-
-    def _level(self, priority: int) -> ReadyMessages:
-        level = self._levels.get(priority)
-        if level is None:
-            level = self._levels[priority] = ReadyMessages(self.loader, self.budget)
-            self._order = [self._levels[p] for p in sorted(self._levels, reverse=True)]
-        return level
-
-    def _level_of(self, entry: QueueEntry) -> ReadyMessages:
-        return self._level(message_priority(entry.message, self.max_priority))
-
-    def append(self, entry: QueueEntry) -> None:
-        self._level_of(entry).append(entry)
-        self.count += 1
-
-    def append_paged(self, seq: int, delivery_count: int, size: int, priority: int = 0) -> None:
-        self._level(min(priority, self.max_priority)).append_paged(seq, delivery_count, size)
-        self.count += 1
-
-    def page(self, entry: QueueEntry) -> None:
-        """Keep `entry` in the journal only (see ReadyMessages.page)."""
-        self._level_of(entry).page(entry)
-        self.count += 1
-
-    def put_back(self, entry: QueueEntry) -> None:
-        self._level_of(entry).put_back(entry)
-        self.count += 1
-
-    def remove(self, entry: QueueEntry) -> None:
-        level = self._level_of(entry)
-        before = len(level)
-        level.remove(entry)
-        self.count -= before - len(level)
-
-    def take_paged(self, seq: int) -> QueueEntry | None:
-        """Take out the paged-out message `seq` (see ReadyMessages.take_paged)."""
-        for level in self._order:
-            before = len(level)
-            entry = level.take_paged(seq)
-            if len(level) != before:
-                self.count -= before - len(level)
-                return entry
-        return None
-
-    def pop(self) -> QueueEntry:
-        """Remove and return the next message to deliver; IndexError when empty."""
-        for level in self._order:
-            if level:
-                before = len(level)
-                try:
-                    entry = level.pop()
-                except IndexError:  # its paged-out messages could not be read back
-                    self.count -= before - len(level)
-                    continue
-                self.count -= before - len(level)
-                return entry
-        raise IndexError("no ready messages")
-
-    def in_memory_entries(self) -> list[QueueEntry]:
-        return [entry for level in self._order for entry in level.in_memory_entries()]
-
-    def peek(self, count: int) -> list[QueueEntry]:
-        entries: list[QueueEntry] = []
-        for level in self._order:
-            if len(entries) >= count:
-                break
-            entries.extend(level.peek(count - len(entries)))
-        return entries
-
-    def clear(self) -> int:
-        count = sum(level.clear() for level in self._order)
-        self.count = 0
-        return count
-
-    def close(self) -> int:
-        """The queue is deleted: see ReadyMessages.close."""
-        self.loader = None
-        count = sum(level.close() for level in self._order)
-        self.count = 0
-        return count
-
-    def levels(self) -> Iterator[tuple[int, int]]:
-        """(priority, ready messages) of each level in use, highest first (for inspection)."""
-        for priority in sorted(self._levels, reverse=True):
-            yield priority, len(self._levels[priority])

@@ -10,17 +10,42 @@ they expire where they are, and those whose time passed while the broker was dow
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from queues.message import decode_properties
 from queues.message_ttl import expiry_of
 
 if TYPE_CHECKING:
-    from queues.journal import JournalRecovery
-    from queues.queue import Queue
+    from queues.arguments import QueueArguments
+    from queues.delays.delayed_retry import DelayedRetry
+    from queues.journal import JournalRecovery, QueueJournal
+    from queues.paged_expiry import PagedExpiry
+    from queues.ready_messages import ReadyList
+    from queues.timers import Timers
 
 
-def take_back(queue: "Queue", recovery: "JournalRecovery") -> None:
+class RecoveringQueue(Protocol):
+    """What taking messages back uses of the queue (a queues.queue.Queue): its clock, journal,
+    settings and ready messages, and its paged expiry and delayed retry."""
+
+    @property
+    def timers(self) -> Timers: ...
+
+    @property
+    def journal(self) -> QueueJournal | None: ...
+
+    @property
+    def settings(self) -> QueueArguments: ...
+
+    @property
+    def ready(self) -> ReadyList: ...
+
+    def paged_message_expiry(self) -> PagedExpiry: ...
+
+    def delayed_retry(self) -> DelayedRetry: ...
+
+
+def take_back(queue: RecoveringQueue, recovery: "JournalRecovery") -> None:
     """Put the recovered messages back into `queue`.
 
     A message whose retry is still due later waits for it again; every other one is ready

@@ -6,12 +6,27 @@ with consumers is in use whatever the clock says; removing its last consumer res
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol, Self
 
-from queues.timers import Timer
+from queues.timers import Timer, Timers
 
-if TYPE_CHECKING:
-    from queues.queue import Queue
+
+class ExpiresQueue(Protocol):
+    """What the x-expires clock uses of its queue (a queues.queue.Queue): its timers, whether it
+    was deleted or has consumers, and the callback that deletes it once unused."""
+
+    @property
+    def timers(self) -> Timers: ...
+
+    @property
+    def deleted(self) -> bool: ...
+
+    @property
+    def consumer_count(self) -> int: ...
+
+    @property
+    def on_unused_expired(self) -> Callable[[Self], None] | None: ...
 
 
 class QueueTtl:
@@ -19,7 +34,7 @@ class QueueTtl:
 
     __slots__ = ("queue", "expires_ms", "timer")
 
-    def __init__(self, queue: "Queue", expires_ms: int) -> None:
+    def __init__(self, queue: ExpiresQueue, expires_ms: int) -> None:
         self.queue = queue
         self.expires_ms = expires_ms
         self.timer: Timer | None = None

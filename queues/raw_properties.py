@@ -15,7 +15,7 @@ from typing import Any
 
 from pamqp import encode
 
-from queues.field_tables import decode_field_value
+from persistence.properties_format import decode_field_value
 from queues.message import (
     FLAG_APP_ID,
     FLAG_CLUSTER_ID,

@@ -10,19 +10,33 @@ then drops its oldest ready messages past the limit (RabbitMQ applies the limit 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from queues import dead_letter
 from queues.consumer import Consumer
-from queues.delays.delayed_retry import retry_delay_ms
-from queues.length_limit import drop_head_after_return
+from queues.delays.delayed_retry import DelayedRetry, retry_delay_ms
+from queues.length_limit import LimitedQueue, drop_head_after_return
 from queues.message import QueueEntry
 
-if TYPE_CHECKING:
-    from queues.queue import Queue
+
+class RequeueingQueue(LimitedQueue, Protocol):
+    """What requeueing uses of the queue (a queues.queue.Queue): settling a delivery, its delayed
+    retry, putting a message back in its place and dispatching, and what its length limits and
+    dead-lettering use."""
+
+    @property
+    def deleted(self) -> bool: ...
+
+    def settle(self, entry: QueueEntry, consumer: Consumer | None) -> None: ...
+
+    def delayed_retry(self) -> DelayedRetry: ...
+
+    def put_back(self, entry: QueueEntry) -> None: ...
+
+    def dispatch(self) -> None: ...
 
 
-def requeue(queue: "Queue", entries: Iterable[tuple[QueueEntry, Consumer | None]], cause: str | None) -> None:
+def requeue(queue: RequeueingQueue, entries: Iterable[tuple[QueueEntry, Consumer | None]], cause: str | None) -> None:
     """Settle `entries` as unacked deliveries of `queue` that came back for `cause`, then dispatch.
 
     `cause` is delayed_retry.FAILED or RETURNED; None (a management "get" that requeues)

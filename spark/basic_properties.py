@@ -26,7 +26,7 @@ unknown field type, a length past its table, tables nested deeper than 64) reads
 ``<invalid field: REASON>``, e.g. ``<invalid field: unknown field type 'Z'>``; the other
 fields and properties of the message read as usual. After a field of unknown type the rest
 of its table cannot be found and is left out. The decoding itself is
-``queues.field_tables.decode_properties_leniently``.
+``persistence.properties_format.decode_properties_leniently``.
 
 Decoding the headers table dominates the cost of a full scan, which is why
 the reader skips this module entirely when no property column is selected.
@@ -39,7 +39,7 @@ import decimal
 import json
 from typing import Any
 
-from queues.field_tables import PROPERTY_NAMES, InvalidField, decode_properties_leniently
+from persistence.properties_format import PROPERTY_NAMES, InvalidField, decode_properties_leniently
 
 __all__ = ["PROPERTY_NAMES", "MalformedProperties", "decode"]
 _HEADERS = PROPERTY_NAMES.index("headers")

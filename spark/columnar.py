@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from persistence.properties_format import FIXED_FIELD_WIDTHS, HEADERS_TABLE, PROPERTY_KINDS, SHORT_STRING
 from persistence.record_format import MESSAGE_FIELD_WIDTHS, MESSAGE_FIELDS_AT, MalformedRecord, RecordType, decode_payload
-from queues.field_tables import FIXED_FIELD_WIDTHS, HEADERS_TABLE, PROPERTY_KINDS, SHORT_STRING
 from spark import basic_properties
 from spark.schema import PROPERTY_COLUMNS, arrow_type
 from spark.segment_index import be_uint
@@ -40,7 +40,7 @@ MAX_HEADER_ENTRIES = 256
 _MAP = arrow_type("map")
 _TS = pa.timestamp("us", tz="UTC")
 _PROPERTY_INDEX = {name: i for i, name in enumerate(basic_properties.PROPERTY_NAMES)}
-# Header value types the fast path reads, letter code -> width (field_tables'): signed and unsigned
+# Header value types the fast path reads, letter code -> width (properties_format's): signed and unsigned
 # integers here; long strings and byte arrays (-1: u32 length + bytes), bool and void below.
 _SIGNED = {ord(letter): FIXED_FIELD_WIDTHS[letter] for letter in "bsIl"}
 _UNSIGNED = {ord(letter): FIXED_FIELD_WIDTHS[letter] for letter in "BuiL"}

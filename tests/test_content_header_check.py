@@ -10,7 +10,7 @@ from pamqp import commands
 
 from amqp_server.broker.broker import Broker
 from amqp_server.wire.codec import NestedTooDeep, UndecodableProperties, UnknownDeliveryMode, check_content_header
-from queues.field_tables import FIELD_TYPES, MAX_NESTING_DEPTH
+from persistence.properties_format import FIELD_TYPES, MAX_NESTING_DEPTH
 from queues.message import FLAG_DELIVERY_MODE, FLAG_HEADERS
 from tests.frame_driver import marshal, opened_client, raw_frame
 

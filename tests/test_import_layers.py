@@ -81,17 +81,6 @@ MAX_MODULES_IN_AMQP_SERVER = 15  # files standing directly in amqp_server/
 KNOWN_UNTIL_MERGE: list[tuple[str, str, str]] = [
     # The channel's method handlers take a Protocol of the channel, not channel.py.
     ("amqp_server.channel.transaction", "amqp_server.channel.channel", "narrow: the transaction takes narrow objects"),
-    # queues/ split back into its concepts (helper "queues"): no queues/ circle; the field-table
-    # codec moves to persistence/, so Spark reads only the store.
-    *[
-        (f"queues.{helper}", "queues.queue", "queues: queue.py split, its helpers take narrow objects")
-        for helper in ("dead_letter", "delays.delayed_retry", "journal", "length_limit", "message_ttl",
-                       "paged_expiry", "queue_recovery", "queue_ttl", "requeue")
-    ],
-    ("queues.consumer_rotation", "queues.consumer", "queues: queue.py split, its helpers take narrow objects"),
-    ("queues.single_active_consumer", "queues.consumer", "queues: queue.py split, its helpers take narrow objects"),
-    ("spark.basic_properties", "queues.field_tables", "queues: field_tables.py becomes persistence/properties_format.py"),
-    ("spark.columnar", "queues.field_tables", "queues: field_tables.py becomes persistence/properties_format.py"),
     # The lead's channel methods: basic_methods and declarations stop importing channel.py.
     ("amqp_server.channel.basic_methods", "amqp_server.channel.channel", "lead: the basic methods take narrow objects"),
     ("amqp_server.channel.declarations", "amqp_server.channel.channel", "lead: the declarations take narrow objects"),

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from persistence.queue_store import QueueStore
 from queues.consumer import Consumer
 from queues.journal import QueueJournal
-from queues.queue import KEEP_PER_QUEUE, MemoryBudget
+from queues.memory_budget import MemoryBudget
 from queues.paged_expiry import ExpiryHeap
 from queues.queue import Queue
+from queues.ready_messages import KEEP_PER_QUEUE
 from queues.timers import Timers
 from tests.test_lifecycle_durable import Clock, persistent
 from tests.test_queue_dispatch import FakeSink

@@ -8,7 +8,8 @@ from pamqp import commands
 from queues.arguments import InvalidArgument, QueueArguments
 from queues.consumer import Consumer
 from queues.message import Message, QueueEntry, content_header
-from queues.queue import PriorityReadyMessages, Queue, ReadyMessages, message_priority
+from queues.queue import Queue
+from queues.ready_messages import PriorityReadyMessages, ReadyMessages, message_priority
 from tests.test_queue_dispatch import FakeSink
 
 

@@ -9,7 +9,7 @@ from pamqp import commands
 from amqp_server.broker.broker import Broker
 from amqp_server.metrics.core_collector import PER_OBJECT, CoreCollector
 from amqp_server.metrics.detailed_collector import DetailedCollector
-from queues.queue import PER_MESSAGE_OVERHEAD
+from queues.memory_budget import PER_MESSAGE_OVERHEAD
 from tests.frame_driver import methods, opened_client
 from tests.test_management_client import ManagementClient
 from tests.test_metrics_values import FIXED_PROCESS, get, scrape, value

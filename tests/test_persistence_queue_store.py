@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from pamqp import commands
 
-from persistence.queue_recovery import RecoveredMessage
 from persistence.queue_store import QueueStore
 from persistence.segment_file import HEADER_SIZE, SegmentScan, list_segments
 from persistence.segment_layout import QUEUE_META, queue_path, read_queue_meta
+from persistence.store_recovery import RecoveredMessage
 
 PROPS = b"\x10\x00\x02"
 RECORD_BYTES = 63  # a message record with exchange "ex", routing key "rk", PROPS and a 20-byte body

@@ -161,7 +161,7 @@ def _publisher_and_slow_consumer() -> tuple[Any, Any, Any, list[bool]]:
 
 def test_a_connection_publishing_into_a_queue_its_consumer_cannot_keep_up_with_stops_being_read_until_it_drains():
     # End to end with a real queue and connections: the queue holds the publisher past
-    # FLOW_HIGH ready messages and lets it go below FLOW_LOW (queues/queue.py CongestedQueues).
+    # FLOW_HIGH ready messages and lets it go below FLOW_LOW (queues/congestion.py CongestedQueues).
     publisher, consumer, queue, paused = _publisher_and_slow_consumer()
     publisher.send_bytes(b"".join(publisher.publish_bytes(1, b"m", routing_key="q") for _ in range(FLOW_HIGH + 2)))
     assert queue.message_count == FLOW_HIGH + 1  # one is with the consumer

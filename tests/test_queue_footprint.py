@@ -24,8 +24,9 @@ from persistence.queue_store import QueueStore
 from queues.consumer import Consumer
 from queues.delays.delayed_retry import FAILED
 from queues.journal import QueueJournal
-from queues.queue import KEEP_PER_QUEUE, MemoryBudget
+from queues.memory_budget import MemoryBudget
 from queues.message import Message, QueueEntry, content_header
+from queues.ready_messages import KEEP_PER_QUEUE
 from queues.timers import Timers
 
 QUEUES = 500

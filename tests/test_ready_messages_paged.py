@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from queues.message import Message, QueueEntry, content_header
-from queues.queue import ReadyMessages
+from queues.ready_messages import ReadyMessages
 
 PROPS = b"\x00\x00"
 

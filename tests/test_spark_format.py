@@ -19,7 +19,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 from pamqp import commands  # noqa: E402
 
 from persistence.format_version import UnsupportedFormatVersion  # noqa: E402
-from persistence.queue_recovery import replay_segments  # noqa: E402
+from persistence.store_recovery import replay_segments  # noqa: E402
 from persistence.queue_store import QueueStore  # noqa: E402
 from persistence.segment_file import HEADER_SIZE, list_segments  # noqa: E402
 from persistence.segment_layout import queue_path  # noqa: E402

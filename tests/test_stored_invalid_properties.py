@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from amqp_server.management.queue_browse import browse
+from persistence.properties_format import MAX_NESTING_DEPTH
 from persistence.queue_store import QueueStore
-from queues.field_tables import MAX_NESTING_DEPTH
 from queues.journal import QueueJournal
 from queues.queue import Queue
 from queues.timers import Timers

@@ -30,7 +30,7 @@ from persistence.queue_store import QueueStore
 from persistence.segment_layout import list_queue_directories
 from queues.arguments.policy_keys import PolicyError
 from queues.journal import QueueJournal
-from queues.queue import MemoryBudget
+from queues.memory_budget import MemoryBudget
 from queues.timers import Timers
 
 if TYPE_CHECKING:

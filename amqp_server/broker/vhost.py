@@ -23,7 +23,8 @@ from queues.arguments.queue_defaults import QueueDefault, defaults_for
 from queues.delays.delayed_exchange import hold_delayed_messages
 from queues.journal import QueueJournal
 from queues.message import Message, QueueEntry
-from queues.queue import MemoryBudget, Queue
+from queues.memory_budget import MemoryBudget
+from queues.queue import Queue
 from queues.queue_stats import QueueStats
 from queues.timers import Timers
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from amqp_server.wire.states import ConnectionState
-from queues.queue import CongestedQueues
+from queues.congestion import CongestedQueues
 
 if TYPE_CHECKING:
     from amqp_server.connection.connection import Connection

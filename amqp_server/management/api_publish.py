@@ -17,7 +17,7 @@ from pamqp import commands
 
 from amqp_server.wire.codec import InvalidContentHeader, check_content_header
 from amqp_server.management import api_errors
-from queues.field_tables import MAX_NESTING_DEPTH
+from persistence.properties_format import MAX_NESTING_DEPTH
 from queues.message import Message
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.wire.codec import InvalidContentHeader, check_content_header
 from amqp_server.management import api_errors
-from queues.field_tables import PROPERTY_NAMES as STORED_PROPERTY_ORDER, InvalidField, decode_properties_leniently
+from persistence.properties_format import PROPERTY_NAMES as STORED_PROPERTY_ORDER, InvalidField, decode_properties_leniently
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, Message, QueueEntry
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.broker import policy_application
 from exchanges.exchange import Exchange
-from exchanges.field_table import canonical_table
+from exchanges.field_equality import canonical_table
 from queues.queue import Queue
 
 if TYPE_CHECKING:

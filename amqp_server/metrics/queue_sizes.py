@@ -6,7 +6,7 @@ counters; unacknowledged bytes are summed in one pass over the channels' unacked
 in the broker), once per request or scrape however many queues it shows.
 
 `memory` is an estimate, not a measurement: the bodies held in memory plus
-queues.queue.PER_MESSAGE_OVERHEAD per message held (what the memory budget charges).
+queues.memory_budget.PER_MESSAGE_OVERHEAD per message held (what the memory budget charges).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from amqp_server.metrics.broker_view import channels_of
-from queues.queue import PER_MESSAGE_OVERHEAD
+from queues.memory_budget import PER_MESSAGE_OVERHEAD
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker

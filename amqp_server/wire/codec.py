@@ -23,7 +23,7 @@ from pamqp import commands, frame as pamqp_frame
 from pamqp.base import Frame as Method
 
 from amqp_server.wire.errors import COMMAND_INVALID, FRAME_ERROR, PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
-from queues.field_tables import (
+from persistence.properties_format import (
     ARRAY,
     CONTINUATION_BIT,
     FIELD_KINDS,
@@ -448,9 +448,9 @@ def erlang_binary(data: bytes, limit: int = 16) -> str:
 # -- the door: content headers consumers can decode --------------------------------------------
 #
 # A content header is relayed to consumers byte for byte, so it must hold exactly what RabbitMQ
-# 3.10 can decode (the field types of queues/field_tables.py, no continuation flag word, no byte
-# left over) and tables and arrays nested at most MAX_NESTING_DEPTH deep: docs/security.md,
-# "Hostile input". Every publish's header is checked here before its body is read.
+# 3.10 can decode (the field types of persistence/properties_format.py, no continuation flag
+# word, no byte left over) and tables and arrays nested at most MAX_NESTING_DEPTH deep:
+# docs/security.md, "Hostile input". Every publish's header is checked here before its body is read.
 
 _DELIVERY_MODE_BIT = 1 << 12
 _PROPERTY_BITS = 0xFFFC  # bit 1 is reserved (ignored, as by RabbitMQ and every client)

@@ -36,7 +36,7 @@ from amqp_server.wire.states import ChannelState, ConnectionState
 from amqp_server.broker.reply_to import ReplyRegistry, is_reply_key
 from queues.message import Message
 from queues.publish_outcome import ENQUEUED, REJECTED
-from queues.queue import CongestedQueues
+from queues.congestion import CongestedQueues
 
 if TYPE_CHECKING:
     from exchanges import Exchange

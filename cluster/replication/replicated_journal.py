@@ -49,7 +49,7 @@ from cluster.replication.replica import QueueReplica, Role
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
 from persistence.record_format import MessageState, Reason, encode_message, encode_state
-from queues.journal import JournalRecovery, QueueJournal, SyncCallback
+from queues.journal import DeliveringQueue, JournalRecovery, QueueJournal, SyncCallback
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, QueueEntry
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ class ReplicatedJournal(QueueJournal):
 
     # -- deliveries -----------------------------------------------------------------------------
 
-    def may_deliver(self, seq: int, queue: "Queue") -> bool:
+    def may_deliver(self, seq: int, queue: "DeliveringQueue") -> bool:
         """Message `seq` may be delivered once a committed delivery horizon covers it. Near the
         end of the committed horizon the next one is appended, before it is needed."""
         if seq <= self._deliverable:
@@ -168,7 +168,7 @@ class ReplicatedJournal(QueueJournal):
         self._extend(seq, queue)
         return False
 
-    def _extend(self, seq: int, queue: "Queue") -> None:
+    def _extend(self, seq: int, queue: "DeliveringQueue") -> None:
         """Append a horizon from `seq` on covering what the queue's consumers have room for
         (their free prefetch; HORIZON_AHEAD for consumers without a limit), never past the last
         message published, unless one is on its way; until it is committed, messages past the

@@ -13,9 +13,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from queues.arguments.texts import describe_argument, plain, resource
 
-if TYPE_CHECKING:
-    from queues.queue import Queue
-
 
 class DeclaredExchange(Protocol):
     """What a redeclaration is compared with (an exchanges.Exchange; queues/ does not import
@@ -26,6 +23,15 @@ class DeclaredExchange(Protocol):
     durable: bool
     auto_delete: bool
     internal: bool
+    arguments: dict[str, Any]
+
+
+class DeclaredQueue(Protocol):
+    """What a queue redeclaration is compared with (a queues.queue.Queue)."""
+
+    name: str
+    durable: bool
+    auto_delete: bool
     arguments: dict[str, Any]
 
 # Queue arguments that must match on redeclaration (rabbit_amqqueue:declare_args()).
@@ -97,7 +103,7 @@ def check_exchange(
     _check_arguments(vhost, "exchange", existing.name, existing.arguments, arguments, EQUIVALENT_EXCHANGE_ARGUMENTS)
 
 
-def check_queue(vhost: str, existing: "Queue", durable: bool, auto_delete: bool, arguments: dict[str, Any]) -> None:
+def check_queue(vhost: str, existing: DeclaredQueue, durable: bool, auto_delete: bool, arguments: dict[str, Any]) -> None:
     """Raise Inequivalent unless a declare with these properties matches `existing`."""
     if existing.durable != durable:
         raise Inequivalent("durable", "queue", existing.name, vhost, flag(durable), flag(existing.durable))

@@ -16,16 +16,15 @@ restart and comes back at that time, or at once when it fell due while the broke
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from queues import dead_letter
 from queues.arguments import QueueArguments
-from queues.length_limit import drop_head_after_return
+from queues.length_limit import LimitedQueue, drop_head_after_return
 from queues.delays.retry_lanes import RetryLanes
-from queues.timers import Deadline
+from queues.timers import Deadline, Timers
 
 if TYPE_CHECKING:
-    from queues.queue import Queue
     from queues.message import QueueEntry
 
 # Why an unacked delivery came back (the `cause` of Queue.requeue).
@@ -54,10 +53,28 @@ def retry_delay_ms(settings: QueueArguments, delivery_count: int, cause: str | N
     return min(delay, MAX_DELAY_MS)
 
 
+class RetryingQueue(LimitedQueue, Protocol):
+    """What delayed retry uses of the queue (a queues.queue.Queue): its clock, its paged-out
+    messages read back, putting a message back in its place and dispatching, and what its
+    length limits and dead-lettering use."""
+
+    @property
+    def timers(self) -> Timers: ...
+
+    @property
+    def deleted(self) -> bool: ...
+
+    def load_paged(self, seq: int, delivery_count: int) -> QueueEntry | None: ...
+
+    def put_back(self, entry: QueueEntry) -> None: ...
+
+    def dispatch(self) -> None: ...
+
+
 class DelayedRetry:
     """The messages of one queue that wait for their retry, and the one timer that releases them."""
 
-    def __init__(self, queue: "Queue") -> None:
+    def __init__(self, queue: RetryingQueue) -> None:
         self.queue = queue
         self.lanes = RetryLanes()
         self.deadline = Deadline(queue.timers, self.release_due)

@@ -1,4 +1,4 @@
-"""AMQP field-table values as the routing layer needs them.
+"""When two AMQP field tables or values are the same, as the routing layer judges them.
 
 Tables arrive decoded by pamqp: str (longstr/shortstr), bytes (a longstr that is
 not UTF-8), bytearray (byte array), bool, int, float, Decimal, datetime, dict

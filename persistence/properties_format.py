@@ -12,6 +12,11 @@ Messages written by an older version may fail that check. `decode_properties_len
 them for readers (the management API's get, the Spark data source) with the same depth limit:
 a header field that cannot be decoded is shown as invalid (`invalid_field_text`) and the read
 goes on. docs/security.md, "Hostile input".
+
+It lives in persistence/, the lowest layer, because every layer that reads these bytes needs
+it: the Spark data source (which reads only files), the queues (message.py, raw_properties.py),
+the wire's door (amqp_server/wire/codec.py) and the management API. The field-table values
+exchanges compare once decoded are exchanges/field_equality.py.
 """
 
 from __future__ import annotations

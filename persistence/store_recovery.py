@@ -1,4 +1,5 @@
-"""Reading a queue directory back after a restart or crash.
+"""Reading a queue directory back after a restart or crash: what ``QueueStore.recover()``
+returns (the queue's side, putting the messages back in it, is queues/queue_recovery.py).
 
 ``replay_segments`` walks every segment in order, rebuilds the compact index
 (sequence number -> segment, offset) and each message's final state by
@@ -25,7 +26,7 @@ from array import array
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from persistence.queue_store import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry, locate
+from persistence.store_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry, locate
 from persistence.record_format import STATE_OF_TYPE, RecordType, min_state_payload, state_fields
 from persistence.segment_file import (
     HEADER_SIZE,
