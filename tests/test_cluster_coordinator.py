@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cluster import EventKind, HistoryLost, VersionConflict, connect, parse_cluster_address
-from tests.coordination_services import start_etcd, start_zookeeper
+from interop_tests.coordination_services import start_etcd, start_zookeeper
 
 SESSION_TTL = 2.0
 

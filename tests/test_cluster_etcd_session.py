@@ -11,7 +11,7 @@ import uuid
 
 from cluster import connect, parse_cluster_address
 from cluster.coordinator import CoordinationUnavailable
-from tests.coordination_services import start_etcd
+from interop_tests.coordination_services import start_etcd
 
 
 def _revoke(client_url: str, lease_id: int) -> None:

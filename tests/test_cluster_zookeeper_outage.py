@@ -11,7 +11,7 @@ import uuid
 from cluster import connect, parse_cluster_address
 from cluster.coordinator import CoordinationUnavailable
 from cluster.zookeeper import REQUEST_DEADLINE_S
-from tests.coordination_services import start_zookeeper
+from interop_tests.coordination_services import start_zookeeper
 
 
 async def _kill_zookeeper_and_wait_disconnected(service, coordinator) -> None:

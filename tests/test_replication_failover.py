@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.coordination_services import free_port, start_etcd, start_zookeeper
+from interop_tests.broker_process import free_port
+from interop_tests.coordination_services import start_etcd, start_zookeeper
 from tests.replication_node import secret_environment
 
 NODES = ("n1", "n2", "n3")

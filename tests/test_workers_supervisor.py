@@ -11,10 +11,10 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from amqp_server.runtime.workers import RESTART_LIMIT
+from interop_tests.waiting import poll
 
 # argv: index, fd, behaviour. Prints "worker K pid P ready" and "worker K pid P stopped".
 FAKE_WORKER = r"""
@@ -63,13 +63,15 @@ class Group:
         return self.output.read_text()
 
     def wait_for(self, pattern: str, count: int = 1, within: float = 30.0) -> list[re.Match]:
-        deadline = time.monotonic() + within
-        while True:
+        """The first `count` or more matches of `pattern` in the output; fails the test, showing
+        the output, if they take longer than `within` seconds."""
+        def enough() -> list[re.Match]:
             found = list(re.finditer(pattern, self.text()))
-            if len(found) >= count:
-                return found
-            assert time.monotonic() < deadline, f"no {count} x {pattern!r} within {within} s:\n{self.text()}"
-            time.sleep(0.05)
+            return found if len(found) >= count else []
+
+        found = poll(enough, within)
+        assert found, f"no {count} x {pattern!r} within {within} s:\n{self.text()}"
+        return found
 
     def exit_code(self, within: float = 30.0) -> int:
         try:
