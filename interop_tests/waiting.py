@@ -1,6 +1,6 @@
 """Waiting for what a test cannot be told about: call a check until it holds.
 
-The one polling loop of both test suites (the unit tests in `tests/` import it too), in three
+The one wait helper of both test suites (the unit tests in `tests/` import it too), in three
 forms of one idea:
 
 - `poll` returns the check's last value, true or not, for a caller that asserts on it with its
