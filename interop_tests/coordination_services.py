@@ -97,7 +97,7 @@ class CoordinationService:
                                          data=json.dumps({"targetID": member_id(member)}).encode(), method="POST")
         urllib.request.urlopen(request, timeout=10).close()
         _wait_while_running(lambda: self.etcd_leader() is member, f"etcd leadership moving to {member.name}",
-                    [m.process for m in self.etcd_members])
+                            [m.process for m in self.etcd_members])
 
     def kill9(self, member: EtcdMember) -> None:
         member.process.send_signal(signal.SIGKILL)
