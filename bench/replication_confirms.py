@@ -25,7 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.coordination_services import free_port, start_etcd
+from interop_tests.broker_process import free_port
+from interop_tests.coordination_services import start_etcd
 from tests.replication_node import secret_environment
 
 

@@ -58,7 +58,8 @@ from bench.strace_confirm_order import (
     FILE_WRITES, SOCKET_WRITES, STRING_LIMIT, SYNCS, TRACED, Call, ConfirmingPublisher, commit_ok_times, confirm_times,
     parse_trace,
 )
-from interop_tests.cluster_nodes import ClusterNode, three_nodes, wait_until
+from interop_tests.cluster_nodes import ClusterNode, three_nodes
+from interop_tests.waiting import wait_until
 
 QUORUM = {"x-queue-type": "quorum"}
 ATTACH_TIMEOUT_S = 30.0

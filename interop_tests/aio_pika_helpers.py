@@ -1,4 +1,5 @@
-"""What the aio-pika interop tests share: a connection per test and a ready-message count.
+"""What the aio-pika interop tests share: connecting (the one `connect` of the aio-pika tests), a
+connection per test and a ready-message count.
 
 Test modules import the `connection` fixture from here by name. Every wait on
 the broker is bounded by WAIT_S so that a broker that never answers fails the
@@ -9,14 +10,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aio_pika
 import pytest_asyncio
 from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 
-from interop_tests.broker_process import BrokerProcess
+from interop_tests.broker_process import BrokerProcess, Reachable
 
 WAIT_S = 5.0
+
+
+async def connect(to: Reachable | str, user: str = "guest", password: str = "guest", vhost: str = "/", *,
+                  label: str | None = None, **options: Any) -> AbstractConnection:
+    """aio_pika.connect to `to` (a broker, a cluster node, or an amqp:// URL, which then says the
+    user and vhost) as `user` on `vhost`. `label` names the connection (the client property
+    connection_name); `options` go to aio_pika.connect as they are."""
+    if label is not None:
+        options["client_properties"] = {"connection_name": label}
+    return await aio_pika.connect(to if isinstance(to, str) else to.url(user, password, vhost), **options)
 
 
 async def connection_for_test(

@@ -15,10 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
+
+from interop_tests.waiting import poll
 
 # Users, vhosts and permissions every test may rely on. The same set must be
 # created by hand on a RabbitMQ used through INTEROP_BROKER_URL (see README of
@@ -77,6 +79,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class Reachable(Protocol):
+    """A broker the client helpers connect to: a BrokerProcess, or a cluster_nodes.ClusterNode."""
+
+    def url(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> str: ...
+
+
 @dataclass
 class BrokerProcess:
     host: str
@@ -99,6 +107,13 @@ class BrokerProcess:
         if self.log_path is None or not self.log_path.exists():
             return ""
         return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, within: float = 10.0) -> str:
+        """The broker's log once it contains `text`; fails the test, showing the log's end, if
+        that takes longer than `within` seconds."""
+        assert poll(lambda: text in self.log_text(), within, every=0.02), \
+            f"{text!r} never logged:\n{self.log_text()[-3000:]}"
+        return self.log_text()
 
     def start(self) -> None:
         assert self.data_dir is not None and self.log_path is not None
@@ -135,15 +150,19 @@ class BrokerProcess:
 
 
 def wait_for_port(host: str, port: int, process: subprocess.Popen, log_path: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
+    """Until the broker accepts a TCP connection; RuntimeError with its log if it exits first or
+    does not listen within STARTUP_TIMEOUT_S (then it is killed)."""
+    def listening() -> bool:
         if process.poll() is not None:
             raise RuntimeError(f"broker exited with {process.returncode}:\n{log_path.read_text()}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
+        with socket.create_connection((host, port), timeout=0.5):  # OSError: not yet
+            return True
+
+    try:
+        if poll(listening, STARTUP_TIMEOUT_S):
+            return
+    except OSError:  # its last attempt was refused too
+        pass
     process.kill()
     raise RuntimeError(f"broker did not listen on {host}:{port} in time:\n{log_path.read_text()}")
 

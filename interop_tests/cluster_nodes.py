@@ -1,25 +1,28 @@
-"""A coordination service and three broker nodes on loopback, for the cluster interop tests.
+"""Broker nodes of one cluster for the interop tests: each its own process, with free loopback
+ports, its own data directory, management API and node name, all on one coordination service.
 
 `three_nodes(tmp_path)` starts one etcd member (or, with backend="zookeeper", a ZooKeeper) and
-nodes "a", "b" and "c" (each its own process,
-data directory and free ports) and waits until each lists all three in /api/nodes. Node `restart`
-after `kill` keeps its data directory and ports, as a crashed node that comes back does.
+nodes "a", "b" and "c" and waits until each lists all three in /api/nodes. `start_node` starts
+one node on a service the test started. A node's broker `start` after `kill` keeps its data
+directory and ports, as a crashed node that comes back does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pika
 import requests
 
 from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, free_port, launch
-from tests.coordination_services import CoordinationService, start_etcd, start_zookeeper
+from interop_tests.coordination_services import CoordinationService, start_etcd, start_zookeeper
+from interop_tests.pika_helpers import connect, parameters
+from interop_tests.waiting import wait_until
 
 SESSION_TTL = 2
 NODE_CONFIG = TEST_CONFIG + """
@@ -39,28 +42,49 @@ class ClusterNode:
     def port(self) -> int:
         return self.broker.port
 
-    def url(self) -> str:
-        return self.broker.url()
+    def url(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> str:
+        return self.broker.url(user, password, vhost)
 
     def api(self, path: str) -> requests.Response:
-        return requests.get(f"http://127.0.0.1:{self.management_port}/api/{path}", auth=("guest", "guest"),
-                            timeout=5)
+        """GET /api/<path> as guest (at most 5 s)."""
+        return requests.get(self._api_url(path), auth=("guest", "guest"), timeout=5)
+
+    def api_json(self, path: str) -> Any:
+        """GET /api/<path> as guest (at most 10 s); the decoded JSON, or requests' HTTPError."""
+        reply = requests.get(self._api_url(path), auth=("guest", "guest"), timeout=10)
+        reply.raise_for_status()
+        return reply.json()
+
+    def api_write(self, method: str, path: str, body: Any = None) -> requests.Response:
+        return requests.request(method, self._api_url(path), json=body, auth=("guest", "guest"), timeout=120)
+
+    def _api_url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.management_port}/api/{path}"
 
     def live_nodes(self) -> list[str]:
         return sorted(node["name"] for node in self.api("nodes").json())
 
+    def queue_names(self, vhost: str = "/") -> set[str]:
+        return {queue["name"] for queue in self.api_json("queues") if queue["vhost"] == vhost}
 
-def wait_until(check: Callable[[], bool], what: str, within: float = 15.0) -> float:
-    """Seconds until `check()` held; fails the test after `within`."""
-    started = time.monotonic()
-    while True:
-        try:
-            if check():
-                return time.monotonic() - started
-        except (requests.RequestException, OSError):
-            pass
-        assert time.monotonic() - started < within, f"not within {within} s: {what}"
-        time.sleep(0.1)
+    def connect(self, user: str = "guest", password: str = "guest") -> pika.BlockingConnection:
+        """pika_helpers.connect to this node: one connection attempt, blocked for at most 30 s."""
+        return connect(self, user, password, connection_attempts=1, blocked_connection_timeout=30)
+
+
+def start_node(directory: Path, url: str, name: str, config: str = NODE_CONFIG,
+               extra_args: tuple[str, ...] = (), module: str = "amqp_server") -> ClusterNode:
+    """Node `name` on the coordination service at `url`, its data in `directory`/`name`;
+    `module` is what it runs with `python -m` (a test harness's variant of the broker)."""
+    port = free_port()
+    broker = launch(directory / name, config, extra_args=(
+        "--management-port", str(port), "--cluster", url, "--node-name", name, *extra_args), module=module)
+    return ClusterNode(name, broker, port)
+
+
+def restart_node(node: ClusterNode) -> None:
+    """Start the node's process again, with the same ports, data directory and name."""
+    node.broker.start()
 
 
 @contextlib.contextmanager
@@ -70,7 +94,7 @@ def three_nodes(tmp_path: Path, backend: str = "etcd", service: CoordinationServ
     """The three nodes on a new one-member etcd or ZooKeeper (`backend`), or on `service` when
     given (then left running: its starter stops it). `module`: what each node runs with
     `python -m` (a test harness's variant of the broker). `via`: the host:port a node reaches the
-    service at instead of the service's own (a tests/tcp_cut.py forwarder, to partition it).
+    service at instead of the service's own (an interop_tests/tcp_cut.py forwarder, to partition it).
     `extra_args`: more command-line flags for every node (`--default-queue-type quorum`, say)."""
     own_service = service is None
     if service is None:
@@ -79,11 +103,8 @@ def three_nodes(tmp_path: Path, backend: str = "etcd", service: CoordinationServ
     nodes: dict[str, ClusterNode] = {}
     try:
         for name in NAMES:
-            management_port = free_port()
             node_url = url if name not in (via or {}) else f"{service.scheme}://{via[name]}/{url.rsplit('/', 1)[1]}"
-            broker = launch(tmp_path / name, NODE_CONFIG, extra_args=(
-                "--management-port", str(management_port), "--cluster", node_url, "--node-name", name, *extra_args), module=module)
-            nodes[name] = ClusterNode(name, broker, management_port)
+            nodes[name] = start_node(tmp_path, node_url, name, extra_args=extra_args, module=module)
         for node in nodes.values():
             wait_until(lambda node=node: node.live_nodes() == list(NAMES), f"{node.name} lists every node")
         yield nodes
@@ -122,10 +143,9 @@ def exchange_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:
     _known_everywhere(nodes, f"exchanges/%2F/{name}", f"exchange {name}")
 
 
-def pika_parameters(node: ClusterNode) -> pika.ConnectionParameters:
+def pika_parameters(node: ClusterNode) -> pika.URLParameters:
     """pika's parameters for `node` as guest: one connection attempt, blocked for at most 10 s."""
-    return pika.ConnectionParameters("127.0.0.1", node.port, credentials=pika.PlainCredentials("guest", "guest"),
-                                     connection_attempts=1, blocked_connection_timeout=10)
+    return parameters(node, connection_attempts=1, blocked_connection_timeout=10)
 
 
 def drain(node: ClusterNode, queue: str) -> list[bytes]:

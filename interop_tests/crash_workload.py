@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import pika
 import pika.exceptions
 
+from interop_tests.pika_helpers import connect
+
 QUEUE = "durability-crash"
 
 # Exceptions that mean "the broker went away": they end a client, they are not failures.
@@ -176,12 +178,9 @@ class Ledger:
 
 # -- clients ---------------------------------------------------------------------------------
 
-
-def connect(url: str) -> pika.BlockingConnection:
-    parameters = pika.URLParameters(url)
-    parameters.connection_attempts = 1
-    parameters.heartbeat = 0  # a test this short needs none; a kill closes the socket
-    return pika.BlockingConnection(parameters)
+# pika_helpers.connect's settings for every client: one attempt, and no heartbeats (a test this
+# short needs none; a kill closes the socket).
+CLIENT_SETTINGS = {"connection_attempts": 1, "heartbeat": 0}
 
 
 class Publisher:
@@ -201,7 +200,7 @@ class Publisher:
     def run(self, url: str, stop: threading.Event) -> None:
         in_flight: list[str] = []
         try:
-            connection = connect(url)
+            connection = connect(url, **CLIENT_SETTINGS)
             channel = connection.channel()
             channel.tx_select() if self.transactional else channel.confirm_delivery()
             while not stop.is_set():
@@ -248,7 +247,7 @@ class Consumer:
         unanswered: list[str] = []  # acked since the last round trip
         prefetch = rng.choice([1, 5, 20, 100])
         try:
-            connection = connect(url)
+            connection = connect(url, **CLIENT_SETTINGS)
             channel = connection.channel()
             channel.basic_qos(prefetch_count=prefetch)
             for method, properties, body in channel.consume(QUEUE, inactivity_timeout=0.02):
@@ -295,7 +294,7 @@ def drain_ready(url: str, ledger: Ledger) -> list[tuple[str, bool]]:
 
     Damaged bodies go to `ledger.corrupt`."""
     ready: list[tuple[str, bool]] = []
-    connection = connect(url)
+    connection = connect(url, **CLIENT_SETTINGS)
     try:
         channel = connection.channel()
         while True:

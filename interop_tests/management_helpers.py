@@ -10,17 +10,14 @@ uses its own names, and its policies match only them.
 from __future__ import annotations
 
 import os
-import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
 
 from interop_tests.broker_process import BrokerProcess, external_broker, free_port, launch
-
-WAIT_S = 5.0
 
 
 def quote(segment: str) -> str:
@@ -113,13 +110,3 @@ def management_for_test(base_url: str) -> Iterator[Management]:
         yield api
     finally:
         api.cleanup()
-
-
-def eventually(condition: Callable[[], Any], timeout: float = WAIT_S) -> Any:
-    """Poll `condition` until it is truthy (RabbitMQ applies a policy asynchronously); its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(0.02)

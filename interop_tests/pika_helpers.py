@@ -1,33 +1,57 @@
 """What the pika (BlockingConnection) interop tests share.
 
-Connecting, pumping I/O until something has happened, filling and reading
-queues, and turning a broker's channel or connection close into the
-(reply_code, reply_text) a test compares. Test modules import the `connection`
-fixture from here by name.
+Connecting (the one `connect` of the pika tests), pumping I/O while a test waits,
+filling and reading queues, and turning a broker's channel or connection close
+into the (reply_code, reply_text) a test compares. Test modules import the
+`connection` fixture from here by name.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-from interop_tests.broker_process import BrokerProcess
+from interop_tests.broker_process import BrokerProcess, Reachable
+from interop_tests.waiting import poll
 
 WAIT_S = 5.0
 
 
-def connect_url(url: str) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(url))
+def parameters(to: Reachable | str, user: str = "guest", password: str = "guest", vhost: str = "/", *,
+               label: str | None = None, **settings: Any) -> pika.URLParameters:
+    """pika's parameters for `to` (a broker, a cluster node, or an amqp:// URL, which then says
+    the user and vhost) as `user` on `vhost`. `label` names the connection (the client property
+    connection_name, which the management API and list_connections show); `settings` sets pika's
+    other parameters by name: connection_attempts=1, heartbeat=0, blocked_connection_timeout=10,
+    ssl_options=pika.SSLOptions(...), and so on."""
+    chosen = pika.URLParameters(to if isinstance(to, str) else to.url(user, password, vhost))
+    if label is not None:
+        chosen.client_properties = {"connection_name": label}
+    for name, value in settings.items():
+        if not isinstance(getattr(type(chosen), name, None), property):
+            raise TypeError(f"pika has no connection parameter {name!r}")
+        setattr(chosen, name, value)
+    return chosen
 
 
-def connect(broker: BrokerProcess, user: str = "guest", password: str = "guest",
-            vhost: str = "/") -> pika.BlockingConnection:
-    return connect_url(broker.url(user, password, vhost))
+def connect(to: Reachable | str, user: str = "guest", password: str = "guest", vhost: str = "/", *,
+            label: str | None = None, **settings: Any) -> pika.BlockingConnection:
+    """A BlockingConnection to `to` with `parameters(to, user, password, vhost, label=..., **settings)`."""
+    return pika.BlockingConnection(parameters(to, user, password, vhost, label=label, **settings))
+
+
+def pumping(*connections: pika.BlockingConnection) -> Callable[[float], None]:
+    """For waiting's `pump=`: runs the I/O (and so the callbacks) of every one of `connections`
+    in turn while a test waits. (One connection's `process_data_events` does that alone.)"""
+    def pump(seconds: float) -> None:
+        for connection in connections:
+            connection.process_data_events(time_limit=seconds)
+    return pump
 
 
 def connection_for_test(broker: BrokerProcess, user: str = "guest",
@@ -50,30 +74,10 @@ def channel_for_test(broker: BrokerProcess, extension: str | None = None) -> Ite
         yield connection.channel()
 
 
-def pump(channel: BlockingChannel, done: Callable[[], object], timeout: float = 8.0) -> None:
-    """Process the channel's events until `done()`; fail the test after `timeout` seconds."""
-    if not wait_until(channel.connection, done, timeout):
-        pytest.fail(f"timed out after {timeout} s")
-
-
 @pytest.fixture
 def connection(broker: BrokerProcess) -> Iterator[pika.BlockingConnection]:
     """A guest connection to the broker for one test."""
     yield from connection_for_test(broker)
-
-
-def wait_until(connections: pika.BlockingConnection | Sequence[pika.BlockingConnection],
-               condition: Callable[[], object], timeout: float = WAIT_S) -> bool:
-    """Pump the I/O of one or more connections until `condition()` holds; False if `timeout` passes first."""
-    pumped = [connections] if isinstance(connections, pika.BlockingConnection) else list(connections)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        for connection in pumped:
-            connection.process_data_events(time_limit=min(0.05, remaining))
-    return True
 
 
 def numbered_bodies(count: int) -> list[bytes]:
@@ -108,12 +112,10 @@ def wait_ready(channel: BlockingChannel, queue: str, count: int, timeout: float 
     Requeues caused by reject, nack or a closing channel are asynchronous in
     RabbitMQ, so a count check right after them must allow a moment to settle.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        ready = ready_count(channel, queue)
-        if ready == count or time.monotonic() >= deadline:
-            return ready
-        channel.connection.process_data_events(time_limit=0.02)
+    if poll(lambda: ready_count(channel, queue) == count, timeout, every=0.02,
+            pump=channel.connection.process_data_events):
+        return count
+    return ready_count(channel, queue)
 
 
 def get_all(channel: BlockingChannel, queue: str) -> list[tuple[bytes, bool]]:

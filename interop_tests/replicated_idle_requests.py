@@ -20,7 +20,7 @@ from pathlib import Path
 import pika
 
 from interop_tests.cluster_nodes import pika_parameters, three_nodes
-from tests.coordination_services import start_etcd
+from interop_tests.coordination_services import start_etcd
 
 QUEUES = int(sys.argv[1]) if len(sys.argv) > 1 else 100
 SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0

@@ -10,6 +10,7 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from interop_tests.aio_pika_helpers import WAIT_S
 from interop_tests.aio_pika_helpers import connection  # noqa: F401  (a fixture)
+from interop_tests.waiting import wait_until_async
 
 pytestmark = pytest.mark.asyncio
 
@@ -41,7 +42,7 @@ async def test_prefetch_caps_unacked_deliveries(connection, unique) -> None:
 
     # Acking one frees one slot and exactly one more message arrives.
     await held[0].ack()
-    await asyncio.wait_for(_until(lambda: len(held) == 4), WAIT_S)
+    await wait_until_async(lambda: len(held) == 4, "a fourth delivery", WAIT_S, every=0.005)
     assert await ready_in(channel, name) == 6
     assert len(held) == 4
     assert [m.body for m in held] == [b"0", b"1", b"2", b"3"]
@@ -93,9 +94,3 @@ async def ready_in(channel, name: str) -> int:
     """
     underlay = await channel.get_underlay_channel()
     return (await underlay.queue_declare(name, passive=True)).message_count
-
-
-async def _until(condition) -> None:
-    """Yield to the event loop until `condition()` holds; the caller bounds the wait."""
-    while not condition():
-        await asyncio.sleep(0.005)

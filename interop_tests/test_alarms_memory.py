@@ -13,10 +13,10 @@ import os
 import threading
 import time
 
-import pika
 import pytest
 
 from interop_tests.broker_process import TEST_CONFIG, BrokerProcess
+from interop_tests.pika_helpers import connect
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("INTEROP_BROKER_URL")), reason="needs this project's broker with its own watermark"
@@ -39,10 +39,6 @@ def start(broker_factory, limits: str = "") -> BrokerProcess:
     ports = ("--management-port", "0", "--metrics-port", "0")
     config = TEST_CONFIG + (f"\n[limits]\n{limits}\n" if limits else "")
     return broker_factory(config_text=config, extra_args=ports)
-
-
-def connect(broker: BrokerProcess) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
 
 
 def resting_size(broker_factory) -> int:

@@ -5,12 +5,12 @@ message; and --log-level decides what is written."""
 from __future__ import annotations
 
 import re
-import time
 
 import pika
 import pytest
 
 from interop_tests.broker_process import BrokerProcess
+from interop_tests.waiting import wait_until
 
 MESSAGES = 500
 
@@ -36,10 +36,8 @@ def one_client_session(broker: BrokerProcess) -> None:
 
 def wait_for_line(broker: BrokerProcess, before: str, text: str) -> None:
     """The close line is written when the broker handles the close, just after the client returns."""
-    deadline = time.monotonic() + 10
-    while not any(text in line for line in new_lines(broker, before)):
-        assert time.monotonic() < deadline, f"no log line containing {text!r}"
-        time.sleep(0.02)
+    wait_until(lambda: any(text in line for line in new_lines(broker, before)), f"a log line containing {text!r}",
+               10, every=0.02)
 
 
 def test_a_connection_gets_an_open_line_an_error_line_and_a_close_line_and_no_line_per_message(broker_factory):

@@ -18,9 +18,9 @@ from interop_tests.cluster_nodes import (
     exchange_known_everywhere,
     queue_known_everywhere,
     three_nodes,
-    wait_until,
 )
 from interop_tests.node_runner import run_scenario
+from interop_tests.waiting import wait_until
 
 
 @pytest.fixture(params=["etcd", "zookeeper"])

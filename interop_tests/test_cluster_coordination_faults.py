@@ -26,10 +26,11 @@ import pytest
 import requests
 
 from interop_tests.cluster_nodes import (
-    NAMES, ClusterNode, drain, pika_parameters, queue_known_everywhere, three_nodes, wait_until,
+    NAMES, ClusterNode, drain, pika_parameters, queue_known_everywhere, three_nodes,
 )
-from tests.coordination_services import CoordinationService, EtcdMember, start_etcd, start_zookeeper
-from tests.tcp_cut import TcpCut
+from interop_tests.coordination_services import CoordinationService, EtcdMember, start_etcd, start_zookeeper
+from interop_tests.tcp_cut import TcpCut
+from interop_tests.waiting import wait_until
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 # etcd's and kazoo's own retry deadline is 10 s (cluster/etcd.py, cluster/zookeeper.py): the first
@@ -208,8 +209,9 @@ def test_kill_9_of_the_etcd_leader_under_working_brokers(tmp_path):
                 except (RuntimeError, OSError):
                     return None  # still electing
 
-            elected = wait_until(new_leader, "the surviving etcd members elect a leader")
-            print(f"etcd leader {leader.name} killed; a new leader after {elected:.1f} s")
+            electing = time.monotonic()
+            wait_until(new_leader, "the surviving etcd members elect a leader")
+            print(f"etcd leader {leader.name} killed; a new leader after {time.monotonic() - electing:.1f} s")
 
             # Declarations work again, on every node, and reach the others.
             _declare_and_route_everywhere(nodes, "after-election")
@@ -332,11 +334,12 @@ def test_the_coordination_service_down_and_back(tmp_path, coordination: Coordina
         # Things carry on: declarations work on every node again (each node notices the service
         # is back within its probe interval, 1 s) and reach the others ...
         for node in (a, b, c):
-            took = wait_until(lambda node=node: _refusal(
+            asked_at = time.monotonic()
+            wait_until(lambda node=node: _refusal(
                 lambda channel: channel.queue_declare(f"probe-{node.name}"), node)[0] == 200,
                 f"{node.name} accepts declarations again", within=15)
             print(f"{node.name} accepts declarations again {time.monotonic() - outage_ended:.1f} s after the "
-                  f"service answered (waited {took:.1f} s)")
+                  f"service answered (waited {time.monotonic() - asked_at:.1f} s)")
         _declare_and_route_everywhere(nodes, "after-outage")
         for node in (a, b, c):
             assert node.live_nodes() == list(NAMES)
@@ -390,8 +393,9 @@ def test_one_node_cut_off_from_the_coordination_service(tmp_path, coordination: 
             queue_known_everywhere(nodes, "held-c")
 
             partition.cut()
-            took = wait_until(lambda: a.live_nodes() == ["a", "b"], "a drops c once c's session expired")
-            print(f"a dropped the cut-off node from membership after {took:.1f} s")
+            cut_at = time.monotonic()
+            wait_until(lambda: a.live_nodes() == ["a", "b"], "a drops c once c's session expired")
+            print(f"a dropped the cut-off node from membership after {time.monotonic() - cut_at:.1f} s")
             wait_until(lambda: _passive_declare_code(a, "held-c") == 404, "a answers 404 for c's queue")
             with pika.BlockingConnection(pika_parameters(a)) as connection:  # the others carry on
                 connection.channel().queue_declare("declared-during-cut", durable=True)
@@ -406,8 +410,9 @@ def test_one_node_cut_off_from_the_coordination_service(tmp_path, coordination: 
             assert (code, text) == (541, COMMIT_REFUSED) and took < REFUSAL_WITHIN_S
 
             partition.restore()
-            took = wait_until(lambda: a.live_nodes() == list(NAMES), "c is back in a's membership", within=30)
-            print(f"c registered again {took:.1f} s after the partition healed")
+            restored_at = time.monotonic()
+            wait_until(lambda: a.live_nodes() == list(NAMES), "c is back in a's membership", within=30)
+            print(f"c registered again {time.monotonic() - restored_at:.1f} s after the partition healed")
             wait_until(lambda: _passive_declare_code(a, "held-c") == 200, "a reaches c's queue again")
             wait_until(lambda: "declared-during-cut" in {q["name"] for q in c.api("queues").json()},
                        "c caught up with what was declared meanwhile")

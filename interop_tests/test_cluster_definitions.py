@@ -17,9 +17,10 @@ import pika.exceptions
 import pytest
 
 from cluster import connect, parse_cluster_address
-from interop_tests.cluster_definition_nodes import ClusterNode, restart_node, start_node, wait_until
+from interop_tests.cluster_nodes import ClusterNode, restart_node, start_node
+from interop_tests.waiting import wait_until
 from persistence.segment_layout import list_queue_directories
-from tests.coordination_services import start_etcd, start_zookeeper
+from interop_tests.coordination_services import start_etcd, start_zookeeper
 
 
 @pytest.fixture(params=["etcd", "zookeeper"])
@@ -79,14 +80,14 @@ def test_declared_on_one_node_bound_on_another_deleted_on_a_third(nodes):
         assert _passive_declare_code(node, "invoices") == 200
         with node.connect() as connection:
             connection.channel().exchange_declare("orders", passive=True)
-    listed = {queue["name"]: queue for queue in gamma.api("queues")}["invoices"]
+    listed = {queue["name"]: queue for queue in gamma.api_json("queues")}["invoices"]
     assert listed["arguments"] == {"x-max-length": 100} and listed["durable"]
     assert listed["node"] == "alpha" and listed["state"] == "running"
 
     with beta.connect() as connection:
         connection.channel().queue_bind("invoices", "orders", "paid")
     wait_until(lambda: any(b["source"] == "orders" and b["routing_key"] == "paid"
-                           for b in alpha.api("queues/%2F/invoices/bindings")), "alpha has beta's binding")
+                           for b in alpha.api_json("queues/%2F/invoices/bindings")), "alpha has beta's binding")
     # The binding made on beta routes on alpha, which holds the queue's messages.
     with alpha.connect() as connection:
         channel = connection.channel()
@@ -107,7 +108,7 @@ def test_an_exclusive_queue_is_seen_everywhere_usable_only_by_its_connection_and
     owner = alpha.connect()
     name = owner.channel().queue_declare("", exclusive=True).method.queue
     wait_until(lambda: name in beta.queue_names(), "beta lists the exclusive queue")
-    listed = {queue["name"]: queue for queue in beta.api("queues")}[name]
+    listed = {queue["name"]: queue for queue in beta.api_json("queues")}[name]
     assert listed["exclusive"] and listed["node"] == "alpha"
     with beta.connect() as connection:
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
@@ -154,7 +155,7 @@ def test_concurrent_conflicting_declares_have_one_winner_and_a_406(nodes):
                                       f"in vhost '/': received '{lost}' but current is '{won}'")
         for node in (alpha, beta):
             def winner_listed(node=node):
-                return {q["name"]: q["arguments"] for q in node.api("queues")}.get(name) == {"x-max-length": won}
+                return {q["name"]: q["arguments"] for q in node.api_json("queues")}.get(name) == {"x-max-length": won}
             wait_until(winner_listed, f"{node.name} has the winner's definition of {name}")
 
 
@@ -186,13 +187,13 @@ def test_policies_and_limits_set_on_one_node_apply_on_another(nodes):
     assert alpha.api_write("PUT", "policies/%2F/short-lived", {
         "pattern": "^short\\.", "apply-to": "queues", "definition": {"message-ttl": 60000}}).status_code == 201
     assert alpha.api_write("PUT", "vhost-limits/%2F/max-queues", {"value": 2}).status_code == 204
-    wait_until(lambda: [p["name"] for p in beta.api("policies")] == ["short-lived"], "beta has the policy")
-    wait_until(lambda: beta.api("vhost-limits") == [{"vhost": "/", "value": {"max-queues": 2}}],
+    wait_until(lambda: [p["name"] for p in beta.api_json("policies")] == ["short-lived"], "beta has the policy")
+    wait_until(lambda: beta.api_json("vhost-limits") == [{"vhost": "/", "value": {"max-queues": 2}}],
                "beta has the vhost limit")
 
     with beta.connect() as connection:  # the policy applies to a queue declared on beta
         connection.channel().queue_declare("short.one")
-    listed = {q["name"]: q for q in beta.api("queues")}["short.one"]
+    listed = {q["name"]: q for q in beta.api_json("queues")}["short.one"]
     assert listed["policy"] == "short-lived"
     with alpha.connect() as connection:
         connection.channel().queue_declare("other")
@@ -204,7 +205,7 @@ def test_policies_and_limits_set_on_one_node_apply_on_another(nodes):
         406, "PRECONDITION_FAILED - cannot declare queue 'third': queue limit in vhost '/' (2) is reached")
 
     assert beta.api_write("DELETE", "policies/%2F/short-lived").status_code == 204
-    wait_until(lambda: alpha.api("policies") == [], "alpha lost the policy deleted on beta")
+    wait_until(lambda: alpha.api_json("policies") == [], "alpha lost the policy deleted on beta")
 
 
 def test_a_definitions_file_given_to_a_joining_node_is_imported_into_the_cluster(cluster_url, tmp_path):
@@ -221,7 +222,7 @@ def test_a_definitions_file_given_to_a_joining_node_is_imported_into_the_cluster
         alpha = start_node(tmp_path, cluster_url, "alpha", extra_args=("--definitions", str(path)))
         assert "from-file" in alpha.queue_names()
         wait_until(lambda: "from-file" in beta.queue_names(), "beta lists the queue from alpha's file")
-        assert [p["name"] for p in beta.api("policies")] == ["filed"]
+        assert [p["name"] for p in beta.api_json("policies")] == ["filed"]
     finally:
         for node in (alpha, beta):
             if node is not None:
@@ -244,8 +245,8 @@ def test_a_node_that_was_down_catches_up_when_it_returns(nodes):
 
     restart_node(beta)  # it accepts clients only once it has caught up
     assert beta.queue_names() == {"while-down"}
-    assert "later" in {vhost["name"] for vhost in beta.api("vhosts")}
-    assert [(b["source"], b["routing_key"]) for b in beta.api("queues/%2F/while-down/bindings")
+    assert "later" in {vhost["name"] for vhost in beta.api_json("vhosts")}
+    assert [(b["source"], b["routing_key"]) for b in beta.api_json("queues/%2F/while-down/bindings")
             if b["source"]] == [("amq.topic", "news.#")]
 
 
@@ -259,7 +260,7 @@ def test_a_restarted_node_takes_back_its_queues_and_their_persistent_messages(no
             channel.basic_publish("", "ledger", str(number).encode(), pika.BasicProperties(delivery_mode=2))
 
     def ledger_state():
-        return {q["name"]: (q["node"], q["state"]) for q in beta.api("queues")}.get("ledger")
+        return {q["name"]: (q["node"], q["state"]) for q in beta.api_json("queues")}.get("ledger")
 
     assert wait_until(lambda: ledger_state() == ("alpha", "running"), "beta sees alpha holding the ledger")
     alpha.broker.kill()  # kill -9: its ownership lapses with its session, the definition stays
@@ -328,7 +329,7 @@ def test_a_transient_queue_goes_with_its_dead_owner_and_its_bindings_with_it(nod
     alpha.broker.kill()  # as RabbitMQ drops a lost node's transient queues
     wait_until(lambda: "scratch" not in beta.queue_names(), "beta dropped the transient queue")
     assert "kept" in beta.queue_names()
-    assert not [b for b in beta.api("bindings") if b["destination"] == "scratch"]
+    assert not [b for b in beta.api_json("bindings") if b["destination"] == "scratch"]
 
     restart_node(alpha)
     assert alpha.queue_names() == {"kept"}
@@ -336,7 +337,7 @@ def test_a_transient_queue_goes_with_its_dead_owner_and_its_bindings_with_it(nod
         connection.channel().queue_declare("scratch")
     wait_until(lambda: "scratch" in beta.queue_names(), "beta lists the new queue")
     for node in (alpha, beta):  # the old binding's key went with the old queue
-        assert [b["source"] for b in node.api("queues/%2F/scratch/bindings")] == [""]
+        assert [b["source"] for b in node.api_json("queues/%2F/scratch/bindings")] == [""]
 
 
 def test_ten_thousand_bindings_on_one_exchange(nodes):
@@ -351,11 +352,11 @@ def test_ten_thousand_bindings_on_one_exchange(nodes):
     }
     # The import is answered once all 10,000 bindings are committed in the coordination service.
     assert alpha.api_write("POST", "definitions", document).status_code in (201, 204)
-    wait_until(lambda: len(beta.api("exchanges/%2F/wide/bindings/source")) == count,
+    wait_until(lambda: len(beta.api_json("exchanges/%2F/wide/bindings/source")) == count,
                "beta has all 10,000 bindings", within=120)
     with beta.connect() as connection:  # made on alpha, unbound on beta
         connection.channel().queue_unbind("sink", "wide", "key-0")
-    wait_until(lambda: len(alpha.api("exchanges/%2F/wide/bindings/source")) == count - 1,
+    wait_until(lambda: len(alpha.api_json("exchanges/%2F/wide/bindings/source")) == count - 1,
                "alpha lost the binding removed on beta")
     with alpha.connect() as connection:
         channel = connection.channel()

@@ -14,7 +14,8 @@ import requests
 
 from amqp_server.ctl.main import main as ctl_main
 from interop_tests.broker_process import free_port, launch
-from tests.coordination_services import start_etcd, start_zookeeper
+from interop_tests.coordination_services import start_etcd, start_zookeeper
+from interop_tests.waiting import poll
 
 SESSION_TTL = 2
 NODE_CONFIG = """
@@ -42,12 +43,9 @@ def _node_names(management_port: int) -> list[str]:
 def _wait_for_nodes(management_port: int, expected: list[str], within: float) -> float:
     """Seconds it took until /api/nodes listed exactly `expected`."""
     started = time.monotonic()
-    while True:
-        names = _node_names(management_port)
-        if names == sorted(expected):
-            return time.monotonic() - started
-        assert time.monotonic() - started < within, f"/api/nodes still lists {names}, expected {sorted(expected)}"
-        time.sleep(0.1)
+    listed = poll(lambda: _node_names(management_port) == sorted(expected), within, every=0.1)
+    assert listed, f"/api/nodes still lists {_node_names(management_port)}, expected {sorted(expected)}"
+    return time.monotonic() - started
 
 
 def test_nodes_see_each_other_and_a_killed_node_drops_out(coordination, tmp_path):

@@ -24,8 +24,9 @@ import pika
 import requests
 
 from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, free_port, launch
-from interop_tests.cluster_nodes import wait_until
-from tests.coordination_services import start_etcd
+from interop_tests.coordination_services import start_etcd
+from interop_tests.pika_helpers import connect
+from interop_tests.waiting import wait_until
 
 WORKERS = 2
 # The default session TTL: the shorter one of the other cluster tests would let a worker starved
@@ -73,11 +74,6 @@ class WorkerGroup:
     def connection_names(self, worker: int) -> set[str]:
         return {c["user_provided_name"] for c in self.api(worker, "connections").json() if c["user_provided_name"]}
 
-    def connect(self, name: str) -> pika.BlockingConnection:
-        return pika.BlockingConnection(pika.ConnectionParameters(
-            "127.0.0.1", self.broker.port, credentials=pika.PlainCredentials("guest", "guest"),
-            client_properties={"connection_name": name}, connection_attempts=1))
-
 
 @contextmanager
 def worker_group(tmp_path: Path, config: str = GROUP_CONFIG, extra_args: tuple[str, ...] = ()) -> Iterator[WorkerGroup]:
@@ -108,7 +104,7 @@ def _gone(pid: int) -> bool:
 
 def _spread_connections(group: WorkerGroup, prefix: str) -> tuple[dict[str, pika.BlockingConnection], list[set[str]]]:
     """CONNECTIONS connections to the shared port, and the names each worker lists."""
-    connections = {f"{prefix}{i}": group.connect(f"{prefix}{i}") for i in range(CONNECTIONS)}
+    connections = {f"{prefix}{i}": connect(group.broker, label=f"{prefix}{i}", connection_attempts=1) for i in range(CONNECTIONS)}
     by_worker: list[set[str]] = []
 
     def listed() -> bool:
@@ -209,7 +205,7 @@ def test_persistent_messages_survive_a_worker_and_a_group_restart(tmp_path):
         assert group.broker.stop() == 0
         group.broker.start()
         group.wait_until_formed()
-        reader = group.connect("reader")
+        reader = connect(group.broker, label="reader", connection_attempts=1)
         channel = reader.channel()
         for name in connections:
             # Each worker sees its sibling's queues come back when its watch delivers their owner's key.

@@ -18,11 +18,13 @@ import aio_pika
 import pika
 from pamqp import commands
 
-from interop_tests.cluster_nodes import wait_until
+from interop_tests import aio_pika_helpers
 from interop_tests.raw_client import RawClient
 from interop_tests.broker_process import free_port
+from interop_tests.pika_helpers import connect
 from interop_tests.test_cluster_workers import GROUP_CONFIG, WorkerGroup, worker_group
 from interop_tests.tls_helpers import make_tls_files, tls_config
+from interop_tests.waiting import wait_until
 
 LINK_USER = "amqp-server-cluster-link"
 BODY = b"x" * 4096
@@ -31,12 +33,12 @@ _names = itertools.count()
 Client = TypeVar("Client")
 
 
-def _on_worker(group: WorkerGroup, worker: int, connect: Callable[[str], Client], close: Callable[[Client], None]
+def _on_worker(group: WorkerGroup, worker: int, open_client: Callable[[str], Client], close: Callable[[Client], None]
                ) -> tuple[str, Client]:
     """A connection to the shared port that the kernel put on `worker` (others are closed)."""
     for _attempt in range(40):
         name = f"client-{next(_names)}"
-        client = connect(name)
+        client = open_client(name)
         wait_until(lambda: name in group.connection_names(1) | group.connection_names(2), f"{name} listed")
         if name in group.connection_names(worker):
             return name, client
@@ -44,14 +46,9 @@ def _on_worker(group: WorkerGroup, worker: int, connect: Callable[[str], Client]
     raise AssertionError(f"40 connections and none on worker {worker}")
 
 
-def _pika_connect(group: WorkerGroup, name: str, heartbeat: int | None = None) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        "127.0.0.1", group.broker.port, credentials=pika.PlainCredentials("guest", "guest"),
-        client_properties={"connection_name": name}, connection_attempts=1, heartbeat=heartbeat))
-
-
 def _pika(group: WorkerGroup, worker: int, heartbeat: int | None = None) -> tuple[str, pika.BlockingConnection]:
-    return _on_worker(group, worker, lambda name: _pika_connect(group, name, heartbeat),
+    return _on_worker(group, worker,
+                      lambda name: connect(group.broker, label=name, connection_attempts=1, heartbeat=heartbeat),
                       lambda connection: connection.close())
 
 
@@ -59,7 +56,7 @@ def _pika_unless_refused(group: WorkerGroup, prefix: str) -> tuple[str, pika.Blo
     """A connection to the shared port, its name and the worker listing it; None if that worker refused it."""
     name = f"{prefix}-{next(_names)}"
     try:
-        connection = _pika_connect(group, name)
+        connection = connect(group.broker, label=name, connection_attempts=1)
     except pika.exceptions.AMQPError:
         return None
     wait_until(lambda: name in group.connection_names(1) | group.connection_names(2), f"{name} listed")
@@ -157,15 +154,11 @@ def test_an_aio_pika_publisher_and_consumer_move_and_keep_confirms_and_prefetch(
         _declare_on_owner(group, "owned-by-1")
 
         async def scenario() -> None:
-            async def connect(name: str) -> aio_pika.abc.AbstractConnection:
-                return await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{group.broker.port}/",
-                                              client_properties={"connection_name": name})
-
             async def on_worker_2() -> tuple[str, aio_pika.abc.AbstractConnection]:
                 opened = []
                 for _attempt in range(40):
                     name = f"aio-{next(_names)}"
-                    connection = await connect(name)
+                    connection = await aio_pika_helpers.connect(group.broker, label=name)
                     await asyncio.to_thread(wait_until,
                                             lambda: name in group.connection_names(1) | group.connection_names(2),
                                             f"{name} listed")
@@ -256,13 +249,11 @@ def test_a_tls_connection_stays_and_forwards(tmp_path):
                                                                    "--metrics-ssl-port", "0")) as group:
         _declare_on_owner(group, "owned-by-1")
 
-        def connect(name: str) -> pika.BlockingConnection:
-            return pika.BlockingConnection(pika.ConnectionParameters(
-                "127.0.0.1", tls_port, credentials=pika.PlainCredentials("guest", "guest"),
-                ssl_options=pika.SSLOptions(files.client_context(), "127.0.0.1"),
-                client_properties={"connection_name": name}, connection_attempts=1))
+        def over_tls(name: str) -> pika.BlockingConnection:
+            return connect(group.broker, label=name, port=tls_port, connection_attempts=1,
+                           ssl_options=pika.SSLOptions(files.client_context(), "127.0.0.1"))
 
-        name, connection = _on_worker(group, 2, connect, lambda c: c.close())
+        name, connection = _on_worker(group, 2, over_tls, lambda c: c.close())
         channel = connection.channel()
         channel.confirm_delivery()
         links_before = _link_octets(group, 1)

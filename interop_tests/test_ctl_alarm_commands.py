@@ -12,15 +12,15 @@ import io
 import json
 import os
 import re
-import time
 import urllib.error
 import urllib.request
 from base64 import b64encode
 
-import pika
 import pytest
 
 from interop_tests.broker_process import BrokerProcess, free_port
+from interop_tests.pika_helpers import connect
+from interop_tests.waiting import wait_until
 from amqp_server.ctl.main import main as ctl_main
 
 pytestmark = pytest.mark.skipif(
@@ -75,30 +75,17 @@ def ctl(broker_factory) -> Ctl:
     return Ctl(broker_factory(extra_args=("--management-port", str(port), "--metrics-port", "0")), port)
 
 
-def connect(ctl: Ctl, label: str) -> pika.BlockingConnection:
-    parameters = pika.URLParameters(ctl.broker.url())
-    parameters.client_properties = {"connection_name": label}
-    return pika.BlockingConnection(parameters)
-
-
-def wait_for(connection: pika.BlockingConnection, done, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not done():
-        assert time.monotonic() < deadline, f"no {what}"
-        connection.process_data_events(0.05)
-
-
 def test_memory_watermark_blocks_and_unblocks_a_publisher(ctl):
     out = ctl.ok("status")
     assert "Alarms\n\n(none)\n" in out
     assert "Memory high watermark setting: 0.4 of available memory, computed to: " in out
 
-    consumer = connect(ctl, "consumer")
+    consumer = connect(ctl.broker, label="consumer")
     consumer_channel = consumer.channel()
     consumer_channel.queue_declare("watermark-q")
     received: list[bytes] = []
     consumer_channel.basic_consume("watermark-q", lambda _ch, _m, _p, body: received.append(body), auto_ack=True)
-    publisher = connect(ctl, "publisher")
+    publisher = connect(ctl.broker, label="publisher")
     events: list[str] = []
     publisher.add_on_connection_blocked_callback(lambda _c, frame: events.append(frame.method.reason))
     publisher.add_on_connection_unblocked_callback(lambda _c, _frame: events.append("unblocked"))
@@ -114,14 +101,14 @@ def test_memory_watermark_blocks_and_unblocks_a_publisher(ctl):
     assert f"Memory alarm on node {node}" in ctl.ok("status")
 
     publish_channel.basic_publish("", "watermark-q", b"held")
-    wait_for(publisher, lambda: events, "connection.blocked")
+    wait_until(lambda: events, "a connection.blocked", WAIT_S, pump=publisher.process_data_events)
     assert events == ["low on memory"]
     assert ctl.states() == {"consumer": "blocking", "publisher": "blocked"}
 
     assert ctl.ok("set_vm_memory_high_watermark", "0.4") == f"Setting memory threshold on {node} to 0.4 ...\n"
-    wait_for(publisher, lambda: len(events) == 2, "connection.unblocked")
+    wait_until(lambda: len(events) == 2, "a connection.unblocked", WAIT_S, pump=publisher.process_data_events)
     assert events == ["low on memory", "unblocked"]
-    wait_for(consumer, lambda: received, "delivery of the held message")
+    wait_until(lambda: received, "delivery of the held message", WAIT_S, pump=consumer.process_data_events)
     assert received == [b"held"]
     assert ctl.states() == {"consumer": "running", "publisher": "running"}
     assert ctl.health() == (200, {"status": "ok"})

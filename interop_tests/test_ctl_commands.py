@@ -17,6 +17,7 @@ import pika
 import pytest
 
 from interop_tests.broker_process import BrokerProcess, free_port, launch
+from interop_tests.pika_helpers import connect
 from amqp_server.ctl.main import main as ctl_main
 
 pytestmark = pytest.mark.skipif(
@@ -54,15 +55,6 @@ def ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ctl]:
         broker.stop()
 
 
-def connect(
-    ctl: Ctl, user: str = "guest", password: str = "guest", vhost: str = "/", label: str | None = None
-) -> pika.BlockingConnection:
-    parameters = pika.URLParameters(ctl.broker.url(user, password, vhost))
-    if label is not None:
-        parameters.client_properties = {"connection_name": label}
-    return pika.BlockingConnection(parameters)
-
-
 def connection_name(ctl: Ctl, label: str) -> str:
     """The broker's name for the connection opened with `label` (from list_connections)."""
     [name] = [name for name, properties in ctl.rows("list_connections", "name", "client_properties")
@@ -72,7 +64,7 @@ def connection_name(ctl: Ctl, label: str) -> str:
 
 def test_list_queues_default_and_chosen_columns(ctl, unique):
     queue = unique("ctl-q")
-    with connect(ctl) as connection:
+    with connect(ctl.broker) as connection:
         channel = connection.channel()
         channel.queue_declare(queue, durable=True, arguments={"x-max-length": 10})
         channel.confirm_delivery()
@@ -97,7 +89,7 @@ def test_unknown_column_is_a_usage_error(ctl):
 
 def test_list_exchanges_and_bindings(ctl, unique):
     queue = unique("ctl-bound")
-    with connect(ctl) as connection:
+    with connect(ctl.broker) as connection:
         channel = connection.channel()
         channel.queue_declare(queue, auto_delete=True)
         channel.queue_bind(queue, "amq.topic", "a.*.c")
@@ -110,7 +102,7 @@ def test_list_exchanges_and_bindings(ctl, unique):
 
 def test_connections_channels_and_consumers_are_listed(ctl, unique):
     queue, label = unique("ctl-consumed"), unique("ctl-connection")
-    with connect(ctl, label=label) as connection:
+    with connect(ctl.broker, label=label) as connection:
         channel = connection.channel()
         channel.queue_declare(queue, auto_delete=True)
         channel.basic_qos(prefetch_count=7)
@@ -136,19 +128,19 @@ def test_users_passwords_and_permissions_take_effect(ctl, unique):
     assert ["/", ".*", ".*", ".*"] in ctl.rows("list_user_permissions", user)
     assert ctl("set_user_tags", user, "monitoring")[0] == 0
     assert [user, "[monitoring]"] in ctl.rows("list_users")
-    connect(ctl, user, "first").close()
+    connect(ctl.broker, user, "first").close()
 
     assert ctl("change_password", user, "second")[0] == 0
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
-        connect(ctl, user, "first")
-    connect(ctl, user, "second").close()
+        connect(ctl.broker, user, "first")
+    connect(ctl.broker, user, "second").close()
     assert [user, "[monitoring]"] in ctl.rows("list_users")  # tags survive a password change
 
     assert ctl("delete_user", user)[0] == 0
     code, _out, err = ctl("delete_user", user)
     assert code == 67 and f'User "{user}" does not exist' in err
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
-        connect(ctl, user, "second")
+        connect(ctl.broker, user, "second")
 
 
 def test_vhosts_can_be_added_used_and_deleted(ctl, unique):
@@ -156,7 +148,7 @@ def test_vhosts_can_be_added_used_and_deleted(ctl, unique):
     assert ctl("add_vhost", vhost)[0] == 0
     assert [vhost] in ctl.rows("list_vhosts")
     assert ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")[0] == 0
-    with connect(ctl, vhost=vhost) as connection:
+    with connect(ctl.broker, vhost=vhost) as connection:
         connection.channel().queue_declare("inside")
     assert [["inside", "0"]] == ctl.rows("list_queues", "-p", vhost)
     assert ctl("delete_vhost", vhost)[0] == 0
@@ -168,7 +160,7 @@ def test_vhosts_can_be_added_used_and_deleted(ctl, unique):
 
 def test_purge_and_delete_queue(ctl, unique):
     queue = unique("ctl-purged")
-    with connect(ctl) as connection:
+    with connect(ctl.broker) as connection:
         channel = connection.channel()
         channel.queue_declare(queue)
         channel.confirm_delivery()
@@ -188,7 +180,7 @@ def test_purge_and_delete_queue(ctl, unique):
 
 def test_close_connection_reaches_the_client_and_the_log(ctl, unique):
     label = unique("ctl-closed")
-    connection = connect(ctl, label=label)
+    connection = connect(ctl.broker, label=label)
     name = connection_name(ctl, label)
     code, out, _err = ctl("close_connection", name, "maintenance window")
     assert code == 0 and out == f"Closing connection {name}, reason: maintenance window...\n"
@@ -206,7 +198,7 @@ def test_close_connection_reaches_the_client_and_the_log(ctl, unique):
 
 def test_export_and_import_definitions_round_trip(ctl, unique, tmp_path):
     queue = unique("ctl-durable")
-    with connect(ctl) as connection:
+    with connect(ctl.broker) as connection:
         connection.channel().queue_declare(queue, durable=True)
     exported = tmp_path / "definitions.json"
     code, _out, _err = ctl("export_definitions", str(exported))

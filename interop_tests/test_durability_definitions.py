@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -21,12 +20,15 @@ import pytest
 from pika.exceptions import ChannelClosedByBroker
 
 from interop_tests.broker_process import BrokerProcess, free_port
+from interop_tests.pika_helpers import connect
+from interop_tests.waiting import poll
 
 pytestmark = pytest.mark.timeout(60)
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 TRANSIENT = pika.BasicProperties(delivery_mode=1)
 ONE_MIB = 1024 * 1024
+WAIT_S = 10.0  # for what a broker does after its reply: dead-lettering, freeing segment files
 
 
 def clean_restart(broker: BrokerProcess) -> None:
@@ -42,10 +44,6 @@ def crash_restart(broker: BrokerProcess) -> None:
 @pytest.fixture(params=[clean_restart, crash_restart], ids=["sigterm", "sigkill"])
 def restart(request) -> Callable[[BrokerProcess], None]:
     return request.param
-
-
-def connect(broker: BrokerProcess, user: str = "guest", password: str = "guest", vhost: str = "/"):
-    return pika.BlockingConnection(pika.URLParameters(broker.url(user, password, vhost)))
 
 
 def exists(connection: pika.BlockingConnection, kind: str, name: str) -> bool:
@@ -87,15 +85,6 @@ def queue_dir(broker: BrokerProcess, queue: str, vhost: str = "/") -> Path:
 
 def disk_usage(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file()) if directory.exists() else 0
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def fill(channel, queue: str, count: int = 2000, size: int = 4096) -> None:
@@ -171,7 +160,7 @@ def test_durable_topology_survives_and_transient_does_not(broker_factory, restar
     method, _, body = channel.basic_get("dur-main")
     assert body == b"via e2e"
     channel.basic_reject(method.delivery_tag, requeue=False)
-    assert wait_for(lambda: channel.queue_declare("dur-dead", passive=True).method.message_count == 1)
+    assert poll(lambda: channel.queue_declare("dur-dead", passive=True).method.message_count == 1, WAIT_S)
     assert [b for b, _ in bodies(channel, "dur-dead")] == [b"via e2e"]
 
     # A binding to a transient queue died with it: the re-created queue gets nothing.
@@ -255,7 +244,8 @@ def test_purged_queue_frees_its_files_and_stays_empty(broker_factory, restart):
     assert disk_usage(queue_dir(broker, "to-purge")) > 7 * ONE_MIB
 
     assert channel.queue_purge("to-purge").method.message_count == 2000
-    assert wait_for(lambda: disk_usage(queue_dir(broker, "to-purge")) < ONE_MIB), disk_usage(queue_dir(broker, "to-purge"))
+    assert poll(lambda: disk_usage(queue_dir(broker, "to-purge")) < ONE_MIB, WAIT_S), \
+        disk_usage(queue_dir(broker, "to-purge"))
     restart(broker)
 
     channel = connect(broker).channel()
@@ -272,7 +262,8 @@ def test_deleted_queue_frees_its_files_and_its_messages_never_come_back(broker_f
     assert queues_before > 7 * ONE_MIB
 
     assert channel.queue_delete("to-delete").method.message_count == 2000
-    assert wait_for(lambda: not queue_dir(broker, "to-delete").exists()), list(queue_dir(broker, "to-delete").iterdir())
+    assert poll(lambda: not queue_dir(broker, "to-delete").exists(), WAIT_S), \
+        list(queue_dir(broker, "to-delete").iterdir())
     assert disk_usage(broker.data_dir / "queues") < 64 * 1024
     restart(broker)
 
@@ -300,7 +291,8 @@ def test_drained_queue_uses_almost_no_disk(broker_factory, restart):
             break
     channel.cancel()
     assert channel.queue_declare("to-drain", passive=True).method.message_count == 0
-    assert wait_for(lambda: disk_usage(queue_dir(broker, "to-drain")) < ONE_MIB), disk_usage(queue_dir(broker, "to-drain"))
+    assert poll(lambda: disk_usage(queue_dir(broker, "to-drain")) < ONE_MIB, WAIT_S), \
+        disk_usage(queue_dir(broker, "to-drain"))
     restart(broker)
 
     channel = connect(broker).channel()

@@ -11,13 +11,11 @@ import hashlib
 import pika
 import pytest
 
+from interop_tests.pika_helpers import connect
+
 pytestmark = pytest.mark.timeout(60)
 
 QUEUE = "tx-durable"
-
-
-def connect(broker) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url()))
 
 
 def body_for(index: int) -> bytes:

@@ -19,7 +19,8 @@ import pytest
 from pamqp import commands
 
 from interop_tests.kombu_helpers import kombu_url
-from interop_tests.pika_helpers import connect, pump
+from interop_tests.pika_helpers import connect
+from interop_tests.waiting import poll
 from interop_tests.raw_client import RawClient, raw_frame
 
 FLAG_HEADERS = 1 << 13
@@ -103,7 +104,7 @@ def refused_publish(broker, queue: str, properties: bytes) -> tuple[int, int, st
 def assert_consumer_gets_only_good_messages(broker, consumer) -> None:
     connection, channel, queue, received = consumer
     channel.basic_publish("", queue, b"good")
-    pump(channel, lambda: received)
+    assert poll(lambda: received, 8.0, pump=channel.connection.process_data_events)
     connection.process_data_events(time_limit=0.2)  # anything else queued would arrive now
     assert received == [b"good"]
     assert connection.is_open and channel.is_open

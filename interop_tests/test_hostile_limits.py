@@ -49,13 +49,6 @@ def greeted(broker) -> RawClient:
     return client
 
 
-def wait_for_log(broker, text: str) -> None:
-    deadline = time.monotonic() + 10
-    while text not in broker.log_text():
-        assert time.monotonic() < deadline, f"{text!r} never logged:\n{broker.log_text()[-3000:]}"
-        time.sleep(0.02)
-
-
 def assert_dropped_silently(client: RawClient) -> float:
     """No frame comes back; the socket is closed after about RabbitMQ's 3 s, well before the
     handshake timeout. Returns the seconds waited."""
@@ -86,7 +79,7 @@ def test_a_start_ok_over_4096_bytes_is_refused_without_a_reply(broker):
     with greeted(broker) as client:
         client.send_bytes(frame)
         assert_dropped_silently(client)
-    wait_for_log(broker, f"{{frame_too_large,{len(frame) - 8},4088}}")
+    broker.wait_for_log(f"{{frame_too_large,{len(frame) - 8},4088}}")
 
 
 def test_a_socket_cannot_park_a_frame_of_the_brokers_frame_max_before_tune_ok(broker):
@@ -98,7 +91,7 @@ def test_a_socket_cannot_park_a_frame_of_the_brokers_frame_max_before_tune_ok(br
         # A frame header announcing 131,000 payload bytes, and most of them, never finished.
         client.send_bytes(b"\x01\x00\x00" + (131_000).to_bytes(4, "big") + b"\x00" * 100_000)
         assert_dropped_silently(client)
-    wait_for_log(broker, "{frame_too_large,131000,4088}")
+    broker.wait_for_log("{frame_too_large,131000,4088}")
     assert witness.is_alive()
     witness.close()
 
@@ -109,7 +102,7 @@ def test_an_oversized_frame_after_start_ok_and_before_tune_ok_is_refused_too(bro
         client.expect(commands.Connection.Tune)
         client.send_bytes(b"\x01\x00\x00" + (5000).to_bytes(4, "big") + b"\x00" * 5000 + b"\xce")
         assert_dropped_silently(client)
-    wait_for_log(broker, "{frame_too_large,5000,4088}")
+    broker.wait_for_log("{frame_too_large,5000,4088}")
 
 
 # -- connection limits -------------------------------------------------------------
@@ -157,7 +150,7 @@ def test_max_connections_refuses_the_connection_over_it_at_open_and_says_why(bro
     for _ in range(10):
         text = refusal_of(broker)
         assert text == "NOT_ALLOWED - access to vhost '/' refused for user 'guest': broker connection limit (5) is reached"
-    wait_for_log(broker, "broker connection limit (5) is reached")
+    broker.wait_for_log("broker connection limit (5) is reached")
     # Those inside keep working, and a closed one makes room for a new one.
     connections[0].channel().queue_declare("", exclusive=True)
     connections.pop().close()
@@ -175,7 +168,7 @@ def test_max_connections_per_listener_refuses_over_it_and_names_the_listener(bro
         f"NOT_ALLOWED - access to vhost '/' refused for user 'guest': "
         f"listener 127.0.0.1:{broker.port} connection limit (3) is reached"
     )
-    wait_for_log(broker, f"listener 127.0.0.1:{broker.port} connection limit (3) is reached")
+    broker.wait_for_log(f"listener 127.0.0.1:{broker.port} connection limit (3) is reached")
     for connection in connections:
         connection.close()
 
@@ -224,7 +217,7 @@ def test_sockets_over_the_limit_cannot_pile_up_waiting_for_their_refusal(broker_
         except (ServerClosedSocket, OSError):
             pass
     assert 0 < answered <= SOCKETS_OVER_THE_LIMIT // 2, answered
-    wait_for_log(broker, "connection(s) at accept")
+    broker.wait_for_log("connection(s) at accept")
     for client in clients:
         client.close()
     opened.channel().queue_declare("", exclusive=True)
@@ -293,7 +286,7 @@ def test_a_client_that_never_reads_its_returns_is_paused_then_closed_and_holds_l
     assert hostile.sent < 64 * 1024 * 1024, f"the broker read {hostile.sent >> 20} MiB it had to answer unread"
     assert (peak_kib - resting_kib) * 1024 < 64 * 1024 * 1024, f"RSS grew by {(peak_kib - resting_kib) >> 10} MiB"
     assert slowest_s < 1.0, slowest_s
-    wait_for_log(broker, "client is not reading, nothing could be sent to it for 3s")
+    broker.wait_for_log("client is not reading, nothing could be sent to it for 3s")
     assert witness.is_open
     witness.close()
 
@@ -419,7 +412,7 @@ def test_a_consumer_that_never_reads_does_not_get_a_whole_queue_moved_into_memor
             slowest_s = max(slowest_s, time.monotonic() - before)
             peak_kib = max(peak_kib, rss_kib(broker.process.pid))
             time.sleep(0.03)
-        wait_for_log(broker, "client is not reading, nothing could be sent to it for 3s")
+        broker.wait_for_log("client is not reading, nothing could be sent to it for 3s")
 
     assert (peak_kib - resting_kib) * 1024 < 48 * 1024 * 1024, f"RSS grew by {(peak_kib - resting_kib) >> 10} MiB"
     assert slowest_s < 0.2, slowest_s

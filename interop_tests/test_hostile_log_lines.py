@@ -8,11 +8,8 @@ log shipper) to read: a well-formed line saying that 'admin' logged in.
 
 from __future__ import annotations
 
-import time
-
 from pamqp import commands, header
 
-from interop_tests.broker_process import BrokerProcess
 from interop_tests.raw_client import CLIENT_CAPABILITIES, RawClient, ServerClosedSocket
 
 FORGED = "2026-01-01 00:00:00,000 INFO amqp_server.connection.connection: user 'admin' authenticated and granted access"
@@ -31,14 +28,6 @@ def start_ok(client: RawClient, user: str, password: str, product: str) -> None:
     )
 
 
-def wait_for_text(broker: BrokerProcess, text: str) -> str:
-    deadline = time.monotonic() + 10
-    while text not in broker.log_text():
-        assert time.monotonic() < deadline, f"{text!r} never logged:\n{broker.log_text()}"
-        time.sleep(0.02)
-    return broker.log_text()
-
-
 def assert_not_forged(log_text: str) -> None:
     lines = log_text.splitlines()
     assert not [line for line in lines if line.startswith(FORGED[:30])], log_text
@@ -54,7 +43,7 @@ def test_a_newline_in_a_refused_login_name_does_not_forge_a_log_line(broker_fact
             client.expect_connection_close()
         except ServerClosedSocket:
             pass
-    assert_not_forged(wait_for_text(broker, "login refused"))
+    assert_not_forged(broker.wait_for_log("login refused"))
 
 
 def test_a_newline_in_the_client_product_does_not_forge_a_log_line(broker_factory):
@@ -65,7 +54,7 @@ def test_a_newline_in_the_client_product_does_not_forge_a_log_line(broker_factor
         client.send(commands.Connection.TuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0))
         client.send(commands.Connection.Open(virtual_host="/"))
         client.expect(commands.Connection.OpenOk)
-        log_text = wait_for_text(broker, "granted access")
+        log_text = broker.wait_for_log("granted access")
     assert_not_forged(log_text)
     assert "\x1b" not in log_text and "\r" not in log_text
     assert "innocent\\r\\n" in log_text and "\\x1b[2K" in log_text

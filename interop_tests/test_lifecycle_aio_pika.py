@@ -9,6 +9,9 @@ import aio_pika
 import pytest
 from pamqp.commands import Basic
 
+from interop_tests.aio_pika_helpers import connect
+from interop_tests.waiting import wait_until_async
+
 WAIT_S = 8.0
 
 
@@ -17,16 +20,6 @@ def own(broker):
     if broker.is_external:
         pytest.skip("uses this broker's lifecycle extensions")
     return broker
-
-
-async def connect(broker) -> aio_pika.abc.AbstractRobustConnection:
-    return await aio_pika.connect(broker.url())
-
-
-async def until(done) -> None:
-    """Return once `done()` is true; callers bound it with asyncio.wait_for(..., WAIT_S)."""
-    while not done():
-        await asyncio.sleep(0.02)
 
 
 async def drain(queue: aio_pika.abc.AbstractQueue, count: int) -> list[aio_pika.abc.AbstractIncomingMessage]:
@@ -81,7 +74,7 @@ def test_single_active_consumer_hands_over_when_the_active_one_leaves(own, uniqu
             await second_q.consume(record("second"))
             for n in range(2):
                 await first_channel.default_exchange.publish(aio_pika.Message(b"%d" % n), routing_key=name)
-            await asyncio.wait_for(until(lambda: len(got) >= 2), WAIT_S)
+            await wait_until_async(lambda: len(got) >= 2, "two deliveries", WAIT_S, every=0.02)
             before = list(got)
             await first_channel.close()  # the active consumer goes: its unacked go to the next
             await asyncio.wait_for(done.wait(), WAIT_S)
@@ -107,7 +100,7 @@ def test_a_consumer_timeout_cancels_that_consumer_only_and_requeues(own, unique)
             await queue.consume(hold)
             await channel.default_exchange.publish(aio_pika.Message(b"long task"), routing_key=name)
             deadline = time.monotonic() + WAIT_S
-            await asyncio.wait_for(until(lambda: bool(held)), WAIT_S)
+            await wait_until_async(lambda: bool(held), "a delivery", WAIT_S, every=0.02)
             started = time.monotonic()
             # The server cancels the consumer; the message is ready again.
             while (await channel.declare_queue(name, passive=True)).declaration_result.message_count != 1:

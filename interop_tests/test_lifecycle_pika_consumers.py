@@ -11,7 +11,8 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker
 
 from interop_tests.broker_process import TEST_CONFIG
-from interop_tests.pika_helpers import channel_for_test, pump
+from interop_tests.pika_helpers import channel_for_test
+from interop_tests.waiting import poll
 
 WAIT_S = 8.0
 
@@ -28,17 +29,17 @@ def test_a_slow_consumer_is_cancelled_alone_and_its_delivery_goes_to_another(cha
     channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
     slow_tag = channel.basic_consume(queue, lambda ch, m, p, b: slow.append(m))
     channel.basic_publish("", queue, b"long task")
-    pump(channel, lambda: len(slow) == 1)
+    assert poll(lambda: len(slow) == 1, WAIT_S, pump=channel.connection.process_data_events)
     started = time.monotonic()
-    pump(channel, lambda: cancelled == [slow_tag])
+    assert poll(lambda: cancelled == [slow_tag], WAIT_S, pump=channel.connection.process_data_events)
     assert 0.6 <= time.monotonic() - started < 3.0
     assert channel.is_open
     channel.basic_consume(queue, lambda ch, m, p, b: (quick.append((b, m.redelivered)), ch.basic_ack(m.delivery_tag)))
-    pump(channel, lambda: len(quick) == 1)
+    assert poll(lambda: len(quick) == 1, WAIT_S, pump=channel.connection.process_data_events)
     assert quick == [(b"long task", True)]
     channel.basic_ack(slow[0].delivery_tag)  # finishing the long task late is harmless
     channel.basic_publish("", queue, b"next")
-    pump(channel, lambda: len(quick) == 2)
+    assert poll(lambda: len(quick) == 2, WAIT_S, pump=channel.connection.process_data_events)
     assert channel.is_open
     channel.queue_delete(queue)
 
@@ -52,7 +53,7 @@ def test_a_server_default_consumer_timeout_applies_to_every_queue(broker_factory
     channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
     tag = channel.basic_consume("any-queue", lambda ch, m, p, b: None)
     channel.basic_publish("", "any-queue", b"task")
-    pump(channel, lambda: cancelled == [tag])
+    assert poll(lambda: cancelled == [tag], WAIT_S, pump=channel.connection.process_data_events)
     assert channel.queue_declare("any-queue", passive=True).method.message_count == 1
     connection.close()
 
@@ -78,11 +79,11 @@ def test_single_active_consumer_keeps_every_message_on_one_consumer(broker, chan
                               consumer_tag=tag)
     for n in range(6):
         channel.basic_publish("", queue, b"%d" % n)
-    pump(channel, lambda: len(got) == 6)
+    assert poll(lambda: len(got) == 6, WAIT_S, pump=channel.connection.process_data_events)
     assert got == [("a", b"%d" % n) for n in range(6)]
     channel.basic_cancel("a")
     channel.basic_publish("", queue, b"after")
-    pump(channel, lambda: len(got) == 7)
+    assert poll(lambda: len(got) == 7, WAIT_S, pump=channel.connection.process_data_events)
     assert got[-1] == ("b", b"after")
 
 

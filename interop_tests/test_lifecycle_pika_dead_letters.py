@@ -12,7 +12,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import NackError
 
-from interop_tests.pika_helpers import channel_for_test
+from interop_tests.pika_helpers import channel_for_test, wait_ready
 
 WAIT_S = 8.0
 
@@ -20,14 +20,6 @@ WAIT_S = 8.0
 @pytest.fixture
 def channel(broker) -> Iterator[BlockingChannel]:
     yield from channel_for_test(broker)
-
-
-def wait_for_count(channel, queue: str, count: int, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while channel.queue_declare(queue, passive=True).method.message_count != count:
-        if time.monotonic() > deadline:
-            pytest.fail(f"{queue} never held {count} messages")
-        time.sleep(0.02)
 
 
 def test_x_death_records_each_queue_and_reason_with_count_and_first_time(broker, channel, unique):
@@ -40,7 +32,7 @@ def test_x_death_records_each_queue_and_reason_with_count_and_first_time(broker,
     channel.basic_publish("", work, b"m", pika.BasicProperties(expiration="60000", headers={"CC": [dead + "-cc"]}))
     method, _p, _b = channel.basic_get(work)
     channel.basic_reject(method.delivery_tag, requeue=False)
-    wait_for_count(channel, dead, 1)
+    assert wait_ready(channel, dead, 1, WAIT_S) == 1
     _method, properties, _body = channel.basic_get(dead, auto_ack=True)
     headers = properties.headers
     [death] = headers["x-death"]
@@ -64,10 +56,10 @@ def test_a_retry_loop_through_a_ttl_queue_counts_deaths_per_queue_and_reason(bro
     })
     channel.basic_publish("", work, b"job")
     for _ in range(2):
-        wait_for_count(channel, work, 1)
+        assert wait_ready(channel, work, 1, WAIT_S) == 1
         method, _p, _b = channel.basic_get(work)
         channel.basic_reject(method.delivery_tag, requeue=False)  # -> wait -> (expired) -> work
-    wait_for_count(channel, work, 1)
+    assert wait_ready(channel, work, 1, WAIT_S) == 1
     _method, properties, _body = channel.basic_get(work, auto_ack=True)
     deaths = [(d["queue"], d["reason"], d["count"]) for d in properties.headers["x-death"]]
     assert deaths == [(wait, "expired", 2), (work, "rejected", 2)]
@@ -86,8 +78,8 @@ def test_an_expiry_only_cycle_is_dropped(channel, unique):
         "x-message-ttl": 400, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": ping,
     })
     channel.basic_publish("", ping, b"round and round")
-    wait_for_count(channel, pong, 1)
-    wait_for_count(channel, pong, 0)  # expired from pong: back to ping would close the cycle
+    assert wait_ready(channel, pong, 1, WAIT_S) == 1
+    assert wait_ready(channel, pong, 0, WAIT_S) == 0  # expired from pong: back to ping would close the cycle
     assert channel.queue_declare(ping, passive=True).method.message_count == 0
     # Had it gone on to ping, it would be back in pong (for 400 ms) within ping's 30 ms TTL.
     time.sleep(0.2)
@@ -103,7 +95,7 @@ def test_max_length_drop_head_dead_letters_the_oldest_as_maxlen(channel, unique)
     })
     for n in range(4):
         channel.basic_publish("", queue, b"%d" % n)
-    wait_for_count(channel, dead, 2)
+    assert wait_ready(channel, dead, 2, WAIT_S) == 2
     assert [channel.basic_get(queue, auto_ack=True)[2] for _ in range(2)] == [b"2", b"3"]
     dropped = [channel.basic_get(dead, auto_ack=True) for _ in range(2)]
     assert [body for _m, _p, body in dropped] == [b"0", b"1"]
@@ -124,7 +116,7 @@ def test_a_full_queue_nacks_the_publisher(channel, unique, overflow):
     assert channel.queue_declare(queue, passive=True).method.message_count == 1
     expected_dead = 1 if overflow == "reject-publish-dlx" else 0
     if expected_dead:
-        wait_for_count(channel, dead, 1)
+        assert wait_ready(channel, dead, 1, WAIT_S) == 1
     assert channel.queue_declare(dead, passive=True).method.message_count == expected_dead
 
 
@@ -156,7 +148,7 @@ def test_per_message_ttl_expires_behind_a_longer_lived_head(broker, channel, uni
     })
     channel.basic_publish("", queue, b"long-lived", pika.BasicProperties(expiration="60000"))
     channel.basic_publish("", queue, b"short-lived", pika.BasicProperties(expiration="200"))
-    wait_for_count(channel, dead, 1, timeout=2.0)
+    assert wait_ready(channel, dead, 1, 2.0) == 1
     assert channel.queue_declare(queue, passive=True).method.message_count == 1
     _m, properties, body = channel.basic_get(dead, auto_ack=True)
     assert body == b"short-lived" and properties.headers["x-death"][0]["reason"] == "expired"
@@ -177,7 +169,7 @@ def test_a_dead_letter_routing_key_too_long_for_amqp_is_delivered_cut_to_255_byt
     channel.basic_publish("", work, b"m")
     method, _p, _b = channel.basic_get(work)
     channel.basic_reject(method.delivery_tag, requeue=False)
-    wait_for_count(channel, dead, 1)
+    assert wait_ready(channel, dead, 1, WAIT_S) == 1
     got, properties, body = channel.basic_get(dead, auto_ack=True)
     assert (got.routing_key, got.exchange, body) == ("k" * 254, "amq.fanout", b"m")
     assert properties.headers["x-death"][0]["reason"] == "rejected"

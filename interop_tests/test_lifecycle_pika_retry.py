@@ -13,7 +13,8 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from interop_tests.pika_helpers import channel_for_test, pump
+from interop_tests.pika_helpers import channel_for_test
+from interop_tests.waiting import poll
 
 WAIT_S = 8.0
 
@@ -58,7 +59,7 @@ def test_linear_backoff_redelivers_after_min_times_count_with_x_delivery_count(c
     recorder = Recorder(lambda body, earlier: "reject" if earlier < 3 else "ack")
     channel.basic_consume(queue, recorder)
     channel.basic_publish("", queue, b"job")
-    pump(channel, lambda: len(recorder.seen) == 4)
+    assert poll(lambda: len(recorder.seen) == 4, WAIT_S, pump=channel.connection.process_data_events)
     deliveries = recorder.of(b"job")
     assert [(redelivered, count) for _t, _b, redelivered, count in deliveries] == [
         (False, None), (True, 1), (True, 2), (True, 3)
@@ -76,7 +77,7 @@ def test_exponential_backoff_doubles_up_to_the_maximum(channel, unique):
     recorder = Recorder(lambda body, earlier: "nack" if earlier < 4 else "ack")
     channel.basic_consume(queue, recorder)
     channel.basic_publish("", queue, b"job")
-    pump(channel, lambda: len(recorder.seen) == 5)
+    assert poll(lambda: len(recorder.seen) == 5, WAIT_S, pump=channel.connection.process_data_events)
     # The upper bound leaves room for a loaded CI machine yet stays below the uncapped 1.2 s.
     for gap, expected in zip(gaps(recorder.of(b"job")), (0.15, 0.3, 0.5, 0.5)):
         assert expected - 0.02 <= gap < expected + 0.6, gaps(recorder.of(b"job"))
@@ -92,7 +93,7 @@ def test_a_waiting_message_does_not_block_the_ones_behind_it(channel, unique):
     channel.basic_consume(queue, recorder)
     for body in (b"poison", b"a", b"b", b"c"):
         channel.basic_publish("", queue, body)
-    pump(channel, lambda: len(recorder.seen) == 5)
+    assert poll(lambda: len(recorder.seen) == 5, WAIT_S, pump=channel.connection.process_data_events)
     order = [body for _t, body, _r, _c in recorder.seen]
     assert order == [b"poison", b"a", b"b", b"c", b"poison"]
     assert recorder.seen[3][0] - recorder.seen[0][0] < 1.4  # the others did not wait for it
@@ -126,7 +127,8 @@ def test_past_its_delivery_limit_a_message_is_dead_lettered_with_reason_delivery
     recorder = Recorder(lambda body, earlier: "reject")
     channel.basic_consume(queue, recorder)
     channel.basic_publish("", queue, b"poison", pika.BasicProperties(message_id="m-1"))
-    pump(channel, lambda: channel.queue_declare(dead, passive=True).method.message_count == 1)
+    assert poll(lambda: channel.queue_declare(dead, passive=True).method.message_count == 1, WAIT_S,
+                pump=channel.connection.process_data_events)
     assert len(recorder.seen) == 3  # delivered limit + 1 times
     _method, properties, body = channel.basic_get(dead, auto_ack=True)
     assert (body, properties.message_id) == (b"poison", "m-1")
@@ -158,11 +160,12 @@ def test_returned_messages_wait_when_a_consumer_disconnects_without_acking(broke
     worker = other.channel()
     got = []
     worker.basic_consume(queue, lambda ch, m, p, b: got.append(b))
-    pump(worker, lambda: got == [b"job"])
+    assert poll(lambda: got == [b"job"], WAIT_S, pump=worker.connection.process_data_events)
     other.close()  # the worker died holding it
     closed_at = time.monotonic()
     assert channel.queue_declare(queue, passive=True).method.message_count == 0
-    pump(channel, lambda: channel.queue_declare(queue, passive=True).method.message_count == 1)
+    assert poll(lambda: channel.queue_declare(queue, passive=True).method.message_count == 1, WAIT_S,
+                pump=channel.connection.process_data_events)
     assert time.monotonic() - closed_at >= 0.75
     method, properties, _body = channel.basic_get(queue, auto_ack=True)
     assert method.redelivered and properties.headers == {"x-delivery-count": 1}

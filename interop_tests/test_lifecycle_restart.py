@@ -11,31 +11,23 @@ import pika
 import pytest
 
 from interop_tests.broker_process import TEST_CONFIG
+from interop_tests.pika_helpers import connect, wait_ready
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 WAIT_S = 10.0
 
 
-def connect(broker) -> tuple[pika.BlockingConnection, object]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+def open_confirming(broker) -> tuple[pika.BlockingConnection, object]:
+    """A connection to `broker` and a channel on it in confirm mode."""
+    connection = connect(broker)
     channel = connection.channel()
     channel.confirm_delivery()
     return connection, channel
 
 
-def wait_for_count(channel, queue: str, count: int, timeout: float = WAIT_S) -> float:
-    """Poll until `queue` holds `count` ready messages; returns when (monotonic)."""
-    deadline = time.monotonic() + timeout
-    while channel.queue_declare(queue, passive=True).method.message_count != count:
-        if time.monotonic() > deadline:
-            pytest.fail(f"{queue} never held {count} ready messages")
-        time.sleep(0.02)
-    return time.monotonic()
-
-
 def reject_for_retry(broker, queue: str, delay_ms: int) -> float:
     """Declare a durable retry queue, publish a persistent message and reject it; returns when."""
-    connection, channel = connect(broker)
+    connection, channel = open_confirming(broker)
     channel.queue_declare(queue, durable=True, arguments={
         "x-delayed-retry-type": "failed", "x-delayed-retry-min": delay_ms,
     })
@@ -57,9 +49,10 @@ def test_a_waiting_message_comes_back_at_its_due_time_after_a_restart(broker_fac
     rejected_at = reject_for_retry(broker, "retry-restart", 3000)
     broker.stop() if stop == "sigterm" else broker.kill()
     broker.start()
-    connection, channel = connect(broker)
+    connection, channel = open_confirming(broker)
     assert channel.queue_declare("retry-restart", passive=True).method.message_count == 0
-    back_at = wait_for_count(channel, "retry-restart", 1)
+    assert wait_ready(channel, "retry-restart", 1, WAIT_S) == 1
+    back_at = time.monotonic()
     assert 2.9 <= back_at - rejected_at < 3.0 + 2.5
     method, properties, body = channel.basic_get("retry-restart", auto_ack=True)
     assert (body, method.redelivered, properties.headers) == (b"job", True, {"x-delivery-count": 1})
@@ -72,7 +65,7 @@ def test_a_message_due_while_the_broker_was_down_is_ready_at_start(broker_factor
     broker.stop()
     time.sleep(1.2)
     broker.start()
-    connection, channel = connect(broker)
+    connection, channel = open_confirming(broker)
     assert channel.queue_declare("retry-downtime", passive=True).method.message_count == 1
     connection.close()
 
@@ -90,7 +83,7 @@ def delayed(delay_ms: int, persistent: bool = True) -> pika.BasicProperties:
 @pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
 def test_pending_delayed_messages_survive_a_restart_even_beyond_49_days(broker_factory, stop):
     broker = broker_factory()
-    connection, channel = connect(broker)
+    connection, channel = open_confirming(broker)
     delayed_topology(channel)
     sixty_days_ms = 60 * 24 * 3600 * 1000
     channel.basic_publish("later", "k", b"soon", delayed(2500))  # confirmed: on disk
@@ -100,12 +93,13 @@ def test_pending_delayed_messages_survive_a_restart_even_beyond_49_days(broker_f
     broker.stop() if stop == "sigterm" else broker.kill()
     broker.start()
     assert "recovered 2 delayed messages of exchange 'later'" in broker.log_text()
-    connection, channel = connect(broker)
+    connection, channel = open_confirming(broker)
     ready_at = time.monotonic()
     waiting = channel.queue_declare("later-q", passive=True).method.message_count
     if ready_at - published_at < 2.4:  # a loaded machine can take longer than the delay to restart
         assert waiting == 0, "released before its delay"
-    arrived_at = wait_for_count(channel, "later-q", 1)
+    assert wait_ready(channel, "later-q", 1, WAIT_S) == 1
+    arrived_at = time.monotonic()
     assert arrived_at - published_at >= 2.4
     assert arrived_at - max(published_at + 2.5, ready_at) < 3.0, "not released once due"
     _method, properties, body = channel.basic_get("later-q", auto_ack=True)
@@ -118,15 +112,15 @@ def test_pending_delayed_messages_survive_a_restart_even_beyond_49_days(broker_f
 
 def test_a_delayed_message_due_during_the_downtime_is_routed_at_start(broker_factory):
     broker = broker_factory()
-    connection, channel = connect(broker)
+    connection, channel = open_confirming(broker)
     delayed_topology(channel)
     channel.basic_publish("later", "k", b"due", delayed(500))
     connection.close()
     broker.stop()
     time.sleep(0.7)
     broker.start()
-    connection, channel = connect(broker)
-    wait_for_count(channel, "later-q", 1, timeout=2.0)
+    connection, channel = open_confirming(broker)
+    assert wait_ready(channel, "later-q", 1, 2.0) == 1
     connection.close()
 
 
@@ -139,7 +133,7 @@ delayed_retry_type = "failed"
 delayed_retry_min = 700
 delivery_limit = 3
 """)
-    connection, channel = connect(broker)
+    connection, channel = open_confirming(broker)
     channel.queue_declare("jobs.email")
     channel.queue_declare("events")
     for queue in ("jobs.email", "events"):
@@ -148,13 +142,13 @@ delivery_limit = 3
         channel.basic_reject(method.delivery_tag, requeue=True)
     assert channel.queue_declare("events", passive=True).method.message_count == 1  # not covered
     assert channel.queue_declare("jobs.email", passive=True).method.message_count == 0
-    wait_for_count(channel, "jobs.email", 1, timeout=2.0)
+    assert wait_ready(channel, "jobs.email", 1, 2.0) == 1
     connection.close()
 
 
 def test_recovered_messages_with_an_expiration_are_dead_lettered_on_time_without_a_consumer(broker_factory):
     broker = broker_factory()
-    connection, channel = connect(broker)
+    connection, channel = open_confirming(broker)
     channel.exchange_declare("expired-dlx", "fanout", durable=True)
     channel.queue_declare("expired-dead", durable=True)
     channel.queue_bind("expired-dead", "expired-dlx")
@@ -167,9 +161,9 @@ def test_recovered_messages_with_an_expiration_are_dead_lettered_on_time_without
     broker.kill()
     broker.start()
 
-    connection, channel = connect(broker)
+    connection, channel = open_confirming(broker)
     assert channel.queue_declare("expiring-work", passive=True).method.message_count == 6
-    wait_for_count(channel, "expired-dead", 3)
+    assert wait_ready(channel, "expired-dead", 3, WAIT_S) == 3
     assert channel.queue_declare("expiring-work", passive=True).method.message_count == 3
     dead = [channel.basic_get("expired-dead", auto_ack=True) for _ in range(3)]
     assert [body for _m, _p, body in dead] == [b"m1", b"m3", b"m5"]

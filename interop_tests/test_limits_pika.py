@@ -6,23 +6,18 @@ afterwards. Checked against RabbitMQ 3.10 with INTEROP_BROKER_URL and INTEROP_MA
 
 from __future__ import annotations
 
-
-import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, ProbableAccessDeniedError
 
 from interop_tests.broker_process import BrokerProcess
 from interop_tests.management_helpers import api, managed, quote  # noqa: F401 (fixtures)
-
-
-def connect(broker: BrokerProcess, vhost: str, user: str = "guest", password: str = "guest") -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url(user, password, vhost)))
+from interop_tests.pika_helpers import connect
 
 
 def refusal(broker: BrokerProcess, vhost: str, user: str = "guest", password: str = "guest") -> tuple[int, str]:
     """pika reports a close at connection.open as ProbableAccessDeniedError naming the close."""
     with pytest.raises(ProbableAccessDeniedError) as raised:
-        connect(broker, vhost, user, password)
+        connect(broker, user, password, vhost)
     reported = str(raised.value)
     code, text = reported.split("ConnectionClosedByBroker: (", 1)[1].split(') "', 1)
     return int(code), text.rsplit('"', 1)[0]
@@ -32,7 +27,7 @@ def test_a_vhosts_connection_limit_refuses_the_next_connection(api, managed, uni
     broker, vhost = managed[0], unique("lim-conn")
     api.add_vhost(vhost)
     api.put(f"/api/vhost-limits/{quote(vhost)}/max-connections", {"value": 1})
-    first = connect(broker, vhost)
+    first = connect(broker, vhost=vhost)
     try:
         assert refusal(broker, vhost) == (
             530, f"NOT_ALLOWED - access to vhost '{vhost}' refused for user 'guest': connection limit (1) is reached")
@@ -51,7 +46,7 @@ def test_a_vhosts_queue_limit_refuses_the_next_new_queue(api, managed, unique):
     broker, vhost = managed[0], unique("lim-queues")
     api.add_vhost(vhost)
     api.put(f"/api/vhost-limits/{quote(vhost)}/max-queues", {"value": 1})
-    connection = connect(broker, vhost)
+    connection = connect(broker, vhost=vhost)
     try:
         channel = connection.channel()
         channel.queue_declare("one")
@@ -76,7 +71,7 @@ def user(api, unique) -> str:
 def test_a_users_connection_limit_refuses_their_next_connection(api, managed, user):
     broker = managed[0]
     api.put(f"/api/user-limits/{user}/max-connections", {"value": 1})
-    first = connect(broker, "/", user, user)
+    first = connect(broker, user, user)
     try:
         assert refusal(broker, "/", user, user) == (
             530, f"NOT_ALLOWED - connection refused for user '{user}': user connection limit (1) is reached")
@@ -87,7 +82,7 @@ def test_a_users_connection_limit_refuses_their_next_connection(api, managed, us
 def test_a_users_channel_limit_closes_the_connection_that_opens_one_more(api, managed, user):
     broker = managed[0]
     api.put(f"/api/user-limits/{user}/max-channels", {"value": 2})
-    first, second = connect(broker, "/", user, user), connect(broker, "/", user, user)
+    first, second = connect(broker, user, user), connect(broker, user, user)
     try:
         first.channel()
         second.channel()

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-from interop_tests.pika_helpers import assert_ready_messages, filled_queue, wait_until
+from interop_tests.pika_helpers import WAIT_S, assert_ready_messages, filled_queue
 from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
+from interop_tests.waiting import poll
 
 
 def test_basic_get_on_an_empty_queue_answers_get_empty(connection, unique):
@@ -122,7 +123,7 @@ def test_consumer_acks_with_delivery_tags_counting_from_one_per_channel(connecti
     deliveries = []
     channel.basic_consume(queue, lambda ch, method, props, body: deliveries.append((method.delivery_tag, body)))
 
-    assert wait_until(connection, lambda: len(deliveries) == 3)
+    assert poll(lambda: len(deliveries) == 3, WAIT_S, pump=connection.process_data_events)
     assert deliveries == [(1, b"m1"), (2, b"m2"), (3, b"m3")]
     for tag, _ in deliveries:
         channel.basic_ack(tag)
@@ -134,11 +135,11 @@ def test_basic_recover_redelivers_unacked_messages_to_the_consumer(connection, u
     queue = filled_queue(channel, unique("recover"), [b"m1", b"m2"])
     deliveries = []
     channel.basic_consume(queue, lambda ch, method, props, body: deliveries.append((body, method.redelivered, method.delivery_tag)))
-    assert wait_until(connection, lambda: len(deliveries) == 2)
+    assert poll(lambda: len(deliveries) == 2, WAIT_S, pump=connection.process_data_events)
 
     channel.basic_recover(requeue=True)
 
-    assert wait_until(connection, lambda: len(deliveries) == 4)
+    assert poll(lambda: len(deliveries) == 4, WAIT_S, pump=connection.process_data_events)
     assert [(body, redelivered) for body, redelivered, _ in deliveries] == [
         (b"m1", False), (b"m2", False), (b"m1", True), (b"m2", True),
     ]

@@ -10,8 +10,9 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
 
-from interop_tests.pika_helpers import wait_until
+from interop_tests.pika_helpers import WAIT_S
 from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
+from interop_tests.waiting import poll
 
 
 def test_confirmed_publishes_all_land_in_the_queue(connection, unique):
@@ -71,7 +72,7 @@ def test_mandatory_return_without_confirms_reaches_the_return_callback(connectio
 
     channel.basic_publish("", unique("no-such-queue"), b"bounce", mandatory=True)
 
-    assert wait_until(connection, lambda: returns)
+    assert poll(lambda: returns, WAIT_S, pump=connection.process_data_events)
     method, body = returns[0]
     assert (method.reply_code, method.reply_text, method.exchange, body) == (312, "NO_ROUTE", "", b"bounce")
 

@@ -12,8 +12,9 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from interop_tests.pika_helpers import connect, wait_until
+from interop_tests.pika_helpers import WAIT_S, connect, pumping
 from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
+from interop_tests.waiting import poll
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 
@@ -46,7 +47,7 @@ def test_reply_arrives_through_direct_reply_to(broker, rpc_server):
 
         channel.basic_publish("", queue, b"ping", pika.BasicProperties(reply_to=REPLY_TO, correlation_id="c-1"))
 
-        assert wait_until([server_connection, client], lambda: replies)
+        assert poll(lambda: replies, WAIT_S, pump=pumping(server_connection, client))
         assert replies == [("c-1", b"reply to ping")]
         assert requests[0].reply_to.startswith(REPLY_TO + ".")
         assert requests[0].reply_to != REPLY_TO
@@ -63,7 +64,7 @@ def test_several_requests_get_their_own_replies(broker, rpc_server):
             channel.basic_publish("", queue, f"q{index}".encode(),
                                   pika.BasicProperties(reply_to=REPLY_TO, correlation_id=str(index)))
 
-        assert wait_until([server_connection, client], lambda: len(replies) == 5)
+        assert poll(lambda: len(replies) == 5, WAIT_S, pump=pumping(server_connection, client))
         assert replies == {str(index): f"reply to q{index}".encode() for index in range(5)}
 
 
@@ -116,6 +117,6 @@ def test_a_live_reply_address_declares_passively(broker, rpc_server):
         channel = connection.channel()
         channel.basic_consume(REPLY_TO, lambda *args: None, auto_ack=True)
         channel.basic_publish("", queue, b"ping", pika.BasicProperties(reply_to=REPLY_TO))
-        assert wait_until([server_connection, connection], lambda: requests)
+        assert poll(lambda: requests, WAIT_S, pump=pumping(server_connection, connection))
         declared = channel.queue_declare(requests[0].reply_to, passive=True).method
         assert (declared.message_count, declared.consumer_count) == (0, 1)

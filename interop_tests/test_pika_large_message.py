@@ -13,7 +13,8 @@ import os
 import pika
 import pytest
 
-from interop_tests.pika_helpers import connect, connect_url, wait_until
+from interop_tests.pika_helpers import connect
+from interop_tests.waiting import poll
 
 FRAME_OVERHEAD = 8  # type (1) + channel (2) + size (4) + frame-end (1)
 
@@ -37,7 +38,7 @@ def round_trip_by_consume(connection: pika.BlockingConnection, queue: str, body:
     received = []
     channel.basic_consume(queue, lambda ch, method, props, data: received.append(data), auto_ack=True)
     channel.basic_publish("", queue, body)
-    wait_until(connection, lambda: received, timeout=20)
+    poll(lambda: received, 20, pump=connection.process_data_events)
     channel.close()
     assert received, "large message not delivered in time"
     return received[0]
@@ -57,7 +58,7 @@ def test_five_mib_message_round_trips_intact(broker, unique):
 
 def test_large_message_with_a_4096_byte_frame_max(broker, unique):
     body = os.urandom(1024 * 1024 + 17)
-    with connect_url(broker.url() + "?frame_max=4096") as connection:
+    with connect(broker.url() + "?frame_max=4096") as connection:
         assert negotiated_frame_max(connection) == 4096
         queue = unique("large-small-frames")
         connection.channel().queue_declare(queue, exclusive=True)
@@ -68,7 +69,7 @@ def test_large_message_with_a_4096_byte_frame_max(broker, unique):
 
 @pytest.mark.parametrize("delta", [-1, 0, 1])
 def test_bodies_around_the_frame_boundary(broker, unique, delta):
-    with connect_url(broker.url() + "?frame_max=4096") as connection:
+    with connect(broker.url() + "?frame_max=4096") as connection:
         payload_per_frame = negotiated_frame_max(connection) - FRAME_OVERHEAD
         queue = unique("boundary")
         connection.channel().queue_declare(queue, exclusive=True)

@@ -12,24 +12,16 @@ RabbitMQ 3.10 semantics pinned here:
 from __future__ import annotations
 
 import os
-import time
 
-import pika
 import pytest
 
 from interop_tests.pika_helpers import (
-    assert_ready_messages, connect, filled_queue, numbered_bodies, publish_confirmed, wait_until,
+    WAIT_S, assert_ready_messages, connect, filled_queue, numbered_bodies, publish_confirmed,
 )
 from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
+from interop_tests.waiting import poll
 
-SETTLE_S = 0.3  # how long to keep listening when asserting that nothing more arrives
-
-
-def pump(connection: pika.BlockingConnection, seconds: float) -> None:
-    """Keep delivering for a while, to catch deliveries that should not happen."""
-    deadline = time.monotonic() + seconds
-    while (remaining := deadline - time.monotonic()) > 0:
-        connection.process_data_events(time_limit=min(0.05, remaining))
+SETTLE_S = 0.3  # how long to keep delivering (connection.sleep) when asserting that nothing more arrives
 
 
 def test_fair_dispatch_sends_everything_else_to_the_consumer_that_keeps_acking(connection, unique):
@@ -48,7 +40,7 @@ def test_fair_dispatch_sends_everything_else_to_the_consumer_that_keeps_acking(c
     fast.basic_consume(queue, ack_at_once)
     publish_confirmed(connection, queue, numbered_bodies(20))
 
-    assert wait_until(connection, lambda: len(slow_got) + len(fast_got) == 20)
+    assert poll(lambda: len(slow_got) + len(fast_got) == 20, WAIT_S, pump=connection.process_data_events)
     assert len(slow_got) == 1
     assert len(fast_got) == 19
     assert sorted(slow_got + fast_got) == sorted(numbered_bodies(20))
@@ -62,12 +54,12 @@ def test_acking_frees_a_prefetch_slot_for_the_next_message(connection, unique):
     got = []
     channel.basic_consume(queue, lambda ch, method, props, body: got.append(method))
 
-    assert wait_until(connection, lambda: len(got) == 2)
-    pump(connection, SETTLE_S)
+    assert poll(lambda: len(got) == 2, WAIT_S, pump=connection.process_data_events)
+    connection.sleep(SETTLE_S)
     assert len(got) == 2
     channel.basic_ack(got[0].delivery_tag)
-    assert wait_until(connection, lambda: len(got) == 3)
-    pump(connection, SETTLE_S)
+    assert poll(lambda: len(got) == 3, WAIT_S, pump=connection.process_data_events)
+    connection.sleep(SETTLE_S)
     assert len(got) == 3
 
 
@@ -81,8 +73,8 @@ def test_per_consumer_prefetch_limits_each_consumer_separately(connection, uniqu
     for queue in (first, second):
         channel.basic_consume(queue, lambda ch, method, props, body, q=queue: got.__setitem__(q, got[q] + 1))
 
-    assert wait_until(connection, lambda: got[first] == 2 and got[second] == 2)
-    pump(connection, SETTLE_S)
+    assert poll(lambda: got[first] == 2 and got[second] == 2, WAIT_S, pump=connection.process_data_events)
+    connection.sleep(SETTLE_S)
     assert got == {first: 2, second: 2}
 
 
@@ -96,8 +88,8 @@ def test_global_prefetch_is_shared_by_all_consumers_on_the_channel(connection, u
     for queue in (first, second):
         channel.basic_consume(queue, lambda ch, method, props, body: got.append(body))
 
-    assert wait_until(connection, lambda: len(got) == 3)
-    pump(connection, SETTLE_S)
+    assert poll(lambda: len(got) == 3, WAIT_S, pump=connection.process_data_events)
+    connection.sleep(SETTLE_S)
     assert len(got) == 3
     ready = sum(channel.queue_declare(q, passive=True).method.message_count for q in (first, second))
     assert ready == 17
@@ -110,12 +102,12 @@ def test_raising_global_prefetch_applies_to_running_consumers(connection, unique
     channel.basic_qos(prefetch_count=1, global_qos=True)
     got = []
     channel.basic_consume(queue, lambda ch, method, props, body: got.append(body))
-    assert wait_until(connection, lambda: len(got) == 1)
+    assert poll(lambda: len(got) == 1, WAIT_S, pump=connection.process_data_events)
 
     channel.basic_qos(prefetch_count=4, global_qos=True)
 
-    assert wait_until(connection, lambda: len(got) == 4)
-    pump(connection, SETTLE_S)
+    assert poll(lambda: len(got) == 4, WAIT_S, pump=connection.process_data_events)
+    connection.sleep(SETTLE_S)
     assert got == numbered_bodies(4)
 
 
@@ -133,13 +125,13 @@ def test_per_consumer_prefetch_change_applies_to_running_consumers(connection, u
     channel.basic_qos(prefetch_count=1)
     got = {early: 0, late: 0}
     channel.basic_consume(early, lambda ch, method, props, body: got.__setitem__(early, got[early] + 1))
-    assert wait_until(connection, lambda: got[early] == 1)
+    assert poll(lambda: got[early] == 1, WAIT_S, pump=connection.process_data_events)
 
     channel.basic_qos(prefetch_count=4)
     channel.basic_consume(late, lambda ch, method, props, body: got.__setitem__(late, got[late] + 1))
 
-    assert wait_until(connection, lambda: got[late] == 4 and got[early] == 4)
-    pump(connection, SETTLE_S)
+    assert poll(lambda: got[late] == 4 and got[early] == 4, WAIT_S, pump=connection.process_data_events)
+    connection.sleep(SETTLE_S)
     assert got == {early: 4, late: 4}
 
 
@@ -151,7 +143,7 @@ def test_prefetch_zero_means_unlimited(connection, unique):
     got = []
     channel.basic_consume(queue, lambda ch, method, props, body: got.append(body))
 
-    assert wait_until(connection, lambda: len(got) == 50)
+    assert poll(lambda: len(got) == 50, WAIT_S, pump=connection.process_data_events)
 
 
 def test_unacked_messages_return_redelivered_ahead_of_later_ones_when_the_channel_closes(connection, unique):
@@ -161,7 +153,7 @@ def test_unacked_messages_return_redelivered_ahead_of_later_ones_when_the_channe
     consumer.basic_qos(prefetch_count=2)
     got = []
     consumer.basic_consume(queue, lambda ch, method, props, body: got.append(body))
-    assert wait_until(connection, lambda: len(got) == 2)
+    assert poll(lambda: len(got) == 2, WAIT_S, pump=connection.process_data_events)
 
     consumer.close()
 
@@ -181,7 +173,7 @@ def test_unacked_messages_return_redelivered_when_the_connection_closes(broker, 
             consumer.basic_qos(prefetch_count=2)
             got = []
             consumer.basic_consume(queue, lambda ch, method, props, body: got.append(body))
-            assert wait_until(consumer_connection, lambda: len(got) == 2)
+            assert poll(lambda: len(got) == 2, WAIT_S, pump=consumer_connection.process_data_events)
             # leaving the block closes the connection without acking
 
         assert_ready_messages(channel, queue, [(b"m1", True), (b"m2", True), (b"m3", False), (b"m4", False)])
@@ -197,10 +189,10 @@ def test_requeued_messages_go_to_the_remaining_consumer(connection, unique):
     left_with, received = [], []
     leaving.basic_consume(queue, lambda ch, method, props, body: left_with.append(body))
     publish_confirmed(connection, queue, [b"first"])
-    assert wait_until(connection, lambda: left_with == [b"first"])
+    assert poll(lambda: left_with == [b"first"], WAIT_S, pump=connection.process_data_events)
 
     staying.basic_consume(queue, lambda ch, method, props, body: received.append((body, method.redelivered)))
     leaving.close()
 
-    assert wait_until(connection, lambda: received)
+    assert poll(lambda: received, WAIT_S, pump=connection.process_data_events)
     assert received == [(b"first", True)]

@@ -11,8 +11,9 @@ import time
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from interop_tests.pika_helpers import connect, wait_ready, wait_until
+from interop_tests.pika_helpers import WAIT_S, connect, wait_ready
 from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
+from interop_tests.waiting import poll
 
 
 def locked_text(queue: str) -> str:
@@ -303,7 +304,7 @@ def test_declare_ok_counts_ready_messages_and_every_consumer(connection, unique)
         consumer = connection.channel()
         consumer.basic_qos(prefetch_count=1)
         consumer.basic_consume(queue, lambda ch, method, props, body: received.append(body))
-    assert wait_until(connection, lambda: len(received) == 2)
+    assert poll(lambda: len(received) == 2, WAIT_S, pump=connection.process_data_events)
 
     ok = channel.queue_declare(queue, exclusive=True).method
     # two consumers; unacked deliveries are not counted as ready
@@ -320,7 +321,7 @@ def test_deleting_a_consumed_queue_sends_basic_cancel_to_the_consumer(connection
 
     connection.channel().queue_delete(queue)
 
-    assert wait_until(connection, lambda: cancelled)
+    assert poll(lambda: cancelled, WAIT_S, pump=connection.process_data_events)
     assert cancelled[0].consumer_tag == tag
     # the consumer's channel stays open and usable
     assert consumer.is_open

@@ -13,8 +13,9 @@ import pika
 import pytest
 
 from interop_tests.broker_process import external_broker
-from interop_tests.pika_helpers import channel_error, wait_ready, wait_until
+from interop_tests.pika_helpers import WAIT_S, channel_error, wait_ready
 from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
+from interop_tests.waiting import poll
 
 QUORUM = {"x-queue-type": "quorum"}
 
@@ -147,7 +148,7 @@ def test_every_return_counts_and_redeliveries_carry_the_count(connection, quorum
     channel.basic_consume(queue, lambda _ch, method, properties, _body: deliveries.append((method, properties)))
 
     def next_delivery() -> tuple[int, bool, dict | None]:
-        assert wait_until(connection, lambda: deliveries)
+        assert poll(lambda: deliveries, WAIT_S, pump=connection.process_data_events)
         method, properties = deliveries.pop()
         return method.delivery_tag, method.redelivered, properties.headers
 
@@ -199,7 +200,7 @@ def test_the_delivery_limit_dead_letters_after_limit_plus_one_deliveries(connect
         delivered += 1
         channel.basic_reject(method.delivery_tag, requeue=True)
         # Back in the queue, or dead-lettered (or dropped) past the limit.
-        assert wait_until(connection, lambda: ready_or_dead(channel, queue, dead))
+        assert poll(lambda: ready_or_dead(channel, queue, dead), WAIT_S, pump=connection.process_data_events)
     if deliveries is None:
         assert delivered == 4
         return

@@ -13,7 +13,8 @@ import pytest
 from kombu import Connection, Exchange, Producer, Queue
 
 from interop_tests.kombu_helpers import kombu_url
-from interop_tests.management_helpers import api, eventually, managed, quote  # noqa: F401 (fixtures)
+from interop_tests.management_helpers import api, managed, quote  # noqa: F401 (fixtures)
+from interop_tests.waiting import poll
 
 LIVE_S = 1.0
 
@@ -43,11 +44,11 @@ def test_a_celery_style_queue_is_capped_and_dead_lettered_by_a_policy(api, conn,
     producer = Producer(channel, exchange)
     for number in range(4):
         producer.publish({"task": number}, routing_key="task", serializer="json")
-    assert eventually(lambda: ready(conn, name) == 4, LIVE_S)
+    assert poll(lambda: ready(conn, name) == 4, LIVE_S)
     api.set_policy(name, f"^{name}$", {"max-length": 1, "dead-letter-exchange": "", "dead-letter-routing-key": dead},
                    apply_to="queues")
-    assert eventually(lambda: ready(conn, name) == 1, LIVE_S), "trimmed to the policy's max-length"
-    assert eventually(lambda: ready(conn, dead) == 3, LIVE_S), "what was dropped went to the dead-letter queue"
+    assert poll(lambda: ready(conn, name) == 1, LIVE_S), "trimmed to the policy's max-length"
+    assert poll(lambda: ready(conn, dead) == 3, LIVE_S), "what was dropped went to the dead-letter queue"
     message = queue(channel).get(no_ack=True)
     assert message.payload == {"task": 3}
     channel.queue_delete(name)
@@ -65,12 +66,12 @@ def test_priority_arguments_and_an_operator_policy_decide_a_kombu_queues_length(
     api.set_policy(name + "-broad", f"^{name}", {"max-length": 1}, priority=0, apply_to="queues")
     api.set_policy(name + "-exact", f"^{name}$", {"max-length": 4}, priority=7, apply_to="queues")
     producer = Producer(channel)
-    assert eventually(lambda: api.get(f"/api/queues/%2F/{name}").get("policy") == name + "-exact", 10.0)
+    assert poll(lambda: api.get(f"/api/queues/%2F/{name}").get("policy") == name + "-exact", 10.0)
     for number in range(6):
         producer.publish({"n": number}, exchange="", routing_key=name, serializer="json")
-    assert eventually(lambda: ready(conn, name) == 4, LIVE_S), "the priority-7 policy's 4, below the argument's 5"
+    assert poll(lambda: ready(conn, name) == 4, LIVE_S), "the priority-7 policy's 4, below the argument's 5"
     api.set_policy(name + "-cap", f"^{name}$", {"max-length": 2}, apply_to="queues", operator=True)
-    assert eventually(lambda: ready(conn, name) == 2, LIVE_S), "the operator policy caps both"
+    assert poll(lambda: ready(conn, name) == 2, LIVE_S), "the operator policy caps both"
     message = queue(channel).get(no_ack=True)
     assert message.payload == {"n": 4}
     channel.queue_delete(name)

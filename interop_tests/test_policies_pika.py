@@ -14,9 +14,10 @@ import pytest
 from pika.exceptions import NackError
 
 from interop_tests.broker_process import free_port
-from interop_tests.management_helpers import Management, api, eventually, managed  # noqa: F401 (fixtures)
-from interop_tests.pika_helpers import drain, publish_confirmed, ready_count, wait_until
+from interop_tests.management_helpers import Management, api, managed  # noqa: F401 (fixtures)
+from interop_tests.pika_helpers import drain, publish_confirmed, ready_count
 from interop_tests.test_storage_archive import BODY, COUNT, publish_and_drain, segment_bytes
+from interop_tests.waiting import poll
 
 LIVE_S = 1.0  # the bound for a policy change to reach an existing queue
 # How long /api/queues may take to show it: RabbitMQ's management statistics lag up to about
@@ -42,16 +43,16 @@ def test_a_lowered_max_length_trims_an_existing_queue_at_once(api, channel, uniq
     channel.queue_declare(queue)
     publish_confirmed(channel.connection, queue, [b"m1", b"m2", b"m3", b"m4", b"m5"])
     api.set_policy(queue, f"^{queue}$", {"max-length": 2}, apply_to="queues")
-    assert eventually(lambda: ready_count(channel, queue) == 2, LIVE_S)
+    assert poll(lambda: ready_count(channel, queue) == 2, LIVE_S)
     assert drain(channel, queue) == [b"m4", b"m5"]
-    assert eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
 
 
 def test_max_length_bytes_and_reject_publish_nack_the_next_publish(api, channel, unique):
     queue = unique("pol-bytes")
     channel.queue_declare(queue)
     api.set_policy(queue, f"^{queue}$", {"max-length-bytes": 10, "overflow": "reject-publish"}, apply_to="queues")
-    eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    poll(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
     channel.confirm_delivery()
     channel.basic_publish("", queue, b"0123456789")
     with pytest.raises(NackError):
@@ -69,11 +70,11 @@ def test_a_new_dead_letter_exchange_receives_the_next_dead_letter(api, channel, 
     method, _, _ = channel.basic_get(queue)
     channel.basic_reject(method.delivery_tag, requeue=False)  # no dead-letter exchange yet: dropped
     api.set_policy(queue, f"^{queue}$", {"dead-letter-exchange": dlx}, apply_to="queues")
-    eventually(lambda: api.queue(queue).get("effective_policy_definition"), SHOWN_S)
+    poll(lambda: api.queue(queue).get("effective_policy_definition"), SHOWN_S)
     method, _, body = channel.basic_get(queue)
     assert body == b"after"
     channel.basic_reject(method.delivery_tag, requeue=False)
-    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S)
+    assert poll(lambda: ready_count(channel, dead) == 1, LIVE_S)
     assert drain(channel, dead) == [b"after"]
 
 
@@ -81,7 +82,7 @@ def test_a_new_expires_deletes_an_existing_idle_queue(api, channel, unique):
     queue = unique("pol-expires")
     channel.queue_declare(queue)
     api.set_policy(queue, f"^{queue}$", {"expires": 300}, apply_to="queues")
-    assert eventually(lambda: api.request("GET", f"/api/queues/%2F/{queue}").status_code == 404, 3.0)
+    assert poll(lambda: api.request("GET", f"/api/queues/%2F/{queue}").status_code == 404, 3.0)
 
 
 def test_the_highest_priority_applies_and_arguments_win_or_the_lower_limit_does(api, channel, unique):
@@ -91,11 +92,11 @@ def test_the_highest_priority_applies_and_arguments_win_or_the_lower_limit_does(
     api.set_policy(queue + "-low", f"^{queue}", {"max-length": 1}, priority=0, apply_to="queues")
     api.set_policy(queue + "-high", f"^{queue}$", {"max-length": 3, "dead-letter-exchange": "elsewhere"},
                    priority=5, apply_to="queues")
-    assert eventually(lambda: api.queue(queue).get("policy") == queue + "-high", SHOWN_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue + "-high", SHOWN_S)
     publish_confirmed(channel.connection, queue, [b"m1", b"m2", b"m3", b"m4"])
     assert ready_count(channel, queue) == 3, "the policy's max-length 3 is lower than the argument's 4"
     api.set_policy(queue + "-high", f"^{queue}$", {"max-length": 10}, priority=5, apply_to="queues")
-    eventually(lambda: api.queue(queue).get("effective_policy_definition") == {"max-length": 10}, SHOWN_S)
+    poll(lambda: api.queue(queue).get("effective_policy_definition") == {"max-length": 10}, SHOWN_S)
     publish_confirmed(channel.connection, queue, [b"m5", b"m6"])
     assert ready_count(channel, queue) == 4, "now the argument's 4 is lower"
 
@@ -105,7 +106,7 @@ def test_an_operator_policy_caps_the_policy_and_the_argument(api, channel, uniqu
     channel.queue_declare(queue, arguments={"x-max-length": 8})
     api.set_policy(queue, f"^{queue}$", {"max-length": 6, "message-ttl": 600000}, apply_to="queues")
     api.set_policy(queue, f"^{queue}$", {"max-length": 2}, apply_to="queues", operator=True)
-    shown = eventually(lambda: api.queue(queue).get("operator_policy") == queue and api.queue(queue), SHOWN_S)
+    shown = poll(lambda: api.queue(queue).get("operator_policy") == queue and api.queue(queue), SHOWN_S)
     assert shown and shown["policy"] == queue
     assert shown["effective_policy_definition"] == {"max-length": 2, "message-ttl": 600000}
     publish_confirmed(channel.connection, queue, [b"m1", b"m2", b"m3"])
@@ -119,10 +120,10 @@ def test_a_policys_alternate_exchange_takes_unroutable_messages(api, channel, un
     channel.queue_declare(caught)
     channel.queue_bind(caught, alternate)
     api.set_policy(exchange, f"^{exchange}$", {"alternate-exchange": alternate}, apply_to="exchanges")
-    eventually(lambda: api.get(f"/api/exchanges/%2F/{exchange}").get("policy") == exchange, SHOWN_S)
+    poll(lambda: api.get(f"/api/exchanges/%2F/{exchange}").get("policy") == exchange, SHOWN_S)
     channel.confirm_delivery()
     channel.basic_publish(exchange, "nobody", b"lost?")
-    assert eventually(lambda: ready_count(channel, caught) == 1, LIVE_S)
+    assert poll(lambda: ready_count(channel, caught) == 1, LIVE_S)
     for name in (exchange, alternate):
         channel.exchange_delete(name)
     channel.queue_delete(caught)
@@ -168,9 +169,9 @@ def test_clearing_a_policy_restores_the_queue(api, channel, unique):
     queue = unique("pol-clear")
     channel.queue_declare(queue)
     api.set_policy(queue, f"^{queue}$", {"max-length": 1}, apply_to="queues")
-    eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    poll(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
     api.clear_policy(queue)
-    assert eventually(lambda: api.queue(queue).get("policy") is None, SHOWN_S)
+    assert poll(lambda: api.queue(queue).get("policy") is None, SHOWN_S)
     publish_confirmed(channel.connection, queue, [b"m1", b"m2"])
     assert ready_count(channel, queue) == 2
 
@@ -180,7 +181,7 @@ def test_a_lowered_max_length_bytes_trims_an_existing_queue_at_once(api, channel
     channel.queue_declare(queue)
     publish_confirmed(channel.connection, queue, [b"0123456789", b"abcdefghij", b"ABCDEFGHIJ"])
     api.set_policy(queue, f"^{queue}$", {"max-length-bytes": 25}, apply_to="queues")
-    assert eventually(lambda: ready_count(channel, queue) == 2, LIVE_S), "the oldest 10 bytes were dropped"
+    assert poll(lambda: ready_count(channel, queue) == 2, LIVE_S), "the oldest 10 bytes were dropped"
     assert drain(channel, queue) == [b"abcdefghij", b"ABCDEFGHIJ"]
 
 
@@ -193,18 +194,18 @@ def test_a_changed_dead_letter_routing_key_routes_the_next_dead_letter(api, chan
     channel.queue_declare(queue)
     api.set_policy(queue, f"^{queue}$", {"dead-letter-exchange": dlx, "dead-letter-routing-key": "a"},
                    apply_to="queues")
-    eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    poll(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
     publish_confirmed(channel.connection, queue, [b"one", b"two"])
     method, _, _ = channel.basic_get(queue)
     channel.basic_reject(method.delivery_tag, requeue=False)
-    assert eventually(lambda: ready_count(channel, first) == 1, LIVE_S)
+    assert poll(lambda: ready_count(channel, first) == 1, LIVE_S)
     api.set_policy(queue, f"^{queue}$", {"dead-letter-exchange": dlx, "dead-letter-routing-key": "b"},
                    apply_to="queues")
-    eventually(lambda: api.queue(queue).get("effective_policy_definition", {}).get("dead-letter-routing-key") == "b",
-               SHOWN_S)
+    poll(lambda: api.queue(queue).get("effective_policy_definition", {}).get("dead-letter-routing-key") == "b",
+         SHOWN_S)
     method, _, _ = channel.basic_get(queue)
     channel.basic_reject(method.delivery_tag, requeue=False)
-    assert eventually(lambda: ready_count(channel, second) == 1, LIVE_S)
+    assert poll(lambda: ready_count(channel, second) == 1, LIVE_S)
     assert (drain(channel, first), drain(channel, second)) == ([b"one"], [b"two"])
 
 
@@ -215,14 +216,14 @@ def test_a_delivery_limit_dead_letters_from_an_existing_quorum_queue(api, channe
     publish_confirmed(channel.connection, queue, [b"poison"])
     api.set_policy(queue, f"^{queue}$", {"delivery-limit": 1, "dead-letter-exchange": "",
                                          "dead-letter-routing-key": dead}, apply_to="queues")
-    eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    poll(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
     method, _, _ = channel.basic_get(queue)
     channel.basic_nack(method.delivery_tag, requeue=True)
-    assert eventually(lambda: ready_count(channel, queue) == 1, LIVE_S), "within the limit: requeued"
+    assert poll(lambda: ready_count(channel, queue) == 1, LIVE_S), "within the limit: requeued"
     method, properties, _ = channel.basic_get(queue)
     assert properties.headers["x-delivery-count"] == 1
     channel.basic_nack(method.delivery_tag, requeue=True)
-    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S), "past the limit: dead-lettered"
+    assert poll(lambda: ready_count(channel, dead) == 1, LIVE_S), "past the limit: dead-lettered"
     assert ready_count(channel, queue) == 0
     channel.queue_delete(queue)
 
@@ -232,7 +233,7 @@ def test_queue_mode_and_queue_version_are_accepted_and_lose_nothing(api, channel
     channel.queue_declare(queue, durable=True)
     publish_confirmed(channel.connection, queue, [b"m1", b"m2", b"m3"])
     api.set_policy(queue, f"^{queue}$", {"queue-mode": "lazy", "queue-version": 2}, apply_to="queues")
-    assert eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
     publish_confirmed(channel.connection, queue, [b"m4"])
     assert drain(channel, queue) == [b"m1", b"m2", b"m3", b"m4"]
     channel.queue_delete(queue)
@@ -272,7 +273,8 @@ def test_no_confirmed_message_is_lost_while_policies_change_under_a_consumer(api
             else:
                 api.set_policy(queue, f"^{queue}$", definition, apply_to="queues")
         publisher.basic_publish("", queue, body)  # returns once confirmed (raises on a nack)
-    assert wait_until(channel.connection, lambda: len(received) >= len(sent), 10.0), f"{len(received)} arrived"
+    assert poll(lambda: len(received) >= len(sent), 10.0, pump=channel.connection.process_data_events), \
+        f"{len(received)} arrived"
     channel.connection.process_data_events(time_limit=0.2)
     assert sorted(received) == sorted(sent), "each confirmed message arrived exactly once"
     consumer.close()
@@ -291,12 +293,12 @@ def test_a_policy_with_a_key_a_queue_type_does_not_take_passes_that_queue_by(api
     api.set_policy(prefix + "-fallback", both, {"max-length": 3}, priority=0, apply_to="queues")
     api.set_policy(prefix + "-lazy", both, {"queue-mode": "lazy", "max-length": 1}, priority=5,
                    apply_to="queues")
-    assert eventually(lambda: api.queue(classic).get("policy") == prefix + "-lazy", SHOWN_S)
-    assert eventually(lambda: api.queue(quorum).get("policy") == prefix + "-fallback", SHOWN_S)
+    assert poll(lambda: api.queue(classic).get("policy") == prefix + "-lazy", SHOWN_S)
+    assert poll(lambda: api.queue(quorum).get("policy") == prefix + "-fallback", SHOWN_S)
     api.set_policy(prefix + "-lazy", both, {"queue-leader-locator": "random", "max-length": 1}, priority=5,
                    apply_to="queues")
-    assert eventually(lambda: api.queue(classic).get("policy") == prefix + "-fallback", SHOWN_S)
-    assert eventually(lambda: api.queue(quorum).get("policy") == prefix + "-lazy", SHOWN_S)
+    assert poll(lambda: api.queue(classic).get("policy") == prefix + "-fallback", SHOWN_S)
+    assert poll(lambda: api.queue(quorum).get("policy") == prefix + "-lazy", SHOWN_S)
     publish_confirmed(channel.connection, classic, [b"m1", b"m2", b"m3", b"m4"])
     publish_confirmed(channel.connection, quorum, [b"m1", b"m2"])
     assert (ready_count(channel, classic), ready_count(channel, quorum)) == (3, 1)
@@ -312,7 +314,7 @@ def test_a_quorum_queue_takes_a_policys_overflow_over_its_own_a_classic_queue_ke
     name = unique("pol-ovf")
     api.set_policy(name, f"^({classic}|{quorum})$", {"overflow": "drop-head", "max-length": 1}, apply_to="queues")
     for queue in (classic, quorum):
-        assert eventually(lambda: api.queue(queue).get("policy") == name, SHOWN_S)
+        assert poll(lambda: api.queue(queue).get("policy") == name, SHOWN_S)
     channel.confirm_delivery()
     channel.basic_publish("", quorum, b"q1")
     channel.basic_publish("", quorum, b"q2")  # the policy's drop-head: confirmed, q1 dropped
@@ -330,9 +332,9 @@ def test_a_new_message_ttl_expires_the_next_messages_into_the_dead_letter_exchan
     channel.queue_declare(queue)
     api.set_policy(queue, f"^{queue}$", {"message-ttl": 100, "dead-letter-exchange": "",
                                          "dead-letter-routing-key": dead}, apply_to="queues")
-    assert eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
     publish_confirmed(channel.connection, queue, [b"short-lived"])
-    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S), "expired into the dead-letter queue"
+    assert poll(lambda: ready_count(channel, dead) == 1, LIVE_S), "expired into the dead-letter queue"
     assert ready_count(channel, queue) == 0
     method, properties, body = channel.basic_get(dead, auto_ack=True)
     assert (body, properties.headers["x-death"][0]["reason"]) == (b"short-lived", "expired")
@@ -345,12 +347,12 @@ def test_reject_publish_dlx_from_a_policy_nacks_and_dead_letters_the_overflow(ap
     api.set_policy(queue, f"^{queue}$", {"max-length": 1, "overflow": "reject-publish-dlx",
                                          "dead-letter-exchange": "", "dead-letter-routing-key": dead},
                    apply_to="queues")
-    assert eventually(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue, SHOWN_S)
     channel.confirm_delivery()
     channel.basic_publish("", queue, b"kept")
     with pytest.raises(NackError):
         channel.basic_publish("", queue, b"refused")
-    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S)
+    assert poll(lambda: ready_count(channel, dead) == 1, LIVE_S)
     method, properties, body = channel.basic_get(dead, auto_ack=True)
     assert (body, properties.headers["x-death"][0]["reason"]) == (b"refused", "maxlen")
     assert drain(channel, queue) == [b"kept"]
@@ -374,10 +376,10 @@ def test_a_new_message_ttl_expires_messages_already_past_it(api, channel, manage
     queue = unique("pol-ttl")
     channel.queue_declare(queue)
     publish_confirmed(channel.connection, queue, [b"old"])
-    wait_until(channel.connection, lambda: False, 0.3)
+    channel.connection.sleep(0.3)
     publish_confirmed(channel.connection, queue, [b"new"])
     api.set_policy(queue, f"^{queue}$", {"message-ttl": 200}, apply_to="queues")
-    assert eventually(lambda: ready_count(channel, queue) == 1, LIVE_S)
+    assert poll(lambda: ready_count(channel, queue) == 1, LIVE_S)
     assert drain(channel, queue) == [b"new"]
 
 
@@ -390,15 +392,15 @@ def test_delivery_limit_and_delayed_retry_reach_an_existing_classic_queue(api, c
     api.set_policy(queue, f"^{queue}$", {"delivery-limit": 1, "delayed-retry-type": "failed",
                                          "delayed-retry-min": 100, "dead-letter-exchange": "",
                                          "dead-letter-routing-key": dead}, apply_to="queues")
-    eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    poll(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
     method, _, _ = channel.basic_get(queue)
     channel.basic_nack(method.delivery_tag, requeue=True)
     assert ready_count(channel, queue) == 0, "it waits for its delayed retry"
-    assert eventually(lambda: ready_count(channel, queue) == 1, 2.0)
+    assert poll(lambda: ready_count(channel, queue) == 1, 2.0)
     method, properties, _ = channel.basic_get(queue)
     assert properties.headers["x-delivery-count"] == 1
     channel.basic_nack(method.delivery_tag, requeue=True)
-    assert eventually(lambda: ready_count(channel, dead) == 1, LIVE_S), "past its delivery limit: dead-lettered"
+    assert poll(lambda: ready_count(channel, dead) == 1, LIVE_S), "past its delivery limit: dead-lettered"
 
 
 def test_at_equal_priority_the_policy_whose_name_sorts_first_applies(api, channel, managed, unique):
@@ -407,7 +409,7 @@ def test_at_equal_priority_the_policy_whose_name_sorts_first_applies(api, channe
     channel.queue_declare(queue)
     api.set_policy(queue + "-b", f"^{queue}$", {"max-length": 2}, priority=3, apply_to="queues")
     api.set_policy(queue + "-a", f"^{queue}", {"max-length": 1}, priority=3, apply_to="queues")
-    assert eventually(lambda: api.queue(queue).get("policy") == queue + "-a", LIVE_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue + "-a", LIVE_S)
     publish_confirmed(channel.connection, queue, [b"m1", b"m2"])
     assert drain(channel, queue) == [b"m2"]
 
@@ -417,12 +419,13 @@ def test_a_consumer_timeout_policy_cancels_a_consumer_that_holds_a_delivery_too_
     queue = unique("pol-timeout")
     channel.queue_declare(queue)
     api.set_policy(queue, f"^{queue}$", {"consumer-timeout": 400}, apply_to="queues")
-    assert eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
     cancelled, held = [], []
     channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
     tag = channel.basic_consume(queue, lambda ch, method, properties, body: held.append(body))
     publish_confirmed(channel.connection, queue, [b"slow"])
-    assert wait_until(channel.connection, lambda: cancelled == [tag], 5.0), "the held delivery timed out"
+    assert poll(lambda: cancelled == [tag], 5.0, pump=channel.connection.process_data_events), \
+        "the held delivery timed out"
     assert held == [b"slow"]
     assert ready_count(channel, queue) == 1, "the delivery went back to the queue"
 
@@ -433,14 +436,14 @@ def test_messages_waiting_for_a_delayed_retry_keep_their_schedule_across_a_polic
     queue = unique("pol-schedule")
     channel.queue_declare(queue)
     api.set_policy(queue, f"^{queue}$", {"delayed-retry-type": "failed", "delayed-retry-min": 800}, apply_to="queues")
-    assert eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
     publish_confirmed(channel.connection, queue, [b"retry me"])
     method, _, _ = channel.basic_get(queue)
     channel.basic_nack(method.delivery_tag, requeue=True)
     api.set_policy(queue, f"^{queue}$", {"delayed-retry-type": "failed", "delayed-retry-min": 600000,
                                          "max-length": 5, "message-ttl": 600000}, apply_to="queues")
     assert ready_count(channel, queue) == 0, "still waiting"
-    assert eventually(lambda: ready_count(channel, queue) == 1, 3.0), "back after its 800 ms, not the new 10 minutes"
+    assert poll(lambda: ready_count(channel, queue) == 1, 3.0), "back after its 800 ms, not the new 10 minutes"
     method, properties, body = channel.basic_get(queue, auto_ack=True)
     assert (body, method.redelivered) == (b"retry me", True)
 
@@ -454,7 +457,7 @@ def test_an_archive_policy_keeps_an_existing_queues_acked_segments(broker_factor
     connection.channel().queue_declare(queue, durable=True)
     connection.close()
     api.set_policy(queue, f"^{queue}$", {"archive": True}, apply_to="queues")
-    assert eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
     # Positive control: the messages were in the queue's segments before the drain.
     assert publish_and_drain(broker.url(), queue, {}, broker.data_dir) > COUNT * len(BODY) // 2
     assert segment_bytes(broker.data_dir / "archive") > COUNT * len(BODY) // 2
@@ -466,13 +469,13 @@ def test_deduplication_from_a_policy_enqueues_a_repeated_publish_once(api, chann
     channel.queue_declare(queue)
     api.set_policy(queue, f"^{queue}$", {"message-deduplication": True, "deduplication-header": "order-id"},
                    apply_to="queues")
-    assert eventually(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
+    assert poll(lambda: api.queue(queue).get("policy") == queue, LIVE_S)
     channel.confirm_delivery()
     for order in ("o-1", "o-1", "o-2", "o-1"):
         channel.basic_publish("", queue, order.encode(), pika.BasicProperties(headers={"order-id": order}))
     assert drain(channel, queue) == [b"o-1", b"o-2"]
     api.clear_policy(queue)
-    assert eventually(lambda: api.queue(queue).get("policy") is None, LIVE_S)
+    assert poll(lambda: api.queue(queue).get("policy") is None, LIVE_S)
     for order in ("o-1", "o-1"):
         channel.basic_publish("", queue, order.encode(), pika.BasicProperties(headers={"order-id": order}))
     assert drain(channel, queue) == [b"o-1", b"o-1"], "without the policy, no deduplication"

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import pika
 
-from interop_tests.cluster_nodes import three_nodes, wait_until
+from interop_tests.cluster_nodes import three_nodes
 from interop_tests.replication_hooks_broker import HOLD_REATTACH
 from interop_tests.test_replicated_queues import (
     _ctl, _declare, _HeldConsumer, _parameters, _publish_confirmed, _queue_node, _wait_until_each_holds_its_prefetch,
 )
+from interop_tests.waiting import wait_until
 
 HOOKS = "interop_tests.replication_hooks_broker"
 

@@ -36,8 +36,9 @@ from cluster import connect, parse_cluster_address
 from cluster.replication.election import GroupKeys, GroupRecord
 from cluster.replication.wire import encode_hello
 from interop_tests.cluster_nodes import (
-    SESSION_TTL, ClusterNode, pika_parameters, queue_known_everywhere, three_nodes, wait_until,
+    SESSION_TTL, ClusterNode, pika_parameters, queue_known_everywhere, three_nodes,
 )
+from interop_tests.waiting import wait_until
 
 QUORUM = {"x-queue-type": "quorum"}
 PERSISTENT = pika.BasicProperties(delivery_mode=2)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import json
 import random
-import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ pytest.importorskip("pyarrow")
 pika = pytest.importorskip("pika")
 
 from interop_tests.broker_process import BrokerProcess, free_port, launch  # noqa: E402
+from interop_tests.waiting import wait_until  # noqa: E402
 
 UTC = datetime.timezone.utc
 WORK, DLQ, CAPPED, TTL = "spark-work", "spark-work-dlq", "spark-capped", "spark-ttl"
@@ -84,15 +84,6 @@ def properties(i: int) -> pika.BasicProperties:
         user_id="guest",
         app_id="spark-interop",
     )
-
-
-def wait_until(predicate, what: str, timeout: float = 15.0) -> None:
-    """Poll the broker's own report of an event (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cluster import EventKind, HistoryLost, VersionConflict, connect, parse_cluster_address
-from tests.coordination_services import start_etcd, start_zookeeper
+from interop_tests.coordination_services import start_etcd, start_zookeeper
 
 SESSION_TTL = 2.0
 
@@ -169,6 +169,7 @@ def test_watch_sees_changes_in_order_and_resumes_from_a_revision(service):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # 18 s: a three-member etcd, its leader killed and a new one elected
 def test_three_member_etcd_keeps_working_after_kill_9_of_its_leader():
     directory = Path(tempfile.mkdtemp(prefix="coord-etcd3-"))
     service = start_etcd(directory, members=3)

@@ -9,9 +9,11 @@ import json
 import urllib.request
 import uuid
 
+import pytest
+
 from cluster import connect, parse_cluster_address
 from cluster.coordinator import CoordinationUnavailable
-from tests.coordination_services import start_etcd
+from interop_tests.coordination_services import start_etcd
 
 
 def _revoke(client_url: str, lease_id: int) -> None:
@@ -21,6 +23,7 @@ def _revoke(client_url: str, lease_id: int) -> None:
     urllib.request.urlopen(request, timeout=5).close()
 
 
+@pytest.mark.slow  # 5 s: a new etcd lease after a refused grant, then held past its TTL
 def test_an_expired_lease_is_replaced_even_when_the_first_grant_fails(tmp_path):
     service = start_etcd(tmp_path / "etcd")
     try:

@@ -42,14 +42,15 @@ def run(tmp_path: Path, scenario: Callable[[Pair], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
-async def connect(url: str) -> aio_pika.abc.AbstractConnection:
+async def opened(url: str) -> aio_pika.abc.AbstractConnection:
+    """A connection to `url` that `run` closes when the scenario ends."""
     connection = await aio_pika.connect(url)
     _open_connections.append(connection)
     return connection
 
 
 async def channel_on(url: str, confirms: bool = True) -> aio_pika.abc.AbstractChannel:
-    return await (await connect(url)).channel(publisher_confirms=confirms)
+    return await (await opened(url)).channel(publisher_confirms=confirms)
 
 
 async def get_within(queue: aio_pika.abc.AbstractQueue, seconds: float = 5) -> aio_pika.abc.AbstractIncomingMessage:
@@ -313,7 +314,7 @@ def test_a_transaction_touching_queues_of_two_nodes_is_refused_and_nothing_is_ap
         on_a = await channel_on(pair.a.url)
         await on_a.declare_queue("remote-part", durable=True)
         pair.stand_in("remote-part")
-        connection = await connect(pair.b.url)
+        connection = await opened(pair.b.url)
         on_b = await connection.channel(publisher_confirms=False)
         await on_b.declare_queue("local-part", durable=True)
         transaction = on_b.transaction()

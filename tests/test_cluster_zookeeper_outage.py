@@ -8,10 +8,12 @@ import asyncio
 import time
 import uuid
 
+import pytest
+
 from cluster import connect, parse_cluster_address
 from cluster.coordinator import CoordinationUnavailable
 from cluster.zookeeper import REQUEST_DEADLINE_S
-from tests.coordination_services import start_zookeeper
+from interop_tests.coordination_services import start_zookeeper
 
 
 async def _kill_zookeeper_and_wait_disconnected(service, coordinator) -> None:
@@ -23,6 +25,7 @@ async def _kill_zookeeper_and_wait_disconnected(service, coordinator) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow  # 11 s: kills ZooKeeper, waits out its request deadline, starts it again
 def test_a_write_while_disconnected_is_refused_at_once_and_never_applied_later(tmp_path):
     service = start_zookeeper(tmp_path / "zk")
     try:

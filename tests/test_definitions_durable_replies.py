@@ -14,6 +14,7 @@ from pamqp import commands
 
 from amqp_server.broker.broker import Broker
 from amqp_server.config.settings import ServerConfig
+from interop_tests.waiting import wait_until_async
 from persistence.definitions import FileDefinitionStore
 from persistence.group_commit import GroupCommitter
 from tests.frame_driver import methods, opened_client
@@ -49,13 +50,6 @@ def current_log(directory: Path) -> Path:
     return max(directory.glob("definitions-*.log"))
 
 
-async def wait_until(condition, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.001)
-
-
 def run_with_gated_fsync(tmp_path: Path, scenario) -> None:
     async def main() -> None:
         store = FileDefinitionStore(tmp_path)
@@ -83,14 +77,14 @@ def test_declare_ok_waits_for_the_fsync_and_later_replies_on_the_channel_wait_be
         received += client.send(1, commands.Basic.Qos(prefetch_count=5))
         assert received == [], "nothing is answered before the declaration is on disk"
         size_to_cover = current_log(tmp_path).stat().st_size
-        await wait_until(fsync.started.is_set)
+        await wait_until_async(fsync.started.is_set, "the fsync started", 5.0, every=0.001)
         # The fsync is running in the worker thread; the event loop answers everyone else.
         assert names(other.send(1, commands.Basic.Qos(prefetch_count=1))) == ["QosOk"]
         assert names(other.send(1, commands.Queue.Declare(queue="kept", passive=True))) == ["DeclareOk"]
         assert client.take() == []
         signals = client.output_signals
         fsync.gate.set()
-        await wait_until(lambda: client.output_signals > signals)
+        await wait_until_async(lambda: client.output_signals > signals, "the reply went out", 5.0, every=0.001)
         assert fsync.durable_size(current_log(tmp_path)) >= size_to_cover
         assert names(client.take()) == ["DeclareOk", "DeclareOk", "QosOk"], "in the order of the methods"
 
@@ -114,11 +108,11 @@ def test_bind_unbind_and_delete_oks_wait_for_the_fsync_too(tmp_path):
             fsync.gate.clear()
             fsync.started.clear()
             assert client.send(1, method) == [], f"{reply} before the fsync"
-            await wait_until(fsync.started.is_set)
+            await wait_until_async(fsync.started.is_set, "the fsync started", 5.0, every=0.001)
             assert client.take() == []
             signals = client.output_signals
             fsync.gate.set()
-            await wait_until(lambda: client.output_signals > signals)
+            await wait_until_async(lambda: client.output_signals > signals, "the reply went out", 5.0, every=0.001)
             assert names(client.take()) == [reply]
 
     run_with_gated_fsync(tmp_path, scenario)
@@ -169,7 +163,7 @@ def test_the_management_api_answers_a_durable_change_only_after_its_fsync(tmp_pa
                    "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
         put = asyncio.ensure_future(api.client.request("PUT", "/api/queues/%2F/kept", data='{"durable": true}',
                                                        headers=headers))
-        await wait_until(fsync.started.is_set)
+        await wait_until_async(fsync.started.is_set, "the fsync started", 5.0, every=0.001)
         await asyncio.sleep(0.05)
         assert not put.done(), "answered before the fsync"
         assert "kept" in broker.vhosts["/"].queues, "the queue exists; only the answer waits"

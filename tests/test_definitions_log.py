@@ -77,6 +77,7 @@ def bytes_written_for(directory: Path, count: int) -> int:
     return written
 
 
+@pytest.mark.slow  # 3.5 s: 22,000 definition changes, each written to the log
 def test_10000_declares_then_deletes_write_linear_bytes(tmp_path):
     small = bytes_written_for(tmp_path / "small", 1000)
     large = bytes_written_for(tmp_path / "large", 10000)

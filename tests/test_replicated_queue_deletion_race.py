@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
@@ -34,7 +33,8 @@ from cluster.coordinator import Coordinator, KeyValue, WatchEvent
 from cluster.replication.log import FileReplicaLog
 from cluster.replication.replica import Role
 from persistence.queue_store import QueueStore
-from tests.coordination_services import start_etcd, start_zookeeper
+from interop_tests.coordination_services import start_etcd, start_zookeeper
+from interop_tests.waiting import wait_until_async
 from tests.frame_driver import methods, opened_client
 from tests.memory_coordinator import MemoryCoordinator, MemoryService
 
@@ -165,13 +165,6 @@ async def _node(directory: Path, name: str, coordinator: Coordinator) -> tuple[B
     return broker, shared, replicated
 
 
-async def _until(check: Callable[[], bool], what: str, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within} s: {what}"
-        await asyncio.sleep(0.01)
-
-
 def _run(backend, tmp_path: Path, scenario) -> None:
     open_coordinator = backend()
 
@@ -201,9 +194,9 @@ async def _declared_on_a(a, b) -> None:
     client.send(1, commands.Queue.Declare(queue="q", durable=True, arguments=QUORUM))
     await shared_a.committed()
     replies: list[Any] = []
-    await _until(lambda: replies.extend(methods(client.take())) or
-                 [type(method).__name__ for method in replies] == ["DeclareOk"], "declare-ok")
-    await _until(lambda: "q" in broker_b.vhosts["/"].queues, "b holds a stand-in of q")
+    await wait_until_async(lambda: replies.extend(methods(client.take())) or
+                           [type(method).__name__ for method in replies] == ["DeclareOk"], "declare-ok")
+    await wait_until_async(lambda: "q" in broker_b.vhosts["/"].queues, "b holds a stand-in of q")
     assert broker_b.vhosts["/"].queues["q"].journal is None  # a stand-in, no replica of its own
 
 
@@ -223,7 +216,7 @@ def test_a_deletion_committed_as_the_new_leader_takes_the_queue_stands(backend, 
         assert isinstance(broker_b.vhosts["/"].queues["q"].journal, ReplicatedJournal)  # b took the queue itself
         await shared_b.committed()
         assert b_coordinator.armed is None, "the deletion ran"
-        await _until(lambda: "q" not in broker_b.vhosts["/"].queues, "b drops the queue")
+        await wait_until_async(lambda: "q" not in broker_b.vhosts["/"].queues, "b drops the queue")
         assert replicated_b.deleted_queues == ["q"]
         assert await deleter.get(QUEUE_KEY) is None, "the deletion was undone"
         await asyncio.sleep(0.2)  # nothing brings it back
@@ -241,9 +234,9 @@ def test_a_queue_deleted_while_no_replica_led_has_its_group_removed_by_the_next_
         await _declared_on_a(a, b)
         a[2].leading.clear()  # a's replica no longer leads (its node died)
         assert await deleter.delete(QUEUE_KEY)
-        await _until(lambda: "q" not in broker_b.vhosts["/"].queues, "b removes its stand-in")
+        await wait_until_async(lambda: "q" not in broker_b.vhosts["/"].queues, "b removes its stand-in")
         replicated_b.leading.add(("/", "q"))
         shared_b.reconcile_replicated("/", "q")
-        await _until(lambda: replicated_b.dropped_groups == ["q"], "b's replica drops the group")
+        await wait_until_async(lambda: replicated_b.dropped_groups == ["q"], "b's replica drops the group")
 
     _run(backend, tmp_path, scenario)

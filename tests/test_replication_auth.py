@@ -17,7 +17,8 @@ from cluster.replication.wire import (
     HandshakeState, encode_hello,
 )
 from tests.memory_coordinator import MemoryService
-from tests.test_replication_replica import MEMBERS, SECRET, Node, leader_of, start_group, wait_for
+from interop_tests.waiting import wait_until_async
+from tests.test_replication_replica import MEMBERS, SECRET, Node, leader_of, start_group
 
 
 def _run(listener: Handshake, connector: Handshake) -> None:
@@ -134,7 +135,7 @@ def test_a_peer_without_the_secret_reads_no_record_and_the_group_goes_on(tmp_pat
         index = 0
         for k in range(20):
             index = leader.replica.publish(b"confidential record %d" % k)
-        await wait_for(lambda: leader.commits and leader.commits[-1] >= index)
+        await wait_until_async(lambda: leader.commits and leader.commits[-1] >= index, "the 20 records committed")
         streams_before = dict(leader.replica._followers)
         send, reason = INTRUDERS[intruder]
         with caplog.at_level(logging.WARNING, logger="cluster.replication.replica"):
@@ -147,7 +148,7 @@ def test_a_peer_without_the_secret_reads_no_record_and_the_group_goes_on(tmp_pat
         assert leader.replica._followers == streams_before  # nobody replaced member b's stream
         assert _group_unaffected(leader)
         more = leader.replica.publish(b"after the intruder")
-        await wait_for(lambda: leader.commits[-1] >= more)
+        await wait_until_async(lambda: leader.commits[-1] >= more, "the record after the intruder committed")
         for node in nodes.values():
             await node.replica.stop()
     asyncio.run(scenario())
@@ -171,14 +172,16 @@ def test_a_member_with_another_secret_gets_no_entry_and_the_majority_goes_on(tmp
         nodes = {n: Node(n, store, tmp_path / n) for n in ("a", "b")}
         for node in nodes.values():
             await node.start()
-        await wait_for(lambda: leader_of(nodes) is not None)
+        await wait_until_async(lambda: leader_of(nodes) is not None, "one leader")
         leader = leader_of(nodes)
         outsider = Node("c", store, tmp_path / "c", secret=b"another secret")
         with caplog.at_level(logging.WARNING, logger="cluster.replication.replica"):
             await outsider.start()
             index = leader.replica.publish(b"confidential")
-            await wait_for(lambda: leader.commits and leader.commits[-1] >= index)
-            await wait_for(lambda: sum("refused" in r.getMessage() for r in caplog.records) >= 2)
+            await wait_until_async(lambda: leader.commits and leader.commits[-1] >= index,
+                                   "the record committed without c")
+            await wait_until_async(lambda: sum("refused" in r.getMessage() for r in caplog.records) >= 2,
+                                   "c's stream refused twice")
         assert outsider.replica.log.last_index == 0
         assert leader.replica.leader.progress()["c"][0] is False  # never connected
         assert "c" not in leader.replica.leader.in_sync_members()

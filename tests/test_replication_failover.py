@@ -26,8 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.coordination_services import free_port, start_etcd, start_zookeeper
+from interop_tests.broker_process import free_port
+from interop_tests.coordination_services import start_etcd, start_zookeeper
 from tests.replication_node import secret_environment
+
+# 15-35 s each: three harness nodes under a workload while the test kills and restarts them.
+pytestmark = pytest.mark.slow
 
 NODES = ("n1", "n2", "n3")
 IN_FLIGHT = 32

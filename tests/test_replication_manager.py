@@ -10,6 +10,7 @@ import pytest
 
 from cluster.replication.manager import ReplicaManager, group_members
 from cluster.replication.replica import Role
+from interop_tests.waiting import wait_until_async
 from persistence.group_commit import GroupCommitter
 from tests.memory_coordinator import MemoryCoordinator, MemoryService
 
@@ -21,14 +22,6 @@ def test_group_size_defaults_to_three_or_the_cluster_and_starts_with_this_node()
     assert group_members("n1", ["n1", "n2", "n3"], size=1) == ["n1"]
     with pytest.raises(ValueError):
         group_members("n1", ["n1"], size=0)
-
-
-async def wait_for(predicate, timeout=10.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize("watch", [False, True])
@@ -47,17 +40,19 @@ def test_members_follow_a_group_that_names_them_and_drop_it_when_deleted(tmp_pat
         roles: list[Role] = []
         members = group_members("a", managers)  # a, b, c: d holds nothing
         replica = managers["a"].host("/:q", members, commits.append, roles.append)
-        await wait_for(lambda: roles and roles[-1] is Role.LEADER)  # the declaring node leads
+        await wait_until_async(lambda: roles and roles[-1] is Role.LEADER, "a leads")  # the declaring node leads
         index = replica.publish(b"first")
-        await wait_for(lambda: commits and commits[-1] >= index)
+        await wait_until_async(lambda: commits and commits[-1] >= index, "the first entry committed")
         for name in ("b", "c"):
-            await wait_for(lambda: "/:q" in managers[name].replicas
-                           and managers[name].replicas["/:q"].log.durable_index >= index)
+            await wait_until_async(lambda: "/:q" in managers[name].replicas
+                                   and managers[name].replicas["/:q"].log.durable_index >= index,
+                                   f"{name}'s replica has the entry on disk")
         assert managers["d"].replicas == {}
         await managers["a"].delete_group("/:q")
         for name in ("b", "c"):
-            await wait_for(lambda: "/:q" not in managers[name].replicas
-                           and not any((tmp_path / name / "replicas").iterdir()))
+            await wait_until_async(lambda: "/:q" not in managers[name].replicas
+                                   and not any((tmp_path / name / "replicas").iterdir()),
+                                   f"{name} dropped the group and its files")
         assert not any(key.startswith(("replicas/", "replica-leases/")) for key in service.keys)
         for manager in managers.values():
             await manager.close()
@@ -82,29 +77,32 @@ def test_a_group_deleted_and_made_again_under_the_same_name_is_not_mixed_with_th
         commits: list[int] = []
         roles: list[Role] = []
         replica = managers["a"].host("/:q", ["a", "b", "c"], commits.append, roles.append)
-        await wait_for(lambda: roles and roles[-1] is Role.LEADER)
+        await wait_until_async(lambda: roles and roles[-1] is Role.LEADER, "a leads")
         for body in (b"old-1", b"old-2"):
             index = replica.publish(body)
         await managers["c"].sync_groups()
         for name in ("b", "c"):
-            await wait_for(lambda: "/:q" in managers[name].replicas
-                           and managers[name].replicas["/:q"].log.durable_index >= index)
-        await wait_for(lambda: (tmp_path / "b" / "replicas").exists() and any(
-            (d / "incarnation").exists() for d in (tmp_path / "b" / "replicas").iterdir()))
+            await wait_until_async(lambda: "/:q" in managers[name].replicas
+                                   and managers[name].replicas["/:q"].log.durable_index >= index,
+                                   f"{name}'s replica has the old entries on disk")
+        await wait_until_async(lambda: (tmp_path / "b" / "replicas").exists() and any(
+            (d / "incarnation").exists() for d in (tmp_path / "b" / "replicas").iterdir()),
+            "b's replica directory has its incarnation")
         await managers["b"].close()  # b is away while the queue is deleted and declared again
 
         await managers["a"].delete_group("/:q")
         roles.clear()
         replica = managers["a"].host("/:q", ["a", "b", "c"], commits.append, roles.append)
-        await wait_for(lambda: roles and roles[-1] is Role.LEADER)
+        await wait_until_async(lambda: roles and roles[-1] is Role.LEADER, "a leads the new incarnation")
         index = replica.publish(b"new-1")
 
         managers["b"] = manager("b")
         await managers["b"].start("127.0.0.1")
         await managers["c"].sync_groups()  # c notices only now
         for name in ("b", "c"):
-            await wait_for(lambda: "/:q" in managers[name].replicas
-                           and managers[name].replicas["/:q"].log.durable_index >= index)
+            await wait_until_async(lambda: "/:q" in managers[name].replicas
+                                   and managers[name].replicas["/:q"].log.durable_index >= index,
+                                   f"{name}'s replica has the new incarnation's entry")
             log = managers[name].replicas["/:q"].log
             assert [bytes(payload) for _, _, payload in log.entries() if payload] == [b"new-1"], name
         for one in managers.values():

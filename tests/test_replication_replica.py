@@ -9,6 +9,7 @@ import asyncio
 
 from cluster.replication.log import FileReplicaLog
 from cluster.replication.replica import QueueReplica, ReplicationListener, Role
+from interop_tests.waiting import wait_until_async
 from persistence.group_commit import GroupCommitter
 from tests.memory_coordinator import MemoryCoordinator, MemoryService
 
@@ -63,14 +64,6 @@ class Node:
         self.replica.log.close()
 
 
-async def wait_for(predicate, timeout=10.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.01)
-
-
 def leader_of(nodes):
     leaders = [n for n in nodes.values() if n.replica.role is Role.LEADER]
     return leaders[0] if len(leaders) == 1 else None
@@ -82,9 +75,10 @@ async def start_group(tmp_path):
     nodes = {n: Node(n, store, tmp_path / n) for n in MEMBERS}
     for node in nodes.values():
         await node.start()
-    await wait_for(lambda: leader_of(nodes) is not None)
+    await wait_until_async(lambda: leader_of(nodes) is not None, "one leader")
     leader = leader_of(nodes)
-    await wait_for(lambda: leader.replica.leader.in_sync_members() == list(MEMBERS))
+    await wait_until_async(lambda: leader.replica.leader.in_sync_members() == list(MEMBERS),
+                           "every member in sync with the leader")
     return store, nodes, leader
 
 
@@ -92,24 +86,27 @@ def test_confirmed_entries_survive_the_leaders_crash_and_the_old_leader_rejoins(
     async def scenario():
         store, nodes, first = await start_group(tmp_path)
         indexes = [first.replica.publish(b"m%d" % k) for k in range(100)]
-        await wait_for(lambda: first.commits and first.commits[-1] >= indexes[-1])
+        await wait_until_async(lambda: first.commits and first.commits[-1] >= indexes[-1],
+                               "the 100 entries committed")
         first_term = first.replica.leader.term
         await first.crash()
         survivors = {n: v for n, v in nodes.items() if v is not first}
-        await wait_for(lambda: leader_of(survivors) is not None)
+        await wait_until_async(lambda: leader_of(survivors) is not None, "one leader among the survivors")
         second = leader_of(survivors)
         payloads = [bytes(p) for _, _, p in second.replica.log.entries()]
         assert [p for p in payloads if p] == [b"m%d" % k for k in range(100)]
         assert second.replica.leader.term > first_term
         more = second.replica.publish(b"after")
-        await wait_for(lambda: second.commits and second.commits[-1] >= more)
+        await wait_until_async(lambda: second.commits and second.commits[-1] >= more,
+                               "the new leader commits its entry")
         # The old leader comes back on its directory and catches up as a follower.
         again = Node(first.name, store, first.directory)
         nodes[first.name] = again
         await again.start()
-        await wait_for(lambda: again.replica.log.durable_index >= more)
+        await wait_until_async(lambda: again.replica.log.durable_index >= more, "the old leader caught up on its log")
         assert [bytes(p) for _, _, p in again.replica.log.entries() if bytes(p)][-1] == b"after"
-        await wait_for(lambda: set(second.replica.record.in_sync) == set(MEMBERS), timeout=5)
+        await wait_until_async(lambda: set(second.replica.record.in_sync) == set(MEMBERS),
+                               "the old leader back in sync", 5)
         for node in nodes.values():
             if node is not first:
                 await node.replica.stop()
@@ -142,7 +139,8 @@ def test_trace_every_commit_follows_a_majority_of_fsyncs_of_that_entry(tmp_path)
         for batch in range(10):  # each batch waits for its commit: at least 10 commits to check
             for k in range(1 + batch % 7):
                 last = leader.replica.publish(b"%d.%d" % (batch, k))
-            await wait_for(lambda: leader.commits and leader.commits[-1] >= last)
+            await wait_until_async(lambda: leader.commits and leader.commits[-1] >= last,
+                                   "the leader committed the batch")
         durable: dict[str, int] = {}
         checked = 0
         for event, node, index in TRACE:

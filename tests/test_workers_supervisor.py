@@ -11,10 +11,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import pytest
+
 from amqp_server.runtime.workers import RESTART_LIMIT
+from interop_tests.waiting import poll
 
 # argv: index, fd, behaviour. Prints "worker K pid P ready" and "worker K pid P stopped".
 FAKE_WORKER = r"""
@@ -63,13 +65,15 @@ class Group:
         return self.output.read_text()
 
     def wait_for(self, pattern: str, count: int = 1, within: float = 30.0) -> list[re.Match]:
-        deadline = time.monotonic() + within
-        while True:
+        """The first `count` or more matches of `pattern` in the output; fails the test, showing
+        the output, if they take longer than `within` seconds."""
+        def enough() -> list[re.Match]:
             found = list(re.finditer(pattern, self.text()))
-            if len(found) >= count:
-                return found
-            assert time.monotonic() < deadline, f"no {count} x {pattern!r} within {within} s:\n{self.text()}"
-            time.sleep(0.05)
+            return found if len(found) >= count else []
+
+        found = poll(enough, within)
+        assert found, f"no {count} x {pattern!r} within {within} s:\n{self.text()}"
+        return found
 
     def exit_code(self, within: float = 30.0) -> int:
         try:
@@ -102,6 +106,7 @@ def test_a_dead_worker_is_started_again_and_sigint_stops_every_worker(tmp_path: 
     assert len(re.findall(r"worker [12] pid \d+ stopped", group.text())) == 2
 
 
+@pytest.mark.slow  # 7 s: the worker dies and is started again until the restart limit
 def test_a_worker_that_keeps_dying_stops_the_group(tmp_path: Path) -> None:
     group = Group(tmp_path, "crash-loop")
     assert group.exit_code(within=60) == 1
@@ -112,6 +117,7 @@ def test_a_worker_that_keeps_dying_stops_the_group(tmp_path: Path) -> None:
     assert re.search(r"worker 1 pid \d+ stopped", text)
 
 
+@pytest.mark.slow  # 3.5 s: waits out the watchdog before the hung worker is killed
 def test_a_hung_worker_is_killed_and_started_again(tmp_path: Path) -> None:
     group = Group(tmp_path, "hang", watchdog_s=2.0)  # worker 2 never says it is alive
     hung = int(group.wait_for(r"worker 2 pid (\d+) ready")[0].group(1))

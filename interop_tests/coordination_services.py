@@ -10,31 +10,30 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from interop_tests.broker_process import free_port
+from interop_tests.waiting import poll
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"  # its manifest names every jar it needs
 START_TIMEOUT_S = 30.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_until(check, what: str, processes: list[subprocess.Popen]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+def _wait_while_running(check, what: str, processes: list[subprocess.Popen]) -> None:
+    """Until `check()` holds; RuntimeError (the starters' contract) if a process exits first or
+    START_TIMEOUT_S passes."""
+    def started() -> bool:
         if check():
-            return
+            return True
         for process in processes:
             if process.poll() is not None:
                 raise RuntimeError(f"{what} exited with {process.returncode} while starting")
-        time.sleep(0.1)
-    raise RuntimeError(f"{what} did not start within {START_TIMEOUT_S} s")
+        return False
+
+    if not poll(started, START_TIMEOUT_S, every=0.1):
+        raise RuntimeError(f"{what} did not start within {START_TIMEOUT_S} s")
 
 
 @dataclass
@@ -97,8 +96,8 @@ class CoordinationService:
         request = urllib.request.Request(current.client_url + "/v3/maintenance/transfer-leadership",
                                          data=json.dumps({"targetID": member_id(member)}).encode(), method="POST")
         urllib.request.urlopen(request, timeout=10).close()
-        _wait_until(lambda: self.etcd_leader() is member, f"etcd leadership moving to {member.name}",
-                    [m.process for m in self.etcd_members])
+        _wait_while_running(lambda: self.etcd_leader() is member, f"etcd leadership moving to {member.name}",
+                            [m.process for m in self.etcd_members])
 
     def kill9(self, member: EtcdMember) -> None:
         member.process.send_signal(signal.SIGKILL)
@@ -119,11 +118,11 @@ class CoordinationService:
                 if member.process is None or member.process.poll() is not None:
                     _launch_etcd_member(self, member)
             processes = [m.process for m in self.etcd_members]
-            _wait_until(lambda: all(_etcd_healthy(m) for m in self.etcd_members), "etcd", processes)
+            _wait_while_running(lambda: all(_etcd_healthy(m) for m in self.etcd_members), "etcd", processes)
         else:
             if self.zookeeper is None or self.zookeeper.poll() is not None:
                 _launch_zookeeper(self)
-            _wait_until(lambda: _zookeeper_ok(self.zookeeper_port), "zookeeper", [self.zookeeper])
+            _wait_while_running(lambda: _zookeeper_ok(self.zookeeper_port), "zookeeper", [self.zookeeper])
 
     def stop(self) -> None:
         processes = [m.process for m in self.etcd_members if m.process] + ([self.zookeeper] if self.zookeeper else [])
@@ -170,7 +169,7 @@ def start_etcd(directory: Path, members: int = 1) -> CoordinationService:
         _launch_etcd_member(service, member)
     processes = [m.process for m in service.etcd_members]
     try:
-        _wait_until(lambda: all(_etcd_healthy(m) for m in service.etcd_members), "etcd", processes)
+        _wait_while_running(lambda: all(_etcd_healthy(m) for m in service.etcd_members), "etcd", processes)
     except RuntimeError:
         service.stop()
         raise
@@ -211,7 +210,7 @@ def start_zookeeper(directory: Path) -> CoordinationService:
     )
     _launch_zookeeper(service)
     try:
-        _wait_until(lambda: _zookeeper_ok(service.zookeeper_port), "zookeeper", [service.zookeeper])
+        _wait_while_running(lambda: _zookeeper_ok(service.zookeeper_port), "zookeeper", [service.zookeeper])
     except RuntimeError:
         service.stop()
         raise
