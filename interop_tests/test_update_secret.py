@@ -1,10 +1,10 @@
 """connection.update-secret from the clients that expose it: pika, aio-pika and amqplib.
 
 A client renewing its secret (an OAuth token, say) on a live connection gets
-update-secret-ok and carries on, as on RabbitMQ 3.10 (checked with INTEROP_BROKER_URL). A
-secret that does not check out closes the connection with 530; RabbitMQ's internal user
-database accepts any secret (only expiring backends such as OAuth 2 check it), so that test
-needs this project's broker and starts its own.
+update-secret-ok and carries on, as on RabbitMQ 3.10 (checked with INTEROP_BROKER_URL), whatever
+the secret: RabbitMQ's internal user database accepts any (only expiring backends such as
+OAuth 2 check it). With `[server] verify_updated_secret = true` a secret that is not the
+password closes the connection with 530; that test starts this project's broker with it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pika
 import pytest
 from pika.exceptions import ConnectionClosedByBroker
 
+from interop_tests.broker_process import TEST_CONFIG
 from interop_tests.node_runner import run_scenario
 from interop_tests.pika_helpers import connect
 
@@ -55,8 +56,16 @@ def test_amqplib_update_secret_keeps_the_connection_working(broker):
     assert run_scenario("update_secret.js", broker.url())["body"] == "after update"
 
 
-def test_a_refused_secret_closes_the_connection_with_530(broker_factory):
-    own = broker_factory()
+def test_a_secret_that_is_not_the_password_is_accepted_as_by_rabbitmq(broker):
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    connection.update_secret("an OAuth token, not the password", "pika token refresh")
+    channel = connection.channel()
+    channel.queue_declare("", exclusive=True)  # the connection carries on
+    connection.close()
+
+
+def test_with_verify_updated_secret_a_refused_secret_closes_the_connection_with_530(broker_factory):
+    own = broker_factory(config_text=TEST_CONFIG.replace("[server]\n", "[server]\nverify_updated_secret = true\n", 1))
     connection = pika.BlockingConnection(pika.URLParameters(own.url()))
     with pytest.raises(ConnectionClosedByBroker) as closed:
         connection.update_secret("not the password", "pika token refresh")

@@ -213,6 +213,9 @@ class ServerConfig:
     # "quorum": a durable, non-exclusive, non-auto-delete queue declared without x-queue-type is a
     # quorum (replicated) queue, as with RabbitMQ 3.13's default_queue_type (docs/replication.md).
     default_queue_type: str = "classic"
+    # connection.update-secret: check that the new secret is the user's password (RabbitMQ's
+    # internal backend accepts any secret; a backend whose secrets expire checks it).
+    verify_updated_secret: bool = False
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -484,6 +487,7 @@ _SERVER_KEYS: dict[str, Callable[[Any, str], Any]] = {
     "auth_mechanisms": lambda value, where: _auth_mechanisms(value, where),
     "workers": _int_between(1, MAX_WORKERS),
     "default_queue_type": lambda value, where: _one_of(QUEUE_TYPES)(value, where),
+    "verify_updated_secret": lambda value, where: _boolean(value, where),
 }
 
 _LIMIT_KEYS: dict[str, Callable[[Any, str], Any]] = {

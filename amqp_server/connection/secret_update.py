@@ -1,13 +1,13 @@
 """connection.update-secret: a client renews its credentials on a live connection, as in RabbitMQ.
 
 Clients whose secret expires (an OAuth token used as the password) send the new one with a
-reason. The secret is checked with the mechanism the connection logged in with, for the same
-user. On success the connection carries on as the user's current record and every channel
-forgets the permission checks it remembered, so permissions are looked up again from then on;
-on failure the connection closes with RabbitMQ's 530.
-
-RabbitMQ's internal user database accepts any new secret (only backends whose credentials
-expire, such as OAuth 2, check it); here the secret is checked, as such a backend would.
+reason. As RabbitMQ's internal user database, the secret is accepted for a user that still
+exists and logged in with a password mechanism (the backend has nothing to re-check; the
+connection keeps its identity); with `[server] verify_updated_secret = true` it must be the
+user's password, as a backend whose credentials expire (OAuth 2) would check. On success the
+connection carries on as the user's current record and every channel forgets the permission
+checks it remembered, so permissions are looked up again from then on; on failure the
+connection closes with RabbitMQ's 530.
 """
 
 from __future__ import annotations
