@@ -27,6 +27,17 @@ if TYPE_CHECKING:
     from queues.message import Message, QueueEntry
 
 
+class QueueTypeRefusal(Exception):
+    """A queue type refuses a method as RabbitMQ's type does: the AMQP reply `code` (a soft or a
+    hard error, which closes the channel or the connection) and its `text`. The channel turns
+    it into its AMQP error (amqp_server/channel/answers.py)."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+
 class Refusal(Protocol):
     """How an answer is refused: the queue cannot serve the method (say, its owner node is
     unreachable). `error` is raised to, or sent on, the channel as it is."""
@@ -35,6 +46,10 @@ class Refusal(Protocol):
 
 
 class ConsumeAnswer(Refusal, Protocol):
+    @property
+    def global_prefetch_count(self) -> int:
+        """The channel's basic.qos global limit (0: none), which some queue types refuse."""
+
     def started(self) -> None:
         """The consumer is registered (basic.consume-ok, unless nowait)."""
 

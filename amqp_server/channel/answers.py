@@ -20,6 +20,7 @@ from pamqp import commands
 from amqp_server.wire import codec
 from amqp_server.wire.errors import AMQPError
 from amqp_server.channel.unacked_store import Unacked
+from queues.queue_type import QueueTypeRefusal
 
 if TYPE_CHECKING:
     from amqp_server.channel.channel import Channel
@@ -53,7 +54,10 @@ class Answer:
         return self._channel.is_open
 
     def refused(self, error: Exception) -> None:
-        """The queue cannot serve the method: the channel is closed with `error` (an AMQPError)."""
+        """The queue cannot serve the method: the channel (or, for a hard error, the connection)
+        is closed with `error`, an AMQPError or a queue type's QueueTypeRefusal."""
+        if isinstance(error, QueueTypeRefusal):
+            error = AMQPError(error.code, error.text)
         if not self._later:
             raise error
         self._withdraw()
@@ -87,6 +91,10 @@ class ConsumeReply(Answer):
         super().__init__(channel, 60, 20, nowait)
         self._consumer = consumer
 
+    @property
+    def global_prefetch_count(self) -> int:
+        return self._channel.global_prefetch_count
+
     def started(self) -> None:
         if not self.wanted:  # closed meanwhile: its release() cancelled the consumer
             self._withdraw()
@@ -94,8 +102,7 @@ class ConsumeReply(Answer):
         self._send([codec.method_frame(self._channel.id, commands.Basic.ConsumeOk(consumer_tag=self._consumer.tag))])
 
     def refused(self, error: Exception) -> None:
-        if self._later:
-            self._channel.forget_consumer(self._consumer)
+        self._channel.forget_consumer(self._consumer)
         super().refused(error)
 
 
