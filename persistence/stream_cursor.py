@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 GapCallback = Callable[[int, int], None]
 _HEAD_SIZE = HEAD.size
 _HEAD_WITH_CRC = FILTER_AT + 4  # plus the filter value's length
+_SMALL_READ = 4096
 
 
 class CorruptStreamRecord(ValueError):
@@ -179,7 +180,10 @@ class StreamCursor:
                             pos = self._odd_record(seg, pos, end, expect)
                             buf, view, at = self._buf, self._view, self._buf_at
                             continue
-                        buf, view, at = self._fill(seg, pos, _HEAD_SIZE, end)
+                        # Past a skipped message larger than a buffer, the next is likely large too:
+                        # read its head only, not a buffer of the message the filter may skip.
+                        jumped = pos - at - len(buf) >= self._read_size
+                        buf, view, at = self._fill(seg, pos, _HEAD_SIZE, end, _SMALL_READ if jumped else 0)
                         i = 0
                     length, crc, rtype, offset, timestamp, flags, n_filter = unpack(buf, i)
                     total = length + 4
@@ -236,14 +240,14 @@ class StreamCursor:
 
     # ---- helpers -------------------------------------------------------------------------
 
-    def _fill(self, seg: SegmentIndex, pos: int, need: int, end: int) -> tuple[bytes, memoryview, int]:
-        """Read from ``pos`` at least ``need`` bytes (up to ``read_size``, never past ``end``)."""
+    def _fill(self, seg: SegmentIndex, pos: int, need: int, end: int, size: int = 0) -> tuple[bytes, memoryview, int]:
+        """Read from ``pos`` at least ``need`` bytes (``size`` or ``read_size`` if more, never past ``end``)."""
         if self._fd is None:
             try:
                 self._fd = os.open(seg.path, os.O_RDONLY)
             except FileNotFoundError:
                 raise CorruptStreamRecord(str(seg.path), pos, self._expect, "segment file missing") from None
-        want = min(max(self._read_size, need), end - pos)
+        want = min(max(size or self._read_size, need), end - pos)
         data = read_exactly(self._fd, want, pos)
         if len(data) < need:
             expect, self._pos, self._expect = self._expect, end, None
