@@ -307,16 +307,12 @@ class StreamLog:
             commit = _Commit(self._next, -1, 0, None)
         else:
             commit = _Commit(self._next, tail.segment_id, tail.size, checkpoint_of(tail))
-        job = SyncJob(token=commit)
-        if self._tail_fd is not None:
-            job.fds.append(os.dup(self._tail_fd))
-        if self._unsynced_paths:
-            job.paths = sorted(self._unsynced_paths)
-            self._unsynced_paths = set()
-        if self._dir_dirty:
-            job.directories = [str(self._directory)]
-            self._dir_dirty = False
-        return job
+        paths = sorted(self._unsynced_paths)
+        self._unsynced_paths = set()
+        directories = [str(self._directory)] if self._dir_dirty else []
+        self._dir_dirty = False
+        fds = [] if self._tail_fd is None else [os.dup(self._tail_fd)]
+        return SyncJob(fds=fds, paths=paths, directories=directories, token=commit)
 
     def sync_done(self, job: SyncJob, error: OSError | None) -> None:
         if error is not None:

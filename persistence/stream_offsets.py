@@ -122,11 +122,10 @@ class StreamOffsets:
 
     def prepare_sync(self) -> SyncJob:
         self._requested = False
-        job = SyncJob()
         renamed = self._rename_unsynced
-        if renamed >= 0:
-            job.directories = [str(self._directory)]
-            self._rename_unsynced = -1
+        directories = [str(self._directory)] if renamed >= 0 else []
+        self._rename_unsynced = -1
+        fds: list[int] = []
         tmp: str | None = None
         if self._generation > self._written and not self._discarded:
             tmp = str(self._directory / f".{OFFSETS_FILE}.{self._generation}.tmp")
@@ -137,10 +136,9 @@ class StreamOffsets:
                 os.close(fd)
                 os.unlink(tmp)
                 raise
-            job.fds.append(fd)  # the round fsyncs and closes it
+            fds.append(fd)  # the round fsyncs and closes it
             self._written = self._generation
-        job.token = _Write(tmp, self._written, renamed)
-        return job
+        return SyncJob(fds=fds, directories=directories, token=_Write(tmp, self._written, renamed))
 
     def sync_done(self, job: SyncJob, error: OSError | None) -> None:
         write = job.token
