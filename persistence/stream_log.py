@@ -43,7 +43,7 @@ import weakref
 from bisect import bisect_left, bisect_right
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, TypedDict
 
 from persistence.atomic_file import fsync_directory, write_atomically
 from persistence.group_commit import GroupCommitter, SyncJob
@@ -84,6 +84,8 @@ from persistence.stream_segment import (
 )
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from persistence.stream_cursor import GapCallback, StreamCursor
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,20 @@ DEFAULT_MAX_SEGMENT_BYTES = 500_000_000  # RabbitMQ's x-stream-max-segment-size-
 DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 DEFAULT_CHECKPOINT_BYTES = 64 * 1024 * 1024  # the newest segment's side file is rewritten this often
 _BUFFER_LIMIT_FACTOR = 16
+
+
+class StreamOptions(TypedDict, total=False):
+    """The keywords of ``StreamLog.open`` (the constructor's)."""
+
+    max_segment_bytes: int
+    max_bytes: int | None
+    max_age_ms: int | None
+    committer: GroupCommitter | None
+    on_committed: Callable[[int], None] | None
+    write_buffer_size: int
+    index_interval_bytes: int
+    checkpoint_bytes: int
+    clock_ms: Callable[[], int]
 
 
 class _Commit(NamedTuple):
@@ -194,15 +210,15 @@ class StreamLog:
         self._closed = False
 
     @classmethod
-    def open(cls, directory: Path, vhost: str, name: str, **options: object) -> "StreamLog":
+    def open(cls, directory: Path, vhost: str, name: str, **options: Unpack[StreamOptions]) -> "StreamLog":
         """Open the stream in ``directory`` (created if missing) and recover it; ``options`` are
         the constructor's keywords."""
-        stream = cls(directory, vhost, name, **options)  # type: ignore[arg-type]
+        stream = cls(directory, vhost, name, **options)
         stream._recover()
         return stream
 
     @classmethod
-    def open_in(cls, data_dir: Path, vhost: str, name: str, **options: object) -> "StreamLog":
+    def open_in(cls, data_dir: Path, vhost: str, name: str, **options: Unpack[StreamOptions]) -> "StreamLog":
         """The stream ``name`` of ``vhost`` under ``data_dir`` (``stream_segment.stream_path``)."""
         return cls.open(stream_path(data_dir, vhost, name), vhost, name, **options)
 
@@ -781,4 +797,4 @@ def _log_sync_failure(error: OSError | None) -> None:
         log.error("fsync of a stream failed: %s", error)
 
 
-__all__ = ["StreamLog", "RetentionResult", "SegmentInfo", "StreamRecovery", "SEGMENT_SUFFIX"]
+__all__ = ["StreamLog", "StreamOptions", "RetentionResult", "SegmentInfo", "StreamRecovery", "SEGMENT_SUFFIX"]
