@@ -411,6 +411,40 @@ def test_a_torn_tail_of_an_older_segment_is_cut_and_the_missing_offsets_reported
     assert [r.offset for r in read_all(cursor)] == list(range(second_id, 100))
 
 
+def test_a_segment_file_removed_behind_the_streams_back_is_reported_and_stepped_over(tmp_path):
+    log = open_log(tmp_path, max_segment_bytes=4096)
+    fill(log, 100, start_ts=1000)
+    log.sync_now()
+    second = segment_paths(log)[1]
+    second_id, third_id = [s.first_offset for s in log.segments()][1:3]
+    second.unlink()
+    cursor = log.reader(0)
+    assert [r.offset for r in cursor.read(1000)] == list(range(second_id))
+    with pytest.raises(CorruptStreamRecord, match="segment file missing"):
+        cursor.read(1000)
+    assert [r.offset for r in read_all(cursor)] == list(range(third_id, 100))
+    assert log.offset_at(1000 + second_id) == third_id
+
+
+def test_an_older_segment_with_an_unreadable_header_is_set_aside_and_reported(tmp_path):
+    log = open_log(tmp_path, max_segment_bytes=4096)
+    fill(log, 100)
+    log.close()
+    second = segment_paths(log)[1]
+    second_id, third_id = [s.first_offset for s in log.segments()][1:3]
+    data = bytearray(second.read_bytes())
+    data[30] ^= 1  # in created_at_ms: the header CRC fails
+    second.write_bytes(bytes(data))
+    again = open_log(tmp_path, max_segment_bytes=4096)
+    assert (again.directory / (second.name + ".corrupt")).is_file()
+    assert [d.first_missing for d in again.damage][:1] == [second_id]
+    cursor = again.reader(0)
+    assert [r.offset for r in cursor.read(1000)] == list(range(second_id))
+    with pytest.raises(CorruptStreamRecord, match=f"offsets {second_id}..{third_id - 1} missing"):
+        cursor.read(1000)
+    assert [r.offset for r in read_all(cursor)] == list(range(third_id, 100))
+
+
 def test_a_segment_cut_short_while_being_created_is_removed(tmp_path):
     log = open_log(tmp_path)
     fill(log, 5)
