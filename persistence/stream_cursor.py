@@ -308,7 +308,8 @@ class StreamCursor:
         self._enter(nxt, nxt.header_length, nxt.segment_id)
         if expect is not None and nxt.segment_id > expect:
             self._skip_below = max(self._skip_below, nxt.segment_id)
-            raise CorruptStreamRecord(str(seg.path), seg.size, expect, f"offsets {expect}..{nxt.segment_id - 1} missing")
+            missing = f"offsets {expect}..{nxt.segment_id - 1} missing"
+            raise CorruptStreamRecord(str(seg.path), seg.size, expect, missing)
         if expect is not None:
             self._expect = expect if expect >= nxt.segment_id else nxt.segment_id
         return True
