@@ -183,7 +183,7 @@ class StreamCursor:
                         # Past a skipped message larger than a buffer, the next is likely large too:
                         # read its head only, not a buffer of the message the filter may skip.
                         jumped = pos - at - len(buf) >= self._read_size
-                        buf, view, at = self._fill(seg, pos, _HEAD_SIZE, end, _SMALL_READ if jumped else 0)
+                        buf, view, at = self._fill(seg, pos, _HEAD_SIZE, end, expect, _SMALL_READ if jumped else 0)
                         i = 0
                     length, crc, rtype, offset, timestamp, flags, n_filter = unpack(buf, i)
                     total = length + 4
@@ -195,7 +195,7 @@ class StreamCursor:
                         buf, view, at = self._buf, self._view, self._buf_at
                         continue
                     if i + _HEAD_WITH_CRC + n_filter > len(buf):
-                        buf, view, at = self._fill(seg, pos, _HEAD_WITH_CRC + n_filter, end)
+                        buf, view, at = self._fill(seg, pos, _HEAD_WITH_CRC + n_filter, end, expect)
                         i = 0
                     if min_timestamp is not None:
                         wanted = timestamp >= min_timestamp
@@ -209,7 +209,7 @@ class StreamCursor:
                         wanted = unfiltered
                     if wanted and min_timestamp is None:
                         if i + total > len(buf):
-                            buf, view, at = self._fill(seg, pos, total, end)
+                            buf, view, at = self._fill(seg, pos, total, end, expect)
                             i = 0
                         if crc32(view[i + 8 : i + total]) != crc:
                             self._pos, self._expect = pos + total, None
@@ -240,17 +240,16 @@ class StreamCursor:
 
     # ---- helpers -------------------------------------------------------------------------
 
-    def _fill(self, seg: SegmentIndex, pos: int, need: int, end: int, size: int = 0) -> tuple[bytes, memoryview, int]:
-        """Read from ``pos`` at least ``need`` bytes (``size`` or ``read_size`` if more, never past ``end``)."""
-        if self._fd is None:
-            try:
-                self._fd = os.open(seg.path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise CorruptStreamRecord(str(seg.path), pos, self._expect, "segment file missing") from None
+    def _fill(
+        self, seg: SegmentIndex, pos: int, need: int, end: int, expect: int | None, size: int = 0
+    ) -> tuple[bytes, memoryview, int]:
+        """Read from ``pos`` at least ``need`` bytes (``size`` or ``read_size`` if more, never past
+        ``end``); ``expect`` is the offset due there (for a report of damage)."""
+        fd = self._fd_for(seg, pos, expect)
         want = min(max(size or self._read_size, need), end - pos)
-        data = read_exactly(self._fd, want, pos)
+        data = read_exactly(fd, want, pos)
         if len(data) < need:
-            expect, self._pos, self._expect = self._expect, end, None
+            self._pos, self._expect = end, None
             raise CorruptStreamRecord(str(seg.path), pos, expect, "the file is shorter than its index says")
         self._view.release()
         self._buf, self._view, self._buf_at = data, memoryview(data), pos
@@ -286,6 +285,9 @@ class StreamCursor:
             try:
                 self._fd = os.open(seg.path, os.O_RDONLY)
             except FileNotFoundError:
+                # Removed behind the stream's back (retention tells its cursors first): the whole
+                # segment is lost; go on after it.
+                self._pos, self._expect = seg.size, None
                 raise CorruptStreamRecord(str(seg.path), pos, expect, "segment file missing") from None
         return self._fd
 
@@ -306,7 +308,8 @@ class StreamCursor:
         self._enter(nxt, nxt.header_length, nxt.segment_id)
         if expect is not None and nxt.segment_id > expect:
             self._skip_below = max(self._skip_below, nxt.segment_id)
-            raise CorruptStreamRecord(str(seg.path), seg.size, expect, f"offsets {expect}..{nxt.segment_id - 1} missing")
+            missing = f"offsets {expect}..{nxt.segment_id - 1} missing"
+            raise CorruptStreamRecord(str(seg.path), seg.size, expect, missing)
         if expect is not None:
             self._expect = expect if expect >= nxt.segment_id else nxt.segment_id
         return True

@@ -87,7 +87,12 @@ class SegmentIndex:
     )
 
     def __init__(
-        self, segment_id: int, path: Path, header_length: int, created_at_ms: int, interval: int = DEFAULT_INDEX_INTERVAL
+        self,
+        segment_id: int,
+        path: Path,
+        header_length: int,
+        created_at_ms: int,
+        interval: int = DEFAULT_INDEX_INTERVAL,
     ) -> None:
         self.segment_id = segment_id  # the offset of its first record
         self.path = path
@@ -247,7 +252,8 @@ def read_side_index(path: Path, segment_id: int, header_length: int, segment_siz
     entries.frombytes(data[_INDEX_HEAD.size : _INDEX_HEAD.size + 24 * n])
     if not _BIG_ENDIAN:
         entries.byteswap()
-    at = IndexCheckpoint(covered, next_offset, count, first_ts, last_ts, NO_CHUNK if last_chunk == _NONE_U64 else last_chunk)
+    chunk = NO_CHUNK if last_chunk == _NONE_U64 else last_chunk
+    at = IndexCheckpoint(covered, next_offset, count, first_ts, last_ts, chunk)
     return SideIndex(at, entries[0::3], entries[1::3], entries[2::3])
 
 

@@ -1,9 +1,9 @@
 """The append-only log of one stream: segment files many cursors replay from any offset.
 
 ``StreamLog.open(directory, vhost, name)`` opens (or creates) a stream
-directory, recovers it (a torn tail is cut off, damage in the middle is
-reported in ``damage``, the index is loaded from side files or rebuilt by a
-scan) and returns the log. Then:
+directory, recovers it (stream_recovery: a torn tail is cut off, damage in
+the middle is reported in ``damage``, the index is loaded from side files or
+rebuilt by a scan) and returns the log. Then:
 
 * ``append(exchange, routing_key, raw_properties, body, filter_value=...)``
   returns the record's offset (0, 1, 2, ...). Records are buffered and written
@@ -34,7 +34,6 @@ describes the files.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -43,11 +42,10 @@ import weakref
 from bisect import bisect_left, bisect_right
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, TypedDict
 
 from persistence.atomic_file import fsync_directory, write_atomically
 from persistence.group_commit import GroupCommitter, SyncJob
-from persistence.segment_file import cut_damaged_tail
 from persistence.stream_index import (
     DEFAULT_INDEX_INTERVAL,
     NO_CHUNK,
@@ -56,34 +54,26 @@ from persistence.stream_index import (
     StreamDamage,
     checkpoint_of,
     encode_side_index,
-    read_side_index,
-    scan_records,
     write_side_index,
 )
 from persistence.stream_offsets import StreamOffsets
+from persistence.stream_recovery import StreamRecovery, make_stream_directory, recover_segments
 from persistence.stream_segment import (
     FLAG_CHUNK_START,
     FLAG_FILTER,
     HEADER_SIZE,
-    INDEX_SUFFIX,
-    SEGMENT_SUFFIX,
-    STREAM_FORMAT_VERSION,
-    STREAM_META,
-    VHOST_META,
-    CorruptStreamHeader,
     check_short,
-    check_stream_format_version,
-    decode_header,
     encode_header,
     encode_record,
     index_file_name,
-    parse_segment_file_name,
     record_size,
     segment_file_name,
     stream_path,
 )
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from persistence.stream_cursor import GapCallback, StreamCursor
 
 log = logging.getLogger(__name__)
@@ -92,6 +82,20 @@ DEFAULT_MAX_SEGMENT_BYTES = 500_000_000  # RabbitMQ's x-stream-max-segment-size-
 DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 DEFAULT_CHECKPOINT_BYTES = 64 * 1024 * 1024  # the newest segment's side file is rewritten this often
 _BUFFER_LIMIT_FACTOR = 16
+
+
+class StreamOptions(TypedDict, total=False):
+    """The keywords of ``StreamLog.open`` (the constructor's)."""
+
+    max_segment_bytes: int
+    max_bytes: int | None
+    max_age_ms: int | None
+    committer: GroupCommitter | None
+    on_committed: Callable[[int], None] | None
+    write_buffer_size: int
+    index_interval_bytes: int
+    checkpoint_bytes: int
+    clock_ms: Callable[[], int]
 
 
 class _Commit(NamedTuple):
@@ -118,15 +122,6 @@ class SegmentInfo(NamedTuple):
     size: int
     first_timestamp_ms: int
     last_timestamp_ms: int
-
-
-class StreamRecovery(NamedTuple):
-    """What opening the stream found."""
-
-    segments: int
-    scanned_bytes: int  # read by a scan (the rest came from side files)
-    truncated_bytes: int  # cut off torn tails
-    seconds: float
 
 
 def _now_ms() -> int:
@@ -194,15 +189,15 @@ class StreamLog:
         self._closed = False
 
     @classmethod
-    def open(cls, directory: Path, vhost: str, name: str, **options: object) -> "StreamLog":
+    def open(cls, directory: Path, vhost: str, name: str, **options: Unpack[StreamOptions]) -> "StreamLog":
         """Open the stream in ``directory`` (created if missing) and recover it; ``options`` are
         the constructor's keywords."""
-        stream = cls(directory, vhost, name, **options)  # type: ignore[arg-type]
+        stream = cls(directory, vhost, name, **options)
         stream._recover()
         return stream
 
     @classmethod
-    def open_in(cls, data_dir: Path, vhost: str, name: str, **options: object) -> "StreamLog":
+    def open_in(cls, data_dir: Path, vhost: str, name: str, **options: Unpack[StreamOptions]) -> "StreamLog":
         """The stream ``name`` of ``vhost`` under ``data_dir`` (``stream_segment.stream_path``)."""
         return cls.open(stream_path(data_dir, vhost, name), vhost, name, **options)
 
@@ -521,7 +516,9 @@ class StreamLog:
         for ``max_age_ms``, which time alone can exceed)."""
         return self.enforce_retention(self.max_bytes, self.max_age_ms, now_ms)
 
-    def enforce_retention(self, max_bytes: int | None, max_age_ms: int | None, now_ms: int | None = None) -> RetentionResult:
+    def enforce_retention(
+        self, max_bytes: int | None, max_age_ms: int | None, now_ms: int | None = None
+    ) -> RetentionResult:
         """Drop whole segments from the front, never the tail nor one with records not yet
         committed, while the segments take more than ``max_bytes`` or while the oldest one's
         newest record is older than ``max_age_ms``. Cursors in a dropped segment go on from the
@@ -594,31 +591,12 @@ class StreamLog:
 
     def _recover(self) -> None:
         started = time.monotonic()
-        self._make_directory()
-        self._offsets_open()
-        found = []
-        for entry in os.listdir(self._directory):
-            sid = parse_segment_file_name(entry)
-            if sid is not None:
-                found.append((sid, self._directory / entry))
-            elif entry.startswith(".") and entry.endswith(f"{INDEX_SUFFIX}.tmp"):
-                (self._directory / entry).unlink(missing_ok=True)  # a side file write cut short
-        found.sort()
-        scanned = truncated = 0
-        for k, (sid, path) in enumerate(found):
-            is_last = k == len(found) - 1
-            seg, scanned_here, cut = self._recover_segment(sid, path, is_last)
-            scanned += scanned_here
-            truncated += cut
-            if seg is None:
-                continue
-            if self._segments:
-                before = self._segments[-1]
-                if seg.segment_id > before.next_offset:
-                    missing = f"offsets {before.next_offset}..{seg.segment_id - 1} missing"
-                    self._report(StreamDamage(str(path), 0, before.next_offset, missing))
-            self._segments.append(seg)
-            self._segment_ids.append(seg.segment_id)
+        make_stream_directory(self._directory, self.vhost, self.name, self._clock_ms())
+        self.offsets = StreamOffsets(self._directory, self._committer)
+        found = recover_segments(self._directory, self._interval)
+        self.damage = found.damage
+        self._segments = found.segments
+        self._segment_ids = [s.segment_id for s in found.segments]
         if self._segments:
             tail = self._segments[-1]
             self._tail = tail
@@ -633,95 +611,8 @@ class StreamLog:
                 if seg.last_chunk != NO_CHUNK:
                     self._last_chunk = seg.last_chunk
                     break
-            for seg in self._segments[:-1]:
-                if seg.indexed_size != seg.size:
-                    write_atomically(self._directory / index_file_name(seg.segment_id), encode_side_index(seg, checkpoint_of(seg)))
-                    seg.mark_indexed(seg.size)
-        self.recovery = StreamRecovery(len(self._segments), scanned, truncated, time.monotonic() - started)
-
-    def _recover_segment(self, sid: int, path: Path, is_last: bool) -> tuple[SegmentIndex | None, int, int]:
-        """(index, bytes scanned, bytes cut off) of one segment file; None for a file set aside."""
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            try:
-                header = decode_header(str(path), os.pread(fd, HEADER_SIZE, 0))
-            except CorruptStreamHeader as err:
-                if is_last and size <= HEADER_SIZE:
-                    path.unlink()  # a crash while the segment was being created
-                    log.warning("stream %s: removed %s, cut short while being created", self._directory, path.name)
-                    return None, 0, 0
-                aside = path.with_name(path.name + ".corrupt")
-                os.rename(path, aside)
-                first = self._segments[-1].next_offset if self._segments else sid
-                self._report(StreamDamage(str(aside), 0, first, f"{err}; segment set aside"))
-                return None, 0, 0
-            if header.segment_id != sid:
-                log.warning("stream %s: %s says segment %d; the file name wins", self._directory, path.name, header.segment_id)
-            seg = SegmentIndex(sid, path, header.header_length, header.created_at_ms, self._interval)
-            start = header.header_length
-            if self._segments and sid < self._segments[-1].next_offset:
-                # Overlaps the segment before: only a hand-edited directory does this.
-                aside = path.with_name(path.name + ".corrupt")
-                os.rename(path, aside)
-                self._report(StreamDamage(str(aside), 0, None, "segment overlaps the one before it; set aside"))
-                return None, 0, 0
-            side = read_side_index(self._directory / index_file_name(sid), sid, header.header_length, size)
-            if side is not None:
-                seg.restore(side)
-                start = side.checkpoint.covered_size
-            scanned = size - start
-            if start < size:
-                outcome = scan_records(fd, path, seg, start, size)
-                for damage in outcome.skipped:
-                    self._report(damage)
-                if outcome.stop is not None:
-                    stop = outcome.stop
-                    saved = cut_damaged_tail(path, outcome.good_end)
-                    log.warning(
-                        "stream %s: %s: %s at byte %d; cut off %d bytes%s",
-                        self._directory,
-                        path.name,
-                        stop.reason,
-                        stop.position,
-                        size - outcome.good_end,
-                        f" (kept in {saved.name})" if saved else "",
-                    )
-                    cut = size - outcome.good_end
-                    seg.set_size(outcome.good_end)
-                    return seg, scanned, cut
-            seg.set_size(size)
-            return seg, scanned, 0
-        finally:
-            os.close(fd)
-
-    def _report(self, damage: StreamDamage) -> None:
-        self.damage.append(damage)
-        log.warning("stream %s: damaged data in %s at byte %d: %s", self._directory, damage.path, damage.position, damage.reason)
-
-    def _make_directory(self) -> None:
-        """Create the stream directory and its meta files if missing (durably: a stream is
-        declared rarely, and its directory must outlive a crash right after)."""
-        missing = []
-        probe = self._directory
-        while not probe.exists():
-            missing.append(probe)
-            probe = probe.parent
-        for directory in reversed(missing):
-            directory.mkdir(exist_ok=True)
-            fsync_directory(directory.parent)
-        for meta, fields in ((self._directory.parent / VHOST_META, {"vhost": self.vhost}), (self._directory / STREAM_META, {"vhost": self.vhost, "stream": self.name})):
-            try:
-                document = json.loads(meta.read_bytes())
-                check_stream_format_version(str(meta), document.get("format_version"))
-                continue
-            except (OSError, ValueError, AttributeError):
-                pass
-            body = {"format_version": STREAM_FORMAT_VERSION, **fields, "created_at_ms": self._clock_ms()}
-            write_atomically(meta, json.dumps(body, ensure_ascii=False, indent=2).encode("utf-8") + b"\n")
-
-    def _offsets_open(self) -> None:
-        self.offsets = StreamOffsets(self._directory, self._committer)
+        seconds = time.monotonic() - started
+        self.recovery = StreamRecovery(len(self._segments), found.scanned_bytes, found.truncated_bytes, seconds)
 
     # ---- closing ---------------------------------------------------------------------------
 
@@ -734,12 +625,11 @@ class StreamLog:
             if self._failed is None:
                 self.sync_now()
                 tail = self._tail
-                if tail is not None and tail.indexed_size != tail.size:
-                    write_atomically(self._directory / index_file_name(tail.segment_id), encode_side_index(tail, checkpoint_of(tail)))
-                    tail.mark_indexed(tail.size)
-                for seg in self._unindexed:
-                    if not seg.dropped:
-                        write_atomically(self._directory / index_file_name(seg.segment_id), encode_side_index(seg, checkpoint_of(seg)))
+                for seg in [*self._unindexed, *([tail] if tail is not None else [])]:
+                    if not seg.dropped and seg.indexed_size != seg.size:
+                        path = self._directory / index_file_name(seg.segment_id)
+                        write_atomically(path, encode_side_index(seg, checkpoint_of(seg)))
+                        seg.mark_indexed(seg.size)
                 self._unindexed = []
                 self.offsets.close()
         finally:
@@ -781,4 +671,4 @@ def _log_sync_failure(error: OSError | None) -> None:
         log.error("fsync of a stream failed: %s", error)
 
 
-__all__ = ["StreamLog", "RetentionResult", "SegmentInfo", "StreamRecovery", "SEGMENT_SUFFIX"]
+__all__ = ["StreamLog", "StreamOptions", "RetentionResult", "SegmentInfo", "StreamRecovery"]

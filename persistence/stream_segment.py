@@ -223,7 +223,9 @@ class MalformedStreamRecord(ValueError):
     """A record whose CRC matches but whose fields do not fit its length (a writer bug)."""
 
 
-def decode_message(buf: bytes, i: int, end: int, offset: int, timestamp_ms: int, flags: int, n_filter: int) -> StreamRecord:
+def decode_message(
+    buf: bytes, i: int, end: int, offset: int, timestamp_ms: int, flags: int, n_filter: int
+) -> StreamRecord:
     """The StreamRecord at ``buf[i:end]`` whose HEAD fields were already unpacked and CRC checked."""
     h = i + FILTER_AT
     filter_value = buf[h : h + n_filter].decode("utf-8") if flags & FLAG_FILTER else None
