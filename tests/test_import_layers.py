@@ -79,8 +79,6 @@ MAX_MODULES_IN_AMQP_SERVER = 15  # files standing directly in amqp_server/
 # merged. (importer, imported, who removes it and how). Each must still exist (a stale entry
 # fails test_known_until_merge_is_exact), and nothing else is excused.
 KNOWN_UNTIL_MERGE: list[tuple[str, str, str]] = [
-    # The channel's method handlers take a Protocol of the channel, not channel.py.
-    ("amqp_server.channel.transaction", "amqp_server.channel.channel", "narrow: the transaction takes narrow objects"),
     # queues/ split back into its concepts (helper "queues"): no queues/ circle; the field-table
     # codec moves to persistence/, so Spark reads only the store.
     *[
@@ -92,9 +90,6 @@ KNOWN_UNTIL_MERGE: list[tuple[str, str, str]] = [
     ("queues.single_active_consumer", "queues.consumer", "queues: queue.py split, its helpers take narrow objects"),
     ("spark.basic_properties", "queues.field_tables", "queues: field_tables.py becomes persistence/properties_format.py"),
     ("spark.columnar", "queues.field_tables", "queues: field_tables.py becomes persistence/properties_format.py"),
-    # The lead's channel methods: basic_methods and declarations stop importing channel.py.
-    ("amqp_server.channel.basic_methods", "amqp_server.channel.channel", "lead: the basic methods take narrow objects"),
-    ("amqp_server.channel.declarations", "amqp_server.channel.channel", "lead: the declarations take narrow objects"),
 ]
 
 
