@@ -9,9 +9,9 @@ declared here, member by member (`SettlingChannel`, `TimingOutChannel`), and wha
 needs of the timeouts and of an open transaction too (`SettlingTimeouts`, `OpenTransaction`),
 so that settlement.py imports neither delivery_timeouts.py nor transaction.py. The method
 handlers (basic_methods.py, declarations.py, transaction.py) and the queue types' answers
-(answers.py) take the channel as a `MethodChannel`. So no module of the package but channel.py
-imports `amqp_server.channel.channel`, and this module imports no module of the package that
-imports it (OrderedReplies says what it needs of its connection itself, ordered_replies.py).
+(answers.py) take the channel as a `MethodChannel`. So no other module of the package imports
+`amqp_server.channel.channel`, and this module imports none of the package that imports it
+(OrderedReplies says what it needs of its connection itself, ordered_replies.py).
 The Channel and the Connection satisfy these Protocols as they are. Read-only members are
 properties: a part may read them, never assign them.
 """
