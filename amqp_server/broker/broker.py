@@ -204,6 +204,7 @@ class Broker:
         if replication is not None and self.replicated is not None:
             return self.replicated.journal_for(vhost, queue, lambda: self._store_for(vhost, queue, archive),
                                                replication)
+        assert self.committer is not None, "journals are made only with a message directory (journal_factory)"
         return QueueJournal(self._store_for(vhost, queue, archive), self.committer)
 
     def _stream_for(self, vhost: str, name: str, arguments: dict[str, Any], settings: QueueArguments) -> StreamQueue:
@@ -217,6 +218,7 @@ class Broker:
                            settings=settings)
 
     def _store_for(self, vhost: str, queue: str, archive: bool) -> QueueStore:
+        assert self.message_dir is not None, "a broker without a message directory has no queue stores"
         storage = self.config.storage
         archive = archive or storage.archive or vhost in storage.archive_vhosts
         return QueueStore.for_queue(

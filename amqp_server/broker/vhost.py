@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, cast
 
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
@@ -291,9 +291,9 @@ class VirtualHost:
         self.limits.check_new_queue(name, self.name, len(self.queues))
         defaults = defaults_for(self.queue_defaults, self.name, name) if self.queue_defaults else None
         if server_named:
-            refusal = queue_type_rules.server_named_refusal({**(defaults or {}), **arguments})
-            if refusal is not None:
-                raise AMQPError(errors.PRECONDITION_FAILED, refusal)
+            named_refusal = queue_type_rules.server_named_refusal({**(defaults or {}), **arguments})
+            if named_refusal is not None:
+                raise AMQPError(errors.PRECONDITION_FAILED, named_refusal)
         resource = errors.resource("queue", name, self.name)
         try:
             settings = QueueArguments.parse(arguments, defaults)
@@ -451,8 +451,9 @@ class VirtualHost:
 
     def bindings(self) -> list[tuple[Exchange, Queue | Exchange, str, dict[str, Any]]]:
         """Every explicit binding (the default exchange's implicit ones are not listed)."""
+        # (a vhost binds only its queues and exchanges: bind() takes nothing else)
         return [
-            (exchange, destination, key, args)
+            (exchange, cast("Queue | Exchange", destination), key, args)
             for exchange in self.exchanges.values()
             if exchange is not self.default_exchange
             for destination, key, args in exchange.bindings()
@@ -482,7 +483,8 @@ class VirtualHost:
                     if destination.__class__ is not Queue:
                         break
                 else:
-                    return destinations
+                    # Every one is a Queue, tested just above (a cast would be a call per publish).
+                    return destinations  # type: ignore[return-value]
             routing_keys = (message.routing_key,)
         found: dict[Queue, None] = {}
         route_into(self, exchange, message, routing_keys, found, set())

@@ -23,7 +23,7 @@ from amqp_server.channel.unacked_store import Unacked
 from queues.queue_type import QueueTypeRefusal
 
 if TYPE_CHECKING:
-    from amqp_server.channel.channel import Channel
+    from amqp_server.channel.ports import MethodChannel
     from queues.consumer import Consumer
     from queues.message import QueueEntry
     from queues.queue import Queue
@@ -34,7 +34,7 @@ class Answer:
 
     __slots__ = ("_channel", "_class_id", "_method_id", "_nowait", "_later", "_held")
 
-    def __init__(self, channel: "Channel", class_id: int, method_id: int, nowait: bool = False) -> None:
+    def __init__(self, channel: "MethodChannel", class_id: int, method_id: int, nowait: bool = False) -> None:
         self._channel = channel
         self._class_id = class_id
         self._method_id = method_id
@@ -87,7 +87,7 @@ class ConsumeReply(Answer):
 
     __slots__ = ("_consumer",)
 
-    def __init__(self, channel: "Channel", consumer: "Consumer", nowait: bool) -> None:
+    def __init__(self, channel: "MethodChannel", consumer: "Consumer", nowait: bool) -> None:
         super().__init__(channel, 60, 20, nowait)
         self._consumer = consumer
 
@@ -111,7 +111,7 @@ class GetReply(Answer):
 
     __slots__ = ("_queue", "_no_ack")
 
-    def __init__(self, channel: "Channel", queue: "Queue", no_ack: bool) -> None:
+    def __init__(self, channel: "MethodChannel", queue: "Queue", no_ack: bool) -> None:
         super().__init__(channel, 60, 70)
         self._queue = queue
         self._no_ack = no_ack
@@ -150,7 +150,7 @@ class CountsReply(Answer):
 
     __slots__ = ("_then",)
 
-    def __init__(self, channel: "Channel", class_id: int, method_id: int,
+    def __init__(self, channel: "MethodChannel", class_id: int, method_id: int,
                  then: Callable[[int, int, Any], None], nowait: bool = False) -> None:
         super().__init__(channel, class_id, method_id, nowait)
         self._then = then
