@@ -149,7 +149,8 @@ async def test_a_no_ack_consumer_is_540_and_closes_the_connection(broker, stream
         queue = await channel.get_queue(name, ensure=False)
 
         assert await connection_close(lambda: queue.consume(ignore, no_ack=True)) == (
-            ConnectionNotImplemented, f"NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues queue '{name}' in vhost '/'")
+            ConnectionNotImplemented,
+            f"NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues queue '{name}' in vhost '/'")
     finally:
         await client.close()
 

@@ -162,6 +162,15 @@ def where(name: str) -> str:
     return f"for queue '{name}' in vhost '/'"
 
 
+def param_id(value: Any) -> str | None:
+    """Readable test ids for tables, arrays and decimals (pytest's default is `arguments7`)."""
+    if isinstance(value, dict):
+        return ",".join(f"{key}={item}" for key, item in value.items()) or "none"
+    if isinstance(value, (list, decimal.Decimal)):
+        return f"{type(value).__name__}{value}"
+    return None
+
+
 # -- declare -------------------------------------------------------------------------------------
 
 
@@ -190,6 +199,7 @@ def test_a_stream_is_declared_durable_and_redeclared_alike(connection, unique):
         ({"durable": False, "auto_delete": True}, "invalid property 'auto-delete'"),
         ({"durable": False, "exclusive": True}, "invalid property 'exclusive-owner'"),
     ],
+    ids=param_id,
 )
 def test_a_stream_must_be_durable_shared_and_kept(connection, unique, broker, flags, text):
     name = unique("stream-refused")
@@ -198,7 +208,7 @@ def test_a_stream_must_be_durable_shared_and_kept(connection, unique, broker, fl
     assert not queue_exists(broker, name)
 
 
-@pytest.mark.parametrize("flags", [{"durable": True}, {"durable": True, "exclusive": True}])
+@pytest.mark.parametrize("flags", [{"durable": True}, {"durable": True, "exclusive": True}], ids=param_id)
 def test_a_server_named_stream_is_refused(connection, flags):
     assert declare_refusal(connection, "", STREAM, **flags) == (
         406, "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_stream_queue")
@@ -237,6 +247,7 @@ def test_a_stream_refuses_the_arguments_rabbitmq_refuses_whatever_their_value(co
         ({"durable": False}, {"x-max-priority": 5}, "x-max-priority"),
         ({"durable": True, "exclusive": True}, {"x-max-priority": 5}, "x-max-priority"),
     ],
+    ids=param_id,
 )
 def test_unsupported_arguments_are_named_in_order_and_before_properties(connection, unique, flags, arguments, refused):
     name = unique("stream-refused")
@@ -245,11 +256,13 @@ def test_unsupported_arguments_are_named_in_order_and_before_properties(connecti
         406, f"PRECONDITION_FAILED - invalid arg '{refused}' {where(name)} of queue type rabbit_stream_queue")
 
 
-def test_a_dead_letter_exchange_of_the_wrong_type_is_a_type_error_first(connection, unique):
+def test_a_dead_letter_exchange_of_the_wrong_type_is_a_type_error_before_the_streams_refusal(connection, unique):
     name = unique("stream-refused")
 
     assert declare_refusal(connection, name, {**STREAM, "x-dead-letter-exchange": 5}, durable=True) == (
         406, f"PRECONDITION_FAILED - invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue '{name}' in vhost '/'")
+    assert declare_refusal(connection, name, {**STREAM, "x-dead-letter-exchange": "dlx"}, durable=True) == (
+        406, f"PRECONDITION_FAILED - invalid arg 'x-dead-letter-exchange' {where(name)} of queue type rabbit_stream_queue")
 
 
 @pytest.mark.parametrize(
@@ -270,10 +283,11 @@ def test_a_dead_letter_exchange_of_the_wrong_type_is_a_type_error_first(connecti
         ({"x-initial-cluster-size": -1}, "{value_negative,-1}"),
         ({"x-initial-cluster-size": "abc"}, '"expected integer, got longstr"'),
         ({"x-queue-leader-locator": "bogus"}, "invalid_queue_locator_arg"),
-        ({"x-queue-type": "STREAM"}, "\"unsupported queue type 'STREAM'\""),
     ],
+    ids=param_id,
 )
-def test_bad_values_of_the_arguments_a_stream_takes_are_refused_with_rabbitmqs_reason(connection, unique, broker, arguments, reason):
+def test_bad_values_of_the_arguments_a_stream_takes_are_refused_with_rabbitmqs_reason(
+        connection, unique, broker, arguments, reason):
     name = unique("stream-bad-value")
     argument = next(iter(arguments))
 
@@ -292,12 +306,21 @@ def test_bad_values_of_the_arguments_a_stream_takes_are_refused_with_rabbitmqs_r
         ({"durable": False}, {"x-max-age": "7X"}, "x-max-age", "invalid_max_age"),
         ({"durable": False}, {"x-max-length-bytes": -1}, "x-max-length-bytes", "{value_negative,-1}"),
     ],
+    ids=param_id,
 )
 def test_bad_values_come_before_unsupported_arguments_and_properties(connection, unique, flags, arguments, refused, reason):
     name = unique("stream-bad-value")
 
     assert declare_refusal(connection, name, {**STREAM, **arguments}, **flags) == (
         406, f"PRECONDITION_FAILED - invalid arg '{refused}' {where(name)}: {reason}")
+
+
+def test_the_queue_type_is_case_sensitive(connection, unique, stream):
+    name = unique("stream-type")
+
+    assert declare_refusal(connection, name, {"x-queue-type": "STREAM"}, durable=True) == (
+        406, f"PRECONDITION_FAILED - invalid arg 'x-queue-type' {where(name)}: \"unsupported queue type 'STREAM'\"")
+    stream("stream-type")  # while 'stream' is one
 
 
 def test_a_segment_size_over_3_gb_is_refused(connection, unique, stream):
@@ -335,6 +358,7 @@ def test_an_x_max_age_without_a_number_is_refused_and_the_broker_goes_on(connect
         {"x-max-age": "7D", "x-max-length-bytes": 10_000_000, "x-stream-max-segment-size-bytes": 1_000_000},
         {"x-foo": 1},
     ],
+    ids=param_id,
 )
 def test_a_stream_takes_the_arguments_rabbitmq_takes(connection, stream, arguments):
     name = stream("stream-ok", arguments)
@@ -370,6 +394,7 @@ def test_a_stream_takes_the_arguments_rabbitmq_takes(connection, stream, argumen
          "inequivalent arg 'x-queue-leader-locator' {where}: received the value 'balanced' of type 'longstr' "
          "but current is none"),
     ],
+    ids=param_id,
 )
 def test_redeclaring_a_stream_otherwise_is_406_inequivalent(connection, stream, declared, flags, arguments, text):
     name = stream("stream-redeclare", declared)
@@ -387,7 +412,7 @@ def test_redeclaring_a_stream_exclusive_is_405(connection, stream):
              "original declaration.")
 
 
-@pytest.mark.parametrize("arguments", [{"x-foo": 1}, {"x-max-priority": 5}, {"x-message-ttl": 1000}])
+@pytest.mark.parametrize("arguments", [{"x-foo": 1}, {"x-max-priority": 5}, {"x-message-ttl": 1000}], ids=param_id)
 def test_redeclaring_with_an_argument_equivalence_ignores_is_accepted(connection, stream, arguments):
     """RabbitMQ compares only the arguments of its equivalence list on a redeclare, and does not apply the
     stream's refusals to an existing stream."""
@@ -764,6 +789,7 @@ def test_purging_a_stream_is_540_and_closes_the_connection(connection, stream, b
 @pytest.mark.parametrize(
     "arguments",
     [{"x-priority": 5}, {"x-priority": "x"}, {"x-cancel-on-ha-failover": True}],
+    ids=param_id,
 )
 def test_consumer_arguments_a_stream_does_not_take_are_406(connection, stream, arguments):
     name = stream()
@@ -790,7 +816,8 @@ def test_a_malformed_interval_offset_is_406_on_the_channel(connection, stream, o
     assert channel_error(lambda: channel.basic_consume(name, lambda *args: None, arguments=arguments)) == (406, text)
     # The offset is checked before the prefetch, before no-ack and before the other consumer arguments.
     assert channel_error(lambda: no_prefetch.basic_consume(name, lambda *args: None, arguments=arguments)) == (406, text)
-    assert channel_error(lambda: no_ack.basic_consume(name, lambda *args: None, auto_ack=True, arguments=arguments)) == (406, text)
+    assert channel_error(lambda: no_ack.basic_consume(
+        name, lambda *args: None, auto_ack=True, arguments=arguments)) == (406, text)
     other = connection.channel()
     other.basic_qos(prefetch_count=10)
     assert channel_error(lambda: other.basic_consume(
@@ -800,6 +827,7 @@ def test_a_malformed_interval_offset_is_406_on_the_channel(connection, stream, o
 @pytest.mark.parametrize(
     "offset",
     ["bogus", "", "abc", "-1h", "FIRST", True, False, {"a": 1}, [1], decimal.Decimal("1.5"), None],
+    ids=param_id,
 )
 def test_an_offset_of_another_kind_is_refused_and_the_broker_goes_on(connection, stream, broker, offset):
     """RabbitMQ 3.10.8 crashes on these (541 INTERNAL_ERROR, the connection closes): an interval without a
@@ -840,6 +868,7 @@ def test_x_stream_offset_on_another_queue_type_is_406(connection, unique, queue_
     try:
         assert channel_error(lambda: channel.basic_consume(
             name, lambda *args: None, arguments={"x-stream-offset": offset})) == (
-            406, f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' {where(name)} of queue type rabbit_{queue_type}_queue")
+            406,
+            f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' {where(name)} of queue type rabbit_{queue_type}_queue")
     finally:
         declaring.queue_delete(name)
