@@ -132,6 +132,55 @@ def test_create_publish_get_purge_and_bind_a_queue(ui, ui_broker, http, unique):
     assert ui.errors() == []
 
 
+def test_a_streams_page_shows_its_offsets_and_its_consumers_offsets(ui, ui_broker, unique):
+    """A stream with records 0..9 and a consumer from offset 4 holding 3 unacked deliveries
+    (prefetch 3): its page shows the offsets, the segment, the bytes on disk and that the
+    consumer reads offset 7 next; the list shows its type."""
+    as_guest(ui)
+    broker, _base = ui_broker
+    stream = unique("ui-stream")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    try:
+        channel = connection.channel()
+        channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        channel.confirm_delivery()
+        for index in range(10):
+            channel.basic_publish("", stream, b"record %d" % index)
+        channel.basic_qos(prefetch_count=3)
+        delivered = []
+        channel.basic_consume(stream, lambda _ch, method, properties, _body: delivered.append(
+            properties.headers["x-stream-offset"]), consumer_tag="ui-stream-reader", arguments={"x-stream-offset": 4})
+        deadline = time.monotonic() + 10
+        while len(delivered) < 3 and time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.1)
+        assert delivered == [4, 5, 6]
+
+        ui.open("/queues")
+        ui.fill("filter", stream + "\n")
+        row = ui.wait(lambda d: d.find_element(By.XPATH, f"//table//tr[td//a[text()='{stream}']]"), what="the stream's row")
+        assert "stream" in [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+        ui.click(By.LINK_TEXT, stream)
+        panel = ui.wait_for_text("Last offset", ".panel.stream")
+        assert ui.find("[data-field=first-offset]", panel).text == "0"
+        assert ui.find("[data-field=last-offset]", panel).text == "9"
+        assert ui.find("[data-field=segments]", panel).text == "1"
+        assert ui.find("[data-field=disk-bytes]", panel).text.endswith("B")
+        assert panel.find_element(By.XPATH, ".//tr[th='Records']/td").text == "10"
+        consumer = ui.wait(lambda d: d.find_element(By.XPATH, "//tr[td[1]='ui-stream-reader']"), what="the consumer")
+        headers = [th.text for th in consumer.find_element(By.XPATH, "ancestor::table").find_elements(By.TAG_NAME, "th")]
+        cells = [td.text for td in consumer.find_elements(By.TAG_NAME, "td")]
+        assert cells[headers.index("Offset")] == "7"
+        danger = ui.section("Purge and delete")
+        assert not ui.find("button[name=purge]", danger).is_displayed(), "nothing to purge in a stream"
+        assert ui.find("button[name=delete]", danger).is_displayed()
+        assert not [s for s in ui.driver.find_elements(By.CSS_SELECTOR, "details.section > summary")
+                    if s.text.strip() == "Get messages" and s.is_displayed()], "no get for a stream"
+        assert ui.errors() == []
+        ui.screenshot("stream")
+    finally:
+        connection.close()
+
+
 def test_close_a_connection_opened_by_pika(ui, ui_broker):
     as_guest(ui)
     broker, _base = ui_broker
