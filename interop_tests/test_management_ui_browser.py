@@ -132,7 +132,28 @@ def test_create_publish_get_purge_and_bind_a_queue(ui, ui_broker, http, unique):
     assert ui.errors() == []
 
 
-def test_a_streams_page_shows_its_offsets_and_its_consumers_offsets(ui, ui_broker, unique):
+# (table css, text of a cell, by header?) -> the cells of the first row with that cell, as a list
+# or {header: text}; null when there is none yet.
+ROW_CELLS = """
+const [css, text, byHeader] = arguments;
+for (const table of document.querySelectorAll(css)) {
+  const headers = [...table.querySelectorAll('th')].map((th) => th.textContent);
+  for (const row of table.querySelectorAll('tbody tr')) {
+    const cells = [...row.querySelectorAll('td')].map((td) => td.textContent);
+    if (cells.includes(text)) return byHeader ? Object.fromEntries(headers.map((h, i) => [h, cells[i]])) : cells;
+  }
+}
+return null;"""
+# The figures of a stream's panel, by their data-field, and its record count.
+STREAM_FIGURES = """
+const panel = document.querySelector('.panel.stream');
+const figures = Object.fromEntries([...panel.querySelectorAll('[data-field]')].map((e) => [e.dataset.field, e.textContent]));
+figures.records = [...panel.querySelectorAll('tr')].find((tr) => tr.querySelector('th')?.textContent === 'Records')
+  .querySelector('td').textContent;
+return figures;"""
+
+
+def test_a_streams_page_shows_its_offsets_and_its_consumers_offsets(ui, ui_broker, http, unique):
     """A stream with records 0..9 and a consumer from offset 4 holding 3 unacked deliveries
     (prefetch 3): its page shows the offsets, the segment, the bytes on disk and that the
     consumer reads offset 7 next; the list shows its type."""
@@ -157,19 +178,18 @@ def test_a_streams_page_shows_its_offsets_and_its_consumers_offsets(ui, ui_broke
 
         ui.open("/queues")
         ui.fill("filter", stream + "\n")
-        row = ui.wait(lambda d: d.find_element(By.XPATH, f"//table//tr[td//a[text()='{stream}']]"), what="the stream's row")
-        assert "stream" in [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+        # Read in one script each: the page redraws its tables every 5 s (no stale elements).
+        cells = ui.wait(lambda d: ui.script(ROW_CELLS, "table", stream), what="the stream's row")
+        assert "stream" in cells
         ui.click(By.LINK_TEXT, stream)
-        panel = ui.wait_for_text("Last offset", ".panel.stream")
-        assert ui.find("[data-field=first-offset]", panel).text == "0"
-        assert ui.find("[data-field=last-offset]", panel).text == "9"
-        assert ui.find("[data-field=segments]", panel).text == "1"
-        assert ui.find("[data-field=disk-bytes]", panel).text.endswith("B")
-        assert panel.find_element(By.XPATH, ".//tr[th='Records']/td").text == "10"
-        consumer = ui.wait(lambda d: d.find_element(By.XPATH, "//tr[td[1]='ui-stream-reader']"), what="the consumer")
-        headers = [th.text for th in consumer.find_element(By.XPATH, "ancestor::table").find_elements(By.TAG_NAME, "th")]
-        cells = [td.text for td in consumer.find_elements(By.TAG_NAME, "td")]
-        assert cells[headers.index("Offset")] == "7"
+        ui.wait_for_text("Last offset", ".panel.stream")
+        figures = ui.script(STREAM_FIGURES)
+        disk_bytes = http.get(api_url(ui_broker, f"/api/queues/%2F/{stream}")).json()["stream_disk_bytes"]
+        assert 0 < disk_bytes < 1024  # shown in bytes
+        assert figures == {"first-offset": "0", "last-offset": "9", "segments": "1", "disk-bytes": f"{disk_bytes} B",
+                           "records": "10"}
+        consumer = ui.wait(lambda d: ui.script(ROW_CELLS, "table", "ui-stream-reader", True), what="the consumer")
+        assert consumer["Offset"] == "7"
         danger = ui.section("Purge and delete")
         assert not ui.find("button[name=purge]", danger).is_displayed(), "nothing to purge in a stream"
         assert ui.find("button[name=delete]", danger).is_displayed()
