@@ -31,8 +31,9 @@ from pika.compat import long as wire_long
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from interop_tests.broker_process import BrokerProcess
-from interop_tests.pika_helpers import WAIT_S, channel_error, connect, connection_error, numbered_bodies, wait_until
+from interop_tests.pika_helpers import WAIT_S, channel_error, connect, connection_error, numbered_bodies, pumping
 from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
+from interop_tests.waiting import poll
 
 STREAM = {"x-queue-type": "stream"}
 NEXT = object()  # no x-stream-offset argument at all
@@ -107,13 +108,13 @@ class Reader:
 
     def wait_for(self, count: int, timeout: float = 2 * WAIT_S) -> list[bytes]:
         """Pump until `count` deliveries arrived (fail otherwise); return every body so far."""
-        if not wait_until(self.connection, lambda: len(self.deliveries) >= count, timeout):
+        if not poll(lambda: len(self.deliveries) >= count, timeout, pump=pumping(self.connection)):
             pytest.fail(f"{len(self.deliveries)} of {count} deliveries after {timeout} s: {self.bodies()}")
         return self.bodies()
 
     def quiet(self, seconds: float = 0.5) -> list[bytes]:
         """Pump for `seconds` (a check that nothing more arrives); return every body so far."""
-        wait_until(self.connection, lambda: False, seconds)
+        poll(lambda: False, seconds, pump=pumping(self.connection))
         return self.bodies()
 
     def bodies(self) -> list[bytes]:
@@ -650,7 +651,7 @@ def test_acking_a_delivery_twice_is_406_unknown_delivery_tag(connection, stream)
     except ChannelClosedByBroker:
         pass  # pika raises when the close arrives while it flushes this ack; the callback has it too
 
-    assert wait_until(connection, lambda: closed)
+    assert poll(lambda: closed, WAIT_S, pump=pumping(connection))
     assert (closed[0].reply_code, closed[0].reply_text) == (406, "PRECONDITION_FAILED - unknown delivery tag 1")
 
 
@@ -679,7 +680,7 @@ def test_deleting_a_stream_cancels_its_consumers(connection, broker, unique):
     deleted = client.channel().queue_delete(name).method
     client.close()
 
-    assert wait_until(connection, lambda: cancelled)
+    assert poll(lambda: cancelled, WAIT_S, pump=pumping(connection))
     assert cancelled[0].method.consumer_tag == reader.tag
     assert deleted.message_count == 0  # RabbitMQ counts no messages in a stream's delete-ok
     assert not queue_exists(broker, name)

@@ -201,6 +201,11 @@ class StreamLog:
         """The stream ``name`` of ``vhost`` under ``data_dir`` (``stream_segment.stream_path``)."""
         return cls.open(stream_path(data_dir, vhost, name), vhost, name, **options)
 
+    def notify_committed(self, callback: Callable[[int], None] | None) -> None:
+        """Call `callback(next_offset)` after each sync round that made records readable (the
+        owner's cue to push them to consumers waiting at the tail)."""
+        self.on_committed = callback
+
     @property
     def directory(self) -> Path:
         return self._directory

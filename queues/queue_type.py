@@ -47,8 +47,9 @@ class Refusal(Protocol):
 
 class ConsumeAnswer(Refusal, Protocol):
     @property
-    def global_prefetch_count(self) -> int:
-        """The channel's basic.qos global limit (0: none), which some queue types refuse."""
+    def global_qos_active(self) -> bool:
+        """The channel's last basic.qos was a global limit (RabbitMQ's active limiter), which
+        some queue types refuse."""
 
     def started(self) -> None:
         """The consumer is registered (basic.consume-ok, unless nowait)."""
@@ -116,6 +117,14 @@ class QueueType(abc.ABC):
         """Call back once every message published so far is stored (fsynced where durable)."""
 
     # -- consume, cancel, get --------------------------------------------------------------
+
+    def check_consumer_arguments(self, arguments: dict[str, Any]) -> None:
+        """Raise QueueTypeRefusal for basic.consume arguments this type refuses (checked before
+        the channel's own checks of x-priority and the like, as RabbitMQ's queue types do)."""
+
+    def exclusive_use_refused(self, exclusive: bool) -> bool:
+        """A new consumer (an exclusive one if `exclusive`) would be refused: 403 "in exclusive use"."""
+        return False
 
     @abc.abstractmethod
     def consume(self, consumer: "Consumer", answer: ConsumeAnswer) -> None:

@@ -3,7 +3,9 @@
 RabbitMQ's values (rabbit_stream_queue's parse_offset_arg): `first`, `last` (the first record of
 the last chunk written), `next` (the default: only what is published from now on), an integer
 offset, an AMQP timestamp (seconds), or an interval before now as a string with a unit
-(`"1h"`, `"30m"`, `"7D"`: the units of x-max-age). Anything else is refused.
+(`"1h"`, `"30m"`, `"7D"`: the units of x-max-age). A negative integer is the first record. Anything
+else is refused with RabbitMQ's term for it (RabbitMQ 3.10.8 itself answers some of these, such as
+`"bogus"` or a boolean, with a 541 crash: here they get the 406 it gives a malformed interval).
 """
 
 from __future__ import annotations
@@ -13,9 +15,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from queues.arguments.intervals import interval_ms
+from queues.arguments.texts import amqp_type_name
 
 class InvalidOffset(ValueError):
-    """An x-stream-offset RabbitMQ refuses."""
+    """An x-stream-offset RabbitMQ refuses; `reason` is its Erlang term for it."""
+
+    def __init__(self, value: Any) -> None:
+        self.reason = f"{{invalid_stream_offset_arg,{{{_type_of(value)},{_term(value)}}}}}"
+        super().__init__(self.reason)
+
+
+def _type_of(value: Any) -> str:
+    if isinstance(value, str):
+        return "longstr"
+    return amqp_type_name(value)
+
+
+def _term(value: Any) -> str:
+    """`value` as RabbitMQ prints it in the refusal (strings as binaries)."""
+    if isinstance(value, str):
+        return f'<<"{value}">>'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "undefined"
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -29,12 +53,13 @@ class StartAt:
 NEXT = StartAt("next")
 
 
-def parse_offset(value: Any, now_ms: int) -> StartAt:
-    """The start that `value` (the argument as the client sent it; absent: None) names."""
-    if value is None:
+def parse_offset(arguments: dict[str, Any], now_ms: int) -> StartAt:
+    """The start that a consumer's `x-stream-offset` names (absent: next)."""
+    if "x-stream-offset" not in arguments:
         return NEXT
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
+    value = arguments["x-stream-offset"]
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("utf-8", "replace")
     if isinstance(value, str):
         if value in ("first", "last", "next"):
             return StartAt(value)
@@ -47,7 +72,5 @@ def parse_offset(value: Any, now_ms: int) -> StartAt:
             value = value.replace(tzinfo=datetime.timezone.utc)
         return StartAt("timestamp", int(value.timestamp() * 1000))
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise InvalidOffset(value)
-        return StartAt("offset", value)
+        return StartAt("offset", max(value, 0))  # a negative offset is the first, as RabbitMQ clamps it
     raise InvalidOffset(value)

@@ -55,6 +55,9 @@ NOT_IMPLEMENTED = 540
 OFFSET_HEADER = "x-stream-offset"
 FILTER_VALUE_HEADER = "x-stream-filter-value"
 OFFSET_TRACKING = "x-stream-automatic-offset-tracking"
+STREAM_MODULE = "rabbit_stream_queue"
+# Consumer arguments of other queue types that a stream refuses (checked on RabbitMQ 3.10.8).
+REFUSED_CONSUMER_ARGUMENTS = ("x-priority", "x-cancel-on-ha-failover")
 READ_BATCH = 256  # records a cursor reads at a time, at most (and at most the consumer's credit)
 RETENTION_CHECK_S = 60.0  # how often x-max-age is applied when no segment rolls over
 
@@ -101,11 +104,14 @@ class StreamReading:
     """One consumer's place in the stream: its cursor, what it read ahead, and (with offset
     tracking) which of its deliveries are not acked yet."""
 
-    __slots__ = ("consumer", "cursor", "ahead", "tracked_name", "outstanding", "acked_early", "resume_at")
+    __slots__ = ("consumer", "cursor", "ahead", "tracked_name", "outstanding", "acked_early", "resume_at",
+                 "skip_below")
 
-    def __init__(self, consumer: Consumer, cursor: "StreamCursor", tracked_name: str | None) -> None:
+    def __init__(self, consumer: Consumer, cursor: "StreamCursor", tracked_name: str | None,
+                 skip_below: int = 0) -> None:
         self.consumer = consumer
         self.cursor = cursor
+        self.skip_below = skip_below  # an offset past the end when it consumed: records before it are not its
         self.ahead: deque["StreamRecord"] = deque()
         self.tracked_name = tracked_name
         # Offset tracking: delivered and not acked, in delivery order; acked out of order.
@@ -115,11 +121,13 @@ class StreamReading:
 
     def next_record(self) -> "StreamRecord | None":
         ahead = self.ahead
-        if not ahead:
+        while not ahead:
             credit = self.consumer.prefetch_count - self.consumer.unacked
-            ahead.extend(self.cursor.read(max(1, min(READ_BATCH, credit))))
-            if not ahead:
+            records = self.cursor.read(max(1, min(READ_BATCH, credit)))
+            if not records:
                 return None
+            skip = self.skip_below
+            ahead.extend(records if records[0].offset >= skip else (r for r in records if r.offset >= skip))
         return ahead.popleft()
 
     def delivered(self, offset: int) -> None:
@@ -163,7 +171,7 @@ class StreamQueue(Queue):
         self._retention_timer: Timer | None = None
         self.dedup = None  # a log keeps every message it is given
         self.adds_delivery_count = False
-        log.on_committed = self._committed
+        log.notify_committed(self._committed)
         self._apply_retention_settings(self.settings)
 
     def __repr__(self) -> str:
@@ -215,7 +223,10 @@ class StreamQueue(Queue):
         return [(consumer, reading.cursor.next_offset - len(reading.ahead)) for consumer, reading in self._readings.items()]
 
     def count(self, answer: CountsAnswer) -> None:
-        answer.counted(self.message_count, self.consumer_count)
+        """queue.declare-ok and delete-ok carry 0 messages and 0 consumers for a stream, as in
+        RabbitMQ (so delete's if-empty and if-unused never keep a stream); the management API
+        and the metrics show the real figures."""
+        answer.counted(0, 0)
 
     # -- publish -----------------------------------------------------------------------
 
@@ -245,32 +256,49 @@ class StreamQueue(Queue):
 
     # -- consume -----------------------------------------------------------------------
 
+    def _resource(self) -> str:
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
+
+    def check_consumer_arguments(self, arguments: dict[str, Any]) -> None:
+        """RabbitMQ's order: the offset, then the consumer arguments a stream does not take."""
+        try:
+            parse_offset(arguments, self._clock_ms())
+        except InvalidOffset as invalid:
+            raise QueueTypeRefusal(
+                PRECONDITION_FAILED, f"invalid arg 'x-stream-offset' for {self._resource()}: {invalid.reason}") from None
+        for key in REFUSED_CONSUMER_ARGUMENTS:
+            if key in arguments:
+                raise QueueTypeRefusal(
+                    PRECONDITION_FAILED, f"invalid arg '{key}' for {self._resource()} of queue type {STREAM_MODULE}")
+
+    def exclusive_use_refused(self, exclusive: bool) -> bool:
+        """Readers never take messages from each other: an exclusive consume keeps no one out
+        (as in RabbitMQ)."""
+        return False
+
     def consume(self, consumer: Consumer, answer: ConsumeAnswer) -> None:
-        resource = f"queue '{self.name}' in vhost '{self.vhost}'"
-        if consumer.no_ack:
-            answer.refused(QueueTypeRefusal(
-                NOT_IMPLEMENTED, f"automatic acknowledgement not supported by stream queues {resource}"))
-            return
-        if answer.global_prefetch_count:
-            answer.refused(QueueTypeRefusal(NOT_IMPLEMENTED, f"{resource} does not support global qos"))
-            return
+        resource = self._resource()
         if not consumer.prefetch_count:
             answer.refused(QueueTypeRefusal(
                 PRECONDITION_FAILED, f"consumer prefetch count is not set for '{resource}'"))
             return
-        arguments = consumer.arguments
-        try:
-            start = parse_offset(arguments.get("x-stream-offset"), self._clock_ms())
-        except InvalidOffset:
-            answer.refused(QueueTypeRefusal(PRECONDITION_FAILED, "Invalid stream offset"))
+        if consumer.no_ack:
+            answer.refused(QueueTypeRefusal(
+                NOT_IMPLEMENTED, f"automatic acknowledgement not supported by stream queues {resource}"))
             return
+        if answer.global_qos_active:
+            answer.refused(QueueTypeRefusal(NOT_IMPLEMENTED, f"{resource} does not support global qos"))
+            return
+        arguments = consumer.arguments
+        start = parse_offset(arguments, self._clock_ms())  # (checked: check_consumer_arguments)
         filters = arguments.get("x-stream-filter")
         if isinstance(filters, (str, bytes)):
             filters = [filters]
         filter_values = None
         if filters is not None:
             if not isinstance(filters, list) or not all(isinstance(value, (str, bytes)) for value in filters):
-                answer.refused(QueueTypeRefusal(PRECONDITION_FAILED, "Invalid stream filter"))
+                answer.refused(QueueTypeRefusal(
+                    PRECONDITION_FAILED, f"invalid arg 'x-stream-filter' for {resource}: a string or an array of strings"))
                 return
             filter_values = [value.decode("utf-8", "replace") if isinstance(value, bytes) else value
                              for value in filters]
@@ -279,8 +307,9 @@ class StreamQueue(Queue):
         offset = None if tracked_name is None else self.log.offsets.get(tracked_name)
         if offset is None:
             offset = self._offset_of(start)
-        cursor = self.log.reader(offset, filter_values=filter_values, match_unfiltered=match_unfiltered)
-        self._readings[consumer] = StreamReading(consumer, cursor, tracked_name)
+        cursor = self.log.reader(min(offset, self.log.next_offset), filter_values=filter_values,
+                                 match_unfiltered=match_unfiltered)
+        self._readings[consumer] = StreamReading(consumer, cursor, tracked_name, skip_below=offset)
         self.touch()
         answer.started()
         self.dispatch()
@@ -296,7 +325,9 @@ class StreamQueue(Queue):
             return log.next_offset
         if start.kind == "timestamp":
             return log.offset_at(start.value)
-        return min(max(start.value, log.first_offset), log.next_offset)  # clamped to the log
+        # Below the first record retained: the first. Past the end: that very offset, once it
+        # exists (RabbitMQ's consumer waits for it, and never sees the records before it).
+        return max(start.value, log.first_offset)
 
     def add_consumer(self, consumer: Consumer) -> None:
         raise NotImplementedError("a stream's consumers come through consume(), with their offset")
@@ -369,7 +400,7 @@ class StreamQueue(Queue):
 
     def purge_for(self, answer: CountsAnswer) -> None:
         answer.refused(QueueTypeRefusal(
-            NOT_IMPLEMENTED, f"purge not supported by stream queues queue '{self.name}' in vhost '{self.vhost}'"))
+            NOT_IMPLEMENTED, f"queue.purge not supported by stream queues {self._resource()}"))
 
     def purge(self) -> int:
         return 0

@@ -182,7 +182,18 @@ def test_a_publish_to_a_stream_is_confirmed_only_after_its_record_is_fsynced(tmp
 # -- consume -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("offset", "first"), [("first", 0), (3, 3), (0, 0), (99, None), ("next", None)])
+def test_an_offset_past_the_end_waits_for_that_very_offset(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        client = await published_stream(broker, 2)
+        consume(client, 2, "s", **{"x-stream-offset": 4})
+        for n in range(2, 6):
+            client.send_bytes(publish_frames(1, b"m%d" % n, routing_key="s"))
+        assert offsets_and_bodies(await settle(broker, client)) == [(4, b"m4"), (5, b"m5")]
+
+    run(tmp_path, scenario)
+
+
+@pytest.mark.parametrize(("offset", "first"), [("first", 0), (3, 3), (0, 0), (-2, 0), (99, None), ("next", None)])
 def test_a_consumer_starts_where_its_offset_says(tmp_path: Path, offset: Any, first: int | None) -> None:
     async def scenario(broker: Broker) -> None:
         client = await published_stream(broker, 5)
@@ -274,16 +285,23 @@ def test_acks_only_return_credit_and_nothing_is_requeued(tmp_path: Path) -> None
     ("no-prefetch", 406, "PRECONDITION_FAILED - consumer prefetch count is not set for 'queue 's' in vhost '/''"),
     ("no-ack", 540, "NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues queue 's' in vhost '/'"),
     ("global-qos", 540, "NOT_IMPLEMENTED - queue 's' in vhost '/' does not support global qos"),
-    ("bad-offset", 406, "PRECONDITION_FAILED - Invalid stream offset"),
-    ("negative-offset", 406, "PRECONDITION_FAILED - Invalid stream offset"),
+    ("bad-offset", 406, "PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue 's' in vhost '/': "
+                        '{invalid_stream_offset_arg,{longstr,<<"bogus">>}}'),
+    ("float-offset", 406, "PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue 's' in vhost '/': "
+                          "{invalid_stream_offset_arg,{double,1.5}}"),
+    ("priority", 406, "PRECONDITION_FAILED - invalid arg 'x-priority' for queue 's' in vhost '/' of queue type "
+                      "rabbit_stream_queue"),
 ])
 def test_consumes_a_stream_refuses(tmp_path: Path, setup: str, code: int, text: str) -> None:
     async def scenario(broker: Broker) -> None:
         client = await published_stream(broker, 1)
         client.open_channel(2)
         if setup != "no-prefetch":
-            client.call(2, commands.Basic.Qos(prefetch_count=10, global_=setup == "global-qos"))
-        arguments = {"bad-offset": {"x-stream-offset": "bogus"}, "negative-offset": {"x-stream-offset": -1}}.get(setup, {})
+            client.call(2, commands.Basic.Qos(prefetch_count=10))
+        if setup == "global-qos":  # a global limit after the per-consumer one: RabbitMQ's limiter is active
+            client.call(2, commands.Basic.Qos(prefetch_count=10, global_=True))
+        arguments = {"bad-offset": {"x-stream-offset": "bogus"}, "float-offset": {"x-stream-offset": 1.5},
+                     "priority": {"x-priority": 5}}.get(setup, {})
         [reply] = [m for m in methods(client.send(2, commands.Basic.Consume(
             queue="s", no_ack=setup == "no-ack", arguments=arguments)))]
         closing = commands.Connection.Close if code == 540 else commands.Channel.Close
@@ -399,7 +417,8 @@ def test_a_stream_is_back_after_a_restart_at_the_same_offsets(tmp_path: Path) ->
         client = opened_client(broker)
         send(client, 1, commands.Queue.Declare(queue="s", durable=True, arguments=STREAM, passive=True))
         [ok] = [m for m in methods(await settle(broker, client)) if isinstance(m, commands.Queue.DeclareOk)]
-        assert ok.message_count == 5
+        assert ok.message_count == 0  # a stream's declare-ok counts nothing, as RabbitMQ's
+        assert broker.vhosts["/"].queues["s"].message_count == 5
         consume(client, 2, "s", **{"x-stream-offset": "first"})
         assert offsets_and_bodies(await settle(broker, client)) == [(n, b"m%d" % n) for n in range(5)]
 
@@ -413,7 +432,7 @@ def test_queue_delete_removes_the_streams_files(tmp_path: Path) -> None:
         directory = broker.vhosts["/"].queues["s"].log.directory
         assert directory.exists()
         reply = client.call(1, commands.Queue.Delete(queue="s"))
-        assert isinstance(reply, commands.Queue.DeleteOk) and reply.message_count == 3
+        assert isinstance(reply, commands.Queue.DeleteOk) and reply.message_count == 0  # as RabbitMQ's
         assert not directory.exists()
 
     run(tmp_path, scenario)

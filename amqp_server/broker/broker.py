@@ -30,6 +30,7 @@ from persistence.queue_store import QueueStore
 from persistence.segment_layout import list_queue_directories
 from queues.arguments.policy_keys import PolicyError
 from persistence.stream_log import StreamLog
+from persistence.stream_segment import HEADER_SIZE as STREAM_HEADER_SIZE
 from queues.arguments import QueueArguments
 from queues.journal import QueueJournal
 from queues.stream_queue import StreamQueue
@@ -212,7 +213,8 @@ class Broker:
         assert self.message_dir is not None and self.committer is not None
         options: dict[str, Any] = {"committer": self.committer}
         if settings.stream_max_segment_size_bytes is not None:
-            options["max_segment_bytes"] = settings.stream_max_segment_size_bytes
+            # (0 is a valid argument: every record starts a segment of its own, as near as can be)
+            options["max_segment_bytes"] = max(settings.stream_max_segment_size_bytes, STREAM_HEADER_SIZE + 1)
         log = StreamLog.open_in(self.message_dir, vhost, name, **options)
         return StreamQueue(name, vhost, log=log, committer=self.committer, timers=self.timers, arguments=arguments,
                            settings=settings)

@@ -92,8 +92,8 @@ class ConsumeReply(Answer):
         self._consumer = consumer
 
     @property
-    def global_prefetch_count(self) -> int:
-        return self._channel.global_prefetch_count
+    def global_qos_active(self) -> bool:
+        return self._channel.global_qos_active
 
     def started(self) -> None:
         if not self.wanted:  # closed meanwhile: its release() cancelled the consumer

@@ -23,6 +23,7 @@ from amqp_server.channel.settlement import recover, settle
 from amqp_server.channel.transaction import tx_commit, tx_rollback, tx_select
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
+from queues.queue_type import QueueTypeRefusal
 
 if TYPE_CHECKING:
     from amqp_server.channel.ports import MethodChannel
@@ -89,11 +90,15 @@ def basic_consume(channel: "MethodChannel", method: commands.Basic.Consume) -> N
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
     queue.check_available()
-    if queue.has_exclusive_consumer() or (method.exclusive and queue.consumer_count):
+    arguments = method.arguments or {}
+    try:
+        queue.check_consumer_arguments(arguments)
+    except QueueTypeRefusal as refusal:
+        raise AMQPError(refusal.code, refusal.text) from None
+    if queue.exclusive_use_refused(method.exclusive):
         raise AMQPError(
             errors.ACCESS_REFUSED, f"{errors.resource('queue', queue.name, channel.vhost.name)} in exclusive use"
         )
-    arguments = method.arguments or {}
     priority = arguments.get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise AMQPError(

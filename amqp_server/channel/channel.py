@@ -96,6 +96,7 @@ class Channel:
         self.next_delivery_tag = 1
         self.prefetch_count = 0  # basic.qos global=false: per consumer
         self.global_prefetch_count = 0  # basic.qos global=true: the whole channel
+        self.global_qos_active = False  # the last basic.qos was global, with a limit (set_prefetch)
         self.confirms: PublisherConfirms | None = None
         self.transaction: Transaction | None = None  # from tx.select on
         self.last_queue_name = ""
@@ -462,6 +463,12 @@ class Channel:
             self.global_prefetch_count = count
         else:
             self.prefetch_count = count
+            # As RabbitMQ's channel: a per-consumer basic.qos lifts the channel's global limit
+            # (rabbit_limiter:unlimit_prefetch); a global one sent after it applies beside it.
+            self.global_prefetch_count = 0
+        # RabbitMQ's limiter is active while the last basic.qos was a global one (stream
+        # consumers refuse it, queues/stream_queue.py).
+        self.global_qos_active = global_ and count > 0
 
     def remember_queue(self, name: str) -> None:
         """The queue last declared: an empty queue name in later methods means it."""

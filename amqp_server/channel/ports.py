@@ -52,6 +52,9 @@ class SettlingChannel(Protocol):
     def global_prefetch_count(self) -> int: ...
 
     @property
+    def global_qos_active(self) -> bool: ...
+
+    @property
     def consumers(self) -> Mapping[str, "Consumer"]: ...
 
     def dispatch_all(self) -> None:

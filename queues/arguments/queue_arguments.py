@@ -22,6 +22,7 @@ QUEUE_TYPES = tuple(queue_type_rules.QUEUE_TYPE_RULES)  # the x-queue-type value
 QUEUE_MODES = ("default", "lazy")
 QUEUE_VERSIONS = (1, 2)
 MAX_PRIORITY = 255
+MAX_STREAM_SEGMENT_SIZE = 3_000_000_000  # rabbit_stream_queue's ?MAX_STREAM_SIZE_BYTES
 MAX_EXPIRY_MS = 315_360_000_000  # RabbitMQ's ?MAX_EXPIRY_TIMER (ten years), for x-message-ttl and x-expires
 
 
@@ -36,16 +37,20 @@ class InvalidArgument(ValueError):
     """
 
     def __init__(
-        self, key: str, reason: str, invalid_type: str | None = None, queue_type_module: str | None = None
+        self, key: str, reason: str, invalid_type: str | None = None, queue_type_module: str | None = None,
+        text: str | None = None,
     ) -> None:
         super().__init__(f"invalid arg '{key}': {reason}")
         self.key = key
         self.reason = reason
         self.invalid_type = invalid_type
         self.queue_type_module = queue_type_module
+        self.text = text  # RabbitMQ's whole text, for the few refusals not worded "invalid arg"
 
     def describe(self, resource: str) -> str:
         """RabbitMQ's 406 text for the queue `resource` ("queue 'q' in vhost '/'")."""
+        if self.text is not None:
+            return self.text
         if self.invalid_type is not None:
             return f"invalid type '{self.invalid_type}' for arg '{self.key}' in {resource}"
         if self.queue_type_module is not None:
@@ -193,8 +198,11 @@ class QueueArguments:
             if "x-max-age" in present:
                 settings["max_age_ms"] = _max_age("x-max-age", get("x-max-age"))
             if "x-stream-max-segment-size-bytes" in present:
-                settings["stream_max_segment_size_bytes"] = _integer(
-                    "x-stream-max-segment-size-bytes", get("x-stream-max-segment-size-bytes"), 1)
+                size = _integer("x-stream-max-segment-size-bytes", get("x-stream-max-segment-size-bytes"), 0)
+                if size > MAX_STREAM_SEGMENT_SIZE:
+                    raise InvalidArgument("x-stream-max-segment-size-bytes", "too large",
+                                          text="Exceeded max value for x-stream-max-segment-size-bytes")
+                settings["stream_max_segment_size_bytes"] = size
             if "x-initial-cluster-size" in present:
                 _integer("x-initial-cluster-size", get("x-initial-cluster-size"), 1)
             if "x-queue-leader-locator" in present:
