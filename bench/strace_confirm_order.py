@@ -15,6 +15,7 @@ Exit code 1 when a confirm went out before its fsync.
 
     python -m bench.strace_confirm_order                          # this project's broker
     python -m bench.strace_confirm_order --in-flight 64 -n 5000   # many publishes in flight
+    python -m bench.strace_confirm_order --queue-type stream      # a stream's records
     python -m bench.strace_confirm_order --attach-pid $(pidof beam.smp) --port 5672  # RabbitMQ
 
 Needs strace (apt-get install strace) and ptrace rights over the broker. Results and how to
@@ -349,7 +350,8 @@ def strace_command(trace_file: Path) -> list[str]:
 def publish(port: int, args: argparse.Namespace, bodies: list[bytes]) -> int:
     publisher = ConfirmingPublisher("127.0.0.1", port, args.user, args.password)
     queue = f"strace-confirm-order-{uuid.uuid4().hex[:8]}"
-    publisher.rpc(commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk)
+    arguments = {"x-queue-type": args.queue_type} if args.queue_type != "classic" else {}
+    publisher.rpc(commands.Queue.Declare(queue=queue, durable=True, arguments=arguments), commands.Queue.DeclareOk)
     nacks = publisher.publish_all(queue, bodies, args.in_flight)
     publisher.rpc(commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk)
     publisher.close()
@@ -397,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--messages", type=int, default=2000)
     parser.add_argument("--in-flight", type=int, default=1, help="unconfirmed publishes allowed at once")
     parser.add_argument("--body-size", type=int, default=100)
+    parser.add_argument("--queue-type", default="classic", choices=("classic", "quorum", "stream"),
+                        help="x-queue-type of the queue published to")
     parser.add_argument("--config", help="config file for this project's broker (e.g. one setting an fsync mode)")
     parser.add_argument("--attach-pid", type=int, help="attach to this running broker instead (e.g. RabbitMQ's beam.smp)")
     parser.add_argument("--port", type=int, default=5672, help="AMQP port of the attached broker")
@@ -414,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     label = f"pid {args.attach_pid}" if args.attach_pid else "amqp-server"
-    print(verdict.summary(f"{label}, {args.messages} x {args.body_size} B, {args.in_flight} in flight"))
+    print(verdict.summary(f"{label}, {args.queue_type}, {args.messages} x {args.body_size} B, {args.in_flight} in flight"))
     print(f"record files: {sorted(verdict.record_files)[:3]}{' ...' if len(verdict.record_files) > 3 else ''}")
     for violation in verdict.violations[:10]:
         print("  " + violation)

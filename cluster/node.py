@@ -48,7 +48,9 @@ class ClusterNode:
 
     @classmethod
     async def join(cls, config: "ServerConfig", broker: "Broker", amqp_port: int) -> "ClusterNode":
-        address = parse_cluster_address(config.cluster.url)
+        url = config.cluster.url
+        assert url, "the runtime joins a cluster only when its url is set (--cluster)"
+        address = parse_cluster_address(url)
         try:
             coordinator = await connect(address, config.cluster.session_ttl)
         except CoordinationUnavailable as error:
@@ -143,5 +145,7 @@ async def _shared_secret(coordinator: Coordinator) -> str:
     try:
         await coordinator.compare_and_set(SECRET_KEY, secret.encode(), None)
     except VersionConflict as conflict:  # another node made it at the same moment
+        if conflict.current is None:  # made and deleted meanwhile, which nothing does
+            raise
         return conflict.current.value.decode()
     return secret

@@ -117,6 +117,43 @@ def test_connections_channels_and_consumers_are_listed(ctl, unique):
         assert [queue, f"{name} (1)", "ctl-tag", "true", "7", "true", "[]"] in ctl.rows("list_consumers")
 
 
+def test_streams_and_their_consumers_are_listed(ctl, unique):
+    """list_queues shows a stream's type and records; list_stream_consumers (rabbitmq-streams')
+    lists each consumer of a stream with the offset it reads next, and no other consumer."""
+    stream, classic, label = unique("ctl-stream"), unique("ctl-classic"), unique("ctl-reader")
+    with connect(ctl.broker, label=label) as connection:
+        channel = connection.channel()
+        channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        channel.queue_declare(classic, auto_delete=True)
+        channel.confirm_delivery()
+        for index in range(6):
+            channel.basic_publish("", stream, b"r%d" % index)
+        assert [stream, "stream", "6"] in ctl.rows("list_queues", "name", "type", "messages")
+        assert [classic, "classic", "0"] in ctl.rows("list_queues", "name", "type", "messages")
+
+        channel.basic_qos(prefetch_count=2)
+        delivered: list[int] = []
+        channel.basic_consume(stream, lambda _ch, _m, properties, _b: delivered.append(
+            properties.headers["x-stream-offset"]), consumer_tag="from-one", arguments={"x-stream-offset": 1})
+        channel.basic_consume(classic, lambda *_: None, consumer_tag="not-a-stream-consumer")
+        for _ in range(100):
+            if len(delivered) == 2:
+                break
+            connection.process_data_events(time_limit=0.1)
+        assert delivered == [1, 2]
+        name = connection_name(ctl, label)
+
+        code, out, _err = ctl("list_stream_consumers")
+        assert code == 0
+        assert out.splitlines() == ["Listing stream consumers ...", "stream\tconsumer_tag\toffset",
+                                    f"{stream}\tfrom-one\t3"]
+        rows = ctl.rows("list_stream_consumers", "consumer_tag", "offset", "connection_pid", "channel_pid",
+                        "prefetch_count", "arguments")
+        assert rows == [["from-one", "3", name, f"{name} (1)", "2", '[{"x-stream-offset",1}]']]
+        code, _out, err = ctl("list_stream_consumers", "subscription_id")
+        assert code == 64 and "Info key(s) subscription_id are not supported" in err
+
+
 def test_users_passwords_and_permissions_take_effect(ctl, unique):
     user = unique("ctl-user")
     code, out, _err = ctl("add_user", user, "first")

@@ -200,3 +200,31 @@ def test_declare_list_and_delete_a_vhost_limit(admin, unique):
     run("delete", "vhost_limit", f"vhost={vhost}", "name=max-queues")
     assert not [v for v in listing(run, "vhost_limits") if v["vhost"] == vhost]
     run("delete", "vhost", f"name={vhost}")
+
+
+def test_list_queues_shows_a_stream_with_its_type(admin, unique):
+    """`rabbitmqadmin list queues name type messages`: a stream is listed with type stream and
+    its records as messages (as RabbitMQ 3.10.8 lists one), beside a classic queue."""
+    run, broker = admin
+    stream, classic = unique("admin-stream"), unique("admin-classic")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    channel = connection.channel()
+    channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    channel.queue_declare(classic, durable=True)
+    channel.confirm_delivery()
+    for index in range(4):
+        channel.basic_publish("", stream, b"r%d" % index)
+    channel.basic_publish("", classic, b"c")
+    try:
+        listed = {q["name"]: q for q in listing(run, "queues", "name", "type", "messages")}
+        assert listed[stream] == {"name": stream, "type": "stream", "messages": 4}
+        assert listed[classic] == {"name": classic, "type": "classic", "messages": 1}
+        table = run("list", "queues", "name", "type", "messages")
+        [row] = [line for line in table.splitlines() if stream in line]
+        assert [cell.strip() for cell in row.strip("|").split("|")] == [stream, "stream", "4"]
+        # Our figures are columns like any other.
+        [offsets] = [q for q in listing(run, "queues", "name", "stream_first_offset", "stream_last_offset",
+                                        "stream_segments") if q["name"] == stream]
+        assert offsets == {"name": stream, "stream_first_offset": 0, "stream_last_offset": 3, "stream_segments": 1}
+    finally:
+        connection.close()

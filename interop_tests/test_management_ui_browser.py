@@ -132,6 +132,75 @@ def test_create_publish_get_purge_and_bind_a_queue(ui, ui_broker, http, unique):
     assert ui.errors() == []
 
 
+# (table css, text of a cell, by header?) -> the cells of the first row with that cell, as a list
+# or {header: text}; null when there is none yet.
+ROW_CELLS = """
+const [css, text, byHeader] = arguments;
+for (const table of document.querySelectorAll(css)) {
+  const headers = [...table.querySelectorAll('th')].map((th) => th.textContent);
+  for (const row of table.querySelectorAll('tbody tr')) {
+    const cells = [...row.querySelectorAll('td')].map((td) => td.textContent);
+    if (cells.includes(text)) return byHeader ? Object.fromEntries(headers.map((h, i) => [h, cells[i]])) : cells;
+  }
+}
+return null;"""
+# The figures of a stream's panel, by their data-field, and its record count.
+STREAM_FIGURES = """
+const panel = document.querySelector('.panel.stream');
+const figures = Object.fromEntries([...panel.querySelectorAll('[data-field]')].map((e) => [e.dataset.field, e.textContent]));
+figures.records = [...panel.querySelectorAll('tr')].find((tr) => tr.querySelector('th')?.textContent === 'Records')
+  .querySelector('td').textContent;
+return figures;"""
+
+
+def test_a_streams_page_shows_its_offsets_and_its_consumers_offsets(ui, ui_broker, http, unique):
+    """A stream with records 0..9 and a consumer from offset 4 holding 3 unacked deliveries
+    (prefetch 3): its page shows the offsets, the segment, the bytes on disk and that the
+    consumer reads offset 7 next; the list shows its type."""
+    as_guest(ui)
+    broker, _base = ui_broker
+    stream = unique("ui-stream")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    try:
+        channel = connection.channel()
+        channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        channel.confirm_delivery()
+        for index in range(10):
+            channel.basic_publish("", stream, b"record %d" % index)
+        channel.basic_qos(prefetch_count=3)
+        delivered = []
+        channel.basic_consume(stream, lambda _ch, method, properties, _body: delivered.append(
+            properties.headers["x-stream-offset"]), consumer_tag="ui-stream-reader", arguments={"x-stream-offset": 4})
+        deadline = time.monotonic() + 10
+        while len(delivered) < 3 and time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.1)
+        assert delivered == [4, 5, 6]
+
+        ui.open("/queues")
+        ui.fill("filter", stream + "\n")
+        # Read in one script each: the page redraws its tables every 5 s (no stale elements).
+        cells = ui.wait(lambda d: ui.script(ROW_CELLS, "table", stream), what="the stream's row")
+        assert "stream" in cells
+        ui.click(By.LINK_TEXT, stream)
+        ui.wait_for_text("Last offset", ".panel.stream")
+        figures = ui.script(STREAM_FIGURES)
+        disk_bytes = http.get(api_url(ui_broker, f"/api/queues/%2F/{stream}")).json()["stream_disk_bytes"]
+        assert 0 < disk_bytes < 1024  # shown in bytes
+        assert figures == {"first-offset": "0", "last-offset": "9", "segments": "1", "disk-bytes": f"{disk_bytes} B",
+                           "records": "10"}
+        consumer = ui.wait(lambda d: ui.script(ROW_CELLS, "table", "ui-stream-reader", True), what="the consumer")
+        assert consumer["Offset"] == "7"
+        danger = ui.section("Purge and delete")
+        assert not ui.find("button[name=purge]", danger).is_displayed(), "nothing to purge in a stream"
+        assert ui.find("button[name=delete]", danger).is_displayed()
+        assert not [s for s in ui.driver.find_elements(By.CSS_SELECTOR, "details.section > summary")
+                    if s.text.strip() == "Get messages" and s.is_displayed()], "no get for a stream"
+        assert ui.errors() == []
+        ui.screenshot("stream")
+    finally:
+        connection.close()
+
+
 def test_close_a_connection_opened_by_pika(ui, ui_broker):
     as_guest(ui)
     broker, _base = ui_broker

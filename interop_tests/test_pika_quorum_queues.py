@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 import pika
 import pytest
 
-from interop_tests.broker_process import external_broker
 from interop_tests.pika_helpers import WAIT_S, channel_error, wait_ready
 from interop_tests.pika_helpers import connection  # noqa: F401  (a fixture)
 from interop_tests.waiting import poll
@@ -106,19 +105,6 @@ def test_a_quorum_queue_takes_the_arguments_rabbitmq_takes(connection, quorum_qu
     name = quorum_queue("qq-ok", arguments)
 
     assert connection.channel().queue_declare(name, passive=True).method.message_count == 0
-
-
-def test_a_stream_queue_is_refused(connection, unique):
-    name = unique("stream")
-    channel = connection.channel()
-    try:
-        code, _text = channel_error(lambda: channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"}))
-    except pytest.fail.Exception:
-        if external_broker() is None:
-            raise
-        connection.channel().queue_delete(name)  # RabbitMQ has streams
-        pytest.skip("this broker supports streams")
-    assert code == 406
 
 
 def test_a_server_named_quorum_queue_is_refused(connection):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from queues import dead_letter, length_limit
-from queues.arguments import QueueArguments
+from queues.arguments import QueueArguments, queue_type_rules
 from queues.consumer import Consumer
 from queues.consumer_rotation import NO_CONSUMERS, ConsumerRotation
 from queues.deduplication import DeduplicationCache
@@ -32,7 +32,7 @@ from queues.publish_outcome import DUPLICATE, ENQUEUED, ENQUEUED_DURABLY, REJECT
 from queues.queue_recovery import take_back
 from queues.queue_stats import QueueStats
 from queues.queue_ttl import QueueTtl
-from queues.queue_type import ConsumeAnswer, CountsAnswer, GetAnswer, QueueType
+from queues.queue_type import ConsumeAnswer, CountsAnswer, GetAnswer, QueueType, QueueTypeRefusal
 from queues.ready_messages import KEEP_PER_QUEUE, PriorityReadyMessages, ReadyList, ReadyMessages, should_page
 from queues.requeue import requeue
 from queues.single_active_consumer import ActiveConsumer
@@ -339,6 +339,15 @@ class Queue(QueueType):
         )
 
     # -- consumers ---------------------------------------------------------------------
+
+    def check_consumer_arguments(self, arguments: dict[str, Any]) -> None:
+        rules = queue_type_rules.rules_for(self.settings.queue_type)
+        if "x-stream-offset" in arguments and rules.name != queue_type_rules.STREAM:
+            raise QueueTypeRefusal(406, f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost "
+                                        f"'{self.vhost}' of queue type {rules.module}")
+
+    def exclusive_use_refused(self, exclusive: bool) -> bool:
+        return self.has_exclusive_consumer() or (exclusive and self.consumer_count > 0)
 
     def consume(self, consumer: Consumer, answer: ConsumeAnswer) -> None:
         answer.started()  # consume-ok before the first delivery

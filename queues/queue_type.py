@@ -27,6 +27,17 @@ if TYPE_CHECKING:
     from queues.message import Message, QueueEntry
 
 
+class QueueTypeRefusal(Exception):
+    """A queue type refuses a method as RabbitMQ's type does: the AMQP reply `code` (a soft or a
+    hard error, which closes the channel or the connection) and its `text`. The channel turns
+    it into its AMQP error (amqp_server/channel/answers.py)."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+
 class Refusal(Protocol):
     """How an answer is refused: the queue cannot serve the method (say, its owner node is
     unreachable). `error` is raised to, or sent on, the channel as it is."""
@@ -35,6 +46,11 @@ class Refusal(Protocol):
 
 
 class ConsumeAnswer(Refusal, Protocol):
+    @property
+    def global_qos_active(self) -> bool:
+        """The channel's last basic.qos was a global limit (RabbitMQ's active limiter), which
+        some queue types refuse."""
+
     def started(self) -> None:
         """The consumer is registered (basic.consume-ok, unless nowait)."""
 
@@ -101,6 +117,14 @@ class QueueType(abc.ABC):
         """Call back once every message published so far is stored (fsynced where durable)."""
 
     # -- consume, cancel, get --------------------------------------------------------------
+
+    def check_consumer_arguments(self, arguments: dict[str, Any]) -> None:
+        """Raise QueueTypeRefusal for basic.consume arguments this type refuses (checked before
+        the channel's own checks of x-priority and the like, as RabbitMQ's queue types do)."""
+
+    def exclusive_use_refused(self, exclusive: bool) -> bool:
+        """A new consumer (an exclusive one if `exclusive`) would be refused: 403 "in exclusive use"."""
+        return False
 
     @abc.abstractmethod
     def consume(self, consumer: "Consumer", answer: ConsumeAnswer) -> None:

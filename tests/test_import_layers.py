@@ -79,11 +79,6 @@ MAX_MODULES_IN_AMQP_SERVER = 15  # files standing directly in amqp_server/
 # merged. (importer, imported, who removes it and how). Each must still exist (a stale entry
 # fails test_known_until_merge_is_exact), and nothing else is excused.
 KNOWN_UNTIL_MERGE: list[tuple[str, str, str]] = [
-    # The channel's method handlers take a Protocol of the channel, not channel.py.
-    ("amqp_server.channel.transaction", "amqp_server.channel.channel", "narrow: the transaction takes narrow objects"),
-    # The lead's channel methods: basic_methods and declarations stop importing channel.py.
-    ("amqp_server.channel.basic_methods", "amqp_server.channel.channel", "lead: the basic methods take narrow objects"),
-    ("amqp_server.channel.declarations", "amqp_server.channel.channel", "lead: the declarations take narrow objects"),
 ]
 
 

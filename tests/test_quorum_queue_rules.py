@@ -107,9 +107,9 @@ def test_a_server_named_quorum_queue_is_refused_first(vhost):
     assert text == "Cannot declare a server-named queue for type rabbit_quorum_queue"
 
 
-def test_a_stream_is_an_unsupported_queue_type(vhost):
-    text = refusal(vhost, durable=True, arguments={"x-queue-type": "stream"})
-    assert text == f"invalid arg 'x-queue-type' {WHERE}: \"unsupported queue type 'stream'\""
+def test_a_queue_type_nobody_has_is_unsupported(vhost):
+    text = refusal(vhost, durable=True, arguments={"x-queue-type": "queue-of-the-future"})
+    assert text == f"invalid arg 'x-queue-type' {WHERE}: \"unsupported queue type 'queue-of-the-future'\""
 
 
 @pytest.mark.parametrize(("value", "limit"), [(3, 3), (0, 0), (-1, 0), ("x", None), (True, None)])

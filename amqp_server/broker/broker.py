@@ -29,7 +29,11 @@ from persistence.group_commit import DirectorySyncs, GroupCommitter
 from persistence.queue_store import QueueStore
 from persistence.segment_layout import list_queue_directories
 from queues.arguments.policy_keys import PolicyError
+from persistence.stream_log import StreamLog
+from persistence.stream_segment import HEADER_SIZE as STREAM_HEADER_SIZE
+from queues.arguments import QueueArguments
 from queues.journal import QueueJournal
+from queues.stream_queue import StreamQueue
 from queues.memory_budget import MemoryBudget
 from queues.timers import Timers
 
@@ -136,6 +140,7 @@ class Broker:
                 queue_defaults=self.config.queue_defaults,  # [[queue_defaults]] (docs/lifecycle.md)
                 on_queue_deleted=self._queue_deleted,
                 default_queue_type=self.config.default_queue_type,
+                stream_factory=self._stream_for if self.committer is not None else None,
             )
             self.save_definitions()
         return vhost
@@ -200,9 +205,22 @@ class Broker:
         if replication is not None and self.replicated is not None:
             return self.replicated.journal_for(vhost, queue, lambda: self._store_for(vhost, queue, archive),
                                                replication)
+        assert self.committer is not None, "journals are made only with a message directory (journal_factory)"
         return QueueJournal(self._store_for(vhost, queue, archive), self.committer)
 
+    def _stream_for(self, vhost: str, name: str, arguments: dict[str, Any], settings: QueueArguments) -> StreamQueue:
+        """A stream of `vhost`, its log opened (and recovered) in the data directory."""
+        assert self.message_dir is not None and self.committer is not None
+        options: dict[str, Any] = {"committer": self.committer}
+        if settings.stream_max_segment_size_bytes is not None:
+            # (0 is a valid argument: every record starts a segment of its own, as near as can be)
+            options["max_segment_bytes"] = max(settings.stream_max_segment_size_bytes, STREAM_HEADER_SIZE + 1)
+        log = StreamLog.open_in(self.message_dir, vhost, name, **options)
+        return StreamQueue(name, vhost, log=log, committer=self.committer, timers=self.timers, arguments=arguments,
+                           settings=settings)
+
     def _store_for(self, vhost: str, queue: str, archive: bool) -> QueueStore:
+        assert self.message_dir is not None, "a broker without a message directory has no queue stores"
         storage = self.config.storage
         archive = archive or storage.archive or vhost in storage.archive_vhosts
         return QueueStore.for_queue(
@@ -270,10 +288,19 @@ class Broker:
         if self.committer is None:
             return
         journals = [journal for vhost in self.vhosts.values() for journal in vhost.journals()]
+        streams = [queue for vhost in self.vhosts.values() for queue in vhost.queues.values()
+                   if isinstance(queue, StreamQueue)]
         for journal in journals:
             journal.store.flush()
+        for stream in streams:
+            stream.log.flush()
         await self.committer.idle()
         self.store.close()
+        for stream in streams:
+            try:
+                stream.close()
+            except OSError:
+                log.exception("closing the log of stream %s failed", stream.name)
         for journal in journals:
             try:
                 journal.close()

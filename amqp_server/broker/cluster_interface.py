@@ -50,8 +50,11 @@ class Membership(Protocol):
 
 
 class QueueOwner(Protocol):
-    node: str
-    live: bool
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def live(self) -> bool: ...
 
 
 class SharedDefinitions(Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, cast
 
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
@@ -86,6 +86,7 @@ class VirtualHost:
         queue_defaults: list[QueueDefault] | None = None,
         on_queue_deleted: Callable[[Queue], None] | None = None,
         default_queue_type: str = "classic",
+        stream_factory: Callable[..., Queue] | None = None,
     ) -> None:
         """`journal_factory(vhost, queue, archive)` gives durable queues their journal (None: no
         persistence; a quorum queue's call adds its arguments: a clustered broker replicates it); `archive` is the queue's x-archive (its own or a policy's);
@@ -93,7 +94,9 @@ class VirtualHost:
         `queue_defaults` are the configuration's [[queue_defaults]] (docs/lifecycle.md);
         `on_queue_deleted` is called for every queue removed, whatever removed it;
         `default_queue_type` is the configuration's: what a client's durable shared queue declared
-        without x-queue-type becomes (queue_type_rules.with_implied_type)."""
+        without x-queue-type becomes (queue_type_rules.with_implied_type);
+        `stream_factory(vhost, name, arguments, settings)` makes a stream (queues/stream_queue.py) with
+        its log in the data directory (None: no data directory, so no streams)."""
         self.name = name
         self.archives_everything = archives_everything
         # Policies and operator policies (policies.py); policy_application.py applies them.
@@ -101,6 +104,7 @@ class VirtualHost:
         self.operator_policies = PolicySet()
         self.limits = VhostLimits()
         self.journal_factory = journal_factory
+        self.stream_factory = stream_factory
         self.memory_budget = memory_budget if memory_budget is not None else MemoryBudget()
         self.timers = timers if timers is not None else Timers()
         # The firehose (amq.rabbitmq.trace) when tracing is on for this vhost; see amqp_server/broker/firehose.py.
@@ -287,9 +291,9 @@ class VirtualHost:
         self.limits.check_new_queue(name, self.name, len(self.queues))
         defaults = defaults_for(self.queue_defaults, self.name, name) if self.queue_defaults else None
         if server_named:
-            refusal = queue_type_rules.server_named_refusal({**(defaults or {}), **arguments})
-            if refusal is not None:
-                raise AMQPError(errors.PRECONDITION_FAILED, refusal)
+            named_refusal = queue_type_rules.server_named_refusal({**(defaults or {}), **arguments})
+            if named_refusal is not None:
+                raise AMQPError(errors.PRECONDITION_FAILED, named_refusal)
         resource = errors.resource("queue", name, self.name)
         try:
             settings = QueueArguments.parse(arguments, defaults)
@@ -301,6 +305,23 @@ class VirtualHost:
         if refused is not None:
             raise AMQPError(errors.PRECONDITION_FAILED, f"invalid property '{refused}' for {resource}")
         settings, archive = policy_application.queue_settings(self, name, arguments, settings)
+        if settings.queue_type == queue_type_rules.STREAM:
+            queue = self._new_stream(name, arguments, settings, resource)
+        else:
+            queue = self._new_queue(name, durable, exclusive, auto_delete, arguments, settings, defaults, archive,
+                                    connection)
+        recovered = queue.recover()
+        if recovered:
+            log.info("recovered %d messages of %s", recovered, errors.resource("queue", name, self.name))
+        queue.when_unused(self._delete_queue_callback)
+        self.queues[name] = queue
+        self._changed("queues", queue_definition(self.name, queue), True, is_stored_queue(queue))
+        return queue, True
+
+    def _new_queue(self, name: str, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict[str, Any],
+                   settings: QueueArguments, defaults: dict[str, Any] | None, archive: bool,
+                   connection: Any) -> Queue:
+        """A classic or quorum queue; a shared durable one gets its journal."""
         # Exclusive queues die with their connection, so only shared durable queues keep files.
         journal = None
         if durable and not exclusive and self.journal_factory is not None:
@@ -308,7 +329,7 @@ class VirtualHost:
                 journal = self.journal_factory(self.name, name, archive, arguments)
             else:
                 journal = self.journal_factory(self.name, name, archive)
-        queue = Queue(
+        return Queue(
             name,
             self.name,
             durable=durable,
@@ -322,13 +343,12 @@ class VirtualHost:
             defaults=defaults,
             settings=settings,
         )
-        recovered = queue.recover()
-        if recovered:
-            log.info("recovered %d messages of %s", recovered, errors.resource("queue", name, self.name))
-        queue.when_unused(self._delete_queue_callback)
-        self.queues[name] = queue
-        self._changed("queues", queue_definition(self.name, queue), True, is_stored_queue(queue))
-        return queue, True
+
+    def _new_stream(self, name: str, arguments: dict[str, Any], settings: QueueArguments, resource: str) -> Queue:
+        """A stream, with its log under the data directory."""
+        if self.stream_factory is None:
+            raise AMQPError(errors.PRECONDITION_FAILED, f"cannot declare {resource}: streams need a data directory")
+        return self.stream_factory(self.name, name, arguments, settings)
 
     def adopt_remote_queue(self, queue: Queue) -> None:
         """Hold the stand-in of a queue another node of the cluster owns (cluster_definitions.py
@@ -431,8 +451,9 @@ class VirtualHost:
 
     def bindings(self) -> list[tuple[Exchange, Queue | Exchange, str, dict[str, Any]]]:
         """Every explicit binding (the default exchange's implicit ones are not listed)."""
+        # (a vhost binds only its queues and exchanges: bind() takes nothing else)
         return [
-            (exchange, destination, key, args)
+            (exchange, cast("Queue | Exchange", destination), key, args)
             for exchange in self.exchanges.values()
             if exchange is not self.default_exchange
             for destination, key, args in exchange.bindings()
@@ -462,7 +483,8 @@ class VirtualHost:
                     if destination.__class__ is not Queue:
                         break
                 else:
-                    return destinations
+                    # Every one is a Queue, tested just above (a cast would be a call per publish).
+                    return destinations  # type: ignore[return-value]
             routing_keys = (message.routing_key,)
         found: dict[Queue, None] = {}
         route_into(self, exchange, message, routing_keys, found, set())

@@ -20,9 +20,10 @@ from pamqp import commands
 from amqp_server.wire import codec
 from amqp_server.wire.errors import AMQPError
 from amqp_server.channel.unacked_store import Unacked
+from queues.queue_type import QueueTypeRefusal
 
 if TYPE_CHECKING:
-    from amqp_server.channel.channel import Channel
+    from amqp_server.channel.ports import MethodChannel
     from queues.consumer import Consumer
     from queues.message import QueueEntry
     from queues.queue import Queue
@@ -33,7 +34,7 @@ class Answer:
 
     __slots__ = ("_channel", "_class_id", "_method_id", "_nowait", "_later", "_held")
 
-    def __init__(self, channel: "Channel", class_id: int, method_id: int, nowait: bool = False) -> None:
+    def __init__(self, channel: "MethodChannel", class_id: int, method_id: int, nowait: bool = False) -> None:
         self._channel = channel
         self._class_id = class_id
         self._method_id = method_id
@@ -53,7 +54,10 @@ class Answer:
         return self._channel.is_open
 
     def refused(self, error: Exception) -> None:
-        """The queue cannot serve the method: the channel is closed with `error` (an AMQPError)."""
+        """The queue cannot serve the method: the channel (or, for a hard error, the connection)
+        is closed with `error`, an AMQPError or a queue type's QueueTypeRefusal."""
+        if isinstance(error, QueueTypeRefusal):
+            error = AMQPError(error.code, error.text)
         if not self._later:
             raise error
         self._withdraw()
@@ -83,9 +87,13 @@ class ConsumeReply(Answer):
 
     __slots__ = ("_consumer",)
 
-    def __init__(self, channel: "Channel", consumer: "Consumer", nowait: bool) -> None:
+    def __init__(self, channel: "MethodChannel", consumer: "Consumer", nowait: bool) -> None:
         super().__init__(channel, 60, 20, nowait)
         self._consumer = consumer
+
+    @property
+    def global_qos_active(self) -> bool:
+        return self._channel.global_qos_active
 
     def started(self) -> None:
         if not self.wanted:  # closed meanwhile: its release() cancelled the consumer
@@ -94,8 +102,7 @@ class ConsumeReply(Answer):
         self._send([codec.method_frame(self._channel.id, commands.Basic.ConsumeOk(consumer_tag=self._consumer.tag))])
 
     def refused(self, error: Exception) -> None:
-        if self._later:
-            self._channel.forget_consumer(self._consumer)
+        self._channel.forget_consumer(self._consumer)
         super().refused(error)
 
 
@@ -104,7 +111,7 @@ class GetReply(Answer):
 
     __slots__ = ("_queue", "_no_ack")
 
-    def __init__(self, channel: "Channel", queue: "Queue", no_ack: bool) -> None:
+    def __init__(self, channel: "MethodChannel", queue: "Queue", no_ack: bool) -> None:
         super().__init__(channel, 60, 70)
         self._queue = queue
         self._no_ack = no_ack
@@ -143,7 +150,7 @@ class CountsReply(Answer):
 
     __slots__ = ("_then",)
 
-    def __init__(self, channel: "Channel", class_id: int, method_id: int,
+    def __init__(self, channel: "MethodChannel", class_id: int, method_id: int,
                  then: Callable[[int, int, Any], None], nowait: bool = False) -> None:
         super().__init__(channel, class_id, method_id, nowait)
         self._then = then

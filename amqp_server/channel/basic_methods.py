@@ -23,17 +23,18 @@ from amqp_server.channel.settlement import recover, settle
 from amqp_server.channel.transaction import tx_commit, tx_rollback, tx_select
 from queues.arguments import amqp_type_name
 from queues.consumer import Consumer
+from queues.queue_type import QueueTypeRefusal
 
 if TYPE_CHECKING:
-    from amqp_server.channel.channel import Channel
+    from amqp_server.channel.ports import MethodChannel
 
 
-def reply(channel: "Channel", method: Any) -> None:
+def reply(channel: "MethodChannel", method: Any) -> None:
     """Send a method reply on the channel, after any earlier one that waits for disk."""
     channel.replies.send(method)
 
 
-def queue_name_or_last(channel: "Channel", name: str) -> str:
+def queue_name_or_last(channel: "MethodChannel", name: str) -> str:
     """An empty queue name means the queue last declared on this channel (AMQP shortcut)."""
     if name:
         return name
@@ -45,26 +46,26 @@ def queue_name_or_last(channel: "Channel", name: str) -> str:
 # -- channel class -------------------------------------------------------------------------
 
 
-def channel_flow(channel: "Channel", method: commands.Channel.Flow) -> None:
+def channel_flow(channel: "MethodChannel", method: commands.Channel.Flow) -> None:
     # RabbitMQ does not let a client stop deliveries with channel.flow (basic.qos does that).
     if not method.active:
         raise AMQPError(errors.NOT_IMPLEMENTED, "active=false")
     reply(channel, commands.Channel.FlowOk(active=True))
 
 
-def channel_close(channel: "Channel", method: commands.Channel.Close) -> None:
+def channel_close(channel: "MethodChannel", method: commands.Channel.Close) -> None:
     channel.connection.close_channel(channel)
     reply(channel, commands.Channel.CloseOk())
 
 
-def channel_open(channel: "Channel", method: commands.Channel.Open) -> None:
+def channel_open(channel: "MethodChannel", method: commands.Channel.Open) -> None:
     raise AMQPError(errors.CHANNEL_ERROR, "second 'channel.open' seen")
 
 
 # -- basic class ---------------------------------------------------------------------------
 
 
-def basic_qos(channel: "Channel", method: commands.Basic.Qos) -> None:
+def basic_qos(channel: "MethodChannel", method: commands.Basic.Qos) -> None:
     if method.prefetch_size:
         raise AMQPError(errors.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
     channel.set_prefetch(method.prefetch_count, method.global_)
@@ -78,7 +79,7 @@ def basic_qos(channel: "Channel", method: commands.Basic.Qos) -> None:
     channel.dispatch_all()
 
 
-def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
+def basic_consume(channel: "MethodChannel", method: commands.Basic.Consume) -> None:
     connection = channel.connection
     tag = method.consumer_tag or _unique_tag(channel)
     if tag in channel.consumers or tag == channel.reply_consumer_tag:
@@ -89,11 +90,15 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
     queue.check_available()
-    if queue.has_exclusive_consumer() or (method.exclusive and queue.consumer_count):
+    arguments = method.arguments or {}
+    try:
+        queue.check_consumer_arguments(arguments)
+    except QueueTypeRefusal as refusal:
+        raise AMQPError(refusal.code, refusal.text) from None
+    if queue.exclusive_use_refused(method.exclusive):
         raise AMQPError(
             errors.ACCESS_REFUSED, f"{errors.resource('queue', queue.name, channel.vhost.name)} in exclusive use"
         )
-    arguments = method.arguments or {}
     priority = arguments.get("x-priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise AMQPError(
@@ -122,11 +127,11 @@ def basic_consume(channel: "Channel", method: commands.Basic.Consume) -> None:
     queue.consume(consumer, ConsumeReply(channel, consumer, method.nowait))
 
 
-def _unique_tag(channel: "Channel") -> str:
+def _unique_tag(channel: "MethodChannel") -> str:
     return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
-def _consume_replies(channel: "Channel", method: commands.Basic.Consume, tag: str) -> None:
+def _consume_replies(channel: "MethodChannel", method: commands.Basic.Consume, tag: str) -> None:
     if not method.no_ack:
         raise AMQPError(errors.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
     if channel.reply_key is not None:
@@ -136,8 +141,9 @@ def _consume_replies(channel: "Channel", method: commands.Basic.Consume, tag: st
         reply(channel, commands.Basic.ConsumeOk(consumer_tag=tag))
 
 
-def basic_cancel(channel: "Channel", method: commands.Basic.Cancel) -> None:
+def basic_cancel(channel: "MethodChannel", method: commands.Basic.Cancel) -> None:
     tag = method.consumer_tag
+    assert tag is not None, "pamqp types it Optional; a decoded basic.cancel carries one"
     if tag == channel.reply_consumer_tag and channel.reply_key is not None:
         channel.stop_reply_consumer()
     consumer = channel.remove_consumer(tag)
@@ -147,7 +153,7 @@ def basic_cancel(channel: "Channel", method: commands.Basic.Cancel) -> None:
         consumer.queue.remove_consumer(consumer)
 
 
-def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
+def basic_get(channel: "MethodChannel", method: commands.Basic.Get) -> None:
     connection = channel.connection
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
@@ -161,17 +167,19 @@ def basic_get(channel: "Channel", method: commands.Basic.Get) -> None:
     queue.get_for(method.no_ack, GetReply(channel, queue, method.no_ack))
 
 
-def basic_nack(channel: "Channel", method: commands.Basic.Nack) -> None:
+def basic_nack(channel: "MethodChannel", method: commands.Basic.Nack) -> None:
     settle(channel.unacked, channel.delivery_timeouts, channel.transaction, channel.connection.broker.stats, channel,
            "nack", method.delivery_tag, method.multiple, method.requeue)
 
 
-def basic_reject(channel: "Channel", method: commands.Basic.Reject) -> None:
+def basic_reject(channel: "MethodChannel", method: commands.Basic.Reject) -> None:
+    # pamqp types delivery_tag Optional; a decoded basic.reject carries one (testing it for None
+    # would cost a check per rejected message).
     settle(channel.unacked, channel.delivery_timeouts, channel.transaction, channel.connection.broker.stats, channel,
-           "reject", method.delivery_tag, False, method.requeue)
+           "reject", method.delivery_tag, False, method.requeue)  # type: ignore[arg-type]
 
 
-def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
+def basic_recover(channel: "MethodChannel", method: commands.Basic.Recover) -> None:
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
     # RabbitMQ answers recover-ok before the redeliveries.
@@ -179,7 +187,7 @@ def basic_recover(channel: "Channel", method: commands.Basic.Recover) -> None:
     recover(channel.unacked, channel.delivery_timeouts, channel.connection.broker.stats, channel)
 
 
-def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync) -> None:
+def basic_recover_async(channel: "MethodChannel", method: commands.Basic.RecoverAsync) -> None:
     if not method.requeue:
         raise AMQPError(errors.NOT_IMPLEMENTED, "requeue=false")
     recover(channel.unacked, channel.delivery_timeouts, channel.connection.broker.stats, channel)
@@ -188,7 +196,7 @@ def basic_recover_async(channel: "Channel", method: commands.Basic.RecoverAsync)
 # -- confirm (tx: transaction.py) ---------------------------------------------------------
 
 
-def confirm_select(channel: "Channel", method: commands.Confirm.Select) -> None:
+def confirm_select(channel: "MethodChannel", method: commands.Confirm.Select) -> None:
     if channel.transaction is not None:
         raise AMQPError(errors.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
     channel.select_confirms()
@@ -198,7 +206,7 @@ def confirm_select(channel: "Channel", method: commands.Confirm.Select) -> None:
 
 # basic.ack is not here: Channel.handle_method settles every basic.ack on its fast path
 # (codec.decode_ack) before it looks a method up in this table.
-METHOD_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {
+METHOD_HANDLERS: dict[type, Callable[["MethodChannel", Any], None]] = {
     commands.Channel.Open: channel_open,
     commands.Channel.Flow: channel_flow,
     commands.Channel.Close: channel_close,

@@ -24,7 +24,7 @@ import logging
 import struct
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -84,8 +84,11 @@ class Channel:
         self.id = channel_id
         self.state = OPEN  # changed by advance() only
         vhost = connection.vhost
-        assert vhost is not None, "a channel opens only after connection.open chose the vhost"
+        user = connection.user
+        assert vhost is not None and user is not None, "a channel opens only after connection.open chose the vhost"
         self.vhost: "VirtualHost" = vhost
+        # A publish's user_id must be this name (update-secret renews the user's record, never its name).
+        self.user_name = user.name
         # Method replies, in order even when one waits for disk (declare-ok, commit-ok).
         self.replies = OrderedReplies(connection, channel_id)
         self.consumers: dict[str, Consumer] = {}
@@ -93,6 +96,7 @@ class Channel:
         self.next_delivery_tag = 1
         self.prefetch_count = 0  # basic.qos global=false: per consumer
         self.global_prefetch_count = 0  # basic.qos global=true: the whole channel
+        self.global_qos_active = False  # the last basic.qos was global, with a limit (set_prefetch)
         self.confirms: PublisherConfirms | None = None
         self.transaction: Transaction | None = None  # from tx.select on
         self.last_queue_name = ""
@@ -321,7 +325,7 @@ class Channel:
         """user_id must be the connection's user; reply_to amq.rabbitmq.reply-to gets the channel's key;
         expiration must be a TTL RabbitMQ accepts."""
         properties = message.properties
-        user = self.connection.user.name
+        user = self.user_name
         if flags & FLAG_USER_ID and properties.user_id != user:
             raise AMQPError(
                 errors.PRECONDITION_FAILED,
@@ -336,7 +340,8 @@ class Channel:
             raw.set_short_string(FLAG_REPLY_TO, f"{REPLY_QUEUE}.{self.reply_key}")
             message = message.with_raw_properties(raw.encode())
         if flags & FLAG_EXPIRATION:
-            check_expiration(properties.expiration)
+            # The flag says the property is set (testing it for None too would cost a check per such publish).
+            check_expiration(properties.expiration)  # type: ignore[arg-type]
         return message
 
     def route_publish(self, exchange: "Exchange", message: Message, mandatory: bool) -> "list[Queue] | int | None":
@@ -364,7 +369,7 @@ class Channel:
             destinations = vhost.route(exchange, message)
         return self.enqueue(message, mandatory, destinations, False)
 
-    def enqueue(self, message: Message, mandatory: bool, destinations: "Sequence[Queue]",
+    def enqueue(self, message: Message, mandatory: bool, destinations: "Collection[Queue]",
                 delivered: bool) -> "list[Any] | int | None":
         """Publish a routed message into `destinations` (`delivered`: it already reached a direct
         reply-to consumer), return it when nothing took it and it is mandatory, and settle its
@@ -458,6 +463,12 @@ class Channel:
             self.global_prefetch_count = count
         else:
             self.prefetch_count = count
+            # As RabbitMQ's channel: a per-consumer basic.qos lifts the channel's global limit
+            # (rabbit_limiter:unlimit_prefetch); a global one sent after it applies beside it.
+            self.global_prefetch_count = 0
+        # RabbitMQ's limiter is active while the last basic.qos was a global one (stream
+        # consumers refuse it, queues/stream_queue.py).
+        self.global_qos_active = global_ and count > 0
 
     def remember_queue(self, name: str) -> None:
         """The queue last declared: an empty queue name in later methods means it."""
@@ -490,6 +501,7 @@ class Channel:
     def flush_confirms(self) -> None:
         """Send the publisher confirms collected since the last flush."""
         confirms = self.confirms
+        assert confirms is not None, "only a channel in confirm mode has confirms to send"
         acked_before = confirms.acked_total
         for is_ack, tag, multiple in confirms.take_frames():
             # RabbitMQ's confirm nack leaves requeue at its default, true.
@@ -573,7 +585,9 @@ class Channel:
         self.connection.send_frames(
             codec.deliver_frames(
                 self.id,
-                codec.shortstr(self.reply_consumer_tag),
+                # Set while reply_key is (the registry delivers to this channel by it); testing it
+                # for None would cost a check per reply.
+                codec.shortstr(self.reply_consumer_tag),  # type: ignore[arg-type]
                 tag,
                 False,
                 message.routing_raw,

@@ -28,7 +28,7 @@ from queues.arguments.exchange_arguments import alternate_exchange_refusal
 if TYPE_CHECKING:
     from queues.queue import Queue
     from amqp_server.broker.broker import Broker
-    from amqp_server.channel.channel import Channel
+    from amqp_server.channel.ports import MethodChannel
     from amqp_server.channel.ordered_replies import WaitForDisk
 
 MAX_NAME_LENGTH = 255
@@ -39,7 +39,7 @@ def generate_queue_name() -> str:
     return "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
-def _reply_once_stored(channel: "Channel", changes_before: int, answer: Any) -> None:
+def _reply_once_stored(channel: "MethodChannel", changes_before: int, answer: Any) -> None:
     """Reply ``answer`` (a method, or an encoded frame) now, or once the definition changes
     made since ``changes_before`` are durable."""
     broker = channel.connection.broker
@@ -59,7 +59,7 @@ def _changes_since(broker: "Broker", changes_before: int) -> WaitForDisk:
     return lambda callback: broker.when_definitions_durable(callback, changes_before)
 
 
-def exchange_declare(channel: "Channel", method: commands.Exchange.Declare) -> None:
+def exchange_declare(channel: "MethodChannel", method: commands.Exchange.Declare) -> None:
     changes_before = channel.connection.broker.definition_changes
     name = method.exchange
     if not method.passive:
@@ -78,7 +78,7 @@ def exchange_declare(channel: "Channel", method: commands.Exchange.Declare) -> N
         _reply_once_stored(channel, changes_before, commands.Exchange.DeclareOk())
 
 
-def _check_alternate_exchange_type(channel: "Channel", method: commands.Exchange.Declare) -> None:
+def _check_alternate_exchange_type(channel: "MethodChannel", method: commands.Exchange.Declare) -> None:
     """406 when a new exchange's alternate-exchange is not a string. RabbitMQ checks it only
     when it creates the exchange, after the type and the amq. prefix (a redeclare is checked for
     equivalence instead)."""
@@ -92,7 +92,7 @@ def _check_alternate_exchange_type(channel: "Channel", method: commands.Exchange
     raise AMQPError(errors.PRECONDITION_FAILED, refusal)
 
 
-def exchange_delete(channel: "Channel", method: commands.Exchange.Delete) -> None:
+def exchange_delete(channel: "MethodChannel", method: commands.Exchange.Delete) -> None:
     changes_before = channel.connection.broker.definition_changes
     channel.connection.check_permission("configure", "exchange", method.exchange or "amq.default")
     channel.vhost.delete_exchange(method.exchange, method.if_unused)
@@ -100,21 +100,21 @@ def exchange_delete(channel: "Channel", method: commands.Exchange.Delete) -> Non
         _reply_once_stored(channel, changes_before, commands.Exchange.DeleteOk())
 
 
-def exchange_bind(channel: "Channel", method: commands.Exchange.Bind) -> None:
+def exchange_bind(channel: "MethodChannel", method: commands.Exchange.Bind) -> None:
     changes_before = channel.connection.broker.definition_changes
     _exchange_binding(channel, method, bind=True)
     if not method.nowait:
         _reply_once_stored(channel, changes_before, commands.Exchange.BindOk())
 
 
-def exchange_unbind(channel: "Channel", method: commands.Exchange.Unbind) -> None:
+def exchange_unbind(channel: "MethodChannel", method: commands.Exchange.Unbind) -> None:
     changes_before = channel.connection.broker.definition_changes
     _exchange_binding(channel, method, bind=False)
     if not method.nowait:
         _reply_once_stored(channel, changes_before, commands.Exchange.UnbindOk())
 
 
-def _exchange_binding(channel: "Channel", method: Any, bind: bool) -> None:
+def _exchange_binding(channel: "MethodChannel", method: Any, bind: bool) -> None:
     connection = channel.connection
     vhost = channel.vhost
     connection.check_permission("write", "exchange", method.destination or "amq.default")
@@ -129,7 +129,7 @@ def _exchange_binding(channel: "Channel", method: Any, bind: bool) -> None:
     (vhost.bind if bind else vhost.unbind)(source, destination, method.routing_key, method.arguments or {})
 
 
-def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
+def queue_declare(channel: "MethodChannel", method: commands.Queue.Declare) -> None:
     connection = channel.connection
     changes_before = connection.broker.definition_changes
     name = method.queue
@@ -179,7 +179,7 @@ def queue_declare(channel: "Channel", method: commands.Queue.Declare) -> None:
     )
 
 
-def _send_or_fill(channel: "Channel", place: Any, frame: bytes) -> None:
+def _send_or_fill(channel: "MethodChannel", place: Any, frame: bytes) -> None:
     """Send `frame` now, or into the reply's held `place` (a queue type's answer that came later)."""
     if place is None:
         channel.replies.send_frame(frame)
@@ -187,20 +187,20 @@ def _send_or_fill(channel: "Channel", place: Any, frame: bytes) -> None:
         channel.replies.fill(place, [frame])
 
 
-def queue_bind(channel: "Channel", method: commands.Queue.Bind) -> None:
+def queue_bind(channel: "MethodChannel", method: commands.Queue.Bind) -> None:
     changes_before = channel.connection.broker.definition_changes
     _queue_binding(channel, method, bind=True)
     if not method.nowait:
         _reply_once_stored(channel, changes_before, commands.Queue.BindOk())
 
 
-def queue_unbind(channel: "Channel", method: commands.Queue.Unbind) -> None:
+def queue_unbind(channel: "MethodChannel", method: commands.Queue.Unbind) -> None:
     changes_before = channel.connection.broker.definition_changes
     _queue_binding(channel, method, bind=False)
     _reply_once_stored(channel, changes_before, commands.Queue.UnbindOk())
 
 
-def _queue_binding(channel: "Channel", method: Any, bind: bool) -> None:
+def _queue_binding(channel: "MethodChannel", method: Any, bind: bool) -> None:
     connection = channel.connection
     vhost = channel.vhost
     queue_name = queue_name_or_last(channel, method.queue)
@@ -216,7 +216,7 @@ def _queue_binding(channel: "Channel", method: Any, bind: bool) -> None:
     (vhost.bind if bind else vhost.unbind)(exchange, queue, routing_key, method.arguments or {})
 
 
-def queue_purge(channel: "Channel", method: commands.Queue.Purge) -> None:
+def queue_purge(channel: "MethodChannel", method: commands.Queue.Purge) -> None:
     connection = channel.connection
     queue = channel.vhost.queue(queue_name_or_last(channel, method.queue), connection)
     connection.check_permission("read", "queue", queue.name)
@@ -226,7 +226,7 @@ def queue_purge(channel: "Channel", method: commands.Queue.Purge) -> None:
         nowait=method.nowait))
 
 
-def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
+def queue_delete(channel: "MethodChannel", method: commands.Queue.Delete) -> None:
     connection = channel.connection
     changes_before = connection.broker.definition_changes
     vhost = channel.vhost
@@ -244,7 +244,7 @@ def queue_delete(channel: "Channel", method: commands.Queue.Delete) -> None:
         channel, method, queue, place, messages, consumers)))
 
 
-def _delete_counted(channel: "Channel", method: commands.Queue.Delete, queue: "Queue | None", place: Any,
+def _delete_counted(channel: "MethodChannel", method: commands.Queue.Delete, queue: "Queue | None", place: Any,
                     messages: int, consumers: int) -> None:
     """queue.delete once the queue's message and consumer counts are known; `place` is the
     reply's place when it was held while they were asked for (a queue of another node)."""
@@ -289,7 +289,7 @@ def _delete_counted(channel: "Channel", method: commands.Queue.Delete, queue: "Q
                                 connection.broker.definitions_failure)
 
 
-DECLARATION_HANDLERS: dict[type, Callable[["Channel", Any], None]] = {
+DECLARATION_HANDLERS: dict[type, Callable[["MethodChannel", Any], None]] = {
     commands.Exchange.Declare: exchange_declare,
     commands.Exchange.Delete: exchange_delete,
     commands.Exchange.Bind: exchange_bind,

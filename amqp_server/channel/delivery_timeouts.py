@@ -126,7 +126,11 @@ class DeliveryTimeouts:
         if not channel.is_open:
             return
         unacked = self._unacked
-        late = [(tag, unacked.pop(tag)) for tag in tags if tag in unacked]
+        late = []
+        for tag in tags:
+            delivery = unacked.pop(tag)
+            if delivery is not None:
+                late.append((tag, delivery))
         if not late:
             return
         connection = channel.connection

@@ -19,20 +19,39 @@ exists only while one waits (an idle channel does not carry one, about 700 bytes
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from amqp_server.wire import errors
 from amqp_server.wire.states import ChannelState, ConnectionState
 from amqp_server.wire.errors import AMQPError
 
-if TYPE_CHECKING:
-    from amqp_server.channel.ports import ReplyConnection
-
 # None when done; an OSError when the write failed; an AMQPError when the change was refused.
 SyncCallback = Callable[[Exception | None], None]
 # Starts waiting for disk and calls the callback (error or None) when done, maybe at once.
 WaitForDisk = Callable[[SyncCallback], None]
+
+
+class ReplyConnection(Protocol):
+    """What a channel's OrderedReplies uses of its connection: it sends frames, and closes the
+    channel or the connection when a held reply's change was refused. (Here, not in ports.py:
+    ports.py's MethodChannel names OrderedReplies, so this module imports nothing of the package.)"""
+
+    @property
+    def state(self) -> ConnectionState: ...
+
+    @property
+    def channels(self) -> Mapping[int, Any]: ...
+
+    def method_frame(self, channel_id: int, method: Any) -> bytes: ...
+
+    def send_method(self, channel_id: int, method: Any) -> None: ...
+
+    def send_frames(self, frames: list[bytes]) -> None: ...
+
+    def close_by_broker(self, code: int, text: str) -> None: ...
+
+    def fail_channel(self, channel: Any, error: AMQPError) -> None: ...
 
 
 class _Held:
@@ -49,7 +68,7 @@ class OrderedReplies:
 
     __slots__ = ("_connection", "_channel_id", "_held")
 
-    def __init__(self, connection: "ReplyConnection", channel_id: int) -> None:
+    def __init__(self, connection: ReplyConnection, channel_id: int) -> None:
         self._connection = connection
         self._channel_id = channel_id
         self._held: deque[_Held] | None = None  # made by hold(), dropped when drained

@@ -4,11 +4,16 @@ The channel layer sits below the connection layer: a Channel is handed its conne
 is opened (Connection._open_channel) and talks to it only through `ChannelConnection`, so no
 module of amqp_server.channel imports amqp_server.connection. Settlement, consumer timeouts and
 ordered replies change narrow objects of their own (an UnackedStore, the DeliveryTimeouts, a
-stats record, the held replies) and are handed those; what else they need of the channel or the
-connection is declared here, member by member (`SettlingChannel`, `TimingOutChannel`,
-`ReplyConnection`), so that they never import `amqp_server.channel.channel` either. The Channel
-and the Connection satisfy these Protocols as they are. Read-only members are properties: a
-part may read them, never assign them.
+stats record, the held replies) and are handed those; what else they need of the channel is
+declared here, member by member (`SettlingChannel`, `TimingOutChannel`), and what settling
+needs of the timeouts and of an open transaction too (`SettlingTimeouts`, `OpenTransaction`),
+so that settlement.py imports neither delivery_timeouts.py nor transaction.py. The method
+handlers (basic_methods.py, declarations.py, transaction.py) and the queue types' answers
+(answers.py) take the channel as a `MethodChannel`. So no other module of the package imports
+`amqp_server.channel.channel`, and this module imports none of the package that imports it
+(OrderedReplies says what it needs of its connection itself, ordered_replies.py).
+The Channel and the Connection satisfy these Protocols as they are. Read-only members are
+properties: a part may read them, never assign them.
 """
 
 from __future__ import annotations
@@ -16,14 +21,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from queues.consumer import DeliverySink
+
 if TYPE_CHECKING:
     from amqp_server.broker.access_control import User
     from amqp_server.broker.broker import Broker
     from amqp_server.broker.vhost import VirtualHost
+    from amqp_server.channel.ordered_replies import OrderedReplies
+    from amqp_server.channel.unacked_store import Unacked, UnackedStore
     from amqp_server.wire.errors import AMQPError
     from amqp_server.wire.states import ConnectionState
+    from exchanges import Exchange
     from queues.consumer import Consumer
+    from queues.message import Message
     from queues.queue import Queue
+
+# What an open transaction keeps for tx.commit (transaction.py).
+Publish = tuple["Exchange", "Message", bool]  # exchange, message, mandatory
+Settlement = tuple[str, int, bool, bool]  # kind ("ack", "nack", "reject"), tag, multiple, requeue
 
 
 class SettlingChannel(Protocol):
@@ -35,6 +50,9 @@ class SettlingChannel(Protocol):
 
     @property
     def global_prefetch_count(self) -> int: ...
+
+    @property
+    def global_qos_active(self) -> bool: ...
 
     @property
     def consumers(self) -> Mapping[str, "Consumer"]: ...
@@ -71,25 +89,38 @@ class TimingOutChannel(SettlingChannel, Protocol):
         """Forget the consumer `tag`; the caller stops it at its queue."""
 
 
-class ReplyConnection(Protocol):
-    """What a channel's OrderedReplies (ordered_replies.py) uses of its connection: it sends
-    frames, and closes the channel or the connection when a held reply's change was refused."""
+class SettlingTimeouts(Protocol):
+    """What settling (settlement.py, transaction.py) uses of a channel's DeliveryTimeouts
+    (delivery_timeouts.py): settled tags are no longer timed, and a late settlement of a tag
+    that timed out is ignored."""
+
+    def has_timed_out(self, tag: int) -> bool: ...
+
+    def forget(self, tag: int) -> None: ...
+
+    def forget_settled(self, tag: int, multiple: bool) -> None: ...
+
+    def forget_all(self) -> None: ...
+
+    def forget_timed_out(self, tag: int) -> None: ...
+
+
+class OpenTransaction(Protocol):
+    """What settling (settlement.py) and the tx methods (transaction.py) use of a channel's open
+    transaction (transaction.Transaction): it keeps publishes and settlements for tx.commit."""
 
     @property
-    def state(self) -> "ConnectionState": ...
+    def publishes(self) -> list[Publish]: ...
 
     @property
-    def channels(self) -> Mapping[int, Any]: ...
+    def settlements(self) -> list[Settlement]: ...
 
-    def method_frame(self, channel_id: int, method: Any) -> bytes: ...
+    def settle(self, unacked: "UnackedStore", timeouts: SettlingTimeouts | None, next_delivery_tag: int, kind: str,
+               tag: int, multiple: bool, requeue: bool) -> None:
+        """Keep a settlement for tx.commit; 406 unless it names unsettled deliveries."""
 
-    def send_method(self, channel_id: int, method: Any) -> None: ...
-
-    def send_frames(self, frames: list[bytes]) -> None: ...
-
-    def close_by_broker(self, code: int, text: str) -> None: ...
-
-    def fail_channel(self, channel: Any, error: "AMQPError") -> None: ...
+    def end(self) -> tuple[list[Publish], list[Settlement]]:
+        """Commit or rollback: what the transaction kept; the next one starts empty."""
 
 
 class ChannelConnection(Protocol):
@@ -186,3 +217,83 @@ class ChannelConnection(Protocol):
 
     def describe(self) -> str:
         """The connection for log lines."""
+
+
+class MethodChannel(SettlingChannel, DeliverySink, Protocol):
+    """What the method handlers (basic_methods.py, declarations.py, transaction.py) and the
+    queue types' answers (answers.py) use of the channel they are handed: they read its state,
+    and change it through its methods. It is the DeliverySink of the consumers basic.consume
+    opens, and what settling a delivery reads (SettlingChannel)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def is_open(self) -> bool: ...
+
+    @property
+    def connection(self) -> ChannelConnection: ...
+
+    @property
+    def vhost(self) -> "VirtualHost": ...
+
+    @property
+    def replies(self) -> "OrderedReplies":
+        """The channel's method replies, sent in the order of the methods."""
+
+    @property
+    def unacked(self) -> "UnackedStore": ...
+
+    @property
+    def delivery_timeouts(self) -> SettlingTimeouts | None: ...
+
+    @property
+    def transaction(self) -> OpenTransaction | None:
+        """The open transaction, from tx.select on."""
+
+    @property
+    def confirms(self) -> object | None:
+        """Not None in confirm mode (the handlers only test which mode the channel is in)."""
+
+    @property
+    def prefetch_count(self) -> int:
+        """basic.qos global=false: the limit later consumers get."""
+
+    @property
+    def last_queue_name(self) -> str:
+        """The queue last declared: an empty queue name in a method means it."""
+
+    @property
+    def reply_key(self) -> str | None:
+        """The channel's direct reply-to key, while it consumes amq.rabbitmq.reply-to."""
+
+    @property
+    def reply_consumer_tag(self) -> str | None: ...
+
+    def set_prefetch(self, count: int, global_: bool) -> None: ...
+
+    def remember_queue(self, name: str) -> None: ...
+
+    def add_consumer(self, consumer: "Consumer") -> None: ...
+
+    def remove_consumer(self, tag: str) -> "Consumer | None":
+        """Forget the consumer `tag`; the caller stops it at its queue."""
+
+    def forget_consumer(self, consumer: "Consumer") -> None:
+        """Drop a consumer that never started, untold."""
+
+    def start_reply_consumer(self, tag: str) -> None: ...
+
+    def stop_reply_consumer(self) -> None: ...
+
+    def select_confirms(self) -> None: ...
+
+    def select_transactions(self) -> None: ...
+
+    def take_delivery_tag(self) -> int: ...
+
+    def await_ack(self, tag: int, delivery: "Unacked", timeout_ms: int | None) -> None:
+        """Delivery `tag` (a basic.get's) awaits its ack, timing out after `timeout_ms` if set."""
+
+    def route_publish(self, exchange: "Exchange", message: "Message", mandatory: bool) -> list[Any] | int | None:
+        """Route and enqueue a publish (tx.commit); what to wait on until it is stored, or WRITE_FAILED."""

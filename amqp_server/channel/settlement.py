@@ -12,7 +12,9 @@ at once.
 
 The functions are handed what they change (the channel's UnackedStore and DeliveryTimeouts,
 the broker's stats) and see the channel itself only as a ports.SettlingChannel: its consumers
-and prefetch limit, read to offer messages again.
+and prefetch limit, read to offer messages again. The timeouts and an open transaction come as
+ports.SettlingTimeouts and ports.OpenTransaction, so that this module, which both
+delivery_timeouts.py and transaction.py use, imports neither.
 """
 
 from __future__ import annotations
@@ -30,16 +32,14 @@ from queues.message import QueueEntry
 
 if TYPE_CHECKING:
     from amqp_server.broker.stats import BrokerStats
-    from amqp_server.channel.delivery_timeouts import DeliveryTimeouts
-    from amqp_server.channel.ports import SettlingChannel
-    from amqp_server.channel.transaction import Transaction
+    from amqp_server.channel.ports import OpenTransaction, SettlingChannel, SettlingTimeouts
 
 
 # The method a settlement came as, for the class and method ids of its 406.
 _METHOD_IDS = {"ack": 80, "reject": 90, "nack": 120}
 
 
-def settle(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", transaction: "Transaction | None",
+def settle(unacked: UnackedStore, timeouts: "SettlingTimeouts | None", transaction: "OpenTransaction | None",
            stats: "BrokerStats", channel: "SettlingChannel", kind: str, tag: int, multiple: bool,
            requeue: bool) -> None:
     """ack / nack / reject (`kind`) of one delivery tag of `unacked`, or of all up to it with
@@ -52,7 +52,7 @@ def settle(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", transacti
     apply_settlement(stats, channel, kind, taken, requeue)
 
 
-def take_unacked(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", kind: str, tag: int,
+def take_unacked(unacked: UnackedStore, timeouts: "SettlingTimeouts | None", kind: str, tag: int,
                  multiple: bool) -> list[Unacked]:
     """Take the deliveries a settlement names; 406 if it names none."""
     if multiple:
@@ -61,14 +61,16 @@ def take_unacked(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", kin
             if timeouts is not None:
                 timeouts.forget_settled(tag, True)
             return unacked.pop_up_to(tag)
-    elif tag in unacked:
-        if timeouts is not None:
-            timeouts.forget(tag)
-        return [unacked.pop(tag)]
-    elif timeouts is not None and timeouts.has_timed_out(tag):
-        # It timed out and went back to its queue: settling it now changes nothing.
-        timeouts.forget_timed_out(tag)
-        return []
+    else:
+        taken = unacked.pop(tag)
+        if taken is not None:
+            if timeouts is not None:
+                timeouts.forget(tag)
+            return [taken]
+        if timeouts is not None and timeouts.has_timed_out(tag):
+            # It timed out and went back to its queue: settling it now changes nothing.
+            timeouts.forget_timed_out(tag)
+            return []
     raise unknown_delivery_tag(kind, tag)
 
 
@@ -76,7 +78,7 @@ def unknown_delivery_tag(kind: str, tag: int) -> AMQPError:
     return AMQPError(errors.PRECONDITION_FAILED, f"unknown delivery tag {tag}", 60, _METHOD_IDS[kind])
 
 
-def take_if_present(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", tag: int,
+def take_if_present(unacked: UnackedStore, timeouts: "SettlingTimeouts | None", tag: int,
                     multiple: bool) -> list[Unacked]:
     """At tx.commit: the deliveries a settlement named that are still unacked (tags were checked
     when the ack arrived; one settled twice in a transaction is settled once)."""
@@ -88,7 +90,7 @@ def take_if_present(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", 
     return [taken] if taken is not None else []
 
 
-def recover(unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", stats: "BrokerStats",
+def recover(unacked: UnackedStore, timeouts: "SettlingTimeouts | None", stats: "BrokerStats",
             channel: "SettlingChannel") -> None:
     """basic.recover: every delivery of `unacked` goes back to its queue, as a returned one."""
     if timeouts is not None:

@@ -34,14 +34,10 @@ from queues.message import FLAG_HEADERS
 from queues.publish_outcome import WRITE_FAILED
 
 if TYPE_CHECKING:
-    from amqp_server.channel.channel import Channel
-    from amqp_server.channel.delivery_timeouts import DeliveryTimeouts
+    from amqp_server.channel.ports import MethodChannel, OpenTransaction, Publish, Settlement, SettlingTimeouts
     from amqp_server.channel.unacked_store import UnackedStore
     from exchanges import Exchange
     from queues.message import Message
-
-Publish = tuple["Exchange", "Message", bool]  # exchange, message, mandatory
-Settlement = tuple[str, int, bool, bool]  # kind ("ack", "nack", "reject"), tag, multiple, requeue
 
 
 class Transaction:
@@ -59,7 +55,7 @@ class Transaction:
     def publish(self, exchange: "Exchange", message: "Message", mandatory: bool) -> None:
         self.publishes.append((exchange, message, mandatory))
 
-    def settle(self, unacked: UnackedStore, timeouts: "DeliveryTimeouts | None", next_delivery_tag: int, kind: str,
+    def settle(self, unacked: UnackedStore, timeouts: "SettlingTimeouts | None", next_delivery_tag: int, kind: str,
                tag: int, multiple: bool, requeue: bool) -> None:
         """Keep a settlement of deliveries of `unacked` (a channel's, whose next delivery tag is
         `next_delivery_tag`) for commit: 406 unless it names a delivery not yet settled in this
@@ -93,20 +89,20 @@ class Transaction:
         return kept
 
 
-def tx_select(channel: "Channel", method: commands.Tx.Select) -> None:
+def tx_select(channel: "MethodChannel", method: commands.Tx.Select) -> None:
     if channel.confirms is not None:
         raise AMQPError(errors.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
     channel.select_transactions()
     channel.replies.send(commands.Tx.SelectOk())
 
 
-def _open_transaction(channel: "Channel") -> Transaction:
+def _open_transaction(channel: "MethodChannel") -> "OpenTransaction":
     if channel.transaction is None:
         raise AMQPError(errors.PRECONDITION_FAILED, "channel is not transactional")
     return channel.transaction
 
 
-def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
+def tx_commit(channel: "MethodChannel", method: commands.Tx.Commit) -> None:
     transaction = _open_transaction(channel)
     if channel.connection.broker.clustered:
         check_one_home(channel, transaction.publishes, transaction.settlements)
@@ -117,7 +113,7 @@ def tx_commit(channel: "Channel", method: commands.Tx.Commit) -> None:
         stored = channel.route_publish(exchange, message, mandatory)
         if stored == WRITE_FAILED:
             write_failed = True
-        elif stored:
+        elif isinstance(stored, list):  # (not None: nothing to wait on)
             journaled.update(stored)
     stats = channel.connection.broker.stats
     for kind, tag, multiple, requeue in settlements:
@@ -150,12 +146,12 @@ def partial_tx_completion() -> AMQPError:
     return AMQPError(errors.PRECONDITION_FAILED, "partial tx completion", 90, 20)
 
 
-def tx_rollback(channel: "Channel", method: commands.Tx.Rollback) -> None:
+def tx_rollback(channel: "MethodChannel", method: commands.Tx.Rollback) -> None:
     _open_transaction(channel).end()
     channel.replies.send(commands.Tx.RollbackOk())
 
 
-def check_one_home(channel: "Channel", publishes: list[Publish], settlements: list[Settlement]) -> None:
+def check_one_home(channel: "MethodChannel", publishes: list[Publish], settlements: list[Settlement]) -> None:
     """540 when the transaction's publishes and settlements reach queues that live on several
     nodes (QueueType.home_node; "" is this node, as is a delayed exchange's store)."""
     vhost = channel.vhost

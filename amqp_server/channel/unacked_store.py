@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import ItemsView, ValuesView
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -63,11 +64,11 @@ class UnackedStore:
     def get(self, tag: int) -> Unacked | None:
         return self._by_tag.get(tag)
 
-    def items(self):
+    def items(self) -> ItemsView[int, Unacked]:
         """(tag, delivery) pairs, oldest first (do not settle while iterating)."""
         return self._by_tag.items()
 
-    def values(self):
+    def values(self) -> ValuesView[Unacked]:
         """The unacked deliveries, oldest first (do not settle while iterating)."""
         return self._by_tag.values()
 

@@ -390,6 +390,7 @@ class Connection:
         """The hand-over failed or was refused: handle the frame it stopped before and what came
         after, here (a queue of another worker is then reached over its link)."""
         handover = self.handover
+        assert handover is not None, "only a connection that was moving stays after its hand-over"
         self.handover = None
         self.reader.feed(handover.refused())
         self._handle_input()
@@ -411,9 +412,10 @@ class Connection:
             if channel.confirms is not None:
                 channel.confirms.ask_stores()
 
-    def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes) -> None:
-        """Every frame but content and methods on an open channel (_handle_input handles those)."""
-        if frame_type == codec.FRAME_PUBLISH:
+    def _handle_frame(self, frame_type: int, channel_id: int, payload: bytes | tuple[bytes, bytes, bytes]) -> None:
+        """Every frame but content and methods on an open channel (_handle_input handles those);
+        `payload` is a frame's, or a FRAME_PUBLISH's three."""
+        if isinstance(payload, tuple):  # frame_type is FRAME_PUBLISH
             # A publish read whole (codec.FRAME_PUBLISH) but not for an open channel: its method
             # frame is either refused, which closes the connection, or dropped because the
             # connection is closing already. Either way the closing connection would drop its
@@ -479,7 +481,7 @@ class Connection:
             self._release()
             self.send_method(0, commands.Connection.CloseOk())
             self.finish()
-        else:
+        elif isinstance(method, commands.Connection.UpdateSecret):  # (the last of _METHOD_EVENTS)
             secret_update.update_secret(self, method)
 
     # -- channels ----------------------------------------------------------------------
@@ -492,9 +494,11 @@ class Connection:
                 f"number of channels opened ({len(self.channels)}) has reached the negotiated "
                 f"channel_max ({self.channel_max})",
             )
-        user_limits = self.broker.limits_of(self.user.name)
+        user = self.user
+        assert user is not None, "channels open only after connection.open"
+        user_limits = self.broker.limits_of(user.name)
         if user_limits.limits_channels:  # counting the user's channels costs a pass over connections
-            user_limits.check_new_channel(self.user.name, self.broker.open_channels_of(self.user))
+            user_limits.check_new_channel(user.name, self.broker.open_channels_of(user))
         # Another node's link gets the channel the cluster plug-in made for it (it takes forwarded
         # publishes); every client gets a Channel.
         channel_class = self.broker.link_channel_class if self.is_cluster_link else None
@@ -537,8 +541,11 @@ class Connection:
 
     def check_permission(self, kind: str, resource_kind: str, name: str) -> None:
         """403 unless the user may `kind` (configure/write/read) the named resource."""
-        if not self.broker.access.is_permitted(self.user, self.vhost.name, kind, name):
-            raise errors.access_refused(resource_kind, name, self.vhost.name, self.user.name)
+        user, vhost = self.user, self.vhost
+        # Asked only on an open channel (a publish asks once per exchange, Channel.write_permitted).
+        assert user is not None and vhost is not None, "permissions are checked only after connection.open"
+        if not self.broker.access.is_permitted(user, vhost.name, kind, name):
+            raise errors.access_refused(resource_kind, name, vhost.name, user.name)
 
     # -- bytes out ---------------------------------------------------------------------
 

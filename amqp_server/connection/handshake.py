@@ -80,8 +80,10 @@ def start_ok(connection: "Connection", method: commands.Connection.StartOk) -> N
         if method.mechanism not in offered_mechanisms(connection):
             raise UnsupportedMechanism(f"unknown authentication mechanism {method.mechanism!r}", method.mechanism)
         if method.mechanism == EXTERNAL:
+            tls = connection.tls
+            assert tls is not None, "EXTERNAL is offered only on TLS (offered_mechanisms)"
             login_from = connection.broker.config.tls.ssl_cert_login_from
-            user = access.authenticate_external(connection.tls.login_name(login_from), connection.peer_is_loopback)
+            user = access.authenticate_external(tls.login_name(login_from), connection.peer_is_loopback)
         else:
             user = access.authenticate(method.mechanism, method.response, connection.peer_is_loopback)
     except AuthenticationFailed as failure:
@@ -120,26 +122,28 @@ def open_vhost(connection: "Connection", method: commands.Connection.Open) -> No
     vhost = broker.vhosts.get(method.virtual_host)
     if vhost is None:
         raise AMQPError(errors.NOT_ALLOWED, f"vhost {method.virtual_host} not found", 10, 40)
+    user = connection.user
+    assert user is not None, "connection.open comes after the login (the connection's states)"
     # The vhost's limit, then the user's, before the user's access to the vhost, as
     # rabbit_reader.erl checks them (a user without access is told the vhost is full).
-    limits = (vhost.limits.connections, broker.limits_of(connection.user.name).connections)
+    limits = (vhost.limits.connections, broker.limits_of(user.name).connections)
     for limit in limits:
         if limit.is_reached:
-            raise limit.refusal(vhost.name, connection.user.name)
-    if not broker.access.can_access_vhost(connection.user, vhost.name):
+            raise limit.refusal(vhost.name, user.name)
+    if not broker.access.can_access_vhost(user, vhost.name):
         raise AMQPError(
-            errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{connection.user.name}'", 10, 40
+            errors.NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user '{user.name}'", 10, 40
         )
     over_limit = connection.admission.refused_by
     if over_limit is not None:
-        raise over_limit.refusal(vhost.name, connection.user.name)
+        raise over_limit.refusal(vhost.name, user.name)
     for limit in limits:  # held from here until the socket closes
         connection.admission.enter(limit)
     connection.entered(vhost)
     broker.connection_opened(connection)
     log.info(
         "connection %s: user '%s' authenticated and granted access to vhost '%s' (client %s)",
-        connection.name, connection.user.name, vhost.name, connection.client_properties.get("product", "unknown"),
+        connection.name, user.name, vhost.name, connection.client_properties.get("product", "unknown"),
     )
     connection.alarm_changed(broker.alarms.blocked_reason)
     connection.send_method(0, commands.Connection.OpenOk())

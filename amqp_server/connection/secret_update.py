@@ -32,7 +32,9 @@ REFUSED_TEXT = "New secret was refused by one of the backends"
 
 def update_secret(connection: "Connection", method: commands.Connection.UpdateSecret) -> None:
     """Check the new secret and answer update-secret-ok, or close the connection with 530."""
-    name = connection.user.name
+    logged_in = connection.user
+    assert logged_in is not None, "update-secret is taken only on an open connection"
+    name = logged_in.name
     try:
         user = connection.broker.access.check_new_secret(name, connection.mechanism, method.new_secret)
     except AuthenticationFailed as failure:

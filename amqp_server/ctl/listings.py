@@ -27,10 +27,15 @@ class Listing:
     extractors: dict[str, Extractor] = field(default_factory=dict)
     needs_arg: str | None = None  # a required positional argument before the columns (e.g. user)
     accepts_columns: bool = True
+    only: Callable[[dict[str, Any]], bool] | None = None  # which items of the resource are listed (all if None)
 
     def value(self, item: dict[str, Any], column: str) -> Any:
         extractor = self.extractors.get(column)
         return extractor(item) if extractor is not None else item.get(column)
+
+    def listed(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The items of the resource this command lists."""
+        return items if self.only is None else [item for item in items if self.only(item)]
 
     def resolve(self, vhost: str, arg: str | None) -> tuple[str, str]:
         """(title, API path) for this invocation."""
@@ -142,6 +147,23 @@ LISTINGS: dict[str, Listing] = {
             "activity_status", "arguments",
         ),
         extractors={"queue_name": _nested("queue", "name"), "channel_pid": _nested("channel_details", "name")},
+    ),
+    # rabbitmq-streams' list_stream_consumers, for the AMQP 0-9-1 consumers of streams: a
+    # consumer has a tag (not a stream-protocol subscription id), `offset` is the one it reads
+    # next, and its arguments stand for the subscription properties.
+    "list_stream_consumers": Listing(
+        title="Listing stream consumers ...",
+        path="/api/consumers/{vhost}",
+        defaults=("stream", "consumer_tag", "offset"),
+        columns=("stream", "consumer_tag", "offset", "connection_pid", "channel_pid", "prefetch_count", "active",
+                 "activity_status", "arguments"),
+        extractors={
+            "stream": _nested("queue", "name"),
+            "offset": lambda item: item.get("stream_offset"),
+            "connection_pid": _nested("channel_details", "connection_name"),
+            "channel_pid": _nested("channel_details", "name"),
+        },
+        only=lambda item: "stream_offset" in item,  # the API gives it to the consumers of streams only
     ),
     "list_users": Listing(
         title="Listing users ...",

@@ -170,7 +170,7 @@ def run_listing(session: Session, listing: Listing, args: argparse.Namespace, he
             what = f"User \"{arg}\"" if listing.needs_arg else f"Virtual host {session.vhost}"
             raise CtlError(EX_DATAERR, f"{what} does not exist") from None
         raise CtlError(EX_DATAERR, error.reason or error.error) from None
-    rows = [[listing.value(item, column) for column in columns] for item in items]
+    rows = [[listing.value(item, column) for column in columns] for item in listing.listed(items)]
     if args.formatter == "json":
         write_json(session.out, columns, rows)
     else:

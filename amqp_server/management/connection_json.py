@@ -122,9 +122,12 @@ def channel_json(connection: "Connection", channel: "Channel", node: str) -> dic
     }
 
 
-def consumer_json(connection: "Connection", channel: "Channel", consumer: "Consumer", node: str) -> dict[str, Any]:
+def consumer_json(connection: "Connection", channel: "Channel", consumer: "Consumer", node: str,
+                  stream_offset: int | None = None) -> dict[str, Any]:
+    """`stream_offset`: for a consumer of a stream, the offset it reads next (this broker's item,
+    not RabbitMQ's; metrics/stream_figures.consumer_offsets); left out for other consumers."""
     connection_name = connection.name
-    return {
+    item: dict[str, Any] = {
         "arguments": consumer.arguments,
         "ack_required": not consumer.no_ack,
         "active": True,
@@ -143,3 +146,6 @@ def consumer_json(connection: "Connection", channel: "Channel", consumer: "Consu
         "prefetch_count": consumer.prefetch_count,
         "queue": {"name": consumer.queue.name, "vhost": consumer.queue.vhost},
     }
+    if stream_offset is not None:
+        item["stream_offset"] = stream_offset
+    return item

@@ -20,9 +20,12 @@ from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import item_reply, list_reply, no_content, vhost_named
 from amqp_server.metrics.broker_view import channels_of
 from amqp_server.metrics.core_collector import channel_label
+from amqp_server.metrics.stream_figures import consumer_offsets
 
 if TYPE_CHECKING:
     from amqp_server.connection.connection import Connection
+    from queues.consumer import Consumer
+    from queues.queue import Queue
 
 DEFAULT_CLOSE_REASON = "Closed via management plugin"
 
@@ -116,8 +119,16 @@ async def list_consumers(request: web.Request) -> web.Response:
     only_vhost = None
     if "vhost" in request.match_info:
         only_vhost = vhost_named(ctx.broker, request.match_info["vhost"]).name
+    offsets: dict["Queue", dict["Consumer", int]] = {}  # a stream's consumer offsets, read once per stream
+
+    def stream_offset(consumer: "Consumer") -> int | None:
+        queue = consumer.queue
+        if queue not in offsets:
+            offsets[queue] = consumer_offsets(queue)
+        return offsets[queue].get(consumer)
+
     consumers = [
-        consumer_json(connection, channel, consumer, ctx.broker.node_name)
+        consumer_json(connection, channel, consumer, ctx.broker.node_name, stream_offset(consumer))
         for connection, channel in channels_of(ctx.broker)
         for consumer in list(channel.consumers.values())
         if user.may_see_vhost_contents(consumer.queue.vhost) and user.may_see_connection(connection)

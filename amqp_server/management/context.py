@@ -19,7 +19,7 @@ from amqp_server.management.login_throttle import LoginThrottle
 from amqp_server.management.rates import RateSampler
 from amqp_server.management.request_guard import RequestPolicy
 from amqp_server.management.ui_sessions import UiSessions
-from amqp_server.metrics.broker_view import take_snapshot, vhost_totals
+from amqp_server.metrics.broker_view import queue_depth, take_snapshot, vhost_totals
 from amqp_server.metrics.process_stats import ProcessStats
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class ManagementContext:
             yield ("vhost", vhost.name), counts
             for queue in list(vhost.queues.values()):
                 counts = queue_message_counts(queue.stats)
-                counts.update(queue_depth_counts(queue.message_count, queue.unacked_count))
+                counts.update(queue_depth_counts(*queue_depth(queue)))
                 yield ("queue", vhost.name, queue.name), counts
         for connection in connections_of(broker):
             yield ("connection", connection.name), connection_traffic(connection)

@@ -10,6 +10,11 @@ queues do not track them (docs/management-api.md).
 
 `messages_delayed` is not in RabbitMQ 3.10's shape: messages waiting for a delayed retry,
 neither ready nor unacked, so not in `messages` either (docs/management-api.md).
+
+A stream has RabbitMQ's stream shape: `messages` = `messages_ready` = its records,
+`messages_unacknowledged` 0, `members`/`online`/`readers`, no byte or paging items; and this
+broker's `stream_first_offset`, `stream_last_offset`, `stream_segments`, `stream_disk_bytes`
+(and, for one stream, `stream_segment_details` and each consumer's `stream_offset`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from amqp_server.broker import policy_application
 from amqp_server.management.connection_json import connection_details, consumer_json
 from amqp_server.management.message_stats import queue_depth_counts, queue_message_counts
 from amqp_server.management.rates import RateSampler
-from amqp_server.metrics.queue_sizes import queue_sizes
+from amqp_server.metrics.broker_view import queue_depth
+from amqp_server.metrics.queue_sizes import QueueSizes, queue_sizes
+from amqp_server.metrics.stream_figures import StreamFigures, consumer_offsets, segment_details, stream_figures
 
 if TYPE_CHECKING:
     from amqp_server.broker.vhost import VirtualHost
@@ -37,41 +44,66 @@ def queue_json(
     `node` holds the queue's messages; `running` False says that node is down (in a cluster)."""
     key = ("queue", vhost.name, queue.name)
     sizes = queue_sizes(queue, unacked_bytes)
-    exclusive_consumer = next((c.tag for c in queue.consumers() if c.exclusive), None)
     item: dict[str, Any] = {
         "arguments": queue.arguments,
         "auto_delete": queue.auto_delete,
         "consumers": queue.consumer_count,
         "durable": queue.durable,
         "exclusive": queue.exclusive,
-        "exclusive_consumer_tag": exclusive_consumer,
-        "head_message_timestamp": None,
-        "consumer_utilisation": sizes.consumer_utilisation,
         "memory": sizes.memory,
-        "message_bytes": sizes.bytes,
-        "message_bytes_ready": sizes.ready_bytes,
-        "message_bytes_unacknowledged": sizes.unacked_bytes,
         "message_stats": rates.details(key, queue_message_counts(queue.stats)),
-        "messages_delayed": queue.waiting_count,
         "name": queue.name,
         "node": node,
-        "single_active_consumer_tag": None,
         "state": queue_state(queue, running),
-        "type": queue.settings.queue_type,  # "classic" or "quorum", as RabbitMQ shows it
+        "type": queue.settings.queue_type,  # "classic", "quorum" or "stream", as RabbitMQ shows it
         "vhost": vhost.name,
     }
     item.update(policy_application.for_queue(vhost, queue.name, queue.settings.queue_type).as_json())
-    item.update(rates.details(key, queue_depth_counts(queue.message_count, queue.unacked_count)))
-    # Durable queues page persistent messages out to their journal; the rest are in memory.
-    item["messages_ready_ram"] = sizes.in_memory
-    item["messages_unacknowledged_ram"] = queue.unacked_count
-    item["messages_ram"] = sizes.in_memory + queue.unacked_count
-    item["messages_paged_out"] = sizes.paged_out
-    item["recoverable_slaves"] = None
+    item.update(rates.details(key, queue_depth_counts(*queue_depth(queue))))
+    figures = stream_figures(queue)
+    if figures is None:
+        item.update(_message_queue_items(queue, sizes))
+    else:
+        item.update(_stream_items(queue, figures, node, running))
     owner = queue.exclusive_owner
     if isinstance(owner, Connection):  # not an exclusive queue of another cluster node
         item["owner_pid_details"] = connection_details(owner)
     return dict(sorted(item.items()))
+
+
+def _message_queue_items(queue: "Queue", sizes: QueueSizes) -> dict[str, Any]:
+    """The items of a classic or quorum queue that a stream has not (RabbitMQ shows none of them
+    for a stream: its records are on disk, and a delivery takes none away)."""
+    return {
+        "exclusive_consumer_tag": next((c.tag for c in queue.consumers() if c.exclusive), None),
+        "head_message_timestamp": None,
+        "consumer_utilisation": sizes.consumer_utilisation,
+        "message_bytes": sizes.bytes,
+        "message_bytes_ready": sizes.ready_bytes,
+        "message_bytes_unacknowledged": sizes.unacked_bytes,
+        "messages_delayed": queue.waiting_count,
+        "single_active_consumer_tag": None,
+        # Durable queues page persistent messages out to their journal; the rest are in memory.
+        "messages_ready_ram": sizes.in_memory,
+        "messages_unacknowledged_ram": queue.unacked_count,
+        "messages_ram": sizes.in_memory + queue.unacked_count,
+        "messages_paged_out": sizes.paged_out,
+        "recoverable_slaves": None,
+    }
+
+
+def _stream_items(queue: "Queue", figures: StreamFigures, node: str, running: bool) -> dict[str, Any]:
+    """A stream's items: RabbitMQ's (`members`, `online`, `readers`: consumers per node) and
+    this broker's `stream_*` figures (metrics/stream_figures.py)."""
+    return {
+        "members": [node],
+        "online": [node] if running else [],
+        "readers": {node: queue.consumer_count},
+        "stream_first_offset": figures.first_offset,
+        "stream_last_offset": figures.last_offset,
+        "stream_segments": figures.segments,
+        "stream_disk_bytes": figures.disk_bytes,
+    }
 
 
 def queue_state(queue: "Queue", running: bool = True) -> str:
@@ -87,11 +119,15 @@ def queue_detail_json(
 ) -> dict[str, Any]:
     """One queue (GET /api/queues/{vhost}/{name}): the list shape plus its consumers."""
     item = queue_json(vhost, queue, rates, node, unacked_bytes, running)
+    offsets = consumer_offsets(queue)
     item["consumer_details"] = [
-        consumer_json(connection_of(consumer.sink), consumer.sink, consumer, node)
+        consumer_json(connection_of(consumer.sink), consumer.sink, consumer, node, offsets.get(consumer))
         for consumer in queue.consumers()
         if isinstance(consumer.sink, Channel)  # a client's channel (every sink the broker makes)
     ]
+    segments = segment_details(queue)
+    if segments is not None:
+        item["stream_segment_details"] = segments
     item["deliveries"] = []
     item["incoming"] = []
     return item

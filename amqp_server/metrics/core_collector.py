@@ -22,11 +22,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from amqp_server.connection.views import connections_of
+from amqp_server.channel.channel import Channel
+from amqp_server.connection.views import connection_of, connections_of
 from amqp_server.metrics import identity
 from amqp_server.metrics.broker_view import (
     BrokerSnapshot,
     channels_of,
+    queue_depth,
     queues_of,
     take_snapshot,
     unconfirmed_count,
@@ -36,6 +38,8 @@ from amqp_server.metrics.legacy_channel_counters import legacy_channel_counter_f
 from amqp_server.metrics.message_sizes import cumulative_buckets
 from amqp_server.metrics.process_stats import ProcessStats, uptime_seconds
 from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_bytes_by_queue
+from amqp_server.metrics.stream_figures import consumer_offsets, stream_figures
+from queues.stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
@@ -48,6 +52,10 @@ _Family = CounterMetricFamily | GaugeMetricFamily
 AGGREGATED = "aggregated"
 PER_OBJECT = "per-object"
 DETAILED = "detailed"
+
+# Ours, not RabbitMQ's (3.10 has no stream figures; later releases name stream-protocol series
+# rabbitmq_stream_*, so ours keep our prefix): a stream's offsets, segments and bytes on disk.
+STREAM_PREFIX = "amqp_server_stream_"
 
 # Ours, not RabbitMQ's (3.10 has no delayed retry): messages waiting for a delayed retry.
 QUEUE_MESSAGES_DELAYED = "amqp_server_queue_messages_delayed"
@@ -175,18 +183,21 @@ class CoreCollector(Collector):
             unacked_bytes = unacked_bytes_by_queue(self.broker)
             for vhost, queue in queues_of(self.broker):
                 key = [vhost.name, queue.name]
-                sizes = queue_sizes(queue, unacked_bytes.get(queue, 0))
-                for family, value in sized:
-                    family.add_metric(key, value(sizes))
-                ready.add_metric(key, queue.message_count)
-                unacked.add_metric(key, queue.unacked_count)
-                total.add_metric(key, queue.message_count + queue.unacked_count)
-                ready_bytes.add_metric(key, queue.ready.bytes)
+                if not isinstance(queue, StreamQueue):  # RabbitMQ has no byte or paging figures for streams
+                    sizes = queue_sizes(queue, unacked_bytes.get(queue, 0))
+                    for family, value in sized:
+                        family.add_metric(key, value(sizes))
+                    ready_bytes.add_metric(key, queue.ready.bytes)
+                queue_ready, queue_unacked = queue_depth(queue)
+                ready.add_metric(key, queue_ready)
+                unacked.add_metric(key, queue_unacked)
+                total.add_metric(key, queue_ready + queue_unacked)
                 consumers.add_metric(key, queue.consumer_count)
                 published.add_metric(key, queue.stats.published)
                 delayed.add_metric(key, queue.waiting_count)
             yield delayed
             yield from (family for family, _value in sized)
+            yield from self._streams()
         else:
             ready.add_metric([], snapshot.messages_ready)
             unacked.add_metric([], snapshot.messages_unacked)
@@ -195,6 +206,38 @@ class CoreCollector(Collector):
             consumers.add_metric([], snapshot.consumers)
             published.add_metric([], snapshot.queue_stats.published)
         yield from (ready, unacked, total, ready_bytes, consumers, published)
+
+    def _streams(self) -> Iterator[Metric]:
+        """This broker's stream families (metrics/stream_figures.py), per-object only: per stream
+        {vhost, queue}, and per consumer of a stream {vhost, queue, channel, consumer_tag} (a tag
+        is unique only within its channel). A stream holding no record has no last offset."""
+        labels = ["vhost", "queue"]
+        first = GaugeMetricFamily(STREAM_PREFIX + "first_offset", "First offset still stored in a stream (amqp-server)",
+                                  labels=labels)
+        last = GaugeMetricFamily(STREAM_PREFIX + "last_offset", "Offset of the last committed record of a stream "
+                                 "(amqp-server)", labels=labels)
+        segments = GaugeMetricFamily(STREAM_PREFIX + "segments", "Segment files of a stream (amqp-server)",
+                                     labels=labels)
+        disk_bytes = GaugeMetricFamily(STREAM_PREFIX + "disk_bytes", "Bytes of a stream's segment files "
+                                       "(amqp-server)", labels=labels)
+        offsets = GaugeMetricFamily(STREAM_PREFIX + "consumer_offset", "Offset a stream consumer reads next "
+                                    "(amqp-server)", labels=[*labels, "channel", "consumer_tag"])
+        for vhost, queue in queues_of(self.broker):
+            figures = stream_figures(queue)
+            if figures is None:
+                continue
+            key = [vhost.name, queue.name]
+            first.add_metric(key, figures.first_offset)
+            if figures.last_offset is not None:
+                last.add_metric(key, figures.last_offset)
+            segments.add_metric(key, figures.segments)
+            disk_bytes.add_metric(key, figures.disk_bytes)
+            for consumer, offset in consumer_offsets(queue).items():
+                sink = consumer.sink
+                if isinstance(sink, Channel):  # a client's channel (every sink the broker makes)
+                    channel = channel_label(connection_of(sink).name, sink.id)
+                    offsets.add_metric([*key, channel, consumer.tag], offset)
+        yield from (first, last, segments, disk_bytes, offsets)
 
     def _raft(self) -> Iterator[Metric]:
         """RabbitMQ's quorum queue (Raft) families, for this node's replicas of replicated queues

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from amqp_server.metrics.broker_view import channels_of, queues_of, unconfirmed_count
+from amqp_server.metrics.broker_view import channels_of, queue_depth, queues_of, unconfirmed_count
 from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_bytes_by_queue
 from amqp_server.metrics.core_collector import (
     DETAILED,
@@ -26,6 +26,7 @@ from amqp_server.metrics.core_collector import (
     channel_label,
     identity_families,
 )
+from queues.stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
@@ -40,11 +41,11 @@ QUEUE_LABELS = ["vhost", "queue"]
 # family -> (metric name, help, value of a queue)
 _QUEUE_FAMILIES: dict[str, list[tuple[str, str, Callable[["Queue"], int]]]] = {
     "queue_coarse_metrics": [
-        (PREFIX + "queue_messages_ready", "Messages ready to be delivered to consumers", lambda q: q.message_count),
+        (PREFIX + "queue_messages_ready", "Messages ready to be delivered to consumers", lambda q: queue_depth(q)[0]),
         (PREFIX + "queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged",
-         lambda q: q.unacked_count),
+         lambda q: queue_depth(q)[1]),
         (PREFIX + "queue_messages", "Sum of ready and unacknowledged messages - total queue depth",
-         lambda q: q.message_count + q.unacked_count),
+         lambda q: sum(queue_depth(q))),
         (OWN_PREFIX + "queue_messages_delayed", QUEUE_MESSAGES_DELAYED_HELP, lambda q: q.waiting_count),
     ],
     "queue_consumer_count": [
@@ -57,6 +58,8 @@ _QUEUE_FAMILIES: dict[str, list[tuple[str, str, Callable[["Queue"], int]]]] = {
     ],
 }
 FAMILIES = (*_QUEUE_FAMILIES, "exchange_names", "exchange_bindings", "vhost_status", "channel_metrics")
+# Byte figures RabbitMQ has none of for streams (their records are on disk, not ready in memory).
+_NOT_FOR_STREAMS = {PREFIX + "queue_messages_ready_bytes"}
 
 
 class DetailedCollector(Collector):
@@ -88,11 +91,13 @@ class DetailedCollector(Collector):
             family_class = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
             metric = family_class(name, documentation, labels=QUEUE_LABELS)
             for vhost, queue in queues:
-                metric.add_metric([vhost.name, queue.name], value(queue))
+                if name not in _NOT_FOR_STREAMS or not isinstance(queue, StreamQueue):
+                    metric.add_metric([vhost.name, queue.name], value(queue))
             yield metric
         if family == "queue_metrics":
             unacked_bytes = unacked_bytes_by_queue(self.broker)
-            sizes = [(vhost, queue, queue_sizes(queue, unacked_bytes.get(queue, 0))) for vhost, queue in queues]
+            sizes = [(vhost, queue, queue_sizes(queue, unacked_bytes.get(queue, 0))) for vhost, queue in queues
+                     if not isinstance(queue, StreamQueue)]
             for name, documentation, size_of in SIZE_GAUGES:
                 metric = GaugeMetricFamily(PREFIX + name, documentation, labels=QUEUE_LABELS)
                 for vhost, queue, queue_size in sizes:

@@ -7,6 +7,9 @@ in the broker), once per request or scrape however many queues it shows.
 
 `memory` is an estimate, not a measurement: the bodies held in memory plus
 queues.memory_budget.PER_MESSAGE_OVERHEAD per message held (what the memory budget charges).
+A stream holds its records in its files, not in memory: only its deliveries the channels hold
+unacked count, and none of its records is "ready" in memory or "paged out" (RabbitMQ reports
+no byte or paging figures for streams; the metrics and the API leave them out for streams).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from amqp_server.metrics.broker_view import channels_of
 from queues.memory_budget import PER_MESSAGE_OVERHEAD
+from queues.stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
@@ -57,6 +61,10 @@ class QueueSizes:
 
 
 def queue_sizes(queue: "Queue", unacked_bytes: int) -> QueueSizes:
+    if isinstance(queue, StreamQueue):
+        return QueueSizes(ready_bytes=0, unacked_bytes=unacked_bytes, paged_out=0, in_memory=0,
+                          memory=unacked_bytes + queue.unacked_count * PER_MESSAGE_OVERHEAD,
+                          consumer_utilisation=0.0)
     ready = queue.ready
     ready_count = queue.message_count
     in_memory = getattr(ready, "in_memory", ready_count)

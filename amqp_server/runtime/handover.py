@@ -46,8 +46,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from pamqp import commands
+
 from amqp_server.wire import codec
 from exchanges.delayed import DelayedMessageExchange
+from queues.queue import Queue
 from amqp_server.wire.states import (
     HANDOVER_TRANSITIONS,
     ChannelState,
@@ -154,7 +157,7 @@ class HandoverRecorder:
             if (index in _REPLAYABLE_ON_0) if channel_id == 0 else (index in _REPLAYABLE):
                 return False
             if channel_id and index in _NAMING_A_QUEUE and _quiet(connection):
-                owned = self._sibling_owner(connection, index, payload)
+                owned = self._sibling_owner(connection, payload)
                 if owned is not None:
                     self.owner, self.queue = owned
                     self._frame = struct.pack(">BHI", frame_type, channel_id, len(payload)) + payload + b"\xce"
@@ -163,7 +166,7 @@ class HandoverRecorder:
         self._fix()
         return False
 
-    def _sibling_owner(self, connection: "Connection", index: int, payload: bytes) -> tuple[str, str] | None:
+    def _sibling_owner(self, connection: "Connection", payload: bytes) -> tuple[str, str] | None:
         """The sibling owning every queue the frame names or its publish reaches, and one of
         them; None when there is no single such sibling."""
         try:
@@ -173,8 +176,11 @@ class HandoverRecorder:
         vhost = connection.vhost
         if vhost is None:
             return None
-        if index != _BASIC_PUBLISH:
+        queues: tuple[Queue | None, ...]
+        if isinstance(method, (commands.Queue.Declare, commands.Basic.Consume, commands.Basic.Get)):
             queues = (vhost.queues.get(method.queue),) if method.queue else ()
+        elif not isinstance(method, commands.Basic.Publish):  # (_NAMING_A_QUEUE has no other)
+            return None
         elif not method.exchange:
             queues = (vhost.queues.get(method.routing_key),)
         else:
@@ -184,12 +190,17 @@ class HandoverRecorder:
             if (exchange is None or exchange.needs_headers or exchange.alternate_exchange is not None
                     or exchange.internal or isinstance(exchange, DelayedMessageExchange)):
                 return None
-            queues = tuple(exchange.route(method.routing_key, None))
+            # Its destinations are queues and exchanges (bound to it): where an exchange's
+            # messages go is not looked at, so one makes the connection stay here.
+            queues = tuple(
+                queue if isinstance(queue, Queue) else None for queue in exchange.route(method.routing_key, None)
+            )
         owners = {(queue.home_node or None) if queue is not None else None for queue in queues}
         if len(owners) != 1:
             return None
         owner = owners.pop()
-        return (owner, queues[0].name) if owner in self._peers else None
+        first = queues[0]
+        return (owner, first.name) if owner is not None and owner in self._peers and first is not None else None
 
     def stopped(self, unread: bytes) -> None:
         """The connection stopped before the hand-over frame; `unread` is what it had read after it."""
@@ -264,8 +275,8 @@ class HandoverService:
         self.plan = plan
         self._adopt = adopt
         self._listener: socket.socket | None = None
-        self._accepting: asyncio.Task | None = None
-        self._receiving: set[asyncio.Task] = set()
+        self._accepting: asyncio.Task[None] | None = None
+        self._receiving: set[asyncio.Task[None]] = set()
         self.stopping = False
 
     @property
@@ -293,7 +304,7 @@ class HandoverService:
         """Answer siblings' offers (listening first if `listen` was not called)."""
         self.listen()
         if self._listener is not None and self._accepting is None:
-            self._accepting = asyncio.create_task(self._accept_forever())
+            self._accepting = asyncio.create_task(self._accept_forever(self._listener))
 
     async def stop(self) -> None:
         """Refuse every socket offered from now on, and stop listening."""
@@ -305,10 +316,10 @@ class HandoverService:
         if self._listener is not None:
             self._listener.close()
 
-    async def _accept_forever(self) -> None:
+    async def _accept_forever(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            peer, _ = await loop.sock_accept(self._listener)
+            peer, _ = await loop.sock_accept(listener)
             task = asyncio.create_task(self._receive(peer))
             self._receiving.add(task)
             task.add_done_callback(self._receiving.discard)
@@ -428,8 +439,13 @@ async def _receive_message(loop: asyncio.AbstractEventLoop, peer: socket.socket,
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
-    ready = loop.create_future()
-    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
     try:
         await ready
     finally:

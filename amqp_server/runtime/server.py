@@ -56,7 +56,7 @@ import ssl
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from amqp_server.broker.alarms import ResourceMonitor
 from amqp_server.broker.broker import Broker
@@ -96,7 +96,10 @@ class AMQPProtocol(asyncio.Protocol):
         self.listener_limit = listener_limit
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.connection: Connection | None = None
+        # Made by connection_made, or by replay for a connection a sibling handed over, before
+        # any other method runs: no method tests it for None (data_received and _flush would
+        # test it with every read and write).
+        self.connection: Connection = None  # type: ignore[assignment]
         self._flush_scheduled = False
         self._wrote_early = False  # an early write went out in this turn (_write_early)
         now = time.monotonic()
@@ -116,22 +119,24 @@ class AMQPProtocol(asyncio.Protocol):
         self.handover = handover
         self.moved = moved
         self._moving = False  # being handed over: no reads, writes or ticks
-        self._handing_over: asyncio.Task | None = None
+        self._handing_over: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A TCP (or TLS) connection's transport is a Transport; asyncio's signature is every kind's.
+        stream = cast(asyncio.Transport, transport)
+        self.transport = stream
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        if self.connection is None:  # else a connection handed over, replayed already (replay)
+        stream.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        if self.moved is None:  # else a connection handed over, replayed already (replay)
             # On an AMQPS listener asyncio calls connection_made after the TLS handshake.
             tls = session_of(transport.get_extra_info("ssl_object"))
             self._make_connection(transport.get_extra_info("peername") or ("", 0),
-                                  transport.get_extra_info("sockname"), tls, self.handover is not None and tls is None)
+                                  transport.get_extra_info("sockname"), tls, self.handover if tls is None else None)
             if self.connection.admission.dropped:
                 # Over a connection limit, with too many refusals already waiting (connection_limits.py).
-                transport.abort()
+                stream.abort()
                 return
         self.registry.add(self)
         log.debug("accepting AMQP connection %s", self.connection.peer)
@@ -139,13 +144,14 @@ class AMQPProtocol(asyncio.Protocol):
             rest, self.moved = self.moved.rest, None
             self.data_received(rest)
 
-    def _make_connection(self, peer: tuple, local: Any, tls: Any, mobile: bool) -> None:
+    def _make_connection(self, peer: tuple[Any, ...], local: Any, tls: Any, handover: HandoverService | None) -> None:
+        """The connection of this socket; with `handover`, one that may move to a sibling worker."""
         admission = Admission((self.broker.connection_limit, self.listener_limit), f"{peer[0]}:{peer[1]}")
         self.connection = Connection(self.broker, peer[0], peer[1], on_output=self._schedule_flush,
                                      admission=admission, tls=tls,
                                      local_address=f"{local[0]}:{local[1]}" if isinstance(local, tuple) else "",
                                      on_reading_paused=self._update_reading, on_early_write=self._write_early,
-                                     handover=HandoverRecorder(self.handover.peers, self._start_moving) if mobile else None)
+                                     handover=HandoverRecorder(handover.peers, self._start_moving) if handover is not None else None)
 
     # -- handing the connection to the worker owning its queue (handover.py) --
 
@@ -156,8 +162,10 @@ class AMQPProtocol(asyncio.Protocol):
         self._handing_over = self.loop.create_task(self._hand_over())  # referenced while it runs
 
     async def _hand_over(self) -> None:
-        connection, transport = self.connection, self.transport
+        connection, transport, service = self.connection, self.transport, self.handover
         recorder = connection.handover
+        # Only a connection made with the hand-over service moves, and it made this recorder.
+        assert isinstance(recorder, HandoverRecorder) and service is not None
         taken = False
         if transport is not None and not transport.is_closing() and recorder.replay:
             data = connection.take_output()
@@ -167,9 +175,9 @@ class AMQPProtocol(asyncio.Protocol):
             # Everything the client is owed so far is in the kernel: the owner's writes follow it.
             if not transport.get_write_buffer_size():
                 moved = MovedConnection(recorder.replay, recorder.rest, tuple(sorted(connection.channels)),
-                                        recorder.queue, self.handover.plan.node_name)
+                                        recorder.queue, service.plan.node_name)
                 try:
-                    taken = await self.handover.send(recorder.owner, transport.get_extra_info("socket").fileno(), moved)
+                    taken = await service.send(recorder.owner, transport.get_extra_info("socket").fileno(), moved)
                 except Exception:  # a bug here must leave the connection where it is, working
                     log.exception("handing connection %s over to %s failed", connection.peer, recorder.owner)
         if self.transport is None:  # gone meanwhile
@@ -190,8 +198,9 @@ class AMQPProtocol(asyncio.Protocol):
         """A sibling offers this socket (`moved`): replay what the client said there, dropping the
         replies it already had, without reading or writing the socket; True if the connection is
         where it was there (then `go_live`)."""
-        self._make_connection(sock.getpeername(), sock.getsockname(), None, False)
+        self._make_connection(sock.getpeername(), sock.getsockname(), None, None)
         connection, moved = self.connection, self.moved
+        assert moved is not None, "replay is for a connection a sibling handed over"
         if connection.admission.dropped:
             return False
         try:
@@ -238,7 +247,7 @@ class AMQPProtocol(asyncio.Protocol):
             self._update_reading()
             self.loop.call_soon(self._end_yield)
 
-    def _feed(self, handle, *args) -> bool:
+    def _feed(self, handle: Callable[..., None], *args: Any) -> bool:
         """Run one input step of the connection; False if a bug in it closed the connection."""
         try:
             handle(*args)
@@ -425,7 +434,7 @@ class AMQPServer:
         self._node_port: int | None = None
         self.protocols: set[AMQPProtocol] = set()
         self._servers: list[asyncio.base_events.Server] = []
-        self._ticker: asyncio.Task | None = None
+        self._ticker: asyncio.Task[None] | None = None
         self.handover = HandoverService(handover, self._adopt) if handover is not None and shared_ports else None
         self._shared_limit: ConnectionLimit | None = None  # the plain shared port's, for connections handed over
 
@@ -433,7 +442,7 @@ class AMQPServer:
         """Bind the listening sockets (port 0 gets its number here) without accepting yet."""
         if self._servers:
             return
-        if self.tls_port is not None:
+        if self.tls_port is not None and self.tls is not None:  # (tls_port is None without tls)
             # Bound first: whoever waits for the plain port then finds AMQPS ready too.
             self.tls_port = await self._listen(self.tls_port, self.tls.context, reuse_port=self.shared_ports)
         if self.port is not None:
@@ -474,16 +483,22 @@ class AMQPServer:
         the port bound. `listen_now`: the kernel takes connections from now on (they wait in
         the backlog until `start`), where otherwise they are refused until then."""
         limit: list[ConnectionLimit] = []  # its own limit, named by the port bound (port 0 asks for any)
-        tls_options = {"ssl": ssl_context, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S} if ssl_context else {}
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> AMQPProtocol:
+            return AMQPProtocol(self.broker, self.protocols, limit[0], handover)
+
+        # (asyncio refuses a handshake timeout without TLS)
+        handshake_timeout = HANDSHAKE_TIMEOUT_S if ssl_context else None
         if listen_now:
-            where: dict[str, Any] = {"sock": _listening_socket(self.host, port)}
+            server = await loop.create_server(protocol, sock=_listening_socket(self.host, port), backlog=1024,
+                                              start_serving=False, ssl=ssl_context,
+                                              ssl_handshake_timeout=handshake_timeout)
         else:
-            where = {"host": self.host, "port": port, "reuse_address": True, "reuse_port": reuse_port or None}
-        server = await asyncio.get_running_loop().create_server(
-            lambda: AMQPProtocol(self.broker, self.protocols, limit[0], handover),
-            backlog=1024, start_serving=False, **where, **tls_options,
-        )
-        bound = server.sockets[0].getsockname()[1]
+            server = await loop.create_server(protocol, self.host, port, reuse_address=True,
+                                              reuse_port=reuse_port or None, backlog=1024, start_serving=False,
+                                              ssl=ssl_context, ssl_handshake_timeout=handshake_timeout)
+        bound: int = server.sockets[0].getsockname()[1]
         # Before serving starts: every accepted connection finds its limit.
         limit.append(ConnectionLimit(f"listener {self.host}:{bound}", self.max_connections))
         if handover is not None:

@@ -167,7 +167,7 @@ class _Worker:
     def __init__(self, plan: WorkerPlan) -> None:
         self.plan = plan
         self.state = WorkerState.DOWN
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.channel: socket.socket | None = None
         self.restart_at: float | None = None
         self.heard_at = 0.0  # when the parent last heard from it (monotonic)
@@ -176,6 +176,18 @@ class _Worker:
         if state not in _WORKER_TRANSITIONS[self.state]:
             raise RuntimeError(f"worker {self.plan.index}: {self.state.value} -> {state.value}")
         self.state = state
+
+    @property
+    def running(self) -> subprocess.Popen[bytes]:
+        """Its process: a worker has one from _spawn until _exited sees it gone (state not DOWN)."""
+        assert self.process is not None, f"worker {self.plan.index} has no process"
+        return self.process
+
+    @property
+    def connected(self) -> socket.socket:
+        """Its end of the socket pair: open (and registered with the selector) while its process runs."""
+        assert self.channel is not None, f"worker {self.plan.index} has no channel"
+        return self.channel
 
     @property
     def label(self) -> str:
@@ -247,7 +259,7 @@ class Supervisor:
             elif signum == signal.SIGHUP:
                 for worker in self._workers:
                     if worker.state is not WorkerState.DOWN:
-                        worker.process.send_signal(signal.SIGHUP)
+                        worker.running.send_signal(signal.SIGHUP)
 
     # -- workers
 
@@ -268,7 +280,7 @@ class Supervisor:
 
     def _worker_readable(self, worker: _Worker) -> None:
         try:
-            data = worker.channel.recv(64)
+            data = worker.connected.recv(64)
         except BlockingIOError:
             return
         except OSError:
@@ -289,14 +301,15 @@ class Supervisor:
 
     def _exited(self, worker: _Worker) -> None:
         """The worker's end of its channel closed: it exited (or is exiting)."""
-        self._selector.unregister(worker.channel)
-        worker.channel.close()
+        self._selector.unregister(worker.connected)
+        worker.connected.close()
         worker.channel = None
+        process = worker.running
         try:
-            code = worker.process.wait(timeout=STOP_TIMEOUT_S)
+            code = process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:  # it closed the channel yet lives on: not ours to keep
-            worker.process.kill()
-            code = worker.process.wait()
+            process.kill()
+            code = process.wait()
         label = worker.label
         was_ready = worker.state is WorkerState.READY
         worker.move(WorkerState.DOWN)
@@ -333,7 +346,7 @@ class Supervisor:
         for worker in self._workers:
             worker.restart_at = None
             if worker.state is not WorkerState.DOWN:
-                worker.process.send_signal(signal.SIGTERM)
+                worker.running.send_signal(signal.SIGTERM)
 
     # -- time
 
@@ -353,13 +366,13 @@ class Supervisor:
                 # Killed, it closes its channel: _exited then starts it again as after a crash.
                 log.error("%s has not been heard from for %.0f s (hung): killing it", worker.label, self._watchdog_s)
                 worker.heard_at = now  # one kill is enough
-                worker.process.kill()
+                worker.running.kill()
         if self._stop_deadline is not None and now >= self._stop_deadline:
             self._stop_deadline = None
             for worker in self._workers:
                 if worker.state is not WorkerState.DOWN:
                     log.error("%s did not stop within %.0f s: killing it", worker.label, STOP_TIMEOUT_S)
-                    worker.process.kill()
+                    worker.running.kill()
             self._exit_code = EXIT_FAILED
 
 
@@ -376,7 +389,8 @@ def _claim(host: str, port: int, what: str) -> int:
             probe.listen(1)
         except OSError as error:
             raise ConfigError(f"cannot listen on {host}:{port} for {what}: {error.strerror or error}") from None
-        return probe.getsockname()[1]
+        bound: int = probe.getsockname()[1]
+        return bound
 
 
 def supervise(config: ServerConfig, argv: Sequence[str]) -> int:

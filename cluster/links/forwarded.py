@@ -52,7 +52,7 @@ def forwarded_queues(channel: "Channel", payload: bytes) -> tuple["Queue", ...]:
     vhost = channel.vhost
     queues = vhost.queues
     registry = channel.connection.broker.reply_registry
-    found: list = []
+    found: list[Any] = []  # queues, and stand-ins that take a publish as one does (below)
     for name in names:
         queue = queues.get(name)
         if queue is not None and not queue.home_node:

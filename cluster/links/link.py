@@ -24,7 +24,7 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pamqp import commands
 
@@ -129,8 +129,10 @@ class NodeLink(asyncio.Protocol):
             self._fail(f"cannot connect to {self._host}:{self._port}: {error}")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        transport.write(codec.PROTOCOL_HEADER)  # type: ignore[attr-defined]
+        # A TCP connection's transport is a Transport; asyncio's signature is every kind's.
+        stream = cast(asyncio.Transport, transport)
+        self._transport = stream
+        stream.write(codec.PROTOCOL_HEADER)
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
@@ -152,28 +154,30 @@ class NodeLink(asyncio.Protocol):
             self._fail(f"unreadable frame from node {self.node}: {error}")
 
     def _connection_method(self, payload: bytes) -> None:
+        transport = self._transport
+        assert transport is not None, "frames come only once connected"
         method = codec.decode_method(payload)
         if isinstance(method, commands.Connection.Start):
             response = f"\0{CLUSTER_LINK_USER}\0{self._secret}"
-            properties = {
+            properties: dict[str, Any] = {
                 "product": "amqp-server cluster link",
                 "capabilities": {"consumer_cancel_notify": True, "publisher_confirms": True, "basic.nack": True},
             }
-            self._transport.write(codec.method_frame(0, commands.Connection.StartOk(
+            transport.write(codec.method_frame(0, commands.Connection.StartOk(
                 client_properties=properties, mechanism="PLAIN", response=response, locale="en_US")))
         elif isinstance(method, commands.Connection.Tune):
             frame_max = min(method.frame_max or LINK_FRAME_MAX, LINK_FRAME_MAX)
             self.max_body_frame = frame_max - codec.FRAME_OVERHEAD
-            self._transport.write(codec.method_frame(0, commands.Connection.TuneOk(
+            transport.write(codec.method_frame(0, commands.Connection.TuneOk(
                 channel_max=method.channel_max, frame_max=frame_max, heartbeat=0)))
-            self._transport.write(codec.method_frame(0, commands.Connection.Open(virtual_host=self.vhost)))
+            transport.write(codec.method_frame(0, commands.Connection.Open(virtual_host=self.vhost)))
         elif isinstance(method, commands.Connection.OpenOk):
             self.state = LinkState.OPEN
             self._handshake_done = True
             self.schedule_flush()
             log.info("cluster link to node %s (vhost '%s') is open", self.node, self.vhost)
         elif isinstance(method, commands.Connection.Close):
-            self._transport.write(codec.method_frame(0, commands.Connection.CloseOk()))
+            transport.write(codec.method_frame(0, commands.Connection.CloseOk()))
             self._fail(f"node {self.node} closed the link: {method.reply_code} {method.reply_text}")
         elif isinstance(method, commands.Connection.Blocked):
             log.warning("node %s blocks publishes from this node: %s", self.node, method.reason)
@@ -215,9 +219,11 @@ class NodeLink(asyncio.Protocol):
             for mirror in acking:
                 mirror.flush_acks()
         if self._handshake_done and self._out:
+            transport = self._transport
+            assert transport is not None, "the handshake is done over the transport"
             data = b"".join(self._out)
             self._out.clear()
-            self._transport.write(data)
+            transport.write(data)
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -321,7 +327,7 @@ class ForwardStream:
                 self._targets.append(queue_name)
             return self._message_seq
         if self._message is not None:
-            self._emit()
+            self._emit(self._message)
         seq = self._next_seq
         self._next_seq = seq + 1
         self._message = message
@@ -345,8 +351,8 @@ class ForwardStream:
         else:
             callbacks.append(callback)
 
-    def _emit(self) -> None:
-        message = self._message
+    def _emit(self, message: Message) -> None:
+        """`message` (the one being gathered) goes out to its queues."""
         self._message = None
         targets = tuple(self._targets)
         out: list[bytes] = []
@@ -360,7 +366,7 @@ class ForwardStream:
     def emit_pending(self) -> None:
         """The message whose queues were being gathered goes out (the link is about to write)."""
         if self._message is not None:
-            self._emit()
+            self._emit(self._message)
 
     def frame(self, frame_type: int, payload: bytes) -> None:
         if frame_type != codec.FRAME_METHOD:
@@ -371,11 +377,14 @@ class ForwardStream:
             self._confirmed(tag, multiple, None if index == _BASIC_ACK else OSError(
                 f"node {self._link.node} did not accept the message"))
         elif index == _CHANNEL_FLOW:
-            self._held_by_owner = not codec.decode_method(payload).active
+            flow = codec.decode_method(payload)
+            assert isinstance(flow, commands.Channel.Flow)  # (its index says so)
+            self._held_by_owner = not flow.active
             if not self._held_by_owner:
                 self.room_changed()
         elif index == _CHANNEL_CLOSE:
             method = codec.decode_method(payload)
+            assert isinstance(method, commands.Channel.Close)  # (its index says so)
             self._link.write(codec.method_frame(_STREAM_CHANNEL, commands.Channel.CloseOk()))
             # The stream cannot go on without its confirms' order: start a new link.
             self._link._fail(f"node {self._link.node} closed the forward stream: "
@@ -585,14 +594,14 @@ class MirrorChannel:
                 incoming.raw_header = payload
                 incoming.body_size = codec.content_header_body_size(payload)[1]
                 if not incoming.body_size:
-                    self._complete()
+                    self._complete(incoming)
         elif frame_type == codec.FRAME_BODY:
             incoming = self._incoming
             if incoming is not None:
                 incoming.parts.append(payload)
                 incoming.received += len(payload)
                 if incoming.received >= incoming.body_size:
-                    self._complete()
+                    self._complete(incoming)
 
     def _method(self, payload: bytes) -> None:
         index = codec.method_index(payload)
@@ -614,18 +623,19 @@ class MirrorChannel:
         method = codec.decode_method(payload)
         if isinstance(method, commands.Channel.Close):
             self.link.write(codec.method_frame(self.id, commands.Channel.CloseOk()))
-            self._refused(QueueUnavailable(method.reply_code, _explanation(method.reply_code, method.reply_text)))
+            code = method.reply_code or 0  # (pamqp's type; a decoded channel.close has one)
+            self._refused(QueueUnavailable(code, _explanation(code, method.reply_text)))
             return
         if isinstance(method, commands.Basic.Cancel):  # the owner cancelled it: its queue is gone
-            self.handler.cancelled_by_owner(self, method.consumer_tag)
+            self.handler.cancelled_by_owner(self, method.consumer_tag or "")
             return
         if self._replies:
             expected, callback = self._replies.popleft()
             if callback is not None:
                 callback(method)
 
-    def _complete(self) -> None:
-        incoming = self._incoming
+    def _complete(self, incoming: "_Incoming") -> None:
+        """`incoming` (the delivery or get-ok arriving) is complete."""
         self._incoming = None
         if self.state is not MirrorState.OPEN:
             return  # sent before the owner saw our channel.close: it requeues it

@@ -106,6 +106,27 @@ class RemoteConsumer:
             self.queue.owner_cancelled(self)
 
 
+class FetchHandler:
+    """What a remote queue's fetch channel (basic.get, queue.purge and its counts) reports to
+    (a MirrorHandler): it never consumes, so it gets no deliveries; when it fails, the queue
+    opens a new one for the next request."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self, queue: "RemoteQueue") -> None:
+        self.queue = queue
+
+    def delivered(self, mirror: MirrorChannel, consumer_tag: str, link_tag: int, redelivered: bool,
+                  message: Message) -> None:
+        """Not called: the fetch channel has no consumer."""
+
+    def cancelled_by_owner(self, mirror: MirrorChannel, consumer_tag: str) -> None:
+        """Not called: the fetch channel has no consumer."""
+
+    def mirror_failed(self, mirror: MirrorChannel, error: QueueUnavailable) -> None:
+        self.queue.fetcher_failed(mirror)
+
+
 class ForwardedMessage:
     """One message forwarded to its queue's owner, waited for as a queue is (`when_stored`)."""
 
@@ -183,7 +204,9 @@ class RemoteQueue(Queue):
     def publish_receipt(self) -> "ForwardedMessage":
         """The message just published here, to wait for the owner's confirm of it alone
         (publisher confirms and tx.commit: a nack of any one message must reach its publisher)."""
-        return ForwardedMessage(self._link.stream, self._last_seq)
+        # publish() set _link just before it answered AWAIT_RECEIPT (testing it for None would
+        # cost a check per message).
+        return ForwardedMessage(self._link.stream, self._last_seq)  # type: ignore[union-attr]
 
     @property
     def congested(self) -> bool:
@@ -359,8 +382,9 @@ class RemoteQueue(Queue):
             self.remove_consumer(consumer)
             self.reattach(consumer.sink, consumer)  # type: ignore[arg-type]
 
-    def dispatch(self, now: float | None = None) -> None:
-        """Hand waiting deliveries to the consumers that have room."""
+    def dispatch(self, now: float | None = None, first: QueueEntry | None = None) -> None:
+        """Hand waiting deliveries to the consumers that have room (`first` is never given: a
+        remote queue's publishes go to its owner, Queue.publish's dispatch is not run here)."""
         for remote in list(self._remote_consumers.values()):
             waiting = remote.waiting
             consumer = remote.consumer
@@ -410,7 +434,7 @@ class RemoteQueue(Queue):
     def _fetch_channel(self) -> MirrorChannel:
         fetcher = self._fetcher
         if fetcher is None or fetcher.state is not MirrorState.OPEN:
-            fetcher = self._fetcher = self._owner_link().open_mirror(self)
+            fetcher = self._fetcher = self._owner_link().open_mirror(FetchHandler(self))
         return fetcher
 
     def get_for(self, no_ack: bool, answer: GetAnswer) -> None:
@@ -468,11 +492,8 @@ class RemoteQueue(Queue):
         """The error the client gets for the owner's refusal (a lost link: the queue's node is down)."""
         return self.unavailable() if reply.text == "link lost" else AMQPError(reply.code, reply.text)
 
-    # MirrorHandler of the fetch channel (it never consumes, so it gets no deliveries).
-    def cancelled_by_owner(self, *args: Any) -> None:
-        pass
-
-    def mirror_failed(self, mirror: MirrorChannel, error: QueueUnavailable) -> None:
+    def fetcher_failed(self, mirror: MirrorChannel) -> None:
+        """The fetch channel `mirror` failed (FetchHandler): the next request opens a new one."""
         if mirror is self._fetcher:
             self._fetcher = None
 

@@ -55,6 +55,12 @@ EQUIVALENT_QUEUE_ARGUMENTS = (
     "x-consumer-timeout",
     "x-message-deduplication",
 )
+# A stream compares only the arguments it takes (checked on RabbitMQ 3.10.8: an x-max-priority
+# or x-message-ttl on a redeclare is neither compared nor refused).
+EQUIVALENT_STREAM_ARGUMENTS = (
+    "x-queue-type", "x-max-length-bytes", "x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
+    "x-queue-leader-locator",
+)
 EQUIVALENT_EXCHANGE_ARGUMENTS = ("alternate-exchange", "x-delayed-type")
 # What an absent argument means when comparing: a queue declared without x-queue-type is a
 # classic queue, so RabbitMQ lets "classic" and no type redeclare each other (kombu, Celery and
@@ -111,9 +117,10 @@ def check_queue(vhost: str, existing: DeclaredQueue, durable: bool, auto_delete:
         raise Inequivalent(
             "auto_delete", "queue", existing.name, vhost, flag(auto_delete), flag(existing.auto_delete)
         )
+    stream = existing.arguments.get("x-queue-type") in ("stream", b"stream")
     _check_arguments(
-        vhost, "queue", existing.name, existing.arguments, arguments, EQUIVALENT_QUEUE_ARGUMENTS,
-        _QUEUE_ARGUMENT_DEFAULTS,
+        vhost, "queue", existing.name, existing.arguments, arguments,
+        EQUIVALENT_STREAM_ARGUMENTS if stream else EQUIVALENT_QUEUE_ARGUMENTS, _QUEUE_ARGUMENT_DEFAULTS,
     )
 
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from queues.arguments import OVERFLOW_MODES, QUEUE_MODES, RETRY_BACKOFFS, RETRY_TYPES
-from queues.arguments.queue_type_rules import DEAD_LETTER_STRATEGIES, LEADER_LOCATORS, QUORUM
+from queues.arguments.intervals import interval_ms
+from queues.arguments.queue_type_rules import DEAD_LETTER_STRATEGIES, LEADER_LOCATORS, QUORUM, STREAM
 
 
 class AppliesTo(enum.Enum):
@@ -66,6 +67,10 @@ def _integer_at_least(minimum: int) -> Callable[[Any], bool]:
 
 def _one_of(*choices: Any) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, (str, int)) and not isinstance(value, bool) and value in choices
+
+
+def _is_interval(value: Any) -> bool:
+    return isinstance(value, str) and interval_ms(value) is not None
 
 
 def _is_text(value: Any) -> bool:
@@ -110,7 +115,7 @@ KEYS: dict[str, PolicyKey] = {key.name: key for key in (
     PolicyKey("delivery-limit", _NON_NEGATIVE, "{0} is not a valid delivery limit", "x-delivery-limit",
               lower_wins=True),
     # Known to RabbitMQ, no effect here: classic queues have one storage, quorum queues are
-    # classic queues with quorum rules, streams are refused.
+    # classic queues with quorum rules.
     PolicyKey("queue-mode", _one_of(*QUEUE_MODES), "{0} is not a valid queue-mode value", None, AppliesTo.NOTHING),
     PolicyKey("queue-version", _one_of(1, 2), "{0} is not a valid queue-version value", None, AppliesTo.NOTHING),
     PolicyKey("max-in-memory-length", _NON_NEGATIVE, "{0} is not a valid maximum memory in bytes", None,
@@ -122,6 +127,10 @@ KEYS: dict[str, PolicyKey] = {key.name: key for key in (
     PolicyKey("queue-leader-locator", _one_of(*LEADER_LOCATORS), "{0} is not a valid queue leader locator value",
               None, AppliesTo.NOTHING),
     PolicyKey("initial-cluster-size", _NON_NEGATIVE, "{0} is not a valid cluster size", None, AppliesTo.NOTHING),
+    # Streams' retention (queues/stream_queue.py), as RabbitMQ's stream policies.
+    PolicyKey("max-age", _is_interval, "{0} is not a valid max age", "x-max-age"),
+    PolicyKey("stream-max-segment-size-bytes", _NON_NEGATIVE, "{0} is not a valid segment size",
+              "x-stream-max-segment-size-bytes"),
     # This broker's own queue behaviour (docs/lifecycle.md), named as its x-arguments without "x-".
     PolicyKey("delayed-retry-type", _one_of(*RETRY_TYPES), "{0} is not a valid delayed retry type",
               "x-delayed-retry-type"),
@@ -143,9 +152,17 @@ KEYS: dict[str, PolicyKey] = {key.name: key for key in (
 # takes the next policy that matches, or none. RabbitMQ 3.13's lists, less what this broker
 # refuses anyway (ha-*, max-priority, stream keys). 3.13 also lists delivery-limit for classic
 # queues; here classic queues honour a delivery limit (docs/lifecycle.md), so it applies.
+_STREAM_ONLY = frozenset({"max-age", "stream-max-segment-size-bytes"})
 NOT_APPLICABLE_TO_TYPE: dict[str, frozenset[str]] = {
-    "classic": frozenset({"dead-letter-strategy", "queue-leader-locator", "initial-cluster-size"}),
-    QUORUM: frozenset({"queue-mode"}),
+    "classic": frozenset({"dead-letter-strategy", "queue-leader-locator", "initial-cluster-size"}) | _STREAM_ONLY,
+    QUORUM: frozenset({"queue-mode"}) | _STREAM_ONLY,
+    # rabbit_stream_queue's unsupported policies (RabbitMQ 3.13), less what is refused anyway.
+    STREAM: frozenset({
+        "expires", "message-ttl", "dead-letter-exchange", "dead-letter-routing-key", "max-length", "overflow",
+        "max-in-memory-length", "max-in-memory-bytes", "delivery-limit", "dead-letter-strategy", "queue-mode",
+        "queue-version", "delayed-retry-type", "delayed-retry-min", "delayed-retry-max", "delayed-retry-backoff",
+        "consumer-timeout", "message-deduplication", "cache-size", "cache-ttl", "deduplication-header", "archive",
+    }),
 }
 # rabbit_policies: the keys an operator policy may set (all of them limits: the lower value wins).
 OPERATOR_KEYS = frozenset({

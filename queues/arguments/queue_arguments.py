@@ -13,6 +13,7 @@ from typing import Any
 
 from queues.arguments import queue_type_rules
 from queues.arguments.texts import amqp_type_name
+from queues.arguments.intervals import interval_ms
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 RETRY_TYPES = ("disabled", "all", "failed", "returned")
@@ -21,6 +22,7 @@ QUEUE_TYPES = tuple(queue_type_rules.QUEUE_TYPE_RULES)  # the x-queue-type value
 QUEUE_MODES = ("default", "lazy")
 QUEUE_VERSIONS = (1, 2)
 MAX_PRIORITY = 255
+MAX_STREAM_SEGMENT_SIZE = 3_000_000_000  # rabbit_stream_queue's ?MAX_STREAM_SIZE_BYTES
 MAX_EXPIRY_MS = 315_360_000_000  # RabbitMQ's ?MAX_EXPIRY_TIMER (ten years), for x-message-ttl and x-expires
 
 
@@ -35,16 +37,20 @@ class InvalidArgument(ValueError):
     """
 
     def __init__(
-        self, key: str, reason: str, invalid_type: str | None = None, queue_type_module: str | None = None
+        self, key: str, reason: str, invalid_type: str | None = None, queue_type_module: str | None = None,
+        text: str | None = None,
     ) -> None:
         super().__init__(f"invalid arg '{key}': {reason}")
         self.key = key
         self.reason = reason
         self.invalid_type = invalid_type
         self.queue_type_module = queue_type_module
+        self.text = text  # RabbitMQ's whole text, for the few refusals not worded "invalid arg"
 
     def describe(self, resource: str) -> str:
         """RabbitMQ's 406 text for the queue `resource` ("queue 'q' in vhost '/'")."""
+        if self.text is not None:
+            return self.text
         if self.invalid_type is not None:
             return f"invalid type '{self.invalid_type}' for arg '{self.key}' in {resource}"
         if self.queue_type_module is not None:
@@ -103,6 +109,9 @@ class QueueArguments:
     dedup_cache_size: int = 10_000
     dedup_cache_ttl_ms: int | None = None
     dedup_header: str | None = None
+    # Streams (queues/stream_queue.py).
+    max_age_ms: int | None = None
+    stream_max_segment_size_bytes: int | None = None
 
     @property
     def delayed_retry(self) -> bool:
@@ -138,11 +147,13 @@ class QueueArguments:
                 "x-queue-type", get("x-queue-type"), QUEUE_TYPES, "\"unsupported queue type '{0}'\""
             )
         queue_type = settings.get("queue_type", "classic")
+        rules = queue_type_rules.rules_for(queue_type)
         quorum = queue_type == queue_type_rules.QUORUM
-        if quorum:
-            # Only the arguments a quorum queue takes are validated; the others are refused
-            # below whatever their value (x-max-priority 500 is not "max_value_exceeded").
-            present = {key for key in arguments if key not in queue_type_rules.QUORUM_REFUSED_ARGUMENTS}
+        stream = queue_type == queue_type_rules.STREAM
+        if rules.refuses_other_arguments:
+            # Only the arguments the type takes are validated; the others are refused below
+            # whatever their value (x-max-priority 500 is not "max_value_exceeded").
+            present = {key for key in arguments if rules.refused_argument({key: None}) is None}
         else:
             present = set(arguments)
         if "x-expires" in present:
@@ -183,6 +194,24 @@ class QueueArguments:
                 raise InvalidArgument("x-queue-version", f"\"unsupported queue version '{version}'\"")
         if "x-single-active-consumer" in present:
             settings["single_active_consumer"] = _boolean("x-single-active-consumer", get("x-single-active-consumer"))
+        if stream:
+            if "x-max-age" in present:
+                settings["max_age_ms"] = _max_age("x-max-age", get("x-max-age"))
+            if "x-stream-max-segment-size-bytes" in present:
+                size = _integer("x-stream-max-segment-size-bytes", get("x-stream-max-segment-size-bytes"), 0)
+                if size > MAX_STREAM_SEGMENT_SIZE:
+                    raise InvalidArgument("x-stream-max-segment-size-bytes", "too large",
+                                          text="Exceeded max value for x-stream-max-segment-size-bytes")
+                settings["stream_max_segment_size_bytes"] = size
+            if "x-initial-cluster-size" in present:
+                _integer("x-initial-cluster-size", get("x-initial-cluster-size"), 1)
+            if "x-queue-leader-locator" in present:
+                _choice("x-queue-leader-locator", get("x-queue-leader-locator"),
+                        queue_type_rules.LEADER_LOCATORS, "invalid_queue_locator_arg")
+            refused = rules.refused_argument(arguments)
+            if refused is not None:
+                raise InvalidArgument(refused, "unsupported", queue_type_module=rules.module)
+            return cls(**settings)
         if quorum:
             if "x-quorum-initial-group-size" in present:
                 _integer("x-quorum-initial-group-size", get("x-quorum-initial-group-size"), 1)
@@ -205,6 +234,15 @@ class QueueArguments:
 
 # The settings of every queue declared without x-arguments: immutable, so they share one object.
 NO_ARGUMENTS = QueueArguments()
+
+
+def _max_age(key: str, value: Any) -> int:
+    """x-max-age: a positive integer and a unit, Y M D h m s ("7D"), in milliseconds."""
+    text = _text(key, value)
+    span = interval_ms(text)
+    if span is None:
+        raise InvalidArgument(key, "invalid_max_age")
+    return span
 
 
 def _boolean(key: str, value: Any) -> bool:

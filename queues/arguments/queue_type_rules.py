@@ -27,6 +27,8 @@ from typing import Any
 CLASSIC = "classic"
 QUORUM = "quorum"
 QUORUM_MODULE = "rabbit_quorum_queue"
+STREAM = "stream"
+STREAM_MODULE = "rabbit_stream_queue"
 
 # rabbit_queue_type capabilities() of RabbitMQ 3.10: the x-arguments each type accepts.
 CLASSIC_ARGUMENTS = frozenset({
@@ -88,6 +90,9 @@ QUEUE_TYPE_RULES: dict[str, QueueTypeRules] = {
                             shared_durable_only=False, named_only=False, replicated=False),
     QUORUM: QueueTypeRules(QUORUM, QUORUM_MODULE, QUORUM_ARGUMENTS, refuses_other_arguments=True,
                            shared_durable_only=True, named_only=True, replicated=True),
+    # An append-only log (queues/stream/): replicated across a cluster in a later step.
+    STREAM: QueueTypeRules(STREAM, STREAM_MODULE, STREAM_ARGUMENTS, refuses_other_arguments=True,
+                           shared_durable_only=True, named_only=True, replicated=False),
 }
 
 

@@ -249,6 +249,8 @@ const FEATURES = [
   ['x-single-active-consumer', 'SAC', 'Single active consumer'],
   ['x-delivery-limit', 'DL', 'Delivery limit'],
   ['x-queue-mode', 'Mode', 'Queue mode'],
+  ['x-max-age', 'Age', 'Maximum age (stream retention)'],
+  ['x-stream-max-segment-size-bytes', 'Seg B', 'Maximum segment size in bytes'],
 ];
 
 export function badge(text, title, cls = '') {

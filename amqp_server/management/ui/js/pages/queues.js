@@ -2,7 +2,7 @@
 // one page), adding a queue, and a queue's page: figures, rate chart, consumers, bindings,
 // getting and publishing messages, purge and delete.
 
-import { h, replace, num, rate, rateOf, bytes, jsonText, seg } from '../dom.js';
+import { h, replace, num, rate, rateOf, bytes, jsonText, seg, when } from '../dom.js';
 import { get, put, post, del, api } from '../api.js';
 import {
   PagedList, PolledChart, table, kvTable, form, field, textInput, select, checkbox, parseObject, section,
@@ -84,15 +84,20 @@ export function renderDetail(app, vhost, name) {
 
   async function refresh() {
     const [queue, queueBindings] = await Promise.all([get(base), get(`${base}/bindings`)]);
-    showSummary(queue);
+    const stream = queue.type === 'stream';
+    showSummary(queue, stream);
     const stats = queue.message_stats || {};
     chart.push(['publish', 'deliver_get', 'ack', 'redeliver'].map((f) => rateOf(stats, f) ?? 0));
     depthChart.push([queue.messages_ready, queue.messages_unacknowledged]);
-    showConsumers(queue.consumer_details || []);
+    showConsumers(queue.consumer_details || [], stream);
+    // A stream is read by consumers from offsets: get takes nothing from it, and a purge (540
+    // over AMQP) removes nothing.
+    getSection.hidden = stream;
+    purgeButton.hidden = stream;
     replace(bindings, bindingsTable(queueBindings, { vhost, onChange: refresh, showSource: true }));
   }
 
-  function showSummary(queue) {
+  function showSummary(queue, stream) {
     const owner = queue.owner_pid_details;
     replace(summary,
       h('div.panel', {}, h('h2', {}, 'Details'), kvTable([
@@ -105,10 +110,10 @@ export function renderDetail(app, vhost, name) {
         queue.policy || queue.operator_policy ? ['Effective policy definition', h('code', {}, jsonText(queue.effective_policy_definition))] : null,
         owner ? ['Exclusive owner', h('a', { href: `#/connections/${seg(owner.name)}` }, owner.name)] : null,
         ['Consumers', num(queue.consumers)],
-        ['Consumer utilisation', queue.consumers ? `${Math.round((queue.consumer_utilisation || 0) * 100)} %` : '–'],
+        stream ? null : ['Consumer utilisation', queue.consumers ? `${Math.round((queue.consumer_utilisation || 0) * 100)} %` : '–'],
         ['Memory (estimate)', bytes(queue.memory)],
       ])),
-      h('div.panel', {}, h('h2', {}, 'Messages'), kvTable([
+      stream ? streamPanel(queue) : h('div.panel', {}, h('h2', {}, 'Messages'), kvTable([
         ['Ready', num(queue.messages_ready)],
         ['Unacked', num(queue.messages_unacknowledged)],
         ['Total', num(queue.messages)],
@@ -122,17 +127,22 @@ export function renderDetail(app, vhost, name) {
       ])));
   }
 
-  function showConsumers(list) {
+  function showConsumers(list, stream) {
     replace(consumers, table([
       { title: 'Consumer tag', cls: 'wrap', cell: (c) => c.consumer_tag },
+      stream ? { title: 'Offset', num: true, help: 'The offset this consumer reads next', cell: (c) => num(c.stream_offset) } : null,
       { title: 'Channel', cls: 'wrap', cell: (c) => h('a', { href: `#/channels/${seg(c.channel_details.name)}` }, c.channel_details.name) },
       { title: 'Connection', cls: 'wrap', cell: (c) => h('a', { href: `#/connections/${seg(c.channel_details.connection_name)}` }, c.channel_details.connection_name) },
       { title: 'Ack required', cell: (c) => (c.ack_required ? 'yes (manual ack)' : 'no (auto ack)') },
       { title: 'Prefetch', num: true, cell: (c) => num(c.prefetch_count) },
       { title: 'Exclusive', cell: (c) => (c.exclusive ? 'yes' : 'no') },
       { title: 'Arguments', cls: 'wrap', cell: (c) => h('code', {}, jsonText(c.arguments)) },
-    ], list, { empty: 'No consumers.' }));
+    ].filter(Boolean), list, { empty: 'No consumers.' }));
   }
+
+  const getSection = section('Get messages', getMessagesForm(base, messages), true);
+  const danger = dangerZone(app, vhost, name, base, refresh);
+  const purgeButton = danger.querySelector('button[name=purge]');
 
   const el = h('div', {},
     h('div.page-head', {}, h('h1', {}, 'Queue ', h('span.mono', {}, name)), h('span.muted', {}, `in virtual host ${vhost}`)),
@@ -143,10 +153,33 @@ export function renderDetail(app, vhost, name) {
     h('div.panel', {}, h('h2', {}, 'Consumers'), consumers),
     h('div.panel', {}, h('h2', {}, 'Bindings'), bindings,
       h('h3', {}, 'Add a binding to this queue'), bindingForm(app, { vhost, destination: name, destinationType: 'q', onDone: refresh })),
-    section('Get messages', getMessagesForm(base, messages), true),
+    getSection,
     section('Publish a message', publishForm({ vhost, exchange: '', routingKey: name, onDone: refresh })),
-    section('Purge and delete', dangerZone(app, vhost, name, base, refresh)));
+    section('Purge and delete', danger));
   return { el, refresh, destroy() { chart.destroy(); depthChart.destroy(); } };
+}
+
+// A stream's log: its records (RabbitMQ counts them all ready), the offsets a consumer can
+// start from, its segment files and the bytes they take on disk.
+function streamPanel(queue) {
+  const offset = (value) => (value === null || value === undefined ? '–' : num(value));
+  const segments = queue.stream_segment_details || [];
+  return h('div.panel.stream', {}, h('h2', {}, 'Stream'), kvTable([
+    ['Records', num(queue.messages)],
+    ['First offset', h('span', { dataset: { field: 'first-offset' } }, offset(queue.stream_first_offset))],
+    ['Last offset', h('span', { dataset: { field: 'last-offset' } }, offset(queue.stream_last_offset))],
+    ['Segments', h('span', { dataset: { field: 'segments' } }, num(queue.stream_segments))],
+    ['Bytes on disk', h('span', { dataset: { field: 'disk-bytes' } }, bytes(queue.stream_disk_bytes))],
+    ['Publish', rate(rateOf(queue.message_stats, 'publish'))],
+    ['Deliver', rate(rateOf(queue.message_stats, 'deliver_get'))],
+    ['Ack', rate(rateOf(queue.message_stats, 'ack'))],
+  ]), segments.length ? h('div.segments', {}, h('h3', {}, 'Segments'), table([
+    { title: 'First offset', num: true, cell: (s) => num(s.first_offset) },
+    { title: 'Records', num: true, cell: (s) => num(s.next_offset - s.first_offset) },
+    { title: 'Size', num: true, cell: (s) => bytes(s.bytes) },
+    { title: 'Oldest record', cell: (s) => when(s.first_timestamp) },
+    { title: 'Newest record', cell: (s) => when(s.last_timestamp) },
+  ], segments)) : null);
 }
 
 function getMessagesForm(base, output) {

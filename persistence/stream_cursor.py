@@ -1,0 +1,374 @@
+"""A cursor over a stream: its committed records from an offset on, read lazily from the files.
+
+``StreamLog.reader(offset)`` makes one. ``read(max_records)`` returns the next
+records (``StreamRecord``) and an empty list at the end of what is committed;
+a later ``read`` returns what was committed since, from where the cursor
+stopped. Iterating a cursor gives the same records one by one and stops at the
+end; iterating again goes on.
+
+What a cursor holds: the stream, one open file (the segment it is in), a read
+buffer of ``read_size`` bytes (256 KiB by default) and its position. Cursors
+share nothing but the files and the stream's small index, so any number of
+them read the same stream at their own pace, and reading history never loads
+more than one buffer (and the records returned) into memory.
+
+* **Gaps.** When the records the cursor would read next are no longer stored
+  (its offset was below ``first_offset``, or retention dropped its segment),
+  it goes on from the first record kept, adds the number of offsets skipped to
+  ``lost`` and calls ``on_gap(from_offset, to_offset)`` (``to_offset`` is the
+  first one it will read), the signal Spark's ``failOnDataLoss`` needs.
+* **Damage.** A record that fails its checks (CRC, length, an offset out of
+  sequence), or offsets missing between segments, raise
+  ``CorruptStreamRecord`` once the records before it were returned. The cursor
+  has then stepped over the damage: the next ``read`` goes on after it.
+* **Filtering.** With ``filter_values``, a record whose filter value is not one
+  of them (or that has none, unless ``match_unfiltered``) is skipped: its
+  head (offset, filter value, length) is checked by the head CRC and the
+  cursor moves on without reading the message, which for a message larger
+  than the read buffer is never read from the file at all.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+from persistence.record_format import MIN_RECORD_LENGTH, RECORD_HEAD
+from persistence.stream_index import SegmentIndex, read_exactly
+from persistence.stream_segment import (
+    FILTER_AT,
+    FLAG_FILTER,
+    HEAD,
+    RECORD_OVERHEAD,
+    STREAM_RECORD,
+    MalformedStreamRecord,
+    StreamRecord,
+    decode_message,
+    head_crc_ok,
+)
+
+if TYPE_CHECKING:
+    from persistence.stream_log import StreamLog
+
+GapCallback = Callable[[int, int], None]
+_HEAD_SIZE = HEAD.size
+_HEAD_WITH_CRC = FILTER_AT + 4  # plus the filter value's length
+_SMALL_READ = 4096
+
+
+class CorruptStreamRecord(ValueError):
+    """Damaged data where the cursor expected a record."""
+
+    def __init__(self, path: str, position: int, offset: int | None, reason: str) -> None:
+        self.path = path
+        self.position = position
+        self.offset = offset  # the offset that should have been there (None: unknown)
+        self.reason = reason
+        at = "" if offset is None else f" (offset {offset})"
+        super().__init__(f"{path}: damaged stream data at byte {position}{at}: {reason}")
+
+
+class StreamCursor:
+    """Reads a stream forward from an offset; see the module docstring."""
+
+    def __init__(
+        self,
+        log: StreamLog,
+        offset: int,
+        filter_values: Iterable[str] | None = None,
+        match_unfiltered: bool = False,
+        on_gap: GapCallback | None = None,
+        read_size: int = 256 * 1024,
+    ) -> None:
+        self._log = log
+        self._filter = None if filter_values is None else frozenset(v.encode("utf-8") for v in filter_values)
+        self._match_unfiltered = match_unfiltered
+        self._on_gap = on_gap
+        self._read_size = read_size
+        self._seg: SegmentIndex | None = None
+        self._fd: int | None = None
+        self._pos = 0
+        self._expect: int | None = offset  # the offset the next record must have (None: unknown, after damage)
+        self._skip_below = offset  # records below it are stepped over (the seek)
+        self._buf = b""
+        self._view = memoryview(self._buf)
+        self._buf_at = 0
+        self._error: CorruptStreamRecord | None = None
+        self._closed = False
+        self.lost = 0  # offsets skipped because they were no longer stored
+        self._reposition()
+
+    @classmethod
+    def at_position(cls, log: StreamLog, seg: SegmentIndex, position: int, offset: int) -> "StreamCursor":
+        """A cursor at a known record boundary of ``seg`` (the stream's own time lookups)."""
+        cursor = cls(log, offset)
+        cursor._enter(seg, position, offset)
+        return cursor
+
+    @property
+    def next_offset(self) -> int:
+        """The offset of the next record this cursor returns (or skips)."""
+        if self._expect is None:
+            return self._skip_below
+        return max(self._expect, self._skip_below)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def read(self, max_records: int = 256) -> list[StreamRecord]:
+        """Up to ``max_records`` of the next committed records; [] at the end for now."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._closed:
+            raise RuntimeError("the cursor is closed")
+        out: list[StreamRecord] = []
+        try:
+            self._read_into(out, max_records, None)
+        except CorruptStreamRecord as err:
+            if not out:
+                raise
+            self._error = err  # raised at the next read, after these records are handled
+        return out
+
+    def __iter__(self) -> Iterator[StreamRecord]:
+        return self
+
+    def __next__(self) -> StreamRecord:
+        records = self.read(1)
+        if not records:
+            raise StopIteration
+        return records[0]
+
+    def first_at_or_after(self, timestamp_ms: int) -> int | None:
+        """The offset of the first committed record at or after ``timestamp_ms`` from here on, in
+        this segment and the ones after it; None if there is none. Messages are not read."""
+        found: list[StreamRecord] = []
+        while True:
+            before = (self._seg, self._pos)
+            try:
+                self._read_into(found, 1, timestamp_ms)
+            except CorruptStreamRecord:
+                continue  # stepped over; readers report it
+            if found:
+                return found[0].offset
+            if (self._seg, self._pos) == before:
+                return None
+
+    def _read_into(self, out: list[StreamRecord], max_records: int, min_timestamp: int | None) -> None:
+        log = self._log
+        flt = self._filter
+        unfiltered = self._match_unfiltered
+        crc32 = zlib.crc32
+        unpack = HEAD.unpack_from
+        while len(out) < max_records:
+            seg = self._seg
+            if seg is None:
+                if not self._reposition():
+                    return
+                continue
+            end = log.readable_end(seg)
+            pos = self._pos
+            expect = self._expect
+            skip_below = self._skip_below
+            buf, view, at = self._buf, self._view, self._buf_at
+            try:
+                while pos < end and len(out) < max_records:
+                    i = pos - at
+                    if i < 0 or i + _HEAD_SIZE > len(buf):
+                        if end - pos < _HEAD_SIZE:
+                            pos = self._odd_record(seg, pos, end, expect)
+                            buf, view, at = self._buf, self._view, self._buf_at
+                            continue
+                        # Past a skipped message larger than a buffer, the next is likely large too:
+                        # read its head only, not a buffer of the message the filter may skip.
+                        jumped = pos - at - len(buf) >= self._read_size
+                        buf, view, at = self._fill(seg, pos, _HEAD_SIZE, end, expect, _SMALL_READ if jumped else 0)
+                        i = 0
+                    length, crc, rtype, offset, timestamp, flags, n_filter = unpack(buf, i)
+                    total = length + 4
+                    if pos + total > end or length < MIN_RECORD_LENGTH:
+                        pos = self._bad_frame(seg, pos, end, expect, f"invalid record length {length}")
+                        continue
+                    if rtype != STREAM_RECORD or total < RECORD_OVERHEAD:
+                        pos = self._odd_record(seg, pos, end, expect)
+                        buf, view, at = self._buf, self._view, self._buf_at
+                        continue
+                    if i + _HEAD_WITH_CRC + n_filter > len(buf):
+                        buf, view, at = self._fill(seg, pos, _HEAD_WITH_CRC + n_filter, end, expect)
+                        i = 0
+                    if min_timestamp is not None:
+                        wanted = timestamp >= min_timestamp
+                    elif offset < skip_below:
+                        wanted = False
+                    elif flt is None:
+                        wanted = True
+                    elif flags & FLAG_FILTER:
+                        wanted = buf[i + FILTER_AT : i + FILTER_AT + n_filter] in flt
+                    else:
+                        wanted = unfiltered
+                    if wanted and min_timestamp is None:
+                        if i + total > len(buf):
+                            buf, view, at = self._fill(seg, pos, total, end, expect)
+                            i = 0
+                        if crc32(view[i + 8 : i + total]) != crc:
+                            self._pos, self._expect = pos + total, None
+                            raise CorruptStreamRecord(str(seg.path), pos, expect, "CRC mismatch")
+                    elif not head_crc_ok(buf, i, n_filter):
+                        self._pos, self._expect = pos + total, None
+                        raise CorruptStreamRecord(str(seg.path), pos, expect, "head CRC mismatch")
+                    if expect is not None and offset != expect:
+                        self._out_of_sequence(seg, pos, total, expect, offset)
+                    if wanted:
+                        if min_timestamp is None:
+                            out.append(decode_message(buf, i, i + total, offset, timestamp, flags, n_filter))
+                        else:
+                            out.append(StreamRecord(offset, timestamp, "", "", b"", b""))
+                    expect = offset + 1
+                    pos += total
+            except MalformedStreamRecord as err:
+                self._pos, self._expect = pos + total, None
+                raise CorruptStreamRecord(str(seg.path), pos, expect, str(err)) from None
+            # (The damage handlers, which raise, save the cursor's place themselves.)
+            self._pos, self._expect = pos, expect
+            if pos < end:
+                return  # max_records reached
+            if not log.is_sealed(seg) or end < seg.size:
+                return  # at the committed end of the stream, for now
+            if not self._next_segment(seg, expect):
+                return
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _fill(
+        self, seg: SegmentIndex, pos: int, need: int, end: int, expect: int | None, size: int = 0
+    ) -> tuple[bytes, memoryview, int]:
+        """Read from ``pos`` at least ``need`` bytes (``size`` or ``read_size`` if more, never past
+        ``end``); ``expect`` is the offset due there (for a report of damage)."""
+        fd = self._fd_for(seg, pos, expect)
+        want = min(max(size or self._read_size, need), end - pos)
+        data = read_exactly(fd, want, pos)
+        if len(data) < need:
+            self._pos, self._expect = end, None
+            raise CorruptStreamRecord(str(seg.path), pos, expect, "the file is shorter than its index says")
+        self._view.release()
+        self._buf, self._view, self._buf_at = data, memoryview(data), pos
+        return data, self._view, pos
+
+    def _bad_frame(self, seg: SegmentIndex, pos: int, end: int, expect: int | None, reason: str) -> int:
+        """A length that does not fit: nothing after it in this segment can be located."""
+        self._pos, self._expect = end, None
+        raise CorruptStreamRecord(str(seg.path), pos, expect, f"{reason}; the rest of the committed segment is skipped")
+
+    def _odd_record(self, seg: SegmentIndex, pos: int, end: int, expect: int | None) -> int:
+        """A record of another type (added in a later format 1 writer) or too short for a stream
+        record, or the last bytes before ``end`` too few for a head: check and step over it."""
+        head = read_exactly(self._fd_for(seg, pos, expect), min(end - pos, 4096), pos)
+        if len(head) < RECORD_HEAD.size:
+            return self._bad_frame(seg, pos, end, expect, "torn record")
+        length: int
+        length, crc, rtype = RECORD_HEAD.unpack_from(head, 0)
+        total = length + 4
+        if length < MIN_RECORD_LENGTH or pos + total > end:
+            return self._bad_frame(seg, pos, end, expect, f"invalid record length {length}")
+        data = head if total <= len(head) else read_exactly(self._fd_for(seg, pos, expect), total, pos)
+        if len(data) < total or zlib.crc32(memoryview(data)[8:total]) != crc:
+            self._pos, self._expect = pos + total, None
+            raise CorruptStreamRecord(str(seg.path), pos, expect, "CRC mismatch")
+        if rtype == STREAM_RECORD:
+            self._pos, self._expect = pos + total, None
+            raise CorruptStreamRecord(str(seg.path), pos, expect, "stream record too short for its fields")
+        return pos + total  # an unknown record type: skipped, as format 1 readers do
+
+    def _fd_for(self, seg: SegmentIndex, pos: int, expect: int | None) -> int:
+        if self._fd is None:
+            try:
+                self._fd = os.open(seg.path, os.O_RDONLY)
+            except FileNotFoundError:
+                # Removed behind the stream's back (retention tells its cursors first): the whole
+                # segment is lost; go on after it.
+                self._pos, self._expect = seg.size, None
+                raise CorruptStreamRecord(str(seg.path), pos, expect, "segment file missing") from None
+        return self._fd
+
+    def _out_of_sequence(self, seg: SegmentIndex, pos: int, total: int, expect: int, offset: int) -> None:
+        if offset > expect:
+            # Offsets missing before a good record: report them; the record is read next time.
+            self._pos, self._expect = pos, offset
+            self._skip_below = max(self._skip_below, offset)
+            raise CorruptStreamRecord(str(seg.path), pos, expect, f"offsets {expect}..{offset - 1} missing")
+        self._pos, self._expect = pos + total, expect
+        raise CorruptStreamRecord(str(seg.path), pos, expect, f"offset {offset} where {expect} was expected")
+
+    def _next_segment(self, seg: SegmentIndex, expect: int | None) -> bool:
+        """Move from the sealed ``seg`` to the segment after it; False if there is none yet."""
+        nxt = self._log.segment_after(seg)
+        if nxt is None:
+            return False
+        self._enter(nxt, nxt.header_length, nxt.segment_id)
+        if expect is not None and nxt.segment_id > expect:
+            self._skip_below = max(self._skip_below, nxt.segment_id)
+            missing = f"offsets {expect}..{nxt.segment_id - 1} missing"
+            raise CorruptStreamRecord(str(seg.path), seg.size, expect, missing)
+        if expect is not None:
+            self._expect = expect if expect >= nxt.segment_id else nxt.segment_id
+        return True
+
+    def _enter(self, seg: SegmentIndex, position: int, offset: int) -> None:
+        self._close_fd()
+        self._seg = seg
+        self._pos = position
+        self._expect = offset
+
+    def _reposition(self) -> bool:
+        """Find the segment and position of ``next_offset`` (after a gap, from the first record
+        kept). False when the stream has no segment yet."""
+        log = self._log
+        target = self.next_offset
+        first = log.first_offset
+        if target < first:
+            self.lost += first - target
+            if self._on_gap is not None:
+                self._on_gap(target, first)
+            target = first
+        target = min(target, log.next_offset)
+        found = log.locate(target)
+        self._skip_below = target
+        if found is None:
+            self._expect = target
+            return False
+        seg, position, at = found
+        self._enter(seg, position, at)
+        return True
+
+    def segment_dropped(self, seg: SegmentIndex) -> None:
+        """Retention removed ``seg``: if the cursor is in it, let go of the file (so its space is
+        freed now) and go on from the first record kept at the next read."""
+        if seg is self._seg:
+            self._skip_below = self.next_offset
+            self._close_fd()
+            self._seg = None
+            self._expect = None
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._view.release()
+        self._buf = b""
+        self._view = memoryview(self._buf)
+        self._buf_at = 0
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close_fd()
+            self._seg = None
+            self._log.forget_cursor(self)
+
+    def __del__(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass

@@ -1,0 +1,679 @@
+"""The append-only log of one stream: segment files many cursors replay from any offset.
+
+``StreamLog.open(directory, vhost, name)`` opens (or creates) a stream
+directory, recovers it (stream_recovery: a torn tail is cut off, damage in
+the middle is reported in ``damage``, the index is loaded from side files or
+rebuilt by a scan) and returns the log. Then:
+
+* ``append(exchange, routing_key, raw_properties, body, filter_value=...)``
+  returns the record's offset (0, 1, 2, ...). Records are buffered and written
+  with one ``os.write`` per flush; the records of one flush are a *chunk*.
+  A segment rolls over once the next record would take it past
+  ``max_segment_bytes``.
+* Durability is a ``GroupCommitter``'s: the log is a ``Syncable``
+  (``flush``, ``prepare_sync``, ``sync_done``), and
+  ``committer.request_sync(log, callback)`` calls back once everything
+  appended before it is fsynced.
+* **Readers see committed records only**: a record becomes readable (and
+  counts for ``last_offset``, ``next_offset``, ...) when a sync round that
+  covers it completes, so an offset a consumer has seen is never given to
+  another message after a crash. Given a committer, the log asks it for a
+  round itself whenever it holds records not yet committed, and calls
+  ``on_committed(next_offset)`` after each round that made records readable:
+  the owner's cue to push them to consumers waiting at the tail.
+* ``reader(offset, ...)`` returns a ``StreamCursor`` (stream_cursor).
+* ``enforce_retention(max_bytes, max_age_ms, now_ms)`` drops whole segments
+  from the front; with ``set_retention`` the log applies its limits itself
+  whenever a segment rolls over, which keeps the disk within ``max_bytes``
+  plus one segment.
+* ``offsets`` is the stream's consumer offset store (stream_offsets).
+
+Not thread-safe: use it from the event loop thread only. docs/stream-files.md
+describes the files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import weakref
+from bisect import bisect_left, bisect_right
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, TypedDict
+
+from persistence.atomic_file import fsync_directory, write_atomically
+from persistence.group_commit import GroupCommitter, SyncJob
+from persistence.stream_index import (
+    DEFAULT_INDEX_INTERVAL,
+    NO_CHUNK,
+    IndexCheckpoint,
+    SegmentIndex,
+    StreamDamage,
+    checkpoint_of,
+    encode_side_index,
+    write_side_index,
+)
+from persistence.stream_offsets import StreamOffsets
+from persistence.stream_recovery import StreamRecovery, make_stream_directory, recover_segments
+from persistence.stream_segment import (
+    FLAG_CHUNK_START,
+    FLAG_FILTER,
+    HEADER_SIZE,
+    check_short,
+    encode_header,
+    encode_record,
+    index_file_name,
+    record_size,
+    segment_file_name,
+    stream_path,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from persistence.stream_cursor import GapCallback, StreamCursor
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_SEGMENT_BYTES = 500_000_000  # RabbitMQ's x-stream-max-segment-size-bytes default
+DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
+DEFAULT_CHECKPOINT_BYTES = 64 * 1024 * 1024  # the newest segment's side file is rewritten this often
+_BUFFER_LIMIT_FACTOR = 16
+
+
+class StreamOptions(TypedDict, total=False):
+    """The keywords of ``StreamLog.open`` (the constructor's)."""
+
+    max_segment_bytes: int
+    max_bytes: int | None
+    max_age_ms: int | None
+    committer: GroupCommitter | None
+    on_committed: Callable[[int], None] | None
+    write_buffer_size: int
+    index_interval_bytes: int
+    checkpoint_bytes: int
+    clock_ms: Callable[[], int]
+
+
+class _Commit(NamedTuple):
+    """What a sync round makes durable: everything flushed when it started."""
+
+    next_offset: int
+    segment_id: int  # the tail then (-1: none)
+    position: int  # its size then
+    tail: IndexCheckpoint | None
+
+
+class RetentionResult(NamedTuple):
+    dropped_segments: list[int]  # their ids (first offsets)
+    freed_bytes: int
+    first_offset: int  # the first offset still stored
+
+
+class SegmentInfo(NamedTuple):
+    """One segment, for management and metrics."""
+
+    segment_id: int
+    first_offset: int
+    next_offset: int
+    size: int
+    first_timestamp_ms: int
+    last_timestamp_ms: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StreamLog:
+    """The segment files of one stream directory; see the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        vhost: str,
+        name: str,
+        *,
+        max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES,
+        max_bytes: int | None = None,
+        max_age_ms: int | None = None,
+        committer: GroupCommitter | None = None,
+        on_committed: Callable[[int], None] | None = None,
+        write_buffer_size: int = DEFAULT_WRITE_BUFFER_SIZE,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL,
+        checkpoint_bytes: int = DEFAULT_CHECKPOINT_BYTES,
+        clock_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        """Use ``open()``, which also recovers the directory."""
+        if max_segment_bytes <= HEADER_SIZE:
+            raise ValueError(f"max_segment_bytes must be above {HEADER_SIZE}")
+        self._directory = Path(directory)
+        self.vhost = vhost
+        self.name = name
+        self.max_segment_bytes = max_segment_bytes
+        self.max_bytes = max_bytes
+        self.max_age_ms = max_age_ms
+        self._committer = committer
+        self.on_committed = on_committed
+        self.write_buffer_size = write_buffer_size
+        self._interval = index_interval_bytes
+        self.checkpoint_bytes = checkpoint_bytes
+        self._clock_ms = clock_ms
+        self._segments: list[SegmentIndex] = []
+        self._segment_ids: list[int] = []
+        self._tail: SegmentIndex | None = None
+        self._tail_fd: int | None = None
+        self._buffer = bytearray()
+        self._next = 0  # the offset the next append gets
+        self._last_ts = 0
+        # Committed (readable): everything before _visible_next, which ends in segment
+        # _visible_segment at file position _visible_position.
+        self._visible_next = 0
+        self._visible_segment = -1
+        self._visible_position = 0
+        self._last_chunk = NO_CHUNK  # the first offset of the last committed chunk
+        self._pending_chunks: deque[int] = deque()  # first offsets of chunks not committed yet
+        self._unsynced_paths: set[str] = set()
+        self._dir_dirty = False
+        self._unindexed: list[SegmentIndex] = []  # sealed, waiting for their final side file
+        self._retention_due = False
+        self._sync_requested = False
+        self._cursors: weakref.WeakSet[StreamCursor] = weakref.WeakSet()
+        self.damage: list[StreamDamage] = []
+        self.recovery = StreamRecovery(0, 0, 0, 0.0)
+        self.offsets: StreamOffsets
+        self._failed: OSError | None = None
+        self._closed = False
+
+    @classmethod
+    def open(cls, directory: Path, vhost: str, name: str, **options: Unpack[StreamOptions]) -> "StreamLog":
+        """Open the stream in ``directory`` (created if missing) and recover it; ``options`` are
+        the constructor's keywords."""
+        stream = cls(directory, vhost, name, **options)
+        stream._recover()
+        return stream
+
+    @classmethod
+    def open_in(cls, data_dir: Path, vhost: str, name: str, **options: Unpack[StreamOptions]) -> "StreamLog":
+        """The stream ``name`` of ``vhost`` under ``data_dir`` (``stream_segment.stream_path``)."""
+        return cls.open(stream_path(data_dir, vhost, name), vhost, name, **options)
+
+    def notify_committed(self, callback: Callable[[int], None] | None) -> None:
+        """Call `callback(next_offset)` after each sync round that made records readable (the
+        owner's cue to push them to consumers waiting at the tail)."""
+        self.on_committed = callback
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    # ---- appending ------------------------------------------------------------------------
+
+    def append(
+        self,
+        exchange: str,
+        routing_key: str,
+        raw_properties: bytes,
+        body: bytes,
+        *,
+        filter_value: str | None = None,
+        timestamp_ms: int | None = None,
+    ) -> int:
+        """Append a message and return its offset. ``raw_properties`` are the content header's
+        property flags and list; ``timestamp_ms`` defaults to now and is raised to the previous
+        record's if the clock went back. It becomes readable once committed. If it raises,
+        nothing was appended."""
+        self._check_writable()
+        exchange_b = exchange.encode("utf-8")
+        routing_key_b = routing_key.encode("utf-8")
+        if len(exchange_b) > 255 or len(routing_key_b) > 255:
+            check_short("exchange", exchange_b)
+            check_short("routing key", routing_key_b)
+        if filter_value is None:
+            filter_b, flags = b"", 0
+        else:
+            filter_b, flags = filter_value.encode("utf-8"), FLAG_FILTER
+            check_short("filter value", filter_b)
+        size = record_size(filter_b, exchange_b, routing_key_b, raw_properties, body)
+        tail = self._tail
+        buffer = self._buffer
+        if len(buffer) >= _BUFFER_LIMIT_FACTOR * self.write_buffer_size:
+            self.flush()  # writes keep failing: refuse (raises) rather than grow without bound
+        if tail is None or (
+            tail.size + len(buffer) + size > self.max_segment_bytes and tail.size + len(buffer) > tail.header_length
+        ):
+            tail = self._roll_over()
+        was_empty = not buffer
+        if was_empty:
+            flags |= FLAG_CHUNK_START
+        ts = self._clock_ms() if timestamp_ms is None else timestamp_ms
+        if ts < self._last_ts:
+            ts = self._last_ts
+        offset = self._next
+        position = tail.size + len(buffer)
+        buffer += encode_record(offset, ts, flags, filter_b, exchange_b, routing_key_b, raw_properties, body)
+        buffer += body
+        tail.note(offset, ts, position, was_empty)
+        if was_empty:
+            self._pending_chunks.append(offset)
+        self._next = offset + 1
+        self._last_ts = ts
+        if len(buffer) >= self.write_buffer_size:
+            try:
+                self.flush()
+            except OSError as err:
+                log.warning("writing to stream %s failed: %s; will retry", self._directory, err)
+        if not self._sync_requested and self._committer is not None:
+            self._sync_requested = True
+            self._committer.request_sync(self, _log_sync_failure)
+        return offset
+
+    def flush(self) -> None:
+        """Write the buffered records to the tail segment with one os.write (more only if the OS
+        writes part of it). On failure the file is cut back and the buffer kept for a retry."""
+        if not self._buffer or self._tail_fd is None:
+            return
+        tail = self._tail
+        assert tail is not None
+        view = memoryview(self._buffer)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.write(self._tail_fd, view[written:])
+        except OSError:
+            view.release()
+            try:
+                os.ftruncate(self._tail_fd, tail.size)  # no torn record may stay in the middle
+            except OSError as err:
+                self._failed = err
+            raise
+        view.release()
+        tail.grew(written)
+        self._buffer.clear()
+
+    # ---- group commit (Syncable) ----------------------------------------------------------
+
+    def prepare_sync(self) -> SyncJob:
+        """Flush, and hand over what must be fsynced for everything appended so far to be durable."""
+        if self._failed is not None:
+            raise self._failed
+        self.flush()
+        self._sync_requested = False
+        tail = self._tail
+        if tail is None:
+            commit = _Commit(self._next, -1, 0, None)
+        else:
+            commit = _Commit(self._next, tail.segment_id, tail.size, checkpoint_of(tail))
+        paths = sorted(self._unsynced_paths)
+        self._unsynced_paths = set()
+        directories = [str(self._directory)] if self._dir_dirty else []
+        self._dir_dirty = False
+        fds = [] if self._tail_fd is None else [os.dup(self._tail_fd)]
+        return SyncJob(fds=fds, paths=paths, directories=directories, token=commit)
+
+    def sync_done(self, job: SyncJob, error: OSError | None) -> None:
+        if error is not None:
+            # After a failed fsync the kernel may have dropped dirty pages: nothing written since
+            # can be trusted to reach the disk, so stop accepting writes (fail-stop).
+            self._failed = error
+            log.error("fsync failed in stream %s: %s; it stops accepting writes", self._directory, error)
+            return
+        commit = job.token
+        assert isinstance(commit, _Commit)
+        advanced = commit.next_offset > self._visible_next
+        if advanced:
+            self._visible_next = commit.next_offset
+            self._visible_segment = commit.segment_id
+            self._visible_position = commit.position
+            pending = self._pending_chunks
+            while pending and pending[0] < commit.next_offset:
+                self._last_chunk = pending.popleft()
+        try:
+            self._write_side_indexes(commit)
+        except OSError as err:  # only an optimisation: the next open scans instead
+            log.warning("writing a side index of stream %s failed: %s", self._directory, err)
+        if self._retention_due:
+            self._retention_due = False
+            self.apply_retention()
+        if advanced and self.on_committed is not None:
+            self.on_committed(commit.next_offset)
+
+    def sync_now(self) -> None:
+        """Make everything appended durable and readable now, blocking (tools, tests, shutdown)."""
+        job = self.prepare_sync()
+        error: OSError | None = None
+        try:
+            for fd in job.fds:
+                os.fsync(fd)
+            for path in job.paths:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            for directory in job.directories:
+                fsync_directory(Path(directory))
+        except OSError as err:
+            error = err
+        finally:
+            job.discard()
+        self.sync_done(job, error)
+        if error is not None:
+            raise error
+
+    def _write_side_indexes(self, commit: _Commit) -> None:
+        """Side files for what is now durable: each sealed segment once, and the tail every
+        ``checkpoint_bytes``. Written without fsync (the next round or close fsyncs them)."""
+        while self._unindexed and self._unindexed[0].segment_id < self._visible_segment:
+            seg = self._unindexed.pop(0)
+            if not seg.dropped:
+                self._write_side_index(seg, checkpoint_of(seg))
+        tail = self._tail
+        at = commit.tail
+        if tail is not None and at is not None and commit.segment_id == tail.segment_id:
+            if at.covered_size - tail.indexed_size >= self.checkpoint_bytes:
+                self._write_side_index(tail, at)
+
+    def _write_side_index(self, seg: SegmentIndex, at: IndexCheckpoint) -> None:
+        path = self._directory / index_file_name(seg.segment_id)
+        write_side_index(path, encode_side_index(seg, at))
+        seg.mark_indexed(at.covered_size)
+        self._unsynced_paths.add(str(path))
+        self._dir_dirty = True
+
+    # ---- facts (committed records only) -------------------------------------------------
+
+    @property
+    def first_offset(self) -> int:
+        """The first offset still stored (``next_offset`` when the stream is empty)."""
+        if not self._segments:
+            return self._visible_next
+        return min(self._segments[0].segment_id, self._visible_next)
+
+    @property
+    def next_offset(self) -> int:
+        """One past the last committed record: where a consumer starting at ``next`` begins."""
+        return self._visible_next
+
+    @property
+    def last_offset(self) -> int | None:
+        """The last committed record's offset; None when the stream holds none."""
+        return self._visible_next - 1 if self._visible_next > self.first_offset else None
+
+    @property
+    def last_chunk_offset(self) -> int | None:
+        """The first offset of the last committed chunk (RabbitMQ's ``last``); None when empty."""
+        if self._last_chunk == NO_CHUNK or self._last_chunk < self.first_offset:
+            return self.last_offset
+        return self._last_chunk
+
+    @property
+    def appended_offset(self) -> int:
+        """The offset the next append gets (records before it may not be committed yet)."""
+        return self._next
+
+    def offset_at(self, timestamp_ms: int) -> int:
+        """The offset of the first committed record with a timestamp at or after ``timestamp_ms``;
+        ``next_offset`` when there is none."""
+        segments = self._segments
+        k = bisect_left(segments, timestamp_ms, key=_last_timestamp)
+        while k < len(segments):
+            seg = segments[k]
+            if seg.segment_id >= self._visible_next:
+                break
+            if seg.record_count and seg.last_timestamp >= timestamp_ms:
+                found = self._scan_for_time(seg, timestamp_ms)
+                if found is not None:
+                    return found
+            k += 1
+        return self._visible_next
+
+    def _scan_for_time(self, seg: SegmentIndex, timestamp_ms: int) -> int | None:
+        from persistence.stream_cursor import StreamCursor
+
+        position, offset = seg.seek_time(timestamp_ms)
+        cursor = StreamCursor.at_position(self, seg, position, offset)
+        try:
+            return cursor.first_at_or_after(timestamp_ms)
+        finally:
+            cursor.close()
+
+    def disk_bytes(self) -> int:
+        """Bytes of the segment files (written or buffered); side files not included."""
+        return sum(s.size for s in self._segments) + len(self._buffer)
+
+    def segments(self) -> list[SegmentInfo]:
+        return [
+            SegmentInfo(s.segment_id, s.segment_id, s.next_offset, s.size, s.first_timestamp, s.last_timestamp)
+            for s in self._segments
+        ]
+
+    # ---- for cursors --------------------------------------------------------------------
+
+    def reader(
+        self,
+        offset: int,
+        *,
+        filter_values: Iterable[str] | None = None,
+        match_unfiltered: bool = False,
+        on_gap: GapCallback | None = None,
+        read_size: int = 256 * 1024,
+    ) -> StreamCursor:
+        """A cursor that reads committed records from ``offset`` on (see stream_cursor).
+
+        An offset below ``first_offset`` starts at the first stored record and reports the gap;
+        one past ``next_offset`` is taken as ``next_offset``. With ``filter_values``, only records
+        whose filter value is one of them are returned, and records without a filter value only
+        if ``match_unfiltered``; the others are skipped without reading their message."""
+        from persistence.stream_cursor import StreamCursor
+
+        if offset < 0:
+            raise ValueError(f"a stream offset is at least 0, got {offset}")
+        cursor = StreamCursor(self, offset, filter_values, match_unfiltered, on_gap, read_size)
+        self._cursors.add(cursor)
+        return cursor
+
+    def readable_end(self, seg: SegmentIndex) -> int:
+        """The file position up to which ``seg`` holds committed records."""
+        committed = self._visible_segment
+        if seg.segment_id < committed:
+            return seg.size
+        if seg.segment_id == committed:
+            return self._visible_position
+        return seg.header_length
+
+    def is_sealed(self, seg: SegmentIndex) -> bool:
+        """True when nothing more will be appended to ``seg``."""
+        return seg is not self._tail
+
+    def segment_after(self, seg: SegmentIndex) -> SegmentIndex | None:
+        k = bisect_right(self._segment_ids, seg.segment_id)
+        return self._segments[k] if k < len(self._segments) else None
+
+    def locate(self, offset: int) -> tuple[SegmentIndex, int, int] | None:
+        """(segment, file position, offset of the record there) to read forward from to reach
+        ``offset``; None when the stream has no segment."""
+        if not self._segments:
+            return None
+        k = max(bisect_right(self._segment_ids, offset) - 1, 0)
+        seg = self._segments[k]
+        position, at = seg.seek(offset)
+        return seg, position, at
+
+    def forget_cursor(self, cursor: StreamCursor) -> None:
+        self._cursors.discard(cursor)
+
+    # ---- retention -------------------------------------------------------------------------
+
+    def set_retention(self, max_bytes: int | None, max_age_ms: int | None) -> None:
+        """The limits applied at every segment roll-over (``apply_retention``); None: no limit."""
+        self.max_bytes = max_bytes
+        self.max_age_ms = max_age_ms
+
+    def apply_retention(self, now_ms: int | None = None) -> RetentionResult:
+        """``enforce_retention`` with the limits of ``set_retention`` (the owner calls it on a timer
+        for ``max_age_ms``, which time alone can exceed)."""
+        return self.enforce_retention(self.max_bytes, self.max_age_ms, now_ms)
+
+    def enforce_retention(
+        self, max_bytes: int | None, max_age_ms: int | None, now_ms: int | None = None
+    ) -> RetentionResult:
+        """Drop whole segments from the front, never the tail nor one with records not yet
+        committed, while the segments take more than ``max_bytes`` or while the oldest one's
+        newest record is older than ``max_age_ms``. Cursors in a dropped segment go on from the
+        first record kept, and report the gap."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        cutoff = None if max_age_ms is None else now - max_age_ms
+        total = self.disk_bytes()
+        dropped: list[int] = []
+        freed = 0
+        while len(self._segments) > 1:
+            seg = self._segments[0]
+            if seg is self._tail or seg.segment_id >= self._visible_segment:
+                self._retention_due = True  # not committed yet: look again after the next round
+                break
+            too_big = max_bytes is not None and total > max_bytes
+            too_old = cutoff is not None and seg.last_timestamp < cutoff
+            if not (too_big or too_old):
+                break
+            self._drop_first_segment()
+            total -= seg.size
+            freed += seg.size
+            dropped.append(seg.segment_id)
+        return RetentionResult(dropped, freed, self.first_offset)
+
+    def _drop_first_segment(self) -> None:
+        seg = self._segments.pop(0)
+        del self._segment_ids[0]
+        seg.mark_dropped()
+        for path in (seg.path, self._directory / index_file_name(seg.segment_id)):
+            path.unlink(missing_ok=True)
+            self._unsynced_paths.discard(str(path))
+        self._dir_dirty = True
+        self.damage = [d for d in self.damage if d.path != str(seg.path)]
+        for cursor in list(self._cursors):
+            cursor.segment_dropped(seg)
+
+    # ---- rolling over --------------------------------------------------------------------
+
+    def _roll_over(self) -> SegmentIndex:
+        """Seal the tail (if any) and start a new segment named after the next offset."""
+        self.flush()
+        first = self._next
+        path = self._directory / segment_file_name(first)
+        created = self._clock_ms()
+        header = encode_header(first, created)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        try:
+            if os.write(fd, header) != len(header):
+                raise OSError(f"{path}: short write of the segment header")
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        old = self._tail
+        if old is not None and self._tail_fd is not None:
+            os.close(self._tail_fd)
+            self._unsynced_paths.add(str(old.path))
+            self._unindexed.append(old)
+        seg = SegmentIndex(first, path, HEADER_SIZE, created, self._interval)
+        seg.set_size(len(header))
+        self._segments.append(seg)
+        self._segment_ids.append(first)
+        self._tail, self._tail_fd = seg, fd
+        self._dir_dirty = True
+        if old is not None and (self.max_bytes is not None or self.max_age_ms is not None):
+            self.apply_retention()
+        return seg
+
+    # ---- recovery ----------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        started = time.monotonic()
+        make_stream_directory(self._directory, self.vhost, self.name, self._clock_ms())
+        self.offsets = StreamOffsets(self._directory, self._committer)
+        found = recover_segments(self._directory, self._interval)
+        self.damage = found.damage
+        self._segments = found.segments
+        self._segment_ids = [s.segment_id for s in found.segments]
+        if self._segments:
+            tail = self._segments[-1]
+            self._tail = tail
+            self._tail_fd = os.open(tail.path, os.O_RDWR | os.O_APPEND)
+            os.fsync(self._tail_fd)  # what a crashed broker left in the page cache is durable before it is read
+            self._next = tail.next_offset
+            self._last_ts = max(s.last_timestamp for s in self._segments)
+            self._visible_next = self._next
+            self._visible_segment = tail.segment_id
+            self._visible_position = tail.size
+            for seg in reversed(self._segments):
+                if seg.last_chunk != NO_CHUNK:
+                    self._last_chunk = seg.last_chunk
+                    break
+        seconds = time.monotonic() - started
+        self.recovery = StreamRecovery(len(self._segments), found.scanned_bytes, found.truncated_bytes, seconds)
+
+    # ---- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, fsync, write the side files (so the next open scans nothing) and close the files
+        (blocking; for shutdown). Open cursors keep working on what was committed."""
+        if self._closed:
+            return
+        try:
+            if self._failed is None:
+                self.sync_now()
+                tail = self._tail
+                for seg in [*self._unindexed, *([tail] if tail is not None else [])]:
+                    if not seg.dropped and seg.indexed_size != seg.size:
+                        path = self._directory / index_file_name(seg.segment_id)
+                        write_atomically(path, encode_side_index(seg, checkpoint_of(seg)))
+                        seg.mark_indexed(seg.size)
+                self._unindexed = []
+                self.offsets.close()
+        finally:
+            self._closed = True
+            if self._tail_fd is not None:
+                os.close(self._tail_fd)
+                self._tail_fd = None
+
+    def delete(self) -> None:
+        """Remove the stream's files (the stream was deleted)."""
+        self._closed = True
+        if self._tail_fd is not None:
+            os.close(self._tail_fd)
+            self._tail_fd = None
+        self._buffer.clear()
+        for cursor in list(self._cursors):
+            cursor.close()
+        for seg in self._segments:
+            seg.mark_dropped()
+        self._segments, self._segment_ids, self._tail = [], [], None
+        self.offsets.discard()
+        shutil.rmtree(self._directory, ignore_errors=True)
+        if self._directory.parent.is_dir():
+            fsync_directory(self._directory.parent)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise RuntimeError("the stream is closed")
+        if self._failed is not None:
+            raise OSError(self._failed.errno, f"stream failed earlier: {self._failed}")
+
+
+def _last_timestamp(seg: SegmentIndex) -> int:
+    return seg.last_timestamp
+
+
+def _log_sync_failure(error: OSError | None) -> None:
+    if error is not None:
+        log.error("fsync of a stream failed: %s", error)
+
+
+__all__ = ["StreamLog", "StreamOptions", "RetentionResult", "SegmentInfo", "StreamRecovery"]

@@ -1,0 +1,266 @@
+"""The files of a stream: segment header, stream record, and the directory layout (stream format 1).
+
+A stream segment is framed like a queue segment (docs/queue-files.md): a
+40-byte header, then records ``length u32, crc u32, type u8, payload`` with
+the same CRC-32, so the Spark reader's record walk
+(``segment_file.trusted_record_offsets``) reads stream segments unchanged.
+It differs in its magic (``AMQPSSEG``, so a queue reader refuses a stream
+file instead of reading it as an empty queue), in its format version (its
+own, ``STREAM_FORMAT_VERSION``) and in its one record type, ``0x20``::
+
+    offset u64, timestamp_ms u64, flags u8, filter_len u8, filter bytes,
+    head_crc u32,
+    exchange_len u8, exchange, routing_key_len u8, routing_key,
+    properties_len u32, properties, body_len u32, body
+
+``head_crc`` covers the record's ``length`` field and the bytes from ``type``
+to the end of the filter value, so a filtered read can check the offset, the
+filter value and where the next record starts, and skip the record, without
+reading its message. The message fields are those of a queue's message record
+(same order, same widths), so the Spark columnar decoder reads them too.
+docs/stream-files.md is the contract.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+import zlib
+from pathlib import Path
+from typing import NamedTuple
+
+from persistence.format_version import UnsupportedFormatVersion
+from persistence.record_format import LENGTH, MIN_RECORD_LENGTH, RECORD_HEAD
+
+STREAM_MAGIC = b"AMQPSSEG"
+STREAM_FORMAT_VERSION = 1
+SUPPORTED_STREAM_FORMAT_VERSIONS = frozenset({1})
+HEADER_SIZE = 40
+_HEADER = struct.Struct(">8sHHIQQI")  # magic, version, header_length, flags, segment_id, created_at_ms, reserved
+_HEADER_CRC = struct.Struct(">I")
+_VERSION_AT = struct.Struct(">8sH")
+
+STREAM_RECORD = 0x20
+FLAG_FILTER = 0x01  # the record has a filter value (an empty one is still a value)
+FLAG_CHUNK_START = 0x02  # the first record of what one write (a flush) put in the file
+KNOWN_FLAGS = FLAG_FILTER | FLAG_CHUNK_START
+
+# length, crc, type, offset, timestamp, flags, filter_len: the fixed start of every stream record.
+HEAD = struct.Struct(">IIBQQBB")
+_TYPED_HEAD = struct.Struct(">BQQBB")  # HEAD from the type on
+FILTER_AT = HEAD.size  # 27: the filter value starts here, then head_crc (u32)
+_U32 = struct.Struct(">I")
+_U8 = struct.Struct(">B")
+# Everything but the five variable fields: the HEAD, head_crc, and four field lengths (1+1+4+4).
+RECORD_OVERHEAD = HEAD.size + 4 + 10
+MAX_SHORT = 255
+MAX_RECORD_LENGTH = 0xFFFF_FFFF
+_MAX_U63 = (1 << 63) - 1
+
+SEGMENT_SUFFIX = ".seg"
+INDEX_SUFFIX = ".sidx"
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.seg$")
+STREAMS_DIR = "streams"
+STREAM_META = "stream.json"
+VHOST_META = "vhost.json"
+OFFSETS_FILE = "consumer-offsets.json"
+
+
+class UnsupportedStreamFormatVersion(UnsupportedFormatVersion):
+    """A stream file written in a format version this code does not read."""
+
+    def __init__(self, path: str, version: object) -> None:
+        super().__init__(path, version)
+        supported = ", ".join(str(v) for v in sorted(SUPPORTED_STREAM_FORMAT_VERSIONS))
+        self.args = (
+            f"{path}: stream file format version {version!r} is not supported "
+            f"(this amqp-server reads version {supported}); it was probably written by a newer amqp-server",
+        )
+
+
+def check_stream_format_version(path: str, version: object) -> None:
+    if version not in SUPPORTED_STREAM_FORMAT_VERSIONS or isinstance(version, bool):
+        raise UnsupportedStreamFormatVersion(path, version)
+
+
+class CorruptStreamHeader(ValueError):
+    """A stream segment whose header is short or fails its magic or CRC check."""
+
+
+class StreamSegmentHeader(NamedTuple):
+    version: int
+    header_length: int
+    flags: int
+    segment_id: int  # the offset of the segment's first record
+    created_at_ms: int
+
+
+class StreamRecord(NamedTuple):
+    """One message of a stream, as a reader returns it."""
+
+    offset: int
+    timestamp_ms: int
+    exchange: str
+    routing_key: str
+    raw_properties: bytes  # the content header's property flags and property list, as received
+    body: bytes
+    filter_value: str | None = None
+
+
+# ---- names and directories ---------------------------------------------------------------
+
+
+def segment_file_name(segment_id: int) -> str:
+    return f"{segment_id:020d}{SEGMENT_SUFFIX}"
+
+
+def index_file_name(segment_id: int) -> str:
+    return f"{segment_id:020d}{INDEX_SUFFIX}"
+
+
+def parse_segment_file_name(name: str) -> int | None:
+    match = _SEGMENT_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def stream_path(data_dir: Path, vhost: str, stream: str) -> Path:
+    """``<data_dir>/streams/<sha1(vhost)>/<sha1(stream)>``, as queues are laid out under ``queues/``."""
+    return Path(data_dir) / STREAMS_DIR / _name_to_dir(vhost) / _name_to_dir(stream)
+
+
+def _name_to_dir(name: str) -> str:
+    # The same hash as segment_layout.name_to_dir (docs/queue-files.md section 1).
+    return hashlib.sha1(name.encode("utf-8")).hexdigest()
+
+
+# ---- segment header ----------------------------------------------------------------------
+
+
+def encode_header(segment_id: int, created_at_ms: int) -> bytes:
+    head = _HEADER.pack(STREAM_MAGIC, STREAM_FORMAT_VERSION, HEADER_SIZE, 0, segment_id, created_at_ms, 0)
+    return head + _HEADER_CRC.pack(zlib.crc32(head))
+
+
+def decode_header(path: str, data: bytes) -> StreamSegmentHeader:
+    """The header at the start of ``data``: magic first, then the version, then the CRC."""
+    if len(data) < _VERSION_AT.size:
+        raise CorruptStreamHeader(f"{path}: {len(data)} bytes, too short for a stream segment header")
+    magic, version = _VERSION_AT.unpack_from(data, 0)
+    if magic != STREAM_MAGIC:
+        raise CorruptStreamHeader(f"{path}: not a stream segment file (magic {magic!r})")
+    check_stream_format_version(path, version)
+    if len(data) < HEADER_SIZE:
+        raise CorruptStreamHeader(f"{path}: {len(data)} bytes, too short for a stream segment header")
+    _, version, header_length, flags, segment_id, created_at_ms, _ = _HEADER.unpack_from(data, 0)
+    (crc,) = _HEADER_CRC.unpack_from(data, _HEADER.size)
+    if crc != zlib.crc32(data[: _HEADER.size]):
+        raise CorruptStreamHeader(f"{path}: stream segment header CRC mismatch")
+    if header_length < HEADER_SIZE:
+        raise CorruptStreamHeader(f"{path}: header length {header_length} is below {HEADER_SIZE}")
+    return StreamSegmentHeader(version, header_length, flags, segment_id, created_at_ms)
+
+
+# ---- records -----------------------------------------------------------------------------
+
+
+def record_size(filter_b: bytes, exchange_b: bytes, routing_key_b: bytes, raw_properties: bytes, body: bytes) -> int:
+    """Bytes the record will take in the file (length field included)."""
+    return RECORD_OVERHEAD + len(filter_b) + len(exchange_b) + len(routing_key_b) + len(raw_properties) + len(body)
+
+
+def encode_record(
+    offset: int,
+    timestamp_ms: int,
+    flags: int,
+    filter_b: bytes,
+    exchange_b: bytes,
+    routing_key_b: bytes,
+    raw_properties: bytes,
+    body: bytes,
+) -> bytes:
+    """The record up to (not including) the body; the body follows it in the file unchanged.
+
+    Returned apart so the caller appends the body to its write buffer without one more copy.
+    The short strings must be at most 255 bytes (the caller checks: ``check_short``)."""
+    if not (0 <= offset <= _MAX_U63 and 0 <= timestamp_ms <= _MAX_U63):
+        raise ValueError(f"offset and timestamp must be in 0..2**63-1, got {offset}, {timestamp_ms}")
+    n_filter = len(filter_b)
+    length = RECORD_OVERHEAD - 4 + n_filter + len(exchange_b) + len(routing_key_b) + len(raw_properties) + len(body)
+    if length > MAX_RECORD_LENGTH:
+        raise ValueError(f"stream record of {length + 4} bytes exceeds the 4 GiB record limit")
+    length_b = LENGTH.pack(length)
+    typed = _TYPED_HEAD.pack(STREAM_RECORD, offset, timestamp_ms, flags, n_filter) + filter_b
+    rest = b"".join(
+        (
+            _U32.pack(zlib.crc32(typed, zlib.crc32(length_b))),
+            _U8.pack(len(exchange_b)),
+            exchange_b,
+            _U8.pack(len(routing_key_b)),
+            routing_key_b,
+            _U32.pack(len(raw_properties)),
+            raw_properties,
+            _U32.pack(len(body)),
+        )
+    )
+    crc = zlib.crc32(body, zlib.crc32(rest, zlib.crc32(typed)))
+    return b"".join((length_b, _U32.pack(crc), typed, rest))
+
+
+def check_short(name: str, value: bytes) -> None:
+    if len(value) > MAX_SHORT:
+        raise ValueError(f"{name} is an AMQP short string: at most 255 bytes of UTF-8, got {len(value)}")
+
+
+def head_crc_ok(buf: bytes, i: int, n_filter: int) -> bool:
+    """True when the head CRC of the record at ``buf[i:]`` matches (its head must be in ``buf``)."""
+    end = i + FILTER_AT + n_filter
+    stored: int = _U32.unpack_from(buf, end)[0]
+    return zlib.crc32(buf[i + 8 : end], zlib.crc32(buf[i : i + 4])) == stored
+
+
+class MalformedStreamRecord(ValueError):
+    """A record whose CRC matches but whose fields do not fit its length (a writer bug)."""
+
+
+def decode_message(
+    buf: bytes, i: int, end: int, offset: int, timestamp_ms: int, flags: int, n_filter: int
+) -> StreamRecord:
+    """The StreamRecord at ``buf[i:end]`` whose HEAD fields were already unpacked and CRC checked."""
+    h = i + FILTER_AT
+    filter_value = buf[h : h + n_filter].decode("utf-8") if flags & FLAG_FILTER else None
+    h += n_filter + 4
+    try:
+        n = buf[h]
+        exchange = buf[h + 1 : h + 1 + n]
+        h += 1 + n
+        n = buf[h]
+        routing_key = buf[h + 1 : h + 1 + n]
+        h += 1 + n
+        (n,) = _U32.unpack_from(buf, h)
+        props = buf[h + 4 : h + 4 + n]
+        h += 4 + n
+        (n,) = _U32.unpack_from(buf, h)
+        h += 4
+        if h + n > end:
+            raise IndexError("the body runs past the end of the record")
+        body = buf[h : h + n]
+        return StreamRecord(
+            offset, timestamp_ms, exchange.decode("utf-8"), routing_key.decode("utf-8"), props, body, filter_value
+        )
+    except (IndexError, struct.error, UnicodeDecodeError) as err:
+        raise MalformedStreamRecord(f"stream record {offset}: {err}") from err
+
+
+def frame_problem(buf: bytes, i: int, limit: int) -> str | None:
+    """Why no record can start at ``buf[i]`` when ``limit`` bytes of ``buf`` are the data, or None."""
+    if limit - i < RECORD_HEAD.size:
+        return "zero-filled tail" if not any(buf[i:limit]) else "torn record (partial header)"
+    (length,) = LENGTH.unpack_from(buf, i)
+    if length == 0:
+        return "zero-filled tail" if not any(buf[i:limit]) else "zero length field"
+    if length < MIN_RECORD_LENGTH:
+        return f"invalid record length {length}"
+    if i + 4 + length > limit:
+        return f"torn record (length {length} runs {i + 4 + length - limit} bytes past the end)"
+    return None

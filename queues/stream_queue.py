@@ -1,0 +1,436 @@
+"""The stream queue type (`x-queue-type: stream`): an append-only log each consumer replays.
+
+A stream keeps every message it is published, in its log (persistence/stream_log.py), until
+retention (x-max-length-bytes, x-max-age) drops whole segments from the front. A consumer does
+not take messages away from others: each reads the log from its own offset (x-stream-offset,
+queues/stream_offset.py) through a cursor of its own, which reads the files in chunks, so
+history is never pulled into memory and many consumers share nothing but the files. A
+consumer at the tail is pushed new messages once their records are fsynced (the log's
+`on_committed`).
+
+Over AMQP 0-9-1 this is RabbitMQ's stream: a consumer needs a per-consumer prefetch, acks
+(nack and reject too) only return credit, nothing is requeued, and every delivery carries the
+header `x-stream-offset`. Beyond RabbitMQ:
+
+- Durable means durable: a publish is confirmed once its record is fsynced (RabbitMQ does not
+  fsync streams).
+- Server-side offset tracking: a consumer that names itself with
+  `x-stream-automatic-offset-tracking: true` (LavinMQ's argument, keyed by the consumer tag)
+  resumes after the last message it *acknowledged*, durably; LavinMQ resumes after the last one
+  delivered, which skips messages prefetched but never acked.
+- Exact filtering: `x-stream-filter` (a string or an array) and `x-stream-match-unfiltered`
+  select messages by their publisher's `x-stream-filter-value` header, with no false positives;
+  skipped records are stepped over without reading their bodies.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from queues.arguments import QueueArguments
+from queues.arguments.queue_type_rules import STREAM
+from queues.consumer import Consumer
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, FLAG_HEADERS, Message, QueueEntry, content_header
+from queues.publish_outcome import ENQUEUED_DURABLY, WRITE_FAILED
+from queues.queue import Queue
+from queues.queue_type import ConsumeAnswer, CountsAnswer, GetAnswer, QueueTypeRefusal
+from queues.raw_properties import RawProperties, encode_field
+from queues.stream_offset import InvalidOffset, StartAt, parse_offset
+from queues.timers import Timer, Timers
+
+if TYPE_CHECKING:
+    from persistence.group_commit import GroupCommitter
+    from persistence.stream_cursor import StreamCursor
+    from persistence.stream_log import StreamLog
+    from persistence.stream_segment import StreamRecord
+
+# AMQP reply codes a stream refuses with (the wire layer's names; queues/ sits below it).
+PRECONDITION_FAILED = 406
+NOT_IMPLEMENTED = 540
+
+OFFSET_HEADER = "x-stream-offset"
+FILTER_VALUE_HEADER = "x-stream-filter-value"
+OFFSET_TRACKING = "x-stream-automatic-offset-tracking"
+STREAM_MODULE = "rabbit_stream_queue"
+# Consumer arguments of other queue types that a stream refuses (checked on RabbitMQ 3.10.8).
+REFUSED_CONSUMER_ARGUMENTS = ("x-priority", "x-cancel-on-ha-failover")
+READ_BATCH = 256  # records a cursor reads at a time, at most (and at most the consumer's credit)
+RETENTION_CHECK_S = 60.0  # how often x-max-age is applied when no segment rolls over
+
+_OFFSET_ENTRY_PREFIX = bytes((len(OFFSET_HEADER),)) + OFFSET_HEADER.encode() + b"l"
+_u16 = struct.Struct(">H")
+_u32 = struct.Struct(">I")
+_i64 = struct.Struct(">q")
+FLAG_CONTENT_TYPE = 0x8000
+FLAG_CONTENT_ENCODING = 0x4000
+
+
+def with_offset_header(raw_properties: bytes, offset: int) -> bytes:
+    """`raw_properties` (a content header's property flags and list) with the header
+    x-stream-offset set to `offset`, a 64-bit `l` integer as RabbitMQ sends it. The usual cases
+    (no headers, or headers without that key) are spliced as bytes, without decoding."""
+    flags = _u16.unpack_from(raw_properties, 0)[0]
+    entry = _OFFSET_ENTRY_PREFIX + _i64.pack(offset)
+    pos = 2
+    if flags & FLAG_CONTENT_TYPE:
+        pos += 1 + raw_properties[pos]
+    if flags & FLAG_CONTENT_ENCODING:
+        pos += 1 + raw_properties[pos]
+    if not flags & FLAG_HEADERS:
+        return (_u16.pack(flags | FLAG_HEADERS) + raw_properties[2:pos] + _u32.pack(len(entry)) + entry
+                + raw_properties[pos:])
+    length = _u32.unpack_from(raw_properties, pos)[0]
+    table = raw_properties[pos + 4:pos + 4 + length]
+    if OFFSET_HEADER.encode() in table:  # the publisher set one: replace it, decoding the table
+        raw = RawProperties(raw_properties)
+        fields = [(name, value) for name, value in raw.header_fields() if name != OFFSET_HEADER]
+        raw.set_header_fields([(OFFSET_HEADER, encode_field(offset)), *fields])
+        return raw.encode()
+    return (raw_properties[:pos] + _u32.pack(length + len(entry)) + entry + table
+            + raw_properties[pos + 4 + length:])
+
+
+class StreamEntry(QueueEntry):
+    """One delivery of a stream record (its `seq` is the record's offset)."""
+
+    __slots__ = ()
+
+
+class StreamReading:
+    """One consumer's place in the stream: its cursor, what it read ahead, and (with offset
+    tracking) which of its deliveries are not acked yet."""
+
+    __slots__ = ("consumer", "cursor", "ahead", "tracked_name", "outstanding", "acked_early", "resume_at",
+                 "skip_below")
+
+    def __init__(self, consumer: Consumer, cursor: "StreamCursor", tracked_name: str | None,
+                 skip_below: int = 0) -> None:
+        self.consumer = consumer
+        self.cursor = cursor
+        self.skip_below = skip_below  # an offset past the end when it consumed: records before it are not its
+        self.ahead: deque["StreamRecord"] = deque()
+        self.tracked_name = tracked_name
+        # Offset tracking: delivered and not acked, in delivery order; acked out of order.
+        self.outstanding: deque[int] = deque()
+        self.acked_early: set[int] = set()
+        self.resume_at = cursor.next_offset  # where the consumer would resume: all before is acked
+
+    def next_record(self) -> "StreamRecord | None":
+        ahead = self.ahead
+        while not ahead:
+            credit = self.consumer.prefetch_count - self.consumer.unacked
+            records = self.cursor.read(max(1, min(READ_BATCH, credit)))
+            if not records:
+                return None
+            skip = self.skip_below
+            ahead.extend(records if records[0].offset >= skip else (r for r in records if r.offset >= skip))
+        return ahead.popleft()
+
+    def delivered(self, offset: int) -> None:
+        if self.tracked_name is not None:
+            self.outstanding.append(offset)
+
+    def acked(self, offset: int) -> bool:
+        """The delivery of `offset` is acked; True when the resume point moved on."""
+        if self.tracked_name is None:
+            return False
+        outstanding = self.outstanding
+        if outstanding and outstanding[0] == offset:
+            outstanding.popleft()
+            while outstanding and outstanding[0] in self.acked_early:
+                self.acked_early.discard(outstanding.popleft())
+        elif offset in outstanding:
+            self.acked_early.add(offset)
+            return False
+        resume = outstanding[0] if outstanding else self.cursor.next_offset - len(self.ahead)
+        if resume > self.resume_at:
+            self.resume_at = resume
+            return True
+        return False
+
+    def close(self) -> None:
+        self.ahead.clear()
+        self.cursor.close()
+
+
+class StreamQueue(Queue):
+    """A stream (see the module docstring): the queue type behaviour over a StreamLog."""
+
+    def __init__(self, name: str, vhost: str, *, log: "StreamLog", committer: "GroupCommitter", timers: Timers,
+                 arguments: dict[str, Any] | None = None, settings: QueueArguments | None = None,
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        super().__init__(name, vhost, durable=True, arguments=arguments, timers=timers, settings=settings)
+        self.log = log
+        self._committer = committer
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._readings: dict[Consumer, StreamReading] = {}
+        self._retention_timer: Timer | None = None
+        self.dedup = None  # a log keeps every message it is given
+        self.adds_delivery_count = False
+        log.notify_committed(self._committed)
+        self._apply_retention_settings(self.settings)
+
+    def __repr__(self) -> str:
+        return f"<StreamQueue {self.name!r} vhost={self.vhost!r}>"
+
+    # -- retention ---------------------------------------------------------------------
+
+    def _apply_retention_settings(self, settings: QueueArguments) -> None:
+        self.log.set_retention(settings.max_length_bytes, settings.max_age_ms)
+        if self._retention_timer is not None:
+            self._retention_timer.cancel()
+            self._retention_timer = None
+        if settings.max_age_ms is not None or settings.max_length_bytes is not None:
+            self.log.apply_retention(self._clock_ms())
+            if settings.max_age_ms is not None:
+                self._retention_timer = self.timers.call_later(RETENTION_CHECK_S, self._retention_due)
+
+    def _retention_due(self) -> None:
+        self._retention_timer = None
+        if self.deleted:
+            return
+        self.log.apply_retention(self._clock_ms())
+        self._retention_timer = self.timers.call_later(RETENTION_CHECK_S, self._retention_due)
+
+    def reconfigure(self, settings: QueueArguments) -> None:
+        """A policy changed the stream's retention (max-length-bytes, max-age)."""
+        self.settings = settings
+        self._apply_retention_settings(settings)
+
+    # -- counts ------------------------------------------------------------------------
+
+    @property
+    def message_count(self) -> int:
+        """Records the stream holds now (committed ones, first to last)."""
+        return self.log.next_offset - self.log.first_offset
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self._readings)
+
+    def consumers(self) -> list[Consumer]:
+        return list(self._readings)
+
+    def has_exclusive_consumer(self) -> bool:
+        return any(consumer.exclusive for consumer in self._readings)
+
+    def consumer_offsets(self) -> list[tuple[Consumer, int]]:
+        """Each consumer and the offset it reads next (the management API shows them)."""
+        return [(consumer, reading.cursor.next_offset - len(reading.ahead)) for consumer, reading in self._readings.items()]
+
+    def count(self, answer: CountsAnswer) -> None:
+        """queue.declare-ok and delete-ok carry 0 messages and 0 consumers for a stream, as in
+        RabbitMQ (so delete's if-empty and if-unused never keep a stream); the management API
+        and the metrics show the real figures."""
+        answer.counted(0, 0)
+
+    # -- publish -----------------------------------------------------------------------
+
+    def publish(self, message: Message) -> int:
+        filter_value = None
+        if message.property_flags & FLAG_HEADERS:
+            value = (message.properties.headers or {}).get(FILTER_VALUE_HEADER)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            if isinstance(value, str):
+                filter_value = value
+        try:
+            self.log.append(message.exchange, message.routing_key, message.raw_header[CONTENT_HEADER_PREFIX_SIZE:],
+                            message.body, filter_value=filter_value)
+        except (OSError, ValueError):
+            return WRITE_FAILED
+        self.stats.published += 1
+        return ENQUEUED_DURABLY
+
+    def when_stored(self, callback: Callable[[OSError | None], None]) -> None:
+        """Once every record appended so far is fsynced (a confirm waits for this)."""
+        self._committer.request_sync(self.log, callback)
+
+    def _committed(self, next_offset: int) -> None:
+        """Records up to `next_offset` are fsynced and readable: consumers at the tail get them."""
+        self.dispatch()
+
+    # -- consume -----------------------------------------------------------------------
+
+    def _resource(self) -> str:
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
+
+    def check_consumer_arguments(self, arguments: dict[str, Any]) -> None:
+        """RabbitMQ's order: the offset, then the consumer arguments a stream does not take."""
+        try:
+            parse_offset(arguments, self._clock_ms())
+        except InvalidOffset as invalid:
+            raise QueueTypeRefusal(
+                PRECONDITION_FAILED, f"invalid arg 'x-stream-offset' for {self._resource()}: {invalid.reason}") from None
+        for key in REFUSED_CONSUMER_ARGUMENTS:
+            if key in arguments:
+                raise QueueTypeRefusal(
+                    PRECONDITION_FAILED, f"invalid arg '{key}' for {self._resource()} of queue type {STREAM_MODULE}")
+
+    def exclusive_use_refused(self, exclusive: bool) -> bool:
+        """Readers never take messages from each other: an exclusive consume keeps no one out
+        (as in RabbitMQ)."""
+        return False
+
+    def consume(self, consumer: Consumer, answer: ConsumeAnswer) -> None:
+        resource = self._resource()
+        if not consumer.prefetch_count:
+            answer.refused(QueueTypeRefusal(
+                PRECONDITION_FAILED, f"consumer prefetch count is not set for '{resource}'"))
+            return
+        if consumer.no_ack:
+            answer.refused(QueueTypeRefusal(
+                NOT_IMPLEMENTED, f"automatic acknowledgement not supported by stream queues {resource}"))
+            return
+        if answer.global_qos_active:
+            answer.refused(QueueTypeRefusal(NOT_IMPLEMENTED, f"{resource} does not support global qos"))
+            return
+        arguments = consumer.arguments
+        start = parse_offset(arguments, self._clock_ms())  # (checked: check_consumer_arguments)
+        filters = arguments.get("x-stream-filter")
+        if isinstance(filters, (str, bytes)):
+            filters = [filters]
+        filter_values = None
+        if filters is not None:
+            if not isinstance(filters, list) or not all(isinstance(value, (str, bytes)) for value in filters):
+                answer.refused(QueueTypeRefusal(
+                    PRECONDITION_FAILED, f"invalid arg 'x-stream-filter' for {resource}: a string or an array of strings"))
+                return
+            filter_values = [value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+                             for value in filters]
+        match_unfiltered = arguments.get("x-stream-match-unfiltered") is True
+        tracked_name = consumer.tag if arguments.get(OFFSET_TRACKING) is True else None
+        offset = None if tracked_name is None else self.log.offsets.get(tracked_name)
+        if offset is None:
+            offset = self._offset_of(start)
+        cursor = self.log.reader(min(offset, self.log.next_offset), filter_values=filter_values,
+                                 match_unfiltered=match_unfiltered)
+        self._readings[consumer] = StreamReading(consumer, cursor, tracked_name, skip_below=offset)
+        self.touch()
+        answer.started()
+        self.dispatch()
+
+    def _offset_of(self, start: StartAt) -> int:
+        log = self.log
+        if start.kind == "first":
+            return log.first_offset
+        if start.kind == "last":
+            last = log.last_chunk_offset
+            return log.next_offset if last is None else last
+        if start.kind == "next":
+            return log.next_offset
+        if start.kind == "timestamp":
+            return log.offset_at(start.value)
+        # Below the first record retained: the first. Past the end: that very offset, once it
+        # exists (RabbitMQ's consumer waits for it, and never sees the records before it).
+        return max(start.value, log.first_offset)
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        raise NotImplementedError("a stream's consumers come through consume(), with their offset")
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        reading = self._readings.pop(consumer, None)
+        if reading is not None:
+            reading.close()
+
+    def prefetch_changed(self, consumer: Consumer) -> None:
+        self.dispatch()
+
+    # -- deliver -----------------------------------------------------------------------
+
+    def dispatch(self, now: float | None = None, first: QueueEntry | None = None) -> None:
+        """Each consumer with credit gets the next records from its own place in the log."""
+        if self._dispatching or self.deleted:
+            return
+        self._dispatching = True
+        try:
+            stats = self.stats
+            for consumer, reading in list(self._readings.items()):
+                while consumer.has_capacity():
+                    record = reading.next_record()
+                    if record is None:
+                        break
+                    offset = record.offset
+                    raw_header = content_header(len(record.body), with_offset_header(record.raw_properties, offset))
+                    entry = StreamEntry(Message(record.exchange, record.routing_key, raw_header, record.body), offset)
+                    consumer.count_unacked()
+                    self.unacked_count += 1
+                    stats.delivered += 1
+                    reading.delivered(offset)
+                    consumer.sink.deliver(consumer, entry)
+                    entry.delivered(False)
+                    if self.deleted or consumer not in self._readings:
+                        break
+        finally:
+            self._dispatching = False
+
+    # -- settle: only credit comes back --------------------------------------------------
+
+    def _settled(self, entry: QueueEntry, consumer: Consumer | None) -> None:
+        self.unacked_count -= 1
+        entry.mark_gone()
+        if consumer is None:
+            return
+        consumer.count_settled()
+        reading = self._readings.get(consumer)
+        if reading is not None and reading.acked(entry.seq) and reading.tracked_name is not None:
+            self.log.offsets.store(reading.tracked_name, reading.resume_at)
+
+    def ack(self, entry: QueueEntry, consumer: Consumer | None) -> None:
+        self.stats.acked += 1
+        self._settled(entry, consumer)
+
+    def reject(self, entry: QueueEntry, consumer: Consumer | None) -> None:
+        self._settled(entry, consumer)
+
+    def requeue(self, entries: Iterable[tuple[QueueEntry, Consumer | None]], cause: str | None = None) -> None:
+        """A stream keeps every message: a requeue only returns the consumers' credit."""
+        for entry, consumer in entries:
+            self._settled(entry, consumer)
+
+    # -- refused -----------------------------------------------------------------------
+
+    def get_for(self, no_ack: bool, answer: GetAnswer) -> None:
+        answer.refused(QueueTypeRefusal(
+            NOT_IMPLEMENTED, f"basic.get not supported by stream queues queue '{self.name}' in vhost '{self.vhost}'"))
+
+    def purge_for(self, answer: CountsAnswer) -> None:
+        answer.refused(QueueTypeRefusal(
+            NOT_IMPLEMENTED, f"queue.purge not supported by stream queues {self._resource()}"))
+
+    def purge(self) -> int:
+        return 0
+
+    # -- recover, delete ---------------------------------------------------------------
+
+    def recover(self) -> int:
+        """The log recovered itself when it was opened; its records are the stream's messages."""
+        return self.message_count
+
+    def delete(self) -> list[Consumer]:
+        self.deleted = True
+        if self._retention_timer is not None:
+            self._retention_timer.cancel()
+            self._retention_timer = None
+        consumers = list(self._readings)
+        for reading in self._readings.values():
+            reading.close()
+        self._readings.clear()
+        self.log.delete()
+        return consumers
+
+    def close(self) -> None:
+        """The broker stops: the log's buffers go to disk and its files close."""
+        self.log.close()
+
+
+def is_stream(queue: object) -> bool:
+    """A stream queue (the management API and metrics show their offsets)."""
+    return isinstance(queue, StreamQueue)
+
+
+__all__ = ["STREAM", "StreamQueue", "is_stream", "with_offset_header"]
