@@ -12,6 +12,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
+from amqp_server.config.settings import advertised_host
 from cluster.definitions.shared import SharedDefinitions
 from cluster.links.forwarded import ForwardingChannel
 from cluster.links.node_links import ClusterLinks
@@ -57,8 +58,9 @@ class ClusterNode:
             raise ClusterJoinFailed(str(error)) from None
         me = NodeRecord(
             name=broker.node_name,
-            amqp_address=f"{config.host}:{amqp_port}",
-            management_address=f"{config.host}:{config.management_port}" if config.management_port else "",
+            amqp_address=f"{advertised_host(config.host)}:{amqp_port}",
+            management_address=(f"{advertised_host(config.host)}:{config.management_port}"
+                                if config.management_port else ""),
             started_at=time.time(),
         )
         membership = Membership(coordinator, me, config.cluster.session_ttl)
@@ -106,7 +108,7 @@ class ClusterNode:
         try:
             await definitions.start()
             if replicated is not None:
-                await replicated.start(config.host)
+                await replicated.start(advertised_host(config.host))
         except (CoordinationUnavailable, OSError) as error:
             links.close()
             if replicated is not None:

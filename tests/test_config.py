@@ -36,7 +36,7 @@ def load(argv: list[str] | None = None, **env: str) -> ServerConfig:
 
 def test_defaults(in_tmp_dir: Path) -> None:
     config = load()
-    assert (config.host, config.port, config.log_level) == ("0.0.0.0", 5672, "info")
+    assert (config.host, config.port, config.log_level) == ("::", 5672, "info")
     assert config.data_dir == in_tmp_dir / "data"
     assert config.loopback_users == ["guest"]
     assert config.limits == LimitsConfig(2047, 131072, 60, 134217728, 0)
@@ -287,8 +287,8 @@ def test_cli_log_lines_have_timestamp_level_and_logger(fake_server: list[ServerC
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     cli.main(["--log-level", "info"])
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    # e.g. "2024-05-01 12:00:00,123 INFO amqp_server.runtime.cli: starting on 0.0.0.0:5672, ..."
-    assert " INFO amqp_server.runtime.cli: starting on 0.0.0.0:5672" in line
+    # e.g. "2024-05-01 12:00:00,123 INFO amqp_server.runtime.cli: starting on :::5672, ..."
+    assert " INFO amqp_server.runtime.cli: starting on :::5672" in line
     assert line[:4].isdigit()
 
 

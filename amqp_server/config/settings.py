@@ -53,6 +53,18 @@ ENV_SSL_KEYFILE = "AMQP_SERVER_SSL_KEYFILE"
 ENV_SSL_CACERTFILE = "AMQP_SERVER_SSL_CACERTFILE"
 
 
+# The default host: every address, IPv6 and IPv4 alike, as RabbitMQ listens (one dual-stack
+# socket; 0.0.0.0 where the machine has no IPv6).
+ANY_ADDRESS = "::"
+ANY_IPV4 = "0.0.0.0"
+
+
+def advertised_host(host: str) -> str:
+    """The host to name in a `host:port` other processes connect to: the IPv6 wildcard stands
+    for this machine, as 0.0.0.0 always did."""
+    return ANY_IPV4 if host == ANY_ADDRESS else host
+
+
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key and its source."""
 
@@ -184,7 +196,7 @@ class ServerConfig:
     """Everything the broker needs to start. ``ServerConfig()`` is a usable default:
     guest/guest (administrator, full permissions on "/"), vhost "/"."""
 
-    host: str = "0.0.0.0"
+    host: str = ANY_ADDRESS  # every address, IPv6 and IPv4 (amqp_server/runtime/listening.py)
     port: int = 5672
     data_dir: Path = Path("data")
     log_level: str = "info"
@@ -232,7 +244,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         epilog="Precedence: flag > environment variable > config file > default. "
         "See docs/configuration.md.",
     )
-    parser.add_argument("--host", help=f"address to listen on (env {ENV_HOST}; default 0.0.0.0)")
+    parser.add_argument("--host", help=f"address to listen on (env {ENV_HOST}; default :: for every IPv6 and IPv4 "
+                                       "address, 0.0.0.0 for IPv4 only)")
     parser.add_argument("--port", help=f"AMQP port (env {ENV_PORT}; default 5672)")
     parser.add_argument("--data-dir", help=f"directory for persistent state (env {ENV_DATA_DIR}; default ./data)")
     parser.add_argument("--config", metavar="FILE", help=f"TOML configuration file (env {ENV_CONFIG})")

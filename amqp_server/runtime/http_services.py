@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 from aiohttp import web
 
 from amqp_server.management.app import build_management_app
+from amqp_server.runtime.listening import bound_socket
 from amqp_server.metrics.http_endpoint import build_metrics_app
 
 if TYPE_CHECKING:
@@ -58,12 +59,11 @@ class HttpService:
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         if self.port is not None:
-            await web.TCPSite(self._runner, self.host, self.port, reuse_address=True).start()
+            await web.SockSite(self._runner, bound_socket(self.host, self.port)).start()
             self.port = self._runner.addresses[-1][1]
             log.info("%s listening on http://%s:%d/", self.description, self.host, self.port)
         if self.tls_port is not None:
-            site = web.TCPSite(self._runner, self.host, self.tls_port, reuse_address=True,
-                               ssl_context=self.ssl_context)
+            site = web.SockSite(self._runner, bound_socket(self.host, self.tls_port), ssl_context=self.ssl_context)
             await site.start()
             self.tls_port = self._runner.addresses[-1][1]
             log.info("%s listening on https://%s:%d/", self.description, self.host, self.tls_port)

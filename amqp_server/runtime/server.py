@@ -64,6 +64,7 @@ from amqp_server.config.settings import ServerConfig
 from amqp_server.connection.connection import AWAIT_HEADER, CLOSED, CLOSING, OPEN, Connection
 from amqp_server.broker.connection_limits import Admission, ConnectionLimit
 from amqp_server.wire.errors import CONNECTION_FORCED, INTERNAL_ERROR
+from amqp_server.runtime.listening import bound_socket
 from amqp_server.runtime.handover import HandoverPlan, HandoverRecorder, HandoverService, MovedConnection
 from amqp_server.runtime.http_services import start_http_services, stop_http_services
 from amqp_server.config.tls import TlsListenerContext, session_of
@@ -490,14 +491,9 @@ class AMQPServer:
 
         # (asyncio refuses a handshake timeout without TLS)
         handshake_timeout = HANDSHAKE_TIMEOUT_S if ssl_context else None
-        if listen_now:
-            server = await loop.create_server(protocol, sock=_listening_socket(self.host, port), backlog=1024,
-                                              start_serving=False, ssl=ssl_context,
-                                              ssl_handshake_timeout=handshake_timeout)
-        else:
-            server = await loop.create_server(protocol, self.host, port, reuse_address=True,
-                                              reuse_port=reuse_port or None, backlog=1024, start_serving=False,
-                                              ssl=ssl_context, ssl_handshake_timeout=handshake_timeout)
+        sock = bound_socket(self.host, port, reuse_port=reuse_port, listen=listen_now)
+        server = await loop.create_server(protocol, sock=sock, backlog=1024, start_serving=False, ssl=ssl_context,
+                                          ssl_handshake_timeout=handshake_timeout)
         bound: int = server.sockets[0].getsockname()[1]
         # Before serving starts: every accepted connection finds its limit.
         limit.append(ConnectionLimit(f"listener {self.host}:{bound}", self.max_connections))
@@ -547,21 +543,6 @@ class AMQPServer:
                 protocol.transport.close()
         for server in self._servers:
             await server.wait_closed()
-
-
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to (`host`, `port`) and listening."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 async def drive_timers(timers: Timers) -> None:

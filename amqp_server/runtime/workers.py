@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from amqp_server.config.settings import ConfigError, ServerConfig, load_config
+from amqp_server.runtime.listening import bound_socket
 
 if TYPE_CHECKING:
     from amqp_server.runtime.handover import HandoverPlan
@@ -380,15 +381,11 @@ def _claim(host: str, port: int, what: str) -> int:
     """Check `port` is free on `host` (port 0: pick one); returns the port. Bound without
     SO_REUSEPORT, so a port another broker (or another worker group) listens on is refused
     rather than silently shared with it."""
-    family, kind, proto, _name, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-            probe.listen(1)
-        except OSError as error:
-            raise ConfigError(f"cannot listen on {host}:{port} for {what}: {error.strerror or error}") from None
+    try:
+        probe = bound_socket(host, port, listen=True, backlog=1)
+    except OSError as error:
+        raise ConfigError(f"cannot listen on {host}:{port} for {what}: {error.strerror or error}") from None
+    with probe:
         bound: int = probe.getsockname()[1]
         return bound
 
