@@ -51,7 +51,11 @@ def test_publisher_is_blocked_on_its_next_publish_not_when_the_alarm_is_raised()
     received = client.publish(1, b"first", routing_key="q")
     assert flow_methods(received) == BLOCKED_MEMORY
     assert client.connection.reading_paused and paused == [True]
-    # The publish that met the alarm still went through.
+    # As RabbitMQ's reader: blocked at the basic.publish, its content waits for the alarm to clear.
+    assert broker.vhosts["/"].queues["q"].message_count == 0
+    assert client.connection.input_stopped and client.connection.input_waiting
+    broker.alarms.set(MEMORY, False)
+    client.connection.resume_input()  # the shell's next turn
     assert broker.vhosts["/"].queues["q"].message_count == 1
 
 
@@ -66,6 +70,7 @@ def test_clearing_the_alarm_sends_unblocked_and_resumes_reading():
     broker.alarms.set(MEMORY, False)
     assert flow_methods(client.take()) == UNBLOCKED
     assert not client.connection.reading_paused and paused == [True, False]
+    client.connection.resume_input()  # the shell's next turn: the held publish goes through
     # Publishing works again without another block.
     assert client.publish(1, b"n", routing_key="q") == []
     assert broker.vhosts["/"].queues["q"].message_count == 2
@@ -81,10 +86,11 @@ def test_consumer_only_connection_is_never_blocked_and_keeps_receiving():
 
     publisher.publish(1, b"during alarm", routing_key="q")
     assert publisher.connection.reading_paused
-    assert bodies(consumer.take()) == [b"during alarm"]
+    assert bodies(consumer.take()) == []  # held at the publish until the alarm clears
     assert not consumer.connection.reading_paused
     broker.alarms.set(DISK, False)
-    assert consumer.take() == []  # it never got connection.blocked, so no unblocked either
+    publisher.connection.resume_input()
+    assert bodies(consumer.take()) == [b"during alarm"]  # and no unblocked: it never got blocked
 
 
 def test_client_without_the_capability_is_blocked_silently():

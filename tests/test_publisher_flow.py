@@ -384,3 +384,23 @@ def test_a_held_publisher_goes_on_by_itself_once_the_queue_drains_and_is_not_tak
             await broker.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_publish_read_whole_during_an_alarm_is_confirmed_only_after_the_alarm_clears():
+    # As RabbitMQ's reader: a publish meeting an alarm blocks the connection at its basic.publish;
+    # its content header and body, even when they came in the same socket read, are handled (routed,
+    # confirmed) once the alarm clears: connection.unblocked comes before the ack (issue 26's clients).
+    broker = Broker()
+    client = opened_client(broker)
+    client.call(1, commands.Queue.Declare(queue="q"))
+    client.call(1, commands.Confirm.Select())
+    broker.alarms.set(MEMORY, True)
+    during = client.send_bytes(publish_frames(1, b"held", routing_key="q"))
+    assert [type(m) for _c, m in during] == [commands.Connection.Blocked]
+    assert broker.vhosts["/"].queues["q"].message_count == 0, "routed during the alarm"
+    broker.alarms.set(MEMORY, False)
+    after = client.take()
+    client.connection.resume_input()
+    after += client.take()
+    assert [type(m) for _c, m in after] == [commands.Connection.Unblocked, commands.Basic.Ack]
+    assert broker.vhosts["/"].queues["q"].message_count == 1

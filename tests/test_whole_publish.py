@@ -296,7 +296,8 @@ def test_nothing_is_joined_before_the_connection_is_open_nor_while_an_alarm_wait
     client = opened_client()
     client.connection.alarm_changed("low on memory")
     client.send_bytes(_publish())
-    assert calls[-1][0] is False  # the next publish blocks the connection after its header
+    assert calls[-1][0] is False  # the next publish blocks the connection at its method
     client.connection.alarm_changed(None)
+    client.connection.resume_input()  # the shell's next turn: the held content goes through
     client.send_bytes(_publish())
     assert calls[-1] == (True, [codec.FRAME_PUBLISH])

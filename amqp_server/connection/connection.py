@@ -269,9 +269,15 @@ class Connection:
             handshake.send_start(self)
         self._handle_input()
 
+    @property
+    def input_stopped(self) -> bool:
+        """No frame may be handled now, not even those waiting: flow control holds the
+        connection (hold_input), or a resource alarm blocked it at a publish."""
+        return self.input_held or self.flow.blocked_by is not None
+
     def resume_input(self) -> None:
         """A new event-loop turn: handle the frames left waiting (the shell calls this while
-        ``input_waiting`` and not ``input_held``)."""
+        ``input_waiting`` and not ``input_stopped``)."""
         self._method_budget = METHODS_PER_TURN
         self.input_waiting = False
         if self.state is CLOSED or self._input_broken:
@@ -296,6 +302,14 @@ class Connection:
         self.input_held = False
         if not self.reading_paused:
             self.on_reading_paused(False)
+
+    def _blocked_by_alarm(self) -> None:
+        """A publish met a resource alarm (PublisherFlow.publishing): the client is told, reading
+        stops, and no frame after this one is handled until the alarm clears, not even the rest
+        of this socket read."""
+        self.flow.publishing()
+        if self.flow.blocked_by is not None:
+            self._method_budget = 0  # the loop in _handle_input stops after this frame
 
     def spend_method_budget(self) -> None:
         """A channel method other than publish and ack is being handled (see METHODS_PER_TURN)."""
@@ -335,11 +349,11 @@ class Connection:
                                 channel.handle_body(payload)
                                 if flow.block_on_publish:
                                     # A body of a publish begun before the alarm is publishing too.
-                                    flow.publishing()
+                                    self._blocked_by_alarm()
                             elif frame_type == FRAME_HEADER:
                                 channel.handle_header(payload)
                                 if flow.block_on_publish:
-                                    flow.publishing()
+                                    self._blocked_by_alarm()
                             elif frame_type == FRAME_METHOD:
                                 try:  # codec.method_index, without the call
                                     index = _unpack_method_index(payload)[0]
@@ -350,6 +364,10 @@ class Connection:
                                     # unopened channel RabbitMQ says 'expected channel.open' first).
                                     raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", 10, index & 0xFFFF)
                                 channel.handle_method(payload, index)
+                                if flow.block_on_publish and index == codec.PUBLISH_METHOD:
+                                    # As RabbitMQ's reader: blocked at the basic.publish, its
+                                    # content handled (routed, confirmed) once the alarm clears.
+                                    self._blocked_by_alarm()
                             else:
                                 self._handle_frame(frame_type, channel_id, payload)
                         except AMQPError as error:

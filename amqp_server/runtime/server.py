@@ -276,8 +276,8 @@ class AMQPProtocol(asyncio.Protocol):
 
     def _resume_input(self) -> None:
         self._resume_scheduled = False
-        if self.connection.input_held:
-            return  # held again meanwhile: _update_reading schedules this when it ends
+        if self.connection.input_stopped:
+            return  # held or blocked again meanwhile: _update_reading schedules this when it ends
         if not self._feed(self.connection.resume_input):
             return
         if self.connection.input_waiting:
@@ -297,7 +297,7 @@ class AMQPProtocol(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if self._input_waiting and not self._resume_scheduled and not self.connection.input_held:
+        if self._input_waiting and not self._resume_scheduled and not self.connection.input_stopped:
             self._resume_scheduled = True
             self.loop.call_soon(self._resume_input)
         pause = self._yielding or self._input_waiting or self._moving or self.connection.reading_paused
