@@ -119,6 +119,26 @@ class Running:
         pytest.fail(f"{' '.join(self.argv[:2])} never said {event!r} (exit {self.process.returncode})\n"
                     f"stdout:\n{''.join(self.lines)}\nstderr:\n{self._stderr.getvalue()}")
 
+    def events_for(self, seconds: float) -> list[str]:
+        """The events the program prints in the next `seconds` (a result line ends the wait early;
+        result() still returns it)."""
+        deadline = time.monotonic() + seconds
+        events = []
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                self._lines.put(None)  # for result()
+                break
+            self.lines.append(line)
+            if line.strip():
+                if "event" not in (parsed := json.loads(line)):
+                    break
+                events.append(parsed["event"])
+        return events
+
     def is_done(self) -> bool:
         return self.process.poll() is not None
 
@@ -144,6 +164,16 @@ class Running:
 
 
 # ---- the broker the restart, alarm and TLS scenarios need -------------------------------------
+
+# RabbitMQ blocks a connection at the basic.publish that meets a resource alarm and handles that
+# publish's header and body only once the alarm clears: no confirm, no delivery meanwhile, and
+# connection.unblocked comes before the confirm. This broker blocks at the content header but
+# still handles the body if it came in the same read, so that publish is routed and confirmed
+# during the alarm (whether it is depends on how the client's frames fell into TCP reads).
+# Reported with issue 26; RabbitMQ's behaviour is the one the tests pin.
+HELD_PUBLISH_GOES_THROUGH = pytest.mark.xfail(
+    not os.environ.get("INTEROP_BROKER_URL"), strict=False,
+    reason="this broker confirms a publish that met the memory alarm if its frames came in one read")
 
 @dataclass
 class ControlledBroker:

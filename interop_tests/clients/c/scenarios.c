@@ -579,6 +579,7 @@ static void scenario_blocked(const char *url, int announce) {
       case AMQP_BASIC_ACK_METHOD:
         acked = 1;
         strcat(order, order[0] ? ",ack" : "ack");
+        event("ack");
         break;
       default:
         fail("unexpected method 0x%08x while blocked", frame.payload.method.id);
