@@ -32,10 +32,18 @@ from typing import Any
 
 import pytest
 
+from amqp_server.ctl.main import main as ctl_main
 from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, external_broker, free_port, launch
 from interop_tests.tls_helpers import make_tls_files, tls_config
 
 CLIENTS_DIR = Path(__file__).parent / "clients"
+# What connection.start says, as RabbitMQ 3.10 says it: every capability true, and these keys.
+SERVER_CAPABILITIES = dict.fromkeys([
+    "publisher_confirms", "exchange_exchange_bindings", "basic.nack", "consumer_cancel_notify", "connection.blocked",
+    "consumer_priorities", "authentication_failure_close", "per_consumer_qos", "direct_reply_to",
+], True)
+SERVER_PROPERTY_KEYS = {"product", "version", "platform", "copyright", "information", "capabilities"}
+SHUTDOWN_TEXT = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
 RUN_TIMEOUT_S = 30.0
 EVENT_TIMEOUT_S = 15.0
 
@@ -175,6 +183,7 @@ HELD_PUBLISH_GOES_THROUGH = pytest.mark.xfail(
     not os.environ.get("INTEROP_BROKER_URL"), strict=False,
     reason="this broker confirms a publish that met the memory alarm if its frames came in one read")
 
+
 @dataclass
 class ControlledBroker:
     """A broker a test may restart and set the memory alarm on, with an AMQPS listener."""
@@ -195,11 +204,11 @@ class ControlledBroker:
         return f"amqps://guest:guest@{self.amqps_host}:{self.amqps_port}/%2F"
 
     def _ctl(self, *args: str) -> None:
+        if self.broker.is_external and not self.rabbitmqctl:
+            pytest.skip("restarting or alarming an external broker needs INTEROP_RABBITMQCTL")
         if self.rabbitmqctl:
             subprocess.run([*self.rabbitmqctl, *args], check=True, capture_output=True, timeout=60)
             return
-        from amqp_server.ctl.main import main as ctl_main
-
         out, err = io.StringIO(), io.StringIO()
         assert ctl_main(["--port", str(self.management_port), *args], out=out, err=err) == 0, err.getvalue()
 
@@ -212,7 +221,7 @@ class ControlledBroker:
 
     def restart(self) -> None:
         """Stop the broker as an operator does (clients get connection.close 320), start it again."""
-        if self.rabbitmqctl:
+        if self.broker.is_external:
             self._ctl("stop_app")
             self._ctl("start_app")
             return
@@ -223,8 +232,6 @@ def _external_controlled_broker() -> ControlledBroker:
     broker = external_broker()
     assert broker is not None
     rabbitmqctl = shlex.split(os.environ.get("INTEROP_RABBITMQCTL", ""))
-    if not rabbitmqctl:
-        pytest.skip("restarting or alarming an external broker needs INTEROP_RABBITMQCTL")
     amqps_url = os.environ.get("INTEROP_BROKER_AMQPS_URL")
     ca_file = os.environ.get("INTEROP_BROKER_CA_FILE")
     amqps = urllib.parse.urlparse(amqps_url) if amqps_url and ca_file else None
