@@ -173,17 +173,6 @@ class Running:
 
 # ---- the broker the restart, alarm and TLS scenarios need -------------------------------------
 
-# RabbitMQ blocks a connection at the basic.publish that meets a resource alarm and handles that
-# publish's header and body only once the alarm clears: no confirm, no delivery meanwhile, and
-# connection.unblocked comes before the confirm. This broker blocks at the content header but
-# still handles the body if it came in the same read, so that publish is routed and confirmed
-# during the alarm (whether it is depends on how the client's frames fell into TCP reads).
-# Reported with issue 26; RabbitMQ's behaviour is the one the tests pin.
-HELD_PUBLISH_GOES_THROUGH = pytest.mark.xfail(
-    not os.environ.get("INTEROP_BROKER_URL"), strict=False,
-    reason="this broker confirms a publish that met the memory alarm if its frames came in one read")
-
-
 @dataclass
 class ControlledBroker:
     """A broker a test may restart and set the memory alarm on, with an AMQPS listener."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from interop_tests.client_programs import (CLIENTS_DIR, HELD_PUBLISH_GOES_THROUGH, SERVER_CAPABILITIES,
+from interop_tests.client_programs import (CLIENTS_DIR, SERVER_CAPABILITIES,
                                            SERVER_PROPERTY_KEYS, SHUTDOWN_TEXT, Running, require_program, run)
 from interop_tests.client_programs import controlled_broker  # noqa: F401  (a fixture)
 
@@ -105,7 +105,6 @@ def test_tls_with_the_peer_and_host_name_verified(controlled_broker, program):
     assert report["body"] == "over tls"
 
 
-@HELD_PUBLISH_GOES_THROUGH
 def test_connection_blocked_when_announced_holds_the_publish_until_unblocked(controlled_broker, program):
     controlled_broker.set_memory_alarm()
     try:
@@ -123,7 +122,6 @@ def test_connection_blocked_when_announced_holds_the_publish_until_unblocked(con
     assert report["body"] == "held"
 
 
-@HELD_PUBLISH_GOES_THROUGH
 def test_publish_is_held_silently_when_the_client_did_not_announce_connection_blocked(controlled_broker, program):
     controlled_broker.set_memory_alarm()
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from interop_tests.client_programs import (CLIENTS_DIR, HELD_PUBLISH_GOES_THROUGH, SERVER_CAPABILITIES,
+from interop_tests.client_programs import (CLIENTS_DIR, SERVER_CAPABILITIES,
                                            SERVER_PROPERTY_KEYS, SHUTDOWN_TEXT, Running, require_program, run)
 from interop_tests.client_programs import controlled_broker  # noqa: F401  (a fixture)
 
@@ -137,7 +137,6 @@ def test_tls_with_the_peer_and_host_name_verified(controlled_broker, client):
     assert report["body"] == "over tls"
 
 
-@HELD_PUBLISH_GOES_THROUGH
 def test_amqplib_block_handler_gets_low_on_memory_and_the_publish_waits_for_the_unblock(controlled_broker):
     controlled_broker.set_memory_alarm()
     try:
@@ -154,7 +153,6 @@ def test_amqplib_block_handler_gets_low_on_memory_and_the_publish_waits_for_the_
     assert report["body"] == "held"
 
 
-@HELD_PUBLISH_GOES_THROUGH
 def test_ext_publish_is_held_without_notice_while_the_memory_alarm_lasts(controlled_broker):
     controlled_broker.set_memory_alarm()
     try:

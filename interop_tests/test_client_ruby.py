@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from interop_tests.client_programs import (CLIENTS_DIR, HELD_PUBLISH_GOES_THROUGH, SERVER_CAPABILITIES,
+from interop_tests.client_programs import (CLIENTS_DIR, SERVER_CAPABILITIES,
                                            SERVER_PROPERTY_KEYS, Running, require_program, run)
 from interop_tests.client_programs import controlled_broker  # noqa: F401  (a fixture)
 
@@ -102,7 +102,6 @@ def test_tls_with_the_peer_verified(controlled_broker):
     assert report["body"] == "over tls"
 
 
-@HELD_PUBLISH_GOES_THROUGH
 def test_on_blocked_gets_low_on_memory_and_the_publish_waits_for_on_unblocked(controlled_broker):
     controlled_broker.set_memory_alarm()
     try:
