@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -48,7 +49,7 @@ from spark.message_states import STREAM_STATE
 from spark.partition_reader import ScanRequest
 from spark.schema import arrow_schema
 from spark.segment_index import be_uint
-from spark.stream_snapshot import StreamPart
+from spark.stream_snapshot import StreamPart, read_stream_meta
 
 STREAM_QUEUE_TYPE = "stream"
 _TS = pa.timestamp("us", tz="UTC")
@@ -126,7 +127,7 @@ def _load(part: StreamPart) -> tuple[bytes, int] | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
-        if file_identity(os.fstat(fd)) != part.identity:
+        if file_identity(os.fstat(fd)) != part.identity or not _same_stream(part):
             return None  # not the file planned: the stream was deleted (and maybe declared again)
         # The header first, for every range: a version this code does not read is refused before
         # anything else in the file is interpreted (UnsupportedStreamFormatVersion).
@@ -147,6 +148,11 @@ def _load(part: StreamPart) -> tuple[bytes, int] | None:
     return data, start
 
 
+def _same_stream(part: StreamPart) -> bool:
+    meta = read_stream_meta(Path(part.path).parent)
+    return meta is not None and meta.created_at_ms == part.stream_created_at_ms
+
+
 def _walk(data: bytes, base: int, part: StreamPart) -> np.ndarray:
     """The position in ``data`` of every record, each checked whole and by its CRC."""
     view = memoryview(data)
@@ -161,8 +167,11 @@ def _walk(data: bytes, base: int, part: StreamPart) -> np.ndarray:
                 raise _damage(part, base, pos, positions, data, "torn record (partial header)")
             length, crc = head(data, pos)
             end = pos + 4 + length
-            if length < MIN_RECORD_LENGTH or end > size:
+            if length < MIN_RECORD_LENGTH:
                 raise _damage(part, base, pos, positions, data, f"invalid record length {length}")
+            if end > size:
+                raise _damage(part, base, pos, positions, data,
+                              f"torn record (length {length} runs {end - size} bytes past the committed end)")
             if crc32(view[pos + 8 : end]) != crc:
                 raise _damage(part, base, pos, positions, data, "CRC mismatch")
             keep(pos)

@@ -71,6 +71,7 @@ class StreamSnapshot(NamedTuple):
     vhost: str
     stream: str
     directory: str
+    created_at_ms: int  # from stream.json: tells this stream from one deleted and declared again
     mark: CommitMark | None
     segments: tuple[StreamSegmentRef, ...]  # in offset order, only those holding committed records
 
@@ -83,6 +84,7 @@ class StreamPart(NamedTuple):
     segment_id: int
     path: str
     identity: FileIdentity
+    stream_created_at_ms: int  # the stream's stream.json then (an inode number is reused at once)
     start: int  # file position of its first record; 0: the first record after the header
     start_offset: int  # the offset of the record at ``start``
     end: int  # file position just past its last record
@@ -98,18 +100,38 @@ def plan_streams(data_dir: str | Path, vhost: str | None = None, queue: str | No
     glob), each with a committed snapshot of its segments taken now."""
     root = Path(data_dir) / STREAMS_DIR
     snapshots = []
-    for directory, (vhost_name, stream_name) in sorted(_stream_directories(root).items(), key=lambda kv: kv[1]):
-        if vhost is not None and vhost_name != vhost:
+    for directory, meta in sorted(_stream_directories(root).items(), key=lambda kv: kv[1]):
+        if vhost is not None and meta.vhost != vhost:
             continue
-        if queue is not None and not matches(stream_name, queue):
+        if queue is not None and not matches(meta.stream, queue):
             continue
-        snapshot = snapshot_stream(directory, vhost_name, stream_name)
+        snapshot = snapshot_stream(directory, meta)
         if snapshot is not None:
             snapshots.append(snapshot)
     return snapshots
 
 
-def snapshot_stream(directory: Path, vhost: str, stream: str) -> StreamSnapshot | None:
+class StreamMeta(NamedTuple):
+    """What a stream directory's ``stream.json`` says."""
+
+    vhost: str
+    stream: str
+    created_at_ms: int
+
+
+def read_stream_meta(directory: Path) -> StreamMeta | None:
+    """The ``stream.json`` of ``directory``; None when there is none (not a stream directory, or
+    one deleted meanwhile). Raises ``UnsupportedStreamFormatVersion`` for a version it does not read."""
+    meta = Path(directory) / STREAM_META
+    try:
+        document = json.loads(meta.read_bytes().decode("utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    check_stream_format_version(str(meta), document.get("format_version"))
+    return StreamMeta(document["vhost"], document["stream"], int(document.get("created_at_ms", 0)))
+
+
+def snapshot_stream(directory: Path, meta: StreamMeta) -> StreamSnapshot | None:
     """The committed snapshot of one stream directory; None when it was deleted meanwhile."""
     mark = read_commit_mark(directory)  # first: everything it names is in the files listed after it
     try:
@@ -128,7 +150,8 @@ def snapshot_stream(directory: Path, vhost: str, stream: str) -> StreamSnapshot 
             continue  # dropped by retention since the listing: the stream starts later
         side = read_side_index(directory / index_file_name(sid), sid, HEADER_SIZE, stat.st_size)
         if mark is not None and sid == mark.segment_id:
-            limit, end_offset = min(mark.position, stat.st_size), mark.next_offset
+            # (A file shorter than that is damage, which the partition reading it reports.)
+            limit, end_offset = mark.position, mark.next_offset
         elif mark is not None:
             limit, end_offset = stat.st_size, None  # sealed before the mark's segment began
         elif side is not None:
@@ -139,11 +162,11 @@ def snapshot_stream(directory: Path, vhost: str, stream: str) -> StreamSnapshot 
             end_offset = side.checkpoint.next_offset
         if limit > HEADER_SIZE:
             refs.append(StreamSegmentRef(sid, str(path), limit, file_identity(stat), end_offset, side))
-    return StreamSnapshot(vhost, stream, str(directory), mark, tuple(refs))
+    return StreamSnapshot(meta.vhost, meta.stream, str(directory), meta.created_at_ms, mark, tuple(refs))
 
 
-def _stream_directories(root: Path) -> dict[Path, tuple[str, str]]:
-    found: dict[Path, tuple[str, str]] = {}
+def _stream_directories(root: Path) -> dict[Path, StreamMeta]:
+    found: dict[Path, StreamMeta] = {}
     try:
         vhost_dirs = sorted(root.iterdir())
     except (FileNotFoundError, NotADirectoryError):
@@ -154,13 +177,9 @@ def _stream_directories(root: Path) -> dict[Path, tuple[str, str]]:
         except FileNotFoundError:
             continue
         for stream_dir in stream_dirs:
-            meta = stream_dir / STREAM_META
-            try:
-                document = json.loads(meta.read_bytes().decode("utf-8"))
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # not a stream directory, or one deleted meanwhile
-            check_stream_format_version(str(meta), document.get("format_version"))
-            found[stream_dir] = (document["vhost"], document["stream"])
+            meta = read_stream_meta(stream_dir)
+            if meta is not None:
+                found[stream_dir] = meta
     return found
 
 
@@ -242,7 +261,8 @@ def stream_parts(
                 start, end = bounds[a], bounds[b]
                 assert start.offset is not None
                 parts.append(StreamPart(snapshot.vhost, snapshot.stream, seg.segment_id, seg.path, seg.identity,
-                                        start.position, start.offset, end.position, end.offset))
+                                        snapshot.created_at_ms, start.position, start.offset, end.position,
+                                        end.offset))
     return parts
 
 
