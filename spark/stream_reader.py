@@ -4,7 +4,9 @@ Plain Python, pyarrow and numpy, like ``partition_reader`` for queue segments.
 The range was planned by ``stream_snapshot``: it starts and ends at record
 boundaries of the committed part of the segment, so every byte in it belongs to
 a whole, committed record. The range is read with one ``pread``; the records
-are walked in a tight loop that checks each length and CRC; offsets, timestamps
+are walked in a tight loop that checks each length and CRC (once per Python
+worker: the positions found are kept, up to 64 MiB of them, since committed
+bytes never change); offsets, timestamps
 and filter value lengths are then read for all records at once with numpy, and
 the message columns are decoded by ``columnar.decode_columns``, the decoder of
 queue records (a stream record's message fields are a queue message record's,
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator
 
@@ -52,6 +55,8 @@ from spark.segment_index import be_uint
 from spark.stream_snapshot import StreamPart, read_stream_meta
 
 STREAM_QUEUE_TYPE = "stream"
+_CACHE_BYTES = 64 * 1024 * 1024  # record positions, 8 bytes a record
+_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
 _TS = pa.timestamp("us", tz="UTC")
 # Where a stream record's message fields start, less MESSAGE_FIELDS_AT: the "payload start" the
 # queue record decoder expects (it finds the exchange's length MESSAGE_FIELDS_AT bytes after it).
@@ -98,7 +103,7 @@ def read_stream_partition(part: StreamPart, request: ScanRequest) -> Iterator[pa
     if loaded is None:
         return
     data, base = loaded
-    positions = _walk(data, base, part)
+    positions = _positions(data, base, part)
     if not len(positions):
         return
     d = np.frombuffer(data, np.uint8)
@@ -151,6 +156,28 @@ def _load(part: StreamPart) -> tuple[bytes, int] | None:
 def _same_stream(part: StreamPart) -> bool:
     meta = read_stream_meta(Path(part.path).parent)
     return meta is not None and meta.created_at_ms == part.stream_created_at_ms
+
+
+def _positions(data: bytes, base: int, part: StreamPart) -> np.ndarray:
+    """The records' positions in the range, walked once per process: committed bytes never change,
+    and a file that is not the one planned is never read (``_load``)."""
+    key = (part.path, part.identity, part.stream_created_at_ms, part.start, part.end)
+    positions = _CACHE.get(key)
+    if positions is not None:
+        _CACHE.move_to_end(key)
+        return positions
+    positions = _walk(data, base, part)
+    _CACHE[key] = positions
+    total = sum(p.nbytes for p in _CACHE.values())
+    while total > _CACHE_BYTES and len(_CACHE) > 1:
+        _, dropped = _CACHE.popitem(last=False)
+        total -= dropped.nbytes
+    return positions
+
+
+def clear_cache() -> None:
+    """Forget the record positions walked so far (benchmarks measure cold reads with it)."""
+    _CACHE.clear()
 
 
 def _walk(data: bytes, base: int, part: StreamPart) -> np.ndarray:

@@ -403,3 +403,12 @@ def test_the_stream_directory_layout_is_the_one_the_broker_uses(tmp_path):
     assert log.directory == stream_path(tmp_path, "/", "orders")
     log.close()
     assert plan_streams(tmp_path, queue="orders")[0].directory == str(log.directory)
+
+
+def test_the_commit_mark_in_the_format_document_is_what_the_writer_writes():
+    from persistence.stream_commit_mark import encode_commit_mark
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "stream-files.md").read_text()
+    example = doc.split("<!-- commit mark example -->")[1].split("```")[1]
+    expected = bytes.fromhex(" ".join(line[6:53] for line in example.strip().splitlines()))
+    assert encode_commit_mark(CommitMark(4718592, 1048616, 31337)) == expected
