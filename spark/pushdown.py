@@ -84,8 +84,9 @@ def translate(filters: list[Any]) -> tuple[Pushed, list[Any]]:
             elif column == "queue" and isinstance(f, StringStartsWith):
                 updated = pushed._replace(queue_prefixes=(*pushed.queue_prefixes, f.value))
         elif column == "seq" and isinstance(f, In) and all(_is_int(v) for v in f.value):
-            values = frozenset(f.value)
-            updated = pushed._replace(seq_values=values if pushed.seq_values is None else pushed.seq_values & values)
+            offsets = frozenset(int(v) for v in f.value)
+            current_offsets = pushed.seq_values
+            updated = pushed._replace(seq_values=offsets if current_offsets is None else current_offsets & offsets)
         elif column in ("seq", "published_at"):
             bound = _bound(column, f.value)
             if bound is not None:

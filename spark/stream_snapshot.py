@@ -330,7 +330,7 @@ def _ranges(bounds: list[_Boundary], intervals: list[tuple[float, float]],
             time_min: float, time_max: float) -> list[tuple[int, int]]:
     """Ranges of boundary indexes [first, last) that hold every record asked for, merged."""
     n = len(bounds) - 1  # the last boundary is the end: no record starts there
-    offsets = [b.offset for b in bounds[:n]]  # all known (only the end may be unknown)
+    offsets = [b.offset for b in bounds[:n] if b.offset is not None]  # all known (only the end may not be)
     timestamps = [b.timestamp for b in bounds[:n]]
     # Timestamps: records before the last boundary with a timestamp below time_min are all older;
     # records from the first boundary with a timestamp above time_max on are all newer.
