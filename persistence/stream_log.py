@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 from persistence.atomic_file import fsync_directory, write_atomically
 from persistence.group_commit import GroupCommitter, SyncJob
-from persistence.stream_commit_mark import CommitMark, CommitMarkWriter
 from persistence.segment_file import cut_damaged_tail
+from persistence.stream_commit_mark import CommitMark, CommitMarkWriter
 from persistence.stream_index import (
     DEFAULT_INDEX_INTERVAL,
     NO_CHUNK,

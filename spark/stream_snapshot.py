@@ -41,6 +41,7 @@ from persistence.stream_segment import (
     check_stream_format_version,
     index_file_name,
     parse_segment_file_name,
+    segment_file_name,
 )
 from spark.message_states import STREAM_STATE
 from spark.queue_snapshot import matches
@@ -143,7 +144,7 @@ def snapshot_stream(directory: Path, meta: StreamMeta) -> StreamSnapshot | None:
     for sid in ids:
         if mark is not None and (mark.segment_id is None or sid > mark.segment_id):
             break  # no record of it was committed when the mark was written
-        path = directory / f"{sid:020d}.seg"
+        path = directory / segment_file_name(sid)
         try:
             stat = os.stat(path)
         except FileNotFoundError:
