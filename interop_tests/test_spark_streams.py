@@ -21,6 +21,7 @@ pytest.importorskip("pyarrow")
 pika = pytest.importorskip("pika")
 
 from interop_tests.broker_process import launch  # noqa: E402
+from interop_tests.pika_helpers import connect  # noqa: E402
 
 STREAM = "spark-orders"
 CONFIRMED_BEFORE = 1500
@@ -39,17 +40,12 @@ def body(tag: str, i: int) -> bytes:
     return f"{tag}-{i}:".encode() + bytes(range(256))[: 40 + i % 150]
 
 
-def connect(broker) -> pika.BlockingConnection:
-    # Not pumped while Spark reads (a while on a loaded machine): no heartbeats.
-    return pika.BlockingConnection(pika.URLParameters(broker.url() + "?heartbeat=0"))
-
-
 class LivePublisher(threading.Thread):
     """Publishes with confirms into the stream until stopped."""
 
     def __init__(self, broker) -> None:
         super().__init__(daemon=True)
-        self.connection = connect(broker)
+        self.connection = connect(broker, heartbeat=0)  # not pumped while Spark reads: no heartbeats
         self.stop = threading.Event()
         self.confirmed = 0
         self.error: BaseException | None = None
@@ -72,7 +68,7 @@ class LivePublisher(threading.Thread):
 def test_a_live_stream_is_read_every_message_once_with_its_offset(spark_session, tmp_path_factory):
     broker = launch(tmp_path_factory.mktemp("spark-stream-broker"))
     try:
-        connection = connect(broker)
+        connection = connect(broker, heartbeat=0)
         channel = connection.channel()
         channel.confirm_delivery()
         channel.queue_declare(STREAM, durable=True, arguments={
