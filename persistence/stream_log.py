@@ -20,7 +20,9 @@ rebuilt by a scan) and returns the log. Then:
   another message after a crash. Given a committer, the log asks it for a
   round itself whenever it holds records not yet committed, and calls
   ``on_committed(next_offset)`` after each round that made records readable:
-  the owner's cue to push them to consumers waiting at the tail.
+  the owner's cue to push them to consumers waiting at the tail. After each such round it
+  also rewrites the stream's commit mark (``committed``, stream_commit_mark), which tells
+  readers of the files, such as the Spark data source, where the committed records end.
 * ``reader(offset, ...)`` returns a ``StreamCursor`` (stream_cursor).
 * ``enforce_retention(max_bytes, max_age_ms, now_ms)`` drops whole segments
   from the front; with ``set_retention`` the log applies its limits itself
@@ -46,6 +48,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, TypedDict
 
 from persistence.atomic_file import fsync_directory, write_atomically
 from persistence.group_commit import GroupCommitter, SyncJob
+from persistence.stream_commit_mark import CommitMark, CommitMarkWriter
 from persistence.stream_index import (
     DEFAULT_INDEX_INTERVAL,
     NO_CHUNK,
@@ -182,6 +185,7 @@ class StreamLog:
         self._retention_due = False
         self._sync_requested = False
         self._cursors: weakref.WeakSet[StreamCursor] = weakref.WeakSet()
+        self._mark: CommitMarkWriter | None = None  # the committed end, for readers of the files
         self.damage: list[StreamDamage] = []
         self.recovery = StreamRecovery(0, 0, 0, 0.0)
         self.offsets: StreamOffsets
@@ -331,6 +335,8 @@ class StreamLog:
             pending = self._pending_chunks
             while pending and pending[0] < commit.next_offset:
                 self._last_chunk = pending.popleft()
+        if advanced:
+            self._write_mark()
         try:
             self._write_side_indexes(commit)
         except OSError as err:  # only an optimisation: the next open scans instead
@@ -366,6 +372,16 @@ class StreamLog:
         self.sync_done(job, error)
         if error is not None:
             raise error
+
+    def _write_mark(self) -> None:
+        """Tell readers of the files where the committed records end (stream_commit_mark)."""
+        if self._mark is None:
+            return
+        segment = None if self._visible_segment < 0 else self._visible_segment
+        try:
+            self._mark.write(CommitMark(segment, self._visible_position, self._visible_next))
+        except OSError as err:  # readers then see an older mark, which is still true
+            log.warning("writing the commit mark of stream %s failed: %s", self._directory, err)
 
     def _write_side_indexes(self, commit: _Commit) -> None:
         """Side files for what is now durable: each sealed segment once, and the tail every
@@ -616,6 +632,8 @@ class StreamLog:
                 if seg.last_chunk != NO_CHUNK:
                     self._last_chunk = seg.last_chunk
                     break
+        self._mark = CommitMarkWriter(self._directory)
+        self._write_mark()  # everything recovered is committed now (the tail was fsynced above)
         seconds = time.monotonic() - started
         self.recovery = StreamRecovery(len(self._segments), found.scanned_bytes, found.truncated_bytes, seconds)
 
@@ -642,6 +660,8 @@ class StreamLog:
             if self._tail_fd is not None:
                 os.close(self._tail_fd)
                 self._tail_fd = None
+            if self._mark is not None:
+                self._mark.close()
 
     def delete(self) -> None:
         """Remove the stream's files (the stream was deleted)."""
@@ -649,6 +669,8 @@ class StreamLog:
         if self._tail_fd is not None:
             os.close(self._tail_fd)
             self._tail_fd = None
+        if self._mark is not None:
+            self._mark.close()
         self._buffer.clear()
         for cursor in list(self._cursors):
             cursor.close()

@@ -1,4 +1,4 @@
-"""The PySpark data source ``amqp-queue``: one row per message of every durable queue of a broker.
+"""The PySpark data source ``amqp-queue``: one row per message of every durable queue and stream of a broker.
 
     df = spark.read.format("amqp-queue").load("/var/lib/amqp-server")
     df = spark.read.format("amqp-queue").option("queue", "orders-*").load(data_dir)
@@ -11,11 +11,14 @@ Options: ``path`` (or the argument of ``load``), ``vhost`` (a vhost name),
 ``queue`` (a queue name or a glob), ``include_internal`` (``true`` to also read
 the broker's internal stores: the pending messages of durable delayed
 exchanges), ``pushdown`` (``false`` to never take filters), ``side_files``
-(``false`` to ignore Parquet side files).
+(``false`` to ignore Parquet side files), ``partition_bytes`` (how much of a
+stream one partition reads, 32 MiB by default).
 
 Planning (``partitions``, on the driver) lists the queues and measures every
 segment file (``queue_snapshot``); there is one partition per segment, read by
-``read`` on an executor into Arrow batches (``partition_reader``).
+``read`` on an executor into Arrow batches (``partition_reader``). It also takes
+a committed snapshot of every stream (``stream_snapshot``), cut into byte
+ranges of its segments, read by ``stream_reader``.
 
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (off by
 default in Spark 4.1-4.3, and a reader that takes filters while it is off
@@ -35,8 +38,11 @@ from pyspark.sql.types import StructType
 
 from spark.partition_reader import ScanRequest, SegmentPart, part_overlaps, read_partition
 from spark.pushdown import Pushed, translate
+from spark.partition_reader import QUEUE_FILES_TYPE
 from spark.queue_snapshot import plan
 from spark.schema import KIND, arrow_schema, check_columns, spark_schema
+from spark.stream_reader import STREAM_QUEUE_TYPE, read_stream_partition
+from spark.stream_snapshot import DEFAULT_PARTITION_BYTES, StreamPart, plan_stream_parts
 
 NAME = "amqp-queue"
 _PUSHDOWN_PLANNER = "data_source_pushdown_filters.py"
@@ -49,8 +55,15 @@ class SegmentPartition(InputPartition):
         super().__init__(part)
 
 
+class StreamPartition(InputPartition):
+    """A Spark partition: a byte range of one segment of one stream."""
+
+    def __init__(self, part: StreamPart) -> None:
+        super().__init__(part)
+
+
 class AmqpQueueDataSource(DataSource):
-    """Reads the queue files of an amqp-server data directory (docs/spark.md)."""
+    """Reads the queue and stream files of an amqp-server data directory (docs/spark.md)."""
 
     @classmethod
     def name(cls) -> str:
@@ -70,7 +83,8 @@ class AmqpQueueDataSource(DataSource):
 
 
 class QueueReader(DataSourceReader):
-    """Plans one partition per segment and reads them; see the module docstring."""
+    """Plans one partition per queue segment and per stream byte range, and reads them; see the
+    module docstring."""
 
     def __init__(self, options: dict[str, Any], columns: tuple[str, ...], not_null: frozenset[str]) -> None:
         path = options.get("path")
@@ -81,6 +95,7 @@ class QueueReader(DataSourceReader):
         self.queue = options.get("queue")
         self.side_files = str(options.get("side_files", "true")).lower() != "false"
         self.include_internal = _boolean_option(options, "include_internal", False)
+        self.partition_bytes = _positive_option(options, "partition_bytes", DEFAULT_PARTITION_BYTES)
         self.columns = columns
         self.not_null = not_null
         self.pushed = Pushed()
@@ -88,25 +103,33 @@ class QueueReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         request = self.request()
         parts: list[InputPartition] = []
-        for snapshot in plan(self.path, self.vhost, self.queue, self.include_internal):
-            if not self.pushed.accepts_queue(snapshot.vhost, snapshot.queue):
-                continue
-            segments = snapshot.segments
-            for i, segment in enumerate(segments):
-                part = SegmentPart(snapshot.vhost, snapshot.queue, segment, segments[i + 1 :])
-                if part_overlaps(part, request):
-                    parts.append(SegmentPartition(part))
+        if self.pushed.accepts_type(QUEUE_FILES_TYPE):
+            for snapshot in plan(self.path, self.vhost, self.queue, self.include_internal):
+                if not self.pushed.accepts_queue(snapshot.vhost, snapshot.queue):
+                    continue
+                segments = snapshot.segments
+                for i, segment in enumerate(segments):
+                    part = SegmentPart(snapshot.vhost, snapshot.queue, segment, segments[i + 1 :])
+                    if part_overlaps(part, request):
+                        parts.append(SegmentPartition(part))
+        if self.pushed.accepts_type(STREAM_QUEUE_TYPE):
+            for stream_part in plan_stream_parts(self.path, request, self.vhost, self.queue, self.partition_bytes,
+                                                 self.pushed.accepts_queue):
+                parts.append(StreamPartition(stream_part))
         return parts or [SegmentPartition(None)]  # Spark needs at least one partition
 
     def request(self) -> ScanRequest:
         p = self.pushed
-        return ScanRequest(self.columns, p.seq_min, p.seq_max, p.published_min_us, p.published_max_us, p.states,
-                           side_files=self.side_files, not_null=self.not_null)
+        seq_values = None if p.seq_values is None else tuple(sorted(p.seq_values))
+        return ScanRequest(self.columns, p.seq_min, p.seq_max, seq_values, p.published_min_us, p.published_max_us,
+                           p.states, side_files=self.side_files, not_null=self.not_null)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         part = partition.value
         if part is None:
             return iter(())
+        if isinstance(part, StreamPart):
+            return read_stream_partition(part, self.request())
         return read_partition(part, self.request())
 
 
@@ -141,6 +164,20 @@ def _boolean_option(options: dict[str, Any], name: str, default: bool) -> bool:
     if text not in ("true", "false"):
         raise ValueError(f"amqp-queue option {name} must be true or false, not {value!r}")
     return text == "true"
+
+
+def _positive_option(options: dict[str, Any], name: str, default: int) -> int:
+    """A positive whole number option; anything else is an error that names the option."""
+    value = options.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise ValueError(f"amqp-queue option {name} must be a positive number of bytes, not {value!r}")
+    return number
 
 
 def _in_pushdown_planner() -> bool:

@@ -17,6 +17,8 @@ import pyarrow as pa
 from spark.partition_reader import ScanRequest, SegmentPart, part_overlaps, read_partition
 from spark.queue_snapshot import plan
 from spark.schema import COLUMN_NAMES, arrow_schema, check_columns
+from spark.stream_reader import read_stream_partition
+from spark.stream_snapshot import DEFAULT_PARTITION_BYTES, StreamPart, plan_stream_parts
 
 
 def plan_parts(
@@ -30,9 +32,11 @@ def plan_parts(
     return parts
 
 
-def read_batches(parts: list[SegmentPart], request: ScanRequest) -> Iterator[pa.RecordBatch]:
+def read_batches(parts: list[SegmentPart] | list[StreamPart], request: ScanRequest) -> Iterator[pa.RecordBatch]:
     for part in parts:
-        if part_overlaps(part, request):
+        if isinstance(part, StreamPart):
+            yield from read_stream_partition(part, request)
+        elif part_overlaps(part, request):
             yield from read_partition(part, request)
 
 
@@ -43,11 +47,15 @@ def read_table(
     vhost: str | None = None,
     queue: str | None = None,
     include_internal: bool = False,
+    partition_bytes: int = DEFAULT_PARTITION_BYTES,
     **filters,
 ) -> pa.Table:
-    """All rows of the data directory (narrowed like the data source's options and filters)."""
+    """All rows of the data directory, queues then streams (narrowed like the data source's
+    options and filters)."""
     columns = tuple(columns)
     check_columns(list(columns))
     request = ScanRequest(columns, **filters)
     batches = list(read_batches(plan_parts(data_dir, vhost, queue, include_internal), request))
+    streams = plan_stream_parts(data_dir, request, vhost, queue, partition_bytes)
+    batches.extend(read_batches(streams, request))
     return pa.Table.from_batches(batches, schema=arrow_schema(columns, request.not_null))

@@ -43,6 +43,9 @@ STATE_NAMES = ("ready", "unacked", "acked", "dead_lettered", "expired", "waiting
 EVENT_NAMES = ("published", "delivered", "acked", "dropped", "dead_lettered", "expired", "requeued",
                "waiting_retry", "purged")
 REASON_NAMES = tuple(reason.name.lower() for reason in Reason)  # unspecified, rejected, expired, maxlen, delivery_limit
+# The state of every record of a stream: it stays in the log, whoever read it, until retention
+# drops its segment (streams have no state records; spark.stream_reader, docs/spark.md).
+STREAM_STATE = "in_stream"
 
 _EVENT_CODE = {  # record type -> index in EVENT_NAMES
     RecordType.DELIVERED: 1, RecordType.ACKED: 2, RecordType.DROPPED: 3, RecordType.DEAD_LETTERED: 4,

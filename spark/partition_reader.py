@@ -26,6 +26,7 @@ for every query.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -46,6 +47,8 @@ _TS = pa.timestamp("us", tz="UTC")
 _STATE_DICT = pa.array(STATE_NAMES)
 _EVENT_DICT = pa.array(EVENT_NAMES)
 _REASON_DICT = pa.array(REASON_NAMES)
+# The queue_type of a queue's rows: its files do not say whether it is a classic or a quorum queue.
+QUEUE_FILES_TYPE = "queue"
 _CACHE_BYTES = 256 * 1024 * 1024
 _CACHE: "OrderedDict[tuple, StateEvents | RecordIndex]" = OrderedDict()
 
@@ -65,6 +68,7 @@ class ScanRequest(NamedTuple):
     columns: tuple[str, ...]
     seq_min: int | None = None
     seq_max: int | None = None
+    seq_values: tuple[int, ...] | None = None  # sorted; None: any (``seq IN (...)``)
     published_min_us: int | None = None
     published_max_us: int | None = None
     states: frozenset[str] | None = None
@@ -89,7 +93,13 @@ def part_overlaps(part: SegmentPart, request: ScanRequest) -> bool:
     high = part.later[0].segment_id - 1 if part.later else None
     if request.seq_max is not None and request.seq_max < low:
         return False
-    return not (request.seq_min is not None and high is not None and request.seq_min > high)
+    if request.seq_min is not None and high is not None and request.seq_min > high:
+        return False
+    values = request.seq_values
+    if values is not None:
+        k = bisect_left(values, low)
+        return k < len(values) and (high is None or values[k] <= high)
+    return True
 
 
 def read_partition(part: SegmentPart, request: ScanRequest) -> Iterator[pa.RecordBatch]:
@@ -192,6 +202,8 @@ def _row_filter(messages: SegmentMessages, outcome, request: ScanRequest) -> np.
         narrow(messages.seqs >= request.seq_min)
     if request.seq_max is not None:
         narrow(messages.seqs <= request.seq_max)
+    if request.seq_values is not None:
+        narrow(np.isin(messages.seqs, np.array(request.seq_values, np.int64)))
     if request.published_min_us is not None:
         narrow(messages.published_ms * 1000 >= request.published_min_us)
     if request.published_max_us is not None:
@@ -229,6 +241,8 @@ def _batch(part: SegmentPart, request: ScanRequest, messages: SegmentMessages, o
             arrays.append(pa.repeat(pa.scalar(part.vhost, pa.string()), n))
         elif name == "queue":
             arrays.append(pa.repeat(pa.scalar(part.queue, pa.string()), n))
+        elif name == "queue_type":
+            arrays.append(pa.repeat(pa.scalar(QUEUE_FILES_TYPE, pa.string()), n))
         elif name == "delayed_exchange":
             arrays.append(pa.repeat(pa.scalar(delayed_exchange_of(part.queue), pa.string()), n))
         elif name == "segment":

@@ -1,4 +1,4 @@
-"""The columns of the ``amqp-queue`` data source: one row per message of a durable queue.
+"""The columns of the ``amqp-queue`` data source: one row per message of a durable queue or stream.
 
 Defined once, as (name, kind) pairs, so that the Spark ``StructType`` and the
 Arrow schema of the batches ``read()`` yields always agree (Spark rejects a
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("vhost", "string"),
     ("queue", "string"),
+    ("queue_type", "string"),
     ("delayed_exchange", "string"),
     ("seq", "long"),
     ("segment", "string"),
@@ -54,7 +55,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 KIND: dict[str, str] = dict(COLUMNS)
-NOT_NULL = frozenset({"vhost", "queue", "seq", "segment", "published_at", "exchange", "routing_key", "body_size",
+NOT_NULL = frozenset({"vhost", "queue", "queue_type", "seq", "segment", "published_at", "exchange", "routing_key", "body_size",
                       "state", "delivery_count", "state_at", "redelivered", "state_event", "archived"})
 
 # Columns that come from the AMQP basic properties (decoding them is the costly part of a scan).

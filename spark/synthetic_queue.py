@@ -1,4 +1,5 @@
-"""Write a durable queue's files with made-up messages and fates, through the broker's own QueueStore.
+"""Write a durable queue's files with made-up messages and fates, through the broker's own QueueStore
+(and a stream's, through its StreamLog: ``write_synthetic_stream``).
 
 For benchmarks (bench/spark_scan.py), demos and tests: no broker process is
 needed, and the files are exactly what the broker writes (same store, same
@@ -68,6 +69,41 @@ def write_synthetic_queue(
     finally:
         store.close()
     return states
+
+
+def write_synthetic_stream(
+    data_dir: str | Path,
+    stream: str,
+    count: int,
+    *,
+    vhost: str = "/",
+    body_bytes: int | None = None,
+    seed: int = 1,
+    start_ms: int = 1_700_000_000_000,
+    spacing_ms: int = 1,
+) -> None:
+    """Write ``count`` messages to the stream ``stream`` through the broker's own StreamLog: the
+    messages of ``write_synthetic_queue`` (same routing keys, properties and bodies, bodies padded
+    or cut to ``body_bytes`` if given), each timestamped ``spacing_ms`` after the one before."""
+    from persistence.stream_log import StreamLog
+
+    rng = random.Random(seed)
+    log = StreamLog.open_in(Path(data_dir), vhost, stream)
+    templates = [_template(i) for i in range(8)]
+    try:
+        for i in range(count):
+            key = ROUTING_KEYS[rng.randrange(len(ROUTING_KEYS))]
+            body = ('{"id": %d, "customer": "c%05d", "amount": %d.%02d, "note": "%s"}' % (
+                i, rng.randrange(100000), rng.randrange(1000), rng.randrange(100), "x" * rng.randrange(40))
+            ).encode()
+            if body_bytes is not None:
+                body = body[:body_bytes].ljust(body_bytes, b" ")
+            log.append("amq.topic", key, _with_headers(templates[i % len(templates)], i, key), body,
+                       timestamp_ms=start_ms + i * spacing_ms)
+            if i % 10_000 == 9_999:
+                log.sync_now()
+    finally:
+        log.close()
 
 
 def _write_fate(store: QueueStore, rng: random.Random, seq: int, published: int) -> str:

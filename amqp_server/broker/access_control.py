@@ -105,19 +105,18 @@ class _CompiledPermission:
 class AccessControl:
     """The broker's user database and permission checks (in memory)."""
 
-    def __init__(self, loopback_users: Iterable[str] = ("guest",)) -> None:
+    def __init__(self, loopback_users: Iterable[str] = ("guest",), verify_updated_secret: bool = False) -> None:
         self.loopback_users = frozenset(loopback_users)
         self._users: dict[str, User] = {}
         self._permissions: dict[tuple[str, str], _CompiledPermission] = {}
         self._cluster_secret: bytes | None = None
         # connection.update-secret checks the new secret is the password (off: RabbitMQ's internal backend).
-        self.verify_updated_secret = False
+        self.verify_updated_secret = verify_updated_secret
         self.cluster_link_user: User | None = None  # set by admit_cluster_links
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> AccessControl:
-        access = cls(config.loopback_users)
-        access.verify_updated_secret = config.verify_updated_secret
+        access = cls(config.loopback_users, config.verify_updated_secret)
         for user in config.users:
             access.add_user(user.name, user.password_hash, user.tags)
         for p in config.permissions:

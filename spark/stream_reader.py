@@ -1,0 +1,288 @@
+"""Read one partition of a stream (a byte range of one segment) into Arrow record batches.
+
+Plain Python, pyarrow and numpy, like ``partition_reader`` for queue segments.
+The range was planned by ``stream_snapshot``: it starts and ends at record
+boundaries of the committed part of the segment, so every byte in it belongs to
+a whole, committed record. The range is read with one ``pread``; the records
+are walked in a tight loop that checks each length and CRC (once per Python
+worker: the positions found are kept, up to 64 MiB of them, since committed
+bytes never change); offsets, timestamps
+and filter value lengths are then read for all records at once with numpy, and
+the message columns are decoded by ``columnar.decode_columns``, the decoder of
+queue records (a stream record's message fields are a queue message record's,
+after its offset, timestamp and filter value: docs/stream-files.md section 3.2).
+
+Damage fails the read with ``CorruptStreamRecord`` naming the file, the byte
+position and the offset expected there: a record that does not fit the range,
+a CRC mismatch, a stream record too short for its fields, or offsets that do
+not run on one by one. A segment deleted since planning (retention) gives no
+rows: the stream starts later now.
+
+Streams have no state records: every stream row's ``state`` is ``in_stream``
+(``STREAM_STATE``), ``state_event`` ``published``, ``delivery_count`` 0,
+``redelivered`` false and ``state_at`` its timestamp, as for a queue message
+nothing happened to yet. ``queue_type`` is ``stream``.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections import OrderedDict
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from persistence.record_format import LENGTH_AND_CRC, MESSAGE_FIELDS_AT, MIN_RECORD_LENGTH
+from persistence.segment_reader import file_identity
+from persistence.stream_cursor import CorruptStreamRecord
+from persistence.stream_index import read_exactly
+from persistence.stream_segment import (
+    FILTER_AT,
+    HEADER_SIZE,
+    RECORD_OVERHEAD,
+    STREAM_RECORD,
+    CorruptStreamHeader,
+    decode_header,
+)
+from spark.columnar import decode_columns
+from spark.message_states import STREAM_STATE
+from spark.partition_reader import ScanRequest
+from spark.schema import arrow_schema
+from spark.segment_index import be_uint
+from spark.stream_snapshot import StreamPart, read_stream_meta
+
+STREAM_QUEUE_TYPE = "stream"
+_CACHE_BYTES = 64 * 1024 * 1024  # record positions, 8 bytes a record
+_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_TS = pa.timestamp("us", tz="UTC")
+# Where a stream record's message fields start, less MESSAGE_FIELDS_AT: the "payload start" the
+# queue record decoder expects (it finds the exchange's length MESSAGE_FIELDS_AT bytes after it).
+_FIELDS_AT = FILTER_AT + 4 - MESSAGE_FIELDS_AT  # plus the filter value's length
+_CONSTANT = {
+    "queue_type": STREAM_QUEUE_TYPE, "state": STREAM_STATE, "state_event": "published", "delivery_count": 0,
+    "redelivered": False, "archived": False, "delayed_exchange": None, "reason": None, "due_at": None,
+}
+
+
+class ReadStats:
+    """What this process's stream reads cost: segment files opened and bytes read from them
+    (tests use it to prove that pushdown skips segments and seeks inside them)."""
+
+    __slots__ = ("segments_opened", "bytes_read", "partitions")
+
+    def __init__(self) -> None:
+        self.segments_opened = 0
+        self.bytes_read = 0
+        self.partitions = 0
+
+    def opened(self, nbytes: int) -> None:
+        self.segments_opened += 1
+        self.bytes_read += nbytes
+
+    def read(self, nbytes: int) -> None:
+        self.bytes_read += nbytes
+
+    def partition(self) -> None:
+        self.partitions += 1
+
+    def reset(self) -> None:
+        self.segments_opened = self.bytes_read = self.partitions = 0
+
+
+STATS = ReadStats()
+
+
+def read_stream_partition(part: StreamPart, request: ScanRequest) -> Iterator[pa.RecordBatch]:
+    """The rows of ``part`` that pass the request's offset and time filters, as record batches of
+    at most ``request.batch_rows`` rows."""
+    STATS.partition()
+    loaded = _load(part)
+    if loaded is None:
+        return
+    data, base = loaded
+    positions = _positions(data, base, part)
+    if not len(positions):
+        return
+    d = np.frombuffer(data, np.uint8)
+    lengths = be_uint(d, positions, 4)
+    ends = positions + 4 + lengths
+    types = d[positions + 8]
+    if not (types == STREAM_RECORD).all():  # a record type added later in format 1: skipped
+        keep = types == STREAM_RECORD
+        positions, ends = positions[keep], ends[keep]
+    offsets = be_uint(d, positions + 9, 8)
+    timestamps = be_uint(d, positions + 17, 8)
+    n_filter = be_uint(d, positions + 26, 1)
+    _check(part, base, positions, ends, offsets, n_filter)
+    keep_rows = _row_filter(offsets, timestamps, request)
+    rows = np.flatnonzero(keep_rows) if keep_rows is not None else np.arange(len(offsets))
+    starts = positions + _FIELDS_AT + n_filter
+    for first in range(0, len(rows), request.batch_rows):
+        chosen = rows[first : first + request.batch_rows]
+        yield _batch(part, request, data, starts[chosen], ends[chosen], offsets[chosen], timestamps[chosen])
+
+
+def _load(part: StreamPart) -> tuple[bytes, int] | None:
+    """(the bytes of the range, the file position of its first byte); None if the file is gone."""
+    try:
+        fd = os.open(part.path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        if file_identity(os.fstat(fd)) != part.identity or not _same_stream(part):
+            return None  # not the file planned: the stream was deleted (and maybe declared again)
+        # The header first, for every range: a version this code does not read is refused before
+        # anything else in the file is interpreted (UnsupportedStreamFormatVersion).
+        head = read_exactly(fd, HEADER_SIZE, 0)
+        STATS.opened(len(head))
+        try:
+            header = decode_header(part.path, head)
+        except CorruptStreamHeader as err:
+            raise CorruptStreamRecord(part.path, 0, part.start_offset, f"unreadable segment header: {err}") from None
+        start = part.start or header.header_length
+        data = read_exactly(fd, max(part.end - start, 0), start)
+        STATS.read(len(data))
+    finally:
+        os.close(fd)
+    if start + len(data) < part.end:
+        raise CorruptStreamRecord(part.path, start + len(data), None,
+                                  f"the file ends before the committed end at byte {part.end}")
+    return data, start
+
+
+def _same_stream(part: StreamPart) -> bool:
+    meta = read_stream_meta(Path(part.path).parent)
+    return meta is not None and meta.created_at_ms == part.stream_created_at_ms
+
+
+def _positions(data: bytes, base: int, part: StreamPart) -> np.ndarray:
+    """The records' positions in the range, walked once per process: committed bytes never change,
+    and a file that is not the one planned is never read (``_load``)."""
+    key = (part.path, part.identity, part.stream_created_at_ms, part.start, part.end)
+    positions = _CACHE.get(key)
+    if positions is not None:
+        _CACHE.move_to_end(key)
+        return positions
+    positions = _walk(data, base, part)
+    _CACHE[key] = positions
+    total = sum(p.nbytes for p in _CACHE.values())
+    while total > _CACHE_BYTES and len(_CACHE) > 1:
+        _, dropped = _CACHE.popitem(last=False)
+        total -= dropped.nbytes
+    return positions
+
+
+def clear_cache() -> None:
+    """Forget the record positions walked so far (benchmarks measure cold reads with it)."""
+    _CACHE.clear()
+
+
+def _walk(data: bytes, base: int, part: StreamPart) -> np.ndarray:
+    """The position in ``data`` of every record, each checked whole and by its CRC."""
+    view = memoryview(data)
+    size = len(data)
+    head, crc32 = LENGTH_AND_CRC.unpack_from, zlib.crc32
+    positions: list[int] = []
+    keep = positions.append
+    pos = 0
+    try:
+        while pos < size:
+            if size - pos < 9:
+                raise _damage(part, base, pos, positions, data, "torn record (partial header)")
+            length, crc = head(data, pos)
+            end = pos + 4 + length
+            if length < MIN_RECORD_LENGTH:
+                raise _damage(part, base, pos, positions, data, f"invalid record length {length}")
+            if end > size:
+                raise _damage(part, base, pos, positions, data,
+                              f"torn record (length {length} runs {end - size} bytes past the committed end)")
+            if crc32(view[pos + 8 : end]) != crc:
+                raise _damage(part, base, pos, positions, data, "CRC mismatch")
+            keep(pos)
+            pos = end
+    finally:
+        view.release()
+    return np.array(positions, np.int64)
+
+
+def _damage(part: StreamPart, base: int, pos: int, positions: list[int], data: bytes, reason: str) -> CorruptStreamRecord:
+    expected = part.start_offset
+    if positions:
+        expected = int.from_bytes(data[positions[-1] + 9 : positions[-1] + 17], "big") + 1
+    return CorruptStreamRecord(part.path, base + pos, expected, reason)
+
+
+def _check(part: StreamPart, base: int, positions: np.ndarray, ends: np.ndarray, offsets: np.ndarray,
+           n_filter: np.ndarray) -> None:
+    """Every stream record has room for its fields, and the offsets run on one by one from the
+    range's first offset to its end offset (when known)."""
+    short = ends - positions < RECORD_OVERHEAD + n_filter
+    if short.any():
+        i = int(np.argmax(short))
+        raise CorruptStreamRecord(part.path, base + int(positions[i]), int(offsets[i]),
+                                  "stream record too short for its fields")
+    expected = part.start_offset + np.arange(len(offsets))
+    wrong = offsets != expected
+    if wrong.any():
+        i = int(np.argmax(wrong))
+        got, want = int(offsets[i]), int(expected[i])
+        reason = f"offsets {want}..{got - 1} missing" if got > want else f"offset {got} where {want} was expected"
+        raise CorruptStreamRecord(part.path, base + int(positions[i]), want, reason)
+    end_offset = part.start_offset + len(offsets)
+    if part.end_offset is not None and end_offset != part.end_offset:
+        reason = (f"offsets {end_offset}..{part.end_offset - 1} missing" if part.end_offset > end_offset
+                  else f"records up to offset {end_offset - 1} where the index says {part.end_offset - 1}")
+        raise CorruptStreamRecord(part.path, part.end, end_offset, reason)
+
+
+def _row_filter(offsets: np.ndarray, timestamps: np.ndarray, request: ScanRequest) -> np.ndarray | None:
+    keep = None
+
+    def narrow(mask: np.ndarray) -> None:
+        nonlocal keep
+        keep = mask if keep is None else keep & mask
+
+    if request.seq_min is not None:
+        narrow(offsets >= request.seq_min)
+    if request.seq_max is not None:
+        narrow(offsets <= request.seq_max)
+    if request.seq_values is not None:
+        narrow(np.isin(offsets, np.array(request.seq_values, np.int64)))
+    if request.published_min_us is not None:
+        narrow(timestamps * 1000 >= request.published_min_us)
+    if request.published_max_us is not None:
+        narrow(timestamps * 1000 <= request.published_max_us)
+    return keep
+
+
+def _batch(part: StreamPart, request: ScanRequest, data: bytes, starts: np.ndarray, ends: np.ndarray,
+           offsets: np.ndarray, timestamps: np.ndarray) -> pa.RecordBatch:
+    columns = request.columns
+    n = len(starts)
+    decoded = decode_columns(data, starts, ends, columns)
+    schema = arrow_schema(columns, request.not_null)
+    arrays = []
+    for field in schema:
+        name = field.name
+        if name in decoded:
+            array = decoded[name]
+        elif name == "seq":
+            array = pa.array(offsets)
+        elif name in ("published_at", "state_at"):
+            array = pa.array(timestamps * 1000, _TS)
+        elif name == "vhost":
+            array = pa.repeat(pa.scalar(part.vhost, pa.string()), n)
+        elif name == "queue":
+            array = pa.repeat(pa.scalar(part.stream, pa.string()), n)
+        elif name == "segment":
+            array = pa.repeat(pa.scalar(part.segment_name, pa.string()), n)
+        else:
+            value = _CONSTANT[name]
+            array = pa.nulls(n, field.type) if value is None else pa.repeat(pa.scalar(value, field.type), n)
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        arrays.append(array if array.type == field.type else array.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
