@@ -12,6 +12,11 @@ if TYPE_CHECKING:
 class DeliverySink(Protocol):
     """What a consumer delivers into (a channel); the queue never sees the network."""
 
+    @property
+    def global_prefetch_count(self) -> int:
+        """The channel's own limit on its unacked deliveries, all consumers together
+        (basic.qos global=true; 0: none), which applies besides each consumer's."""
+
     def can_deliver(self) -> bool:
         """False while the channel is at its global prefetch, flow-stopped, or its socket is full."""
 

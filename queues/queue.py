@@ -220,12 +220,13 @@ class Queue(QueueType):
         # looked up only for a transient message to a durable queue.
         durable = journal is not None and (message.is_persistent or journal.keeps_transient)
         entry = QueueEntry(message, self.next_seq, expires_at, durable)  # dropped if the write fails
-        if durable and not journal.published(entry):
+        if durable and not journal.published(entry):  # type: ignore[union-attr]  # durable implies a journal
             return WRITE_FAILED
         self.next_seq += 1
         self.stats.published += 1
         if dedup_key is not None:
-            dedup.remember(dedup_key, message, message.published_at)  # accepted: a repeat is a duplicate from now
+            # Accepted: a repeat is a duplicate from now (a key implies the cache).
+            dedup.remember(dedup_key, message, message.published_at)  # type: ignore[union-attr]
         if durable:
             # (should_page's first test, inline: a queue with few messages in memory never pages)
             if self.ready.in_memory >= KEEP_PER_QUEUE and should_page(self.ready):
@@ -256,11 +257,11 @@ class Queue(QueueType):
         """Call `callback(error)` once what was published here so far is stored as durably as
         the queue promises (its journal fsynced). Only after a publish that returned
         ENQUEUED_DURABLY."""
-        self.journal.request_sync(callback)
+        self.journal.request_sync(callback)  # type: ignore[union-attr]  # the outcome implies a journal
 
     def load_paged(self, seq: int, delivery_count: int) -> QueueEntry | None:
         """Read a paged-out message back from the journal (None if it cannot be read)."""
-        entry = self.journal.load(seq, delivery_count)
+        entry = self.journal.load(seq, delivery_count)  # type: ignore[union-attr]  # set only with a journal
         if entry is not None:
             entry.expire_at(expiry_time(entry.message, self.settings.message_ttl_ms))
         return entry
@@ -398,6 +399,7 @@ class Queue(QueueType):
             # is asked at the first one taken from the ready list: a message published straight
             # to a consumer (`first`) never needs it.
             expiring: bool | None = None
+            entry: QueueEntry | None  # (None: pop_unexpired found only expired messages)
             while first is not None or ready.count:
                 consumer = picker.next_with_room()
                 if consumer is None:
@@ -416,7 +418,8 @@ class Queue(QueueType):
                         expiring = self.may_hold_expired()
                         if expiring and now is None:
                             now = self.timers.now()
-                    entry = pop_unexpired(self, now) if expiring else ready.pop()
+                    # (expiring: `now` is set)
+                    entry = pop_unexpired(self, now) if expiring else ready.pop()  # type: ignore[arg-type]
                     if entry is None:
                         return
                     if journal is not None and entry.seq > journal.deliver_check_above and \
@@ -436,7 +439,8 @@ class Queue(QueueType):
                 entry.delivered(no_ack)
                 if entry.persisted:
                     # A no-ack delivery is the message's last: journal it as settled.
-                    (journal.acked if no_ack else journal.delivered)(entry)
+                    # (persisted implies a journal)
+                    (journal.acked if no_ack else journal.delivered)(entry)  # type: ignore[union-attr]
         finally:
             self._dispatching = False
             if self.flow_waiters and self.ready.count < FLOW_LOW:
@@ -489,10 +493,11 @@ class Queue(QueueType):
     def after_get(self, entry: QueueEntry) -> None:
         entry.count_delivery()
         if entry.persisted:
+            # (persisted implies a journal)
             if entry.state == GONE:  # fetched with no_ack: that was its last delivery
-                self.journal.acked(entry)
+                self.journal.acked(entry)  # type: ignore[union-attr]
             else:
-                self.journal.delivered(entry)
+                self.journal.delivered(entry)  # type: ignore[union-attr]
 
     # -- settlement --------------------------------------------------------------------
 
@@ -511,7 +516,7 @@ class Queue(QueueType):
             consumer.count_settled()
         self.stats.acked += 1
         if entry.persisted and not self.deleted:
-            self.journal.acked(entry)
+            self.journal.acked(entry)  # type: ignore[union-attr]  # persisted implies a journal
 
     def reject(self, entry: QueueEntry, consumer: Consumer | None) -> None:
         """Rejected without requeue: the message leaves the queue (to its dead-letter exchange)."""
@@ -530,7 +535,7 @@ class Queue(QueueType):
         original position."""
         self.ready.put_back(entry)
         if entry.persisted:
-            self.journal.requeued(entry)
+            self.journal.requeued(entry)  # type: ignore[union-attr]  # persisted implies a journal
         if entry.expires_at:
             self.message_expiry().track(entry)  # a message whose TTL passed meanwhile expires at once
 

@@ -38,14 +38,25 @@ class QueueTypeRefusal(Exception):
         self.text = text
 
 
-class Refusal(Protocol):
-    """How an answer is refused: the queue cannot serve the method (say, its owner node is
-    unreachable). `error` is raised to, or sent on, the channel as it is."""
+class Answer(Protocol):
+    """What every answer does, whatever method it answers (the channel's side of it is
+    amqp_server/channel/answers.py's `Answer`)."""
 
-    def refused(self, error: Exception) -> None: ...
+    def later(self) -> None:
+        """The answer will come after the method returns (the queue's owner answers over a
+        link): called before then, it keeps the answer's place among the channel's replies."""
+
+    @property
+    def wanted(self) -> bool:
+        """False once the channel that asked has closed: what the answer would carry (a
+        message fetched for basic.get) is to be given back instead."""
+
+    def refused(self, error: Exception) -> None:
+        """The queue cannot serve the method (say, its owner node is unreachable): `error` is
+        raised to, or sent on, the channel as it is."""
 
 
-class ConsumeAnswer(Refusal, Protocol):
+class ConsumeAnswer(Answer, Protocol):
     @property
     def global_qos_active(self) -> bool:
         """The channel's last basic.qos was a global limit (RabbitMQ's active limiter), which
@@ -55,7 +66,7 @@ class ConsumeAnswer(Refusal, Protocol):
         """The consumer is registered (basic.consume-ok, unless nowait)."""
 
 
-class GetAnswer(Refusal, Protocol):
+class GetAnswer(Answer, Protocol):
     def got(self, entry: "QueueEntry", raw_header: bytes, redelivered: bool, message_count: int,
             durable_wait: Any = None) -> None:
         """basic.get-ok: `entry`, with the content header to send and the count of messages left;
@@ -66,7 +77,7 @@ class GetAnswer(Refusal, Protocol):
         """basic.get-empty."""
 
 
-class CountsAnswer(Refusal, Protocol):
+class CountsAnswer(Answer, Protocol):
     def counted(self, message_count: int, consumer_count: int) -> None:
         """The queue's counts (queue.declare-ok, queue.delete's if-empty/if-unused, purge-ok)."""
 

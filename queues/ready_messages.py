@@ -70,13 +70,14 @@ class PagedRun:
 
 
 # What the structures of a queue that never had a message (never paged out, never had one
-# returned) hold: shared and immutable, so an idle queue carries no objects of its own for them
-# (fewer for each full garbage collection to scan, and no 600-byte deque). The first change
-# replaces them with its own.
-_NO_MESSAGES: "tuple[QueueEntry | PagedRun, ...]" = ()
-_NO_RUNS: "tuple[PagedRun, ...]" = ()
-_NO_RETURNED: "tuple[tuple[int, QueueEntry], ...]" = ()
-_NOTHING_TAKEN: frozenset[int] = frozenset()
+# returned) hold: shared, so an idle queue carries no objects of its own for them (fewer for
+# each full garbage collection to scan, and no 600-byte deque). They stay empty: what adds to
+# a structure first replaces one of these with the queue's own, and what takes from one finds
+# it non-empty first (tests/test_ready_messages_paged.py checks).
+_NO_MESSAGES: "deque[QueueEntry | PagedRun]" = deque()
+_NO_RUNS: "deque[PagedRun]" = deque()
+_NO_RETURNED: "list[tuple[int, QueueEntry]]" = []
+_NOTHING_TAKEN: set[int] = set()
 
 
 class ReadyMessages:
@@ -97,11 +98,11 @@ class ReadyMessages:
     __slots__ = ("_fifo", "_runs", "_returned", "count", "bytes", "in_memory", "loader", "budget", "_taken")
 
     def __init__(self, loader: Loader | None = None, budget: MemoryBudget | None = None) -> None:
-        self._fifo: deque[QueueEntry | PagedRun] | tuple[QueueEntry | PagedRun, ...] = _NO_MESSAGES
-        # The PagedRuns of the FIFO, in order (lookup by seq); a deque from the first one.
-        self._runs: deque[PagedRun] | tuple[PagedRun, ...] = _NO_RUNS
-        # Returned messages, a heap by seq; a list from the first one.
-        self._returned: list[tuple[int, QueueEntry]] | tuple[tuple[int, QueueEntry], ...] = _NO_RETURNED
+        self._fifo = _NO_MESSAGES
+        # The PagedRuns of the FIFO, in order (lookup by seq); its own deque from the first one.
+        self._runs = _NO_RUNS
+        # Returned messages, a heap by seq; its own list from the first one.
+        self._returned = _NO_RETURNED
         # Ready messages: what len() says, read as an attribute by the queue's per-message code
         # (no __len__/__bool__ call there). Only this class changes it.
         self.count = 0
@@ -110,8 +111,8 @@ class ReadyMessages:
         self.loader = loader
         self.budget = budget if budget is not None else MemoryBudget()
         # Paged-out messages taken from the middle of their run (they expired): skipped later;
-        # a set from the first one.
-        self._taken: set[int] | frozenset[int] = _NOTHING_TAKEN
+        # its own set from the first one.
+        self._taken = _NOTHING_TAKEN
 
     def _hold(self, size: int) -> None:
         self.in_memory += 1
@@ -219,7 +220,8 @@ class ReadyMessages:
         READY: the caller says what became of it (QueueEntry.delivered, mark_gone...)."""
         fifo = self._fifo
         if not self._returned and fifo and fifo[0].__class__ is QueueEntry and fifo[0].state == READY:
-            entry = fifo.popleft()  # the usual case: nothing came back, the head is in memory
+            # The usual case: nothing came back, the head is in memory (a QueueEntry, tested).
+            entry: QueueEntry = fifo.popleft()  # type: ignore[assignment]
         else:
             entry = self._take_head()
         self.count -= 1
@@ -248,9 +250,9 @@ class ReadyMessages:
                 fifo.popleft()
                 self._runs.popleft()
                 continue
-            entry = self._load_from(head)
-            if entry is not None:
-                return entry
+            loaded = self._load_from(head)
+            if loaded is not None:
+                return loaded
 
     def _load_from(self, run: PagedRun) -> QueueEntry | None:
         i = run.start

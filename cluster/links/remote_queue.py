@@ -401,11 +401,13 @@ class RemoteQueue(Queue):
     # -- settling ----------------------------------------------------------------------
 
     def ack(self, entry: QueueEntry, consumer: Consumer | None) -> None:
+        assert isinstance(entry, RemoteDelivery)  # what dispatch and basic.get hand out here
         self.settle(entry, consumer)
         entry.mirror.ack(entry.link_tag)
         self._close_if_done(entry.mirror)
 
     def reject(self, entry: QueueEntry, consumer: Consumer | None) -> None:
+        assert isinstance(entry, RemoteDelivery)  # what dispatch and basic.get hand out here
         self.settle(entry, consumer)
         entry.mirror.reject(entry.link_tag, requeue=False)  # the owner dead-letters it
         self._close_if_done(entry.mirror)
