@@ -14,6 +14,7 @@ from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import cast
 
 from queues.memory_budget import MemoryBudget
 from queues.message import FLAG_PRIORITY, READY, Message, QueueEntry
@@ -70,14 +71,16 @@ class PagedRun:
 
 
 # What the structures of a queue that never had a message (never paged out, never had one
-# returned) hold: shared, so an idle queue carries no objects of its own for them (fewer for
-# each full garbage collection to scan, and no 600-byte deque). They stay empty: what adds to
-# a structure first replaces one of these with the queue's own, and what takes from one finds
-# it non-empty first (tests/test_ready_messages_paged.py checks).
-_NO_MESSAGES: "deque[QueueEntry | PagedRun]" = deque()
-_NO_RUNS: "deque[PagedRun]" = deque()
-_NO_RETURNED: "list[tuple[int, QueueEntry]]" = []
-_NOTHING_TAKEN: set[int] = set()
+# returned) hold: shared and immutable, so an idle queue carries no objects of its own for them
+# (fewer for each full garbage collection to scan, and no 600-byte deque). The first change
+# replaces them with its own; a change made to one by mistake raises instead of reaching every
+# idle queue (tests/test_ready_messages_paged.py checks they stay empty). The attributes are
+# typed as the containers they become (the casts): the stand-ins are empty, so reading one reads
+# as an empty container does.
+_NO_MESSAGES = cast("deque[QueueEntry | PagedRun]", ())
+_NO_RUNS = cast("deque[PagedRun]", ())
+_NO_RETURNED = cast("list[tuple[int, QueueEntry]]", ())
+_NOTHING_TAKEN = cast("set[int]", frozenset())
 
 
 class ReadyMessages:
