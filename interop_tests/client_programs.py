@@ -177,8 +177,14 @@ class ControlledBroker:
         return self.broker.url(user, password, vhost)
 
     def raise_memory_alarm(self) -> None:
-        """Set the memory watermark to 1 byte: the alarm is on at once."""
+        """Set the memory watermark to 1 byte: the alarm is on, for every connection, when this
+        returns (the next publish blocks a connection)."""
         self._ctl("set_vm_memory_high_watermark", "absolute", "1")
+        if self.rabbitmqctl is not None:
+            # RabbitMQ tells its connections of the alarm by message, after the command returns;
+            # a publish that came first would go through and never block.
+            wait_until(lambda: "running" not in self._ctl("list_connections", "state"),
+                       "every RabbitMQ connection blocking", 15)
 
     def clear_memory_alarm(self) -> None:
         self._ctl("set_vm_memory_high_watermark", "0.4")
@@ -193,14 +199,16 @@ class ControlledBroker:
         wait_until(lambda: socket.create_connection((self.broker.host, self.broker.port), timeout=1).close() or True,
                    "RabbitMQ listening again", 30)
 
-    def _ctl(self, *args: str) -> None:
+    def _ctl(self, *args: str) -> str:
+        """Run rabbitmqctl, or this project's ctl, with `args`; its output."""
         if self.rabbitmqctl is not None:
-            subprocess.run([*self.rabbitmqctl, *args], check=True, capture_output=True, timeout=60)
-            return
-        from amqp_server.ctl.main import main as ctl_main  # this project's rabbitmqctl
+            return subprocess.run([*self.rabbitmqctl, "-q", *args], check=True, capture_output=True, text=True,
+                                  timeout=60).stdout
+        from amqp_server.ctl.main import main as ctl_main
 
         out, err = io.StringIO(), io.StringIO()
         assert ctl_main(["--port", str(self.management_port), *args], out=out, err=err) == 0, err.getvalue()
+        return out.getvalue()
 
 
 def controlled_broker(broker_factory) -> ControlledBroker:

@@ -355,10 +355,11 @@ func largeMessage(url string, _ []string, out report) error {
 	if err != nil {
 		return err
 	}
-	if err := ch.Confirm(false); err != nil {
+	sizes := []int{0, 1, 4087, 4088, 4089, 8176, 8177, 100000, 1024 * 1024}
+	confirmations, err := confirmMode(ch, len(sizes))
+	if err != nil {
 		return err
 	}
-	sizes := []int{0, 1, 4087, 4088, 4089, 8176, 8177, 100000, 1024 * 1024}
 	sent, received := map[string]string{}, map[string]string{}
 	for _, size := range sizes {
 		body := make([]byte, size)
@@ -366,13 +367,12 @@ func largeMessage(url string, _ []string, out report) error {
 			return err
 		}
 		sent[strconv.Itoa(size)] = digest(body)
-		confirmation, err := ch.PublishWithDeferredConfirm("", q.Name, false, false, amqp.Publishing{Body: body})
-		if err != nil {
+		if err := ch.Publish("", q.Name, false, false, amqp.Publishing{Body: body}); err != nil {
 			return err
 		}
-		if !confirmation.Wait() {
-			return fmt.Errorf("publish of %d bytes nacked", size)
-		}
+	}
+	if err := awaitAcks(confirmations, len(sizes)); err != nil {
+		return err
 	}
 	deliveries, err := ch.Consume(q.Name, "", false, false, false, false, nil)
 	if err != nil {
@@ -507,15 +507,14 @@ func reconnect(url string, _ []string, out report) error {
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil { // durable
 		return err
 	}
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
-	confirmation, err := ch.PublishWithDeferredConfirm("", queue, false, false,
-		amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("kept")})
+	confirmations, err := confirmMode(ch, 1)
 	if err != nil {
 		return err
 	}
-	out["confirmedBefore"] = confirmation.Wait()
+	if err := ch.Publish("", queue, false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("kept")}); err != nil {
+		return err
+	}
+	out["confirmedBefore"] = awaitAcks(confirmations, 1) == nil
 
 	if err := event("ready"); err != nil { // the test restarts the broker
 		return err
@@ -581,20 +580,36 @@ func publishConfirmed(conn *amqp.Connection, queue string, count int) error {
 		return err
 	}
 	defer ch.Close()
-	if err := ch.Confirm(false); err != nil {
+	confirmations, err := confirmMode(ch, count)
+	if err != nil {
 		return err
 	}
-	pending := []*amqp.DeferredConfirmation{}
 	for i := 0; i < count; i++ {
-		c, err := ch.PublishWithDeferredConfirm("", queue, false, false, amqp.Publishing{Body: []byte(strconv.Itoa(i))})
-		if err != nil {
+		if err := ch.Publish("", queue, false, false, amqp.Publishing{Body: []byte(strconv.Itoa(i))}); err != nil {
 			return err
 		}
-		pending = append(pending, c)
 	}
-	for _, c := range pending {
-		if !c.Wait() {
-			return errors.New("a publish was nacked")
+	return awaitAcks(confirmations, count)
+}
+
+// confirmMode puts the channel in confirm mode, confirmations arriving on the returned channel.
+// (Not PublishWithDeferredConfirm: in amqp091-go 1.5.0 it registers the confirmation after
+// sending the publish, so an ack that comes back first is dropped and Wait() never returns;
+// rabbitmq/amqp091-go#182.)
+func confirmMode(ch *amqp.Channel, capacity int) (chan amqp.Confirmation, error) {
+	confirmations := ch.NotifyPublish(make(chan amqp.Confirmation, capacity))
+	return confirmations, ch.Confirm(false)
+}
+
+func awaitAcks(confirmations chan amqp.Confirmation, count int) error {
+	for i := 0; i < count; i++ {
+		select {
+		case c := <-confirmations:
+			if !c.Ack {
+				return fmt.Errorf("publish %d nacked", c.DeliveryTag)
+			}
+		case <-time.After(wait):
+			return fmt.Errorf("%d of %d publishes confirmed", i, count)
 		}
 	}
 	return nil
