@@ -26,7 +26,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 import pytest
 
@@ -41,16 +41,18 @@ EVENT_TIMEOUT_S = 30.0
 def build(what: str, command: Sequence[str], cwd: Path, env: dict[str, str] | None = None,
           timeout: float = 300.0) -> None:
     """Run a build step; fail the session's tests with its output if it fails."""
+    problem = None
     try:
         result = subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError as error:
-        pytest.fail(f"{what}: {error.filename} not found; scripts/install-test-system-packages installs it",
-                    pytrace=False)
+        problem = f"{error.filename} not found; scripts/install-test-system-packages installs it"
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{what}: `{shlex.join(command)}` took over {timeout:.0f} s", pytrace=False)
-    if result.returncode != 0:
-        pytest.fail(f"{what}: `{shlex.join(command)}` failed ({result.returncode}):\n{result.stdout}\n{result.stderr}",
-                    pytrace=False)
+        problem = f"`{shlex.join(command)}` took over {timeout:.0f} s"
+    else:
+        if result.returncode != 0:
+            problem = f"`{shlex.join(command)}` failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+    if problem is not None:
+        pytest.fail(f"{what}: {problem}", pytrace=False)
 
 
 def require_files(what: str, *paths: Path) -> None:
@@ -95,12 +97,12 @@ class ScenarioRun:
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
     def _read_stdout(self) -> None:
-        for line in self.process.stdout:
+        for line in _stream(self.process.stdout):
             self.lines.put(line)
         self.lines.put("")  # the end
 
     def _read_stderr(self) -> None:
-        for line in self.process.stderr:
+        for line in _stream(self.process.stderr):
             self.stderr.write(line)
 
     def __enter__(self) -> ScenarioRun:
@@ -124,7 +126,7 @@ class ScenarioRun:
         self.stdout.append(line)
         return line
 
-    def _fail(self, problem: str) -> None:
+    def _fail(self, problem: str) -> NoReturn:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
@@ -146,8 +148,9 @@ class ScenarioRun:
 
     def proceed(self) -> None:
         """Let the program go on past the event it waits at."""
-        self.process.stdin.write("go\n")
-        self.process.stdin.flush()
+        stdin = _stream(self.process.stdin)
+        stdin.write("go\n")
+        stdin.flush()
 
     def finish(self, timeout: float = SCENARIO_TIMEOUT_S) -> dict[str, Any]:
         """Its final report; the test fails if the program fails, times out or says ok=false."""
@@ -163,6 +166,11 @@ class ScenarioRun:
         if self.process.returncode != 0 or report["ok"] is not True:
             self._fail(f"failed (exit {self.process.returncode}): {report.get('error')}")
         return report
+
+
+def _stream(stream: IO[str] | None) -> IO[str]:
+    assert stream is not None  # Popen was given PIPE
+    return stream
 
 
 class ControlledBroker:
@@ -196,8 +204,11 @@ class ControlledBroker:
             return
         self._ctl("stop_app")
         self._ctl("start_app")
-        wait_until(lambda: socket.create_connection((self.broker.host, self.broker.port), timeout=1).close() or True,
-                   "RabbitMQ listening again", 30)
+        wait_until(self._listening, "RabbitMQ listening again", 30)
+
+    def _listening(self) -> bool:
+        with socket.create_connection((self.broker.host, self.broker.port), timeout=1):  # OSError: not yet
+            return True
 
     def _ctl(self, *args: str) -> str:
         """Run rabbitmqctl, or this project's ctl, with `args`; its output."""
