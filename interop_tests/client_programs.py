@@ -237,10 +237,13 @@ def controlled_broker(broker_factory) -> ControlledBroker:
 
 def tls_broker(broker_factory, directory: Path) -> tuple[Path, str]:
     """This project's broker with an AMQPS listener and a fresh test CA: (the CA's PEM file, the
-    amqps URL naming `localhost`, which the server certificate is for). The TLS scenarios run on
-    this project's broker only (RabbitMQ would need the same certificates in its configuration)."""
+    amqps URL naming `localhost`, which the server certificate is for). With INTEROP_BROKER_URL,
+    the external broker's INTEROP_AMQPS_URL and INTEROP_TLS_CA instead (skipped without them)."""
     if external_broker() is not None:
-        pytest.skip("TLS needs this project's broker with the test CA's certificates")
+        url, ca_file = os.environ.get("INTEROP_AMQPS_URL"), os.environ.get("INTEROP_TLS_CA")
+        if not (url and ca_file):
+            pytest.skip("TLS on the external broker needs INTEROP_AMQPS_URL and INTEROP_TLS_CA")
+        return Path(ca_file), url
     files = make_tls_files(directory)
     ports = tls_ports()
     process = broker_factory(config_text=tls_config(files, TEST_CONFIG), extra_args=tls_args(ports))

@@ -7,7 +7,8 @@ client speaks AMQP 0-8 unless told otherwise: the scenarios ask for its AMQP 0-9
 answers it as 0-9-1), except the one that checks its default. It has no publisher confirms (the
 test uses transactions), no connection.blocked (the broker must not send it) and no recovery
 (the application reconnects). Against RabbitMQ (INTEROP_BROKER_URL) the alarm and restart tests
-need INTEROP_RABBITMQCTL, and the TLS test runs on this project's broker only.
+need INTEROP_RABBITMQCTL, and the TLS test
+INTEROP_AMQPS_URL and INTEROP_TLS_CA too (interop_tests/README.md).
 """
 
 from __future__ import annotations

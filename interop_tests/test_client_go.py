@@ -5,8 +5,8 @@ against the packaged source (go.mod replaces the module with /usr/share/gocode; 
 nothing is fetched) and run once per test; each prints its observations as JSON and the
 assertions live here. amqp091-go has no automatic recovery: after a broker restart the test
 checks what an application relies on to reconnect by itself. Against RabbitMQ
-(INTEROP_BROKER_URL) the alarm and restart tests need INTEROP_RABBITMQCTL, and the TLS test runs
-on this project's broker only.
+(INTEROP_BROKER_URL) the alarm and restart tests need INTEROP_RABBITMQCTL, and the TLS test
+INTEROP_AMQPS_URL and INTEROP_TLS_CA too (interop_tests/README.md).
 """
 
 from __future__ import annotations

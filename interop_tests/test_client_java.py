@@ -3,7 +3,8 @@
 The scenarios are interop_tests/clients/java/Scenarios.java, compiled once per session with
 javac against Debian's jar and run once per test; each prints its observations as JSON and the
 assertions live here. Against RabbitMQ (INTEROP_BROKER_URL) the alarm and restart tests need
-INTEROP_RABBITMQCTL, and the TLS test runs on this project's broker only.
+INTEROP_RABBITMQCTL, and the TLS test
+INTEROP_AMQPS_URL and INTEROP_TLS_CA too (interop_tests/README.md).
 """
 
 from __future__ import annotations
