@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from persistence.atomic_file import write_atomically
+from persistence.atomic_file import fsync_directory, write_atomically
 from persistence.format_version import FORMAT_VERSION, check_format_version
 
 QUEUES_DIR = "queues"
@@ -107,14 +107,6 @@ def list_queue_directories(data_dir: Path, *, archive: bool = False) -> Iterator
             if (queue_dir / QUEUE_META).is_file():
                 vhost, queue = read_queue_meta(queue_dir)
                 yield QueueDirectory(vhost, queue, queue_dir)
-
-
-def fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _meta_bytes(fields: dict[str, Any]) -> bytes:
