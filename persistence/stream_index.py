@@ -257,21 +257,6 @@ def read_side_index(path: Path, segment_id: int, header_length: int, segment_siz
     return SideIndex(at, entries[0::3], entries[1::3], entries[2::3])
 
 
-def write_side_index(path: Path, data: bytes) -> None:
-    """Replace the side file by rename, without fsync: the caller fsyncs it later (a side file lost
-    or torn in a power cut is only rebuilt by a scan)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        done = 0
-        while done < len(view):
-            done += os.write(fd, view[done:])
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 # ---- scanning a segment ----------------------------------------------------------------------
 
 

@@ -44,7 +44,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, TypedDict
 
-from persistence.atomic_file import fsync_directory, write_atomically
+from persistence.atomic_file import fsync_directory, write_atomically, write_replacing
 from persistence.buffered_tail import BUFFER_LIMIT_FACTOR, BufferedTail
 from persistence.group_commit import GroupCommitter, SyncJob, sync_job
 from persistence.segment_file import create_segment
@@ -56,7 +56,6 @@ from persistence.stream_index import (
     StreamDamage,
     checkpoint_of,
     encode_side_index,
-    write_side_index,
 )
 from persistence.stream_offsets import StreamOffsets
 from persistence.stream_recovery import StreamRecovery, make_stream_directory, recover_segments
@@ -346,7 +345,7 @@ class StreamLog(BufferedTail):
 
     def _write_side_index(self, seg: SegmentIndex, at: IndexCheckpoint) -> None:
         path = self._directory / index_file_name(seg.segment_id)
-        write_side_index(path, encode_side_index(seg, at))
+        write_replacing(path, encode_side_index(seg, at))  # fsynced by the next round (lost: a scan rebuilds it)
         seg.mark_indexed(at.covered_size)
         self._unsynced_paths.add(str(path))
         self._dir_dirty = True

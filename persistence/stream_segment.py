@@ -223,4 +223,3 @@ def decode_message(
         )
     except (IndexError, struct.error, UnicodeDecodeError) as err:
         raise MalformedStreamRecord(f"stream record {offset}: {err}") from err
-
