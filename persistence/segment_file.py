@@ -273,6 +273,22 @@ def cut_damaged_tail(path: Path, offset: int) -> Path | None:
     return saved
 
 
+def read_exactly(fd: int, n: int, pos: int) -> bytes:
+    """``n`` bytes of ``fd`` from ``pos`` (fewer only at the end of the file)."""
+    data = os.pread(fd, n, pos)
+    if len(data) >= n or not data:
+        return data
+    parts = [data]
+    done = len(data)
+    while done < n:
+        more = os.pread(fd, n - done, pos + done)
+        if not more:
+            break
+        parts.append(more)
+        done += len(more)
+    return b"".join(parts)
+
+
 class CorruptRecord(ValueError):
     """A record read back by offset failed its length or CRC check."""
 
