@@ -40,13 +40,18 @@ def write_replacing(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        done = 0
-        while done < len(view):
-            done += os.write(fd, view[done:])
+        write_all(fd, data)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (more than one os.write only if the OS writes part of it)."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        done += os.write(fd, view[done:])
 
 
 def make_directories(path: Path, *, durably: bool) -> list[Path]:
