@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from persistence.record_format import LENGTH, MIN_RECORD_LENGTH, RECORD_HEAD
-from persistence.segment_file import read_exactly
+from persistence.segment_file import read_exactly as read_exactly  # also the stream readers' (spark)
 from persistence.stream_segment import (
     FLAG_CHUNK_START,
     HEAD,
