@@ -1,4 +1,5 @@
-"""Crash-safe whole-file replacement."""
+"""Crash-safe file writes: whole-file replacement, fsyncs of files and directories, and
+directories made durably."""
 
 from __future__ import annotations
 
@@ -31,6 +32,47 @@ def write_atomically(path: Path, data: bytes) -> None:
             pass
         raise
     fsync_directory(path.parent)
+
+
+def write_replacing(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` by rename (never a half-written file under its name), without
+    fsync: the caller has the file and its directory fsynced later (a group commit round)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (more than one os.write only if the OS writes part of it)."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        done += os.write(fd, view[done:])
+
+
+def make_directories(path: Path, *, durably: bool) -> list[Path]:
+    """mkdir -p; ``durably``, fsync the parent of every directory created so the new entries
+    survive a crash, else return those parents for the caller to fsync."""
+    to_sync: list[Path] = []
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        if durably:
+            fsync_directory(directory.parent)
+        else:
+            to_sync.append(directory.parent)
+    return to_sync
 
 
 def fsync_if_present(path: "str | os.PathLike[str]") -> None:

@@ -58,6 +58,31 @@ class SyncJob:
         self.fds = []
 
 
+def sync_job(job: SyncJob, sync_file: Callable[[int], None] = os.fsync) -> None:
+    """Make ``job`` durable with ``sync_file`` (blocking): its fds (closed after, whatever
+    happens), then its paths, then its directories. Raises the first OSError."""
+    try:
+        for fd in job.fds:
+            sync_file(fd)
+    finally:
+        job.discard()
+    for path in job.paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # deleted or archived since: its messages were all settled
+        try:
+            sync_file(fd)
+        finally:
+            os.close(fd)
+    for directory in job.directories:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            sync_file(fd)
+        finally:
+            os.close(fd)
+
+
 class Syncable(Protocol):
     def prepare_sync(self) -> SyncJob:
         """Write buffered data to the OS and say what must be fsynced to make it durable (event loop)."""
@@ -218,7 +243,7 @@ class GroupCommitter:
 
         def sync(item: tuple[Syncable, SyncJob]) -> None:
             try:
-                self._sync_job(item[1])
+                sync_job(item[1], self._sync_file)
             except OSError as err:
                 errors[item[0]] = err
 
@@ -228,28 +253,6 @@ class GroupCommitter:
         else:
             list(self._parallel.map(sync, jobs.items()))
         return errors
-
-    def _sync_job(self, job: SyncJob) -> None:
-        try:
-            for fd in job.fds:
-                self._sync_file(fd)
-        finally:
-            job.discard()
-        for path in job.paths:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # deleted or archived since: its messages were all settled
-            try:
-                self._sync_file(fd)
-            finally:
-                os.close(fd)
-        for directory in job.directories:
-            fd = os.open(directory, os.O_RDONLY)
-            try:
-                self._sync_file(fd)
-            finally:
-                os.close(fd)
 
     def _finish_round(self, round_: _Round, errors: dict[Syncable, OSError]) -> None:
         errors = {**errors, **round_.errors}

@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Never
 
-from persistence.atomic_file import fsync_if_present
+from persistence.atomic_file import fsync_directory, fsync_if_present
+from persistence.buffered_tail import BUFFER_LIMIT_FACTOR, BufferedTail
 from persistence.group_commit import SyncJob
 from persistence.record_format import (
     MessageRecord,
@@ -50,8 +51,16 @@ from persistence.record_format import (
     encode_state_of,
     state_kind,
 )
-from persistence.segment_file import HEADER_SIZE, SUFFIX, CorruptRecord, encode_header, read_record, segment_file_name
-from persistence.segment_layout import ensure_queue_directory, fsync_directory, queue_path
+from persistence.segment_file import (
+    HEADER_SIZE,
+    SUFFIX,
+    CorruptRecord,
+    create_segment,
+    encode_header,
+    read_record,
+    segment_file_name,
+)
+from persistence.segment_layout import ensure_queue_directory, queue_path
 from persistence.store_index import DELIVERED, READY, SETTLED, WAITING_RETRY, SegmentEntry, locate
 from persistence.store_recovery import Recovery, highest_message_seq, replay_segments
 
@@ -64,7 +73,6 @@ DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 DEFAULT_DRAIN_ROLLOVER_SIZE = 1024 * 1024
 _MAX_SEGMENT_SIZE = 0xFFFF_FFFF  # offsets are kept as u32
-_BUFFER_LIMIT_FACTOR = 16  # while writes fail, buffer at most this many write_buffer_size
 _RUNTIME_STATE: dict[int, int] = {  # by record type: an int key, not an enum (hashed in Python) per record
     RecordType.DELIVERED: DELIVERED,
     RecordType.REQUEUED: READY,
@@ -84,7 +92,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class QueueStore:
+class QueueStore(BufferedTail):
     """Segment files of one queue directory; see the module docstring."""
 
     def __init__(
@@ -296,7 +304,7 @@ class QueueStore:
 
     def _before_append(self) -> None:
         self._check_writable()
-        if len(self._buffer) >= _BUFFER_LIMIT_FACTOR * self.write_buffer_size:
+        if len(self._buffer) >= BUFFER_LIMIT_FACTOR * self.write_buffer_size:
             self.flush()  # writes keep failing: refuse new records (raises) rather than grow without bound
 
     def _after_append(self, was_empty: bool) -> None:
@@ -315,29 +323,6 @@ class QueueStore:
             self._collect_garbage()
         except OSError:
             log.exception("removing settled segments of %s failed; will retry later", self.directory)
-
-    def flush(self) -> None:
-        """Write the buffered records to the tail segment with one os.write (more only if the OS
-        writes part of it). On failure the file is cut back and the buffer kept for a retry."""
-        if not self._buffer or self._tail_fd is None:
-            return
-        tail = self._tail
-        assert tail is not None
-        view = memoryview(self._buffer)
-        written = 0
-        try:
-            while written < len(view):
-                written += os.write(self._tail_fd, view[written:])
-        except OSError:
-            view.release()
-            try:
-                os.ftruncate(self._tail_fd, tail.size)  # no torn record may stay in the middle of the file
-            except OSError as err:
-                self._failed = err
-            raise
-        view.release()
-        tail.size += written
-        self._buffer.clear()
 
     # ---- reading --------------------------------------------------------------------------
 
@@ -447,14 +432,7 @@ class QueueStore:
             self._make_directory()
         path = self.directory / segment_file_name(first_seq)
         header = encode_header(first_seq, _now_ms())
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        try:
-            if os.write(fd, header) != len(header):
-                raise OSError(f"{path}: short write of the segment header")
-        except OSError:
-            os.close(fd)
-            path.unlink(missing_ok=True)
-            raise
+        fd = create_segment(path, header)
         sealed = None
         if self._tail is not None and self._tail_fd is not None:
             os.close(self._tail_fd)

@@ -23,7 +23,7 @@ import re
 import struct
 import zlib
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from persistence.format_version import FORMAT_VERSION, check_format_version
 from persistence.record_format import LENGTH, LENGTH_AND_CRC, MIN_RECORD_LENGTH, RECORD_HEAD
@@ -45,8 +45,26 @@ class SegmentHeader(NamedTuple):
     version: int
     header_length: int
     flags: int
-    segment_id: int
+    segment_id: int  # a queue's: a lower bound of its sequence numbers; a stream's: its first offset
     created_at_ms: int
+
+
+class SegmentKind(NamedTuple):
+    """What tells one kind of segment file from another; the 40-byte header layout is the same
+    (a stream segment's header is a queue segment's with its own magic and format version,
+    docs/stream-files.md section 2)."""
+
+    magic: bytes
+    version: int  # written
+    check_version: Callable[[str, object], None]  # raises for a version this code does not read
+    corrupt: type[ValueError]  # raised for a header that is short or fails its magic or CRC check
+    header_name: str  # for error messages: "segment header"
+    file_name: str  # "queue segment file"
+
+
+QUEUE_SEGMENT = SegmentKind(
+    MAGIC, FORMAT_VERSION, check_format_version, CorruptSegmentHeader, "segment header", "queue segment file"
+)
 
 
 class Damage(NamedTuple):
@@ -84,28 +102,44 @@ def list_segments(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def encode_header(segment_id: int, created_at_ms: int) -> bytes:
-    head = _HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE, 0, segment_id, created_at_ms, 0)
+def encode_header(segment_id: int, created_at_ms: int, kind: SegmentKind = QUEUE_SEGMENT) -> bytes:
+    head = _HEADER.pack(kind.magic, kind.version, HEADER_SIZE, 0, segment_id, created_at_ms, 0)
     return head + _HEADER_CRC.pack(zlib.crc32(head))
 
 
-def decode_header(path: str, data: bytes) -> SegmentHeader:
-    """The header at the start of ``data`` (the first bytes of the file at ``path``)."""
+def decode_header(path: str, data: bytes, kind: SegmentKind = QUEUE_SEGMENT) -> SegmentHeader:
+    """The header at the start of ``data`` (the first bytes of the file at ``path``): the magic
+    first, then the version, then the CRC."""
+    corrupt = kind.corrupt
     if len(data) < _VERSION_AT.size:
-        raise CorruptSegmentHeader(f"{path}: {len(data)} bytes, too short for a segment header")
+        raise corrupt(f"{path}: {len(data)} bytes, too short for a {kind.header_name}")
     magic, version = _VERSION_AT.unpack_from(data, 0)
-    if magic != MAGIC:
-        raise CorruptSegmentHeader(f"{path}: not a queue segment file (magic {magic!r})")
-    check_format_version(path, version)
+    if magic != kind.magic:
+        raise corrupt(f"{path}: not a {kind.file_name} (magic {magic!r})")
+    kind.check_version(path, version)
     if len(data) < HEADER_SIZE:
-        raise CorruptSegmentHeader(f"{path}: {len(data)} bytes, too short for a segment header")
+        raise corrupt(f"{path}: {len(data)} bytes, too short for a {kind.header_name}")
     _, version, header_length, flags, segment_id, created_at_ms, _ = _HEADER.unpack_from(data, 0)
     (crc,) = _HEADER_CRC.unpack_from(data, _HEADER.size)
     if crc != zlib.crc32(data[: _HEADER.size]):
-        raise CorruptSegmentHeader(f"{path}: segment header CRC mismatch")
+        raise corrupt(f"{path}: {kind.header_name} CRC mismatch")
     if header_length < HEADER_SIZE:
-        raise CorruptSegmentHeader(f"{path}: header length {header_length} is below {HEADER_SIZE}")
+        raise corrupt(f"{path}: header length {header_length} is below {HEADER_SIZE}")
     return SegmentHeader(version, header_length, flags, segment_id, created_at_ms)
+
+
+def create_segment(path: Path, header: bytes) -> int:
+    """Create the segment file ``path`` (it must not exist) holding ``header``, and return its
+    descriptor, open for appending; on failure no file is left behind."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    try:
+        if os.write(fd, header) != len(header):
+            raise OSError(f"{path}: short write of the segment header")
+    except OSError:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    return fd
 
 
 class SegmentScan:
@@ -237,6 +271,22 @@ def cut_damaged_tail(path: Path, offset: int) -> Path | None:
     finally:
         os.close(fd)
     return saved
+
+
+def read_exactly(fd: int, n: int, pos: int) -> bytes:
+    """``n`` bytes of ``fd`` from ``pos`` (fewer only at the end of the file)."""
+    data = os.pread(fd, n, pos)
+    if len(data) >= n or not data:
+        return data
+    parts = [data]
+    done = len(data)
+    while done < n:
+        more = os.pread(fd, n - done, pos + done)
+        if not more:
+            break
+        parts.append(more)
+        done += len(more)
+    return b"".join(parts)
 
 
 class CorruptRecord(ValueError):

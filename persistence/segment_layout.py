@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from persistence.atomic_file import write_atomically
+from persistence.atomic_file import make_directories, write_atomically, write_replacing
 from persistence.format_version import FORMAT_VERSION, check_format_version
 
 QUEUES_DIR = "queues"
@@ -56,14 +55,14 @@ def ensure_queue_directory(path: Path, vhost: str, queue: str, *, durably: bool 
     empty directory, which the next start creates again.
     """
     vhost_dir = path.parent
-    created = _make_dirs(path, sync=durably)
+    created = make_directories(path, durably=durably)
     for meta_path, fields in ((vhost_dir / VHOST_META, {"vhost": vhost}), (path / QUEUE_META, {"vhost": vhost, "queue": queue})):
         if _meta_readable(meta_path):
             continue
         if durably:
             write_atomically(meta_path, _meta_bytes(fields))
         else:
-            _write_replacing(meta_path, _meta_bytes(fields))
+            write_replacing(meta_path, _meta_bytes(fields))
             created.insert(0, meta_path)
             created.append(meta_path.parent)
     return [] if durably else list(dict.fromkeys(created))
@@ -74,17 +73,6 @@ def _meta_readable(path: Path) -> bool:
         return isinstance(json.loads(path.read_bytes()), dict)
     except (OSError, ValueError):
         return False
-
-
-def _write_replacing(path: Path, data: bytes) -> None:
-    """Replace ``path`` by rename (never a half-written file under its name), without fsync."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 def read_queue_meta(path: Path) -> tuple[str, str]:
@@ -109,35 +97,6 @@ def list_queue_directories(data_dir: Path, *, archive: bool = False) -> Iterator
                 yield QueueDirectory(vhost, queue, queue_dir)
 
 
-def fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _meta_bytes(fields: dict[str, Any]) -> bytes:
     document = {"format_version": FORMAT_VERSION, **fields, "created_at_ms": int(time.time() * 1000)}
     return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
-
-
-def _make_dirs(path: Path, sync: bool) -> list[Path]:
-    """mkdir -p; with ``sync``, fsync the parent of every directory created so the new entries
-    survive a crash, else return those parents for the caller to fsync."""
-    to_sync: list[Path] = []
-    missing: list[Path] = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            continue
-        if sync:
-            fsync_directory(directory.parent)
-        else:
-            to_sync.append(directory.parent)
-    return to_sync

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from persistence.segment_file import CorruptSegmentHeader, SegmentScan, decode_header
+from persistence.segment_file import CorruptSegmentHeader, SegmentScan, decode_header, read_exactly
 
 _ARCHIVED_NAME = re.compile(r"^(\d{20})(?:\.(\d+))?\.seg$")
 
@@ -72,15 +72,7 @@ def read_prefix(path: Path, size: int, identity: FileIdentity | None = None) -> 
     try:
         if identity is not None and file_identity(os.fstat(fd)) != identity:
             return None
-        chunks: list[bytes] = []
-        done = 0
-        while done < size:
-            chunk = os.pread(fd, size - done, done)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            done += len(chunk)
-        return b"".join(chunks)
+        return read_exactly(fd, size, 0)
     finally:
         os.close(fd)
 

@@ -66,6 +66,10 @@ class SegmentEntry:
     def message_count(self) -> int:
         return len(self.seqs)
 
+    def grew(self, written: int) -> None:
+        """``written`` more bytes reached the file (a flush)."""
+        self.size += written
+
     def settle(self, i: int) -> bool:
         """Mark message ``i`` settled; True when it was live before."""
         if self.states[i] == SETTLED:

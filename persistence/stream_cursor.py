@@ -35,7 +35,8 @@ import zlib
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from persistence.record_format import MIN_RECORD_LENGTH, RECORD_HEAD
-from persistence.stream_index import SegmentIndex, read_exactly
+from persistence.segment_file import read_exactly
+from persistence.stream_index import SegmentIndex
 from persistence.stream_segment import (
     FILTER_AT,
     FLAG_FILTER,

@@ -22,7 +22,6 @@ feeds them to the index and says where the trusted records end.
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 import zlib
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from persistence.record_format import LENGTH, MIN_RECORD_LENGTH, RECORD_HEAD
+from persistence.segment_file import read_exactly as read_exactly  # also the stream readers' (spark)
 from persistence.stream_segment import (
     FLAG_CHUNK_START,
     HEAD,
@@ -257,21 +257,6 @@ def read_side_index(path: Path, segment_id: int, header_length: int, segment_siz
     return SideIndex(at, entries[0::3], entries[1::3], entries[2::3])
 
 
-def write_side_index(path: Path, data: bytes) -> None:
-    """Replace the side file by rename, without fsync: the caller fsyncs it later (a side file lost
-    or torn in a power cut is only rebuilt by a scan)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        done = 0
-        while done < len(view):
-            done += os.write(fd, view[done:])
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 # ---- scanning a segment ----------------------------------------------------------------------
 
 
@@ -302,22 +287,6 @@ class _Window:
         self.buf = read_exactly(self.fd, want, pos)
         self.at = pos
         return self.buf, 0
-
-
-def read_exactly(fd: int, n: int, pos: int) -> bytes:
-    """``n`` bytes of ``fd`` from ``pos`` (fewer only at the end of the file)."""
-    data = os.pread(fd, n, pos)
-    if len(data) >= n or not data:
-        return data
-    parts = [data]
-    done = len(data)
-    while done < n:
-        more = os.pread(fd, n - done, pos + done)
-        if not more:
-            break
-        parts.append(more)
-        done += len(more)
-    return b"".join(parts)
 
 
 def scan_records(

@@ -46,8 +46,10 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, TypedDict
 
-from persistence.atomic_file import fsync_directory, write_atomically
-from persistence.group_commit import GroupCommitter, SyncJob
+from persistence.atomic_file import fsync_directory, write_atomically, write_replacing
+from persistence.buffered_tail import BUFFER_LIMIT_FACTOR, BufferedTail
+from persistence.group_commit import GroupCommitter, SyncJob, sync_job
+from persistence.segment_file import create_segment
 from persistence.stream_commit_mark import CommitMark, CommitMarkWriter
 from persistence.stream_index import (
     DEFAULT_INDEX_INTERVAL,
@@ -57,7 +59,6 @@ from persistence.stream_index import (
     StreamDamage,
     checkpoint_of,
     encode_side_index,
-    write_side_index,
 )
 from persistence.stream_offsets import StreamOffsets
 from persistence.stream_recovery import StreamRecovery, make_stream_directory, recover_segments
@@ -84,7 +85,6 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_SEGMENT_BYTES = 500_000_000  # RabbitMQ's x-stream-max-segment-size-bytes default
 DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 DEFAULT_CHECKPOINT_BYTES = 64 * 1024 * 1024  # the newest segment's side file is rewritten this often
-_BUFFER_LIMIT_FACTOR = 16
 
 
 class StreamOptions(TypedDict, total=False):
@@ -131,7 +131,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class StreamLog:
+class StreamLog(BufferedTail):
     """The segment files of one stream directory; see the module docstring."""
 
     def __init__(
@@ -244,7 +244,7 @@ class StreamLog:
         size = record_size(filter_b, exchange_b, routing_key_b, raw_properties, body)
         tail = self._tail
         buffer = self._buffer
-        if len(buffer) >= _BUFFER_LIMIT_FACTOR * self.write_buffer_size:
+        if len(buffer) >= BUFFER_LIMIT_FACTOR * self.write_buffer_size:
             self.flush()  # writes keep failing: refuse (raises) rather than grow without bound
         if tail is None or (
             tail.size + len(buffer) + size > self.max_segment_bytes and tail.size + len(buffer) > tail.header_length
@@ -274,29 +274,6 @@ class StreamLog:
             self._sync_requested = True
             self._committer.request_sync(self, _log_sync_failure)
         return offset
-
-    def flush(self) -> None:
-        """Write the buffered records to the tail segment with one os.write (more only if the OS
-        writes part of it). On failure the file is cut back and the buffer kept for a retry."""
-        if not self._buffer or self._tail_fd is None:
-            return
-        tail = self._tail
-        assert tail is not None
-        view = memoryview(self._buffer)
-        written = 0
-        try:
-            while written < len(view):
-                written += os.write(self._tail_fd, view[written:])
-        except OSError:
-            view.release()
-            try:
-                os.ftruncate(self._tail_fd, tail.size)  # no torn record may stay in the middle
-            except OSError as err:
-                self._failed = err
-            raise
-        view.release()
-        tail.grew(written)
-        self._buffer.clear()
 
     # ---- group commit (Syncable) ----------------------------------------------------------
 
@@ -352,23 +329,9 @@ class StreamLog:
         job = self.prepare_sync()
         error: OSError | None = None
         try:
-            for fd in job.fds:
-                os.fsync(fd)
-            for path in job.paths:
-                try:
-                    fd = os.open(path, os.O_RDONLY)
-                except FileNotFoundError:
-                    continue
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            for directory in job.directories:
-                fsync_directory(Path(directory))
+            sync_job(job)  # what a committer's round does, here and now
         except OSError as err:
             error = err
-        finally:
-            job.discard()
         self.sync_done(job, error)
         if error is not None:
             raise error
@@ -398,7 +361,7 @@ class StreamLog:
 
     def _write_side_index(self, seg: SegmentIndex, at: IndexCheckpoint) -> None:
         path = self._directory / index_file_name(seg.segment_id)
-        write_side_index(path, encode_side_index(seg, at))
+        write_replacing(path, encode_side_index(seg, at))  # fsynced by the next round (lost: a scan rebuilds it)
         seg.mark_indexed(at.covered_size)
         self._unsynced_paths.add(str(path))
         self._dir_dirty = True
@@ -585,14 +548,7 @@ class StreamLog:
         path = self._directory / segment_file_name(first)
         created = self._clock_ms()
         header = encode_header(first, created)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        try:
-            if os.write(fd, header) != len(header):
-                raise OSError(f"{path}: short write of the segment header")
-        except OSError:
-            os.close(fd)
-            path.unlink(missing_ok=True)
-            raise
+        fd = create_segment(path, header)
         old = self._tail
         if old is not None and self._tail_fd is not None:
             os.close(self._tail_fd)

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from persistence.atomic_file import write_all as _write_all  # the module's own name: tests count writes by it
 from persistence.atomic_file import write_atomically
 from persistence.group_commit import GroupCommitter, SyncJob
 from persistence.stream_segment import OFFSETS_FILE, STREAM_FORMAT_VERSION, check_stream_format_version
@@ -194,13 +195,6 @@ class StreamOffsets:
     def _encode(self) -> bytes:
         document = {"format_version": STREAM_FORMAT_VERSION, "offsets": dict(sorted(self._offsets.items()))}
         return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    done = 0
-    while done < len(view):
-        done += os.write(fd, view[done:])
 
 
 def _unlink_quietly(path: str) -> None:

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from persistence.atomic_file import fsync_directory, write_atomically
+from persistence.atomic_file import make_directories, write_atomically
 from persistence.segment_file import cut_damaged_tail
 from persistence.stream_index import (
     SegmentIndex,
@@ -73,14 +73,7 @@ def make_stream_directory(directory: Path, vhost: str, name: str, now_ms: int) -
     """Create the stream directory and its meta files if missing (durably: a stream is declared
     rarely, and its directory must outlive a crash right after). A meta file of a format version
     this code does not read raises ``UnsupportedStreamFormatVersion``."""
-    missing = []
-    probe = directory
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    for made in reversed(missing):
-        made.mkdir(exist_ok=True)
-        fsync_directory(made.parent)
+    make_directories(directory, durably=True)
     metas = (
         (directory.parent / VHOST_META, {"vhost": vhost}),
         (directory / STREAM_META, {"vhost": vhost, "stream": name}),

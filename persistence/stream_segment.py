@@ -23,23 +23,23 @@ docs/stream-files.md is the contract.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import struct
 import zlib
 from pathlib import Path
 from typing import NamedTuple
 
+from persistence import segment_file
 from persistence.format_version import UnsupportedFormatVersion
-from persistence.record_format import LENGTH, MIN_RECORD_LENGTH, RECORD_HEAD
+from persistence.record_format import LENGTH
+from persistence.segment_file import HEADER_SIZE as HEADER_SIZE  # the queue segment's header layout
+from persistence.segment_file import SegmentHeader, SegmentKind
+from persistence.segment_file import parse_segment_file_name as parse_segment_file_name  # named as a queue's
+from persistence.segment_file import segment_file_name as segment_file_name
+from persistence.segment_layout import name_to_dir
 
 STREAM_MAGIC = b"AMQPSSEG"
 STREAM_FORMAT_VERSION = 1
 SUPPORTED_STREAM_FORMAT_VERSIONS = frozenset({1})
-HEADER_SIZE = 40
-_HEADER = struct.Struct(">8sHHIQQI")  # magic, version, header_length, flags, segment_id, created_at_ms, reserved
-_HEADER_CRC = struct.Struct(">I")
-_VERSION_AT = struct.Struct(">8sH")
 
 STREAM_RECORD = 0x20
 FLAG_FILTER = 0x01  # the record has a filter value (an empty one is still a value)
@@ -58,9 +58,7 @@ MAX_SHORT = 255
 MAX_RECORD_LENGTH = 0xFFFF_FFFF
 _MAX_U63 = (1 << 63) - 1
 
-SEGMENT_SUFFIX = ".seg"
-INDEX_SUFFIX = ".sidx"
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.seg$")
+INDEX_SUFFIX = ".sidx"  # segment files are named as a queue's (segment_file.segment_file_name)
 STREAMS_DIR = "streams"
 STREAM_META = "stream.json"
 VHOST_META = "vhost.json"
@@ -88,12 +86,14 @@ class CorruptStreamHeader(ValueError):
     """A stream segment whose header is short or fails its magic or CRC check."""
 
 
-class StreamSegmentHeader(NamedTuple):
-    version: int
-    header_length: int
-    flags: int
-    segment_id: int  # the offset of the segment's first record
-    created_at_ms: int
+STREAM_SEGMENT = SegmentKind(
+    STREAM_MAGIC,
+    STREAM_FORMAT_VERSION,
+    check_stream_format_version,
+    CorruptStreamHeader,
+    "stream segment header",
+    "stream segment file",
+)
 
 
 class StreamRecord(NamedTuple):
@@ -111,54 +111,27 @@ class StreamRecord(NamedTuple):
 # ---- names and directories ---------------------------------------------------------------
 
 
-def segment_file_name(segment_id: int) -> str:
-    return f"{segment_id:020d}{SEGMENT_SUFFIX}"
-
-
 def index_file_name(segment_id: int) -> str:
     return f"{segment_id:020d}{INDEX_SUFFIX}"
 
 
-def parse_segment_file_name(name: str) -> int | None:
-    match = _SEGMENT_NAME.match(name)
-    return int(match.group(1)) if match else None
-
-
 def stream_path(data_dir: Path, vhost: str, stream: str) -> Path:
     """``<data_dir>/streams/<sha1(vhost)>/<sha1(stream)>``, as queues are laid out under ``queues/``."""
-    return Path(data_dir) / STREAMS_DIR / _name_to_dir(vhost) / _name_to_dir(stream)
-
-
-def _name_to_dir(name: str) -> str:
-    # The same hash as segment_layout.name_to_dir (docs/queue-files.md section 1).
-    return hashlib.sha1(name.encode("utf-8")).hexdigest()
+    return Path(data_dir) / STREAMS_DIR / name_to_dir(vhost) / name_to_dir(stream)
 
 
 # ---- segment header ----------------------------------------------------------------------
 
 
 def encode_header(segment_id: int, created_at_ms: int) -> bytes:
-    head = _HEADER.pack(STREAM_MAGIC, STREAM_FORMAT_VERSION, HEADER_SIZE, 0, segment_id, created_at_ms, 0)
-    return head + _HEADER_CRC.pack(zlib.crc32(head))
+    """A stream segment's header: a queue segment's with the stream magic and format version."""
+    return segment_file.encode_header(segment_id, created_at_ms, STREAM_SEGMENT)
 
 
-def decode_header(path: str, data: bytes) -> StreamSegmentHeader:
-    """The header at the start of ``data``: magic first, then the version, then the CRC."""
-    if len(data) < _VERSION_AT.size:
-        raise CorruptStreamHeader(f"{path}: {len(data)} bytes, too short for a stream segment header")
-    magic, version = _VERSION_AT.unpack_from(data, 0)
-    if magic != STREAM_MAGIC:
-        raise CorruptStreamHeader(f"{path}: not a stream segment file (magic {magic!r})")
-    check_stream_format_version(path, version)
-    if len(data) < HEADER_SIZE:
-        raise CorruptStreamHeader(f"{path}: {len(data)} bytes, too short for a stream segment header")
-    _, version, header_length, flags, segment_id, created_at_ms, _ = _HEADER.unpack_from(data, 0)
-    (crc,) = _HEADER_CRC.unpack_from(data, _HEADER.size)
-    if crc != zlib.crc32(data[: _HEADER.size]):
-        raise CorruptStreamHeader(f"{path}: stream segment header CRC mismatch")
-    if header_length < HEADER_SIZE:
-        raise CorruptStreamHeader(f"{path}: header length {header_length} is below {HEADER_SIZE}")
-    return StreamSegmentHeader(version, header_length, flags, segment_id, created_at_ms)
+def decode_header(path: str, data: bytes) -> SegmentHeader:
+    """The header at the start of ``data``; its segment id is the offset of the segment's first
+    record. Raises ``CorruptStreamHeader`` or ``UnsupportedStreamFormatVersion``."""
+    return segment_file.decode_header(path, data, STREAM_SEGMENT)
 
 
 # ---- records -----------------------------------------------------------------------------
@@ -250,17 +223,3 @@ def decode_message(
         )
     except (IndexError, struct.error, UnicodeDecodeError) as err:
         raise MalformedStreamRecord(f"stream record {offset}: {err}") from err
-
-
-def frame_problem(buf: bytes, i: int, limit: int) -> str | None:
-    """Why no record can start at ``buf[i]`` when ``limit`` bytes of ``buf`` are the data, or None."""
-    if limit - i < RECORD_HEAD.size:
-        return "zero-filled tail" if not any(buf[i:limit]) else "torn record (partial header)"
-    (length,) = LENGTH.unpack_from(buf, i)
-    if length == 0:
-        return "zero-filled tail" if not any(buf[i:limit]) else "zero length field"
-    if length < MIN_RECORD_LENGTH:
-        return f"invalid record length {length}"
-    if i + 4 + length > limit:
-        return f"torn record (length {length} runs {i + 4 + length - limit} bytes past the end)"
-    return None

@@ -271,7 +271,6 @@ ALLOWED: dict[str, str] = {
     "persistence/store_recovery.py::_Replay._collect_survivors::recovery.next_seq": RECOVERY,
     "persistence/store_recovery.py::_Replay._replay_file::entry.size": RECOVERY,
     "persistence/queue_store.py::QueueStore._reset_drained_tail::tail.size": PRIVATE_RECORD,
-    "persistence/queue_store.py::QueueStore.flush::tail.size": PRIVATE_RECORD,
     "persistence/queue_store.py::QueueStore.prepare_sync::job.directories": SYNC_JOB,
     "persistence/queue_store.py::QueueStore.prepare_sync::job.paths": SYNC_JOB,
     "persistence/queue_store.py::QueueStore.recover::recovery.next_seq": RECOVERY,
