@@ -34,6 +34,7 @@ class Outcome:
     publishers: list[dict]
     consumers: list[dict]
     broker_cpu_cores: float | None
+    broker_cpu_s: float | None = None  # the broker's CPU seconds over the whole run (count mode: start to end)
 
     def _rate(self, results: list[dict]) -> float:
         count = sum(r["count"] for r in results)
@@ -179,7 +180,8 @@ def run_workers(publishers: list[PublisherSpec | list[PublisherSpec]], consumer_
     cores = None
     if cpu_begin is not None and cpu_end is not None and window_s > 0:
         cores = (cpu_end - cpu_begin) / window_s
-    return Outcome(timing, pub_results, con_results, cores)
+    cpu_s = cpu_end - cpu_begin if cpu_begin is not None and cpu_end is not None else None
+    return Outcome(timing, pub_results, con_results, cores, cpu_s)
 
 
 def _wait_for_deliveries(mailbox: _Mailbox, sync: Sync, groups: int, expected: int | None,

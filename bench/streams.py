@@ -170,12 +170,24 @@ def _rss_mib(target: Target) -> Callable[[], float | None]:
     return (lambda: None) if pid is None else (lambda: procfs.rss_kib(pid) / 1024)
 
 
+def cpu_per_message_us(outcome: Outcome, messages: int) -> float | None:
+    """The broker's CPU (every core, every thread) per message over a count-mode run, in µs:
+    steadier than the rates on a machine whose other load takes cores away."""
+    if outcome.broker_cpu_s is None or not messages:
+        return None
+    return outcome.broker_cpu_s / messages * 1e6
+
+
 def _publish_rows(outcome: Outcome) -> list[Row]:
     latencies = outcome.confirm_latencies_ms()
-    return (_row("confirmed", "msg/s", outcome.publish_rate)
+    rows = (_row("confirmed", "msg/s", outcome.publish_rate)
             + _row("confirm p50", "ms", percentile(latencies, 50))
             + _row("confirm p99", "ms", percentile(latencies, 99))
             + _cpu_rows(outcome))
+    if outcome.timing.count_mode:
+        confirmed = sum(r["sent"] for r in outcome.publishers)
+        rows += _row("broker CPU per confirmed message", "µs", cpu_per_message_us(outcome, confirmed))
+    return rows
 
 
 # ---- the variants ---------------------------------------------------------------------------
@@ -212,9 +224,9 @@ def read_from_first(target: Target, opts: Options, consumers: int) -> list[Row]:
         outcome = run_workers([], _consumer_groups(specs, opts.consumer_procs), Timing(0.0, None, opts.stream_messages),
                               target.pid, opts.stream_messages * consumers, stall_s=READ_STALL_S)
         time.sleep(1.0)  # the consumers' connections are closed: what the broker gives back
-    rows = _row("delivered", "msg/s", outcome.delivery_rate) + _cpu_rows(outcome)
-    if outcome.broker_cpu_cores is not None and outcome.delivery_rate:
-        rows += _row("broker CPU per delivery", "µs", outcome.broker_cpu_cores / outcome.delivery_rate * 1e6)
+    rows = (_row("delivered", "msg/s", outcome.delivery_rate) + _cpu_rows(outcome)
+            + _row("broker CPU per delivery", "µs",
+                   cpu_per_message_us(outcome, sum(r["total"] for r in outcome.consumers))))
     rows += (_row("broker RSS before", "MiB", rss.first) + _row("broker RSS peak", "MiB", rss.peak)
              + _row("broker RSS after", "MiB", rss.last))
     if rss.first is not None and rss.peak is not None:
