@@ -292,9 +292,10 @@ def _stream_read(messages: int, consumers: int) -> float:
                     await asyncio.sleep(0)
             readers = [_Client(broker) for _ in range(consumers)]
             started = time.process_time()
+            first = {"x-stream-offset": "first"}
             for reader in readers:
                 reader.send(1, commands.Basic.Qos(prefetch_count=STREAM_PREFETCH),
-                            commands.Basic.Consume(queue="s", consumer_tag="r", arguments={"x-stream-offset": "first"}))
+                            commands.Basic.Consume(queue="s", consumer_tag="r", arguments=first))
             delivered = [0] * consumers
             while min(delivered) < messages:
                 for i, reader in enumerate(readers):

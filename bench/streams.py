@@ -152,7 +152,8 @@ FIXTURES = StreamFixtures()
 
 def _declare_stream(target: Target, arguments: dict | None = None) -> str:
     stream = _unique("stream")
-    _with_channel(target.url, lambda ch: ch.queue_declare(stream, durable=True, arguments={**STREAM, **(arguments or {})}))
+    declared = {**STREAM, **(arguments or {})}
+    _with_channel(target.url, lambda ch: ch.queue_declare(stream, durable=True, arguments=declared))
     return stream
 
 
