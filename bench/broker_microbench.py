@@ -17,6 +17,11 @@ confirms (confirm mode, transient messages: the confirm bookkeeping without disk
 (persistent messages to a durable queue with confirms, 256 in flight, fsync "never": the store's
 records without the fsync wait; runs an event loop), fanout (10 queues, manual-ack consumers
 on one connection) and topic (bench/topic_bindings.py's 1,000 bindings over 10 queues).
+stream-read and stream-read-10: one consumer, or ten on a connection each, read a stream
+(x-queue-type stream, fsync "never") from `first` with prefetch 1000, acking what each output
+delivered with `multiple`; the figure is per delivery, the filling left out (a stream of at
+least STREAM_FILL records, so that runs of different lengths fill the same and their
+difference is reading alone: bench.bytecode_profile, bench.instruction_counts).
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ BACKLOG = 1500  # pubsub-backlog's ready messages: between the queue's FLOW_LOW 
 BODY = b"x" * 100
 _DELIVER = b"\x00\x3c\x00\x3c"  # basic.deliver's class and method ids, as they start its payload
 _ACK = b"\x01\x00\x01\x00\x00\x00\x0d\x00\x3c\x00\x50"  # method frame, channel 1, basic.ack
+STREAM_FILL = 12_000  # stream-read: records in the stream at least (bench.instruction_counts' larger run)
+STREAM_PREFETCH = 1000
 
 
 def _marshal(channel: int, *methods: object) -> bytes:
@@ -261,6 +268,60 @@ def persistent(messages: int) -> float:
         loop.close()
 
 
+def _stream_read(messages: int, consumers: int) -> float:
+    """`consumers` consumers each read `messages` records of a stream from `first`: CPU per delivery."""
+    async def run() -> float:
+        with tempfile.TemporaryDirectory(prefix="broker-microbench-") as data_dir:
+            broker = _broker(Path(data_dir))
+            publisher = _Client(broker)
+            publisher.send(1, commands.Queue.Declare(queue="s", durable=True, arguments={"x-queue-type": "stream"}),
+                           commands.Confirm.Select())
+            publisher.take()
+            fill = max(messages, STREAM_FILL)
+            frames = _publish("s", persistent=True)
+            confirmed = sent = 0
+            while confirmed < fill:  # 256 in flight, as the persistent scenario
+                if sent - confirmed < 256 and sent < fill:
+                    count = min(BATCH, fill - sent, 256 - (sent - confirmed))
+                    publisher.connection.receive_data(frames * count)
+                    sent += count
+                data = publisher.take()
+                if data:
+                    confirmed = _highest_confirm(data, confirmed)
+                else:
+                    await asyncio.sleep(0)
+            readers = [_Client(broker) for _ in range(consumers)]
+            started = time.process_time()
+            first = {"x-stream-offset": "first"}
+            for reader in readers:
+                reader.send(1, commands.Basic.Qos(prefetch_count=STREAM_PREFETCH),
+                            commands.Basic.Consume(queue="s", consumer_tag="r", arguments=first))
+            delivered = [0] * consumers
+            while min(delivered) < messages:
+                for i, reader in enumerate(readers):
+                    count = reader.take().count(_DELIVER)
+                    if count and delivered[i] < messages:
+                        delivered[i] += count
+                        reader.connection.receive_data(_ACK + struct.pack(">QB", delivered[i], 1) + b"\xce")
+            cost = (time.process_time() - started) / (messages * consumers) * 1e9
+            broker.committer.close()
+            return cost
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
+
+
+def stream_read(messages: int) -> float:
+    return _stream_read(messages, 1)
+
+
+def stream_read_10(messages: int) -> float:
+    return _stream_read(messages, 10)
+
+
 def _highest_confirm(data: bytes, confirmed: int) -> int:
     """The highest delivery tag basic.ack frames in `data` confirm (tags only grow)."""
     at = data.rfind(b"\x00\x3c\x00\x50")
@@ -284,6 +345,8 @@ SCENARIOS: dict[str, Callable[[int], float]] = {
     "persistent": persistent,
     "fanout": fanout,
     "topic": topic,
+    "stream-read": stream_read,
+    "stream-read-10": stream_read_10,
 }
 
 
@@ -306,7 +369,7 @@ def main() -> None:
         return
     for name in args.scenarios:
         costs = [SCENARIOS[name](args.messages) for _ in range(args.rounds)]
-        unit = "delivery" if name == "fanout" else "message"
+        unit = "delivery" if name in ("fanout", "stream-read", "stream-read-10") else "message"
         print(f"{name:<14} {min(costs):>7,.0f} ns CPU per {unit} (best of {args.rounds}; median {sorted(costs)[len(costs) // 2]:,.0f})")
 
 

@@ -24,6 +24,9 @@ examples:
   python -m bench confirms --confirm-windows 1,64 --count 20000 --url amqp://127.0.0.1:5672/
   python -m bench pubsub --url 'amqps://guest:guest@localhost:5671/?cafile=ca.pem'   # over TLS
   python -m bench client-ceiling      # the client's own limits, against an in-process null broker
+  python -m bench streams --stream-messages 200000 \\
+      --target ours=amqp://guest:guest@127.0.0.1:5673/ --stream-dir ours=DATA_DIR/streams \\
+      --target rabbitmq=amqp://guest:guest@127.0.0.1:5672/ --stream-dir rabbitmq=MNESIA_DIR/stream
 """
 
 
@@ -70,6 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spread, hot-queue: processes the publisher connections are spread over (default 1)")
     p.add_argument("--placed-window", type=int, default=64,
                    help="spread, hot-queue: unconfirmed messages per publisher connection (default 64; 0: flood)")
+    p.add_argument("--stream-messages", type=int, default=1_000_000,
+                   help="streams: messages in the stream the readers read from first (default 1,000,000)")
+    p.add_argument("--stream-windows", type=_ints, default=(256, 1),
+                   help="streams: confirms in flight; the first fills the readers' stream, the others publish "
+                   "for --duration (default 256,1)")
+    p.add_argument("--stream-prefetch", type=int, default=1000, help="streams: each reader's prefetch (default 1000)")
+    p.add_argument("--stream-consumers", type=int, default=10,
+                   help="streams: readers of the many-readers variant, a connection each (default 10)")
+    p.add_argument("--stream-retention-body", type=int, default=1000,
+                   help="streams: body bytes of the retention variant's 300 MB (default 1000)")
+    p.add_argument("--stream-dir", action="append", default=[], metavar="LABEL=DIR",
+                   help="streams: where target LABEL keeps its streams (ours: DATA_DIR/streams; RabbitMQ: "
+                   "its mnesia dir's stream folder), for the retention variant's disk figures")
     p.add_argument("--rounds", type=int, default=1, help="repeat every variant; the median is reported")
     p.add_argument("--markdown", action="store_true", help="also print Markdown rows for docs/benchmarks.md")
     p.add_argument("--json", metavar="FILE", help="write every raw measurement to FILE")
@@ -93,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
                    connections=args.connections, fanout_queues=args.fanout_queues,
                    topic_bindings=args.topic_bindings, topic_queues=args.topic_queues,
                    spread_queues=args.spread_queues, publisher_procs=args.publisher_procs,
-                   placed_window=args.placed_window, queue_type=args.queue_type)
+                   placed_window=args.placed_window, queue_type=args.queue_type,
+                   stream_messages=args.stream_messages, stream_windows=args.stream_windows,
+                   stream_prefetch=args.stream_prefetch, stream_consumers=args.stream_consumers,
+                   stream_retention_body=args.stream_retention_body)
     if names == ["client-ceiling"]:
         from bench import client_ceiling
 
@@ -101,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if "all" in names:
         names = list(ALL_ORDER)
     try:
-        targets = parse_targets(args.target, args.url, args.broker_pid, args.publish_via, args.nodes)
+        targets = parse_targets(args.target, args.url, args.broker_pid, args.publish_via, args.nodes, args.stream_dir)
         plan = [v for name in names for v in scenarios.variants(name, opts)]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

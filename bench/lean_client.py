@@ -166,8 +166,9 @@ class LeanChannel:
         await self._call(commands.Confirm.Select(), commands.Confirm.SelectOk)
 
     async def basic_consume(self, queue: str, on_message: MessageCallback, no_ack: bool = False,
-                            ack_batch: bool = True) -> str:
-        """Start the channel's one consumer.
+                            ack_batch: bool = True, arguments: dict | None = None) -> str:
+        """Start the channel's one consumer (`arguments`: basic.consume's, e.g. a stream's
+        `x-stream-offset`).
 
         With no_ack=False and ack_batch=True the client acknowledges, after every
         socket read, all deliveries of that read with one `multiple` ack.
@@ -176,7 +177,8 @@ class LeanChannel:
         self.ack_batch = ack_batch and not no_ack
         if self.ack_batch:
             self.connection._ack_channels.append(self)
-        ok = await self._call(commands.Basic.Consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
+        ok = await self._call(commands.Basic.Consume(queue=queue, no_ack=no_ack, arguments=arguments),
+                              commands.Basic.ConsumeOk)
         return ok.consumer_tag
 
     async def close(self) -> None:

@@ -34,6 +34,7 @@ class Outcome:
     publishers: list[dict]
     consumers: list[dict]
     broker_cpu_cores: float | None
+    broker_cpu_s: float | None = None  # the broker's CPU seconds over the whole run (count mode: start to end)
 
     def _rate(self, results: list[dict]) -> float:
         count = sum(r["count"] for r in results)
@@ -119,12 +120,13 @@ class _Mailbox:
 
 
 def run_workers(publishers: list[PublisherSpec | list[PublisherSpec]], consumer_groups: list[list[ConsumerSpec]],
-                timing: Timing, broker_pid: int | None, expected_deliveries: int | None = None) -> Outcome:
+                timing: Timing, broker_pid: int | None, expected_deliveries: int | None = None,
+                stall_s: float = COUNT_MODE_STALL_S) -> Outcome:
     """Run publishers and consumers against one broker and return what they counted. Each
     publisher entry is a process: one PublisherSpec, or a list of flooding ones (a connection each).
 
     In count mode the run ends when publishers are done and consumers have received
-    `expected_deliveries` (or, when that is None, nothing arrived for a second).
+    `expected_deliveries`, or when nothing arrived for `stall_s` seconds.
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -152,7 +154,7 @@ def run_workers(publishers: list[PublisherSpec | list[PublisherSpec]], consumer_
             cpu_begin = _cpu(broker_pid)
             wall_begin = time.monotonic()
             pub_results = mailbox.wait_for("publisher", "ok", len(publishers), 3600)
-            _wait_for_deliveries(mailbox, sync, len(consumer_groups), expected_deliveries)
+            _wait_for_deliveries(mailbox, sync, len(consumer_groups), expected_deliveries, stall_s)
             cpu_end = _cpu(broker_pid)
             window_s = time.monotonic() - wall_begin
         else:
@@ -178,10 +180,12 @@ def run_workers(publishers: list[PublisherSpec | list[PublisherSpec]], consumer_
     cores = None
     if cpu_begin is not None and cpu_end is not None and window_s > 0:
         cores = (cpu_end - cpu_begin) / window_s
-    return Outcome(timing, pub_results, con_results, cores)
+    cpu_s = cpu_end - cpu_begin if cpu_begin is not None and cpu_end is not None else None
+    return Outcome(timing, pub_results, con_results, cores, cpu_s)
 
 
-def _wait_for_deliveries(mailbox: _Mailbox, sync: Sync, groups: int, expected: int | None) -> None:
+def _wait_for_deliveries(mailbox: _Mailbox, sync: Sync, groups: int, expected: int | None,
+                         stall_s: float = COUNT_MODE_STALL_S) -> None:
     if groups == 0:
         return
     last_total, last_change = -1, time.monotonic()
@@ -192,7 +196,7 @@ def _wait_for_deliveries(mailbox: _Mailbox, sync: Sync, groups: int, expected: i
         now = time.monotonic()
         if total != last_total:
             last_total, last_change = total, now
-        elif now - last_change > COUNT_MODE_STALL_S:
+        elif now - last_change > stall_s:
             return
         mailbox.poll(0.02)
 

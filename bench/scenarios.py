@@ -43,6 +43,15 @@ class Options:
     publisher_procs: int = 1
     placed_window: int = 64  # spread, hot-queue: unconfirmed messages per publisher (0: flood, no confirms)
     queue_type: str = "classic"  # confirms: the durable queue's x-queue-type
+    # streams (bench/streams.py): the readers' stream, its fill's window first, then timed windows
+    stream_messages: int = 1_000_000
+    stream_windows: tuple[int, ...] = (256, 1)
+    stream_prefetch: int = 1000
+    stream_consumers: int = 10
+    stream_retention_bytes: int = 100_000_000
+    stream_segment_bytes: int = 10_000_000
+    stream_retention_publish_bytes: int = 300_000_000
+    stream_retention_body: int = 1000
 
     @property
     def timing(self) -> Timing:
@@ -358,11 +367,15 @@ def variants(name: str, opts: Options) -> list[Variant]:
         return [Variant("9 one hot queue", f"{shape}, {flow}, prefetch {opts.prefetch}, {where}",
                         lambda t, where=where: placed(t, opts, 1, opts.publishers, opts.consumers, where))
                 for where in PLACEMENTS]
+    if name == "streams":
+        from bench import streams  # it builds on this module's helpers
+
+        return streams.variants(opts)
     raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIO_NAMES)}")
 
 
 SCENARIO_NAMES = ("publish-only", "pubsub", "confirms", "fanout", "topic", "latency", "idle-connections",
-                  "spread", "hot-queue")
-ALL_ORDER = ("idle-connections",) + SCENARIO_NAMES[:-3]
+                  "spread", "hot-queue", "streams")
+ALL_ORDER = ("idle-connections",) + SCENARIO_NAMES[:-4]
 """`all` measures memory first: a broker that has just held a large backlog keeps that memory
 (RSS does not shrink), and new connections would fit into it for free. Start brokers fresh."""

@@ -20,6 +20,9 @@ class Target:
     # each worker's own port, from /api/nodes): scenarios that place queues and clients on
     # chosen nodes (bench/scenarios.py, "spread" and "hot-queue").
     nodes: tuple[str, ...] = ()
+    # The directory the broker keeps its streams under (ours: <data_dir>/streams; RabbitMQ:
+    # <mnesia dir>/stream): the streams scenario's retention variant measures a stream's files.
+    stream_dir: str | None = None
 
     @property
     def address(self) -> BrokerAddress:
@@ -31,7 +34,8 @@ class Target:
 
 
 def parse_targets(target_args: list[str], url_args: list[str], pid_args: list[str],
-                  publish_via_args: list[str] = (), node_args: list[str] = ()) -> list[Target]:
+                  publish_via_args: list[str] = (), node_args: list[str] = (),
+                  stream_dir_args: list[str] = ()) -> list[Target]:
     """Build targets from `--target label=url` and `--url url` options, in the order given.
 
     `--broker-pid label=pid` names a target's broker process; otherwise the pid is
@@ -68,7 +72,14 @@ def parse_targets(target_args: list[str], url_args: list[str], pid_args: list[st
         if not sep or label not in labels or not urls:
             raise ValueError(f"--nodes wants label=amqp://...,amqp://... for a known label, got {arg!r}")
         nodes[label] = tuple(url for url in urls.split(",") if url)
-    return [Target(label, url, pids.get(label) or _find_pid(label, url), via.get(label), nodes.get(label, ()))
+    stream_dirs: dict[str, str] = {}
+    for arg in stream_dir_args:
+        label, sep, directory = arg.partition("=")
+        if not sep or label not in labels or not directory:
+            raise ValueError(f"--stream-dir wants label=DIR for a known label, got {arg!r}")
+        stream_dirs[label] = directory
+    return [Target(label, url, pids.get(label) or _find_pid(label, url), via.get(label), nodes.get(label, ()),
+                   stream_dirs.get(label))
             for label, url in pairs]
 
 

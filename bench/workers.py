@@ -65,6 +65,10 @@ class ConsumerSpec:
     no_ack: bool
     prefetch: int
     latency: bool = False  # bodies start with a send timestamp; record delivery latency
+    arguments: dict | None = None  # basic.consume's arguments (a stream's x-stream-offset)
+    # basic.consume at the start time rather than before reporting ready: a consumer of a
+    # backlog (a stream read from `first`) then reads all of it inside the measurement.
+    consume_at_start: bool = False
 
 
 class Sync:
@@ -375,18 +379,24 @@ async def consumer_main(role: str, index: int, specs: list[ConsumerSpec], timing
                         results: Any) -> dict:
     counters: list[DeliveryCounter] = []
     conns: list[LeanConnection] = []
+    late: list[tuple[LeanChannel, ConsumerSpec, DeliveryCounter]] = []
     for n, spec in enumerate(specs):
         conn = await LeanConnection.open(spec.url, name=f"bench-{role}-{index}-{n}")
         conns.append(conn)
         chan = await conn.channel(prefetch=None if spec.no_ack else spec.prefetch)
         counter = DeliveryCounter(conn, spec.latency)
         counters.append(counter)
-        await chan.basic_consume(spec.queue, counter.on_message, no_ack=spec.no_ack)
+        if spec.consume_at_start:
+            late.append((chan, spec, counter))
+        else:
+            await chan.basic_consume(spec.queue, counter.on_message, no_ack=spec.no_ack, arguments=spec.arguments)
     results.put((role, index, "ready", None))
     start = await _wait_for_start(sync)
     begin, end = timing.window_ns(start)
     for counter in counters:
         counter.begin, counter.end = begin, end
+    await asyncio.gather(*(chan.basic_consume(spec.queue, counter.on_message, no_ack=spec.no_ack,
+                                              arguments=spec.arguments) for chan, spec, counter in late))
     cpu = CpuMeter((begin, end))
     while not sync.stop.value:
         sync.progress[index] = sum(c.total for c in counters)
