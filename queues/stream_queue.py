@@ -54,6 +54,7 @@ NOT_IMPLEMENTED = 540
 
 OFFSET_HEADER = "x-stream-offset"
 FILTER_VALUE_HEADER = "x-stream-filter-value"
+_FILTER_VALUE_KEY = FILTER_VALUE_HEADER.encode()
 OFFSET_TRACKING = "x-stream-automatic-offset-tracking"
 STREAM_MODULE = "rabbit_stream_queue"
 # Consumer arguments of other queue types that a stream refuses (checked on RabbitMQ 3.10.8).
@@ -232,7 +233,9 @@ class StreamQueue(Queue):
 
     def publish(self, message: Message) -> int:
         filter_value = None
-        if message.property_flags & FLAG_HEADERS:
+        # Decode the properties only for a publish that names the filter header: most carry
+        # headers of other kinds, and a search of the raw bytes costs less than the decode.
+        if message.property_flags & FLAG_HEADERS and _FILTER_VALUE_KEY in message.raw_header:
             value = (message.properties.headers or {}).get(FILTER_VALUE_HEADER)
             if isinstance(value, bytes):
                 value = value.decode("utf-8", "replace")
@@ -426,11 +429,3 @@ class StreamQueue(Queue):
     def close(self) -> None:
         """The broker stops: the log's buffers go to disk and its files close."""
         self.log.close()
-
-
-def is_stream(queue: object) -> bool:
-    """A stream queue (the management API and metrics show their offsets)."""
-    return isinstance(queue, StreamQueue)
-
-
-__all__ = ["STREAM", "StreamQueue", "is_stream", "with_offset_header"]
