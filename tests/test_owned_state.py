@@ -184,12 +184,7 @@ ALLOWED: dict[str, str] = {
     "amqp_server/config/settings.py::_parse_document::config.storage.archive_vhosts": CONFIG,
     "amqp_server/config/settings.py::_parse_document::config.users": CONFIG,
     "amqp_server/config/settings.py::_parse_document::config.vhosts": CONFIG,
-    "amqp_server/config/settings.py::_parse_document::setattr(config)": CONFIG,
-    "amqp_server/config/settings.py::_parse_document::setattr(config.cluster)": CONFIG,
-    "amqp_server/config/settings.py::_parse_document::setattr(config.limits)": CONFIG,
-    "amqp_server/config/settings.py::_parse_document::setattr(config.management)": CONFIG,
-    "amqp_server/config/settings.py::_parse_document::setattr(config.storage)": CONFIG,
-    "amqp_server/config/settings.py::_parse_document::setattr(config.tls)": CONFIG,
+    "amqp_server/config/settings.py::_parse_document::setattr(target)": CONFIG,  # each section's part of the configuration
     "amqp_server/config/settings.py::load_config::config.config_file": CONFIG,
     "amqp_server/config/settings.py::load_config::config.data_dir": CONFIG,
     "amqp_server/config/settings.py::load_config::config.definitions_file": CONFIG,

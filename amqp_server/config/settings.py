@@ -668,34 +668,19 @@ def _parse_document(doc: dict[str, Any]) -> ServerConfig:
     _reject_unknown(doc, _SECTIONS, "top level has")
     config = ServerConfig()
 
-    server = _table(doc.get("server", {}), "[server]")
-    _reject_unknown(server, _SERVER_KEYS, "[server] has")
-    for key, value in server.items():
-        setattr(config, key, _SERVER_KEYS[key](value, f"[server] {key}"))
-
-    limits = _table(doc.get("limits", {}), "[limits]")
-    _reject_unknown(limits, _LIMIT_KEYS, "[limits] has")
-    for key, value in limits.items():
-        setattr(config.limits, key, _LIMIT_KEYS[key](value, f"[limits] {key}"))
-
-    storage = _table(doc.get("storage", {}), "[storage]")
-    _reject_unknown(storage, _STORAGE_KEYS, "[storage] has")
-    for key, value in storage.items():
-        setattr(config.storage, key, _STORAGE_KEYS[key](value, f"[storage] {key}"))
-
-    management = _table(doc.get("management", {}), "[management]")
-    _reject_unknown(management, _MANAGEMENT_KEYS, "[management] has")
-    for key, value in management.items():
-        setattr(config.management, key, _MANAGEMENT_KEYS[key](value, f"[management] {key}"))
-    tls = _table(doc.get("tls", {}), "[tls]")
-    _reject_unknown(tls, _TLS_KEYS, "[tls] has")
-    for key, value in tls.items():
-        setattr(config.tls, key, _TLS_KEYS[key](value, f"[tls] {key}"))
-
-    cluster = _table(doc.get("cluster", {}), "[cluster]")
-    _reject_unknown(cluster, _CLUSTER_KEYS, "[cluster] has")
-    for key, value in cluster.items():
-        setattr(config.cluster, key, _CLUSTER_KEYS[key](value, f"[cluster] {key}"))
+    # Each section sets the attributes of its own part of the configuration, checked by its keys.
+    for section, target, keys in (
+        ("server", config, _SERVER_KEYS),
+        ("limits", config.limits, _LIMIT_KEYS),
+        ("storage", config.storage, _STORAGE_KEYS),
+        ("management", config.management, _MANAGEMENT_KEYS),
+        ("tls", config.tls, _TLS_KEYS),
+        ("cluster", config.cluster, _CLUSTER_KEYS),
+    ):
+        table = _table(doc.get(section, {}), f"[{section}]")
+        _reject_unknown(table, keys, f"[{section}] has")
+        for key, value in table.items():
+            setattr(target, key, keys[key](value, f"[{section}] {key}"))
 
     definitions = _table(doc.get("definitions", {}), "[definitions]")
     _reject_unknown(definitions, _DEFINITIONS_KEYS, "[definitions] has")
