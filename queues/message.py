@@ -78,7 +78,7 @@ class Message:
         # Exchange and routing key as two AMQP short strings, as basic.deliver carries them: as
         # they arrived in a client's basic.publish, else encoded here. A plain attribute (not a
         # property that encodes on first use): every delivery reads it.
-        self.routing_raw = routing_raw if routing_raw is not None else _routing_raw(exchange, routing_key)
+        self.routing_raw = routing_raw if routing_raw is not None else routing_bytes(exchange, routing_key)
         self._properties: BasicProperties | None = None
 
     @property
@@ -139,7 +139,7 @@ class Message:
         return copy
 
 
-def _routing_raw(exchange: str, routing_key: str) -> bytes:
+def routing_bytes(exchange: str, routing_key: str) -> bytes:
     """Exchange and routing key as two AMQP short strings (basic.deliver's encoding). A routing
     key longer than a short string can hold cannot come from an AMQP publish, but a dead-letter
     routing key or a trace copy's "deliver.<queue>" can be one: it is cut to its first 255 bytes

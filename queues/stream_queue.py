@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from queues.arguments import QueueArguments
 from queues.arguments.queue_type_rules import STREAM
 from queues.consumer import Consumer
-from queues.message import CONTENT_HEADER_PREFIX_SIZE, FLAG_HEADERS, Message, QueueEntry, content_header
+from queues.message import CONTENT_HEADER_PREFIX_SIZE, FLAG_HEADERS, Message, QueueEntry, content_header, routing_bytes
 from queues.publish_outcome import ENQUEUED_DURABLY, WRITE_FAILED
 from queues.queue import Queue
 from queues.queue_type import ConsumeAnswer, CountsAnswer, GetAnswer, QueueTypeRefusal
@@ -352,14 +352,22 @@ class StreamQueue(Queue):
         self._dispatching = True
         try:
             stats = self.stats
+            # A stream's records usually share one exchange and key: their basic.deliver
+            # encoding is made once per change, not per delivery.
+            routed: tuple[str, str] | None = None
+            routing_raw = b""
             for consumer, reading in list(self._readings.items()):
                 while consumer.has_capacity():
                     record = reading.next_record()
                     if record is None:
                         break
                     offset = record.offset
+                    if routed != (record.exchange, record.routing_key):
+                        routed = (record.exchange, record.routing_key)
+                        routing_raw = routing_bytes(record.exchange, record.routing_key)
                     raw_header = content_header(len(record.body), with_offset_header(record.raw_properties, offset))
-                    entry = StreamEntry(Message(record.exchange, record.routing_key, raw_header, record.body), offset)
+                    entry = StreamEntry(Message(record.exchange, record.routing_key, raw_header, record.body,
+                                                routing_raw), offset)
                     consumer.count_unacked()
                     self.unacked_count += 1
                     stats.delivered += 1
