@@ -33,7 +33,7 @@ from pathlib import Path
 from cluster.coordinator import CoordinationUnavailable, Coordinator, EventKind, HistoryLost, leaf_name
 from cluster.replication.election import GROUPS, LEASES, GroupRecord
 from cluster.replication.log import FileReplicaLog
-from cluster.replication.replica import QueueReplica, ReplicationListener, Role
+from cluster.replication.replica import CHECK_QUORUM_S, QueueReplica, ReplicationListener, Role
 from persistence.group_commit import GroupCommitter
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,13 @@ class ReplicaManager:
     def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
                  secret: bytes, poll_interval: float = 1.0, replica_poll_interval: float = 0.1, watch: bool = False,
                  idle_poll_interval: float = 2.0,
-                 on_role: Callable[[str, Role], None] = _ignore_queue_role) -> None:
+                 on_role: Callable[[str, Role], None] = _ignore_queue_role,
+                 check_quorum: float = CHECK_QUORUM_S) -> None:
         """``on_role(queue, role)`` hears every role change of every replica here (the broker
         takes a queue over when its replica here becomes leader), after the queue's owner (`host`).
-        ``secret``: the cluster secret every replication stream, to or from this node, proves first."""
+        ``secret``: the cluster secret every replication stream, to or from this node, proves first.
+        ``check_quorum``: how long a leader here may go without hearing from a majority of its
+        group before it steps down (QueueReplica)."""
         self.node = node
         self._coordinator = coordinator
         self._directory = Path(data_dir) / "replicas"
@@ -82,6 +85,7 @@ class ReplicaManager:
         # (a follower node's) report to nobody but `on_role`.
         self._owners: dict[str, tuple[Callable[[int], None], Callable[[Role], None]]] = {}
         self._on_role = on_role
+        self._check_quorum = check_quorum
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int = 0) -> str:
@@ -135,7 +139,8 @@ class ReplicaManager:
             queue=queue, node=self.node, members=members, log=FileReplicaLog(self._replica_directory(queue)),
             coordinator=self._coordinator, listener=self.listener, committer=self._committer,
             on_commit=functools.partial(self._committed, queue), on_role=functools.partial(self._role_changed, queue),
-            poll_interval=self._replica_poll, idle_poll_interval=self._idle_poll, create_group=create_group)
+            poll_interval=self._replica_poll, idle_poll_interval=self._idle_poll, create_group=create_group,
+            check_quorum=self._check_quorum)
         self.replicas[queue] = replica
         self._by_leaf[leaf_name(queue)] = queue
         replica.start()

@@ -18,6 +18,18 @@ watch of the records and leases saw this group's change, or this leader's in-syn
 transfer's target moved) or every ``idle_poll_interval`` (by default the same; the broker's
 node watches the keys and lets settled replicas idle, ReplicaManager).
 
+**Check-quorum.** A leader that cannot reach a majority of its group (a network partition that
+leaves it the coordination service, so its lease would live on) steps down within
+``check_quorum`` seconds: it sends every follower a heartbeat (an empty APPEND, answered by an
+ACK) every ``check_quorum / 4`` seconds at most once a second, and when fewer than a majority,
+itself included, were heard within ``check_quorum`` it stops leading (what waits for a confirm is
+failed) and deletes its lease, so the majority side elects at once. It then abstains from
+elections for ``check_quorum`` seconds (it would likely win them, having the longest log, and
+still reach nobody). A follower stream silent for ``check_quorum`` is closed on both sides, so
+the streams start afresh (HELLO) when the network heals, and the old leader catches up as a
+follower (log matching truncates what it wrote that no majority had). Connecting to a peer
+gives up after ``CONNECT_TIMEOUT_S``: a replica's steps never wait on a black hole.
+
 The owner (the broker's queue, or a test harness) passes ``on_commit(index)``, called with the
 new commit index whenever it rises (confirms up to it may leave), and ``on_role(role)``, called
 when this replica becomes leader (after the term's no-op is appended, before any commit) or
@@ -50,6 +62,12 @@ log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 5.0
 # A follower whose stream to the leader closed in the handshake connects again after this long.
 HANDSHAKE_RETRY_S = 1.0
+# A stream to a peer that does not connect within this long is given up (a partition drops
+# packets silently: without it the replica's step would wait for the kernel's SYN retries).
+CONNECT_TIMEOUT_S = 2.0
+# A leader that heard from fewer than a majority of its group for this long steps down (the
+# broker passes its session TTL: the time the coordination service takes to notice a dead node).
+CHECK_QUORUM_S = 5.0
 
 
 class Role(enum.Enum):
@@ -195,9 +213,10 @@ class ReplicationListener:
                       on_lost: Callable[[_Stream], None], on_open: Callable[[_Stream], None]) -> _Stream:
         """A stream to node ``peer``'s replication port; ``on_open`` hears when both sides proved
         the secret (only then may the stream carry a frame). Raises OSError."""
-        _, stream = await asyncio.get_running_loop().create_connection(
+        # (TimeoutError is an OSError.)
+        _, stream = await asyncio.wait_for(asyncio.get_running_loop().create_connection(
             lambda: _Stream(Handshake.connecting(self._secret), self._handshake_timeout, on_frame, on_lost, peer,
-                            on_open), host, port)
+                            on_open), host, port), CONNECT_TIMEOUT_S)
         return stream
 
     def _first_frame(self, stream: _Stream, frame: object) -> None:
@@ -233,10 +252,12 @@ class QueueReplica:
         idle_poll_interval: float | None = None,
         election_timeout: float = 3.0,
         create_group: bool = True,
+        check_quorum: float = CHECK_QUORUM_S,
     ) -> None:
         """``create_group``: create the group in the coordination service if it is not there
         (the node that declares the queue); a replica started because a group names this node
-        never does, so a deleted group is not brought back."""
+        never does, so a deleted group is not brought back. ``check_quorum``: see the module
+        docstring."""
         self.queue = queue
         self.node = node
         self.members = tuple(members)
@@ -251,6 +272,11 @@ class QueueReplica:
         self._woken = asyncio.Event()
         self._election_timeout = election_timeout
         self._create_group = create_group
+        self._check_quorum = check_quorum
+        self._heartbeat_every = min(1.0, check_quorum / 4)
+        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._abstain_until = 0.0  # monotonic: no vote before (after stepping down for want of a quorum)
+        self._upstream_heard_at = 0.0  # follower: when the leader's stream last brought a frame
         self.role = Role.FOLLOWER
         self.leader: LeaderReplication | None = None
         self._follower = FollowerReplication(node, queue, log)
@@ -361,6 +387,7 @@ class QueueReplica:
                  hello.last_index, hello.term)
         stream.attach(hello.node, self._leader_frame, self._follower_lost, self._pump)
         self._followers[hello.node] = stream
+        leader.heard_from(hello.node, time.monotonic())
         self._pump(stream)
         return True
 
@@ -369,6 +396,7 @@ class QueueReplica:
         if leader is None or self._followers.get(stream.peer) is not stream:
             stream.close()
             return
+        leader.heard_from(stream.peer, time.monotonic())
         if isinstance(frame, Ack):
             if leader.on_ack(stream.peer, frame):
                 self._on_commit(leader.commit_index)
@@ -399,6 +427,36 @@ class QueueReplica:
             return False
         return record.transfer_to == peer or (peer in record.in_sync) != (peer in leader.in_sync_members())
 
+    def _heartbeat(self) -> None:
+        """Every `_heartbeat_every` while leading: an empty APPEND to each follower, streams
+        silent for `check_quorum` closed, and the check-quorum (module docstring)."""
+        self._heartbeat_timer = None
+        leader = self.leader
+        if self.role is not Role.LEADER or leader is None:
+            return
+        now = time.monotonic()
+        for peer, stream in list(self._followers.items()):
+            silent = now - leader.heard_at(peer)
+            if silent > self._check_quorum:
+                # A partition leaves a stream open and silent: closed, the follower's next
+                # stream starts afresh (HELLO) once the network heals.
+                log.warning("%s: follower %s of %s silent for %.1f s; closing its stream", self.node, peer,
+                            self.queue, silent)
+                stream.close()
+            elif not stream.paused:
+                frame = leader.heartbeat(peer)
+                if frame is not None:
+                    stream.write(frame)
+        if not leader.has_quorum(now, self._check_quorum):
+            log.warning("%s: leader of %s at term %d heard from fewer than %d of its %d members within %.1f s; "
+                        "stepping down and giving up its lease", self.node, self.queue, leader.term, leader.majority,
+                        len(self.members), self._check_quorum)
+            self._abstain_until = now + self._check_quorum
+            self._become(Role.FOLLOWER)  # no confirm leaves from here on; the lease goes at the next step
+            self.wake()
+            return
+        self._heartbeat_timer = asyncio.get_running_loop().call_later(self._heartbeat_every, self._heartbeat)
+
     def _check_stepped_down(self) -> bool:
         if self.leader is not None and self.leader.role is LeaderRole.STEPPED_DOWN:
             log.warning("%s: leader of %s at term %d steps down (term %d exists)",
@@ -413,10 +471,16 @@ class QueueReplica:
         if stream is not self._upstream or not isinstance(frame, Append):
             stream.close()
             return
+        self._upstream_heard_at = time.monotonic()
         reply = self._follower.on_append(frame)
         if reply is not None:
             log.debug("%s: answering %r to an APPEND after %d", self.node, reply, frame.prev_index)
             stream.write(reply)
+        elif self._follower.nothing_to_sync and not self._sync_requested:
+            # A heartbeat (or a run this log had already): nothing to fsync, the ACK goes now.
+            ack = self._follower.answer_heartbeat()
+            if ack is not None:
+                stream.write(ack)
         elif not self._sync_requested:
             self._sync_requested = True
             self._committer.request_sync(self.log, self._follower_synced)
@@ -445,8 +509,13 @@ class QueueReplica:
                 self._follow_after = time.monotonic() + HANDSHAKE_RETRY_S
             self.wake()  # connect again (or, the leader gone, wait for its lease to go)
 
+    def _upstream_silent(self) -> bool:
+        """The stream to the leader brought nothing (not even a heartbeat) for `check_quorum`."""
+        return (self._upstream is not None and self._upstream.is_open
+                and time.monotonic() - self._upstream_heard_at > self._check_quorum)
+
     async def _follow(self, record: GroupRecord) -> None:
-        if self._upstream is not None and self._upstream_term == record.term:
+        if self._upstream is not None and self._upstream_term == record.term and not self._upstream_silent():
             return
         if time.monotonic() < self._follow_after:
             return  # the last stream failed its handshake: the pause is not over
@@ -458,6 +527,7 @@ class QueueReplica:
         except OSError:
             return  # the leader is not listening (yet, or any more): the next poll tries again
         self._upstream, self._upstream_term = stream, record.term
+        self._upstream_heard_at = time.monotonic()
         if stream.is_open:  # the handshake finished before this task resumed
             self._upstream_open(stream)
 
@@ -478,6 +548,9 @@ class QueueReplica:
             return
         previous, self.role = self.role, role
         if previous is Role.LEADER:
+            if self._heartbeat_timer is not None:
+                self._heartbeat_timer.cancel()
+                self._heartbeat_timer = None
             for stream in list(self._followers.values()):
                 stream.close()
             self._followers.clear()
@@ -519,7 +592,8 @@ class QueueReplica:
             return True
         record = self.record
         return (self.role is Role.FOLLOWER and record is not None and self._upstream is not None
-                and self._upstream_term == record.term and record.leader != self.node)
+                and self._upstream_term == record.term and record.leader != self.node
+                and not self._upstream_silent())
 
     async def _tick(self) -> None:
         record, version = await self._keys.read()
@@ -540,12 +614,19 @@ class QueueReplica:
         self.record = record
         if self.role is not Role.LEADER and set(record.members) != set(self.members):
             self.members = tuple(record.members)
-        lease = await self._keys.lease()
+        lease, lease_version = await self._keys.lease_and_version()
         if self.role is Role.LEADER:
             await self._lead(record, version, lease)
+        elif lease is not None and lease.leader == self.node:
+            # Our own lease while we do not lead: left by a step-down for want of a quorum, or
+            # by this node's previous process (killed, restarted before its session expired).
+            # Nothing of ours leads on it: delete it (at its version), so the others elect now.
+            log.warning("%s: releases its stale lease of %s (term %d)", self.node, self.queue, lease.term)
+            await self._keys.release_lease(lease_version)
         elif lease is not None and lease.term == record.term and record.leader != self.node:
             await self._follow(record)
-        elif lease is None and self.node in record.members and self._may_vote(record):
+        elif (lease is None and self.node in record.members and self._may_vote(record)
+              and time.monotonic() >= self._abstain_until):
             assert version is not None
             await self._elect(record, version)
 
@@ -639,10 +720,11 @@ class QueueReplica:
             return
         self.record = claimed
         self.members = tuple(record.members)
-        self.leader = LeaderReplication(self.node, term, self.log, record.members)
+        self.leader = LeaderReplication(self.node, term, self.log, record.members, time.monotonic())
         self.leader.start_term()
         log.info("%s: leader of %s at term %d (log ends at %d)", self.node, self.queue, term, self.log.last_index)
         self._become(Role.LEADER)
+        self._heartbeat_timer = asyncio.get_running_loop().call_later(self._heartbeat_every, self._heartbeat)
         self._flush_soon()
         with contextlib.suppress(CoordinationUnavailable):
             await self._keys.forget_votes_below(term)
