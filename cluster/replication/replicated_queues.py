@@ -135,14 +135,22 @@ class ReplicatedQueues:
         """/api/queues' fields of a replicated queue, as RabbitMQ shows a quorum queue's:
         ``type`` "quorum", ``leader``, ``members`` and ``online`` (the members that are live
         nodes), and amqp-server's ``in_sync`` (the members holding every committed record, which
-        alone may take over with nothing confirmed missing). None: no group here knows the queue."""
+        alone may take over with nothing confirmed missing), ``term`` (the group record's) and
+        ``replica`` (this node's replica: its ``role``, ``term`` and ``commit_index``, when it
+        has one). None: no group here knows the queue."""
         record = self.group(vhost, name)
         if record is None:
             return None
         live = set(self._live_nodes())
-        return {"type": QUORUM, "leader": record.leader, "members": list(record.members),
-                "online": [member for member in record.members if member in live],
-                "in_sync": list(record.in_sync)}
+        described: dict[str, Any] = {"type": QUORUM, "leader": record.leader, "members": list(record.members),
+                                     "online": [member for member in record.members if member in live],
+                                     "in_sync": list(record.in_sync), "term": record.term}
+        replica = self.manager.replicas.get(queue_id(vhost, name))
+        if replica is not None:
+            # This node's own replica, as it sees itself (the fault tests' leader observations).
+            described["replica"] = {"role": replica.role.value, "term": replica.term,
+                                    "commit_index": replica.commit_index}
+        return described
 
     # -- membership changes (ctl add_member, delete_member, transfer_leadership) -----------------------
 
