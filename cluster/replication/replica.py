@@ -24,8 +24,10 @@ leaves it the coordination service, so its lease would live on) steps down withi
 ACK) every ``check_quorum / 4`` seconds at most once a second, and when fewer than a majority,
 itself included, were heard within ``check_quorum`` it stops leading (what waits for a confirm is
 failed) and deletes its lease, so the majority side elects at once. It then abstains from
-elections for ``check_quorum`` seconds (it would likely win them, having the longest log, and
-still reach nobody). A follower stream silent for ``check_quorum`` is closed on both sides, so
+elections for twice ``check_quorum`` (it would likely win them, having the longest log, and
+still reach nobody). A leader that cannot write its log (ENOSPC, EIO) steps down the same way,
+so a member whose disk works leads: its confirms waiting are failed (nacks), none leaves
+without its record on a majority's disks. A follower stream silent for ``check_quorum`` is closed on both sides, so
 the streams start afresh (HELLO) when the network heals, and the old leader catches up as a
 follower (log matching truncates what it wrote that no majority had). Connecting to a peer
 gives up after ``CONNECT_TIMEOUT_S``: a replica's steps never wait on a black hole.
@@ -277,6 +279,7 @@ class QueueReplica:
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._abstain_until = 0.0  # monotonic: no vote before (after stepping down for want of a quorum)
         self._upstream_heard_at = 0.0  # follower: when the leader's stream last brought a frame
+        self._connecting: asyncio.Task[None] | None = None  # follower: a stream to the leader being opened
         self.role = Role.FOLLOWER
         self.leader: LeaderReplication | None = None
         self._follower = FollowerReplication(node, queue, log)
@@ -303,6 +306,8 @@ class QueueReplica:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._connecting is not None:
+            self._connecting.cancel()
         was_leader = self.role is Role.LEADER
         self._become(Role.STOPPED)
         self._listener.unregister(self)
@@ -356,11 +361,14 @@ class QueueReplica:
         if self.role is not Role.LEADER:
             return
         self._committer.request_sync(self.log, self._leader_synced)
-        for stream in self._followers.values():
+        for stream in list(self._followers.values()):  # (a disk failure steps down: the streams go)
             self._pump(stream)
 
     def _leader_synced(self, error: OSError | None) -> None:
-        if error is not None or self.leader is None:
+        if error is not None:
+            self._disk_failed(error)
+            return
+        if self.leader is None:
             return
         if self.leader.local_synced():
             self._on_commit(self.leader.commit_index)
@@ -370,10 +378,25 @@ class QueueReplica:
         if leader is None:
             return
         while not stream.paused:
-            frame = leader.outgoing(stream.peer)
+            try:
+                frame = leader.outgoing(stream.peer)  # (reading the log writes its buffer out first)
+            except OSError as error:
+                self._disk_failed(error)
+                return
             if frame is None:
                 return
             stream.write(frame)
+
+    def _disk_failed(self, error: OSError) -> None:
+        """The log could not be written or fsynced: a leader steps down (module docstring)."""
+        if self.role is not Role.LEADER or self.leader is None:
+            log.warning("%s: the replica log of %s cannot be written: %s", self.node, self.queue, error)
+            return
+        log.error("%s: leader of %s at term %d cannot write its replica log (%s); stepping down so that a member "
+                  "whose disk works leads", self.node, self.queue, self.leader.term, error)
+        self._abstain_until = time.monotonic() + 2 * self._check_quorum
+        self._become(Role.FOLLOWER)
+        self.wake()  # the lease goes at the next step
 
     def accept_follower(self, stream: _Stream, hello: Hello) -> bool:
         leader = self.leader
@@ -451,7 +474,7 @@ class QueueReplica:
             log.warning("%s: leader of %s at term %d heard from fewer than %d of its %d members within %.1f s; "
                         "stepping down and giving up its lease", self.node, self.queue, leader.term, leader.majority,
                         len(self.members), self._check_quorum)
-            self._abstain_until = now + self._check_quorum
+            self._abstain_until = now + 2 * self._check_quorum
             self._become(Role.FOLLOWER)  # no confirm leaves from here on; the lease goes at the next step
             self.wake()
             return
@@ -517,19 +540,33 @@ class QueueReplica:
     async def _follow(self, record: GroupRecord) -> None:
         if self._upstream is not None and self._upstream_term == record.term and not self._upstream_silent():
             return
+        if self._connecting is not None:
+            return  # under way: the steps go on meanwhile (an election must not wait on a black hole)
         if time.monotonic() < self._follow_after:
             return  # the last stream failed its handshake: the pause is not over
         self._drop_upstream()
-        host, _, port = record.leader_address.rpartition(":")
+        self._connecting = asyncio.get_running_loop().create_task(self._connect_upstream(record))
+
+    async def _connect_upstream(self, record: GroupRecord) -> None:
+        """Open the stream to `record`'s leader (in the background of the replica's steps)."""
         try:
-            stream = await self._listener.connect(host, int(port), record.leader, self._upstream_frame,
-                                                  self._upstream_lost, self._upstream_open)
-        except OSError:
-            return  # the leader is not listening (yet, or any more): the next poll tries again
-        self._upstream, self._upstream_term = stream, record.term
-        self._upstream_heard_at = time.monotonic()
-        if stream.is_open:  # the handshake finished before this task resumed
-            self._upstream_open(stream)
+            host, _, port = record.leader_address.rpartition(":")
+            try:
+                stream = await self._listener.connect(host, int(port), record.leader, self._upstream_frame,
+                                                      self._upstream_lost, self._upstream_open)
+            except OSError:
+                return  # the leader is not listening (yet, or any more), or cut off: the next step tries again
+            current = self.record
+            if (self.role is not Role.FOLLOWER or current is None or current.term != record.term
+                    or current.leader != record.leader or self._upstream is not None):
+                stream.close()  # things moved on while it connected
+                return
+            self._upstream, self._upstream_term = stream, record.term
+            self._upstream_heard_at = time.monotonic()
+            if stream.is_open:  # the handshake finished before this task resumed
+                self._upstream_open(stream)
+        finally:
+            self._connecting = None
 
     def _upstream_open(self, stream: _Stream) -> None:
         """Both sides proved the cluster secret: the stream's first frame is HELLO."""
@@ -557,6 +594,9 @@ class QueueReplica:
             self.leader = None
         if role is not Role.FOLLOWER:
             self._drop_upstream()
+            if self._connecting is not None:
+                self._connecting.cancel()
+                self._connecting = None
         self._on_role(role)
 
     async def _run(self) -> None:
@@ -566,6 +606,8 @@ class QueueReplica:
             except CoordinationUnavailable as error:
                 log.warning("%s: replication of %s cannot reach the coordination service: %s",
                             self.node, self.queue, error)
+            except OSError as error:  # its disk (full, failing): the step is tried again, no traceback
+                log.warning("%s: replication of %s cannot write to its disk: %s", self.node, self.queue, error)
             except asyncio.CancelledError:
                 raise
             except Exception:

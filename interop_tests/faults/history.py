@@ -11,7 +11,8 @@ and ``type``:
 - ``observe`` (``observer``, ``role``, ``term``, ``commit_index``, ``leader``): what a node said
   of its own replica of the queue (and which leader it names);
 - ``fault`` (``kind``, ``target``, ``start``, ``end``): a fault injected at ``start`` and
-  healed at ``end``.
+  healed at ``end``;
+- ``stop-publishing``: the publishers stopped (the run drains the queue from here on).
 
 `check` returns a `Verdict`:
 
@@ -173,10 +174,11 @@ def fault_table(events: list[dict[str, Any]], recovery_s: float = 10.0) -> list[
             seen.add(e["id"])
     rows: dict[str, FaultRow] = {}
     faults = [e for e in events if e["type"] == "fault"]
+    stopped = min((e["t"] for e in events if e["type"] == "stop-publishing"), default=float("inf"))
     for number, fault in enumerate(faults):
         row = rows.setdefault(fault["kind"], FaultRow(fault["kind"]))
         # A fault's window ends `recovery_s` after its heal, or where the next fault begins.
-        following = faults[number + 1]["start"] if number + 1 < len(faults) else float("inf")
+        following = faults[number + 1]["start"] if number + 1 < len(faults) else stopped
         start, end = fault["start"], min(fault["end"] + recovery_s, following)
         row.faults += 1
         row.confirms += sum(1 for t in acks if start <= t <= end)

@@ -171,6 +171,7 @@ class FaultRun:
             if not node.running:
                 cluster.restart(name)
         self.workload.stop_publishing()
+        self.history.add("stop-publishing")
         time.sleep(self.workload.confirm_timeout + 0.5)  # every publish in flight is answered or timed out
         wait_until(self._drained, "the consumers drained the queue", drain_within, every=0.5)
         self.workload.stop()

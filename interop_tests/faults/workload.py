@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import logging
+
 import aio_pika
 import aio_pika.exceptions
 from pamqp import commands
@@ -34,6 +36,10 @@ from interop_tests.faults.history import History
 
 # A node that does not open a connection this fast is passed over (paused, cut off): the next one.
 CONNECT_TIMEOUT_S = 1.5
+
+# The clients fail on purpose, all the time: their libraries' own warnings would drown the run's log.
+for _noisy in ("aiormq", "aio_pika"):
+    logging.getLogger(_noisy).setLevel(logging.CRITICAL)
 
 
 class Workload:
