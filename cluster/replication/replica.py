@@ -762,6 +762,9 @@ class QueueReplica:
             return
         self.record = claimed
         self.members = tuple(record.members)
+        # A leader holds every committed entry: once it steps down (check-quorum, its disk) it
+        # may vote again although its log started empty (see _may_vote).
+        self._caught_up = True
         self.leader = LeaderReplication(self.node, term, self.log, record.members, time.monotonic())
         self.leader.start_term()
         log.info("%s: leader of %s at term %d (log ends at %d)", self.node, self.queue, term, self.log.last_index)
