@@ -149,12 +149,15 @@ class FaultRow:
 
 
 def unavailability(ack_times: list[float], start: float, end: float) -> float:
-    """The longest time without a confirm from `start` on, among the gaps that begin before `end`
-    (`ack_times` sorted): from `start` to the first confirm, between confirms, and to the first
-    confirm after `end` (or `end` itself if none came)."""
-    points = [start] + [t for t in ack_times if start < t <= end]
-    after = [t for t in ack_times if t > end]
-    points.append(after[0] if after else end)
+    """The longest time without a confirm from `start` on (`ack_times` sorted): from `start` to
+    the first confirm, between confirms, and from the last to `end`; when no confirm came within
+    [start, end] at all, from `start` to the first confirm after `end` (the outage outlasted the
+    window)."""
+    within = [t for t in ack_times if start < t <= end]
+    if not within:
+        after = [t for t in ack_times if t > end]
+        return (after[0] if after else end) - start
+    points = [start, *within, end]
     return max(b - a for a, b in zip(points, points[1:]))
 
 
