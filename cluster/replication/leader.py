@@ -60,6 +60,10 @@ class _Follower:
         self.in_sync = False
         self.heard_at = heard_at  # when a frame from it last arrived (check-quorum; the shell's clock)
 
+    def heard(self, now: float) -> None:
+        """A frame from this follower arrived at ``now``."""
+        self.heard_at = max(self.heard_at, now)
+
 
 class LeaderReplication:
     """One term of leadership over ``log``, for the group ``members`` (this node included)."""
@@ -167,7 +171,7 @@ class LeaderReplication:
         """A frame from follower ``node`` arrived at ``now``."""
         follower = self._followers.get(node)
         if follower is not None:
-            follower.heard_at = max(follower.heard_at, now)
+            follower.heard(now)
 
     def heard_at(self, node: str) -> float:
         """When a frame from follower ``node`` last arrived (the term's start if none has)."""
