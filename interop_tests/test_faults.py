@@ -97,6 +97,32 @@ def test_a_publish_through_a_node_cut_off_from_the_owner_is_nacked_within_second
         assert max(seconds for _, seconds in outcomes) < 6.0, outcomes
 
 
+def test_a_consumer_on_a_node_cut_off_from_the_queue_is_told(tmp_path):
+    """A quorum queue led by a (members a, b, c); a consumer on b; b cut off from a and c (all
+    still reach etcd): the queue stays with a and c, and b's consumer, which b cannot serve, gets
+    basic.cancel (within the link's 4 s and PARKED_CANCEL_S), so its client can move."""
+    with FaultCluster(tmp_path / "cluster", session_ttl=SESSION_TTL, disk_mb=None) as cluster:
+        assert cluster.network is not None
+        a, b = cluster.nodes["a"], cluster.nodes["b"]
+        with contextlib.closing(pika.BlockingConnection(pika.URLParameters(a.url()))) as connection:
+            connection.channel().queue_declare("served", durable=True, arguments={"x-queue-type": "quorum"})
+        wait_until(lambda: cluster.leader("served") == "a", "a leads the queue", 30)
+        wait_until(lambda: (cluster.queue_view("b", "served") or {}).get("leader") == "a", "b knows the queue")
+        cancelled: list[float] = []
+        with contextlib.closing(pika.BlockingConnection(pika.URLParameters(b.url()))) as connection:
+            channel = connection.channel()
+            channel.add_on_cancel_callback(lambda _frame: cancelled.append(time.monotonic()))
+            channel.basic_consume("served", lambda *_: None)
+            connection.process_data_events(0.5)
+            cluster.network.partition(["b"], ["a", "c"])
+            began = time.monotonic()
+            wait_until(lambda: cancelled, "b's consumer gets basic.cancel", 30, every=0.2,
+                       pump=lambda seconds: connection.process_data_events(seconds))
+            cluster.network.heal()
+        assert cancelled[0] - began < 4 + 10 + 5, f"told after {cancelled[0] - began:.1f} s"
+        assert cluster.leader("served") == "a"  # the majority side kept serving it
+
+
 def _stop_without_coordination(tmp_path, backend: str, workers: int) -> tuple[int, float, str]:
     """A node (`workers` processes) on `backend`, the service killed, then SIGTERM: (exit code,
     seconds to exit, log)."""
