@@ -29,7 +29,9 @@ still reach nobody). A leader that cannot write its log (ENOSPC, EIO) steps down
 so a member whose disk works leads: its confirms waiting are failed (nacks), none leaves
 without its record on a majority's disks. A follower stream silent for ``check_quorum`` is closed on both sides, so
 the streams start afresh (HELLO) when the network heals, and the old leader catches up as a
-follower (log matching truncates what it wrote that no majority had). Connecting to a peer
+follower (log matching truncates what it wrote that no majority had). A tick that runs late (the
+event loop was held up: a takeover replaying a long log) judges nothing: the followers' frames
+may be waiting unread, so the next tick decides. Connecting to a peer
 gives up after ``CONNECT_TIMEOUT_S``: a replica's steps never wait on a black hole.
 
 The owner (the broker's queue, or a test harness) passes ``on_commit(index)``, called with the
@@ -277,6 +279,7 @@ class QueueReplica:
         self._check_quorum = check_quorum
         self._heartbeat_every = min(1.0, check_quorum / 4)
         self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._heartbeat_due = 0.0  # monotonic: when the scheduled heartbeat tick should run
         self._abstain_until = 0.0  # monotonic: no vote before (after stepping down for want of a quorum)
         self._upstream_heard_at = 0.0  # follower: when the leader's stream last brought a frame
         self._connecting: asyncio.Task[None] | None = None  # follower: a stream to the leader being opened
@@ -458,6 +461,12 @@ class QueueReplica:
         if self.role is not Role.LEADER or leader is None:
             return
         now = time.monotonic()
+        if now - self._heartbeat_due > self._heartbeat_every:
+            # This tick ran late: the event loop was held up (a long step, such as a takeover
+            # replaying a long log). The followers' frames may wait unread in the sockets, so
+            # silence proves nothing yet: judge at the next tick, once they are read.
+            self._schedule_heartbeat()
+            return
         for peer, stream in list(self._followers.items()):
             silent = now - leader.heard_at(peer)
             if silent > self._check_quorum:
@@ -478,6 +487,10 @@ class QueueReplica:
             self._become(Role.FOLLOWER)  # no confirm leaves from here on; the lease goes at the next step
             self.wake()
             return
+        self._schedule_heartbeat()
+
+    def _schedule_heartbeat(self) -> None:
+        self._heartbeat_due = time.monotonic() + self._heartbeat_every
         self._heartbeat_timer = asyncio.get_running_loop().call_later(self._heartbeat_every, self._heartbeat)
 
     def _check_stepped_down(self) -> bool:
@@ -769,7 +782,7 @@ class QueueReplica:
         self.leader.start_term()
         log.info("%s: leader of %s at term %d (log ends at %d)", self.node, self.queue, term, self.log.last_index)
         self._become(Role.LEADER)
-        self._heartbeat_timer = asyncio.get_running_loop().call_later(self._heartbeat_every, self._heartbeat)
+        self._schedule_heartbeat()
         self._flush_soon()
         with contextlib.suppress(CoordinationUnavailable):
             await self._keys.forget_votes_below(term)
