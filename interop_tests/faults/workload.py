@@ -5,7 +5,8 @@ In a thread of its own (an asyncio loop with aio-pika clients):
 - publishers, one per node to start with, publish persistent messages with unique ids to the
   quorum queue with confirms, ``window`` in flight, at most ``rate`` a second each; a nack, a
   confirm that does not come within ``confirm_timeout`` (5 s, as an application's would), or a
-  lost connection makes one move to the next node. A message that was not confirmed is never
+  lost connection makes one move to the next node (one that did not answer, a connection or a
+  confirm, is passed over for AVOID_S). A message that was not confirmed is never
   published again under its id (its fate is unknown: the checker allows it to be consumed or not);
 - consumers (prefetch 20, manual acks) record each delivery with its redelivered flag before
   acking it, and move to another node now and then (``stay``) and whenever their connection or
@@ -37,6 +38,9 @@ from interop_tests.faults.history import History
 # A node that does not open a connection this fast is passed over (paused, cut off): the next one.
 CONNECT_TIMEOUT_S = 1.5
 
+# A node that failed a client (no connection, no confirm in time) is passed over for this long.
+AVOID_S = 5.0
+
 # The clients fail on purpose, all the time: their libraries' own warnings would drown the run's log.
 for _noisy in ("aiormq", "aio_pika"):
     logging.getLogger(_noisy).setLevel(logging.CRITICAL)
@@ -65,6 +69,7 @@ class Workload:
         self._stopped = threading.Event()
         self.last_delivery = 0.0
         self.errors: list[str] = []
+        self._avoid_until: dict[str, float] = {}  # node -> passed over until (monotonic)
 
     # -- control, from the test's thread -----------------------------------------------------
 
@@ -121,14 +126,29 @@ class Workload:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(connection.close(), 2)
 
+    def _avoid(self, node: str) -> None:
+        """`node` did not answer (no connection, no confirm in time): the clients pass it over for
+        AVOID_S, as a client with a list of addresses passes over one that just failed it."""
+        self._avoid_until[node] = time.monotonic() + AVOID_S
+
+    def _avoided(self, node: str) -> bool:
+        """Pass `node` over now? (Not when every other node is passed over too.)"""
+        now = time.monotonic()
+        if self._avoid_until.get(node, 0.0) <= now:
+            return False
+        return any(self._avoid_until.get(other, 0.0) <= now for other in self._names if other != node)
+
     async def _publisher(self, number: int) -> None:
         sequence = itertools.count(1)
         for node in self._order(number):
             if not self._publishing.is_set():
                 await asyncio.sleep(0.1)
                 continue
+            if self._avoided(node):
+                continue
             connection = await self._connect(node)
             if connection is None:
+                self._avoid(node)
                 await asyncio.sleep(0.3)
                 continue
             try:
@@ -158,6 +178,7 @@ class Workload:
                 routing_key=self.queue, timeout=self.confirm_timeout)
         except asyncio.TimeoutError:
             self.history.add("timeout", id=message_id, node=node)
+            self._avoid(node)
             return False
         except aio_pika.exceptions.DeliveryError:  # aiormq's form of a basic.nack
             self.history.add("nack", id=message_id, node=node)
@@ -175,8 +196,12 @@ class Workload:
         for node in self._order(number + 1):
             if not self._consuming.is_set():
                 return
+            if self._avoided(node):
+                await asyncio.sleep(0.05)
+                continue
             connection = await self._connect(node)
             if connection is None:
+                self._avoid(node)
                 await asyncio.sleep(0.3)
                 continue
             failed = asyncio.Event()
