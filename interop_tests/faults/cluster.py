@@ -25,9 +25,9 @@ from typing import Any
 
 import requests
 
-from interop_tests.broker_process import TEST_CONFIG, BrokerProcess
+from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, wait_for_port
 from interop_tests.faults.netns import Host, Network
-from interop_tests.waiting import poll, wait_until
+from interop_tests.waiting import wait_until
 
 AMQP_PORT = 5672
 MANAGEMENT_PORT = 15672
@@ -54,7 +54,7 @@ class NamespacedBroker(BrokerProcess):
                                             stdout=log, stderr=subprocess.STDOUT, cwd=str(self.data_dir.parent),
                                             env=env)
         self.stopped = False
-        _wait_for_port(self.host, self.port, self.process, self.log_path)
+        wait_for_port(self.host, self.port, self.process, self.log_path)
 
     def signal(self, signum: int) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -65,22 +65,6 @@ class NamespacedBroker(BrokerProcess):
             self.process.send_signal(signal.SIGCONT)  # a stopped process dies only once continued
             self.process.kill()
             self.process.wait()
-
-
-def _wait_for_port(host: str, port: int, process: subprocess.Popen, log_path: Path) -> None:
-    import socket
-
-    def listening() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(f"broker exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-
-    with contextlib.suppress(OSError):
-        if poll(listening, 30.0, every=0.1):
-            return
-    process.kill()
-    raise RuntimeError(f"broker did not listen on {host}:{port} in time:\n{log_path.read_text()[-3000:]}")
 
 
 @dataclass
