@@ -22,7 +22,7 @@ from interop_tests.coordination_services import start_etcd, start_zookeeper
 from interop_tests.faults.cluster import FaultCluster
 from interop_tests.faults.history import fault_table, markdown_table
 from interop_tests.faults.netns import leftover_namespaces
-from interop_tests.faults.run import FaultRun
+from interop_tests.faults.run import QUEUE, FaultRun
 from interop_tests.waiting import wait_until
 
 SESSION_TTL = 2
@@ -63,6 +63,11 @@ def test_the_checker_catches_a_leader_that_confirms_without_a_majority(tmp_path)
                       disk_mb=None) as cluster:
         run = FaultRun(cluster, seed=27)
         run.start()
+        leader = cluster.leader(QUEUE)
+        assert leader is not None
+        # A publisher connected to the leader itself: its confirms are the ones the cut-off
+        # leader gives without a majority.
+        wait_until(lambda: run.confirming_on(leader), f"confirms from a publisher on {leader}", 30)
         run.inject("leader-from-brokers", HOLD_S)
         run.settle()
         outcome = run.finish()

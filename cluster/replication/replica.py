@@ -32,7 +32,10 @@ the streams start afresh (HELLO) when the network heals, and the old leader catc
 follower (log matching truncates what it wrote that no majority had). A tick that runs late (the
 event loop was held up: a takeover replaying a long log) judges nothing: the followers' frames
 may be waiting unread, so the next tick decides. Connecting to a peer
-gives up after ``CONNECT_TIMEOUT_S``: a replica's steps never wait on a black hole.
+gives up after ``CONNECT_TIMEOUT_S``: a replica's steps never wait on a black hole. A follower
+whose connections to the leader are refused ``REFUSALS_TO_ELECT`` times in a row (nothing
+listens: the leader's process died) deletes the leader's lease, so the group elects at once
+rather than when the dead leader's session expires.
 
 The owner (the broker's queue, or a test harness) passes ``on_commit(index)``, called with the
 new commit index whenever it rises (confirms up to it may leave), and ``on_role(role)``, called
@@ -69,6 +72,10 @@ HANDSHAKE_RETRY_S = 1.0
 # A stream to a peer that does not connect within this long is given up (a partition drops
 # packets silently: without it the replica's step would wait for the kernel's SYN retries).
 CONNECT_TIMEOUT_S = 2.0
+# A follower whose connections to its leader's replication port were refused this many times in
+# a row (its steps run every 100 ms while it has no stream) deletes the leader's lease: a killed
+# leader is replaced at once rather than when its session expires.
+REFUSALS_TO_ELECT = 3
 # A leader that heard from fewer than a majority of its group for this long steps down (the
 # broker passes its session TTL: the time the coordination service takes to notice a dead node).
 CHECK_QUORUM_S = 5.0
@@ -283,6 +290,7 @@ class QueueReplica:
         self._abstain_until = 0.0  # monotonic: no vote before (after stepping down for want of a quorum)
         self._upstream_heard_at = 0.0  # follower: when the leader's stream last brought a frame
         self._connecting: asyncio.Task[None] | None = None  # follower: a stream to the leader being opened
+        self._refused = (0, "", 0)  # follower: (term, leader, connections it refused in a row)
         self.role = Role.FOLLOWER
         self.leader: LeaderReplication | None = None
         self._follower = FollowerReplication(node, queue, log)
@@ -567,8 +575,16 @@ class QueueReplica:
             try:
                 stream = await self._listener.connect(host, int(port), record.leader, self._upstream_frame,
                                                       self._upstream_lost, self._upstream_open)
+            except ConnectionRefusedError:
+                # Nothing listens at the leader's replication address: its process is gone (or
+                # restarted on another port). Counted: see _leader_gone.
+                term, leader, count = self._refused
+                self._refused = (record.term, record.leader, count + 1 if (term, leader) == (
+                    record.term, record.leader) else 1)
+                return
             except OSError:
-                return  # the leader is not listening (yet, or any more), or cut off: the next step tries again
+                return  # cut off, or not answering: the next step tries again
+            self._refused = (0, "", 0)
             current = self.record
             if (self.role is not Role.FOLLOWER or current is None or current.term != record.term
                     or current.leader != record.leader or self._upstream is not None):
@@ -580,6 +596,12 @@ class QueueReplica:
                 self._upstream_open(stream)
         finally:
             self._connecting = None
+
+    def _leader_gone(self, record: GroupRecord) -> bool:
+        """The connection to `record`'s leader was refused REFUSALS_TO_ELECT times in a row (a
+        paused or cut-off leader is never refused: its kernel still accepts, or nothing answers)."""
+        term, leader, count = self._refused
+        return (term, leader) == (record.term, record.leader) and count >= REFUSALS_TO_ELECT
 
     def _upstream_open(self, stream: _Stream) -> None:
         """Both sides proved the cluster secret: the stream's first frame is HELLO."""
@@ -679,6 +701,16 @@ class QueueReplica:
             log.warning("%s: releases its stale lease of %s (term %d)", self.node, self.queue, lease.term)
             await self._keys.release_lease(lease_version)
         elif lease is not None and lease.term == record.term and record.leader != self.node:
+            if self._leader_gone(record):
+                # Its lease would live until its session expires (the TTL): deleted now, at its
+                # version, so the group elects at once. Safe even if the leader lived on: an
+                # election needs a majority that promised the new term, and then refuses it.
+                log.warning("%s: nothing listens at %s, the replication address of %s, leader of %s at term %d; "
+                            "deleting its lease", self.node, record.leader_address, record.leader, self.queue,
+                            record.term)
+                self._refused = (0, "", 0)
+                await self._keys.release_lease(lease_version)
+                return
             await self._follow(record)
         elif (lease is None and self.node in record.members and self._may_vote(record)
               and time.monotonic() >= self._abstain_until):

@@ -31,9 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--session-ttl", type=int, default=2)
     parser.add_argument("--module", default="amqp_server", help="what the nodes run with python -m")
     parser.add_argument("--out", type=Path, default=None, help="directory for the history and the table")
+    parser.add_argument("--kinds", default=",".join(FAULTS), help="the fault kinds to draw from, comma-separated")
     options = parser.parse_args(argv)
     seed = options.seed if options.seed is not None else random.randrange(1 << 30)
     schedule = random.Random(seed)
+    kinds = [kind for kind in options.kinds.split(",") if kind]
+    unknown = sorted(set(kinds) - set(FAULTS))
+    if unknown:
+        parser.error(f"unknown fault kinds: {', '.join(unknown)} (known: {', '.join(FAULTS)})")
     out = options.out or Path(tempfile.mkdtemp(prefix="faults-long-run-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"seed {seed}; {options.faults} faults over at least {options.minutes} min; output in {out}; "
@@ -46,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         began = time.monotonic()
         loads = []
         for number in range(options.faults):
-            kind = schedule.choice(FAULTS)
+            kind = schedule.choice(kinds)
             hold = schedule.uniform(0.35, 0.65) * per_fault
             run.inject(kind, hold)
             run.settle(within=120)

@@ -149,6 +149,12 @@ class FaultRun:
         self.say(f"{kind} on {target} for {hold_s:.1f} s ({self.workload.confirms()} confirmed so far)")
         return event
 
+    def confirming_on(self, node: str, within: float = 1.0) -> bool:
+        """Did a publisher connected to `node` get a confirm in the last `within` seconds?"""
+        since = self.history.now() - within
+        return any(e["type"] == "ack" and e["node"] == node and e["t"] >= since
+                   for e in reversed(self.history.events[-500:]))
+
     def settle(self, within: float = 60.0) -> float:
         """Wait until a confirm comes after now (the queue is served again); seconds it took."""
         began = self.history.now()
