@@ -38,7 +38,7 @@ public static class Scenarios
             string url = args[1];
             switch (args[0])
             {
-                case "connect": Connect(url, report, Protocols.AMQP_0_9); break;
+                case "connect": Connect(url, report, ScenarioProtocol()); break;
                 case "connect_default_protocol": ConnectDefaultProtocol(url, report); break;
                 case "tx_publish": TxPublish(url, report); break;
                 case "prefetch": Prefetch(url, report); break;
@@ -70,7 +70,7 @@ public static class Scenarios
     {
         var uri = new Uri(url);
         var factory = new ConnectionFactory();
-        factory.Protocol = Protocols.AMQP_0_9;
+        factory.Protocol = ScenarioProtocol();
         factory.HostName = uri.Host;
         factory.Port = uri.Port;
         string[] credentials = Uri.UnescapeDataString(uri.UserInfo).Split(new[] { ':' }, 2);
@@ -79,6 +79,14 @@ public static class Scenarios
         string vhost = Uri.UnescapeDataString(uri.AbsolutePath.TrimStart('/'));
         factory.VirtualHost = vhost == "" ? "/" : vhost;
         return factory;
+    }
+
+    // The protocol every scenario but connect_default_protocol speaks: the one SCENARIO_PROTOCOL
+    // names (Protocols.Lookup: AMQP_0_8, AMQP_0_9), AMQP 0-9 without it.
+    static IProtocol ScenarioProtocol()
+    {
+        string name = Environment.GetEnvironmentVariable("SCENARIO_PROTOCOL");
+        return string.IsNullOrEmpty(name) ? Protocols.AMQP_0_9 : Protocols.Lookup(name);
     }
 
     // ---- connect: the handshake as the application sees it
