@@ -15,9 +15,10 @@ Frames (types, the frame-end byte 0xCE, heartbeats), content headers and their p
 reply codes are the same. Methods only 0-9-1 has (connection.blocked, unblocked and
 update-secret, exchange.bind and unbind, basic.nack, the confirm class) are unknown method ids
 on a 0-8 connection. Methods only 0-8 has (connection.redirect, channel.alert, the file, stream,
-dtx, tunnel and test classes) RabbitMQ decodes and then implements nowhere; here they become
-`UnimplementedMethod`s, which no handler takes: 503 "unimplemented method" on a channel, 504
-"unexpected method in connection state ..." on channel 0, as RabbitMQ answers them.
+dtx, tunnel and test classes) RabbitMQ decodes and then implements nowhere: here their fields'
+sizes are checked and they become `UnimplementedMethod`s, which no handler takes: 503
+"unimplemented method" on a channel, 504 "unexpected method in connection state ..." on
+channel 0, as RabbitMQ answers them.
 
 A method a 0-8 client sends is decoded by `decode_method`; a channel-0 method the broker sends
 is encoded by `connection_frame` (the channel's methods are the same bytes in both versions,
@@ -77,8 +78,9 @@ class CloseOk(commands.Connection.CloseOk):
 
 
 class UnimplementedMethod(Method):
-    """A method of 0-8 that 0-9-1 lacks and RabbitMQ implements nowhere; its fields are not read.
-    No handler takes it, so it is refused wherever it arrives, naming its ids (`index`)."""
+    """A method of 0-8 that 0-9-1 lacks and RabbitMQ implements nowhere, its fields checked for
+    their sizes and not kept. No handler takes it, so it is refused wherever it arrives, naming
+    its ids (`index`)."""
 
     __slots__: ClassVar[list[str]] = []
 
@@ -87,27 +89,50 @@ def _unimplemented(name: str, class_id: int, method_id: int) -> type[Unimplement
     return type(name, (UnimplementedMethod,), {"__slots__": [], "name": name, "index": (class_id << 16) | method_id})
 
 
-# rabbit_framing_amqp_0_8's methods that rabbit_framing_amqp_0_9_1 lacks.
-_ONLY_0_8 = {
-    method.index: method
-    for method in (
-        _unimplemented("Connection.Redirect", 10, 50),
-        _unimplemented("Channel.Alert", 20, 30),
-        *(_unimplemented(f"File.{name}", 70, method_id) for method_id, name in (
-            (10, "Qos"), (11, "QosOk"), (20, "Consume"), (21, "ConsumeOk"), (30, "Cancel"), (31, "CancelOk"),
-            (40, "Open"), (41, "OpenOk"), (50, "Stage"), (60, "Publish"), (70, "Return"), (80, "Deliver"),
-            (90, "Ack"), (100, "Reject"))),
-        *(_unimplemented(f"Stream.{name}", 80, method_id) for method_id, name in (
-            (10, "Qos"), (11, "QosOk"), (20, "Consume"), (21, "ConsumeOk"), (30, "Cancel"), (31, "CancelOk"),
-            (40, "Publish"), (50, "Return"), (60, "Deliver"))),
-        *(_unimplemented(f"Dtx.{name}", 100, method_id) for method_id, name in (
-            (10, "Select"), (11, "SelectOk"), (20, "Start"), (21, "StartOk"))),
-        _unimplemented("Tunnel.Request", 110, 10),
-        *(_unimplemented(f"Test.{name}", 120, method_id) for method_id, name in (
-            (10, "Integer"), (11, "IntegerOk"), (20, "String"), (21, "StringOk"), (30, "Table"), (31, "TableOk"),
-            (40, "Content"), (41, "ContentOk"))),
-    )
+# rabbit_framing_amqp_0_8's methods that rabbit_framing_amqp_0_9_1 lacks, with their fields, as
+# its decoder reads them: o octet, s short, l long, L long long, b an octet of bits, S short
+# string, T long string, F table.
+_ONLY_0_8_FIELDS = {
+    "Connection.Redirect": (10, 50, "SS"),
+    "Channel.Alert": (20, 30, "sSF"),
+    "File.Qos": (70, 10, "lsb"), "File.QosOk": (70, 11, ""), "File.Consume": (70, 20, "sSSb"),
+    "File.ConsumeOk": (70, 21, "S"), "File.Cancel": (70, 30, "Sb"), "File.CancelOk": (70, 31, "S"),
+    "File.Open": (70, 40, "SL"), "File.OpenOk": (70, 41, "L"), "File.Stage": (70, 50, ""),
+    "File.Publish": (70, 60, "sSSbS"), "File.Return": (70, 70, "sSSS"), "File.Deliver": (70, 80, "SLbSSS"),
+    "File.Ack": (70, 90, "Lb"), "File.Reject": (70, 100, "Lb"),
+    "Stream.Qos": (80, 10, "lslb"), "Stream.QosOk": (80, 11, ""), "Stream.Consume": (80, 20, "sSSb"),
+    "Stream.ConsumeOk": (80, 21, "S"), "Stream.Cancel": (80, 30, "Sb"), "Stream.CancelOk": (80, 31, "S"),
+    "Stream.Publish": (80, 40, "sSSb"), "Stream.Return": (80, 50, "sSSS"), "Stream.Deliver": (80, 60, "SLSS"),
+    "Dtx.Select": (100, 10, ""), "Dtx.SelectOk": (100, 11, ""), "Dtx.Start": (100, 20, "S"),
+    "Dtx.StartOk": (100, 21, ""),
+    "Tunnel.Request": (110, 10, "F"),
+    "Test.Integer": (120, 10, "oslLo"), "Test.IntegerOk": (120, 11, "L"), "Test.String": (120, 20, "STo"),
+    "Test.StringOk": (120, 21, "T"), "Test.Table": (120, 30, "Foo"), "Test.TableOk": (120, 31, "LT"),
+    "Test.Content": (120, 40, ""), "Test.ContentOk": (120, 41, "l"),
 }
+_ONLY_0_8 = {
+    (class_id << 16) | method_id: (_unimplemented(name, class_id, method_id), fields)
+    for name, (class_id, method_id, fields) in _ONLY_0_8_FIELDS.items()
+}
+_FIXED_SIZES = {"o": 1, "b": 1, "s": 2, "l": 4, "L": 8}
+_u32 = struct.Struct(">I")
+
+
+def _fields_fit(payload: bytes, fields: str) -> bool:
+    """The fields after the ids take up the whole payload (their values are not read)."""
+    at, end = 4, len(payload)
+    for kind in fields:
+        if kind in _FIXED_SIZES:
+            at += _FIXED_SIZES[kind]
+        elif kind == "S":
+            if at >= end:
+                return False
+            at += 1 + payload[at]
+        else:  # T, F: a long string, a table
+            if at + 4 > end:
+                return False
+            at += 4 + _u32.unpack_from(payload, at)[0]
+    return at == end
 
 
 def decode_method(payload: bytes) -> Method:
@@ -133,8 +158,14 @@ def decode_method(payload: bytes) -> Method:
         return _decode_as(CloseOk(), payload)
     if index == CHANNEL_OPEN_OK:  # no field in 0-8
         return _decode_extended(payload, 4)
-    unimplemented = _ONLY_0_8.get(index)
-    if unimplemented is not None:
+    only_0_8 = _ONLY_0_8.get(index)
+    if only_0_8 is not None:
+        # RabbitMQ decodes it first: fields that do not fit are its 501, as for any method.
+        # (One that has content, tunnel.request say, RabbitMQ refuses after its content; here
+        # at once, as a channel refuses any other method it has no handler for.)
+        unimplemented, fields = only_0_8
+        if not _fields_fit(payload, fields):
+            raise codec.cannot_decode(payload)
         return unimplemented()
     raise AMQPError(COMMAND_INVALID, "unknown method", index >> 16, index & 0xFFFF)
 
