@@ -4,7 +4,9 @@ The connection calls these as the client's methods arrive on channel 0 (connecti
 that each comes in its turn). They negotiate as RabbitMQ does: the client may lower but not
 raise frame_max and channel_max, a refused login is answered with connection.close only for
 clients that announce authentication_failure_close, and connection.open names a vhost the
-user may access.
+user may access. The protocol header chose the protocol (wire/protocols.py): connection.start
+gives its version, and the capabilities only where it has them (not AMQP 0-8); the methods
+here are 0-9-1's whichever is spoken, the connection encodes them in its ids.
 """
 
 from __future__ import annotations
