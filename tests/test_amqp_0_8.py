@@ -339,7 +339,7 @@ def test_connection_frame_renumbers_close_and_close_ok_only():
     close = amqp_0_8.connection_frame(commands.Connection.Close(320, "CONNECTION_FORCED - shutdown", 0, 0))
     assert close == codec.method_frame(0, commands.Connection.Close(320, "CONNECTION_FORCED - shutdown", 0, 0)) \
         .replace(b"\x00\x0a\x00\x32", b"\x00\x0a\x00\x3c", 1)
-    assert amqp_0_8.connection_frame(commands.Connection.CloseOk()) == b"\x01\x00\x00\x00\x00\x00\x04\x00\x0a\x00\x3d\xce"
+    assert amqp_0_8.connection_frame(commands.Connection.CloseOk()) == CLOSE_OK_0_8
     tune = commands.Connection.Tune(channel_max=2047, frame_max=131072, heartbeat=60)
     assert amqp_0_8.connection_frame(tune) == codec.method_frame(0, tune)
     with pytest.raises(AssertionError):

@@ -85,10 +85,6 @@ class UnimplementedMethod(Method):
     __slots__: ClassVar[list[str]] = []
 
 
-def _unimplemented(name: str, class_id: int, method_id: int) -> type[UnimplementedMethod]:
-    return type(name, (UnimplementedMethod,), {"__slots__": [], "name": name, "index": (class_id << 16) | method_id})
-
-
 # rabbit_framing_amqp_0_8's methods that rabbit_framing_amqp_0_9_1 lacks, with their fields, as
 # its decoder reads them: o octet, s short, l long, L long long, b an octet of bits, S short
 # string, T long string, F table.
@@ -111,9 +107,19 @@ _ONLY_0_8_FIELDS = {
     "Test.Content": (120, 40, ""), "Test.ContentOk": (120, 41, "l"),
 }
 _ONLY_0_8 = {
-    (class_id << 16) | method_id: (_unimplemented(name, class_id, method_id), fields)
-    for name, (class_id, method_id, fields) in _ONLY_0_8_FIELDS.items()
+    (class_id << 16) | method_id: (name, fields) for name, (class_id, method_id, fields) in _ONLY_0_8_FIELDS.items()
 }
+# Each one's class, made the first time a client sends it: a class per method costs every
+# broker a few hundred objects for the garbage collector to walk, for methods nobody sends.
+_unimplemented_classes: dict[int, type[UnimplementedMethod]] = {}
+
+
+def _unimplemented(index: int, name: str) -> UnimplementedMethod:
+    method_class = _unimplemented_classes.get(index)
+    if method_class is None:
+        method_class = type(name, (UnimplementedMethod,), {"__slots__": [], "name": name, "index": index})
+        _unimplemented_classes[index] = method_class
+    return method_class()
 _FIXED_SIZES = {"o": 1, "b": 1, "s": 2, "l": 4, "L": 8}
 _u32 = struct.Struct(">I")
 
@@ -163,10 +169,10 @@ def decode_method(payload: bytes) -> Method:
         # RabbitMQ decodes it first: fields that do not fit are its 501, as for any method.
         # (One that has content, tunnel.request say, RabbitMQ refuses after its content; here
         # at once, as a channel refuses any other method it has no handler for.)
-        unimplemented, fields = only_0_8
+        name, fields = only_0_8
         if not _fields_fit(payload, fields):
             raise codec.cannot_decode(payload)
-        return unimplemented()
+        return _unimplemented(index, name)
     raise AMQPError(COMMAND_INVALID, "unknown method", index >> 16, index & 0xFFFF)
 
 

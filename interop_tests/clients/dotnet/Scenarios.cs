@@ -9,8 +9,9 @@
 // while the test changes the broker (raises an alarm, restarts it).
 //
 // This client speaks AMQP 0-8 unless told otherwise (Protocols.DefaultProtocol); every scenario
-// but connect_default_protocol asks for AMQP 0-9, which a 0-9-1 broker answers as 0-9-1. It has
-// no publisher confirms (transactions instead), no connection.blocked and no automatic recovery.
+// but connect_default_protocol speaks the protocol SCENARIO_PROTOCOL names (AMQP_0_8, or AMQP_0_9,
+// which a 0-9-1 broker answers as 0-9-1; AMQP_0_9 without it). It has no publisher confirms
+// (transactions instead), no connection.blocked and no automatic recovery.
 
 using System;
 using System.Collections;
