@@ -150,7 +150,7 @@ class Channel:
         handler (basic_methods.py, declarations.py). A subclass may take methods of its own
         first (the cluster plug-in's link channel takes its forward-to)."""
         self.connection.spend_method_budget()
-        method = codec.decode_method(payload)
+        method = self.connection.decode_method(payload)  # in the connection's protocol (AMQP 0-8 too)
         handler = METHOD_HANDLERS.get(type(method)) or DECLARATION_HANDLERS.get(type(method))
         if handler is None:
             raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", index >> 16, index & 0xFFFF)

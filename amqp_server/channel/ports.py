@@ -169,6 +169,12 @@ class ChannelConnection(Protocol):
     def deliveries_paused(self) -> bool:
         """No deliveries now: the client is not reading, or enough wait for the next write."""
 
+    # -- frames in
+
+    def decode_method(self, payload: bytes) -> Any:
+        """A method frame's payload decoded as the 0-9-1 method it is, in the protocol the
+        connection speaks (wire/protocols.py); AMQPError as codec.decode_method raises it."""
+
     # -- frames out
 
     def method_frame(self, channel_id: int, method: Any) -> bytes: ...

@@ -38,12 +38,9 @@ from persistence.properties_format import (
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # AMQP 0-9's header (class 1, instance 1, version 0-9). RabbitMQ speaks 0-9-1 to it, and clients
-# of that era still send it (aioamqp 0.15 does).
+# of that era still send it (aioamqp 0.15 does). Which header asks for which protocol, AMQP
+# 0-8's included: protocols.py.
 LEGACY_0_9_HEADER = b"AMQP\x01\x01\x00\x09"
-ACCEPTED_HEADERS = frozenset((PROTOCOL_HEADER, LEGACY_0_9_HEADER))
-# AMQP 0-8's headers (the spec's and the one most 0-8 clients send): RabbitMQ 3.10 still speaks
-# 0-8, whose connection class differs from 0-9-1's; this broker does not.
-AMQP_0_8_HEADERS = frozenset((b"AMQP\x01\x01\x08\x00", b"AMQP\x01\x01\x09\x01"))
 FRAME_METHOD = 1
 FRAME_HEADER = 2
 FRAME_BODY = 3
@@ -240,8 +237,6 @@ def refused_header_reason(header: bytes) -> str:
     bad_header, bad_version, or an AMQP 1.0 header without the 1.0 plugin)."""
     if header[:4] != b"AMQP":
         return f"{{bad_header,{erlang_binary(header)}}}"
-    if header in AMQP_0_8_HEADERS:
-        return "AMQP 0-8 is not supported"
     protocol_id, major, minor, revision = header[4:8]
     if (major, minor, revision) == (1, 0, 0):
         return "amqp1_0_plugin_not_enabled"

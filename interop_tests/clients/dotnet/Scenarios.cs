@@ -9,8 +9,9 @@
 // while the test changes the broker (raises an alarm, restarts it).
 //
 // This client speaks AMQP 0-8 unless told otherwise (Protocols.DefaultProtocol); every scenario
-// but connect_default_protocol asks for AMQP 0-9, which a 0-9-1 broker answers as 0-9-1. It has
-// no publisher confirms (transactions instead), no connection.blocked and no automatic recovery.
+// but connect_default_protocol speaks the protocol SCENARIO_PROTOCOL names (AMQP_0_8, or AMQP_0_9,
+// which a 0-9-1 broker answers as 0-9-1; AMQP_0_9 without it). It has no publisher confirms
+// (transactions instead), no connection.blocked and no automatic recovery.
 
 using System;
 using System.Collections;
@@ -38,7 +39,7 @@ public static class Scenarios
             string url = args[1];
             switch (args[0])
             {
-                case "connect": Connect(url, report, Protocols.AMQP_0_9); break;
+                case "connect": Connect(url, report, ScenarioProtocol()); break;
                 case "connect_default_protocol": ConnectDefaultProtocol(url, report); break;
                 case "tx_publish": TxPublish(url, report); break;
                 case "prefetch": Prefetch(url, report); break;
@@ -70,7 +71,7 @@ public static class Scenarios
     {
         var uri = new Uri(url);
         var factory = new ConnectionFactory();
-        factory.Protocol = Protocols.AMQP_0_9;
+        factory.Protocol = ScenarioProtocol();
         factory.HostName = uri.Host;
         factory.Port = uri.Port;
         string[] credentials = Uri.UnescapeDataString(uri.UserInfo).Split(new[] { ':' }, 2);
@@ -79,6 +80,14 @@ public static class Scenarios
         string vhost = Uri.UnescapeDataString(uri.AbsolutePath.TrimStart('/'));
         factory.VirtualHost = vhost == "" ? "/" : vhost;
         return factory;
+    }
+
+    // The protocol every scenario but connect_default_protocol speaks: the one SCENARIO_PROTOCOL
+    // names (Protocols.Lookup: AMQP_0_8, AMQP_0_9), AMQP 0-9 without it.
+    static IProtocol ScenarioProtocol()
+    {
+        string name = Environment.GetEnvironmentVariable("SCENARIO_PROTOCOL");
+        return string.IsNullOrEmpty(name) ? Protocols.AMQP_0_9 : Protocols.Lookup(name);
     }
 
     // ---- connect: the handshake as the application sees it
