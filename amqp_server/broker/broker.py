@@ -22,6 +22,7 @@ from amqp_server.wire.errors import AMQPError
 from amqp_server.broker.policies import parse_policy
 from amqp_server.broker.reply_to import ReplyRegistry
 from amqp_server.broker.resource_limits import UserLimits
+from amqp_server.broker.runtime_parameters import KIND as PARAMETERS_KIND, RuntimeParameters
 from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 from amqp_server.broker.vhost import OPERATOR_POLICIES, POLICIES, VHOST_LIMITS as VHOST_LIMITS_KIND, VirtualHost
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
@@ -38,7 +39,9 @@ from queues.memory_budget import MemoryBudget
 from queues.timers import Timers
 
 if TYPE_CHECKING:
-    from amqp_server.broker.cluster_interface import Membership, NodeRecord, ReplicatedQueues, SharedDefinitions
+    from amqp_server.broker.cluster_interface import (
+        LinkPlacement, Membership, NodeRecord, ReplicatedQueues, SharedDefinitions,
+    )
     from amqp_server.broker.ports import BrokerConnection
 
 log = logging.getLogger(__name__)
@@ -47,7 +50,7 @@ log = logging.getLogger(__name__)
 # change by change).
 ACCESS_KINDS = ("users", "vhosts", "permissions")
 # Durable settings a cluster shares as they change (the topology is shared by _topology_changed).
-SHARED_SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits")
+SHARED_SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits", PARAMETERS_KIND)
 USER_LIMITS_KIND = "user_limits"
 
 
@@ -82,6 +85,8 @@ class Broker:
         self._shared: "SharedDefinitions | None" = None
         # Durable quorum queues replicated across the cluster (cluster/replication/) once joined.
         self.replicated: "ReplicatedQueues | None" = None
+        # Which node runs each shovel and federation link, once joined (one node, under a lease).
+        self._link_placement: "LinkPlacement | None" = None
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
         # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
@@ -113,6 +118,9 @@ class Broker:
             from spark.side_files import SideFileWriter
 
             self.side_files = SideFileWriter()
+        # Runtime parameters (shovels, federation upstreams): stored and shared like policies;
+        # the components acting on them register when the runtime starts them.
+        self.parameters = RuntimeParameters(on_change=self._definition_changed)
         self._restoring = False
         # Stored durable queues that today's declare rules refuse (made by an older version):
         # kept in the definitions, with their segment files untouched, for an operator to decide.
@@ -161,6 +169,7 @@ class Broker:
         for connection in [c for c in self.connections if c.vhost is vhost]:
             connection.close_by_broker(320, f"vhost '{name}' is deleted")
         vhost.delete_everything()
+        self.parameters.forget_vhost(name)
         self.access.forget_vhost(name)
         self.save_definitions()
 
@@ -264,6 +273,15 @@ class Broker:
         """From now on durable quorum queues declared here are replicated."""
         self.replicated = replicated
 
+    def place_links(self, placement: "LinkPlacement") -> None:
+        """From now on each shovel and federation link runs on the node `placement` says."""
+        self._link_placement = placement
+
+    @property
+    def link_placement(self) -> "LinkPlacement | None":
+        """Where shovels and federation links run on a cluster (None alone: here)."""
+        return self._link_placement
+
     def share_definitions(self, shared: "SharedDefinitions") -> None:
         """From now on every definition change is shared with the cluster, and a method's reply
         waits until the coordination service committed it."""
@@ -362,6 +380,7 @@ class Broker:
             # After the topology: a queue limit lowered below the queues a vhost has must not
             # keep them from coming back.
             self._restore_limits(stored)
+            self._restore_parameters(stored)
         finally:
             self._restoring = False
         # One full comparison at startup: what could not be restored (a binding with a missing
@@ -397,6 +416,13 @@ class Broker:
                     self.set_user_limits(entry["user"], check_limits(entry["value"], USER_LIMITS, "user limits"))
             except LimitError as error:
                 log.error("stored limits of user '%s' were not restored: %s", entry["user"], error)
+
+    def _restore_parameters(self, stored: dict[str, Any]) -> None:
+        """Kept as stored (they were checked when set); each component takes its own when it
+        registers."""
+        for entry in stored.get(PARAMETERS_KIND, []):
+            if entry["vhost"] in self.vhosts:
+                self.parameters.set(entry["vhost"], entry["component"], entry["name"], entry["value"], validate=False)
 
     def _restore_topology(self, stored: dict[str, Any]) -> None:
         for exchange in stored.get("exchanges", []):
@@ -449,6 +475,7 @@ class Broker:
             if vhost.limits.as_value():
                 exported[VHOST_LIMITS_KIND].append({"vhost": vhost.name, "value": vhost.limits.as_value()})
         exported[USER_LIMITS_KIND] = [{"user": user, "value": value} for user, value in self.user_limits().items()]
+        exported[PARAMETERS_KIND] = self.parameters.definitions()
         exported["queues"].extend(self.unrestored_queues)
         return exported
 
