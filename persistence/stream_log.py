@@ -355,14 +355,18 @@ class StreamLog(BufferedTail):
         return offset
 
     def _appended_pending(self, end: int, ts: int) -> None:
-        """Committed by its owner: note where the record just appended ends, and tell the owner
-        once per round that there is something to make durable."""
+        """Committed by its owner: note where the record just appended ends, and tell the owner,
+        which sends it to the stream's other copies and asks for its sync round (once per
+        event-loop iteration: the owner's hook is a flag check after the first call)."""
         self._pend_end.append(end)
         self._pend_ts.append(ts)
-        if not self._sync_requested:
-            self._sync_requested = True
-            if self._on_append is not None:
-                self._on_append()
+        if self._on_append is not None:
+            self._on_append()
+
+    def notify_appended(self, callback: Callable[[], None] | None) -> None:
+        """Committed by its owner: call ``callback()`` after every append (the owner's cue to
+        send the record on and to make it durable)."""
+        self._on_append = callback
 
     # ---- group commit (Syncable) ----------------------------------------------------------
 

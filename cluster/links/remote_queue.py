@@ -426,6 +426,9 @@ class RemoteQueue(Queue):
             return
         for remote in [remote for remote in self._remote_consumers.values() if remote.parked]:
             consumer = remote.consumer
+            continuation = self.continuation(consumer)  # (a stream's: where its client is)
+            if continuation is not None:
+                consumer.go_on_with(continuation)
             self.remove_consumer(consumer)
             self.reattach(consumer.sink, consumer)  # type: ignore[arg-type]
 

@@ -66,8 +66,11 @@ class ReplicatedStream:
         self._released = False
         if new_group and replica.role is not Role.LEADER:
             # Declared here a moment ago: its group takes its first term in a round trip to the
-            # coordination service. Publishes meanwhile are kept, and confirmed once committed.
+            # coordination service. Publishes meanwhile are kept, and confirmed once committed
+            # (entries of no term, before the first leader's no-op), and so is its segment size.
             log.stream.set_writable(True)
+            if max_segment_bytes is not None:
+                log.set_segment_size(max_segment_bytes)
 
     @property
     def replica_id(self) -> str:

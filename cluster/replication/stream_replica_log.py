@@ -171,7 +171,7 @@ class StreamReplicaLog:
         holder: list[StreamReplicaLog] = []
         stream = StreamLog.open(
             directory / STREAM_DIR, vhost, name, committer=committer, external_commit=True,
-            on_append=lambda: holder[0]._told(), on_retention=lambda first_kept: holder[0]._retention_wanted(first_kept))
+            on_retention=lambda first_kept: holder[0]._retention_wanted(first_kept))
         replica_log = cls(directory, stream)
         holder.append(replica_log)
         replica_log._load()
@@ -494,8 +494,10 @@ class StreamReplicaLog:
 
     def on_news(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` when there is something new to send: entries the broker appended to
-        the stream itself, a control entry, or the consumer offsets."""
+        the stream itself (called for each: the replica's hook is a flag check), a control
+        entry, or the consumer offsets."""
         self._news = callback
+        self.stream.notify_appended(callback)
 
     def _told(self) -> None:
         self._tell()
