@@ -6,9 +6,9 @@ hands it to replication only with the next 50 ms batch (asynchronous replication
 leaves before any follower, or even the leader's own disk, has it); and a replicated stream
 confirms a publish on the leader's append and sends its records (and makes them durable) in
 50 ms batches. The fault tests run against it to show that they notice a build that confirms
-before a majority fsynced: such a build must report lost messages; so does the strace check (interop_tests/test_replicated_queues_strace.py),
-which must find its confirms leaving before any fsync of their records. The switch lives here, in
-the test harness, never in the product.
+before a majority fsynced: such a build must report lost messages; so does the strace check
+(interop_tests/test_replicated_queues_strace.py), which must find its confirms leaving before any
+fsync of their records. The switch lives here, in the test harness, never in the product.
 """
 
 from __future__ import annotations

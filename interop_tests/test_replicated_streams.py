@@ -13,7 +13,8 @@ tests, with pika (issue 23 point 6; docs/streams.md "On a cluster").
 - Retention drops the same segments on every replica, and a replica that was away while
   segments were dropped gets every record kept (its log is reset) and the same segments.
 - The fault test: publishers with confirms run while the test kills the leader with `kill -9`
-  and restarts it, again and again (REPLICATED_STREAM_LEADER_KILLS, default 3;
+  and restarts it, again and again, and a follower after every second leader kill
+  (REPLICATED_STREAM_LEADER_KILLS, default 3;
   REPLICATED_STREAM_SEED repeats a run), and a consumer follows the stream across it. Every
   confirmed message must be in the stream, once, and every offset the consumer saw must name
   the same message at the end. Against the harness's broken build
@@ -24,6 +25,7 @@ tests, with pika (issue 23 point 6; docs/streams.md "On a cluster").
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import random
 import threading
@@ -35,6 +37,7 @@ import pika
 import pytest
 from pika.exceptions import AMQPError as PikaError
 
+from amqp_server.ctl.main import main as ctl_main
 from cluster.replication.replicated_streams import stream_id
 from interop_tests.cluster_nodes import SESSION_TTL, ClusterNode, pika_parameters, queue_known_everywhere, three_nodes
 from interop_tests.waiting import poll, wait_until
@@ -252,6 +255,48 @@ def test_retention_drops_the_same_segments_on_every_replica_and_one_away_catches
         assert kept == [(n, texts[n].encode()) for n in range(first, 100)]
 
 
+def test_consumers_on_every_node_go_on_at_their_offset_across_a_leadership_transfer(tmp_path):
+    """`ctl transfer_leadership` from a to c with a stream consumer on each node, each partway
+    through: a's moves from the stream itself to a stand-in, b's from one stand-in to another,
+    c's from a stand-in to the stream itself; none gets basic.cancel, and each goes on at its
+    offset: every record once, in order. `ctl add_member` and `delete_member` take a stream too."""
+    with three_nodes(tmp_path) as nodes:
+        a, b, c = nodes["a"], nodes["b"], nodes["c"]
+        _declare(nodes, a, "moving")
+        _publish(a, "moving", [f"m{n}" for n in range(60)])
+        readers = [_Reader(node, "moving") for node in (a, b, c)]
+        for count, reader in zip((15, 25, 35), readers):
+            reader.read_until(count)
+        code, text = _ctl(c, "transfer_leadership", "moving", "c")
+        assert code == 0, text
+
+        def moved() -> bool:
+            for reader in readers:
+                reader.connection.process_data_events(0)
+            return _leader(a, "moving") == "c" and _leader(b, "moving") == "c"
+
+        wait_until(moved, "c leads and holds the stream")
+        _publish(b, "moving", [f"m{n}" for n in range(60, 80)])
+        for reader in readers:
+            assert reader.read_until(80) == _numbered(range(80))
+            assert not reader.cancelled
+            reader.close()
+        code, text = _ctl(a, "delete_member", "moving", "b")
+        assert code == 0, text
+        wait_until(lambda: sorted(a.api("queues/%2F/moving").json()["members"]) == ["a", "c"], "b is no member")
+        code, text = _ctl(a, "add_member", "moving", "b")
+        assert code == 0, text
+        wait_until(lambda: sorted(a.api("queues/%2F/moving").json()["in_sync"]) == ["a", "b", "c"],
+                   "b, a member again, is in sync")
+        wait_until(lambda: _segments(b, "moving") == _segments(c, "moving"), "b holds the leader's records")
+
+
+def _ctl(node: ClusterNode, *arguments: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = ctl_main(["--port", str(node.management_port), *arguments], out=out, err=err)
+    return code, out.getvalue() + err.getvalue()
+
+
 # -- the fault test ---------------------------------------------------------------------------------
 
 
@@ -347,6 +392,14 @@ def _fault_run(tmp_path: Path, module: str, leader_kills: int, seed: int) -> tup
                            within=SESSION_TTL + 20)
                 victim.broker.restart()
                 wait_until(lambda: victim.live_nodes() == sorted(nodes), "the killed node is back", 30)
+                if _kill % 2 == 1:  # and now and then a follower
+                    leader = wait_until(lambda: _leader(survivor, "faults"), "the stream has a leader", 30)
+                    follower = chooser.choice([n for n in order if n.name != leader])
+                    print(f"kill -9 follower {follower.name} ({len(record.confirmed)} confirmed so far)")
+                    follower.broker.kill()
+                    time.sleep(chooser.uniform(0.2, 1.0))
+                    follower.broker.restart()
+                    wait_until(lambda: follower.live_nodes() == sorted(nodes), "the killed follower is back", 30)
             time.sleep(1.0)
         finally:
             stop.set()

@@ -30,6 +30,20 @@ rebuilt by a scan) and returns the log. Then:
   plus one segment.
 * ``offsets`` is the stream's consumer offset store (stream_offsets).
 
+**Committed by its owner** (``external_commit``, a replicated stream: its
+replica, cluster/replication/stream_replica_log.py, is the owner). A record
+becomes readable, and ``request_commit`` callbacks (a confirm) are called,
+only when the owner says it is committed (``commit_to(next_offset)``); a sync
+round only makes records durable (``durable_offset``), and the commit mark
+names what the owner committed. Appends are refused until the owner says so
+(``set_writable``); ``append_record`` appends a record another copy encoded,
+byte for byte; ``read_records`` gives records as stored, committed or not;
+``truncate`` cuts records not committed, ``reset`` starts over at an offset
+(both fsynced before they return); retention is decided here but applied by
+the owner on every copy (``on_retention(first_kept)``, then
+``drop_segments_before``). The owner hears of every append
+(``on_append`` / ``notify_appended``) and asks for the sync rounds itself.
+
 Not thread-safe: use it from the event loop thread only. docs/stream-files.md
 describes the files.
 """

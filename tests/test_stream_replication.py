@@ -288,3 +288,48 @@ def test_a_copy_that_does_not_lead_refuses_publishes(tmp_path):
     group = Group(tmp_path)
     with pytest.raises(OSError):
         group.logs["b"].stream.append("", "orders", PROPS, b"no")
+
+
+def test_a_reset_cut_short_by_a_crash_is_done_again_when_the_copy_opens(tmp_path, monkeypatch):
+    group = Group(tmp_path, names=("a", "b"))
+    group.connect("b")
+    group.publish("m0", "m1", "m2")
+    group.leader_fsync()
+    group.replicate("b")
+    follower = group.logs["b"]
+
+    def crash(next_offset):
+        raise KeyboardInterrupt("the process died here")
+
+    monkeypatch.setattr(follower.stream, "reset", crash)
+    with pytest.raises(KeyboardInterrupt):
+        follower.reset(40, 3, 37, b"")  # the control file says so; the stream was not reset yet
+    reopened = open_log(tmp_path / "b")
+    assert (reopened.base.index, reopened.last_index, reopened.last_term) == (40, 40, 3)
+    assert reopened.stream.first_offset == reopened.stream.appended_offset == 37
+    assert sorted(segment_files(reopened)) == ["00000000000000000037.seg"]
+
+
+def test_control_entries_placed_after_messages_a_crash_lost_are_dropped_when_the_copy_opens(tmp_path):
+    log = open_log(tmp_path / "a")
+    log.append(1, b"")  # the term's no-op
+    log.stream.set_writable(True)
+    log.stream.append("", "orders", PROPS, b"kept")
+    fsync(log)
+    log.stream.append("", "orders", PROPS, b"lost")  # in the write buffer only
+    log.set_segment_size(4096)  # a control entry after it: written and fsynced at once
+    assert log.last_index == 4
+    # The process dies: the buffered record never reached the file, the control entry did.
+    reopened = open_log(tmp_path / "a")
+    assert reopened.stream.appended_offset == 1
+    assert reopened.last_index == 2 and reopened.stream.max_segment_bytes != 4096
+
+
+def test_a_truncation_never_cuts_committed_records(tmp_path):
+    group = Group(tmp_path, names=("a", "b"))
+    group.connect("b")
+    group.publish("m0", "m1")
+    group.leader_fsync()
+    group.replicate("b")
+    with pytest.raises(ValueError):
+        group.logs["b"].stream.truncate(1)
