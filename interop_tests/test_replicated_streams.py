@@ -233,6 +233,43 @@ def test_a_confirm_and_the_record_wait_for_a_majority_of_the_streams_replicas(tm
         reader.close()
 
 
+def test_a_stream_deleted_and_declared_again_starts_empty_on_every_replica(tmp_path):
+    """A declare right after the delete is refused with 405 while the old group's replicas are
+    being removed (it would start over the old stream's files); once they are, the new stream
+    holds none of the old records, on any node."""
+    with three_nodes(tmp_path) as nodes:
+        a, b = nodes["a"], nodes["b"]
+        _declare(nodes, a, "again")
+        _publish(a, "again", ["old0", "old1"])
+        connection = pika.BlockingConnection(_parameters(a))
+        channel = connection.channel()
+        channel.queue_delete("again")
+        refusals = []
+
+        def declared() -> bool:
+            nonlocal channel
+            try:
+                channel.queue_declare("again", durable=True, arguments=STREAM)
+                return True
+            except pika.exceptions.ChannelClosedByBroker as refusal:
+                refusals.append(refusal.reply_code)
+                channel = connection.channel()
+                return False
+
+        wait_until(declared, "the stream is declared again")
+        connection.close()
+        assert set(refusals) <= {405}, refusals
+        queue_known_everywhere(nodes, "again")
+        wait_until(lambda: sorted(a.api("queues/%2F/again").json().get("in_sync", [])) == sorted(nodes),
+                   "every replica of the new stream is in sync")
+        _publish(b, "again", ["new0"])
+        for node in nodes.values():
+            assert _read_all(node, "again", 1) == [(0, b"new0")]
+        for node in nodes.values():
+            wait_until(lambda node=node: _segments(node, "again") == _segments(a, "again"),
+                       f"{node.name} holds the new stream's records only")
+
+
 def test_retention_drops_the_same_segments_on_every_replica_and_one_away_catches_up(tmp_path):
     with three_nodes(tmp_path) as nodes:
         a, b, c = nodes["a"], nodes["b"], nodes["c"]
@@ -259,7 +296,8 @@ def test_consumers_on_every_node_go_on_at_their_offset_across_a_leadership_trans
     """`ctl transfer_leadership` from a to c with a stream consumer on each node, each partway
     through: a's moves from the stream itself to a stand-in, b's from one stand-in to another,
     c's from a stand-in to the stream itself; none gets basic.cancel, and each goes on at its
-    offset: every record once, in order. `ctl add_member` and `delete_member` take a stream too."""
+    offset: every record once, in order (one handed nothing yet, from where it started). `ctl
+    add_member` and `delete_member` take a stream too."""
     with three_nodes(tmp_path) as nodes:
         a, b, c = nodes["a"], nodes["b"], nodes["c"]
         _declare(nodes, a, "moving")
@@ -267,11 +305,16 @@ def test_consumers_on_every_node_go_on_at_their_offset_across_a_leadership_trans
         readers = [_Reader(node, "moving") for node in (a, b, c)]
         for count, reader in zip((15, 25, 35), readers):
             reader.read_until(count)
+        # And one on b that starts at `next`, handed nothing before the transfer: it goes on from
+        # the time it consumed, less a second (an AMQP timestamp: whole seconds, rounded down),
+        # so the records above must be older than that.
+        time.sleep(2.5)
+        waiting = _Reader(b, "moving", offset="next")
         code, text = _ctl(c, "transfer_leadership", "moving", "c")
         assert code == 0, text
 
         def moved() -> bool:
-            for reader in readers:
+            for reader in (*readers, waiting):
                 reader.connection.process_data_events(0)
             return _leader(a, "moving") == "c" and _leader(b, "moving") == "c"
 
@@ -281,6 +324,8 @@ def test_consumers_on_every_node_go_on_at_their_offset_across_a_leadership_trans
             assert reader.read_until(80) == _numbered(range(80))
             assert not reader.cancelled
             reader.close()
+        assert waiting.read_until(20) == _numbered(range(60, 80))
+        waiting.close()
         code, text = _ctl(a, "delete_member", "moving", "b")
         assert code == 0, text
         wait_until(lambda: sorted(a.api("queues/%2F/moving").json()["members"]) == ["a", "c"], "b is no member")

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.broker.cluster_interface import ClusterChangeRefused
+from amqp_server.wire import errors
+from amqp_server.wire.errors import AMQPError
 from cluster.replication.replicated_journal import ReplicatedJournal
 from cluster.coordinator import CoordinationUnavailable, Coordinator
 from cluster.replication.election import GroupKeys, GroupRecord
@@ -111,6 +113,7 @@ class ReplicatedQueues:
         self._definitions: "SharedDefinitions | None" = None
         self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._deleting: set[str] = set()  # streams deleted here whose replica here is being removed
 
     def share(self, definitions: "SharedDefinitions") -> None:
         """Take and hand over queues through these shared definitions."""
@@ -229,6 +232,12 @@ class ReplicatedQueues:
         stream files. `max_segment_bytes` (None: the default) is the segment size every copy
         rolls at once this node leads."""
         replica_id = stream_id(vhost, name)
+        if replica_id in self._deleting:
+            # Deleted a moment ago, and its replica here is still going: a new stream of that name
+            # must not start over the old one's files (its group goes first).
+            raise AMQPError(errors.RESOURCE_LOCKED,
+                            f"cannot declare {errors.resource('queue', name, vhost)}: a stream of that name "
+                            "was deleted a moment ago and its replicas are still being removed; try again")
         size = arguments.get(STREAM_GROUP_SIZE_ARGUMENT)
         members = group_members(self.node, self._live_nodes(), int(size) if size is not None else None)
         new_group = replica_id not in self.manager.replicas
@@ -260,9 +269,11 @@ class ReplicatedQueues:
         self.manager.release(owner.replica_id)
         if self._closing:
             return
+        self._deleting.add(owner.replica_id)
         task = asyncio.get_running_loop().create_task(self._delete_group(owner.replica_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _done: self._deleting.discard(owner.replica_id))
 
     # -- leadership changes ------------------------------------------------------------------------------
 
