@@ -77,7 +77,10 @@ class FollowerReplication:
                 log.truncate_after(head.index - 1)
                 new_from = k
                 break
-        log.append_entries(append.entries, heads[new_from:])
+        try:
+            log.append_entries(append.entries, heads[new_from:])
+        except ValueError as error:  # entries this log cannot take as they are (a stream's: not its next records)
+            raise ProtocolError(f"APPEND entries: {error}") from error
         self._verified = max(self._verified, prev + len(heads))
         self.leader_commit_index = max(self.leader_commit_index, append.commit_index)
         return None
@@ -95,7 +98,7 @@ class FollowerReplication:
             self.leader_term = reset.term
         try:
             log.reset(reset.base_index, reset.base_term, reset.base_position, reset.document)
-        except NotImplementedError as error:
+        except (NotImplementedError, ValueError) as error:
             raise ProtocolError(f"RESET: {error}") from error
         self._verified = reset.base_index
         self._acked = 0  # the leader waits for an ACK of the base, whatever was acknowledged before
