@@ -444,6 +444,12 @@ class QueueReplica:
         if reply is not None:
             log.debug("%s: answering %r to %r", self.node, reply, type(frame).__name__)
             stream.write(reply)
+        elif isinstance(frame, Append) and not frame.entries:
+            # Nothing new to make durable (a probe, or a stream's news of the commit index): what
+            # it checked is acknowledged at once, within what is fsynced already.
+            ack = self._follower.ack()
+            if ack is not None:
+                stream.write(ack)
         elif not self._sync_requested:
             self._sync_requested = True
             self._committer.request_sync(self.log, self._follower_synced)
