@@ -333,3 +333,27 @@ def test_a_truncation_never_cuts_committed_records(tmp_path):
     group.replicate("b")
     with pytest.raises(ValueError):
         group.logs["b"].stream.truncate(1)
+
+
+def test_retention_by_age_is_the_leaders_decision_and_every_copy_drops_the_same_segments(tmp_path):
+    group = Group(tmp_path)
+    for name in ("b", "c"):
+        group.connect(name)
+    group.logs["a"].set_segment_size(400)
+    for n in range(20):
+        group.publish(f"message {n:03d} " + "x" * 40)
+        group.leader_fsync()
+        group.replicate("b")
+        group.replicate("c")
+    group.stream.set_retention(None, 60_000)  # x-max-age 60 s
+    before = sorted(segment_files(group.logs["b"]))
+    # A follower holds no limits of its own (only its leader's broker applies policies): its
+    # clock drops nothing.
+    group.logs["b"].stream.apply_retention(now_ms=2**62)
+    assert sorted(segment_files(group.logs["b"])) == before
+    group.stream.apply_retention(now_ms=2**62)  # an hour later, on the leader: all but the newest are too old
+    group.leader_fsync()
+    group.replicate("b")
+    group.replicate("c")
+    names = {name: sorted(segment_files(group.logs[name])) for name in group.names}
+    assert names["a"] == names["b"] == names["c"] == before[-1:]
