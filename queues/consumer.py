@@ -70,6 +70,11 @@ class Consumer:
         through the queue they came from."""
         self.queue = queue
 
+    def go_on_with(self, arguments: dict[str, Any]) -> None:
+        """Its consume arguments on the queue's next form: where it is now (a stream's offset),
+        so the new form goes on from there (QueueType.continuation)."""
+        self.arguments = arguments
+
     def count_unacked(self) -> None:
         """One more delivery to it waits for its ack."""
         self.unacked += 1

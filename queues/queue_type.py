@@ -3,8 +3,8 @@
 Modelled on RabbitMQ's `rabbit_queue_type`: the channel (amqp_server/channel/) holds queues
 and calls these methods; it never asks which type it holds. Classic and quorum queues are
 `queues.queue.Queue` (a quorum queue is one whose journal a cluster replicates); the cluster
-plug-in adds the stand-in of a queue another node holds (cluster/links/remote_queue.py); the
-stream type is to come behind the same interface. The declare half of each type, the arguments
+plug-in adds the stand-in of a queue another node holds (cluster/links/remote_queue.py); streams
+are queues/stream_queue.py, behind the same interface. The declare half of each type, the arguments
 and properties it takes, is its `QueueTypeRules` entry (queues/arguments/queue_type_rules.py).
 
 Methods whose answer may come later (the owner of a remote queue answers over a link) take an
@@ -144,6 +144,12 @@ class QueueType(abc.ABC):
     @abc.abstractmethod
     def remove_consumer(self, consumer: "Consumer") -> None:
         """basic.cancel, or its channel closed."""
+
+    def continuation(self, consumer: "Consumer") -> dict[str, Any] | None:
+        """The consume arguments under which `consumer` goes on where it is, when the queue takes
+        another form (a replicated queue's leader changed: cluster/definitions/apply.py); None:
+        its own arguments say it (a queue hands out what is ready, wherever it is)."""
+        return None
 
     def prefetch_changed(self, consumer: "Consumer") -> None:
         """A basic.qos changed a running consumer's prefetch (where the queue lives elsewhere,

@@ -29,7 +29,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from queues.arguments import QueueArguments
 from queues.arguments.queue_type_rules import STREAM
@@ -93,6 +93,42 @@ def with_offset_header(raw_properties: bytes, offset: int) -> bytes:
         return raw.encode()
     return (raw_properties[:pos] + _u32.pack(length + len(entry)) + entry + table
             + raw_properties[pos + 4 + length:])
+
+
+class StreamKeeper(Protocol):
+    """Who keeps a stream's log when not the stream's queue object (a replicated stream: its
+    replica, cluster/replication/replicated_streams.py)."""
+
+    def released(self, deleted: bool) -> None:
+        """The queue object goes: ``deleted`` when the stream itself is deleted, not when it is
+        handed over to another node (`hand_over`) or the broker stops."""
+
+
+def consume_refusal(consumer: Consumer, global_qos_active: bool, resource: str) -> QueueTypeRefusal | None:
+    """What a stream refuses of a basic.consume before looking at its arguments, in RabbitMQ's
+    order: no per-consumer prefetch, no-ack, a global basic.qos (a stand-in on another node
+    refuses the same)."""
+    if not consumer.prefetch_count:
+        return QueueTypeRefusal(PRECONDITION_FAILED, f"consumer prefetch count is not set for '{resource}'")
+    if consumer.no_ack:
+        return QueueTypeRefusal(NOT_IMPLEMENTED, f"automatic acknowledgement not supported by stream queues {resource}")
+    if global_qos_active:
+        return QueueTypeRefusal(NOT_IMPLEMENTED, f"{resource} does not support global qos")
+    return None
+
+
+def check_consumer_arguments(arguments: dict[str, Any], resource: str, now_ms: int) -> None:
+    """RabbitMQ's order: the offset, then the consumer arguments a stream does not take; raises
+    QueueTypeRefusal."""
+    try:
+        parse_offset(arguments, now_ms)
+    except InvalidOffset as invalid:
+        raise QueueTypeRefusal(
+            PRECONDITION_FAILED, f"invalid arg 'x-stream-offset' for {resource}: {invalid.reason}") from None
+    for key in REFUSED_CONSUMER_ARGUMENTS:
+        if key in arguments:
+            raise QueueTypeRefusal(
+                PRECONDITION_FAILED, f"invalid arg '{key}' for {resource} of queue type {STREAM_MODULE}")
 
 
 class StreamEntry(QueueEntry):
@@ -163,10 +199,14 @@ class StreamQueue(Queue):
 
     def __init__(self, name: str, vhost: str, *, log: "StreamLog", committer: "GroupCommitter", timers: Timers,
                  arguments: dict[str, Any] | None = None, settings: QueueArguments | None = None,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None, keeper: StreamKeeper | None = None) -> None:
+        """``keeper``: who keeps ``log`` (a replicated stream's replica), which this object then
+        neither closes nor deletes."""
         super().__init__(name, vhost, durable=True, arguments=arguments, timers=timers, settings=settings)
         self.log = log
         self._committer = committer
+        self._keeper = keeper
+        self._handed_over = False
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._readings: dict[Consumer, StreamReading] = {}
         self._retention_timer: Timer | None = None
@@ -250,8 +290,9 @@ class StreamQueue(Queue):
         return ENQUEUED_DURABLY
 
     def when_stored(self, callback: Callable[[OSError | None], None]) -> None:
-        """Once every record appended so far is fsynced (a confirm waits for this)."""
-        self._committer.request_sync(self.log, callback)
+        """Once every record appended so far is committed: fsynced (a confirm waits for this), on
+        a majority of its replicas for a replicated stream."""
+        self.log.request_commit(callback)
 
     def _committed(self, next_offset: int) -> None:
         """Records up to `next_offset` are fsynced and readable: consumers at the tail get them."""
@@ -264,15 +305,7 @@ class StreamQueue(Queue):
 
     def check_consumer_arguments(self, arguments: dict[str, Any]) -> None:
         """RabbitMQ's order: the offset, then the consumer arguments a stream does not take."""
-        try:
-            parse_offset(arguments, self._clock_ms())
-        except InvalidOffset as invalid:
-            raise QueueTypeRefusal(
-                PRECONDITION_FAILED, f"invalid arg 'x-stream-offset' for {self._resource()}: {invalid.reason}") from None
-        for key in REFUSED_CONSUMER_ARGUMENTS:
-            if key in arguments:
-                raise QueueTypeRefusal(
-                    PRECONDITION_FAILED, f"invalid arg '{key}' for {self._resource()} of queue type {STREAM_MODULE}")
+        check_consumer_arguments(arguments, self._resource(), self._clock_ms())
 
     def exclusive_use_refused(self, exclusive: bool) -> bool:
         """Readers never take messages from each other: an exclusive consume keeps no one out
@@ -280,18 +313,16 @@ class StreamQueue(Queue):
         return False
 
     def consume(self, consumer: Consumer, answer: ConsumeAnswer) -> None:
-        resource = self._resource()
-        if not consumer.prefetch_count:
-            answer.refused(QueueTypeRefusal(
-                PRECONDITION_FAILED, f"consumer prefetch count is not set for '{resource}'"))
+        refusal = consume_refusal(consumer, answer.global_qos_active, self._resource()) or self._start_reading(consumer)
+        if refusal is not None:
+            answer.refused(refusal)
             return
-        if consumer.no_ack:
-            answer.refused(QueueTypeRefusal(
-                NOT_IMPLEMENTED, f"automatic acknowledgement not supported by stream queues {resource}"))
-            return
-        if answer.global_qos_active:
-            answer.refused(QueueTypeRefusal(NOT_IMPLEMENTED, f"{resource} does not support global qos"))
-            return
+        self.touch()
+        answer.started()
+        self.dispatch()
+
+    def _start_reading(self, consumer: Consumer) -> QueueTypeRefusal | None:
+        """Give `consumer` its reading, at the offset its arguments name (or its tracked one)."""
         arguments = consumer.arguments
         start = parse_offset(arguments, self._clock_ms())  # (checked: check_consumer_arguments)
         filters = arguments.get("x-stream-filter")
@@ -300,9 +331,8 @@ class StreamQueue(Queue):
         filter_values = None
         if filters is not None:
             if not isinstance(filters, list) or not all(isinstance(value, (str, bytes)) for value in filters):
-                answer.refused(QueueTypeRefusal(
-                    PRECONDITION_FAILED, f"invalid arg 'x-stream-filter' for {resource}: a string or an array of strings"))
-                return
+                return QueueTypeRefusal(PRECONDITION_FAILED, f"invalid arg 'x-stream-filter' for {self._resource()}: "
+                                                             "a string or an array of strings")
             filter_values = [value.decode("utf-8", "replace") if isinstance(value, bytes) else value
                              for value in filters]
         match_unfiltered = arguments.get("x-stream-match-unfiltered") is True
@@ -313,9 +343,16 @@ class StreamQueue(Queue):
         cursor = self.log.reader(min(offset, self.log.next_offset), filter_values=filter_values,
                                  match_unfiltered=match_unfiltered)
         self._readings[consumer] = StreamReading(consumer, cursor, tracked_name, skip_below=offset)
-        self.touch()
-        answer.started()
-        self.dispatch()
+        return None
+
+    def continuation(self, consumer: Consumer) -> dict[str, Any] | None:
+        """Its arguments to go on where it is on the stream's next form (a leader change): the
+        offset of the next record it would get."""
+        reading = self._readings.get(consumer)
+        if reading is None:
+            return None
+        offset = max(reading.cursor.next_offset - len(reading.ahead), reading.skip_below)
+        return {**consumer.arguments, OFFSET_HEADER: offset}
 
     def _offset_of(self, start: StartAt) -> int:
         log = self.log
@@ -333,7 +370,10 @@ class StreamQueue(Queue):
         return max(start.value, log.first_offset)
 
     def add_consumer(self, consumer: Consumer) -> None:
-        raise NotImplementedError("a stream's consumers come through consume(), with their offset")
+        """A consumer of the stream's previous form on this node (its leader changed,
+        cluster/definitions/apply.py) reads on from where its arguments say (`continuation`)."""
+        if self._start_reading(consumer) is None:
+            self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
         reading = self._readings.pop(consumer, None)
@@ -431,9 +471,20 @@ class StreamQueue(Queue):
         for reading in self._readings.values():
             reading.close()
         self._readings.clear()
-        self.log.delete()
+        if self._keeper is None:
+            self.log.delete()
+        else:
+            self._keeper.released(deleted=not self._handed_over)
         return consumers
+
+    def hand_over(self) -> None:
+        """The stream's queue object goes because another node leads the stream now: its files
+        stay with its keeper (a replica)."""
+        self._handed_over = True
 
     def close(self) -> None:
         """The broker stops: the log's buffers go to disk and its files close."""
-        self.log.close()
+        if self._keeper is None:
+            self.log.close()
+        else:
+            self._keeper.released(deleted=False)

@@ -218,14 +218,24 @@ class Broker:
         return QueueJournal(self._store_for(vhost, queue, archive), self.committer)
 
     def _stream_for(self, vhost: str, name: str, arguments: dict[str, Any], settings: QueueArguments) -> StreamQueue:
-        """A stream of `vhost`, its log opened (and recovered) in the data directory."""
+        """A stream of `vhost`, its log opened (and recovered) in the data directory; on a
+        clustered broker, a replicated stream over its replica's files (cluster_interface.py)."""
         assert self.message_dir is not None and self.committer is not None
-        options: dict[str, Any] = {"committer": self.committer}
+        committer = self.committer
+        max_segment_bytes = None
         if settings.stream_max_segment_size_bytes is not None:
             # (0 is a valid argument: every record starts a segment of its own, as near as can be)
-            options["max_segment_bytes"] = max(settings.stream_max_segment_size_bytes, STREAM_HEADER_SIZE + 1)
+            max_segment_bytes = max(settings.stream_max_segment_size_bytes, STREAM_HEADER_SIZE + 1)
+        if self.replicated is not None:
+            return self.replicated.stream_for(
+                vhost, name, arguments, max_segment_bytes,
+                lambda log, keeper: StreamQueue(name, vhost, log=log, committer=committer, timers=self.timers,
+                                                arguments=arguments, settings=settings, keeper=keeper))
+        options: dict[str, Any] = {"committer": committer}
+        if max_segment_bytes is not None:
+            options["max_segment_bytes"] = max_segment_bytes
         log = StreamLog.open_in(self.message_dir, vhost, name, **options)
-        return StreamQueue(name, vhost, log=log, committer=self.committer, timers=self.timers, arguments=arguments,
+        return StreamQueue(name, vhost, log=log, committer=committer, timers=self.timers, arguments=arguments,
                            settings=settings)
 
     def _store_for(self, vhost: str, queue: str, archive: bool) -> QueueStore:

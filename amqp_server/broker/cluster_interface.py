@@ -9,7 +9,8 @@ of `cluster/` is imported). `amqp_server.runtime` loads the plug-in (cluster/nod
 - `Broker.share_definitions(shared)`: where each queue lives (`SharedDefinitions.owner_of`) and
   definition changes committed in the coordination service;
 - `Broker.replicate_queues(replicated)`: the replicated implementation of the quorum queue type
-  (a journal that a majority fsyncs) and its membership operations;
+  (a journal that a majority fsyncs), of streams (a log a majority fsyncs) and their membership
+  operations;
 - `Broker.place_links(placement)`: which node runs each shovel and federation link (exactly one,
   under a lease in the coordination service).
 
@@ -25,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from persistence.queue_store import QueueStore
+    from persistence.stream_log import StreamLog
     from queues.journal import QueueJournal
+    from queues.stream_queue import StreamKeeper, StreamQueue
 
 
 class ClusterChangeRefused(Exception):
@@ -75,10 +78,15 @@ class SharedDefinitions(Protocol):
 
 
 class ReplicatedQueues(Protocol):
-    """The replicated quorum queue type: journals a majority fsyncs, and their groups."""
+    """The replicated quorum queue type (journals a majority fsyncs), replicated streams (logs a
+    majority fsyncs), and their groups."""
 
     def journal_for(self, vhost: str, name: str, open_store: "Callable[[], QueueStore]",
                     arguments: dict[str, Any]) -> "QueueJournal": ...
+
+    def stream_for(self, vhost: str, name: str, arguments: dict[str, Any], max_segment_bytes: int | None,
+                   build: "Callable[[StreamLog, StreamKeeper], StreamQueue]") -> "StreamQueue":
+        """A stream this node holds: `build(log, keeper)` makes it over its replica's files."""
 
     def describe(self, vhost: str, name: str) -> dict[str, Any] | None: ...
 

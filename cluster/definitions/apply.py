@@ -25,6 +25,7 @@ from queues.arguments import equivalence
 from queues.arguments.equivalence import Inequivalent
 from queues.consumer import Consumer
 from queues.queue import Queue
+from queues.stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
@@ -332,14 +333,20 @@ class LocalDefinitions:
                 return True
             if stand_in:
                 del self._remote_queues[(vhost.name, name)]
+            elif isinstance(existing, StreamQueue):
+                existing.hand_over()  # its files stay with its replica
             elif existing.journal is not None:
                 # Another node leads it now: our copy goes, the replica (and the group) stay.
                 # (A replicated queue's journal: a ReplicatedJournal.)
                 existing.journal.hand_over()  # type: ignore[attr-defined]
             # The leader changed, the queue did not: its consumers here go on with its new form,
-            # as RabbitMQ keeps a quorum queue's consumers across a leader change.
+            # as RabbitMQ keeps a quorum queue's consumers across a leader change (a stream's at
+            # the offset they reached: `continuation`).
             moving = [consumer for consumer in existing.consumers() if _moves_with_the_queue(consumer)]
             for consumer in moving:
+                continuation = existing.continuation(consumer)
+                if continuation is not None:
+                    consumer.go_on_with(continuation)
                 existing.remove_consumer(consumer)
             vhost.delete_queue(existing)
             if not stand_in:
