@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
+from exchanges.federation_upstream import InvalidFederationUpstream
 from exchanges.exchange import Exchange
 from queues import dead_letter
 from queues.arguments import InvalidArgument, QueueArguments, equivalence, queue_type_rules
@@ -183,7 +184,7 @@ class VirtualHost:
             )
         except UnknownExchangeType as error:
             raise AMQPError(errors.COMMAND_INVALID, f"unknown exchange type '{error.type_name}'") from None
-        except InvalidDelayedType as error:
+        except (InvalidDelayedType, InvalidFederationUpstream) as error:
             raise AMQPError(errors.PRECONDITION_FAILED, str(error)) from None
         if isinstance(exchange, DelayedMessageExchange):
             hold_delayed_messages(self, exchange)
