@@ -5,6 +5,7 @@ headers as 3.10.8 wrote them in a federation between two RabbitMQ nodes)."""
 from __future__ import annotations
 
 import pytest
+from pamqp import commands
 
 from amqp_server.broker.vhost import VirtualHost
 from amqp_server.federation.bindings import (
@@ -15,9 +16,11 @@ from amqp_server.federation.bindings import (
     other_suffix,
     upstream_queue_name,
 )
+from amqp_server.federation.message_headers import exchange_forward, queue_forward
 from amqp_server.federation.loops import binding_hops, exchange_hop, queue_hop, should_forward
 from amqp_server.wire.errors import AMQPError
 from exchanges.federation_upstream import FederationUpstreamExchange
+from queues.message import content_header, decode_properties
 
 # What a message published on RabbitMQ node fedra reached fedrb with (3.10.8).
 RABBITMQ_HOP = {"cluster-name": "fedra@vm", "exchange": "fed.x", "redelivered": False,
@@ -128,3 +131,42 @@ def test_a_queue_hop_counts_visits_and_keeps_the_original_route():
     assert back["x-received-from"] == [{"uri": "amqp://up", "queue": "q", "redelivered": True, "visit-count": 2},
                                        {"uri": "amqp://down", "queue": "q", "redelivered": False, "visit-count": 1}]
     assert back["x-original-exchange"] == "ex"
+
+
+def raw_header(properties: commands.Basic.Properties, size: int = 3) -> bytes:
+    return content_header(size, properties.marshal())
+
+
+def decoded(raw: bytes) -> commands.Basic.Properties:
+    return decode_properties(raw[12:])
+
+
+def test_a_forwarded_message_keeps_its_other_headers_byte_for_byte_and_loses_its_user_id():
+    original = raw_header(commands.Basic.Properties(headers={"n": 7, "s": "t"}, user_id="alice", message_id="m1"))
+    forwarded = exchange_forward(original, max_hops=1, downstream_name="down", downstream_vhost="/",
+                                 uri="amqp://up", exchange="fed.x", redelivered=False, upstream_cluster="up",
+                                 upstream_vhost="/", trust_user_id=False)
+    assert forwarded is not None
+    properties = decoded(forwarded)
+    assert properties.user_id is None and properties.message_id == "m1"
+    assert properties.headers["n"] == 7 and properties.headers["s"] == "t"
+    assert properties.headers["x-received-from"] == [{"uri": "amqp://up", "exchange": "fed.x", "redelivered": False,
+                                                      "cluster-name": "up", "vhost": "/"}]
+    assert forwarded[:4] == original[:4] and forwarded[4:12] == original[4:12], "class, weight and body size kept"
+    # the next link (max-hops 1) drops it; one with max-hops 2 takes it, but not back to "up"
+    options = dict(downstream_vhost="/", uri="amqp://b", exchange="fed.x", redelivered=False,
+                   upstream_cluster="b", upstream_vhost="/", trust_user_id=True)
+    assert exchange_forward(forwarded, max_hops=1, downstream_name="c", **options) is None
+    assert exchange_forward(forwarded, max_hops=2, downstream_name="up", **options) is None
+    again = exchange_forward(forwarded, max_hops=2, downstream_name="c", **options)
+    assert again is not None and len(decoded(again).headers["x-received-from"]) == 2
+
+
+def test_a_trusted_upstream_keeps_the_user_id_and_a_message_without_headers_gets_one():
+    original = raw_header(commands.Basic.Properties(user_id="alice"))
+    forwarded = queue_forward(original, uri="amqp://up", queue="q", redelivered=True, exchange="", routing_key="q",
+                              trust_user_id=True)
+    properties = decoded(forwarded)
+    assert properties.user_id == "alice"
+    assert properties.headers["x-received-from"][0]["visit-count"] == 1
+    assert properties.headers["x-original-routing-key"] == "q"

@@ -107,6 +107,10 @@ class LinkStatus:
         self.uri = uri
         self.next_attempt_at = None
 
+    def use_uri(self, uri: str) -> None:
+        """The link reached its upstream at `uri` (one of its URIs)."""
+        self.uri = uri
+
     def connected(self, local_connection: str) -> None:
         self._move(LinkEvent.CONNECTED)
         self.error = None

@@ -1,0 +1,280 @@
+"""The federation component: which links should run, and running them.
+
+It registers the two runtime-parameter components (`federation-upstream`,
+`federation-upstream-set`: their values are checked by upstreams.py) and watches the topology
+(broker/topology_watch.py). Whenever an upstream, a set, a policy, an exchange or a queue
+changes, it works out the links the vhost should have now: one per upstream of each exchange
+and queue a federation policy applies to (upstreams.upstreams_for), and starts, restarts (its
+upstream changed) or stops (for good: it cleans up the upstream) the links that differ. A
+binding of a federated exchange is handed to its exchange links.
+
+On a cluster a link runs on one node only, the one that holds its lease in the coordination
+service (broker/cluster_interface.py `Leases`): every node knows every link, and a node that
+gets a link's lease (its holder died or stopped) starts it. A queue link runs only where its
+queue lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.broker import policy_application
+from amqp_server.federation.links import ExchangeLink, Link, QueueLink
+from amqp_server.federation.loops import is_federation_resource
+from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey
+from amqp_server.federation.upstreams import (
+    UPSTREAM_COMPONENT,
+    UPSTREAM_SET_COMPONENT,
+    Upstream,
+    federates,
+    upstream_problems,
+    upstream_set_problems,
+    upstreams_for,
+)
+from amqp_server.peer_link.client import LocalOpener
+from queues.queue import Queue
+
+if TYPE_CHECKING:
+    from amqp_server.broker.broker import Broker
+    from amqp_server.broker.runtime_parameters import RuntimeParameter
+    from amqp_server.broker.vhost import VirtualHost
+    from exchanges.exchange import Exchange
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """A link a vhost should have: its kind, its upstream as it applies, its policy."""
+
+    kind: str
+    name: str
+    upstream: Upstream
+    policy: str | None
+
+
+class _Component:
+    """One runtime-parameter component of federation (broker/runtime_parameters.py)."""
+
+    def __init__(self, federation: "Federation", component: str) -> None:
+        self._federation = federation
+        self._component = component
+
+    @property
+    def component(self) -> str:
+        return self._component
+
+    def validate(self, vhost: str, name: str, value: Any, user: str | None) -> list[str]:
+        if self._component == UPSTREAM_COMPONENT:
+            return upstream_problems(name, value)
+        return upstream_set_problems(name, value)
+
+    def parameter_set(self, parameter: "RuntimeParameter") -> None:
+        self._federation.reconcile(parameter.vhost)
+
+    def parameter_cleared(self, vhost: str, name: str) -> None:
+        self._federation.reconcile(vhost)
+
+
+class Federation:
+    """See the module docstring. `local_opener` reaches this broker in-process (the downstream
+    end of every link)."""
+
+    def __init__(self, broker: "Broker", local_opener: LocalOpener | None) -> None:
+        self.broker = broker
+        self._local_opener = local_opener
+        self._links: dict[LinkKey, Link] = {}
+        self._wanted: dict[LinkKey, _Wanted] = {}
+        self._components = (_Component(self, UPSTREAM_COMPONENT), _Component(self, UPSTREAM_SET_COMPONENT))
+        self._started = False
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    # -- what a link asks of its host (links.LinkHost) ------------------------------------------
+
+    @property
+    def cluster_name(self) -> str:
+        return self.broker.cluster_name
+
+    @property
+    def local_opener(self) -> LocalOpener | None:
+        return self._local_opener
+
+    def vhost(self, name: str) -> "VirtualHost | None":
+        return self.broker.vhosts.get(name)
+
+    # -- starting and stopping -----------------------------------------------------------------
+
+    def register_components(self) -> None:
+        """Check and keep federation parameters from now on (before the broker restores them,
+        or at start: those already kept are handed over)."""
+        for component in self._components:
+            self.broker.parameters.register(component)
+
+    def start(self) -> None:
+        """Run the links every federation policy asks for, and follow every change."""
+        self._started = True
+        self.register_components()
+        self.broker.topology_watchers.add(self)
+        for name in list(self.broker.vhosts):
+            self.reconcile(name)
+
+    async def stop(self) -> None:
+        """Stop every link; what they made upstream stays (the broker only stops)."""
+        self._started = False
+        self.broker.topology_watchers.remove(self)
+        links, self._links = list(self._links.values()), {}
+        self._wanted.clear()
+        await asyncio.gather(*(link.stop(cleanup=False) for link in links), *self._stopping,
+                             return_exceptions=True)
+
+    # -- the links ---------------------------------------------------------------------------------
+
+    @property
+    def links(self) -> list[Link]:
+        return list(self._links.values())
+
+    def link_list(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """The links as /api/federation-links shows them (of one vhost, or all)."""
+        node = self.broker.node_name
+        return [link.status.as_json(node) for key, link in sorted(self._links.items(), key=lambda item: _order(item[0]))
+                if vhost is None or key.vhost == vhost]
+
+    def reconcile(self, vhost_name: str) -> None:
+        """Start, restart or stop links until the vhost has those its policies ask for."""
+        if not self._started:
+            return
+        vhost = self.broker.vhosts.get(vhost_name)
+        wanted: dict[LinkKey, _Wanted] = {}
+        if vhost is not None:
+            upstreams, sets = self._parameters(vhost_name)
+            for exchange in list(vhost.exchanges.values()):
+                wanted.update(self._exchange_links(vhost, exchange, upstreams, sets))
+            for queue in list(vhost.queues.values()):
+                wanted.update(self._queue_links(vhost, queue, upstreams, sets))
+        self._apply(vhost_name, wanted, lambda key: True)
+
+    def _apply(self, vhost_name: str, wanted: dict[LinkKey, _Wanted], in_scope: Any) -> None:
+        """Make the links of `vhost_name` for which `in_scope(key)` holds be `wanted`."""
+        for key in [key for key in self._links if key.vhost == vhost_name and in_scope(key)]:
+            if key not in wanted:
+                self._stop_link(key, cleanup=True)
+            elif wanted[key] != self._wanted.get(key):
+                self._stop_link(key, cleanup=False, then=wanted[key])
+        for key, link in wanted.items():
+            if key not in self._links:
+                self._start_link(key, link)
+
+    def _start_link(self, key: LinkKey, wanted: _Wanted) -> None:
+        link_class = ExchangeLink if wanted.kind == EXCHANGE else QueueLink
+        link: Link = link_class(self, key.vhost, wanted.name, wanted.upstream, wanted.policy)
+        self._links[key] = link
+        self._wanted[key] = wanted
+        link.start()
+
+    def _stop_link(self, key: LinkKey, cleanup: bool, then: _Wanted | None = None) -> None:
+        """Stop a link in the background (and start `then` in its place once it stopped)."""
+        link = self._links.pop(key)
+        self._wanted.pop(key, None)
+        if then is not None:
+            # Its place is taken at once, so that no other change starts a second one meanwhile.
+            self._wanted[key] = then
+
+        async def stop() -> None:
+            await link.stop(cleanup)
+            if then is not None and self._started and self._wanted.get(key) == then and key not in self._links:
+                self._start_link(key, then)
+
+        task = asyncio.get_running_loop().create_task(stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    def _parameters(self, vhost: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        parameters = self.broker.parameters
+        upstreams = {p.name: p.value for p in parameters.list(component=UPSTREAM_COMPONENT, vhost=vhost)}
+        sets = {p.name: p.value for p in parameters.list(component=UPSTREAM_SET_COMPONENT, vhost=vhost)}
+        return upstreams, sets
+
+    def _exchange_links(self, vhost: "VirtualHost", exchange: "Exchange", upstreams: dict[str, Any],
+                        sets: dict[str, Any]) -> dict[LinkKey, _Wanted]:
+        if exchange is vhost.default_exchange or is_federation_resource(exchange.arguments):
+            return {}
+        in_force = policy_application.for_exchange(vhost, exchange.name)
+        return self._links_for(EXCHANGE, vhost.name, exchange.name, in_force, upstreams, sets)
+
+    def _queue_links(self, vhost: "VirtualHost", queue: Queue, upstreams: dict[str, Any],
+                     sets: dict[str, Any]) -> dict[LinkKey, _Wanted]:
+        # Only a classic or quorum queue this node holds: its consumers are here (a stream has
+        # no consumer demand; a queue another node holds is federated there).
+        if type(queue) is not Queue or queue.home_node or is_federation_resource(queue.arguments):
+            return {}
+        in_force = policy_application.for_queue(vhost, queue.name, queue.settings.queue_type)
+        return self._links_for(QUEUE, vhost.name, queue.name, in_force, upstreams, sets)
+
+    @staticmethod
+    def _links_for(kind: str, vhost: str, name: str, in_force: Any, upstreams: dict[str, Any],
+                   sets: dict[str, Any]) -> dict[LinkKey, _Wanted]:
+        definition = in_force.definition
+        if not federates(definition):
+            return {}
+        policy = in_force.policy.name if in_force.policy is not None else None
+        found = {}
+        for upstream in upstreams_for(definition, upstreams, sets, name):
+            upstream_name = upstream.exchange if kind == EXCHANGE else upstream.queue
+            found[LinkKey(vhost, kind, name, upstream.name, upstream_name)] = _Wanted(kind, name, upstream, policy)
+        return found
+
+    # -- the topology (broker/topology_watch.py) ----------------------------------------------
+
+    def exchange_added(self, vhost: "VirtualHost", exchange: "Exchange") -> None:
+        self._one_changed(vhost, EXCHANGE, exchange.name)
+
+    def exchange_removed(self, vhost: "VirtualHost", exchange: "Exchange") -> None:
+        self._one_changed(vhost, EXCHANGE, exchange.name)
+
+    def queue_added(self, vhost: "VirtualHost", queue: Queue) -> None:
+        self._one_changed(vhost, QUEUE, queue.name)
+
+    def queue_removed(self, vhost: "VirtualHost", queue: Queue) -> None:
+        self._one_changed(vhost, QUEUE, queue.name)
+
+    def _one_changed(self, vhost: "VirtualHost", kind: str, name: str) -> None:
+        if not self._started:
+            return
+        upstreams, sets = self._parameters(vhost.name)
+        if not upstreams:
+            return self._apply(vhost.name, {}, lambda key: key.kind == kind and key.name == name)
+        wanted: dict[LinkKey, _Wanted] = {}
+        if kind == EXCHANGE:
+            exchange = vhost.exchanges.get(name)
+            if exchange is not None:
+                wanted = self._exchange_links(vhost, exchange, upstreams, sets)
+        else:
+            queue = vhost.queues.get(name)
+            if queue is not None:
+                wanted = self._queue_links(vhost, queue, upstreams, sets)
+        self._apply(vhost.name, wanted, lambda key: key.kind == kind and key.name == name)
+
+    def binding_added(self, vhost: "VirtualHost", source: "Exchange", destination: Hashable, routing_key: str,
+                      arguments: dict[str, Any]) -> None:
+        self._binding_changed(vhost, source, True, destination, routing_key, arguments)
+
+    def binding_removed(self, vhost: "VirtualHost", source: "Exchange", destination: Hashable, routing_key: str,
+                        arguments: dict[str, Any]) -> None:
+        self._binding_changed(vhost, source, False, destination, routing_key, arguments)
+
+    def _binding_changed(self, vhost: "VirtualHost", source: "Exchange", added: bool, destination: Hashable,
+                         routing_key: str, arguments: dict[str, Any]) -> None:
+        for key, link in self._links.items():
+            if isinstance(link, ExchangeLink) and key.vhost == vhost.name and key.name == source.name:
+                link.binding_changed(added, destination, routing_key, arguments)
+
+    def policies_changed(self, vhost: "VirtualHost") -> None:
+        self.reconcile(vhost.name)
+
+
+def _order(key: LinkKey) -> tuple[str, str, str, str]:
+    return (key.vhost, key.kind, key.name, key.upstream)
