@@ -161,6 +161,8 @@ IMPORT_PLAN = ("the _Plan a definitions import makes, private to this module: it
 ALLOWED: dict[str, str] = {
     "amqp_server/broker/alarms.py::glibc_malloc_trim::trim.argtypes": LIBRARY,
     "amqp_server/broker/alarms.py::glibc_malloc_trim::trim.restype": LIBRARY,
+    "amqp_server/peer_link/uri.py::PeerAddress.ssl_context::context.check_hostname": LIBRARY,
+    "amqp_server/peer_link/uri.py::PeerAddress.ssl_context::context.verify_mode": LIBRARY,
     "amqp_server/channel/answers.py::GetReply.got::connection.broker.stats.get": COUNTERS,
     "amqp_server/channel/answers.py::GetReply.empty::self._channel.connection.broker.stats.get_empty": COUNTERS,
     "amqp_server/broker/broker.py::Broker._queue_deleted::self.stats.queues_deleted": COUNTERS,
@@ -314,6 +316,7 @@ ALLOWED: dict[str, str] = {
     "amqp_server/management/definitions_import.py::_check_access::plan.users.append()": IMPORT_PLAN,
     "amqp_server/management/definitions_import.py::_check_access::plan.vhosts.append()": IMPORT_PLAN,
     "amqp_server/management/definitions_import.py::_check_policies::plan.not_applied.append()": IMPORT_PLAN,
+    "amqp_server/management/definitions_import.py::_check_policies::plan.parameters.append()": IMPORT_PLAN,
     "amqp_server/management/definitions_import.py::_check_policies::plan.vhosts.append()": IMPORT_PLAN,
     "amqp_server/management/definitions_import.py::_check_topology::plan.bindings.append()": IMPORT_PLAN,
     "amqp_server/management/definitions_import.py::_check_topology::plan.exchanges.append()": IMPORT_PLAN,

@@ -23,6 +23,7 @@ from amqp_server.wire.errors import AMQPError
 from amqp_server.broker.policies import parse_policy
 from amqp_server.broker.reply_to import ReplyRegistry
 from amqp_server.broker.resource_limits import UserLimits
+from amqp_server.broker.runtime_parameters import KIND as PARAMETERS_KIND, RuntimeParameters
 from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 from amqp_server.broker.vhost import OPERATOR_POLICIES, POLICIES, VHOST_LIMITS as VHOST_LIMITS_KIND, VirtualHost
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 # change by change).
 ACCESS_KINDS = ("users", "vhosts", "permissions")
 # Durable settings a cluster shares as they change (the topology is shared by _topology_changed).
-SHARED_SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits")
+SHARED_SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits", PARAMETERS_KIND)
 USER_LIMITS_KIND = "user_limits"
 
 
@@ -116,6 +117,9 @@ class Broker:
             from spark.side_files import SideFileWriter
 
             self.side_files = SideFileWriter()
+        # Runtime parameters (shovels, federation upstreams): stored and shared like policies;
+        # the components acting on them register when the runtime starts them.
+        self.parameters = RuntimeParameters(on_change=self._definition_changed)
         self._restoring = False
         # Stored durable queues that today's declare rules refuse (made by an older version):
         # kept in the definitions, with their segment files untouched, for an operator to decide.
@@ -165,6 +169,7 @@ class Broker:
         for connection in [c for c in self.connections if c.vhost is vhost]:
             connection.close_by_broker(320, f"vhost '{name}' is deleted")
         vhost.delete_everything()
+        self.parameters.forget_vhost(name)
         self.access.forget_vhost(name)
         self.save_definitions()
 
@@ -366,6 +371,7 @@ class Broker:
             # After the topology: a queue limit lowered below the queues a vhost has must not
             # keep them from coming back.
             self._restore_limits(stored)
+            self._restore_parameters(stored)
         finally:
             self._restoring = False
         # One full comparison at startup: what could not be restored (a binding with a missing
@@ -401,6 +407,13 @@ class Broker:
                     self.set_user_limits(entry["user"], check_limits(entry["value"], USER_LIMITS, "user limits"))
             except LimitError as error:
                 log.error("stored limits of user '%s' were not restored: %s", entry["user"], error)
+
+    def _restore_parameters(self, stored: dict[str, Any]) -> None:
+        """Kept as stored (they were checked when set); each component takes its own when it
+        registers."""
+        for entry in stored.get(PARAMETERS_KIND, []):
+            if entry["vhost"] in self.vhosts:
+                self.parameters.set(entry["vhost"], entry["component"], entry["name"], entry["value"], validate=False)
 
     def _restore_topology(self, stored: dict[str, Any]) -> None:
         for exchange in stored.get("exchanges", []):
@@ -453,6 +466,7 @@ class Broker:
             if vhost.limits.as_value():
                 exported[VHOST_LIMITS_KIND].append({"vhost": vhost.name, "value": vhost.limits.as_value()})
         exported[USER_LIMITS_KIND] = [{"user": user, "value": value} for user, value in self.user_limits().items()]
+        exported[PARAMETERS_KIND] = self.parameters.definitions()
         exported["queues"].extend(self.unrestored_queues)
         return exported
 

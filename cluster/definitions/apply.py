@@ -1,6 +1,6 @@
 """Applying the cluster's shared definitions to this node (cluster_definitions.py says when).
 
-`LocalDefinitions.apply(key, value)` makes this node's user, vhost, permission, policy, limit,
+`LocalDefinitions.apply(key, value)` makes this node's user, vhost, permission, policy, limit, runtime parameter,
 exchange, queue or binding at `key` what the coordination service holds there, through the broker's own methods (so
 this node's definitions store records it as any change). A queue whose home is this node is a
 real queue (its messages, if any, recovered from this node's disk) and this node takes its
@@ -237,6 +237,18 @@ class LocalDefinitions:
         if vhost is not None:
             vhost.set_limits({})
 
+    def _apply_parameter(self, key: str, value: SharedValue) -> bool:
+        entry = value.entry
+        if entry["vhost"] not in self._broker.vhosts:
+            return self._park(key, value)
+        # Checked where it was set; set here unchecked, so a node whose component is not
+        # started yet still holds it (runtime_parameters.py).
+        self._broker.parameters.set(entry["vhost"], entry["component"], entry["name"], entry["value"], validate=False)
+        return True
+
+    def _remove_parameter(self, entry: dict[str, Any]) -> None:
+        self._broker.parameters.unset(entry["vhost"], entry["component"], entry["name"])
+
     def _apply_user_limits(self, key: str, value: SharedValue) -> bool:
         user = value.entry["user"]
         if self._broker.access.user(user) is None:
@@ -424,6 +436,7 @@ _APPLIERS: dict[str, Callable[[LocalDefinitions, str, SharedValue], bool]] = {
     "operator_policies": LocalDefinitions._apply_policy,
     "vhost_limits": LocalDefinitions._apply_vhost_limits,
     "user_limits": LocalDefinitions._apply_user_limits,
+    "runtime_parameters": LocalDefinitions._apply_parameter,
     "exchanges": LocalDefinitions._apply_exchange,
     "queues": LocalDefinitions._apply_queue,
     "bindings": LocalDefinitions._apply_binding,
@@ -436,6 +449,7 @@ _REMOVERS: dict[str, Callable[[LocalDefinitions, dict[str, Any]], None]] = {
     "operator_policies": LocalDefinitions._remove_operator_policy,
     "vhost_limits": LocalDefinitions._remove_vhost_limits,
     "user_limits": LocalDefinitions._remove_user_limits,
+    "runtime_parameters": LocalDefinitions._remove_parameter,
     "exchanges": LocalDefinitions._remove_exchange,
     "queues": LocalDefinitions._remove_queue,
     "bindings": LocalDefinitions._remove_binding,
