@@ -17,6 +17,7 @@ queue lives.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -25,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.broker import policy_application
 from amqp_server.federation.links import ExchangeLink, Link, QueueLink
 from amqp_server.federation.loops import is_federation_resource
-from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey
+from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey, LinkStatus
 from amqp_server.federation.upstreams import (
     UPSTREAM_COMPONENT,
     UPSTREAM_SET_COMPONENT,
     Upstream,
     federates,
+    safe_uri,
     upstream_problems,
     upstream_set_problems,
     upstreams_for,
@@ -57,8 +59,9 @@ class _Wanted:
     policy: str | None
 
 
-class _Component:
-    """One runtime-parameter component of federation (broker/runtime_parameters.py)."""
+class FederationComponent:
+    """One runtime-parameter component of federation (broker/runtime_parameters.py); the
+    management API finds the federation through it (`federation_of`)."""
 
     def __init__(self, federation: "Federation", component: str) -> None:
         self._federation = federation
@@ -67,6 +70,10 @@ class _Component:
     @property
     def component(self) -> str:
         return self._component
+
+    @property
+    def federation(self) -> "Federation":
+        return self._federation
 
     def validate(self, vhost: str, name: str, value: Any, user: str | None) -> list[str]:
         if self._component == UPSTREAM_COMPONENT:
@@ -89,9 +96,10 @@ class Federation:
         self._local_opener = local_opener
         self._links: dict[LinkKey, Link] = {}
         self._wanted: dict[LinkKey, _Wanted] = {}
-        self._components = (_Component(self, UPSTREAM_COMPONENT), _Component(self, UPSTREAM_SET_COMPONENT))
+        self._components = (FederationComponent(self, UPSTREAM_COMPONENT), FederationComponent(self, UPSTREAM_SET_COMPONENT))
         self._started = False
         self._stopping: set[asyncio.Task[None]] = set()
+        self._held: set[LinkKey] = set()  # on a cluster: the links whose lease this node holds
 
     # -- what a link asks of its host (links.LinkHost) ------------------------------------------
 
@@ -127,6 +135,10 @@ class Federation:
         self._started = False
         self.broker.topology_watchers.remove(self)
         links, self._links = list(self._links.values()), {}
+        placement = self.broker.link_placement
+        if placement is not None:
+            for key in self._wanted:
+                placement.release(PLACEMENT_KIND, key.vhost, lease_name(key))
         self._wanted.clear()
         await asyncio.gather(*(link.stop(cleanup=False) for link in links), *self._stopping,
                              return_exceptions=True)
@@ -135,13 +147,46 @@ class Federation:
 
     @property
     def links(self) -> list[Link]:
+        """The links running on this node."""
         return list(self._links.values())
 
     def link_list(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        """The links as /api/federation-links shows them (of one vhost, or all)."""
+        """The links running here, as /api/federation-links shows them (of one vhost, or all)."""
         node = self.broker.node_name
-        return [link.status.as_json(node) for key, link in sorted(self._links.items(), key=lambda item: _order(item[0]))
+        return [self._links[key].status.as_json(node) for key in sorted(self._links, key=_order)
                 if vhost is None or key.vhost == vhost]
+
+    def elsewhere(self, vhost: str | None = None) -> list[tuple[LinkKey, str | None]]:
+        """On a cluster, the links wanted here that another node runs (or none yet), with that
+        node (None: no node holds its lease now)."""
+        placement = self.broker.link_placement
+        if placement is None:
+            return []
+        return [(key, placement.holder(PLACEMENT_KIND, key.vhost, lease_name(key)))
+                for key in sorted(self._wanted, key=_order)
+                if key not in self._links and (vhost is None or key.vhost == vhost)]
+
+    def waiting_json(self, key: LinkKey, node: str | None) -> dict[str, Any]:
+        """A link no node runs now (or whose node did not answer), as the listing shows it."""
+        wanted = self._wanted[key]
+        status = LinkStatus(key, safe_uri(wanted.upstream.uris[0]),
+                            consumer_tag=wanted.upstream.consumer_tag if key.kind == QUEUE else None)
+        return status.as_json(node or "")
+
+    def restart(self, vhost: str, link_id: str) -> bool:
+        """Restart the link of `vhost` with that id running here (its upstream resources stay);
+        False if there is none."""
+        for key, link in list(self._links.items()):
+            if key.vhost == vhost and key.id == link_id:
+                self._links.pop(key)
+                self._in_background(self._restart(key, link))
+                return True
+        return False
+
+    async def _restart(self, key: LinkKey, link: Link) -> None:
+        await link.stop(cleanup=False)
+        if self._started and key in self._wanted and key not in self._links and self._may_run(key):
+            self._run(key)
 
     def reconcile(self, vhost_name: str) -> None:
         """Start, restart or stop links until the vhost has those its policies ask for."""
@@ -159,43 +204,76 @@ class Federation:
 
     def _apply(self, vhost_name: str, wanted: dict[LinkKey, _Wanted], in_scope: Any) -> None:
         """Make the links of `vhost_name` for which `in_scope(key)` holds be `wanted`."""
-        for key in [key for key in self._links if key.vhost == vhost_name and in_scope(key)]:
+        for key in [key for key in self._wanted if key.vhost == vhost_name and in_scope(key)]:
             if key not in wanted:
-                self._stop_link(key, cleanup=True)
-            elif wanted[key] != self._wanted.get(key):
-                self._stop_link(key, cleanup=False, then=wanted[key])
-        for key, link in wanted.items():
-            if key not in self._links:
-                self._start_link(key, link)
+                self._unwant(key)
+            elif wanted[key] != self._wanted[key]:  # its upstream or policy changed: restart it
+                self._wanted[key] = wanted[key]
+                link = self._links.pop(key, None)
+                if link is not None:
+                    self._in_background(self._restart(key, link))
+        for key, link_wanted in wanted.items():
+            if key not in self._wanted:
+                self._want(key, link_wanted)
 
-    def _start_link(self, key: LinkKey, wanted: _Wanted) -> None:
+    # A link wanted here runs once this node may run it: at once alone, under its lease on a
+    # cluster (the lease's node runs it; another takes it over when that node dies).
+
+    def _want(self, key: LinkKey, wanted: _Wanted) -> None:
+        self._wanted[key] = wanted
+        placement = self.broker.link_placement
+        if placement is None:
+            self._run(key)
+            return
+        self._held.discard(key)
+        placement.place(PLACEMENT_KIND, key.vhost, lease_name(key), lambda: self._lease_changed(key, True),
+                        lambda: self._lease_changed(key, False))
+
+    def _lease_changed(self, key: LinkKey, held: bool) -> None:
+        if held:
+            self._held.add(key)
+            if self._started and key in self._wanted and key not in self._links:
+                self._run(key)
+            return
+        self._held.discard(key)
+        link = self._links.pop(key, None)
+        if link is not None:  # another node may run it now: stop at once, keep what is upstream
+            self._in_background(link.stop(cleanup=False))
+
+    def _may_run(self, key: LinkKey) -> bool:
+        return self.broker.link_placement is None or key in self._held
+
+    def _run(self, key: LinkKey) -> None:
+        wanted = self._wanted[key]
         link_class = ExchangeLink if wanted.kind == EXCHANGE else QueueLink
         link: Link = link_class(self, key.vhost, wanted.name, wanted.upstream, wanted.policy)
         self._links[key] = link
-        self._wanted[key] = wanted
         link.start()
 
-    def _stop_link(self, key: LinkKey, cleanup: bool, then: _Wanted | None = None) -> None:
-        """Stop a link in the background (and start `then` in its place once it stopped)."""
-        link = self._links.pop(key)
-        self._wanted.pop(key, None)
-        if then is not None:
-            # Its place is taken at once, so that no other change starts a second one meanwhile.
-            self._wanted[key] = then
+    def _unwant(self, key: LinkKey) -> None:
+        """The link is no longer asked for: it stops for good (and cleans up its upstream)."""
+        del self._wanted[key]
+        link = self._links.pop(key, None)
+        placement = self.broker.link_placement
 
         async def stop() -> None:
-            await link.stop(cleanup)
-            if then is not None and self._started and self._wanted.get(key) == then and key not in self._links:
-                self._start_link(key, then)
+            if link is not None:
+                await link.stop(cleanup=True)
+            if placement is not None:
+                placement.release(PLACEMENT_KIND, key.vhost, lease_name(key))
+            self._held.discard(key)
 
-        task = asyncio.get_running_loop().create_task(stop())
+        self._in_background(stop())
+
+    def _in_background(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
 
     def _parameters(self, vhost: str) -> tuple[dict[str, Any], dict[str, Any]]:
         parameters = self.broker.parameters
-        upstreams = {p.name: p.value for p in parameters.list(component=UPSTREAM_COMPONENT, vhost=vhost)}
-        sets = {p.name: p.value for p in parameters.list(component=UPSTREAM_SET_COMPONENT, vhost=vhost)}
+        upstreams = {p.name: p.value for p in parameters.matching(component=UPSTREAM_COMPONENT, vhost=vhost)}
+        sets = {p.name: p.value for p in parameters.matching(component=UPSTREAM_SET_COMPONENT, vhost=vhost)}
         return upstreams, sets
 
     def _exchange_links(self, vhost: "VirtualHost", exchange: "Exchange", upstreams: dict[str, Any],
@@ -274,6 +352,20 @@ class Federation:
 
     def policies_changed(self, vhost: "VirtualHost") -> None:
         self.reconcile(vhost.name)
+
+
+def federation_of(broker: "Broker") -> "Federation | None":
+    """The federation running in `broker`, if any (it registered its components)."""
+    component = broker.parameters.component(UPSTREAM_COMPONENT)
+    return component.federation if isinstance(component, FederationComponent) else None
+
+
+PLACEMENT_KIND = "federation"
+
+
+def lease_name(key: LinkKey) -> str:
+    """The link's name among the cluster's placed links (its lease), unique in its vhost."""
+    return json.dumps([key.kind, key.name, key.upstream, key.upstream_name])
 
 
 def _order(key: LinkKey) -> tuple[str, str, str, str]:

@@ -465,8 +465,8 @@ class ExchangeLink(_Link):
         type (503): this end then does the loop check alone."""
         up, channel = self._up, self._up_channel
         assert up is not None
-        purpose = {INTERNAL_PURPOSE_ARGUMENT: FEDERATION_PURPOSE}
-        arguments = {MAX_HOPS_ARGUMENT: self.upstream.max_hops, DOWNSTREAM_NAME_ARGUMENT: self.host.cluster_name,
+        purpose: dict[str, Any] = {INTERNAL_PURPOSE_ARGUMENT: FEDERATION_PURPOSE}
+        arguments: dict[str, Any] = {MAX_HOPS_ARGUMENT: self.upstream.max_hops, DOWNSTREAM_NAME_ARGUMENT: self.host.cluster_name,
                      DOWNSTREAM_VHOST_ARGUMENT: self.vhost_name, **purpose}
         try:
             await self._one_off(commands.Exchange.Declare(

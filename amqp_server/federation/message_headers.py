@@ -20,7 +20,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from amqp_server.federation.loops import RECEIVED_FROM, exchange_hop, queue_hop, should_forward
+from amqp_server.federation.loops import exchange_hop, queue_hop
+from exchanges.federation_upstream import RECEIVED_FROM, should_forward
 from persistence.properties_format import InvalidField, decode_field_value
 from queues.message import FLAG_USER_ID
 from queues.raw_properties import RawProperties, encode_field
