@@ -89,11 +89,13 @@ class FederationComponent:
 
 class Federation:
     """See the module docstring. `local_opener` reaches this broker in-process (the downstream
-    end of every link)."""
+    end of every link), logging in with `local_credentials`."""
 
-    def __init__(self, broker: "Broker", local_opener: LocalOpener | None) -> None:
+    def __init__(self, broker: "Broker", local_opener: LocalOpener | None,
+                 local_credentials: tuple[str, str] | None = None) -> None:
         self.broker = broker
         self._local_opener = local_opener
+        self._local_credentials = local_credentials
         self._links: dict[LinkKey, Link] = {}
         self._wanted: dict[LinkKey, _Wanted] = {}
         self._components = (FederationComponent(self, UPSTREAM_COMPONENT), FederationComponent(self, UPSTREAM_SET_COMPONENT))
@@ -110,6 +112,10 @@ class Federation:
     @property
     def local_opener(self) -> LocalOpener | None:
         return self._local_opener
+
+    @property
+    def local_credentials(self) -> tuple[str, str] | None:
+        return self._local_credentials
 
     def vhost(self, name: str) -> "VirtualHost | None":
         return self.broker.vhosts.get(name)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -41,7 +40,7 @@ from amqp_server.federation.loops import FEDERATION_PURPOSE, INTERNAL_PURPOSE_AR
 from amqp_server.federation.message_headers import UnreadableHeader, exchange_forward, queue_forward
 from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey, LinkStatus
 from amqp_server.federation.upstreams import NO_ACK, ON_CONFIRM, ON_PUBLISH, Upstream, safe_uri
-from amqp_server.peer_link.client import LinkError, LocalOpener, PeerConnection
+from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection
 from amqp_server.peer_link.reconnecting import AddressCycle, connect_first
 from amqp_server.peer_link.uri import PeerAddress, parse_uri
 from exchanges.federation_upstream import DOWNSTREAM_NAME_ARGUMENT, DOWNSTREAM_VHOST_ARGUMENT, MAX_HOPS_ARGUMENT
@@ -61,16 +60,12 @@ COMMAND_INVALID = 503
 def upstream_address(uri: str, local_vhost: str) -> PeerAddress:
     """The address of one of an upstream's URIs; a URI that names no vhost means the federated
     exchange's or queue's own vhost (amqp_uri:parse(URI, vhost(XorQ)))."""
-    address = parse_uri(uri)
-    rest = uri.partition("://")[2].partition("?")[0].partition("#")[0]
-    if "/" not in rest:
-        address = dataclasses.replace(address, vhost=local_vhost)
-    return address
+    return parse_uri(uri, local_vhost)
 
 
 def local_address(vhost: str) -> PeerAddress:
     """This broker's vhost, reached in-process."""
-    return dataclasses.replace(parse_uri("amqp://"), vhost=vhost)
+    return parse_uri("amqp://", vhost)
 
 
 def connection_name(upstream: str, policy: str | None) -> str:
@@ -88,6 +83,9 @@ class LinkHost(Protocol):
 
     @property
     def local_opener(self) -> LocalOpener | None: ...
+
+    @property
+    def local_credentials(self) -> tuple[str, str] | None: ...
 
     def vhost(self, name: str) -> "VirtualHost | None": ...
 
@@ -252,14 +250,15 @@ class _Link:
     async def _start_session(self) -> None:
         name = self.local_connection_name
         self._down = PeerConnection(local_address(self.vhost_name), _End(self, upstream=False), name,
-                                    self.host.local_opener)
+                                    self.host.local_opener, self.host.local_credentials)
         await self._down.open()
         self._down_channel = await self._down.open_channel()
         self._unconfirmed.clear()
         self._next_seq = 1
         if self.upstream.ack_mode == ON_CONFIRM:
             await self._down.call(self._down_channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
-        self._up = await connect_first(self.addresses, _End(self, upstream=True), name, self.host.local_opener)
+        self._up = await connect_first(self.addresses, _End(self, upstream=True), name, self.host.local_opener,
+                                       self.host.local_credentials)
         self.status.use_uri(safe_uri(self.addresses.current.uri))
         self._up_channel = await self._up.open_channel()
         cluster = self._up.server_properties.get("cluster_name")
@@ -281,17 +280,33 @@ class _Link:
         """Delete what the link made on the upstream (it ended for good)."""
 
     async def _one_off(self, method: Any, *replies: type) -> Any:
-        """`method` on a connection of its own to the current upstream address: a refusal (it
-        closes the channel, or the connection) is the answer, not a failure of the link. The
-        LinkError when refused."""
+        """`method` on a connection of its own to the current upstream address: a refusal that
+        closes the connection (503 for an exchange type the upstream lacks) is the answer, not
+        a failure of the link. The LinkError when refused."""
         connection = PeerConnection(self.addresses.current, _Quiet(), "Disposable federation link connection",
-                                    self.host.local_opener)
+                                    self.host.local_opener, self.host.local_credentials)
         try:
             await connection.open()
             channel = await connection.open_channel()
             return await connection.call(channel, method, *replies)
         finally:
             connection.close()
+
+    async def _exists(self, method: Any, reply: type) -> bool:
+        """Does the upstream have what a passive declare (`method`) names? Asked on a channel of
+        its own, which a 404 closes without touching the link's."""
+        up = self._up
+        assert up is not None
+        channel = await up.open_channel()
+        try:
+            await up.call(channel, method, reply)
+        except ChannelClosed as error:
+            if error.code == CONNECTION_NOT_FOUND:
+                return False
+            raise
+        await up.call(channel, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0),
+                      commands.Channel.CloseOk)
+        return True
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -436,13 +451,9 @@ class ExchangeLink(_Link):
         """The upstream exchange as it is there, or declared like the federated one."""
         up, channel = self._up, self._up_channel
         assert up is not None
-        try:
-            await self._one_off(commands.Exchange.Declare(exchange=self.upstream.exchange, passive=True),
-                                commands.Exchange.DeclareOk)
+        if await self._exists(commands.Exchange.Declare(exchange=self.upstream.exchange, passive=True),
+                              commands.Exchange.DeclareOk):
             return
-        except LinkError as error:
-            if error.code != CONNECTION_NOT_FOUND:
-                raise
         await up.call(channel, commands.Exchange.Declare(
             exchange=self.upstream.exchange, exchange_type=exchange.type_name, durable=exchange.durable,
             auto_delete=exchange.auto_delete, internal=exchange.internal, arguments=dict(exchange.arguments)),
@@ -451,13 +462,9 @@ class ExchangeLink(_Link):
     async def _active_suffix(self, queue: str) -> str | None:
         """Which internal exchange the last run left on the upstream (None: neither)."""
         for suffix in names.SUFFIXES:
-            try:
-                await self._one_off(commands.Exchange.Declare(exchange=names.internal_exchange_name(queue, suffix),
-                                                              passive=True), commands.Exchange.DeclareOk)
+            if await self._exists(commands.Exchange.Declare(exchange=names.internal_exchange_name(queue, suffix),
+                                                            passive=True), commands.Exchange.DeclareOk):
                 return suffix
-            except LinkError as error:
-                if error.code != CONNECTION_NOT_FOUND:
-                    raise
         return None
 
     async def _declare_internal_exchange(self, internal: str) -> None:
@@ -573,11 +580,8 @@ class QueueLink(_Link):
         queue = vhost.queues.get(self.name) if vhost is not None else None
         if queue is None:
             raise LinkError(f"queue '{self.name}' in vhost '{self.vhost_name}' is gone")
-        try:
-            await self._one_off(commands.Queue.Declare(queue=upstream.queue, passive=True), commands.Queue.DeclareOk)
-        except LinkError as error:
-            if error.code != CONNECTION_NOT_FOUND:
-                raise
+        if not await self._exists(commands.Queue.Declare(queue=upstream.queue, passive=True),
+                                  commands.Queue.DeclareOk):
             await up.call(channel, commands.Queue.Declare(queue=upstream.queue, durable=queue.durable,
                                                           auto_delete=queue.auto_delete,
                                                           arguments=dict(queue.arguments)), commands.Queue.DeclareOk)
