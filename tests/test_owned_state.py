@@ -183,6 +183,7 @@ ALLOWED: dict[str, str] = {
     "amqp_server/config/settings.py::_parse_document::config.definitions_file": CONFIG,
     "amqp_server/config/settings.py::_parse_document::config.permissions": CONFIG,
     "amqp_server/config/settings.py::_parse_document::config.queue_defaults": CONFIG,
+    "amqp_server/config/settings.py::_parse_document::config.shovels": CONFIG,
     "amqp_server/config/settings.py::_parse_document::config.storage.archive_vhosts": CONFIG,
     "amqp_server/config/settings.py::_parse_document::config.users": CONFIG,
     "amqp_server/config/settings.py::_parse_document::config.vhosts": CONFIG,

@@ -40,7 +40,9 @@ from queues.memory_budget import MemoryBudget
 from queues.timers import Timers
 
 if TYPE_CHECKING:
-    from amqp_server.broker.cluster_interface import Membership, NodeRecord, ReplicatedQueues, SharedDefinitions
+    from amqp_server.broker.cluster_interface import (
+        LinkPlacement, Membership, NodeRecord, ReplicatedQueues, SharedDefinitions,
+    )
     from amqp_server.broker.ports import BrokerConnection
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ class Broker:
         self._shared: "SharedDefinitions | None" = None
         # Durable quorum queues replicated across the cluster (cluster/replication/) once joined.
         self.replicated: "ReplicatedQueues | None" = None
+        # Which node runs each shovel and federation link, once joined (one node, under a lease).
+        self._link_placement: "LinkPlacement | None" = None
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
         # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
@@ -272,6 +276,15 @@ class Broker:
     def replicate_queues(self, replicated: "ReplicatedQueues") -> None:
         """From now on durable quorum queues declared here are replicated."""
         self.replicated = replicated
+
+    def place_links(self, placement: "LinkPlacement") -> None:
+        """From now on each shovel and federation link runs on the node `placement` says."""
+        self._link_placement = placement
+
+    @property
+    def link_placement(self) -> "LinkPlacement | None":
+        """Where shovels and federation links run on a cluster (None alone: here)."""
+        return self._link_placement
 
     def share_definitions(self, shared: "SharedDefinitions") -> None:
         """From now on every definition change is shared with the cluster, and a method's reply

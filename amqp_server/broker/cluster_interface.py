@@ -9,7 +9,9 @@ of `cluster/` is imported). `amqp_server.runtime` loads the plug-in (cluster/nod
 - `Broker.share_definitions(shared)`: where each queue lives (`SharedDefinitions.owner_of`) and
   definition changes committed in the coordination service;
 - `Broker.replicate_queues(replicated)`: the replicated implementation of the quorum queue type
-  (a journal that a majority fsyncs) and its membership operations.
+  (a journal that a majority fsyncs) and its membership operations;
+- `Broker.place_links(placement)`: which node runs each shovel and federation link (exactly one,
+  under a lease in the coordination service).
 
 Queues of other nodes reach the vhost as queue-type implementations of their own
 (queues/queue_type.py; the plug-in's cluster/links/remote_queue.py), so the codec, the
@@ -87,3 +89,21 @@ class ReplicatedQueues(Protocol):
     async def delete_member(self, vhost: str, name: str, node: str) -> None: ...
 
     async def transfer_leadership(self, vhost: str, name: str, node: str) -> None: ...
+
+
+class LinkPlacement(Protocol):
+    """Runs each shovel or federation link on exactly one node of the cluster, under a lease.
+
+    `place` asks for the lease of (kind, vhost, name): `on_run()` is called when this node holds
+    it (at once, or later when the node that held it dies and its lease expires), `on_stop()`
+    when this node loses it (its session with the coordination service expired); `release`
+    gives it up (the shovel was deleted here, or the node stops). Both callbacks come on the
+    event loop and must not block."""
+
+    def place(self, kind: str, vhost: str, name: str, on_run: Callable[[], None],
+              on_stop: Callable[[], None]) -> None: ...
+
+    def release(self, kind: str, vhost: str, name: str) -> None: ...
+
+    def holder(self, kind: str, vhost: str, name: str) -> str | None:
+        """The node holding the lease now, as last seen (None: nobody)."""

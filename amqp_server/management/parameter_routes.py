@@ -51,7 +51,7 @@ def validation_failed(problems: list[str]) -> api_errors.ApiError:
 
 def _require_rights(user: Caller) -> None:
     if not (POLICYMAKER in user.tags or ADMINISTRATOR in user.tags):
-        user.require_admin()
+        raise api_errors.ApiError(401, "not_authorised", "User not authorised to access object")
 
 
 def _vhost_parameters(vhost: "VirtualHost") -> list[dict[str, Any]]:

@@ -71,6 +71,11 @@ class LinkError(ConnectionError):
         self.code = code
 
 
+class ChannelClosed(LinkError):
+    """The server closed the channel of an awaited setup method (a passive declare of a missing
+    queue: 404); the connection stays open."""
+
+
 class LinkHandler(Protocol):
     def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
                   raw_header: bytes, body: bytes) -> None: ...
@@ -116,8 +121,11 @@ class PeerConnection(asyncio.Protocol):
     """One AMQP connection to a peer broker (see the module docstring)."""
 
     def __init__(self, address: PeerAddress, handler: LinkHandler, connection_name: str = "",
-                 local_opener: LocalOpener | None = None) -> None:
+                 local_opener: LocalOpener | None = None, local_credentials: tuple[str, str] | None = None) -> None:
+        """`local_opener` reaches this broker in-process for a URI without a host, logging in with
+        `local_credentials` (the URI's own user and password otherwise)."""
         self.address = address
+        self._local_credentials = local_credentials
         self._handler = handler
         self._connection_name = connection_name
         self._local_opener = local_opener
@@ -190,7 +198,7 @@ class PeerConnection(asyncio.Protocol):
                 return
             self._send_now(0, commands.Connection.StartOk(
                 client_properties=self._client_properties(), mechanism=address.mechanism,
-                response=_sasl_response(address), locale="en_US"))
+                response=self._sasl_response(), locale="en_US"))
         elif isinstance(method, commands.Connection.Tune):
             self.frame_max = _negotiated(address.frame_max, method.frame_max) or DEFAULT_FRAME_MAX
             self.max_body_frame = self.frame_max - codec.FRAME_OVERHEAD
@@ -215,6 +223,15 @@ class PeerConnection(asyncio.Protocol):
             self.blocked = method.reason or "blocked"
         elif isinstance(method, commands.Connection.Unblocked):
             self.blocked = None
+
+    def _sasl_response(self) -> str:
+        address = self.address
+        if address.mechanism == "EXTERNAL":
+            return ""  # the TLS client certificate names the user
+        user, password = address.username, address.password
+        if address.local and self._local_credentials is not None:
+            user, password = self._local_credentials
+        return f"\0{user}\0{password}"
 
     def _client_properties(self) -> dict[str, Any]:
         properties: dict[str, Any] = {
@@ -244,6 +261,11 @@ class PeerConnection(asyncio.Protocol):
         self._calls[channel] = (replies, future)
         self._send_now(channel, method)
         return await future
+
+    def send(self, channel: int, method: PamqpMethod) -> None:
+        """A method sent without waiting for its reply (a nowait one, basic.cancel)."""
+        if self._failed is None:
+            self._send_now(channel, method)
 
     # -- the pumping side: nothing here allocates more than the frames it writes -----------------
 
@@ -347,8 +369,12 @@ class PeerConnection(asyncio.Protocol):
             return
         if isinstance(method, commands.Channel.Close):
             self._send_now(channel, commands.Channel.CloseOk())
-            self._fail(LinkError(f"{self.address.where} closed channel {channel}: "
-                                 f"{method.reply_code} {method.reply_text}", method.reply_code))
+            text = f"{self.address.where} closed channel {channel}: {method.reply_code} {method.reply_text}"
+            call = self._calls.pop(channel, None)
+            if call is not None and not call[1].done():
+                call[1].set_exception(ChannelClosed(text, method.reply_code))
+                return
+            self._fail(LinkError(text, method.reply_code))
             return
         if isinstance(method, commands.Basic.Cancel):
             self._handler.cancelled(channel, method.consumer_tag or "")
@@ -484,12 +510,6 @@ def _negotiated(ours: int, theirs: int) -> int:
     if not ours or not theirs:
         return ours or theirs
     return min(ours, theirs)
-
-
-def _sasl_response(address: PeerAddress) -> str:
-    if address.mechanism == "EXTERNAL":
-        return ""  # the TLS client certificate names the user
-    return f"\0{address.username}\0{address.password}"
 
 
 def _describe(error: BaseException) -> str:

@@ -79,14 +79,15 @@ class AddressCycle:
 
 
 async def connect_first(cycle: AddressCycle, handler: LinkHandler, connection_name: str = "",
-                        local_opener: LocalOpener | None = None) -> PeerConnection:
+                        local_opener: LocalOpener | None = None,
+                        local_credentials: tuple[str, str] | None = None) -> PeerConnection:
     """An open connection to the first of `cycle`'s addresses that answers; the last error
     (each address's named in it) when none does. A permanent refusal of one address ends the
     attempt there: the others are the same broker's nodes and say the same."""
     failures: list[str] = []
     last: LinkError | None = None
     for address in cycle.in_order():
-        connection = PeerConnection(address, handler, connection_name, local_opener)
+        connection = PeerConnection(address, handler, connection_name, local_opener, local_credentials)
         try:
             await connection.open()
         except LinkError as error:

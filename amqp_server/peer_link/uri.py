@@ -5,7 +5,7 @@
 
 - the scheme is `amqp` or `amqps` (any other: `{unexpected_uri_scheme,"foo"}`);
 - the port defaults to 5672 (`amqps`: 5671), and must be 1 to 65535;
-- no path is vhost "/", a path "/name" is vhost "name" percent-decoded ("amqp://host/" is the
+- no path is vhost "/" (or the caller's default), a path "/name" is vhost "name" percent-decoded ("amqp://host/" is the
   vhost "", as the URI spec and RabbitMQ say), a path with a second "/" is refused;
 - user and password default to guest and guest; percent-encoded characters are decoded;
 - no host ("amqp://", "amqp:///vhost") is *this broker*, reached in-process, as RabbitMQ
@@ -112,8 +112,10 @@ class PeerAddress:
         return self.server_name or self.host
 
 
-def parse_uri(uri: Any) -> PeerAddress:
-    """The PeerAddress `uri` names; InvalidUri (RabbitMQ's reason) if it is not one."""
+def parse_uri(uri: Any, default_vhost: str = "/") -> PeerAddress:
+    """The PeerAddress `uri` names; InvalidUri (RabbitMQ's reason) if it is not one. A URI
+    without a path names `default_vhost` (a dynamic shovel's or upstream's own vhost, as
+    RabbitMQ reads them)."""
     if not isinstance(uri, str):
         raise InvalidUri(str(uri), "expected_string_uri")
     scheme, separator, rest = uri.partition("://")
@@ -136,7 +138,7 @@ def parse_uri(uri: Any) -> PeerAddress:
     if port is not None and not 0 < port <= 65535:
         raise InvalidUri(uri, f"{{port_out_of_range,{port}}}")
     if path is None:
-        vhost = "/"
+        vhost = default_vhost
     else:
         name = path[1:]
         if "/" in name:
@@ -171,13 +173,13 @@ def parse_uri(uri: Any) -> PeerAddress:
                        **options)
 
 
-def parse_uris(value: Any) -> list[PeerAddress]:
+def parse_uris(value: Any, default_vhost: str = "/") -> list[PeerAddress]:
     """A URI or a non-empty list of them (tried in order); InvalidUri for the first bad one,
     TypeError if `value` is neither a string nor a list."""
     if isinstance(value, str):
-        return [parse_uri(value)]
+        return [parse_uri(value, default_vhost)]
     if isinstance(value, list) and value:
-        return [parse_uri(item) for item in value]
+        return [parse_uri(item, default_vhost) for item in value]
     raise TypeError("expected a URI or a list of URIs")
 
 
