@@ -7,6 +7,7 @@ URL and its management API; the tests federate one site's exchanges and queues f
 
 from __future__ import annotations
 
+import socket
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 import pika
 import requests
 
-from interop_tests.broker_process import BrokerProcess, free_port, launch
+from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, free_port, launch
 from interop_tests.waiting import wait_until
 
 
@@ -72,11 +73,13 @@ class Site:
 
 
 def launch_site(workdir: Path, module: str = "amqp_server", extra_args: tuple[str, ...] = ()) -> Site:
-    """This project's broker with its management API on a free port."""
+    """This project's broker with its management API on a free port. Its node (and cluster)
+    name is its own, `{directory name}-{port}@{host}`: brokers federating each other on one host
+    must not share one, or each takes the other's messages for its own (loops.py)."""
     port = free_port()
-    from interop_tests.broker_process import TEST_CONFIG
-
-    process: BrokerProcess = launch(workdir, TEST_CONFIG, ("--management-port", str(port), *extra_args), module=module)
+    name = f"{workdir.name}-{port}@{socket.gethostname().split('.')[0]}"
+    process: BrokerProcess = launch(workdir, TEST_CONFIG, ("--management-port", str(port), "--node-name", name,
+                                                           *extra_args), module=module)
     return Site(process.url(), f"http://127.0.0.1:{port}", process)
 
 

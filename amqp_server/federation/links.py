@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
-from amqp_server.federation import bindings as names
+from amqp_server.federation import bindings as names, methods
 from amqp_server.federation.bindings import BIND, BindingMirror, UpstreamBinding
 from amqp_server.federation.demand import DEMAND_CHECK_S, DemandWatch
 from amqp_server.federation.loops import FEDERATION_PURPOSE, INTERNAL_PURPOSE_ARGUMENT
@@ -416,12 +416,12 @@ class ExchangeLink(_Link):
         if upstream.message_ttl_ms is not None:
             arguments["x-message-ttl"] = upstream.message_ttl_ms
         arguments[INTERNAL_PURPOSE_ARGUMENT] = FEDERATION_PURPOSE
-        await up.call(channel, commands.Queue.Declare(queue=queue, durable=True, arguments=arguments),
+        await up.call(channel, methods.queue_declare(queue=queue, durable=True, arguments=arguments),
                       commands.Queue.DeclareOk)
         no_ack = upstream.ack_mode == NO_ACK
         if not no_ack:
             await up.call(channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
-        await up.call(channel, commands.Basic.Consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
+        await up.call(channel, methods.basic_consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
         # The internal exchange: the one of the two names that is not there now, so that the
         # old bindings keep routing into the queue until the new ones are all in place.
         old_suffix = await self._active_suffix(queue)
@@ -429,7 +429,7 @@ class ExchangeLink(_Link):
         internal = names.internal_exchange_name(queue, suffix)
         self._internal_exchange = internal
         await self._declare_internal_exchange(internal)
-        await up.call(channel, commands.Queue.Bind(queue=queue, exchange=internal), commands.Queue.BindOk)
+        await up.call(channel, methods.queue_bind(queue=queue, exchange=internal), commands.Queue.BindOk)
         # The bindings as they are now, taken in the same event-loop turn as the mirror is made:
         # every later change is a binding_added / binding_removed on it, in order.
         mirror = BindingMirror(max_hops=upstream.max_hops, cluster_name=self.host.cluster_name,
@@ -443,7 +443,7 @@ class ExchangeLink(_Link):
         self.mirror = mirror
         await self._send_commands_until_empty()
         if old_suffix is not None:
-            await up.call(channel, commands.Exchange.Delete(exchange=names.internal_exchange_name(queue, old_suffix)),
+            await up.call(channel, methods.exchange_delete(exchange=names.internal_exchange_name(queue, old_suffix)),
                           commands.Exchange.DeleteOk)
         self._command_task = asyncio.get_running_loop().create_task(self._send_commands())
 
@@ -451,10 +451,10 @@ class ExchangeLink(_Link):
         """The upstream exchange as it is there, or declared like the federated one."""
         up, channel = self._up, self._up_channel
         assert up is not None
-        if await self._exists(commands.Exchange.Declare(exchange=self.upstream.exchange, passive=True),
+        if await self._exists(methods.exchange_declare(exchange=self.upstream.exchange, passive=True),
                               commands.Exchange.DeclareOk):
             return
-        await up.call(channel, commands.Exchange.Declare(
+        await up.call(channel, methods.exchange_declare(
             exchange=self.upstream.exchange, exchange_type=exchange.type_name, durable=exchange.durable,
             auto_delete=exchange.auto_delete, internal=exchange.internal, arguments=dict(exchange.arguments)),
             commands.Exchange.DeclareOk)
@@ -462,7 +462,7 @@ class ExchangeLink(_Link):
     async def _active_suffix(self, queue: str) -> str | None:
         """Which internal exchange the last run left on the upstream (None: neither)."""
         for suffix in names.SUFFIXES:
-            if await self._exists(commands.Exchange.Declare(exchange=names.internal_exchange_name(queue, suffix),
+            if await self._exists(methods.exchange_declare(exchange=names.internal_exchange_name(queue, suffix),
                                                             passive=True), commands.Exchange.DeclareOk):
                 return suffix
         return None
@@ -476,13 +476,13 @@ class ExchangeLink(_Link):
         arguments: dict[str, Any] = {MAX_HOPS_ARGUMENT: self.upstream.max_hops, DOWNSTREAM_NAME_ARGUMENT: self.host.cluster_name,
                      DOWNSTREAM_VHOST_ARGUMENT: self.vhost_name, **purpose}
         try:
-            await self._one_off(commands.Exchange.Declare(
+            await self._one_off(methods.exchange_declare(
                 exchange=internal, exchange_type="x-federation-upstream", durable=True, internal=True,
                 auto_delete=True, arguments=arguments), commands.Exchange.DeclareOk)
         except LinkError as error:
             if error.code != COMMAND_INVALID:
                 raise
-            await up.call(channel, commands.Exchange.Declare(
+            await up.call(channel, methods.exchange_declare(
                 exchange=internal, exchange_type="fanout", durable=True, internal=True, auto_delete=True,
                 arguments=purpose), commands.Exchange.DeclareOk)
 
@@ -517,11 +517,11 @@ class ExchangeLink(_Link):
         if up is None:
             return
         if command.action == BIND:
-            method: Any = commands.Exchange.Bind(destination=self._internal_exchange, source=self.upstream.exchange,
+            method: Any = methods.exchange_bind(destination=self._internal_exchange, source=self.upstream.exchange,
                                                  routing_key=command.routing_key, arguments=command.arguments)
             await up.call(self._up_channel, method, commands.Exchange.BindOk)
         else:
-            method = commands.Exchange.Unbind(destination=self._internal_exchange, source=self.upstream.exchange,
+            method = methods.exchange_unbind(destination=self._internal_exchange, source=self.upstream.exchange,
                                               routing_key=command.routing_key, arguments=command.arguments)
             await up.call(self._up_channel, method, commands.Exchange.UnbindOk)
 
@@ -538,8 +538,8 @@ class ExchangeLink(_Link):
     async def _clean_up_upstream(self) -> None:
         if not self._upstream_queue:
             return
-        for method, reply in ((commands.Queue.Delete(queue=self._upstream_queue), commands.Queue.DeleteOk),
-                              (commands.Exchange.Delete(exchange=self._internal_exchange), commands.Exchange.DeleteOk)):
+        for method, reply in ((methods.queue_delete(queue=self._upstream_queue), commands.Queue.DeleteOk),
+                              (methods.exchange_delete(exchange=self._internal_exchange), commands.Exchange.DeleteOk)):
             try:
                 await self._one_off(method, reply)
             except LinkError as error:
@@ -580,9 +580,9 @@ class QueueLink(_Link):
         queue = vhost.queues.get(self.name) if vhost is not None else None
         if queue is None:
             raise LinkError(f"queue '{self.name}' in vhost '{self.vhost_name}' is gone")
-        if not await self._exists(commands.Queue.Declare(queue=upstream.queue, passive=True),
+        if not await self._exists(methods.queue_declare(queue=upstream.queue, passive=True),
                                   commands.Queue.DeclareOk):
-            await up.call(channel, commands.Queue.Declare(queue=upstream.queue, durable=queue.durable,
+            await up.call(channel, methods.queue_declare(queue=upstream.queue, durable=queue.durable,
                                                           auto_delete=queue.auto_delete,
                                                           arguments=dict(queue.arguments)), commands.Queue.DeclareOk)
         if upstream.ack_mode != NO_ACK:
@@ -611,11 +611,11 @@ class QueueLink(_Link):
         if up is None or wanted == self._consuming:
             return
         if wanted:
-            await up.call(self._up_channel, commands.Basic.Consume(
+            await up.call(self._up_channel, methods.basic_consume(
                 queue=self.upstream.queue, consumer_tag=self.upstream.consumer_tag,
                 no_ack=self.upstream.ack_mode == NO_ACK, arguments={"x-priority": -1}), commands.Basic.ConsumeOk)
         else:
-            await up.call(self._up_channel, commands.Basic.Cancel(consumer_tag=self.upstream.consumer_tag),
+            await up.call(self._up_channel, methods.basic_cancel(consumer_tag=self.upstream.consumer_tag),
                           commands.Basic.CancelOk)
         self._consuming = wanted
 
