@@ -3,7 +3,8 @@ this broker against RabbitMQ as a peer: federation and shovels between the two.
 
 Each `RabbitNode` is an independent node (not clustered with any other) with a name of its own,
 free ports for AMQP, the management API and Erlang distribution, and its own database and log
-directories in the test's temp dir; it runs in the foreground as the rabbitmq user (its Erlang
+directories under NODES_BASE (the rabbitmq user cannot reach pytest's private temp dirs; `remove`
+deletes them); it runs in the foreground as the rabbitmq user (its Erlang
 cookie is the rabbitmq user's, its open-files limit raised), so `kill()` is a kill -9 of its VM
 and `stop()` a clean stop. scripts/install-test-system-packages installs rabbitmq-server.
 
@@ -30,6 +31,7 @@ from interop_tests.broker_process import free_port
 from interop_tests.waiting import poll
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+NODES_BASE = Path("/tmp/rabbitmq-test-nodes")
 START_TIMEOUT_S = 90.0
 DEFAULT_PLUGINS = ("rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_management",
                    "rabbitmq_shovel", "rabbitmq_shovel_management")
@@ -44,7 +46,7 @@ def available() -> bool:
 class RabbitNode:
     """One RabbitMQ node (see the module docstring)."""
 
-    directory: Path
+    directory: Path = NODES_BASE
     plugins: tuple[str, ...] = DEFAULT_PLUGINS
     name: str = ""
     amqp_port: int = 0
@@ -59,8 +61,12 @@ class RabbitNode:
         self.amqp_port = free_port()
         self.management_port = free_port()
         self.dist_port = free_port()
-        self.directory = self.directory / short
+        # (the directory given is only a hint for humans: a file there says where the node is)
+        hint = self.directory
+        self.directory = NODES_BASE / short
         self.log_path = self.directory / "stdout.log"
+        if hint != NODES_BASE and hint.is_dir():
+            (hint / f"rabbitmq-node-{short}.txt").write_text(f"{self.name}: {self.directory}\n")
 
     # -- addresses -----------------------------------------------------------------------
 
@@ -78,6 +84,8 @@ class RabbitNode:
 
     def start(self) -> None:
         directory = self.directory
+        NODES_BASE.mkdir(exist_ok=True)
+        NODES_BASE.chmod(0o755)
         (directory / "mnesia").mkdir(parents=True, exist_ok=True)
         (directory / "log").mkdir(exist_ok=True)
         (directory / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")
@@ -89,7 +97,6 @@ class RabbitNode:
             # no disk alarm on a full test machine
             "disk_free_limit.absolute = 1MB\n")
         subprocess.run(["chown", "-R", "rabbitmq:rabbitmq", str(directory)], check=True)
-        directory.parent.chmod(0o755)
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": "/var/lib/rabbitmq",
@@ -142,6 +149,11 @@ class RabbitNode:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.kill()
+
+    def remove(self) -> None:
+        """Kill the node if it runs, and delete its database and logs."""
+        self.kill()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     def restart(self) -> None:
         """Start again after kill() or stop(), with the same name, ports and database."""

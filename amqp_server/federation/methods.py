@@ -1,26 +1,64 @@
-"""AMQP methods as a link sends them, with RabbitMQ's names that pamqp would refuse to encode.
+"""AMQP methods as a link sends them: RabbitMQ's names, and RabbitMQ's integer types in tables.
 
-pamqp checks exchange and queue names against the 0-9-1 grammar (letters, digits, "-_.:")
-when it encodes a method; RabbitMQ takes any UTF-8 name, and federation's own names on an
-upstream have spaces, ">" and "@" ("federation: orders -> rabbit@host A"). The methods a link
-sends are made here without that check; everything else about them is pamqp's.
+- pamqp checks exchange and queue names against the 0-9-1 grammar (letters, digits, "-_.:")
+  when it encodes a method; RabbitMQ takes any UTF-8 name, and federation's own names on an
+  upstream have spaces, ">" and "@" ("federation: orders -> rabbit@host A"). The methods here
+  are encoded without that check.
+- pamqp encodes an integer in a table with the smallest type that fits (1 is a signed byte);
+  RabbitMQ's federation plugin sends its integers as `long` (64-bit, "l") and refuses an
+  x-federation-upstream exchange whose x-max-hops is anything else ("Argument x-max-hops must
+  be of type long"). The tables here encode integers as "l", as RabbitMQ's plugin does
+  (queues/raw_properties.encode_field).
+
+Everything else about them is pamqp's.
 """
 
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pamqp import commands
+from pamqp import commands, encode
 from pamqp.base import Frame
+
+from queues.raw_properties import encode_field
 
 M = TypeVar("M", bound=Frame)
 _UNCHECKED: dict[type, type] = {}
 
 
+def _table(value: dict[str, Any] | None) -> bytes:
+    body = b"".join(encode.short_string(key) + encode_field(item) for key, item in (value or {}).items())
+    return encode.long_int(len(body)) + body
+
+
+def _marshal(self: Frame) -> bytes:
+    """pamqp's Frame.marshal, with no name check and tables as _table writes them."""
+    byte, offset, output, in_bits = -1, 0, [], False
+    for argument in self.__slots__:
+        data_type = self.amqp_type(argument)
+        value = getattr(self, argument, 0)
+        if data_type == "bit":
+            if not in_bits:
+                byte, offset, in_bits = 0, 0, True
+            byte = encode.bit(value, byte, offset)
+            offset += 1
+            if offset == 8:
+                output.append(encode.octet(byte))
+                in_bits = False
+            continue
+        if in_bits:
+            output.append(encode.octet(byte))
+            in_bits = False
+        output.append(_table(value) if data_type == "table" else encode.by_type(value, data_type))
+    if in_bits:
+        output.append(encode.octet(byte))
+    return b"".join(output)
+
+
 def _unchecked_class(cls: type[M]) -> type[M]:
     found = _UNCHECKED.get(cls)
     if found is None:
-        found = _UNCHECKED[cls] = type(cls.__name__, (cls,), {"validate": lambda self: None})
+        found = _UNCHECKED[cls] = type(cls.__name__, (cls,), {"validate": lambda self: None, "marshal": _marshal})
     return found
 
 
