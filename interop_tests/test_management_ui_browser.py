@@ -345,6 +345,32 @@ def test_export_and_reimport_definitions(ui, ui_broker, http, downloads, unique)
     ui.screenshot("admin-definitions")
 
 
+def test_move_messages_to_another_queue_with_a_shovel(ui, ui_broker, http, unique):
+    """The queue page's "Move messages" makes RabbitMQ's "Move from <queue>" shovel, which
+    moves what the queue holds into the destination and deletes itself."""
+    as_guest(ui)
+    broker, _base = ui_broker
+    queue, destination = unique("move-from"), unique("move-to")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True)
+    channel.confirm_delivery()
+    for i in range(25):
+        channel.basic_publish("", queue, b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    ui.open(f"/queues/%2F/{queue}")
+    ui.wait_for_text(f"Queue {queue}", "h1")
+    move = ui.section("Move messages")
+    ui.fill("destination_queue", destination, move)
+    ui.press("Move messages", move)
+    ui.wait_for_text(f"Moving messages from {queue} to {destination}.", ".notice.ok")
+    ui.wait_for_text("Messages moved.", ".move-status", timeout=30)
+    assert http.get(api_url(ui_broker, f"/api/queues/%2F/{destination}")).json()["messages"] == 25
+    assert http.get(api_url(ui_broker, f"/api/queues/%2F/{queue}")).json()["messages"] == 0
+    assert http.get(api_url(ui_broker, "/api/parameters/shovel")).json() == []
+    assert ui.errors() == []
+
+
 PUBLISHER_RATE = 100.0  # messages/s: far above what the other tests publish, far below the publisher
 
 

@@ -15,7 +15,7 @@ ISSUE_COMMANDS = (
     "export_definitions import_definitions status"
 ).split()
 ALSO = ("trace_on", "trace_off", "set_vm_memory_high_watermark", "set_disk_free_limit", "cluster_status",
-        "add_member", "delete_member", "transfer_leadership", "list_stream_consumers")
+        "add_member", "delete_member", "transfer_leadership", "list_stream_consumers", "shovel_status", "delete_shovel")
 
 
 def test_every_command_is_registered_with_help():

@@ -349,3 +349,34 @@ def test_the_management_api_sets_shows_restarts_and_deletes_shovels() -> None:
         await http.close()
 
     run(scenario)
+
+
+def test_prometheus_shows_each_shovels_figures_per_object_and_the_states_everywhere() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from amqp_server.metrics.core_collector import AGGREGATED, PER_OBJECT, CoreCollector
+    from tests.test_metrics_values import FIXED_PROCESS
+
+    async def scenario(node: Node) -> None:
+        await publish(node, "m-in", 40)
+        set_shovel(node, "metered", {"src-uri": "amqp://", "src-queue": "m-in", "dest-uri": "amqp://",
+                                     "dest-queue": "m-out"})
+        worker = node.shovels.worker("/", "metered")
+        await until(lambda: worker.counters.acked == 40)
+
+        def scrape(endpoint: str) -> str:
+            registry = CollectorRegistry()
+            registry.register(CoreCollector(node.broker, endpoint, lambda: FIXED_PROCESS))
+            return generate_latest(registry).decode()
+
+        per_object = scrape(PER_OBJECT)
+        key = 'shovel="metered",type="dynamic",vhost="/"'
+        assert f"amqp_server_shovel_messages_forwarded_total{{{key}}} 40.0" in per_object
+        assert f"amqp_server_shovel_messages_acked_total{{{key}}} 40.0" in per_object
+        assert f"amqp_server_shovel_state{{{key}}} 1.0" in per_object
+        assert f"amqp_server_shovel_messages_unconfirmed{{{key}}} 0.0" in per_object
+        aggregated = scrape(AGGREGATED)
+        assert 'amqp_server_shovels{state="running"} 1.0' in aggregated
+        assert "amqp_server_shovel_messages_forwarded" not in aggregated
+
+    run(scenario)

@@ -508,6 +508,11 @@ class Shovel:
 
     # -- status --------------------------------------------------------------------------------
 
+    @property
+    def unconfirmed_count(self) -> int:
+        """Messages published and not confirmed yet (on-confirm)."""
+        return len(self._unconfirmed)
+
     def status(self) -> dict[str, Any]:
         """The shovel as GET /api/shovels shows it (RabbitMQ's fields, then the reconnects)."""
         definition = self.definition
@@ -525,5 +530,5 @@ class Shovel:
             status["reason"] = self.reason
         status.update(self.reconnects.as_json())
         status.update({"messages_forwarded": self.counters.forwarded, "messages_acked": self.counters.acked,
-                       "messages_nacked": self.counters.nacked, "messages_unconfirmed": len(self._unconfirmed)})
+                       "messages_nacked": self.counters.nacked, "messages_unconfirmed": self.unconfirmed_count})
         return status
