@@ -84,7 +84,8 @@ def launch_site(workdir: Path, module: str = "amqp_server", extra_args: tuple[st
 
 
 def rabbit_site(node: Any) -> Site:
-    return Site(node.url(), f"http://127.0.0.1:{node.management_port}", node)
+    """A RabbitMQ node of rabbitmq_nodes.start_rabbitmq as a Site."""
+    return Site(node.amqp_url(), f"http://127.0.0.1:{node.management_port}", node)
 
 
 def publish_confirmed(site: Site, exchange: str, routing_key: str, bodies: list[bytes],

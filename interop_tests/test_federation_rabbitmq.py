@@ -1,5 +1,6 @@
 """Federation with RabbitMQ as a peer: Debian's rabbitmq-server 3.10.8, started by the test on free
-ports (rabbitmq_nodes.py), with its federation plugin.
+ports (rabbitmq_nodes.py), with its federation plugin (scripts/install-test-system-packages
+installs it).
 
 - This broker federates an exchange and a queue from a RabbitMQ upstream (it declares there
   what RabbitMQ's own plugin would: the same queue, x-federation-upstream exchange and binding
@@ -18,7 +19,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from interop_tests import rabbitmq_nodes
 from interop_tests.federation_faults import Publisher, Tally, drain
 from interop_tests.federation_helpers import (
     Site,
@@ -30,21 +30,16 @@ from interop_tests.federation_helpers import (
     quote,
     rabbit_site,
 )
-from interop_tests.rabbitmq_nodes import RabbitNode
+from interop_tests.rabbitmq_nodes import FEDERATION, start_rabbitmq
 from interop_tests.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(not rabbitmq_nodes.available(), reason="rabbitmq-server is not installed "
-                                "(scripts/install-test-system-packages installs it)")
-
-
 @pytest.fixture(scope="module")
-def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    node = RabbitNode(tmp_path_factory.mktemp("rabbit"))
-    node.start()
+def rabbit() -> Iterator[Site]:
+    node = start_rabbitmq(FEDERATION)
     try:
         yield rabbit_site(node)
     finally:
-        node.remove()
+        node.stop()
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +76,7 @@ def test_our_exchange_federated_from_rabbitmq(rabbit, ours, unique):
     [(body, headers)] = get_all(ours, queue, 1)
     assert body == b"from rabbit" and headers["h"] == 1
     [hop] = headers["x-received-from"]
-    assert hop["cluster-name"] == rabbit.broker.cluster_name and hop["exchange"] == exchange
+    assert hop["cluster-name"] == rabbit.broker.name and hop["exchange"] == exchange
 
 
 def test_our_queue_federated_from_rabbitmq(rabbit, ours, unique):
@@ -129,8 +124,7 @@ def test_rabbitmq_federates_a_queue_from_us(rabbit, ours, unique):
 
 
 def test_a_rabbitmq_without_the_plugin_is_federated_through_a_fanout_exchange(tmp_path, ours, unique):
-    node = RabbitNode(tmp_path, plugins=("rabbitmq_management",))
-    node.start()
+    node = start_rabbitmq()  # the management plugin only
     try:
         plain = rabbit_site(node)
         exchange, queue, upstream = unique("fed.x"), unique("q"), unique("plain")
@@ -152,12 +146,11 @@ def test_a_rabbitmq_without_the_plugin_is_federated_through_a_fanout_exchange(tm
         link = ours.link("exchange", exchange)
         assert link is not None and link["messages_dropped"] == 1
     finally:
-        node.remove()
+        node.stop()
 
 
 def test_nothing_is_lost_when_the_rabbitmq_upstream_is_killed(tmp_path, unique):
-    node = RabbitNode(tmp_path / "rabbit")
-    node.start()
+    node = start_rabbitmq(FEDERATION)
     down = launch_site(tmp_path / "down")
     try:
         rabbit = rabbit_site(node)
@@ -170,9 +163,9 @@ def test_nothing_is_lost_when_the_rabbitmq_upstream_is_killed(tmp_path, unique):
         publisher = Publisher(rabbit, "orders", "k", 800, tally)
         publisher.start()
         wait_until(lambda: len(tally.confirmed) >= 250, "publishing under way", 60)
-        node.kill()
+        node.kill9()
         time.sleep(0.5)
-        node.restart()
+        node.start_again()
         down.wait_running("exchange", "orders", within=60)
         publisher.join(timeout=180)
         assert not publisher.is_alive()
@@ -181,4 +174,4 @@ def test_nothing_is_lost_when_the_rabbitmq_upstream_is_killed(tmp_path, unique):
         assert tally.lost == [], f"{len(tally.lost)} lost: {tally.lost[:20]}"
     finally:
         down.broker.kill()
-        node.remove()
+        node.stop()
