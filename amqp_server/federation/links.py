@@ -204,6 +204,11 @@ class _Link:
                 pass
 
     @property
+    def unconfirmed_count(self) -> int:
+        """Messages published here and not confirmed yet (on-confirm)."""
+        return len(self._unconfirmed)
+
+    @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
