@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from amqp_server.config.settings import advertised_host
 from cluster.definitions.shared import SharedDefinitions
+from cluster.link_placement import LinkLeases
 from cluster.links.forwarded import ForwardingChannel
 from cluster.links.node_links import ClusterLinks
 from cluster.replication.replicated_queues import ReplicatedQueues
@@ -40,12 +41,14 @@ class ClusterNode:
     shared definitions."""
 
     def __init__(self, coordinator: Coordinator, membership: Membership, links: ClusterLinks,
-                 definitions: SharedDefinitions, replicated: ReplicatedQueues | None) -> None:
+                 definitions: SharedDefinitions, replicated: ReplicatedQueues | None,
+                 link_leases: LinkLeases) -> None:
         self._coordinator = coordinator
         self.membership = membership
         self.links = links
         self.definitions = definitions
         self.replicated = replicated
+        self.link_leases = link_leases
 
     @classmethod
     async def join(cls, config: "ServerConfig", broker: "Broker", amqp_port: int) -> "ClusterNode":
@@ -105,11 +108,16 @@ class ClusterNode:
             definitions.replicate_with(replicated)
             broker.replicate_queues(replicated)
         broker.share_definitions(definitions)
+        # Each shovel and federation link runs on one node, under a lease (cluster/link_placement.py).
+        link_leases = LinkLeases(coordinator, me.name)
+        broker.place_links(link_leases)
         try:
             await definitions.start()
             if replicated is not None:
                 await replicated.start(advertised_host(config.host))
+            await link_leases.start()
         except (CoordinationUnavailable, OSError) as error:
+            await link_leases.stop()
             links.close()
             if replicated is not None:
                 await replicated.close()
@@ -119,9 +127,11 @@ class ClusterNode:
             raise ClusterJoinFailed(str(error)) from None
         log.info("joined cluster %s as %s; live nodes: %s; %d shared definitions", address.prefix, me.name,
                  ", ".join(node.name for node in membership.live_nodes()), definitions.size)
-        return cls(coordinator, membership, links, definitions, replicated)
+        return cls(coordinator, membership, links, definitions, replicated, link_leases)
 
     async def leave(self) -> None:
+        # The links were stopped by then: another node takes their leases at once.
+        await self.link_leases.stop()
         if self.replicated is not None:
             # First: a replica that leads releases its lease, so another member takes over at once.
             await self.replicated.close()
