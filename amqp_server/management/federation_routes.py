@@ -12,12 +12,20 @@ queue, upstream_exchange or upstream_queue, type, vhost, upstream, id, status, e
 local_connection, uri, timestamp) and this broker's own: reconnects, next_attempt_in and the
 message counters (amqp_server/federation/status.py). Without federation running (a broker
 built without it, as in unit tests) the routes answer 404, as RabbitMQ without the plugin.
+
+On a cluster each link runs on one node (federation.py); any node lists them all, as RabbitMQ
+does: those it runs from itself, the others as the node that runs them answers (its own
+/api/federation-links, asked with the caller's credentials, within PEER_TIMEOUT_S). A link no
+node runs yet, or whose node does not answer, is listed `starting` with `node` its lease's
+holder ("" for none).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from amqp_server.federation.federation import Federation, federation_of
@@ -27,6 +35,7 @@ from amqp_server.management.http_io import list_reply, no_content, vhost_named
 
 PREFIX = "/api/federation-links"
 _UP = ("starting", "running")
+PEER_TIMEOUT_S = 2.0
 
 
 def _federation(request: web.Request) -> Federation:
@@ -36,7 +45,7 @@ def _federation(request: web.Request) -> Federation:
     return federation
 
 
-def _links(request: web.Request, down_only: bool) -> list[dict[str, Any]]:
+async def _links(request: web.Request, down_only: bool) -> list[dict[str, Any]]:
     user = caller(request)
     if not user.is_monitor:
         raise api_errors.ApiError(401, "not_authorised", "Not monitor user")
@@ -45,6 +54,8 @@ def _links(request: web.Request, down_only: bool) -> list[dict[str, Any]]:
     if name is not None:
         vhost_named(context(request).broker, name)  # 404 if there is no such vhost
     links = federation.link_list(name)
+    if "X-Amqp-Server-Local-Only" not in request.headers:
+        links += await _elsewhere(request, federation, name)
     if name is None:
         links = [link for link in links if user.may_see_vhost(link["vhost"])]
     if down_only:
@@ -56,12 +67,46 @@ def _by_vhost_and_name(item: dict[str, Any]) -> tuple[str, str, str]:
     return (item["vhost"], item.get("exchange") or item.get("queue") or "", item["upstream"])
 
 
+async def _elsewhere(request: web.Request, federation: Federation, vhost: str | None) -> list[dict[str, Any]]:
+    """The links other nodes of the cluster run, as they list them (see the module docstring)."""
+    elsewhere = federation.elsewhere(vhost)
+    if not elsewhere:
+        return []
+    broker = context(request).broker
+    addresses = {node.name: node.management_address for node in broker.other_live_nodes() if node.management_address}
+    asked = sorted({holder for _key, holder in elsewhere if holder in addresses})
+    answers = await asyncio.gather(*(_ask_node(request, addresses[node], vhost) for node in asked))
+    by_id = {(node, item.get("id")): item for node, items in zip(asked, answers) for item in items}
+    listed = []
+    for key, holder in elsewhere:
+        item = by_id.get((holder or "", key.id))
+        listed.append(item if item is not None else federation.waiting_json(key, holder))
+    return listed
+
+
+async def _ask_node(request: web.Request, address: str, vhost: str | None) -> list[dict[str, Any]]:
+    """That node's own listing, or [] if it does not answer in time."""
+    path = PREFIX + (f"/{vhost.replace('%', '%25').replace('/', '%2F')}" if vhost is not None else "")
+    headers = {"Authorization": request.headers["Authorization"]} if "Authorization" in request.headers else {}
+    headers["X-Amqp-Server-Local-Only"] = "1"  # its own links only: no asking around again
+    try:
+        timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.get(f"http://{address}{path}", headers=headers) as reply:
+                if reply.status != 200:
+                    return []
+                found = await reply.json()
+                return found if isinstance(found, list) else []
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return []
+
+
 async def list_links(request: web.Request) -> web.Response:
-    return list_reply(request, _links(request, down_only=False), default_order=_by_vhost_and_name)
+    return list_reply(request, await _links(request, down_only=False), default_order=_by_vhost_and_name)
 
 
 async def list_down_links(request: web.Request) -> web.Response:
-    return list_reply(request, _links(request, down_only=True), default_order=_by_vhost_and_name)
+    return list_reply(request, await _links(request, down_only=True), default_order=_by_vhost_and_name)
 
 
 async def restart_link(request: web.Request) -> web.Response:
