@@ -40,6 +40,14 @@ class _Wanted:
         self.held = False
         self.version: int | None = None  # of our key, while held
 
+    def granted(self, version: int) -> None:
+        self.held = True
+        self.version = version
+
+    def lost(self) -> None:
+        self.held = False
+        self.version = None
+
 
 class LinkLeases:
     """This node's link leases (see the module docstring)."""
@@ -128,8 +136,7 @@ class LinkLeases:
         if self._wanted.get(key) is not wanted:  # released meanwhile
             await self._delete(key, version)
             return
-        wanted.held = True
-        wanted.version = version
+        wanted.granted(version)
         self._holders[key] = self._node
         log.info("link lease %s: this node runs it", key)
         wanted.on_run()
@@ -144,8 +151,7 @@ class LinkLeases:
         """Out of touch: stop what runs under our leases until we know we still hold them."""
         for key, wanted in self._wanted.items():
             if wanted.held:
-                wanted.held = False
-                wanted.version = None
+                wanted.lost()
                 log.warning("link lease %s: the coordination service is out of reach; stopping the link", key)
                 wanted.on_stop()
 
@@ -171,8 +177,7 @@ class LinkLeases:
                     if wanted is None:
                         continue
                     if wanted.held:  # our key went: our session expired
-                        wanted.held = False
-                        wanted.version = None
+                        wanted.lost()
                         log.warning("link lease %s: lost (this node's session expired)", event.key)
                         wanted.on_stop()
                     self._spawn(self._try(event.key))

@@ -17,6 +17,7 @@ from aiohttp import test_utils
 from pamqp import commands
 
 from amqp_server.broker.broker import Broker
+from amqp_server.federation.federation import Federation
 from amqp_server.broker.firehose import is_tracing
 from amqp_server.management.definitions_transfer import export_definitions
 from amqp_server.metrics.core_collector import channel_label
@@ -52,6 +53,10 @@ def populated(broker: Broker, api) -> tuple[Any, dict[str, str]]:
         assert api.request("PUT", f"/api/{kind}/%2F/audit-p", policy).status == 201
     assert api.request("PUT", "/api/vhost-limits/%2F/max-queues", {"value": 100}).status == 204
     assert api.request("PUT", "/api/user-limits/guest/max-channels", {"value": 100}).status == 204
+    # Federation's components (as the runtime registers them), and one upstream to show.
+    Federation(broker, None).register_components()
+    assert api.request("PUT", "/api/parameters/federation-upstream/%2F/audit-u",
+                       {"value": {"uri": "amqp://elsewhere"}}).status == 201
     for n in range(3):
         published = api.request("POST", "/api/exchanges/%2F/audit-x/publish",
                                 {"routing_key": "k", "payload": f"m{n}", "payload_encoding": "string", "properties": {}})
@@ -82,6 +87,8 @@ def concrete(path: str, values: dict[str, str]) -> str:
         path = path.replace("{name}", "audit-q")
     elif path.startswith(("/api/policies/", "/api/operator-policies/")):
         path = path.replace("{name}", "audit-p")
+    elif path.startswith("/api/parameters/"):
+        path = path.replace("{name}", "audit-u")
     for key, value in values.items():
         path = path.replace("{" + key + "}", value)
     assert "{" not in path, path

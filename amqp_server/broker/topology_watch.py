@@ -50,10 +50,11 @@ class TopologyWatchers:
     def __bool__(self) -> bool:
         return bool(self._watchers)
 
-    def add(self, watcher: TopologyWatcher) -> None:
+    def watch(self, watcher: TopologyWatcher) -> None:
+        """`watcher` hears every change from now on."""
         self._watchers.append(watcher)
 
-    def remove(self, watcher: TopologyWatcher) -> None:
+    def unwatch(self, watcher: TopologyWatcher) -> None:
         if watcher in self._watchers:
             self._watchers.remove(watcher)
 

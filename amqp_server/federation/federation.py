@@ -132,14 +132,14 @@ class Federation:
         """Run the links every federation policy asks for, and follow every change."""
         self._started = True
         self.register_components()
-        self.broker.topology_watchers.add(self)
+        self.broker.topology_watchers.watch(self)
         for name in list(self.broker.vhosts):
             self.reconcile(name)
 
     async def stop(self) -> None:
         """Stop every link; what they made upstream stays (the broker only stops)."""
         self._started = False
-        self.broker.topology_watchers.remove(self)
+        self.broker.topology_watchers.unwatch(self)
         links, self._links = list(self._links.values()), {}
         placement = self.broker.link_placement
         if placement is not None:

@@ -15,7 +15,7 @@ Everything else about them is pamqp's.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pamqp import commands, encode
 from pamqp.base import Frame
@@ -49,7 +49,8 @@ def _marshal(self: Frame) -> bytes:
         if in_bits:
             output.append(encode.octet(byte))
             in_bits = False
-        output.append(_table(value) if data_type == "table" else encode.by_type(value, data_type))
+        output.append(_table(cast("dict[str, Any] | None", value)) if data_type == "table"
+                      else encode.by_type(value, data_type))
     if in_bits:
         output.append(encode.octet(byte))
     return b"".join(output)
@@ -64,9 +65,7 @@ def _unchecked_class(cls: type[M]) -> type[M]:
 
 def method(cls: type[M], **fields: Any) -> M:
     """`cls(**fields)`, encodable whatever names it holds."""
-    made: M = _unchecked_class(cls)()
-    for name, value in fields.items():
-        setattr(made, name, value)
+    made: M = _unchecked_class(cls)(**fields)  # (pamqp's __init__ checks by calling validate)
     return made
 
 

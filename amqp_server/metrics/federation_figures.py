@@ -1,8 +1,8 @@
 """Federation link figures for Prometheus (ours: RabbitMQ 3.10's prometheus plugin has no
 federation series, so they are named amqp_server_federation_*, and never pass for RabbitMQ's).
 
-On every endpoint: `amqp_server_federation_links{state}`, how many links this node runs in each
-state. Per link ({vhost, type, name, upstream}: the federated exchange or queue and its
+On /metrics/per-object only (the aggregated /metrics serves RabbitMQ's names alone):
+`amqp_server_federation_links{state}`, how many links this node runs in each state; and per link ({vhost, type, name, upstream}: the federated exchange or queue and its
 upstream) on /metrics/per-object: messages received from the upstream, confirmed here,
 acknowledged upstream, dropped (past max-hops, or back where they came from), redelivered by
 the upstream (possible duplicates), reconnects (counters), messages published here and not
@@ -39,6 +39,8 @@ _COUNTERS = (
 
 
 def federation_families(broker: "Broker", per_object: bool) -> Iterator[Metric]:
+    if not per_object:
+        return
     federation = federation_of(broker)
     links = federation.links if federation is not None else []
     states = GaugeMetricFamily(f"{PREFIX}_links", "Federation links this node runs, by state (amqp-server)",
@@ -46,8 +48,6 @@ def federation_families(broker: "Broker", per_object: bool) -> Iterator[Metric]:
     for each in LinkState:
         states.add_metric([each.value], sum(1 for link in links if link.status.state is each))
     yield states
-    if not per_object:
-        return
     labels = ["vhost", "type", "name", "upstream"]
     counters = [(CounterMetricFamily(f"{PREFIX}_{name}", f"{text} (amqp-server)", labels=labels), attribute)
                 for name, attribute, text in _COUNTERS]
