@@ -237,3 +237,34 @@ def test_prometheus_counts_links_by_state_and_shows_each_links_figures(running):
     assert redelivered.value == 1
     assert [s.value for s in families["amqp_server_federation_state"].samples] == [1]
     assert list(federation_families(broker, per_object=False)) == [], "the aggregated endpoint: RabbitMQ's names only"
+
+
+def test_upstreams_sets_and_federation_policies_go_through_a_definitions_export_and_import():
+    broker = broker_with_users()
+    Federation(broker, None, None).register_components()
+    api = ManagementClient(broker)
+    document = {
+        "vhosts": [{"name": "/"}],
+        "parameters": [
+            {"value": {"uri": "amqp://site-a", "max-hops": 2}, "vhost": "/", "component": "federation-upstream",
+             "name": "site-a"},
+            {"value": [{"upstream": "site-a"}], "vhost": "/", "component": "federation-upstream-set", "name": "sites"},
+        ],
+        "policies": [{"vhost": "/", "name": "fed", "pattern": "^orders$", "apply-to": "exchanges",
+                      "definition": {"federation-upstream-set": "sites"}, "priority": 0}],
+    }
+    try:
+        reply = api.request("POST", "/api/definitions", document)
+        assert reply.status in (200, 204), reply
+        assert "not_applied" not in (reply.json() if reply.text else {})
+        exported = api.get("/api/definitions")
+        federation_parameters = sorted((p["component"], p["name"]) for p in exported["parameters"]
+                                       if p["component"].startswith("federation"))
+        assert federation_parameters == [("federation-upstream", "site-a"), ("federation-upstream-set", "sites")]
+        assert [p["definition"] for p in exported["policies"] if p["name"] == "fed"] == [
+            {"federation-upstream-set": "sites"}]
+        refused = api.request("POST", "/api/definitions", {"parameters": [
+            {"value": {"uri": "nope://x"}, "vhost": "/", "component": "federation-upstream", "name": "bad"}]})
+        assert refused.status == 400 and "not a valid URI" in refused.json()["reason"]
+    finally:
+        api.close()
