@@ -15,7 +15,7 @@ import requests
 from interop_tests.cluster_nodes import ClusterNode, three_nodes
 from interop_tests.federation_faults import Publisher, Tally
 from interop_tests.federation_helpers import declare, launch_site
-from interop_tests.waiting import wait_until
+from interop_tests.waiting import poll, wait_until
 
 
 def running_on(nodes: dict[str, ClusterNode], exchange: str) -> list[str]:
@@ -94,7 +94,11 @@ def test_a_link_runs_on_one_node_and_moves_when_it_dies(tmp_path):
                         connection.close()
                 return not tally.lost
 
-            wait_until(all_arrived, "every confirmed message in the queue", 60, every=0.5)
+            arrived = poll(all_arrived, 120, every=0.5)
+            if not arrived:  # (what the survivors say, for the failure's report)
+                for name, node in survivors.items():
+                    print(name, node.api_json("federation-links"), node.api_json("queues/%2F/orders-here"))
+            assert arrived, f"{len(tally.lost)} confirmed messages never arrived: {tally.lost[:20]}"
             print(f"confirmed {len(tally.confirmed)}, duplicates {tally.duplicates}, moved {holder} -> {new_holder}")
             assert running_on(survivors, "orders") == [new_holder]
             for node in survivors.values():
