@@ -1,7 +1,8 @@
 """Join the cluster that --cluster names, and leave it on shutdown.
 
 Joining is: membership (cluster/membership.py), then the shared definitions
-(cluster_definitions.py), which also take back the queues whose home is this node. Imported only
+(cluster_definitions.py), which also take back the queues whose home is this node, then the
+leases that place each shovel and federation link on one node (link_leases.py). Imported only
 when a cluster is configured, so a single node loads no coordination client.
 """
 
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from amqp_server.config.settings import advertised_host
 from cluster.definitions.shared import SharedDefinitions
-from cluster.link_placement import LinkLeases
+from cluster.link_leases import LinkLeases
 from cluster.links.forwarded import ForwardingChannel
 from cluster.links.node_links import ClusterLinks
 from cluster.replication.replicated_queues import ReplicatedQueues
@@ -108,9 +109,8 @@ class ClusterNode:
             definitions.replicate_with(replicated)
             broker.replicate_queues(replicated)
         broker.share_definitions(definitions)
-        # Each shovel and federation link runs on one node, under a lease (cluster/link_placement.py).
+        # Each shovel and federation link runs on one node, under a lease (link_leases.py).
         link_leases = LinkLeases(coordinator, me.name)
-        broker.place_links(link_leases)
         try:
             await definitions.start()
             if replicated is not None:
@@ -125,13 +125,13 @@ class ClusterNode:
             await membership.leave()
             await coordinator.close()
             raise ClusterJoinFailed(str(error)) from None
+        broker.place_links(link_leases)
         log.info("joined cluster %s as %s; live nodes: %s; %d shared definitions", address.prefix, me.name,
                  ", ".join(node.name for node in membership.live_nodes()), definitions.size)
         return cls(coordinator, membership, links, definitions, replicated, link_leases)
 
     async def leave(self) -> None:
-        # The links were stopped by then: another node takes their leases at once.
-        await self.link_leases.stop()
+        await self.link_leases.stop()  # (the links stopped already: the runtime closes them first)
         if self.replicated is not None:
             # First: a replica that leads releases its lease, so another member takes over at once.
             await self.replicated.close()
