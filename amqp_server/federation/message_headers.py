@@ -17,7 +17,6 @@ header field keeps its bytes, integer types included):
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from typing import Any
 
 from amqp_server.federation.loops import exchange_hop, queue_hop
@@ -45,18 +44,19 @@ def _decoded(fields: list[tuple[str, bytes]], names: tuple[str, ...]) -> dict[st
     return found
 
 
-def _edit(raw_header: bytes, keep_user_id: bool, names: tuple[str, ...],
-          change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bytes | None:
-    """The header with the fields `names` replaced by what `change` makes of their decoded
-    values (None: the message is not forwarded)."""
+def _read(raw_header: bytes, names: tuple[str, ...]) -> tuple[RawProperties, list[tuple[str, bytes]], dict[str, Any]]:
+    """The header's properties, its header fields, and the decoded values of the fields `names`."""
     try:
         properties = RawProperties(raw_header[_PREFIX:])
         fields = properties.header_fields()
     except (ValueError, IndexError, struct.error) as error:
         raise UnreadableHeader(str(error)) from None
-    changed = change(_decoded(fields, names))
-    if changed is None:
-        return None
+    return properties, fields, _decoded(fields, names)
+
+
+def _write(raw_header: bytes, properties: RawProperties, fields: list[tuple[str, bytes]], names: tuple[str, ...],
+           changed: dict[str, Any], keep_user_id: bool) -> bytes:
+    """The header with the fields `names` replaced by `changed`, the others kept byte for byte."""
     kept = [(name, value) for name, value in fields if name not in names]
     # The federation fields first, as RabbitMQ prepends them; the others in their order.
     properties.set_header_fields([(name, encode_field(value)) for name, value in changed.items()] + kept)
@@ -65,29 +65,25 @@ def _edit(raw_header: bytes, keep_user_id: bool, names: tuple[str, ...],
     return raw_header[:_PREFIX] + properties.encode()
 
 
+_EXCHANGE_FIELDS = (RECEIVED_FROM, "x-invalid-headers")
+_QUEUE_FIELDS = (RECEIVED_FROM,) + _ORIGINAL_FIELDS
+
+
 def exchange_forward(raw_header: bytes, *, max_hops: int, downstream_name: str, downstream_vhost: str,
                      uri: str, exchange: str, redelivered: bool, upstream_cluster: str | None,
                      upstream_vhost: str, trust_user_id: bool) -> bytes | None:
     """The header a message from an upstream exchange is published with here, or None when it
     must not cross (past max-hops, or back where it was)."""
-    names = (RECEIVED_FROM, "x-invalid-headers")
-
-    def change(current: dict[str, Any]) -> dict[str, Any] | None:
-        if not should_forward(current, max_hops, downstream_name, downstream_vhost):
-            return None
-        return exchange_hop(current, uri, exchange, redelivered, upstream_cluster, upstream_vhost)
-
-    return _edit(raw_header, trust_user_id, names, change)
+    properties, fields, current = _read(raw_header, _EXCHANGE_FIELDS)
+    if not should_forward(current, max_hops, downstream_name, downstream_vhost):
+        return None
+    changed = exchange_hop(current, uri, exchange, redelivered, upstream_cluster, upstream_vhost)
+    return _write(raw_header, properties, fields, _EXCHANGE_FIELDS, changed, trust_user_id)
 
 
 def queue_forward(raw_header: bytes, *, uri: str, queue: str, redelivered: bool, exchange: str,
                   routing_key: str, trust_user_id: bool) -> bytes:
     """The header a message from an upstream queue is published with here."""
-    names = (RECEIVED_FROM,) + _ORIGINAL_FIELDS
-
-    def change(current: dict[str, Any]) -> dict[str, Any]:
-        return queue_hop(current, uri, queue, redelivered, exchange, routing_key)
-
-    edited = _edit(raw_header, trust_user_id, names, change)
-    assert edited is not None  # a queue hop is always taken
-    return edited
+    properties, fields, current = _read(raw_header, _QUEUE_FIELDS)
+    changed = queue_hop(current, uri, queue, redelivered, exchange, routing_key)
+    return _write(raw_header, properties, fields, _QUEUE_FIELDS, changed, trust_user_id)
