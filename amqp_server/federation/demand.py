@@ -7,8 +7,8 @@ priority -1, so the upstream's own consumers go first. Messages therefore move t
 are consumed, and stay where nobody wants them.
 
 `wants_messages` is the rule; `DemandWatch` remembers the last answer so that a link acts only
-on a change. The link asks again whenever the queue may have changed: on its demand timer
-(DEMAND_CHECK_S) and after each message it brought in; nothing is added to the queue's own
+on a change. A link asks again after each message it brought in, and the federation's one
+demand timer asks every queue link every DEMAND_CHECK_S; nothing is added to the queue's own
 publish or deliver path.
 """
 

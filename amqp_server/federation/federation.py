@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.broker import policy_application
+from amqp_server.federation.demand import DEMAND_CHECK_S
 from amqp_server.federation.links import ExchangeLink, Link, QueueLink
 from amqp_server.federation.loops import is_federation_resource
 from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey, LinkStatus
@@ -102,6 +103,7 @@ class Federation:
         self._started = False
         self._stopping: set[asyncio.Task[None]] = set()
         self._held: set[LinkKey] = set()  # on a cluster: the links whose lease this node holds
+        self._demand_ticker: asyncio.Task[None] | None = None
 
     # -- what a link asks of its host (links.LinkHost) ------------------------------------------
 
@@ -133,13 +135,26 @@ class Federation:
         self._started = True
         self.register_components()
         self.broker.topology_watchers.watch(self)
+        self._demand_ticker = asyncio.get_running_loop().create_task(self._tick_demand())
         for name in list(self.broker.vhosts):
             self.reconcile(name)
+
+    async def _tick_demand(self) -> None:
+        """One timer for every queue link's consumer demand (demand.py): each looks at its queue
+        every DEMAND_CHECK_S, at the cost of a few attribute reads when nothing changed."""
+        while True:
+            await asyncio.sleep(DEMAND_CHECK_S)
+            for link in list(self._links.values()):
+                if isinstance(link, QueueLink):
+                    link.check_demand()
 
     async def stop(self) -> None:
         """Stop every link; what they made upstream stays (the broker only stops)."""
         self._started = False
         self.broker.topology_watchers.unwatch(self)
+        if self._demand_ticker is not None:
+            self._demand_ticker.cancel()
+            self._demand_ticker = None
         links, self._links = list(self._links.values()), {}
         placement = self.broker.link_placement
         if placement is not None:

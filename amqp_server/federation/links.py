@@ -35,7 +35,7 @@ from pamqp import commands
 
 from amqp_server.federation import bindings as names, methods
 from amqp_server.federation.bindings import BIND, BindingMirror, UpstreamBinding
-from amqp_server.federation.demand import DEMAND_CHECK_S, DemandWatch
+from amqp_server.federation.demand import DemandWatch
 from amqp_server.federation.loops import FEDERATION_PURPOSE, INTERNAL_PURPOSE_ARGUMENT
 from amqp_server.federation.message_headers import UnreadableHeader, exchange_forward, queue_forward
 from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey, LinkStatus
@@ -586,7 +586,7 @@ class QueueLink(_Link):
         self.demand = DemandWatch()
         self._consuming = False
         self._demand_task: asyncio.Task[None] | None = None
-        self._check_soon = False
+        self._demand_changed: asyncio.Event | None = None
 
     async def _set_up_upstream(self) -> None:
         up, channel, upstream = self._up, self._up_channel, self.upstream
@@ -607,18 +607,34 @@ class QueueLink(_Link):
             await _ask(up, channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
         self.demand.reset()
         self._consuming = False
+        self._demand_changed = asyncio.Event()
         self._demand_task = asyncio.get_running_loop().create_task(self._follow_demand())
+        self.check_demand()
+
+    def check_demand(self) -> None:
+        """Look at the queue's demand now (the federation's demand ticker calls this every
+        DEMAND_CHECK_S for every queue link, and the link after each message it brought in);
+        a change wakes the link to consume or cancel upstream."""
+        changed = self._demand_changed
+        if changed is None:
+            return
+        vhost = self.host.vhost(self.vhost_name)
+        queue = vhost.queues.get(self.name) if vhost is not None else None
+        if queue is not None and self.demand.changed(queue):
+            changed.set()
+
+    def after_delivery(self) -> None:
+        self.check_demand()
 
     async def _follow_demand(self) -> None:
         """Consume upstream while the queue here wants messages, and only then."""
+        changed = self._demand_changed
+        assert changed is not None
         try:
             while True:
-                vhost = self.host.vhost(self.vhost_name)
-                queue = vhost.queues.get(self.name) if vhost is not None else None
-                if queue is not None and self.demand.changed(queue):
-                    await self._consume(self.demand.wanted)
-                self._check_soon = False
-                await asyncio.sleep(DEMAND_CHECK_S)
+                await changed.wait()
+                changed.clear()
+                await self._consume(self.demand.wanted)
         except LinkError as error:
             self.end_failed(error)
         except asyncio.CancelledError:
@@ -639,6 +655,7 @@ class QueueLink(_Link):
 
     async def _end_session(self) -> None:
         task, self._demand_task = self._demand_task, None
+        self._demand_changed = None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
