@@ -266,3 +266,37 @@ def test_a_link_restarts_on_request(pair, unique):
     assert reply.status_code == 204
     assert down.request("DELETE", f"/api/federation-links/vhost/%2F/nosuchid/{link['node']}/restart").status_code == 404
     down.wait_running("exchange", exchange)
+
+
+def test_ctl_federation_status_and_restart_federation_link(pair, unique):
+    import io
+
+    from amqp_server.ctl.main import main as ctl_main
+
+    up, down = pair
+    exchange = unique("fed.x")
+    down.set_upstream(unique("u"), {"uri": up.amqp_url})
+    down.set_policy(unique("p"), f"^{exchange}$", {"federation-upstream": unique("u")})
+    declare(down, exchange=exchange)
+    link = down.wait_running("exchange", exchange)
+    port = down.api_url.rsplit(":", 1)[1]
+
+    def ctl(*args: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = ctl_main(["--port", port, "--username", "guest", "--password", "guest", *args], out=out, err=err)
+        return code, out.getvalue(), err.getvalue()
+
+    code, out, _err = ctl("federation_status")
+    assert code == 0 and out.startswith("Listing federation links on node ")
+    header, *rows = out.splitlines()[1:]
+    assert header.split("\t")[:9] == ["exchange", "queue", "upstream_exchange", "upstream_queue", "type", "vhost",
+                                      "upstream", "id", "status"]
+    [row] = [row.split("\t") for row in rows if row.split("\t")[0] == exchange]
+    assert (row[4], row[7], row[8]) == ("exchange", link["id"], "running")
+    code, out, _err = ctl("-s", "federation_status", "--only-down")
+    assert code == 0 and exchange not in out
+    code, out, _err = ctl("restart_federation_link", link["id"])
+    assert code == 0 and f"Restarting federation link {link['id']}" in out
+    down.wait_running("exchange", exchange)
+    code, _out, err = ctl("restart_federation_link", "nosuchid")
+    assert (code, err.strip()) == (69, "Error:\nLink with the given ID was not found")
