@@ -11,7 +11,8 @@ upstream sets), and importing the same file twice changes nothing. It runs in tw
 2. apply, in RabbitMQ's order.
 
 What this broker cannot honour (a stream queue, an exchange type it lacks, a mirroring
-policy, topic permissions, parameters of a component it lacks) is not applied, whole,
+policy, topic permissions, parameters of a component it lacks or that its component refuses,
+such as an AMQP 1.0 shovel) is not applied, whole,
 together with the bindings that need it, and named in the answer's "not_applied" list and in
 one log line; nothing is silently dropped and nothing is half-applied.
 """
@@ -198,10 +199,11 @@ def _check_policies(broker: "Broker", document: dict[str, Any], plan: _Plan, onl
             try:
                 broker.parameters.validate(vhost, component, name, entry.get("value"))
             except ParameterError as error:
-                text = "\n".join(error.problems)
-                raise api_errors.bad_request(
-                    f"parameter '{name}' of component '{component}' in vhost '{vhost}': Validation failed\n\n{text}\n"
-                ) from None
+                # A RabbitMQ export holds what RabbitMQ took (an AMQP 1.0 shovel, say): what this
+                # broker's component refuses is not applied, with its reasons, and the rest is.
+                plan.not_applied.append(f"parameter '{name}' of component '{component}' in vhost '{vhost}': "
+                                        + "; ".join(error.problems))
+                continue
             plan.parameters.append((vhost, component, name, entry.get("value")))
         else:
             plan.not_applied.append(

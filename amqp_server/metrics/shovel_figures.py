@@ -1,8 +1,9 @@
 """Shovel figures for Prometheus (ours: RabbitMQ 3.10's prometheus plugin has no shovel series,
 so they are named amqp_server_shovel_*, and never pass for RabbitMQ's).
 
-On every endpoint: `amqp_server_shovels{state}`, how many shovels this node runs in each state.
-Per shovel ({vhost, shovel, type}) on /metrics/per-object: messages forwarded to the
+On /metrics/per-object only (the aggregated endpoint serves RabbitMQ's names alone, as the
+other amqp_server_* series): `amqp_server_shovels{state}`, how many shovels this node runs in
+each state, and per shovel ({vhost, shovel, type}): messages forwarded to the
 destination, acked on the source, refused (nacked) by the destination, reconnects (counters),
 messages published and not yet confirmed, and the state as 0 starting / 1 running / 2
 terminated (gauges). Read from the workers when Prometheus scrapes.
@@ -27,6 +28,8 @@ STATE_VALUES = {ShovelState.STARTING: 0, ShovelState.RUNNING: 1, ShovelState.TER
 
 
 def shovel_families(broker: "Broker", per_object: bool) -> Iterator[Metric]:
+    if not per_object:
+        return
     component = broker.parameters.component(COMPONENT)
     workers = component.workers if isinstance(component, Shovels) else []
     states = GaugeMetricFamily("amqp_server_shovels", "Shovels this node runs, by state (amqp-server)",
@@ -34,8 +37,6 @@ def shovel_families(broker: "Broker", per_object: bool) -> Iterator[Metric]:
     for each in ShovelState:
         states.add_metric([each.value], sum(1 for worker in workers if worker.state is each))
     yield states
-    if not per_object:
-        return
     labels = ["vhost", "shovel", "type"]
     forwarded = CounterMetricFamily(f"{PREFIX}_messages_forwarded", "Messages a shovel published to its "
                                     "destination (amqp-server)", labels=labels)

@@ -180,6 +180,9 @@ class PeerConnection(asyncio.Protocol):
             failure = LinkError(f"{address.where}: {_describe(error)}")
             self._fail(failure)
             raise failure from None
+        except asyncio.CancelledError:  # the link's owner stopped meanwhile: no socket stays open
+            self.close("cancelled while connecting")
+            raise
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         stream = cast(asyncio.Transport, transport)
