@@ -240,6 +240,8 @@ def test_prometheus_counts_links_by_state_and_shows_each_links_figures(running):
 
 
 def test_upstreams_sets_and_federation_policies_go_through_a_definitions_export_and_import():
+    """(A refused upstream is not applied and named, as definitions_import.py does with any
+    parameter its component refuses.)"""
     broker = broker_with_users()
     Federation(broker, None, None).register_components()
     api = ManagementClient(broker)
@@ -265,6 +267,9 @@ def test_upstreams_sets_and_federation_policies_go_through_a_definitions_export_
             {"federation-upstream-set": "sites"}]
         refused = api.request("POST", "/api/definitions", {"parameters": [
             {"value": {"uri": "nope://x"}, "vhost": "/", "component": "federation-upstream", "name": "bad"}]})
-        assert refused.status == 400 and "not a valid URI" in refused.json()["reason"]
+        assert refused.json()["not_applied"] == [
+            "parameter 'bad' of component 'federation-upstream' in vhost '/': "
+            '"nope://x" not a valid URI: {{unexpected_uri_scheme,"nope"},"nope://x"}']
+        assert broker.parameters.get("/", "federation-upstream", "bad") is None
     finally:
         api.close()
