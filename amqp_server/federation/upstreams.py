@@ -23,8 +23,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
-
+from amqp_server.peer_link.uri import InvalidUri, parse_uri
 from queues.arguments.policy_keys import erlang_term
 
 UPSTREAM_COMPONENT = "federation-upstream"
@@ -65,29 +64,13 @@ def _enum(*choices: str) -> Callable[[str, Any], str | None]:
     return check
 
 
-URI_SCHEMES = ("amqp", "amqps")
-
-
 def uri_refusal(uri: str) -> str | None:
-    """Why `uri` is not an AMQP URI RabbitMQ's amqp_uri:parse takes (None: it is one), in a form
-    close to its error term."""
-    if not uri:
-        return f'"{uri}" not a valid URI: {{{{unable_to_parse_uri,no_scheme}},[]}}'
+    """Why `uri` is not an AMQP URI (RabbitMQ's amqp_uri:parse, as peer_link/uri.py reads it:
+    the one reading the links use), in RabbitMQ's words; None when it is one."""
     try:
-        parts = urlsplit(uri)
-        port = parts.port
-    except ValueError as error:
-        return f'"{uri}" not a valid URI: {{{{unable_to_parse_uri,{{malformed_uri,"{uri}"}}}},"{error}"}}'
-    scheme = uri.partition(":")[0] if ":" in uri else ""
-    if not scheme or scheme != parts.scheme and scheme.lower() != parts.scheme:
-        return f'"{uri}" not a valid URI: {{{{unable_to_parse_uri,no_scheme}},"{uri}"}}'
-    if parts.scheme not in URI_SCHEMES:
-        return f'"{uri}" not a valid URI: {{{{unexpected_uri_scheme,"{parts.scheme}"}},"{uri}"}}'
-    if port is not None and not parts.hostname:
-        return f'"{uri}" not a valid URI: {{port_requires_host,"{uri}"}}'
-    path = parts.path[1:] if parts.path.startswith("/") else parts.path
-    if "/" in path:
-        return f'"{uri}" not a valid URI: {{{{invalid_vhost,"{unquote(path)}"}},"{uri}"}}'
+        parse_uri(uri)
+    except InvalidUri as refusal:
+        return str(refusal)
     return None
 
 
