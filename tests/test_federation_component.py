@@ -273,3 +273,21 @@ def test_upstreams_sets_and_federation_policies_go_through_a_definitions_export_
         assert broker.parameters.get("/", "federation-upstream", "bad") is None
     finally:
         api.close()
+
+
+def test_an_upstream_on_this_broker_needs_access_to_its_vhost():
+    """A URI without a host is this broker itself (in-process, as a user that may enter every
+    vhost): only a user allowed into that vhost may name it."""
+    broker = broker_with_users()
+    broker.add_vhost("secret")
+    Federation(broker, None, None).register_components()
+    api = ManagementClient(broker)
+    try:
+        reply = api.request("PUT", "/api/parameters/federation-upstream/%2F/local", {"value": {"uri": "amqp:///secret"}})
+        assert (reply.status, reply.json()["reason"]) == (
+            400, 'Validation failed\n\nuser "guest" may not connect to vhost "secret"\n')
+        broker.access.set_permissions("guest", "secret", ".*", ".*", ".*")
+        assert api.request("PUT", "/api/parameters/federation-upstream/%2F/local",
+                           {"value": {"uri": "amqp:///secret"}}).status == 201
+    finally:
+        api.close()
