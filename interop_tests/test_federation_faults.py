@@ -93,6 +93,7 @@ def test_a_build_that_acks_before_it_stores_is_caught(tmp_path):
     up, down, cut = _federated_pair(tmp_path, module="interop_tests.broken_federation_broker")
     try:
         tally = _scenario(up, down, cut, ["kill downstream", "kill downstream"])
+        print(f"broken build: confirmed {len(tally.confirmed)}, lost {len(tally.lost)}")
         assert tally.lost, "the broken build lost nothing: the test would not notice a loss"
     finally:
         down.broker.kill()
