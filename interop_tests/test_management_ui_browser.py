@@ -371,6 +371,39 @@ def test_move_messages_to_another_queue_with_a_shovel(ui, ui_broker, http, uniqu
     assert ui.errors() == []
 
 
+def test_federation_upstreams_and_links_from_admin(ui, ui_broker, http, unique):
+    """Admin > Federation: an upstream set from the form, the link a policy then starts (here
+    from this same broker, over TCP), its Restart, and the upstream deleted."""
+    as_guest(ui)
+    broker, _base = ui_broker
+    upstream, exchange, source = unique("ui-up"), unique("ui-fed"), unique("ui-src")
+    assert http.put(api_url(ui_broker, f"/api/exchanges/%2F/{source}"), json={"type": "fanout"}).status_code == 201
+    ui.open("/admin/federation")
+    form = ui.find("input[name=upstream-name]").find_element(By.XPATH, "ancestor::form")
+    ui.fill("upstream-name", upstream, form)
+    ui.fill("upstream-uri", broker.url(), form)
+    ui.fill("upstream-exchange", source, form)
+    ui.press("Set upstream", form)
+    ui.wait_for_text(f"Upstream {upstream} set in /.", ".notice.ok")
+    ui.wait_for_text(upstream, ".panel table")
+    assert "guest:guest@" not in ui.find("main").text, "the URI is shown without its password"
+    assert http.put(api_url(ui_broker, f"/api/policies/%2F/{upstream}"), json={
+        "pattern": f"^{exchange}$", "definition": {"federation-upstream": upstream}}).status_code == 201
+    assert http.put(api_url(ui_broker, f"/api/exchanges/%2F/{exchange}"), json={"type": "fanout"}).status_code == 201
+    row = ui.wait(lambda d: next((r for r in d.find_elements(By.XPATH, f"//tr[td[2]='exchange {exchange}']")
+                                  if "running" in r.text), None), timeout=20, what="the link running")
+    ui.screenshot("admin-federation")
+    ui.press("Restart", row)
+    ui.wait_for_text("Link restarting.", ".notice.ok")
+    ui.press("Delete", ui.find("main").find_element(By.XPATH, f".//tr[td[2]='{upstream}']"))
+    assert upstream in ui.confirm()
+    ui.wait_for_text(f"Upstream {upstream} deleted.", ".notice.ok")
+    ui.wait(lambda d: not d.find_elements(By.XPATH, f"//tr[td[2]='exchange {exchange}']"), timeout=20,
+            what="the link gone with its upstream")
+    assert http.get(api_url(ui_broker, "/api/federation-links")).json() == []
+    assert ui.errors() == []
+
+
 PUBLISHER_RATE = 100.0  # messages/s: far above what the other tests publish, far below the publisher
 
 

@@ -13,7 +13,8 @@ The layers, lowest first (issue 22):
  7  amqp_server.connection
  8  amqp_server.peer_link     a connection to another broker by AMQP URI (a small 0-9-1 client on
                              the wire's codec), shared by shovels and federation
- 9  amqp_server.shovel       a plug-in the runtime starts (federation sits beside it): it acts on
+ 9  amqp_server.shovel, amqp_server.federation
+                             plug-ins the runtime starts: each acts on
                              its runtime parameters (broker/runtime_parameters.py) and moves
                              messages over peer links
 10  cluster, amqp_server.management, amqp_server.metrics, amqp_server.ctl
@@ -52,7 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("amqp_server.channel",),
     ("amqp_server.connection",),
     ("amqp_server.peer_link",),
-    ("amqp_server.shovel",),
+    ("amqp_server.shovel", "amqp_server.federation"),
     ("cluster", "amqp_server.management", "amqp_server.metrics", "amqp_server.ctl"),
     ("amqp_server.runtime", "amqp_server.__main__"),
 )

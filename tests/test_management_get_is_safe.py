@@ -21,6 +21,7 @@ from amqp_server.broker.firehose import is_tracing
 from amqp_server.management.definitions_transfer import export_definitions
 from amqp_server.metrics.core_collector import channel_label
 from amqp_server.metrics.http_endpoint import build_metrics_app
+from amqp_server.federation.federation import Federation
 from amqp_server.shovel.shovels import Shovels
 from tests.frame_driver import opened_client
 from tests.test_management_client import api, broker  # noqa: F401  (fixtures)
@@ -57,6 +58,8 @@ def populated(broker: Broker, api) -> tuple[Any, dict[str, str]]:
     broker.parameters.register(Shovels(broker))
     shovel = {"src-uri": "amqp://", "src-queue": "audit-q", "dest-uri": "amqp://", "dest-queue": "audit-q2"}
     assert api.request("PUT", "/api/parameters/shovel/%2F/audit-s", {"value": shovel}).status == 201
+    # Federation's components (as the runtime registers them): /api/federation-links answers.
+    Federation(broker, None).register_components()
     for n in range(3):
         published = api.request("POST", "/api/exchanges/%2F/audit-x/publish",
                                 {"routing_key": "k", "payload": f"m{n}", "payload_encoding": "string", "properties": {}})

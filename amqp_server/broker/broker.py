@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.broker.access_control import AccessControl
 from amqp_server.broker.alarms import ResourceAlarms
 from amqp_server.broker.stats import BrokerStats
+from amqp_server.broker.topology_watch import TopologyWatchers
 from amqp_server.config.settings import LimitsConfig, ServerConfig
 from amqp_server.broker.connection_limits import ConnectionLimit
 from amqp_server.wire.errors import AMQPError
@@ -101,6 +102,8 @@ class Broker:
         # Memory and disk alarms; ResourceMonitor (alarms.py) measures, connections obey.
         self.alarms = ResourceAlarms(config.limits, lambda: self.connections)
         self.stats = BrokerStats()
+        # Components that act on exchanges, queues, bindings and policies (federation).
+        self.topology_watchers = TopologyWatchers()
         self.reply_registry = ReplyRegistry()
         self.timers = Timers()
         self.memory_budget = MemoryBudget()
@@ -149,6 +152,7 @@ class Broker:
                 on_queue_deleted=self._queue_deleted,
                 default_queue_type=self.config.default_queue_type,
                 stream_factory=self._stream_for if self.committer is not None else None,
+                watchers=self.topology_watchers,
             )
             self.save_definitions()
         return vhost

@@ -2,17 +2,17 @@
 
 Like RabbitMQ's load_definitions, an import brings users (with their limits), vhosts (with
 their limits), permissions, policies, operator policies, exchanges, queues, bindings and the
-runtime parameters of the components this broker has (shovels; federation upstreams once
-federation registers them), and importing the same file twice changes nothing. It runs in two passes:
+runtime parameters of the components this broker has (shovels, federation upstreams and
+upstream sets), and importing the same file twice changes nothing. It runs in two passes:
 
 1. check: every entry is read and checked against the broker as it is and the rest of the file,
    changing nothing. A malformed entry, or one RabbitMQ itself would refuse (an invalid queue
    argument, an inequivalent redeclaration), refuses the whole import with 400;
 2. apply, in RabbitMQ's order.
 
-What this broker cannot honour (a stream queue, an exchange type it lacks, a mirroring or
-federation policy, topic permissions, parameters of a component it lacks or that its component
-refuses, such as an AMQP 1.0 shovel) is not applied, whole,
+What this broker cannot honour (a stream queue, an exchange type it lacks, a mirroring
+policy, topic permissions, parameters of a component it lacks or that its component refuses,
+such as an AMQP 1.0 shovel) is not applied, whole,
 together with the bindings that need it, and named in the answer's "not_applied" list and in
 one log line; nothing is silently dropped and nothing is half-applied.
 """

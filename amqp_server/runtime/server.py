@@ -71,6 +71,7 @@ from amqp_server.config.tls import TlsListenerContext, session_of
 from amqp_server.wire import codec
 from amqp_server.runtime.boot_definitions import DefinitionsFileRefused, load_definitions_file
 from amqp_server.runtime.local_links import LocalLinks
+from amqp_server.federation.federation import Federation
 from amqp_server.shovel.shovels import Shovels, StaticShovelRefused
 from persistence.definitions import FileDefinitionStore
 from queues.timers import Timers
@@ -594,6 +595,9 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
         await broker.close()
         return EXIT_DEFINITIONS_REFUSED
     broker.parameters.register(shovels)
+    # Its parameter components too (upstreams, upstream sets); its links start with the server.
+    federation = Federation(broker, local_links.open, local_links.credentials)
+    federation.register_components()
     # A cluster node imports the file into the cluster's definitions, once it has joined.
     boot_definitions = config.definitions_file if not config.cluster.url else None
     if boot_definitions is not None and not _imported(broker, boot_definitions):
@@ -633,6 +637,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     await server.start()
     local_links.serve_with(server.local_protocol)
     shovels.start()
+    federation.start()
     # Memory and disk alarms, checked about once a second.
     monitor = asyncio.create_task(ResourceMonitor(broker).run())
     stop = stop or asyncio.Event()
@@ -653,6 +658,7 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     log.info("stopping: closing %d connections", len(server.protocols))
     monitor.cancel()
     await shovels.close()
+    await federation.stop()
     await stop_http_services(http_services)
     await server.stop()
     if cluster_node is not None:
