@@ -31,8 +31,9 @@ more than one buffer (and the records returned) into memory.
 from __future__ import annotations
 
 import os
+import struct
 import zlib
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from persistence.record_format import MIN_RECORD_LENGTH, RECORD_HEAD
 from persistence.segment_file import read_exactly
@@ -46,6 +47,7 @@ from persistence.stream_segment import (
     MalformedStreamRecord,
     StreamRecord,
     decode_message,
+    envelope_end,
     head_crc_ok,
 )
 
@@ -56,6 +58,8 @@ GapCallback = Callable[[int, int], None]
 _HEAD_SIZE = HEAD.size
 _HEAD_WITH_CRC = FILTER_AT + 4  # plus the filter value's length
 _SMALL_READ = 4096
+_NO_BYTE_LIMIT = 1 << 62
+_U32 = struct.Struct(">I")
 
 
 class CorruptStreamRecord(ValueError):
@@ -95,6 +99,7 @@ class StreamCursor:
         self._buf = b""
         self._view = memoryview(self._buf)
         self._buf_at = 0
+        self._envelope: bytes | None = None  # the last envelope read_messages returned
         self._error: CorruptStreamRecord | None = None
         self._closed = False
         self.lost = 0  # offsets skipped because they were no longer stored
@@ -132,6 +137,27 @@ class StreamCursor:
             self._error = err  # raised at the next read, after these records are handled
         return out
 
+    def read_messages(self, max_records: int = 256, max_bytes: int = 1024 * 1024) -> list[tuple[int, bytes, bytes]]:
+        """As ``read``, but each record as ``(offset, envelope, body)``, and no more records once
+        those returned take ``max_bytes`` (at least one is returned). The envelope is the record's
+        exchange, routing key and properties with their lengths, as in the file
+        (``stream_segment.envelope_end``, ``split_envelope``): the same bytes object for
+        consecutive records with equal envelopes, so a reader derives what it needs from one
+        envelope once (a delivery's basic.deliver and content header), not once per record."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._closed:
+            raise RuntimeError("the cursor is closed")
+        out: list[tuple[int, bytes, bytes]] = []
+        try:
+            self._read_into(out, max_records, None, True, max_bytes)
+        except CorruptStreamRecord as err:
+            if not out:
+                raise
+            self._error = err  # raised at the next read, after these records are handled
+        return out
+
     def __iter__(self) -> Iterator[StreamRecord]:
         return self
 
@@ -156,13 +182,28 @@ class StreamCursor:
             if (self._seg, self._pos) == before:
                 return None
 
-    def _read_into(self, out: list[StreamRecord], max_records: int, min_timestamp: int | None) -> None:
+    def _read_into(
+        self,
+        out: list[Any],
+        max_records: int,
+        min_timestamp: int | None,
+        messages: bool = False,
+        max_bytes: int = _NO_BYTE_LIMIT,
+    ) -> None:
+        """Append to ``out`` up to ``max_records`` records (as long as ``max_bytes`` of them were
+        not returned yet): StreamRecords, or with ``messages`` (offset, envelope, body) triples,
+        or with ``min_timestamp`` a bodiless StreamRecord of the first record at or after it."""
         log = self._log
         flt = self._filter
         unfiltered = self._match_unfiltered
         crc32 = zlib.crc32
         unpack = HEAD.unpack_from
-        while len(out) < max_records:
+        u32 = _U32.unpack_from
+        plain = min_timestamp is None
+        envelope = self._envelope
+        elen = 0 if envelope is None else len(envelope)
+        count = len(out)
+        while count < max_records:
             seg = self._seg
             if seg is None:
                 if not self._reposition():
@@ -170,70 +211,122 @@ class StreamCursor:
                 continue
             end = log.readable_end(seg)
             pos = self._pos
+            # Records are read while they start within max_bytes of here (skipped ones count too).
+            limit = end if end - pos <= max_bytes else pos + max_bytes
             expect = self._expect
             skip_below = self._skip_below
             buf, view, at = self._buf, self._view, self._buf_at
+            nbuf = len(buf)
             try:
-                while pos < end and len(out) < max_records:
+                while pos < limit and count < max_records:
                     i = pos - at
-                    if i < 0 or i + _HEAD_SIZE > len(buf):
-                        if end - pos < _HEAD_SIZE:
-                            pos = self._odd_record(seg, pos, end, expect)
-                            buf, view, at = self._buf, self._view, self._buf_at
-                            continue
-                        # Past a skipped message larger than a buffer, the next is likely large too:
-                        # read its head only, not a buffer of the message the filter may skip.
-                        jumped = pos - at - len(buf) >= self._read_size
-                        buf, view, at = self._fill(seg, pos, _HEAD_SIZE, end, expect, _SMALL_READ if jumped else 0)
-                        i = 0
-                    length, crc, rtype, offset, timestamp, flags, n_filter = unpack(buf, i)
-                    total = length + 4
-                    if pos + total > end or length < MIN_RECORD_LENGTH:
-                        pos = self._bad_frame(seg, pos, end, expect, f"invalid record length {length}")
-                        continue
-                    if rtype != STREAM_RECORD or total < RECORD_OVERHEAD:
-                        pos = self._odd_record(seg, pos, end, expect)
-                        buf, view, at = self._buf, self._view, self._buf_at
-                        continue
-                    if i + _HEAD_WITH_CRC + n_filter > len(buf):
-                        buf, view, at = self._fill(seg, pos, _HEAD_WITH_CRC + n_filter, end, expect)
-                        i = 0
-                    if min_timestamp is not None:
-                        wanted = timestamp >= min_timestamp
-                    elif offset < skip_below:
-                        wanted = False
-                    elif flt is None:
-                        wanted = True
-                    elif flags & FLAG_FILTER:
-                        wanted = buf[i + FILTER_AT : i + FILTER_AT + n_filter] in flt
+                    # The usual record: whole in the buffer (which holds committed bytes only), the
+                    # next offset, one to return. Its CRC is the only check left; anything else goes
+                    # the careful way below.
+                    if 0 <= i and i + _HEAD_SIZE <= nbuf:
+                        length, crc, rtype, offset, timestamp, flags, n_filter = unpack(buf, i)
+                        total = length + 4
+                        usual = (
+                            i + total <= nbuf
+                            and expect == offset >= skip_below
+                            and rtype == STREAM_RECORD
+                            and total >= RECORD_OVERHEAD + n_filter
+                            and plain
+                            and (
+                                flt is None
+                                or (buf[i + FILTER_AT : i + FILTER_AT + n_filter] in flt if flags & FLAG_FILTER else unfiltered)
+                            )
+                        )
                     else:
-                        wanted = unfiltered
-                    if wanted and min_timestamp is None:
-                        if i + total > len(buf):
-                            buf, view, at = self._fill(seg, pos, total, end, expect)
-                            i = 0
+                        usual = False
+                    if usual:
                         if crc32(view[i + 8 : i + total]) != crc:
                             self._pos, self._expect = pos + total, None
                             raise CorruptStreamRecord(str(seg.path), pos, expect, "CRC mismatch")
-                    elif not head_crc_ok(buf, i, n_filter):
-                        self._pos, self._expect = pos + total, None
-                        raise CorruptStreamRecord(str(seg.path), pos, expect, "head CRC mismatch")
-                    if expect is not None and offset != expect:
-                        self._out_of_sequence(seg, pos, total, expect, offset)
-                    if wanted:
-                        if min_timestamp is None:
-                            out.append(decode_message(buf, i, i + total, offset, timestamp, flags, n_filter))
+                    else:
+                        if i < 0 or i + _HEAD_SIZE > nbuf:
+                            if end - pos < _HEAD_SIZE:
+                                pos = self._odd_record(seg, pos, end, expect)
+                                buf, view, at = self._buf, self._view, self._buf_at
+                                nbuf = len(buf)
+                                continue
+                            # Past a skipped message larger than a buffer, the next is likely large
+                            # too: read its head only, not a buffer of the message the filter may skip.
+                            jumped = pos - at - nbuf >= self._read_size
+                            buf, view, at = self._fill(seg, pos, _HEAD_SIZE, end, expect, _SMALL_READ if jumped else 0)
+                            nbuf = len(buf)
+                            i = 0
+                        length, crc, rtype, offset, timestamp, flags, n_filter = unpack(buf, i)
+                        total = length + 4
+                        if pos + total > end or length < MIN_RECORD_LENGTH:
+                            pos = self._bad_frame(seg, pos, end, expect, f"invalid record length {length}")
+                            continue
+                        if rtype != STREAM_RECORD or total < RECORD_OVERHEAD:
+                            pos = self._odd_record(seg, pos, end, expect)
+                            buf, view, at = self._buf, self._view, self._buf_at
+                            nbuf = len(buf)
+                            continue
+                        if i + _HEAD_WITH_CRC + n_filter > nbuf:
+                            buf, view, at = self._fill(seg, pos, _HEAD_WITH_CRC + n_filter, end, expect)
+                            nbuf = len(buf)
+                            i = 0
+                        if not plain:
+                            wanted = timestamp >= min_timestamp
+                        elif offset < skip_below:
+                            wanted = False
+                        elif flt is None:
+                            wanted = True
+                        elif flags & FLAG_FILTER:
+                            wanted = buf[i + FILTER_AT : i + FILTER_AT + n_filter] in flt
                         else:
-                            out.append(StreamRecord(offset, timestamp, "", "", b"", b""))
+                            wanted = unfiltered
+                        if wanted and plain:
+                            if i + total > nbuf:
+                                buf, view, at = self._fill(seg, pos, total, end, expect)
+                                nbuf = len(buf)
+                                i = 0
+                            if crc32(view[i + 8 : i + total]) != crc:
+                                self._pos, self._expect = pos + total, None
+                                raise CorruptStreamRecord(str(seg.path), pos, expect, "CRC mismatch")
+                        elif not head_crc_ok(buf, i, n_filter):
+                            self._pos, self._expect = pos + total, None
+                            raise CorruptStreamRecord(str(seg.path), pos, expect, "head CRC mismatch")
+                        if expect is not None and offset != expect:
+                            self._out_of_sequence(seg, pos, total, expect, offset)
+                        if not wanted:
+                            expect = offset + 1
+                            pos += total
+                            continue
+                    if not plain:
+                        out.append(StreamRecord(offset, timestamp, "", "", b"", b""))
+                    elif messages:
+                        # Records of one publisher share their envelope: compared, not parsed again,
+                        # and returned as the same bytes object (a reader's cue to reuse its work).
+                        h = i + _HEAD_WITH_CRC + n_filter
+                        if buf[h : h + elen] != envelope:
+                            e = envelope_end(buf, h, i + total)
+                            envelope = buf[h:e]
+                            elen = e - h
+                        h += elen
+                        n = u32(buf, h)[0]
+                        h += 4
+                        if h + n > i + total:
+                            raise MalformedStreamRecord(f"stream record {offset}: the body runs past the end of the record")
+                        out.append((offset, envelope, buf[h : h + n]))
+                    else:
+                        out.append(decode_message(buf, i, i + total, offset, timestamp, flags, n_filter))
+                    count += 1
                     expect = offset + 1
                     pos += total
             except MalformedStreamRecord as err:
                 self._pos, self._expect = pos + total, None
                 raise CorruptStreamRecord(str(seg.path), pos, expect, str(err)) from None
+            finally:
+                self._envelope = envelope
             # (The damage handlers, which raise, save the cursor's place themselves.)
             self._pos, self._expect = pos, expect
             if pos < end:
-                return  # max_records reached
+                return  # max_records or max_bytes reached
             if not log.is_sealed(seg) or end < seg.size:
                 return  # at the committed end of the stream, for now
             if not self._next_segment(seg, expect):

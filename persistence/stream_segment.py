@@ -192,6 +192,36 @@ def head_crc_ok(buf: bytes, i: int, n_filter: int) -> bool:
     return zlib.crc32(buf[i + 8 : end], zlib.crc32(buf[i : i + 4])) == stored
 
 
+def envelope_end(buf: bytes, h: int, end: int) -> int:
+    """Where the *envelope* of the record whose message fields start at ``buf[h]`` ends: the
+    bytes from ``exchange_len`` to the end of ``properties`` (the fields before ``body_len``).
+    Records of one publisher usually share their envelope byte for byte, so a reader compares
+    it with the previous record's instead of parsing it again. ``end`` is the record's end."""
+    try:
+        n = buf[h]
+        h += 1 + n
+        n = buf[h]
+        h += 1 + n
+        (n,) = _U32.unpack_from(buf, h)
+    except (IndexError, struct.error) as err:
+        raise MalformedStreamRecord(f"the message fields run past the record: {err}") from err
+    h += 4 + n
+    if h + 4 > end:
+        raise MalformedStreamRecord("the properties run past the end of the record")
+    return h
+
+
+def split_envelope(envelope: bytes) -> tuple[bytes, bytes, bytes]:
+    """The exchange, routing key and properties of an envelope (``envelope_end``)."""
+    n = envelope[0]
+    exchange = envelope[1 : 1 + n]
+    h = 1 + n
+    n = envelope[h]
+    routing_key = envelope[h + 1 : h + 1 + n]
+    h += 1 + n
+    return exchange, routing_key, envelope[h + 4 :]
+
+
 class MalformedStreamRecord(ValueError):
     """A record whose CRC matches but whose fields do not fit its length (a writer bug)."""
 

@@ -578,6 +578,31 @@ class Channel:
             len(message.body),
         )
 
+    def deliver_many(self, consumer: Consumer, entries: list[QueueEntry]) -> None:
+        """`deliver` each of `entries`, first deliveries all, with one batch of frames (a stream's
+        records: queues/stream_queue.py)."""
+        first_tag = tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + len(entries)
+        if not consumer.no_ack:
+            add = self.unacked.add
+            queue = consumer.queue
+            for entry in entries:
+                add(tag, _new_tuple(Unacked, (entry, queue, consumer)))
+                tag += 1
+            if consumer.timeout_ms:
+                for tag in range(first_tag, first_tag + len(entries)):
+                    self.track_timeout(tag, consumer.timeout_ms)
+        tag_raw = self._tag_raw.get(consumer.tag)
+        if tag_raw is None:
+            tag_raw = self._tag_raw[consumer.tag] = codec.shortstr(consumer.tag)
+        messages = [entry.message for entry in entries]
+        if self.vhost.firehose is not None:
+            for message in messages:
+                self.vhost.firehose.delivered(consumer.queue.name, message, False, self.connection, self.id)
+        frames: list[bytes] = []
+        body_bytes = codec.deliveries_frames(frames, self.id, tag_raw, first_tag, messages, self.connection.max_body_frame)
+        self.connection.send_deliveries(frames, body_bytes, len(entries))
+
     def deliver_reply(self, message: Message) -> None:
         """Direct reply-to: deliver straight to this channel's reply consumer (no-ack)."""
         tag = self.next_delivery_tag
