@@ -33,10 +33,12 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from bisect import bisect_right
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from persistence.record_format import MIN_RECORD_LENGTH, RECORD_HEAD
 from persistence.segment_file import read_exactly
+from persistence.stream_blocks import RecordBlock, RecordRun, parse_block
 from persistence.stream_index import SegmentIndex
 from persistence.stream_segment import (
     FILTER_AT,
@@ -100,6 +102,7 @@ class StreamCursor:
         self._view = memoryview(self._buf)
         self._buf_at = 0
         self._envelope: bytes | None = None  # the last envelope read_messages returned
+        self._block: RecordBlock | None = None  # the block read_run reads from
         self._error: CorruptStreamRecord | None = None
         self._closed = False
         self.lost = 0  # offsets skipped because they were no longer stored
@@ -157,6 +160,104 @@ class StreamCursor:
                 raise
             self._error = err  # raised at the next read, after these records are handled
         return out
+
+    @property
+    def reads_blocks(self) -> bool:
+        """True when it reads committed history a block at a time (read_run without a filter)."""
+        return self._filter is None and not self._closed
+
+    @property
+    def place(self) -> tuple[int, int] | None:
+        """(segment id, file position) of the next record it reads; None when it has to find its
+        place first (at its first read, or after a gap)."""
+        if self._seg is None:
+            return None
+        return self._seg.segment_id, self._pos
+
+    def read_run(self, max_records: int = 256, max_bytes: int = 1024 * 1024) -> RecordRun:
+        """As ``read_messages``: the next records as ``(offset, envelope, body)``, and no more
+        once those returned take ``max_bytes`` (at least one). Without a filter, in committed
+        history, they come from the block they are in (stream_blocks), read and checked once
+        for every cursor reading it: ``run.records[run.start:run.stop]`` of ``run.block``.
+        Elsewhere (the end of the committed records, a filter, damage) they are read one by
+        one, as ``read_messages`` reads them, in a run without a block."""
+        if self._error is None and not self._closed and self._filter is None:
+            run = self._block_run(max_records, max_bytes)
+            if run is not None:
+                return run
+        records = self.read_messages(max_records, max_bytes)
+        return RecordRun(None, records, 0, len(records))
+
+    def _block_run(self, max_records: int, max_bytes: int) -> RecordRun | None:
+        """The next records from the block the cursor is in, or None when it is not in one."""
+        seg = self._seg
+        expect = self._expect
+        if seg is None or expect is None:
+            return None
+        log = self._log
+        readable = log.readable_end(seg)
+        while True:
+            pos = self._pos
+            if pos >= readable:
+                return None
+            block = self._block
+            if block is None or block.segment_id != seg.segment_id or not block.start <= pos < block.end:
+                block = self._find_block(seg, pos, readable, expect)
+                if block is None:
+                    return None
+            first = block.first_offset
+            k = expect - first
+            ends = block.ends  # (from the block's start)
+            at = pos - block.start
+            if not 0 <= k < len(ends) or (ends[k - 1] if k else 0) != at:
+                return None  # not at a record of the block (cannot happen in an undamaged stream)
+            if expect < self._skip_below:  # seeking: step over the records before the target
+                k = min(self._skip_below - first, len(ends))
+                if k == len(ends):
+                    self._pos, self._expect = block.end, first + k
+                    expect = first + k
+                    continue
+                at = ends[k - 1] if k else 0
+            stop = min(k + max_records, len(ends))
+            if ends[stop - 1] - at > max_bytes:
+                stop = max(k + 1, bisect_right(ends, at + max_bytes, k, stop))
+            self._pos, self._expect = block.start + ends[stop - 1], first + stop
+            return RecordRun(block, block.records, k, stop)
+
+    def _find_block(self, seg: SegmentIndex, pos: int, readable: int, expect: int) -> RecordBlock | None:
+        """The block of ``seg`` that ``pos`` is in, when it is all committed: from the stream's
+        cache, or read from the file (and cached while other cursors may want it)."""
+        positions = seg.positions
+        j = bisect_right(positions, pos) - 1
+        if j < 0:
+            return None
+        start = positions[j]
+        if j + 1 < len(positions):
+            end = positions[j + 1]
+        elif self._log.is_sealed(seg):
+            end = seg.size
+        else:
+            return None  # the newest records: their block is still growing
+        if end > readable:
+            return None
+        log = self._log
+        block = log.blocks.get(seg.segment_id, start)
+        if block is None:
+            data = read_exactly(self._fd_for(seg, start, expect), end - start, start)
+            if len(data) != end - start:
+                return None
+            block = parse_block(seg.segment_id, start, data, seg.offsets[j], self._envelope)
+            if block is None:
+                return None  # something the careful read must report
+            log.share_block(block, self)
+        self._block = block
+        self._envelope = block.records[-1][1]
+        # The buffer of one-by-one reads is of no use past here.
+        self._view.release()
+        self._buf = b""
+        self._view = memoryview(self._buf)
+        self._buf_at = 0
+        return block
 
     def __iter__(self) -> Iterator[StreamRecord]:
         return self
@@ -445,6 +546,7 @@ class StreamCursor:
             self._expect = None
 
     def _close_fd(self) -> None:
+        self._block = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -50,6 +50,7 @@ from persistence.atomic_file import fsync_directory, write_atomically, write_rep
 from persistence.buffered_tail import BUFFER_LIMIT_FACTOR, BufferedTail
 from persistence.group_commit import GroupCommitter, SyncJob, sync_job
 from persistence.segment_file import create_segment
+from persistence.stream_blocks import BlockCache, RecordBlock
 from persistence.stream_commit_mark import CommitMark, CommitMarkWriter
 from persistence.stream_index import (
     DEFAULT_INDEX_INTERVAL,
@@ -185,6 +186,7 @@ class StreamLog(BufferedTail):
         self._retention_due = False
         self._sync_requested = False
         self._cursors: weakref.WeakSet[StreamCursor] = weakref.WeakSet()
+        self.blocks = BlockCache()  # blocks of records read once for all cursors (stream_blocks)
         self._mark: CommitMarkWriter | None = None  # the committed end, for readers of the files
         self.damage: list[StreamDamage] = []
         self.recovery = StreamRecovery(0, 0, 0, 0.0)
@@ -488,6 +490,25 @@ class StreamLog(BufferedTail):
     def forget_cursor(self, cursor: StreamCursor) -> None:
         self._cursors.discard(cursor)
 
+    def share_block(self, block: RecordBlock, reader: StreamCursor) -> None:
+        """``reader`` read ``block``: keep it for the cursors without a filter still before its
+        end, and let go of the kept blocks every such cursor is past (stream_blocks)."""
+        behind = end = (block.segment_id, block.end)
+        wanted = False
+        for cursor in self._cursors:
+            if not cursor.reads_blocks:
+                continue
+            place = cursor.place
+            if place is None:
+                place = (-1, 0)  # not placed yet (it starts at the first record kept, or after a gap)
+            if place < behind:
+                behind = place
+            if cursor is not reader and place < end:
+                wanted = True
+        self.blocks.drop_before(*behind)
+        if wanted:
+            self.blocks.keep(block)
+
     # ---- retention -------------------------------------------------------------------------
 
     def set_retention(self, max_bytes: int | None, max_age_ms: int | None) -> None:
@@ -536,6 +557,7 @@ class StreamLog(BufferedTail):
             self._unsynced_paths.discard(str(path))
         self._dir_dirty = True
         self.damage = [d for d in self.damage if d.path != str(seg.path)]
+        self.blocks.drop_segment(seg.segment_id)
         for cursor in list(self._cursors):
             cursor.segment_dropped(seg)
 
@@ -630,6 +652,7 @@ class StreamLog(BufferedTail):
         self._buffer.clear()
         for cursor in list(self._cursors):
             cursor.close()
+        self.blocks.clear()
         for seg in self._segments:
             seg.mark_dropped()
         self._segments, self._segment_ids, self._tail = [], [], None

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from queues.arguments import QueueArguments
 from queues.arguments.queue_type_rules import STREAM
 from queues.consumer import Consumer
+from persistence.stream_blocks import RecordRun
 from persistence.stream_cursor import CorruptStreamRecord
 from persistence.stream_segment import split_envelope
 from queues.message import CONTENT_HEADER_PREFIX_SIZE, FLAG_HEADERS, UNACKED, Message, QueueEntry, content_header
@@ -149,6 +150,7 @@ def _header_with_own_offset(class_id: int, weight: int, body_size: int, raw_prop
 
 
 _consumer_of = itemgetter(2)  # of a (entry, queue, consumer) the channel settles
+_offset_of = itemgetter(0)  # of a record (offset, envelope, body)
 ENVELOPE_CACHE = 64  # envelopes a stream keeps the EnvelopeDeliveries of (most streams use one or a few)
 
 
@@ -207,21 +209,23 @@ class StreamReading:
         """The offset of the next record it would be delivered."""
         return max(self.cursor.next_offset, self.skip_below)
 
-    def next_records(self, credit: int) -> "list[tuple[int, bytes, bytes]]":
-        """Up to `credit` of its next records (offset, envelope, body); [] at the committed end.
-        Raises CorruptStreamRecord for damage the cursor has stepped over (read again to go on)."""
+    def next_run(self, credit: int) -> RecordRun:
+        """Up to `credit` of its next records, `run.records[run.start:run.stop]` (offset,
+        envelope, body); an empty run at the committed end. Raises CorruptStreamRecord for
+        damage the cursor has stepped over (read again to go on)."""
         while True:
-            records = self.cursor.read_messages(credit, READ_BYTES)
-            if not records or records[0][0] >= self.skip_below:
-                return records
-            skip = self.skip_below
-            records = [record for record in records if record[0] >= skip]
-            if records:
-                return records
+            run = self.cursor.read_run(credit, READ_BYTES)
+            records, start, stop = run.records, run.start, run.stop
+            if start == stop or records[start][0] >= self.skip_below:
+                return run
+            if records[stop - 1][0] >= self.skip_below:  # (a consumer that started past the end)
+                while records[start][0] < self.skip_below:
+                    start += 1
+                return run._replace(start=start)
 
-    def delivered(self, records: "list[tuple[int, bytes, bytes]]") -> None:
+    def delivered(self, offsets: "list[int]") -> None:
         if self.tracked_name is not None:
-            self.outstanding.extend(record[0] for record in records)
+            self.outstanding.extend(offsets)
 
     def acked(self, offset: int) -> bool:
         """The delivery of `offset` is acked; True when the resume point moved on."""
@@ -451,38 +455,53 @@ class StreamQueue(Queue):
                     prefetch = consumer.prefetch_count
                     credit = min(prefetch - consumer.unacked, READ_BATCH) if prefetch else READ_BATCH
                     try:
-                        records = reading.next_records(credit)
+                        run = reading.next_run(credit)
                     except CorruptStreamRecord as damage:
                         # The cursor stepped over it: the consumer goes on after the damage.
                         _logger.warning("stream %s: consumer %r skips damaged data: %s", self._resource(), consumer.tag, damage)
                         continue
-                    if not records:
+                    if run.start == run.stop:
                         break
-                    entries = self._entries(records)
+                    entries, offsets = self._entries(run)
                     count = len(entries)
                     consumer.count_unacked_batch(count)
                     self.unacked_count += count
                     stats.delivered += count
-                    reading.delivered(records)
+                    reading.delivered(offsets)
                     consumer.sink.deliver_many(consumer, entries)
                     if self.deleted or consumer not in self._readings:
                         break
         finally:
             self._dispatching = False
 
-    def _entries(self, records: "list[tuple[int, bytes, bytes]]") -> list[QueueEntry]:
-        """The deliveries of `records`: each a Message like its envelope's model, with a content
+    def _entries(self, run: RecordRun) -> tuple[list[QueueEntry], list[int]]:
+        """The deliveries of the records of `run`, and their offsets. A record's message is made
+        once for all consumers reading its block (kept with the block)."""
+        block = run.block
+        if block is None:
+            messages = self._messages(run.records)
+        else:
+            messages = block.derived
+            if messages is None:
+                messages = self._messages(run.records)
+                block.keep_derived(messages)
+        start, stop = run.start, run.stop
+        offsets = list(map(_offset_of, run.records[start:stop]))
+        return list(map(StreamEntry, messages[start:stop], offsets)), offsets
+
+    def _messages(self, records: "list[tuple[int, bytes, bytes]]") -> list[Message]:
+        """The message each record is delivered as: like its envelope's model, with a content
         header carrying its x-stream-offset."""
         envelope = records[0][1]
         model, header, before, after = self._deliveries_of(envelope)
-        entries: list[QueueEntry] = []
-        append = entries.append
+        messages: list[Message] = []
+        append = messages.append
         for offset, record_envelope, body in records:
             if record_envelope is not envelope:
                 envelope = record_envelope
                 model, header, before, after = self._deliveries_of(envelope)
-            append(StreamEntry(StreamMessage(model, header(60, 0, len(body), before, offset, after), body), offset))
-        return entries
+            append(StreamMessage(model, header(60, 0, len(body), before, offset, after), body))
+        return messages
 
     def _deliveries_of(self, envelope: bytes) -> "tuple[Message, HeaderMaker, bytes, bytes]":
         cache = self._envelopes
