@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict
-from itertools import islice
-from collections.abc import ItemsView, ValuesView
+from itertools import count, islice
+from collections.abc import ItemsView, Iterable, ValuesView
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -44,6 +44,10 @@ class UnackedStore:
 
     def add(self, tag: int, unacked: Unacked) -> None:
         self._by_tag[tag] = unacked
+
+    def add_run(self, first_tag: int, deliveries: Iterable[Unacked]) -> None:
+        """Add `deliveries` with the tags from `first_tag` on (above every tag held)."""
+        self._by_tag.update(zip(count(first_tag), deliveries))
 
     def pop(self, tag: int) -> Unacked | None:
         return self._by_tag.pop(tag, None)
