@@ -64,14 +64,15 @@ from persistence.stream_index import (
 from persistence.stream_offsets import StreamOffsets
 from persistence.stream_recovery import StreamRecovery, make_stream_directory, recover_segments
 from persistence.stream_segment import (
+    ENVELOPED_RECORD_OVERHEAD,
     FLAG_CHUNK_START,
     FLAG_FILTER,
     HEADER_SIZE,
     check_short,
+    encode_envelope,
     encode_header,
-    encode_record,
+    encode_record_with,
     index_file_name,
-    record_size,
     segment_file_name,
     stream_path,
 )
@@ -171,6 +172,8 @@ class StreamLog(BufferedTail):
         self._tail: SegmentIndex | None = None
         self._tail_fd: int | None = None
         self._buffer = bytearray()
+        self._envelope = b""  # of the last append, and what it was made of
+        self._envelope_of: tuple[str, str, bytes] | None = None
         self._next = 0  # the offset the next append gets
         self._last_ts = 0
         # Committed (readable): everything before _visible_next, which ends in segment
@@ -233,17 +236,24 @@ class StreamLog(BufferedTail):
         record's if the clock went back. It becomes readable once committed. If it raises,
         nothing was appended."""
         self._check_writable()
-        exchange_b = exchange.encode("utf-8")
-        routing_key_b = routing_key.encode("utf-8")
-        if len(exchange_b) > 255 or len(routing_key_b) > 255:
-            check_short("exchange", exchange_b)
-            check_short("routing key", routing_key_b)
+        # Publishes to a stream mostly repeat their exchange, key and properties: their envelope
+        # (stream_segment.encode_envelope) is made once per change.
+        routing = (exchange, routing_key, raw_properties)
+        if routing != self._envelope_of:
+            exchange_b = exchange.encode("utf-8")
+            routing_key_b = routing_key.encode("utf-8")
+            if len(exchange_b) > 255 or len(routing_key_b) > 255:
+                check_short("exchange", exchange_b)
+                check_short("routing key", routing_key_b)
+            self._envelope = encode_envelope(exchange_b, routing_key_b, raw_properties)
+            self._envelope_of = routing
+        envelope = self._envelope
         if filter_value is None:
             filter_b, flags = b"", 0
         else:
             filter_b, flags = filter_value.encode("utf-8"), FLAG_FILTER
             check_short("filter value", filter_b)
-        size = record_size(filter_b, exchange_b, routing_key_b, raw_properties, body)
+        size = ENVELOPED_RECORD_OVERHEAD + len(filter_b) + len(envelope) + len(body)
         tail = self._tail
         buffer = self._buffer
         if len(buffer) >= BUFFER_LIMIT_FACTOR * self.write_buffer_size:
@@ -260,7 +270,7 @@ class StreamLog(BufferedTail):
             ts = self._last_ts
         offset = self._next
         position = tail.size + len(buffer)
-        buffer += encode_record(offset, ts, flags, filter_b, exchange_b, routing_key_b, raw_properties, body)
+        buffer += encode_record_with(offset, ts, flags, filter_b, envelope, body)
         buffer += body
         tail.note(offset, ts, position, was_empty)
         if was_empty:

@@ -192,3 +192,15 @@ def test_stream_log_options_reach_the_cursor(tmp_path: Path) -> None:
     log.sync_now()
     run = log.reader(0).read_run()
     assert triples([run]) == [(0, b"\x00\x01k\x00\x00\x00\x02\x00\x00", b"")]
+
+
+def test_appends_that_repeat_or_change_their_envelope_read_back_as_appended(tmp_path: Path) -> None:
+    # (The writer makes an envelope once per change of exchange, routing key or properties.)
+    log = open_log(tmp_path, max_segment_bytes=1 << 20)
+    routings = [("ex", "a", PROPS), ("ex", "a", PROPS), ("ex", "b", PROPS), ("ex", "a", b"\x00\x00"),
+                ("", "a", b"\x00\x00"), ("", "a", b"\x00\x00"), ("ex", "a", PROPS)]
+    for k, (exchange, key, properties) in enumerate(routings * 50):
+        log.append(exchange, key, properties, body_of(k, 20))
+    log.sync_now()
+    got = [(r.exchange, r.routing_key, r.raw_properties, r.body) for r in read_all(log.reader(0))]
+    assert got == [(*routing, body_of(k, 20)) for k, routing in enumerate(routings * 50)]
