@@ -199,9 +199,11 @@ class StreamCursor:
         while True:
             pos = self._pos
             if pos >= readable:
+                self._block = None  # (at the end of what is committed: it may wait there long)
                 return None
             block = self._block
             if block is None or block.segment_id != seg.segment_id or not block.start <= pos < block.end:
+                self._block = None
                 block = self._find_block(seg, pos, readable, expect)
                 if block is None:
                     return None
@@ -303,7 +305,7 @@ class StreamCursor:
         plain = min_timestamp is None
         envelope = self._envelope
         elen = 0 if envelope is None else len(envelope)
-        count = len(out)
+        count = before = len(out)
         while count < max_records:
             seg = self._seg
             if seg is None:
@@ -312,7 +314,7 @@ class StreamCursor:
                 continue
             end = log.readable_end(seg)
             pos = self._pos
-            # Records are read while they start within max_bytes of here (skipped ones count too).
+            # Records are read while they start within max_bytes of here.
             limit = end if end - pos <= max_bytes else pos + max_bytes
             expect = self._expect
             skip_below = self._skip_below
@@ -427,7 +429,9 @@ class StreamCursor:
             # (The damage handlers, which raise, save the cursor's place themselves.)
             self._pos, self._expect = pos, expect
             if pos < end:
-                return  # max_records or max_bytes reached
+                if count > before:
+                    return  # max_records or max_bytes reached
+                continue  # max_bytes of records skipped (a filter), none returned: read on
             if not log.is_sealed(seg) or end < seg.size:
                 return  # at the committed end of the stream, for now
             if not self._next_segment(seg, expect):

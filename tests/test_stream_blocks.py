@@ -204,3 +204,15 @@ def test_appends_that_repeat_or_change_their_envelope_read_back_as_appended(tmp_
     log.sync_now()
     got = [(r.exchange, r.routing_key, r.raw_properties, r.body) for r in read_all(log.reader(0))]
     assert got == [(*routing, body_of(k, 20)) for k, routing in enumerate(routings * 50)]
+
+
+def test_a_filtered_read_goes_past_more_than_max_bytes_of_skipped_records(tmp_path: Path) -> None:
+    log = open_log(tmp_path, max_segment_bytes=64 << 20)
+    for k in range(3000):  # 3 MB the filter skips, then one it wants
+        log.append("ex", "rk", PROPS, b"s" * 1000, filter_value="other")
+    log.append("ex", "rk", PROPS, b"wanted", filter_value="mine")
+    log.sync_now()
+    cursor = log.reader(0, filter_values=["mine"])
+    run = cursor.read_run(10, max_bytes=64 * 1024)
+    assert [(t[0], t[2]) for t in run.records[run.start:run.stop]] == [(3000, b"wanted")]
+    assert cursor.read_messages(10, max_bytes=64 * 1024) == []

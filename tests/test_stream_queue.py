@@ -470,6 +470,22 @@ def test_a_filter_gets_exactly_the_matching_records(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+def test_a_filter_finds_its_records_past_megabytes_of_others(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        client = opened_client(broker)
+        send(client, 1, commands.Queue.Declare(queue="s", durable=True, arguments=STREAM))
+        client.call(1, commands.Confirm.Select())
+        for n in range(3001):  # 3 MB of others, more than a consumer's batch reads, then one of its own
+            value, body = ("mine", b"wanted") if n == 3000 else ("other", b"s" * 1000)
+            client.send_bytes(publish_frames(1, body, routing_key="s", properties=commands.Basic.Properties(
+                headers={"x-stream-filter-value": value})))
+        await settle(broker, client)
+        consume(client, 2, "s", **{"x-stream-offset": "first", "x-stream-filter": "mine"})
+        assert offsets_and_bodies(await settle(broker, client)) == [(3000, b"wanted")]
+
+    run(tmp_path, scenario)
+
+
 def _by_channel(received: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
     out = []
     for channel in sorted({c for c, _f in received}):
