@@ -454,6 +454,8 @@ class StreamQueue(Queue):
                 while consumer.has_capacity():
                     prefetch = consumer.prefetch_count
                     credit = min(prefetch - consumer.unacked, READ_BATCH) if prefetch else READ_BATCH
+                    if consumer.sink.global_prefetch_count:
+                        credit = 1  # (a channel-wide limit set after the consume: its room is the channel's to count)
                     try:
                         run = reading.next_run(credit)
                     except CorruptStreamRecord as damage:

@@ -358,6 +358,21 @@ def test_a_damaged_record_is_stepped_over_and_the_consumer_goes_on(tmp_path: Pat
     run(tmp_path, second_run, restarts=True)
 
 
+def test_a_channel_wide_limit_set_after_the_consume_holds_back_deliveries(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        client = await published_stream(broker, 4)
+        consume(client, 2, "s", prefetch=100, **{"x-stream-offset": "first"})
+        assert len(deliveries(await settle(broker, client))) == 4
+        client.call(2, commands.Basic.Qos(prefetch_count=6, global_=True))
+        for n in range(4, 14):
+            client.send_bytes(publish_frames(1, b"m%d" % n, routing_key="s"))
+        assert [o for o, _b in offsets_and_bodies(await settle(broker, client))] == [4, 5], "6 unacked on the channel"
+        send(client, 2, commands.Basic.Ack(delivery_tag=6, multiple=True))
+        assert [o for o, _b in offsets_and_bodies(await settle(broker, client))] == [6, 7, 8, 9, 10, 11]
+
+    run(tmp_path, scenario)
+
+
 def test_acks_only_return_credit_and_nothing_is_requeued(tmp_path: Path) -> None:
     async def scenario(broker: Broker) -> None:
         client = await published_stream(broker, 5)
