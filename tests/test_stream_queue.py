@@ -338,6 +338,24 @@ def test_a_stream_consumers_first_batch_is_offered_for_writing_before_the_turn_e
     run(tmp_path, scenario)
 
 
+def test_stream_deliveries_are_traced_as_delivered(tmp_path: Path) -> None:
+    from amqp_server.broker.firehose import set_tracing
+    from tests.test_firehose import drain
+
+    async def scenario(broker: Broker) -> None:
+        client = await published_stream(broker, 3)
+        client.call(1, commands.Queue.Declare(queue="trace"))
+        client.call(1, commands.Queue.Bind(queue="trace", exchange="amq.rabbitmq.trace", routing_key="deliver.#"))
+        set_tracing(broker.vhosts["/"], True, broker.node_name)
+        consume(client, 2, "s", **{"x-stream-offset": "first"})
+        assert len(deliveries(await settle(broker, client))) == 3
+        traced = drain(client, "trace")
+        assert [(key, body) for key, _headers, body in traced] == [("deliver.s", b"m%d" % n) for n in range(3)]
+        assert [headers["properties"]["headers"]["x-stream-offset"] for _k, headers, _b in traced] == [0, 1, 2]
+
+    run(tmp_path, scenario)
+
+
 def test_a_damaged_record_is_stepped_over_and_the_consumer_goes_on(tmp_path: Path) -> None:
     from tests.test_stream_log import flip_byte_in_record
 
