@@ -30,7 +30,7 @@ import struct
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 from queues.arguments import QueueArguments
@@ -150,7 +150,7 @@ def _header_with_own_offset(class_id: int, weight: int, body_size: int, raw_prop
 
 
 _consumer_of = itemgetter(2)  # of a (entry, queue, consumer) the channel settles
-_offset_of = itemgetter(0)  # of a record (offset, envelope, body)
+_seq_of = attrgetter("seq")  # of a QueueEntry
 ENVELOPE_CACHE = 64  # envelopes a stream keeps the EnvelopeDeliveries of (most streams use one or a few)
 
 
@@ -173,8 +173,9 @@ class StreamMessage(Message):
 
 
 class StreamEntry(QueueEntry):
-    """One delivery of a stream record (its `seq` is the record's offset), made delivered: a
-    stream entry is never ready, and settling it only returns credit."""
+    """A stream record as delivered (its `seq` is the record's offset), made delivered: a
+    stream entry is never ready, settling it only returns credit, and nothing changes it, so
+    one entry serves the deliveries of its record to every consumer reading its block."""
 
     __slots__ = ()
 
@@ -223,9 +224,9 @@ class StreamReading:
                     start += 1
                 return run._replace(start=start)
 
-    def delivered(self, offsets: "list[int]") -> None:
+    def delivered(self, entries: list[QueueEntry]) -> None:
         if self.tracked_name is not None:
-            self.outstanding.extend(offsets)
+            self.outstanding.extend(map(_seq_of, entries))
 
     def acked(self, offset: int) -> bool:
         """The delivery of `offset` is acked; True when the resume point moved on."""
@@ -464,46 +465,44 @@ class StreamQueue(Queue):
                         continue
                     if run.start == run.stop:
                         break
-                    entries, offsets = self._entries(run)
+                    entries = self._entries(run)
                     count = len(entries)
                     consumer.count_unacked_batch(count)
                     self.unacked_count += count
                     stats.delivered += count
-                    reading.delivered(offsets)
+                    reading.delivered(entries)
                     consumer.sink.deliver_many(consumer, entries)
                     if self.deleted or consumer not in self._readings:
                         break
         finally:
             self._dispatching = False
 
-    def _entries(self, run: RecordRun) -> tuple[list[QueueEntry], list[int]]:
-        """The deliveries of the records of `run`, and their offsets. A record's message is made
-        once for all consumers reading its block (kept with the block)."""
+    def _entries(self, run: RecordRun) -> list[QueueEntry]:
+        """The deliveries of the records of `run`. A record's entry (and message) is made once
+        for all consumers reading its block, and kept with the block."""
         block = run.block
         if block is None:
-            messages = self._messages(run.records)
-        else:
-            messages = block.derived
-            if messages is None:
-                messages = self._messages(run.records)
-                block.keep_derived(messages)
-        start, stop = run.start, run.stop
-        offsets = list(map(_offset_of, run.records[start:stop]))
-        return list(map(StreamEntry, messages[start:stop], offsets)), offsets
+            records = run.records
+            return self._entries_of(records if run.start == 0 else records[run.start:run.stop])
+        entries = block.derived
+        if entries is None:
+            entries = self._entries_of(run.records)
+            block.keep_derived(entries)
+        return entries[run.start:run.stop]  # type: ignore[no-any-return]
 
-    def _messages(self, records: "list[tuple[int, bytes, bytes]]") -> list[Message]:
-        """The message each record is delivered as: like its envelope's model, with a content
-        header carrying its x-stream-offset."""
+    def _entries_of(self, records: "list[tuple[int, bytes, bytes]]") -> list[QueueEntry]:
+        """The entry of each record: its message like its envelope's model, with a content header
+        carrying its x-stream-offset."""
         envelope = records[0][1]
         model, header, before, after = self._deliveries_of(envelope)
-        messages: list[Message] = []
-        append = messages.append
+        entries: list[QueueEntry] = []
+        append = entries.append
         for offset, record_envelope, body in records:
             if record_envelope is not envelope:
                 envelope = record_envelope
                 model, header, before, after = self._deliveries_of(envelope)
-            append(StreamMessage(model, header(60, 0, len(body), before, offset, after), body))
-        return messages
+            append(StreamEntry(StreamMessage(model, header(60, 0, len(body), before, offset, after), body), offset))
+        return entries
 
     def _deliveries_of(self, envelope: bytes) -> "tuple[Message, HeaderMaker, bytes, bytes]":
         cache = self._envelopes
