@@ -7,10 +7,16 @@ stopped. Iterating a cursor gives the same records one by one and stops at the
 end; iterating again goes on.
 
 What a cursor holds: the stream, one open file (the segment it is in), a read
-buffer of ``read_size`` bytes (256 KiB by default) and its position. Cursors
-share nothing but the files and the stream's small index, so any number of
-them read the same stream at their own pace, and reading history never loads
-more than one buffer (and the records returned) into memory.
+buffer of ``read_size`` bytes (256 KiB by default) or the block it reads
+(below), and its position. Any number of cursors read the same stream at
+their own pace, and reading history never loads more than one buffer or block
+(and the records returned) into memory.
+
+``read_messages`` returns records as ``(offset, envelope, body)``, and
+``read_run`` the same in runs: in committed history, for a cursor without a
+filter, a run is a slice of a *block* (stream_blocks), read and checked once
+for all the cursors reading it and shared among them through the stream's
+``BlockCache``.
 
 * **Gaps.** When the records the cursor would read next are no longer stored
   (its offset was below ``first_offset``, or retention dropped its segment),

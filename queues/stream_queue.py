@@ -4,9 +4,13 @@ A stream keeps every message it is published, in its log (persistence/stream_log
 retention (x-max-length-bytes, x-max-age) drops whole segments from the front. A consumer does
 not take messages away from others: each reads the log from its own offset (x-stream-offset,
 queues/stream_offset.py) through a cursor of its own, which reads the files in chunks, so
-history is never pulled into memory and many consumers share nothing but the files. A
-consumer at the tail is pushed new messages once their records are fsynced (the log's
-`on_committed`).
+history is never pulled into memory. Consumers reading the same history share it: the cursors
+read it by blocks (persistence/stream_blocks.py), each read and checked once for all of them,
+and the entries the stream makes of a block's records (a StreamEntry and its StreamMessage,
+the offset spliced into the record's properties) are kept with the block, so each record is
+decoded once whatever the number of consumers. A consumer gets its records in batches, up to
+its credit, in one `deliver_many`. A consumer at the tail is pushed new messages once their
+records are fsynced (the log's `on_committed`).
 
 Over AMQP 0-9-1 this is RabbitMQ's stream: a consumer needs a per-consumer prefetch, acks
 (nack and reject too) only return credit, nothing is requeued, and every delivery carries the
