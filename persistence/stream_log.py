@@ -69,6 +69,7 @@ from persistence.buffered_tail import BUFFER_LIMIT_FACTOR, BufferedTail
 from persistence.group_commit import GroupCommitter, SyncJob, sync_job
 from persistence.segment_file import create_segment
 from persistence.record_format import LENGTH
+from persistence.stream_blocks import BlockCache, RecordBlock
 from persistence.stream_commit_mark import CommitMark, CommitMarkWriter, DamagedCommitMark, read_commit_mark
 from persistence.stream_index import (
     DEFAULT_INDEX_INTERVAL,
@@ -82,6 +83,7 @@ from persistence.stream_index import (
 from persistence.stream_offsets import StreamOffsets
 from persistence.stream_recovery import StreamRecovery, make_stream_directory, recover_segments
 from persistence.stream_segment import (
+    ENVELOPED_RECORD_OVERHEAD,
     FLAG_CHUNK_START,
     FLAG_FILTER,
     HEAD,
@@ -89,10 +91,10 @@ from persistence.stream_segment import (
     RECORD_OVERHEAD,
     STREAM_RECORD,
     check_short,
+    encode_envelope,
     encode_header,
-    encode_record,
+    encode_record_with,
     index_file_name,
-    record_size,
     segment_file_name,
     stream_path,
 )
@@ -199,6 +201,8 @@ class StreamLog(BufferedTail):
         self._tail: SegmentIndex | None = None
         self._tail_fd: int | None = None
         self._buffer = bytearray()
+        self._envelope = b""  # of the last append, and what it was made of
+        self._envelope_of: tuple[str, str, bytes] | None = None
         self._next = 0  # the offset the next append gets
         self._last_ts = 0
         # Committed (readable): everything before _visible_next, which ends in segment
@@ -214,6 +218,7 @@ class StreamLog(BufferedTail):
         self._retention_due = False
         self._sync_requested = False
         self._cursors: weakref.WeakSet[StreamCursor] = weakref.WeakSet()
+        self.blocks = BlockCache()  # blocks of records read once for all cursors (stream_blocks)
         self._mark: CommitMarkWriter | None = None  # the committed end, for readers of the files
         self.damage: list[StreamDamage] = []
         self.recovery = StreamRecovery(0, 0, 0, 0.0)
@@ -280,17 +285,24 @@ class StreamLog(BufferedTail):
         record's if the clock went back. It becomes readable once committed. If it raises,
         nothing was appended."""
         self._check_writable()
-        exchange_b = exchange.encode("utf-8")
-        routing_key_b = routing_key.encode("utf-8")
-        if len(exchange_b) > 255 or len(routing_key_b) > 255:
-            check_short("exchange", exchange_b)
-            check_short("routing key", routing_key_b)
+        # Publishes to a stream mostly repeat their exchange, key and properties: their envelope
+        # (stream_segment.encode_envelope) is made once per change.
+        routing = (exchange, routing_key, raw_properties)
+        if routing != self._envelope_of:
+            exchange_b = exchange.encode("utf-8")
+            routing_key_b = routing_key.encode("utf-8")
+            if len(exchange_b) > 255 or len(routing_key_b) > 255:
+                check_short("exchange", exchange_b)
+                check_short("routing key", routing_key_b)
+            self._envelope = encode_envelope(exchange_b, routing_key_b, raw_properties)
+            self._envelope_of = routing
+        envelope = self._envelope
         if filter_value is None:
             filter_b, flags = b"", 0
         else:
             filter_b, flags = filter_value.encode("utf-8"), FLAG_FILTER
             check_short("filter value", filter_b)
-        size = record_size(filter_b, exchange_b, routing_key_b, raw_properties, body)
+        size = ENVELOPED_RECORD_OVERHEAD + len(filter_b) + len(envelope) + len(body)
         tail = self._tail
         buffer = self._buffer
         if len(buffer) >= BUFFER_LIMIT_FACTOR * self.write_buffer_size:
@@ -307,7 +319,7 @@ class StreamLog(BufferedTail):
             ts = self._last_ts
         offset = self._next
         position = tail.size + len(buffer)
-        buffer += encode_record(offset, ts, flags, filter_b, exchange_b, routing_key_b, raw_properties, body)
+        buffer += encode_record_with(offset, ts, flags, filter_b, envelope, body)
         buffer += body
         tail.note(offset, ts, position, was_empty)
         if was_empty:
@@ -942,6 +954,25 @@ class StreamLog(BufferedTail):
     def forget_cursor(self, cursor: StreamCursor) -> None:
         self._cursors.discard(cursor)
 
+    def share_block(self, block: RecordBlock, reader: StreamCursor) -> None:
+        """``reader`` read ``block``: keep it for the cursors without a filter still before its
+        end, and let go of the kept blocks every such cursor is past (stream_blocks)."""
+        behind = end = (block.segment_id, block.end)
+        wanted = False
+        for cursor in self._cursors:
+            if not cursor.reads_blocks:
+                continue
+            place = cursor.place
+            if place is None:
+                place = (-1, 0)  # not placed yet (it starts at the first record kept, or after a gap)
+            if place < behind:
+                behind = place
+            if cursor is not reader and place < end:
+                wanted = True
+        self.blocks.drop_before(*behind)
+        if wanted:
+            self.blocks.keep(block)
+
     # ---- retention -------------------------------------------------------------------------
 
     def set_retention(self, max_bytes: int | None, max_age_ms: int | None) -> None:
@@ -997,6 +1028,7 @@ class StreamLog(BufferedTail):
             self._unsynced_paths.discard(str(path))
         self._dir_dirty = True
         self.damage = [d for d in self.damage if d.path != str(seg.path)]
+        self.blocks.drop_segment(seg.segment_id)
         for cursor in list(self._cursors):
             cursor.segment_dropped(seg)
 
@@ -1103,6 +1135,7 @@ class StreamLog(BufferedTail):
         self._buffer.clear()
         for cursor in list(self._cursors):
             cursor.close()
+        self.blocks.clear()
         for seg in self._segments:
             seg.mark_dropped()
         self._segments, self._segment_ids, self._tail = [], [], None

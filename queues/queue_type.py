@@ -19,7 +19,7 @@ consumers) are plain methods of the queue, called without an answer: they are th
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -163,6 +163,12 @@ class QueueType(abc.ABC):
 
     @abc.abstractmethod
     def ack(self, entry: "QueueEntry", consumer: "Consumer | None") -> None: ...
+
+    def ack_many(self, taken: "Sequence[tuple[QueueEntry, Any, Consumer | None]]") -> None:
+        """`ack` each (entry, this queue, consumer) of `taken`, in order: the deliveries of this
+        queue one `multiple` ack settles. A type may settle them together."""
+        for entry, _queue, consumer in taken:
+            self.ack(entry, consumer)
 
     @abc.abstractmethod
     def reject(self, entry: "QueueEntry", consumer: "Consumer | None") -> None: ...

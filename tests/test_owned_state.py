@@ -290,6 +290,7 @@ ALLOWED: dict[str, str] = {
     "queues/queue.py::Queue.get::self.stats.redelivered": COUNTERS,
     "queues/queue.py::Queue.publish::self.stats.published": COUNTERS,
     "queues/stream_queue.py::StreamQueue.ack::self.stats.acked": COUNTERS,
+    "queues/stream_queue.py::StreamQueue.ack_many::self.stats.acked": COUNTERS,
     "queues/stream_queue.py::StreamQueue.dispatch::stats.delivered": COUNTERS,
     "queues/stream_queue.py::StreamQueue.publish::self.stats.published": COUNTERS,
     "queues/ready_messages.py::ReadyMessages._load_from::run.start": PRIVATE_RECORD,

@@ -186,6 +186,9 @@ class ChannelConnection(Protocol):
     def send_delivery(self, frames: list[bytes], body_size: int) -> None:
         """The frames of one delivery (the connection may pause deliveries after it)."""
 
+    def send_deliveries(self, frames: list[bytes], body_size: int, count: int) -> None:
+        """The frames of `count` deliveries, `body_size` bytes of bodies (as many send_delivery)."""
+
     def confirms_pending(self, channel: Any) -> None:
         """`channel` has publisher confirms to send with the next write."""
 

@@ -600,6 +600,19 @@ class Connection:
         if self._delivery_count_unwritten == EARLY_WRITE_DELIVERIES and self.on_early_write is not None:
             self.on_early_write()
 
+    def send_deliveries(self, frames: list[bytes], body_size: int, count: int) -> None:
+        """The frames of `count` deliveries at once, as `count` send_delivery calls would send them."""
+        if not self._out:
+            self.on_output()
+        self._out.extend(frames)
+        self._delivery_bytes_unwritten += body_size
+        if self._delivery_bytes_unwritten > DELIVERY_BYTES_PER_WRITE:
+            self.deliveries_paused = True
+        before = self._delivery_count_unwritten
+        self._delivery_count_unwritten = before + count
+        if before < EARLY_WRITE_DELIVERIES <= before + count and self.on_early_write is not None:
+            self.on_early_write()
+
     def _write(self, data: bytes) -> None:
         if not self._out:
             self.on_output()
