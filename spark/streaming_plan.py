@@ -201,10 +201,9 @@ def _queue_start_at(source: QueueSource, mode: str, value: int, policy: LossPoli
             if k + 1 < len(source.segments) and source.segments[k + 1].segment_id <= value:
                 continue  # every seq in it is below the next segment's id
             walk = walk_queue(seg.path, 0, seg.size, min_seq=value, max_count=1, tail=True, split=split)
-            if walk is not None and walk.count:
-                position = walk.boundaries[0][0]
-                return Position(source.created, walk.last_seq or value, walk.last_seq or value, seg.segment_id,
-                                position)
+            if walk is not None and walk.found:
+                at, seq = walk.boundaries[0]
+                return Position(source.created, seq, seq, seg.segment_id, at)
             continue
         scan = snapshot_scan(Path(seg.path), seg.size, seg.identity)
         if scan is None:
@@ -214,10 +213,10 @@ def _queue_start_at(source: QueueSource, mode: str, value: int, policy: LossPoli
         if later.any():
             k = int(later.argmax())
             seq = int(index.seqs[k])
-            position = int(index.starts[k]) - 9  # the record starts 9 bytes before its payload
-            return Position(source.created, seq, seq, seg.segment_id, position)
-    position = end_now(source, policy, split)
-    return position._replace(first=position.next)
+            at = int(index.starts[k]) - 9  # the record starts 9 bytes before its payload
+            return Position(source.created, seq, seq, seg.segment_id, at)
+    end = end_now(source, policy, split)
+    return end._replace(first=end.next)
 
 
 # ---- reconciling a start offset with the files -------------------------------------------------
@@ -386,8 +385,8 @@ class QueueEnd:
             if walk is None:  # removed since it was listed: what follows is in later segments
                 self._next_segment()
                 continue
-            moved += walk.count
-            if walk.count:
+            moved += walk.found
+            if walk.found:
                 assert walk.last_seq is not None
                 for position, seq in walk.boundaries:
                     if position - self.last_cut >= self.split:

@@ -45,7 +45,7 @@ class QueueDamage(NamedTuple):
 class QueueWalk(NamedTuple):
     """What ``walk_queue`` found."""
 
-    count: int  # message records with seq >= min_seq
+    found: int  # message records with seq >= min_seq
     last_seq: int | None  # the seq of the last of them
     end: int  # file position just past the last of them (the walk's start when there is none)
     walked_to: int  # where the walk stopped: ``limit`` when it read every record before it
