@@ -5,9 +5,9 @@
        .option("url", "amqp://guest:guest@broker:5672/%2F").option("exchange", "alerts")
        .option("checkpointLocation", "/checkpoints/alerts").start())
 
-Each task publishes its rows over one AMQP connection (pika) with publisher confirms, keeping up
-to ``confirmWindow`` messages unconfirmed, and succeeds only when the broker has confirmed every
-one of them: a nack, a message returned as unroutable (``mandatory``, on by default), a closed
+Each task publishes its rows over one AMQP connection with publisher confirms
+(``confirmed_publisher``), keeping up to ``confirmWindow`` (5000) messages unconfirmed, and
+succeeds only when the broker has confirmed every one of them: a nack, a message returned as unroutable (``mandatory``, on by default), a closed
 channel or connection, or no confirm for ``confirmTimeout`` seconds fails the task, and Spark
 runs it again.
 
@@ -93,7 +93,7 @@ def sink_settings(given: Any, schema: StructType) -> SinkSettings:
     used = _check_columns(schema)
     return SinkSettings(str(url), str(options.get("exchange", "")), str(options.get("routingKey", "")),
                         parse_boolean(options, "mandatory", True), parse_boolean(options, "persistent", True),
-                        parse_positive(options, "confirmWindow", 1000, "number of messages"),
+                        parse_positive(options, "confirmWindow", 5000, "number of messages"),
                         parse_positive(options, "confirmTimeout", 60, "number of seconds"),
                         options.get("idPrefix"), used)
 
@@ -192,38 +192,40 @@ def publish_batches(settings: SinkSettings, batches: Iterator[Any], id_prefix: s
     return publisher.publish_all(_messages(settings, batches, id_prefix))
 
 
-def _messages(settings: SinkSettings, batches: Iterator[Any], id_prefix: str) -> Iterator[tuple[str, str, Any, bytes]]:
-    import pika
+def _messages(settings: SinkSettings, batches: Iterator[Any], id_prefix: str) -> Iterator[tuple[str, str, bytes, bytes]]:
+    """(exchange, routing key, encoded properties, body) of every row of the Arrow ``batches``."""
+    from spark.confirmed_publisher import encode_properties
 
     exchange, default_key = settings.exchange, settings.routing_key
     mode = 2 if settings.persistent else 1
+    # The usual case, only a delivery mode and a message id: the flags and the mode are the same for all.
+    fast_head = bytes((0x10, 0x80, mode))
     row = 0
     for batch in batches:
-        names = [name for name in settings.columns if name in batch.schema.names]
-        columns = {name: batch.column(name).to_pylist() for name in names}
-        bodies = columns["body"]
-        keys = columns.get("routing_key")
-        ids = columns.get("message_id")
-        headers = columns.get("headers")
-        stamps = columns.get("timestamp")
-        modes = columns.get("delivery_mode")
-        strings = [(name, columns[name]) for name in _STRING_PROPERTIES if name in columns and name != "message_id"]
-        priorities = columns.get("priority")
+        columns = {name: batch.column(name).to_pylist() for name in settings.columns if name in batch.schema.names}
+        bodies = columns.pop("body")
+        keys = columns.pop("routing_key", None)
+        ids = columns.pop("message_id", None)
+        stamps = columns.pop("timestamp", None)
+        if stamps is not None:
+            columns["timestamp"] = [None if t is None else int(t.replace(tzinfo=t.tzinfo or datetime.timezone.utc)
+                                                               .timestamp()) for t in stamps]
+        headers = columns.pop("headers", None)
+        if headers is not None:
+            columns["headers"] = [None if h is None else dict(h) for h in headers]
         for i, body in enumerate(bodies):
-            properties = pika.BasicProperties(
-                delivery_mode=mode if modes is None or modes[i] is None else modes[i],
-                message_id=f"{id_prefix}:{row}" if ids is None or ids[i] is None else ids[i],
-            )
-            for name, values in strings:
-                if values[i] is not None:
-                    setattr(properties, name, values[i])
-            if priorities is not None and priorities[i] is not None:
-                properties.priority = priorities[i]
-            if headers is not None and headers[i] is not None:
-                properties.headers = dict(headers[i])
-            if stamps is not None and stamps[i] is not None:
-                properties.timestamp = int(stamps[i].replace(tzinfo=stamps[i].tzinfo or datetime.timezone.utc)
-                                           .timestamp())
+            message_id = f"{id_prefix}:{row}" if ids is None or ids[i] is None else ids[i]
+            if columns:
+                values = {name: values[i] for name, values in columns.items()}
+                if values.get("delivery_mode") is None:
+                    values["delivery_mode"] = mode
+                values["message_id"] = message_id
+                properties = encode_properties(values)
+            else:
+                raw_id = message_id.encode()
+                if len(raw_id) > 255:
+                    raise ValueError(f"amqp-queue sink: message_id is longer than 255 bytes: {message_id[:40]!r}...")
+                properties = fast_head + bytes((len(raw_id),)) + raw_id
             key = default_key if keys is None or keys[i] is None else keys[i]
             payload = b"" if body is None else body.encode() if isinstance(body, str) else bytes(body)
             yield exchange, key, properties, payload

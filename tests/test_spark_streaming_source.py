@@ -365,3 +365,57 @@ def test_a_torn_or_corrupt_queue_record_fails_the_query_or_is_skipped(tmp_path, 
         rows = drain(lenient, lenient.initialOffset())[1]
     assert sorted(s for _, s in rows) == list(range(2, 51))
     assert "CRC mismatch" in caplog.text
+
+
+# ---- the sink's pieces -----------------------------------------------------------------------
+
+
+def test_the_sinks_properties_decode_to_what_was_given():
+    import datetime
+
+    from pamqp import frame
+
+    from spark.basic_properties import PROPERTY_NAMES, decode
+    from spark.confirmed_publisher import encode_properties
+
+    given = {"content_type": "application/json", "content_encoding": "gzip", "delivery_mode": 2, "priority": 7,
+             "correlation_id": "c-1", "reply_to": "replies", "expiration": "60000", "message_id": "q:3:1:9",
+             "timestamp": 1_700_000_000, "type": "alert", "user_id": "guest", "app_id": "spark", "cluster_id": "c",
+             "headers": {"s": "text", "n": -5, "yes": True, "f": 1.5, "raw": b"\x00\x01", "none": None,
+                         "nested": {"k": "v"}, "list": [1, "two"]}}
+    raw = encode_properties(given)
+    _, _, content = frame.unmarshal(b"\x02\x00\x01" + (12 + len(raw)).to_bytes(4, "big") + b"\x00\x3c\x00\x00"
+                                    + (10).to_bytes(8, "big") + raw + b"\xce")  # as a client library reads it
+    decoded = content.properties
+    for name, value in given.items():
+        if name == "timestamp":
+            assert int(decoded.timestamp.replace(tzinfo=datetime.timezone.utc).timestamp()) == value
+        elif name != "headers":
+            assert getattr(decoded, "message_type" if name == "type" else name) == value, name
+    assert decoded.headers == given["headers"]
+    by_source = dict(zip(PROPERTY_NAMES, decode(raw)))  # as the amqp-queue source reads it back
+    assert by_source["message_id"] == "q:3:1:9" and by_source["headers"]["list"] == '[1, "two"]'
+    assert encode_properties({"delivery_mode": 2, "message_id": "x"}) == b"\x10\x80\x02\x01x"
+
+
+def test_the_sink_refuses_a_bad_option_or_column_and_names_it():
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+    from spark.amqp_sink import sink_settings
+
+    good = StructType([StructField("body", BinaryType()), StructField("routing_key", StringType()),
+                       StructField("seq", LongType())])  # seq: a column of the source, ignored
+    settings = sink_settings({"url": "amqp://guest:guest@localhost:5672/%2F", "exchange": "alerts"}, good)
+    assert settings.columns == ("body", "routing_key") and settings.window == 5000 and settings.mandatory
+    cases = [({}, good, "needs option url"), ({"url": "http://x"}, good, "url must be an amqp"),
+             ({"url": "amqp://h", "confirmWindow": "0"}, good, "confirmWindow"),
+             ({"url": "amqp://h", "mandatory": "perhaps"}, good, "mandatory"),
+             ({"url": "amqp://h", "routing_key": "x"}, good, "no option routing_key"),
+             ({"url": "amqp://h"}, StructType([StructField("payload", BinaryType())]), "needs a column body"),
+             ({"url": "amqp://h"}, StructType([StructField("body", IntegerType())]), "column body must be"),
+             ({"url": "amqp://h"}, StructType([*good.fields, StructField("weight", IntegerType())]), "no column weight"),
+             ({"url": "amqp://h"}, StructType([*good.fields, StructField("priority", StringType())]),
+              "column priority must be an integer")]
+    for options, schema, message in cases:
+        with pytest.raises(ValueError, match=message):
+            sink_settings(options, schema)
