@@ -28,7 +28,8 @@ import json
 from pathlib import Path
 from typing import NamedTuple, Union
 
-from persistence.segment_file import segment_file_name
+from persistence.segment_file import CorruptSegmentHeader, segment_file_name
+from persistence.stream_cursor import CorruptStreamRecord
 from persistence.segment_layout import QUEUE_META, queue_path
 from persistence.segment_reader import FileIdentity
 from persistence.stream_segment import HEADER_SIZE, stream_path
@@ -271,8 +272,9 @@ class StreamEnd:
     """A stream's batch end, moved forward by ``advance``; ``position`` names it exactly, with the
     batch's cuts."""
 
-    def __init__(self, source: StreamSource, start: Position, target: Position | None, split: int) -> None:
-        self.source, self.start, self.target, self.split = source, start, target, split
+    def __init__(self, source: StreamSource, start: Position, target: Position | None, split: int,
+                 policy: LossPolicy) -> None:
+        self.source, self.start, self.target, self.split, self.policy = source, start, target, split, policy
         self.cap = source.next if target is None else min(source.next, target.next)
         self.next = start.next
 
@@ -292,7 +294,11 @@ class StreamEnd:
         elif self.target is not None and self.next == self.target.next:
             segment, position = self.target.segment, self.target.position
         else:
-            segment, position = self._locate(self.next)
+            try:
+                segment, position = self._locate(self.next)
+            except CorruptStreamRecord as err:  # the walk to the end met damage
+                self.policy.damaged(err)  # raises with failOnDataLoss=true
+                segment, position = self._known_end_near(self.next)
         end = Position(start.created, start.first, self.next, segment, position, start.lost)
         return end._replace(cuts=((start.segment, start.position, start.next), *self._cuts(end)))
 
@@ -305,6 +311,22 @@ class StreamEnd:
         if found != offset:
             raise DataLoss(f"amqp-queue: {self.source.key.describe()}: offset {offset} not found in {seg.path}")
         return seg.segment_id, position
+
+    def _known_end_near(self, offset: int) -> tuple[int, int]:
+        """A known record boundary to end at instead of ``offset`` (damage lies between them): the
+        last before it, or if that is the start, the first after it (so the query moves on). Sets
+        ``next`` to its offset."""
+        known = [(self.source.next, self.source.end_segment, self.source.end_position)]
+        for seg in self.source.snapshot.segments:
+            known.append((seg.segment_id, seg.segment_id, 0))
+            if seg.side is not None:
+                covered = min(seg.side.checkpoint.covered_size, seg.limit)
+                known.extend((int(o), seg.segment_id, int(p)) for o, p in zip(seg.side.offsets, seg.side.positions)
+                             if p < covered)
+        before = [k for k in known if self.start.next < k[0] <= offset]
+        chosen = max(before) if before else min(k for k in known if k[0] > offset)
+        self.next = chosen[0]
+        return chosen[1], chosen[2]
 
     def _cuts(self, end: Position) -> tuple[tuple[int, int, int], ...]:
         """Every segment start between the start and ``end``, and side-index entries about every
@@ -379,9 +401,13 @@ class QueueEnd:
             limit = seg.size
             if self.target is not None and seg.segment_id == self.target.segment:
                 limit = min(limit, self.target.position)
-            walk = walk_queue(seg.path, self.at, limit, min_seq=self.next,
-                              max_count=None if records is None else records - moved,
-                              tail=last and self.target is None, split=self.split)
+            try:
+                walk = walk_queue(seg.path, self.at, limit, min_seq=self.next,
+                                  max_count=None if records is None else records - moved,
+                                  tail=last and self.target is None, split=self.split)
+            except CorruptSegmentHeader as err:
+                self.policy.damaged(CorruptQueueRecord(seg.path, 0, f"unreadable segment header: {err}"))
+                walk = None  # failOnDataLoss=false: its messages are skipped, as recovery sets it aside
             if walk is None:  # removed since it was listed: what follows is in later segments
                 self._next_segment()
                 continue
@@ -447,7 +473,7 @@ def plan_ends(sources: dict[SourceKey, Source], starts: Offsets, max_rows: int |
         if source is None or (targets is not None and target is None):
             continue
         if isinstance(source, StreamSource):
-            ends[key] = StreamEnd(source, starts[key], target, split)
+            ends[key] = StreamEnd(source, starts[key], target, split, policy)
         else:
             ends[key] = QueueEnd(source, starts[key], target, policy, split)
     if max_rows is None:

@@ -210,6 +210,18 @@ def test_queue_rows_are_the_publishes_whatever_happened_to_the_messages_since(tm
     assert rows[0]["body"] == b"q1" and rows[0]["message_id"] == "m"
 
 
+def test_several_nodes_are_read_with_offsets_per_node(tmp_path):
+    append(open_stream(tmp_path / "n1"), 30)
+    publish(open_queue(tmp_path / "n2"), 20)
+    r = reader(tmp_path, path=f"n1={tmp_path / 'n1'},n2={tmp_path / 'n2'}")
+    end, rows, _ = drain(r, r.initialOffset())
+    assert sorted(set(rows)) == sorted(rows) and len(rows) == 50
+    assert sorted(json.loads(json.dumps(end))["nodes"]) == ["n1", "n2"]
+    assert sorted(positions(end)) == [("queue", "orders"), ("stream", "events")]
+    with pytest.raises(ValueError, match="names a node twice"):
+        reader(tmp_path, path=f"a={tmp_path},a={tmp_path}")
+
+
 # ---- where a query starts ----------------------------------------------------------------------
 
 
@@ -349,6 +361,26 @@ def test_a_corrupt_stream_record_fails_the_query_or_is_skipped_and_counted(tmp_p
         rows = read_all(lenient, start, end)
     assert len(rows) == 99 and len(set(rows)) == 99
     assert "CRC mismatch" in caplog.text and "(1 records)" in caplog.text
+
+
+def test_damage_where_a_limited_batch_would_end_moves_the_end_to_a_known_record(tmp_path):
+    log = open_stream(tmp_path, max_segment_bytes=1 << 20, index_interval_bytes=1 << 20)  # no index entries
+    append(log, 400)
+    log.close()
+    segment = next(tmp_path.rglob("*.seg"))
+    data = bytearray(segment.read_bytes())
+    at = 40
+    for _ in range(150):  # to record 150
+        at += 4 + int.from_bytes(data[at : at + 4], "big")
+    data[at : at + 4] = b"\xff\xff\xff\xff"  # its length: unreadable, and so where the next record starts
+    segment.write_bytes(bytes(data))
+    with pytest.raises(CorruptStreamRecord):
+        r = reader(tmp_path)
+        r.latestOffset(r.initialOffset(), ReadMaxRows(200))
+    lenient = reader(tmp_path, failOnDataLoss="false")
+    start, rows, sizes = drain(lenient, lenient.initialOffset(), 200)
+    assert positions(start)[("stream", "events")].next == 400, "never stuck at the damage"
+    assert len(rows) < 400 and len(set(rows)) == len(rows)
 
 
 def test_a_torn_or_corrupt_queue_record_fails_the_query_or_is_skipped(tmp_path, caplog):
