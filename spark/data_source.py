@@ -20,6 +20,9 @@ segment file (``queue_snapshot``); there is one partition per segment, read by
 a committed snapshot of every stream (``stream_snapshot``), cut into byte
 ranges of its segments, read by ``stream_reader``.
 
+``readStream`` (``streamReader``) is ``spark.streaming_source``; ``write`` and ``writeStream``
+(``writer``, ``streamWriter``) publish rows over AMQP: ``spark.amqp_sink``.
+
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (off by
 default in Spark 4.1-4.3, and a reader that takes filters while it is off
 fails every query). ``reader`` therefore offers ``pushFilters`` only when it
