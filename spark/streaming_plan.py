@@ -39,7 +39,7 @@ from spark.queue_snapshot import SegmentRef, plan
 from spark.stream_snapshot import StreamPart, StreamSegmentRef, StreamSnapshot, plan_streams, read_stream_meta, \
     snapshot_stream
 from spark.streaming_offsets import QUEUE, STREAM, Offsets, Position, SourceKey, Starting
-from spark.streaming_walk import walk_queue, walk_stream
+from spark.streaming_walk import stream_boundaries, walk_queue, walk_stream
 
 
 class Scope(NamedTuple):
@@ -50,6 +50,53 @@ class Scope(NamedTuple):
     queue: str | None
     include_internal: bool
     partition_bytes: int
+    min_partitions: int = 2
+
+    @property
+    def split(self) -> "Split":
+        return Split(self.partition_bytes, self.min_partitions)
+
+
+class Split(NamedTuple):
+    """How a batch is cut into partitions: pieces of about ``partition_bytes``, and at least
+    ``min_partitions`` of them when the batch is large enough (pieces of ``MIN_PIECE`` at least)."""
+
+    partition_bytes: int
+    min_partitions: int = 2
+
+    @property
+    def smallest(self) -> int:
+        """The smallest piece worth a partition of its own."""
+        return min(MIN_PIECE, self.partition_bytes)
+
+
+MIN_PIECE = 1024 * 1024
+
+
+def choose_cuts(start: Position, end_segment: int, end_position: int, segment_starts: list[tuple[int, int, int]],
+                candidates: list[tuple[int, int, int]], spans: int, split: Split) -> tuple[tuple[int, int, int], ...]:
+    """The batch's cuts, the start first (docs/spark.md, "Offsets"): every segment start inside it,
+    and of the candidate record boundaries inside a segment, those about every piece's length:
+    ``partition_bytes``, or less so that a batch of ``spans`` bytes makes ``min_partitions``."""
+    piece = max(split.smallest, min(split.partition_bytes, spans // max(split.min_partitions, 1)))
+    low, high = (start.segment, start.position), (end_segment, end_position)
+    points = sorted({c for c in segment_starts + candidates if low < (c[0], c[1]) < high})
+    starts = {(c[0], c[1]) for c in segment_starts}
+    cuts = [(start.segment, start.position, start.next)]
+    last_segment, last_position = start.segment, max(start.position, HEADER_SIZE)
+    for point in points:
+        if (point[0], point[1]) in starts:
+            cuts.append(point)
+            last_segment, last_position = point[0], HEADER_SIZE
+        elif point[0] == last_segment and point[1] - last_position >= piece and high_enough(point, piece, high):
+            cuts.append(point)
+            last_position = point[1]
+    return tuple(cuts)
+
+
+def high_enough(point: tuple[int, int, int], piece: int, high: tuple[int, int]) -> bool:
+    """A cut this close to the batch's end in the same segment would leave a sliver: not worth it."""
+    return point[0] != high[0] or high[1] - point[1] >= piece // 2
 
 
 class StreamSource(NamedTuple):
@@ -149,7 +196,7 @@ def earliest(source: Source) -> Position:
     return Position(source.created, first, first, first, 0)
 
 
-def starting_position(source: Source, starting: Starting, policy: LossPolicy, split: int) -> Position:
+def starting_position(source: Source, starting: Starting, policy: LossPolicy, split: Split) -> Position:
     """Where a query that has no checkpoint starts reading ``source`` (the ``startingOffsets`` option)."""
     mode, value = starting.for_source(source.key.vhost, source.key.name)
     if mode == "earliest":
@@ -191,7 +238,7 @@ def _stream_start_at(source: StreamSource, mode: str, value: int) -> Position:
     return Position(source.created, source.next, source.next, source.end_segment, source.end_position)
 
 
-def _queue_start_at(source: QueueSource, mode: str, value: int, policy: LossPolicy, split: int) -> Position:
+def _queue_start_at(source: QueueSource, mode: str, value: int, policy: LossPolicy, split: Split) -> Position:
     """The first message record with ``seq >= value`` ("seq") or published at or after ``value``
     ("timestamp"); a queue's publish times follow its seqs (the broker's clock permitting)."""
     from persistence.segment_reader import snapshot_scan
@@ -201,7 +248,7 @@ def _queue_start_at(source: QueueSource, mode: str, value: int, policy: LossPoli
         if mode == "seq":
             if k + 1 < len(source.segments) and source.segments[k + 1].segment_id <= value:
                 continue  # every seq in it is below the next segment's id
-            walk = walk_queue(seg.path, 0, seg.size, min_seq=value, max_count=1, tail=True, split=split)
+            walk = walk_queue(seg.path, 0, seg.size, min_seq=value, max_count=1, tail=True, split=MIN_PIECE)
             if walk is not None and walk.found:
                 at, seq = walk.boundaries[0]
                 return Position(source.created, seq, seq, seg.segment_id, at)
@@ -272,7 +319,7 @@ class StreamEnd:
     """A stream's batch end, moved forward by ``advance``; ``position`` names it exactly, with the
     batch's cuts."""
 
-    def __init__(self, source: StreamSource, start: Position, target: Position | None, split: int,
+    def __init__(self, source: StreamSource, start: Position, target: Position | None, split: Split,
                  policy: LossPolicy) -> None:
         self.source, self.start, self.target, self.split, self.policy = source, start, target, split, policy
         self.cap = source.next if target is None else min(source.next, target.next)
@@ -300,7 +347,7 @@ class StreamEnd:
                 self.policy.damaged(err)  # raises with failOnDataLoss=true
                 segment, position = self._known_end_near(self.next)
         end = Position(start.created, start.first, self.next, segment, position, start.lost)
-        return end._replace(cuts=((start.segment, start.position, start.next), *self._cuts(end)))
+        return end._replace(cuts=self._cuts(end))
 
     def _locate(self, offset: int) -> tuple[int, int]:
         seg = next(s for s in reversed(self.source.snapshot.segments) if s.segment_id <= offset)
@@ -329,30 +376,39 @@ class StreamEnd:
         return chosen[1], chosen[2]
 
     def _cuts(self, end: Position) -> tuple[tuple[int, int, int], ...]:
-        """Every segment start between the start and ``end``, and side-index entries about every
-        ``split`` bytes inside a segment."""
-        cuts: list[tuple[int, int, int]] = []
+        """The start, every segment start up to ``end``, and record boundaries about every piece
+        inside a segment: side-index entries, and where the side index does not reach (the newest
+        part of the newest segment), boundaries a walk of the records finds."""
+        start = self.start
+        segment_starts: list[tuple[int, int, int]] = []
+        candidates: list[tuple[int, int, int]] = []
+        spans = 0
         for seg in self.source.snapshot.segments:
-            if seg.segment_id > end.segment or seg.segment_id + 0 < self.start.segment:
+            if seg.segment_id < start.segment or seg.segment_id > end.segment:
                 continue
-            if seg.segment_id > self.start.segment and seg.segment_id < end.next and \
-                    (seg.segment_id < end.segment or end.position):
-                cuts.append((seg.segment_id, 0, seg.segment_id))
-            low = self.start.position if seg.segment_id == self.start.segment else 0
+            if seg.segment_id == end.segment and not end.position:
+                continue
+            if seg.segment_id > start.segment:
+                segment_starts.append((seg.segment_id, 0, seg.segment_id))
+            low = start.position if seg.segment_id == start.segment else 0
             high = end.position if seg.segment_id == end.segment else seg.limit
+            spans += high - max(low, HEADER_SIZE)
+            known = (max(low, HEADER_SIZE), start.next if seg.segment_id == start.segment else seg.segment_id)
             side = seg.side
-            if side is None:
-                continue
-            last = max(low, HEADER_SIZE)
-            covered = min(side.checkpoint.covered_size, high)
-            for entry_offset, entry_position in zip(side.offsets, side.positions):
-                entry_position, entry_offset = int(entry_position), int(entry_offset)
-                if entry_position <= last or entry_position >= covered:
-                    continue
-                if entry_position - last >= self.split and self.start.next < entry_offset < end.next:
-                    cuts.append((seg.segment_id, entry_position, entry_offset))
-                    last = entry_position
-        return tuple(cuts)
+            if side is not None:
+                covered = min(side.checkpoint.covered_size, high)
+                for entry_offset, entry_position in zip(side.offsets, side.positions):
+                    if low < entry_position < covered:
+                        candidates.append((seg.segment_id, int(entry_position), int(entry_offset)))
+                if covered > known[0] and covered < high:
+                    known = (covered, side.checkpoint.next_offset)
+            if high - known[0] > self.split.smallest and (side is None or side.checkpoint.covered_size < high):
+                try:
+                    found = stream_boundaries(seg.path, known[0], known[1], high, self.split.smallest)
+                except CorruptStreamRecord:
+                    found = []  # the partition reading it reports the damage
+                candidates.extend((seg.segment_id, p, o) for p, o in found)
+        return choose_cuts(start, end.segment, end.position, segment_starts, candidates, spans, self.split)
 
 
 def _best_boundary(seg: StreamSegmentRef, offset: int, start: Position | None) -> tuple[int, int]:
@@ -376,7 +432,7 @@ class QueueEnd:
     ``position`` names it exactly, with the batch's cuts."""
 
     def __init__(self, source: QueueSource, start: Position, target: Position | None, policy: LossPolicy,
-                 split: int) -> None:
+                 split: Split) -> None:
         self.source, self.start, self.target, self.policy, self.split = source, start, target, policy, split
         segments = [s for s in source.segments if s.segment_id >= start.segment]
         if target is not None:
@@ -388,8 +444,8 @@ class QueueEnd:
         self.at = start.position if resumes else 0  # (a hint: past the end, the segment was cut back)
         self.next = start.next
         self.end = start  # the end so far
-        self.cuts: list[tuple[int, int, int]] = []
-        self.last_cut = self.at
+        self.segment_starts: list[tuple[int, int, int]] = []
+        self.candidates: list[tuple[int, int, int]] = []  # message records about every split.smallest bytes
         self.done = not segments
 
     def advance(self, records: int | None) -> int:
@@ -404,7 +460,7 @@ class QueueEnd:
             try:
                 walk = walk_queue(seg.path, self.at, limit, min_seq=self.next,
                                   max_count=None if records is None else records - moved,
-                                  tail=last and self.target is None, split=self.split)
+                                  tail=last and self.target is None, split=self.split.smallest)
             except CorruptSegmentHeader as err:
                 self.policy.damaged(CorruptQueueRecord(seg.path, 0, f"unreadable segment header: {err}"))
                 walk = None  # failOnDataLoss=false: its messages are skipped, as recovery sets it aside
@@ -414,10 +470,7 @@ class QueueEnd:
             moved += walk.found
             if walk.found:
                 assert walk.last_seq is not None
-                for position, seq in walk.boundaries:
-                    if position - self.last_cut >= self.split:
-                        self.cuts.append((seg.segment_id, position, seq))
-                        self.last_cut = position
+                self.candidates.extend((seg.segment_id, position, seq) for position, seq in walk.boundaries)
                 self.next = walk.last_seq + 1
                 self.end = Position(self.start.created, self.start.first, self.next, seg.segment_id, walk.end,
                                     self.start.lost)
@@ -442,26 +495,33 @@ class QueueEnd:
 
     def _next_segment(self) -> None:
         self.k += 1
-        self.at = self.last_cut = 0
+        self.at = 0
         if self.k >= len(self.segments):
             self.done = True
             return
         seg = self.segments[self.k]
         # Every message before this segment has a lower seq than its id (docs/queue-files.md section 1).
         self.next = max(self.next, seg.segment_id)
-        self.cuts.append((seg.segment_id, 0, self.next))
+        self.segment_starts.append((seg.segment_id, 0, self.next))
         self.end = Position(self.start.created, self.start.first, self.next, seg.segment_id, 0, self.start.lost)
 
     def position(self) -> Position:
         if self.end is self.start:
             return self.start
         end, start = self.end, self.start
-        cuts = tuple(c for c in self.cuts if (c[0], c[1]) < (end.segment, end.position))
-        return end._replace(cuts=((start.segment, start.position, start.next), *cuts))
+        spans = 0
+        for seg in self.segments:
+            if seg.segment_id > end.segment:
+                break
+            low = start.position if seg.segment_id == start.segment else 0
+            high = end.position if seg.segment_id == end.segment else seg.size
+            spans += max(high - max(low, HEADER_SIZE), 0)
+        cuts = choose_cuts(start, end.segment, end.position, self.segment_starts, self.candidates, spans, self.split)
+        return end._replace(cuts=cuts)
 
 
 def plan_ends(sources: dict[SourceKey, Source], starts: Offsets, max_rows: int | None,
-              targets: Offsets | None, policy: LossPolicy, split: int, previous: Offsets | None = None) -> Offsets:
+              targets: Offsets | None, policy: LossPolicy, split: Split, previous: Offsets | None = None) -> Offsets:
     """The end of the next batch for every key of ``starts`` (already reconciled), at most
     ``max_rows`` records in all (None: everything), none past ``targets`` (availableNow). Where
     nothing changed since ``previous`` (the batch's start as Spark has it), its position is kept
@@ -593,7 +653,7 @@ def _exact(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
-def end_now(source: Source, policy: LossPolicy, split: int) -> Position:
+def end_now(source: Source, policy: LossPolicy, split: Split) -> Position:
     """Where the records of ``source`` stored now end (for a queue, only its newest segment is
     walked: every message before it has a lower seq than its id)."""
     if isinstance(source, StreamSource):
@@ -608,6 +668,6 @@ def end_now(source: Source, policy: LossPolicy, split: int) -> Position:
     return start if found.next == 0 else found._replace(cuts=())
 
 
-def targets_now(sources: dict[SourceKey, Source], policy: LossPolicy, split: int) -> Offsets:
+def targets_now(sources: dict[SourceKey, Source], policy: LossPolicy, split: Split) -> Offsets:
     """Where everything stored now ends, per queue and stream (``Trigger.AvailableNow``'s target)."""
     return {key: end_now(source, policy, split) for key, source in sorted(sources.items())}

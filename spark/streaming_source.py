@@ -14,7 +14,8 @@ the planning is ``streaming_plan``; the reading ``stream_reader`` (streams) and
 ``queue_range_reader`` (queues).
 
 Options: the batch source's ``path``, ``vhost``, ``queue``, ``include_internal`` and
-``partition_bytes``, and ``startingOffsets`` (default ``latest``), ``maxRecordsPerTrigger``
+``partition_bytes``, and ``minPartitions`` (default 2: a batch of more than 2 MiB is cut into at
+least that many partitions), ``startingOffsets`` (default ``latest``), ``maxRecordsPerTrigger``
 (default: no limit) and ``failOnDataLoss`` (default ``true``). An option this source does not
 know is an error that names it (a misspelt option would otherwise be silently ignored).
 """
@@ -44,8 +45,8 @@ from spark.streaming_plan import (
     targets_now,
 )
 
-OPTIONS = frozenset({"path", "vhost", "queue", "include_internal", "partition_bytes", "startingoffsets",
-                     "maxrecordspertrigger", "failondataloss", "pushdown", "side_files"})
+OPTIONS = frozenset({"path", "vhost", "queue", "include_internal", "partition_bytes", "minpartitions",
+                     "startingoffsets", "maxrecordspertrigger", "failondataloss", "pushdown", "side_files"})
 
 
 class StreamingPartition(InputPartition):
@@ -64,14 +65,15 @@ class AmqpQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         unknown = [name for name in options.names() if name not in OPTIONS]
         if unknown:
             raise ValueError(f"amqp-queue has no streaming option {', '.join(unknown)}; its options are path, vhost, "
-                             "queue, include_internal, partition_bytes, startingOffsets, maxRecordsPerTrigger, "
-                             "failOnDataLoss")
+                             "queue, include_internal, partition_bytes, minPartitions, startingOffsets, "
+                             "maxRecordsPerTrigger, failOnDataLoss")
         path = options.get("path")
         if not path:
             raise ValueError('amqp-queue needs a data directory: .load("/path/to/data_dir") or .option("path", ...)')
         self.scope = Scope(parse_nodes(str(path)), options.get("vhost"), options.get("queue"),
                            parse_boolean(options, "include_internal", False),
-                           parse_positive(options, "partition_bytes", DEFAULT_PARTITION_BYTES, "number of bytes"))
+                           parse_positive(options, "partition_bytes", DEFAULT_PARTITION_BYTES, "number of bytes"),
+                           parse_positive(options, "minPartitions", 2, "number of partitions"))
         self.starting: Starting = parse_starting(options.get("startingOffsets", "latest"))
         self.max_rows = parse_optional_positive(options, "maxRecordsPerTrigger", "number of records")
         self.policy = LossPolicy(parse_boolean(options, "failOnDataLoss", True))
@@ -82,7 +84,7 @@ class AmqpQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def initialOffset(self) -> dict:
         sources = list_sources(self.scope)
-        offsets = {key: starting_position(source, self.starting, self.policy, self.scope.partition_bytes)
+        offsets = {key: starting_position(source, self.starting, self.policy, self.scope.split)
                    for key, source in sorted(sources.items())}
         return encode(offsets)
 
@@ -105,11 +107,11 @@ class AmqpQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             position = reconcile(key, starts.get(key), sources.get(key), self.policy)
             if position is not None:
                 reconciled[key] = position
-        ends = plan_ends(sources, reconciled, max_rows, self.target, self.policy, self.scope.partition_bytes, starts)
+        ends = plan_ends(sources, reconciled, max_rows, self.target, self.policy, self.scope.split, starts)
         return encode(ends)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = targets_now(list_sources(self.scope), self.policy, self.scope.partition_bytes)
+        self.target = targets_now(list_sources(self.scope), self.policy, self.scope.split)
         log.info("amqp-queue: availableNow reads up to %s", encode(self.target))
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

@@ -117,11 +117,12 @@ def walk_queue(path: str, start: int, limit: int, *, min_seq: int, max_count: in
 
 
 def walk_stream(path: str, start: int, start_offset: int, limit: int, *, to_offset: int | None = None,
-                min_timestamp_ms: int | None = None) -> tuple[int, int]:
+                min_timestamp_ms: int | None = None, min_position: int | None = None) -> tuple[int, int]:
     """From the record boundary ``start`` (0: the first record), whose record has offset
     ``start_offset``, walk the stream segment ``path`` (its committed bytes end at ``limit``) to
     the record with offset ``to_offset``, or to the first record with a timestamp at or after
-    ``min_timestamp_ms``: its (position, offset), or (``limit``, the offset after the last record)
+    ``min_timestamp_ms``, or to the first record at or after file position ``min_position``: its
+    (position, offset), or (``limit``, the offset after the last record)
     when there is none before ``limit``. Offsets that do not run on one by one, or a record that
     does not fit, raise ``CorruptStreamRecord``."""
     fd = os.open(path, os.O_RDONLY)
@@ -132,7 +133,7 @@ def walk_stream(path: str, start: int, start_offset: int, limit: int, *, to_offs
         expected = start_offset
         window_at, data = pos, b""
         while pos < limit:
-            if to_offset is not None and expected >= to_offset:
+            if (to_offset is not None and expected >= to_offset) or (min_position is not None and pos >= min_position):
                 return pos, expected
             rel = pos - window_at
             if len(data) - rel < 25:
@@ -155,3 +156,17 @@ def walk_stream(path: str, start: int, start_offset: int, limit: int, *, to_offs
         return limit, expected
     finally:
         os.close(fd)
+
+
+def stream_boundaries(path: str, start: int, start_offset: int, limit: int, every: int) -> list[tuple[int, int]]:
+    """(position, offset) of records of the stream segment ``path`` about every ``every`` bytes
+    from the boundary ``start`` (offset ``start_offset``) up to ``limit`` (committed bytes):
+    where a batch can be cut where the side index has no entries (the newest part of the newest
+    segment). Lengths and offsets are checked; ``CorruptStreamRecord`` when they do not fit."""
+    found: list[tuple[int, int]] = []
+    position, offset = start, start_offset
+    while True:
+        position, offset = walk_stream(path, position, offset, limit, to_offset=None, min_position=position + every)
+        if position >= limit:
+            return found
+        found.append((position, offset))

@@ -132,7 +132,8 @@ def test_starting_offsets_forms_and_malformed_values_name_the_option():
 
 @pytest.mark.parametrize(("option", "value"), [("maxRecordsPerTrigger", "0"), ("maxRecordsPerTrigger", "many"),
                                                 ("failOnDataLoss", "maybe"), ("partition_bytes", "-1"),
-                                                ("startingOffsets", "soon"), ("startingOffset", "earliest")])
+                                                ("startingOffsets", "soon"), ("startingOffset", "earliest"),
+                                                ("minPartitions", "none")])
 def test_a_malformed_or_unknown_option_is_an_error_that_names_it(tmp_path, option, value):
     with pytest.raises(ValueError, match=option):
         reader(tmp_path, **{option: value})
@@ -194,6 +195,24 @@ def test_a_batch_planned_again_by_a_new_reader_has_the_same_partitions_and_rows(
     again = reader(tmp_path, maxRecordsPerTrigger=700)  # a restarted driver: nothing remembered
     assert [p.value for p in again.partitions(start, end)] == planned
     assert read_all(again, start, end) == rows
+
+
+def test_a_batch_of_a_few_mebibytes_is_cut_so_both_cores_read_it(tmp_path):
+    log = open_stream(tmp_path, max_segment_bytes=64 << 20, index_interval_bytes=64 * 1024)
+    store = open_queue(tmp_path, segment_size=64 << 20)
+    for _ in range(30_000):  # about 4 MiB each, in one segment; the stream's not yet in a side index
+        k = log.appended_offset
+        log.append("amq.direct", "rk", PROPS, b"s%d" % k + b"." * 100, timestamp_ms=T0 + k)
+        store.append_message(k + 1, T0 + k, "", "orders", PROPS, b"q" * 100)
+    log.sync_now()
+    store.flush()
+    r = AmqpQueueStreamReader({"path": str(tmp_path), "startingOffsets": "earliest"}, COLUMNS, frozenset())
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    kinds = Counter(type(p.value[0]).__name__ for p in r.partitions(start, end))
+    assert kinds == {"StreamPart": 2, "QueueRangePart": 2}
+    rows = read_all(r, start, end)
+    assert len(rows) == len(set(rows)) == 60_000
 
 
 def test_queue_rows_are_the_publishes_whatever_happened_to_the_messages_since(tmp_path):
