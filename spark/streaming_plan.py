@@ -88,13 +88,13 @@ def choose_cuts(start: Position, end_segment: int, end_position: int, segment_st
         if (point[0], point[1]) in starts:
             cuts.append(point)
             last_segment, last_position = point[0], HEADER_SIZE
-        elif point[0] == last_segment and point[1] - last_position >= piece and high_enough(point, piece, high):
+        elif point[0] == last_segment and point[1] - last_position >= piece and _leaves_room(point, piece, high):
             cuts.append(point)
             last_position = point[1]
     return tuple(cuts)
 
 
-def high_enough(point: tuple[int, int, int], piece: int, high: tuple[int, int]) -> bool:
+def _leaves_room(point: tuple[int, int, int], piece: int, high: tuple[int, int]) -> bool:
     """A cut this close to the batch's end in the same segment would leave a sliver: not worth it."""
     return point[0] != high[0] or high[1] - point[1] >= piece // 2
 
@@ -277,8 +277,9 @@ def reconcile(key: SourceKey, start: Position | None, source: Source | None, pol
         return None if source is None else earliest(source)
     start = start._replace(cuts=())  # the previous batch's
     if source is None:
+        what = "offset" if key.kind == STREAM else "seq"
         policy.lost(f"{key.describe()} was deleted; records published to it after the query's last look "
-                    f"(offset {start.next}) may not have been read")
+                    f"({what} {start.next}) may not have been read")
         return None
     if isinstance(source, StreamSource):
         if source.created != start.created:
