@@ -15,7 +15,8 @@ Scenarios: publish-only (one queue, no consumer), pubsub-auto, pubsub-manual (pr
 pubsub-backlog (manual ack, prefetch 100, behind a backlog of 1,500 ready messages),
 confirms (confirm mode, transient messages: the confirm bookkeeping without disk), persistent
 (persistent messages to a durable queue with confirms, 256 in flight, fsync "never": the store's
-records without the fsync wait; runs an event loop), fanout (10 queues, manual-ack consumers
+records without the fsync wait; runs an event loop), stream-publish (the same into a stream:
+x-queue-type stream), fanout (10 queues, manual-ack consumers
 on one connection) and topic (bench/topic_bindings.py's 1,000 bindings over 10 queues).
 stream-read and stream-read-10: one consumer, or ten on a connection each, read a stream
 (x-queue-type stream, fsync "never") from `first` with prefetch 1000, acking what each output
@@ -236,11 +237,22 @@ def topic(messages: int) -> float:
 
 
 def persistent(messages: int) -> float:
+    return _confirmed(messages, {})
+
+
+def stream_publish(messages: int) -> float:
+    return _confirmed(messages, {"x-queue-type": "stream"})
+
+
+def _confirmed(messages: int, arguments: dict[str, str]) -> float:
+    """Persistent publishes with confirms, 256 in flight, into a durable queue declared with
+    `arguments`: CPU per confirmed message."""
     async def run() -> float:
         with tempfile.TemporaryDirectory(prefix="broker-microbench-") as data_dir:
             broker = _broker(Path(data_dir))
             publisher = _Client(broker)
-            publisher.send(1, commands.Queue.Declare(queue="q", durable=True), commands.Confirm.Select())
+            publisher.send(1, commands.Queue.Declare(queue="q", durable=True, arguments=arguments),
+                           commands.Confirm.Select())
             publisher.take()
             frames = _publish("q", persistent=True)
             window = 256
@@ -343,6 +355,7 @@ SCENARIOS: dict[str, Callable[[int], float]] = {
     "pubsub-backlog": pubsub_backlog,
     "confirms": confirms,
     "persistent": persistent,
+    "stream-publish": stream_publish,
     "fanout": fanout,
     "topic": topic,
     "stream-read": stream_read,

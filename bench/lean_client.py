@@ -146,6 +146,11 @@ class LeanChannel:
                               commands.Queue.DeclareOk)
         return ok.queue
 
+    async def queue_depth(self, queue: str) -> int:
+        """The ready messages of an existing queue (a passive declare)."""
+        ok = await self._call(commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk)
+        return int(ok.message_count)
+
     async def queue_bind(self, queue: str, exchange: str, routing_key: str) -> None:
         await self._call(commands.Queue.Bind(queue=queue, exchange=exchange, routing_key=routing_key),
                          commands.Queue.BindOk)

@@ -9,7 +9,8 @@ flight, detaches, and reads the trace:
 
 * message k's body is unique (`RSTRACE-<run>-<k>-` plus padding); a node *holds* k once a
   write to a regular file under that node's data directory contains the body (the leader's
-  replica log and segment file, a follower's replica log);
+  replica log and segment file, a follower's replica log; with `--stream`, a replicated
+  stream's segment file on each node, its replicated log);
 * node X *fsynced* k at the end of the first fsync/fdatasync of such a file that *started
   after* the write holding k *returned*;
 * the *ack* of k is the start of the socket write to this client's connection carrying the
@@ -29,6 +30,7 @@ run; exit code 1 when a confirm left before a majority fsynced its record.
     python -m bench.strace_replicated_confirm_order -n 50 --in-flight 1 --in-flight 16
     python -m bench.strace_replicated_confirm_order --publish-on b       # through b's stand-in
     python -m bench.strace_replicated_confirm_order --tx 5               # tx.commit-ok too, 5 per commit
+    python -m bench.strace_replicated_confirm_order --stream             # a replicated stream
     # the fault test's broken build (test harness only, never the product): confirms at once
     python -m bench.strace_replicated_confirm_order --module interop_tests.broken_replication_broker
 
@@ -62,6 +64,7 @@ from interop_tests.cluster_nodes import ClusterNode, three_nodes
 from interop_tests.waiting import wait_until
 
 QUORUM = {"x-queue-type": "quorum"}
+STREAM = {"x-queue-type": "stream"}  # a replicated stream: its own segment files are the log
 ATTACH_TIMEOUT_S = 30.0
 BODY = re.compile(rb"RSTRACE-([0-9a-f]{8})-(\d{6})-")
 
@@ -219,10 +222,13 @@ class AttachedTracer:
 # -- a run ----------------------------------------------------------------------------------------
 
 
-def declare_replicated_queue(nodes: dict[str, ClusterNode], on: str, queue: str) -> None:
-    """A durable quorum queue declared on node `on` (it leads), once every member is in sync."""
+def declare_replicated_queue(nodes: dict[str, ClusterNode], on: str, queue: str,
+                             arguments: dict[str, str] = QUORUM) -> None:
+    """A durable quorum queue (`arguments`: STREAM, a stream) declared on node `on` (it leads),
+    once every member is in sync."""
     publisher = ConfirmingPublisher("127.0.0.1", nodes[on].port, "guest", "guest")
-    publisher.rpc(commands.Queue.Declare(queue=queue, durable=True, arguments=QUORUM), commands.Queue.DeclareOk)
+    publisher.rpc(commands.Queue.Declare(queue=queue, durable=True, arguments=dict(arguments)),
+                  commands.Queue.DeclareOk)
     publisher.close()
     wait_until(lambda: sorted(nodes[on].api(f"queues/%2F/{queue}").json().get("in_sync", [])) == sorted(nodes),
                f"every member of {queue}'s group is in sync")
@@ -278,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--publish-on", default="a", choices=["a", "b", "c"],
                         help="the node the publisher connects to (the queue's leader is a)")
     parser.add_argument("--body-size", type=int, default=100)
+    parser.add_argument("--stream", action="store_true", help="a replicated stream (x-queue-type stream) in place "
+                        "of the quorum queue: its records are in the stream's segment files on every node")
     parser.add_argument("--module", default="amqp_server", help="what each node runs with python -m "
                         "(a test harness's broken build)")
     parser.add_argument("--summary-only", action="store_true", help="no line per message (violations still shown)")
@@ -288,13 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with three_nodes(workdir, module=args.module) as nodes:
             queue = f"strace-replicated-{uuid.uuid4().hex[:6]}"
-            declare_replicated_queue(nodes, "a", queue)
+            declare_replicated_queue(nodes, "a", queue, STREAM if args.stream else QUORUM)
             runs = [(k, 0) for k in args.in_flight or [1, 16]] + [(0, n) for n in args.tx]
             for in_flight, per_transaction in runs:
                 verdict = traced_run(nodes, queue, "a", args.publish_on, args.messages, in_flight, args.body_size,
                                      workdir, per_transaction)
                 how = f"{per_transaction} per tx.commit" if per_transaction else f"{in_flight} in flight"
-                label = (f"{args.module}, replicated queue led by a, publisher on {args.publish_on}, "
+                kind = "replicated stream" if args.stream else "replicated queue"
+                label = (f"{args.module}, {kind} led by a, publisher on {args.publish_on}, "
                          f"{args.messages} x {args.body_size} B, {how}")
                 print(report(verdict, label, not args.summary_only), flush=True)
                 failed |= bool(verdict.violations or verdict.not_held or len(verdict.messages) < args.messages)

@@ -1,7 +1,8 @@
 """Join the cluster that --cluster names, and leave it on shutdown.
 
 Joining is: membership (cluster/membership.py), then the shared definitions
-(cluster_definitions.py), which also take back the queues whose home is this node. Imported only
+(cluster_definitions.py), which also take back the queues whose home is this node, then the
+leases that place each shovel and federation link on one node (link_leases.py). Imported only
 when a cluster is configured, so a single node loads no coordination client.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from amqp_server.config.settings import advertised_host
 from cluster.definitions.shared import SharedDefinitions
+from cluster.link_leases import LinkLeases
 from cluster.links.forwarded import ForwardingChannel
 from cluster.links.node_links import ClusterLinks
 from cluster.replication.replicated_queues import ReplicatedQueues
@@ -44,12 +46,14 @@ class ClusterNode:
     shared definitions."""
 
     def __init__(self, coordinator: Coordinator, membership: Membership, links: ClusterLinks,
-                 definitions: SharedDefinitions, replicated: ReplicatedQueues | None) -> None:
+                 definitions: SharedDefinitions, replicated: ReplicatedQueues | None,
+                 link_leases: LinkLeases) -> None:
         self._coordinator = coordinator
         self.membership = membership
         self.links = links
         self.definitions = definitions
         self.replicated = replicated
+        self.link_leases = link_leases
 
     @classmethod
     async def join(cls, config: "ServerConfig", broker: "Broker", amqp_port: int) -> "ClusterNode":
@@ -110,11 +114,15 @@ class ClusterNode:
             definitions.replicate_with(replicated)
             broker.replicate_queues(replicated)
         broker.share_definitions(definitions)
+        # Each shovel and federation link runs on one node, under a lease (link_leases.py).
+        link_leases = LinkLeases(coordinator, me.name)
         try:
             await definitions.start()
             if replicated is not None:
                 await replicated.start(advertised_host(config.host))
+            await link_leases.start()
         except (CoordinationUnavailable, OSError) as error:
+            await link_leases.stop()
             links.close()
             if replicated is not None:
                 await replicated.close()
@@ -122,9 +130,10 @@ class ClusterNode:
             await membership.leave()
             await coordinator.close()
             raise ClusterJoinFailed(str(error)) from None
+        broker.place_links(link_leases)
         log.info("joined cluster %s as %s; live nodes: %s; %d shared definitions", address.prefix, me.name,
                  ", ".join(node.name for node in membership.live_nodes()), definitions.size)
-        return cls(coordinator, membership, links, definitions, replicated)
+        return cls(coordinator, membership, links, definitions, replicated, link_leases)
 
     async def leave(self) -> None:
         """Leave the cluster in bounded time whatever the coordination service does (gone, cut
@@ -132,6 +141,8 @@ class ClusterNode:
         the rest (this node's ephemeral keys) expire with its session. Never raises for an
         unreachable service: a clean stop stays clean."""
         self._coordinator.hurry(LEAVE_WITHIN_S)
+        # (the links stopped already: the runtime closes them first)
+        await _best_effort("giving up the shovel and federation link leases", self.link_leases.stop())
         if self.replicated is not None:
             # First: a replica that leads releases its lease, so another member takes over at once.
             await _best_effort("stopping the replicas", self.replicated.close())

@@ -99,6 +99,13 @@ class Exchange:
                 for destination, existing in self._by_destination.items()
                 for (routing_key, _), args in existing.items()]
 
+    def bindings_to(self, destination: Hashable) -> list[tuple[str, dict[str, Any]]]:
+        """The ``(routing_key, arguments)`` of every binding to ``destination``; the argument dicts are copies."""
+        existing = self._by_destination.get(destination)
+        if not existing:
+            return []
+        return [(routing_key, dict(args)) for (routing_key, _), args in existing.items()]
+
     def binding_count(self) -> int:
         return self._count
 

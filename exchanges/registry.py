@@ -9,12 +9,14 @@ from .direct import DirectExchange
 from .errors import UnknownExchangeType
 from .exchange import Exchange
 from .fanout import FanoutExchange
+from .federation_upstream import FederationUpstreamExchange
 from .headers import HeadersExchange
 from .topic import TopicExchange
 
 EXCHANGE_TYPES: dict[str, type[Exchange]] = {
     cls.type_name: cls
-    for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange, DelayedMessageExchange)
+    for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange, DelayedMessageExchange,
+                FederationUpstreamExchange)
 }
 
 

@@ -9,9 +9,13 @@ from pathlib import Path
 import pytest
 
 from interop_tests.broker_process import BrokerProcess, external_broker, launch
+from interop_tests.scenario_programs import ControlledBroker
+from interop_tests.scenario_programs import controlled_broker as start_controlled_broker
 
-# The client helper modules assert on the tests' behalf: rewrite their asserts too, so failures show values.
-pytest.register_assert_rewrite("interop_tests.pika_helpers", "interop_tests.aio_pika_helpers")
+# The helper modules that assert on the tests' behalf (none of them imported above): rewrite
+# their asserts too, so failures show values.
+pytest.register_assert_rewrite("interop_tests.pika_helpers", "interop_tests.aio_pika_helpers",
+                               "interop_tests.client_expectations")
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +49,15 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     yield start
     for process in started:
         process.kill()
+
+
+@pytest.fixture(scope="module")
+def controlled_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlledBroker]:
+    """A broker of the test module's own with an AMQPS listener, which its tests may put under a
+    memory alarm and restart (scenario_programs.ControlledBroker); the external one with
+    INTEROP_BROKER_URL."""
+    with start_controlled_broker(tmp_path_factory.mktemp("controlled")) as broker:
+        yield broker
 
 
 @pytest.fixture

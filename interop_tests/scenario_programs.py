@@ -1,16 +1,22 @@
-"""Run the scenario programs of the client libraries in other languages (interop_tests/clients/).
+"""Run the scenario programs of the clients in other languages (interop_tests/clients/), and the
+broker their memory-alarm, restart and TLS scenarios need.
 
-A program is built once per test session (javac, go build, mcs: see the `test_client_*.py`
-files) and then run once per scenario as `<command> <scenario> <url> [args]`. It prints what an
-application would notice as one JSON object on its last line of stdout, {"ok": true, ...};
-the test asserts on that object. Interactive scenarios print {"event": NAME} lines first and
-wait for a line on stdin while the test changes the broker (`ScenarioRun.expect` and
-`ScenarioRun.proceed`).
+A program is built or found once per test session (gcc, javac, go build, mcs; php and ruby
+run their scripts: see each `test_client_*.py`) and then run once per scenario as
+`<command> <scenario> <url> [args]`. It does what an application on its client does and prints
+one JSON object per line of stdout: `{"event": NAME}` where it stops for the test, and last its
+report, `{"ok": true, ...what it observed...}` or `{"ok": false, "error": ...}`. At each event
+it reads one line on stdin before it goes on, while the test changes the broker (raises the
+memory alarm, restarts it): `ScenarioRun.expect(NAME)` waits for the event,
+`ScenarioRun.proceed()` sends the line, `ScenarioRun.finish()` returns the report. The tests
+assert on the report; client_expectations.py holds what every client must observe alike.
 
-`ControlledBroker` is the broker those tests restart or put under a memory alarm: this
-project's, or a RabbitMQ reached through INTEROP_BROKER_URL when INTEROP_RABBITMQCTL says how
-to run its `rabbitmqctl` (for example `rabbitmqctl -n rabbit@host`); without it those tests
-are skipped there.
+`ControlledBroker` (the `controlled_broker` fixture of conftest.py, one per test module) is a
+broker with an AMQPS listener that a test may put under a memory alarm and restart: this
+project's, or the RabbitMQ that INTEROP_BROKER_URL points at. There, alarming or restarting it
+needs INTEROP_RABBITMQCTL, the command that runs its rabbitmqctl (`rabbitmqctl -n rabbit@host`),
+and TLS needs INTEROP_BROKER_AMQPS_URL and INTEROP_BROKER_CA_FILE; a test that needs what is not
+given is skipped there (interop_tests/README.md).
 """
 
 from __future__ import annotations
@@ -20,23 +26,32 @@ import json
 import os
 import queue
 import shlex
+import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import pytest
 
-from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, external_broker, free_port
-from interop_tests.tls_helpers import amqps_url, make_tls_files, tls_args, tls_config, tls_ports
+from amqp_server.ctl.main import main as ctl_main
+from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, external_broker, free_port, launch
+from interop_tests.tls_helpers import make_tls_files, tls_config
 from interop_tests.waiting import wait_until
 
+CLIENTS_DIR = Path(__file__).parent / "clients"
 SCENARIO_TIMEOUT_S = 60.0
 EVENT_TIMEOUT_S = 30.0
 
+
+# ---- building and finding the programs ---------------------------------------------------------
+# What a test needs is installed by scripts/install-test-system-packages: its absence is a broken
+# setup, so the tests fail (never skip) and say what to install.
 
 def build(what: str, command: Sequence[str], cwd: Path, env: dict[str, str] | None = None,
           timeout: float = 300.0) -> None:
@@ -56,11 +71,23 @@ def build(what: str, command: Sequence[str], cwd: Path, env: dict[str, str] | No
 
 
 def require_files(what: str, *paths: Path) -> None:
+    """Fail the test unless every one of `paths` exists (`what` names the package that has it)."""
     missing = [str(path) for path in paths if not path.exists()]
     if missing:
         pytest.fail(f"{what}: {', '.join(missing)} missing; scripts/install-test-system-packages installs it",
                     pytrace=False)
 
+
+def require_program(name: str, package: str) -> str:
+    """The path of the program `name`; fails the test when it is not on PATH."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} not found on PATH: the client interop tests need Debian's {package} "
+                    f"(scripts/install-test-system-packages installs it)", pytrace=False)
+    return path
+
+
+# ---- running them ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ScenarioProgram:
@@ -133,8 +160,9 @@ class ScenarioRun:
         pytest.fail(f"{self.name}: {problem}\nstdout:\n{''.join(self.stdout)}\nstderr:\n{self.stderr.getvalue()}",
                     pytrace=False)
 
-    def expect(self, event: str, timeout: float = EVENT_TIMEOUT_S) -> None:
-        """Wait until the program prints {"event": event}, the point where it waits for the test."""
+    def expect(self, event: str, timeout: float = EVENT_TIMEOUT_S) -> dict[str, Any]:
+        """Wait until the program prints {"event": event}, the point where it waits for the test;
+        that line. The test fails if the program ends or reports first."""
         while True:
             line = self._next_line(timeout, f"event {event!r}")
             try:
@@ -142,15 +170,18 @@ class ScenarioRun:
             except json.JSONDecodeError:
                 continue
             if message.get("event") == event:
-                return
+                return message
             if "ok" in message:
                 self._fail(f"ended before event {event!r}: {message.get('error')}")
 
     def proceed(self) -> None:
         """Let the program go on past the event it waits at."""
         stdin = _stream(self.process.stdin)
-        stdin.write("go\n")
-        stdin.flush()
+        try:
+            stdin.write("go\n")
+            stdin.flush()
+        except BrokenPipeError:
+            self._fail("exited while the test changed the broker")
 
     def finish(self, timeout: float = SCENARIO_TIMEOUT_S) -> dict[str, Any]:
         """Its final report; the test fails if the program fails, times out or says ok=false."""
@@ -173,33 +204,47 @@ def _stream(stream: IO[str] | None) -> IO[str]:
     return stream
 
 
-class ControlledBroker:
-    """A broker a test may put under a memory alarm or restart (see the module docstring)."""
+# ---- the broker the alarm, restart and TLS scenarios need --------------------------------------
 
-    def __init__(self, broker: BrokerProcess, management_port: int | None, rabbitmqctl: list[str] | None) -> None:
-        self.broker = broker
-        self.management_port = management_port
-        self.rabbitmqctl = rabbitmqctl
+@dataclass
+class ControlledBroker:
+    """A broker a test may put under a memory alarm and restart, with an AMQPS listener (see the
+    module docstring). `management_port` is where this project's ctl reaches it; `rabbitmqctl`
+    the command that reaches RabbitMQ (empty: not given)."""
+
+    broker: BrokerProcess
+    amqps_port: int | None  # None: no TLS to test (RabbitMQ without INTEROP_BROKER_AMQPS_URL)
+    ca_file: Path | None  # the CA that signed the AMQPS listener's certificate
+    management_port: int | None = None
+    rabbitmqctl: list[str] = field(default_factory=list)
+    amqps_host: str = "localhost"  # the name its certificate is for
 
     def url(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> str:
         return self.broker.url(user, password, vhost)
+
+    def amqps_url(self) -> str:
+        """The AMQPS listener's URL (for guest on vhost /); skips the test where there is none."""
+        if self.amqps_port is None:
+            pytest.skip("TLS against an external broker needs INTEROP_BROKER_AMQPS_URL and INTEROP_BROKER_CA_FILE")
+        return f"amqps://guest:guest@{self.amqps_host}:{self.amqps_port}/%2F"
 
     def raise_memory_alarm(self) -> None:
         """Set the memory watermark to 1 byte: the alarm is on, for every connection, when this
         returns (the next publish blocks a connection)."""
         self._ctl("set_vm_memory_high_watermark", "absolute", "1")
-        if self.rabbitmqctl is not None:
+        if self.rabbitmqctl:
             # RabbitMQ tells its connections of the alarm by message, after the command returns;
             # a publish that came first would go through and never block.
             wait_until(lambda: "running" not in self._ctl("list_connections", "state"),
                        "every RabbitMQ connection blocking", 15)
 
     def clear_memory_alarm(self) -> None:
-        self._ctl("set_vm_memory_high_watermark", "0.4")
+        self._ctl("set_vm_memory_high_watermark", "0.4")  # the default of both brokers
 
     def restart(self) -> None:
-        """Stop the broker (clients get 320 CONNECTION_FORCED) and start it again on the same port."""
-        if self.rabbitmqctl is None:
+        """Stop the broker as an operator does (clients get connection.close 320 CONNECTION_FORCED)
+        and start it again on the same ports; it listens when this returns."""
+        if not self.broker.is_external:
             self.broker.restart()
             return
         self._ctl("stop_app")
@@ -212,53 +257,41 @@ class ControlledBroker:
 
     def _ctl(self, *args: str) -> str:
         """Run rabbitmqctl, or this project's ctl, with `args`; its output."""
-        if self.rabbitmqctl is not None:
+        if self.broker.is_external and not self.rabbitmqctl:
+            pytest.skip("alarming or restarting an external broker needs INTEROP_RABBITMQCTL")
+        if self.rabbitmqctl:
             return subprocess.run([*self.rabbitmqctl, "-q", *args], check=True, capture_output=True, text=True,
                                   timeout=60).stdout
-        from amqp_server.ctl.main import main as ctl_main
-
         out, err = io.StringIO(), io.StringIO()
         assert ctl_main(["--port", str(self.management_port), *args], out=out, err=err) == 0, err.getvalue()
         return out.getvalue()
 
 
-def controlled_broker(broker_factory) -> ControlledBroker:
-    """This project's broker of its own (with a management port for ctl), or the external
-    RabbitMQ when INTEROP_RABBITMQCTL is set; otherwise the test is skipped there."""
+def _external_controlled_broker(broker: BrokerProcess) -> ControlledBroker:
+    rabbitmqctl = shlex.split(os.environ.get("INTEROP_RABBITMQCTL", ""))
+    amqps_url = os.environ.get("INTEROP_BROKER_AMQPS_URL")
+    ca_file = os.environ.get("INTEROP_BROKER_CA_FILE")
+    amqps = urllib.parse.urlparse(amqps_url) if amqps_url and ca_file else None
+    if amqps is None:
+        return ControlledBroker(broker, None, None, rabbitmqctl=rabbitmqctl)
+    return ControlledBroker(broker, amqps.port or 5671, Path(str(ca_file)), rabbitmqctl=rabbitmqctl,
+                            amqps_host=amqps.hostname or "localhost")
+
+
+@contextmanager
+def controlled_broker(workdir: Path) -> Iterator[ControlledBroker]:
+    """This project's broker of its own in `workdir`, with a fresh test CA, an AMQPS listener
+    and a management port for ctl; or, with INTEROP_BROKER_URL, the external broker."""
     external = external_broker()
     if external is not None:
-        command = os.environ.get("INTEROP_RABBITMQCTL")
-        if not command:
-            pytest.skip("restarting or alarming the external broker needs INTEROP_RABBITMQCTL")
-        return ControlledBroker(external, None, shlex.split(command))
-    port = free_port()
-    return ControlledBroker(broker_factory(extra_args=("--management-port", str(port))), port, None)
-
-
-def tls_broker(broker_factory, directory: Path) -> tuple[Path, str]:
-    """This project's broker with an AMQPS listener and a fresh test CA: (the CA's PEM file, the
-    amqps URL naming `localhost`, which the server certificate is for). With INTEROP_BROKER_URL,
-    the external broker's INTEROP_AMQPS_URL and INTEROP_TLS_CA instead (skipped without them)."""
-    if external_broker() is not None:
-        url, ca_file = os.environ.get("INTEROP_AMQPS_URL"), os.environ.get("INTEROP_TLS_CA")
-        if not (url and ca_file):
-            pytest.skip("TLS on the external broker needs INTEROP_AMQPS_URL and INTEROP_TLS_CA")
-        return Path(ca_file), url
-    files = make_tls_files(directory)
-    ports = tls_ports()
-    process = broker_factory(config_text=tls_config(files, TEST_CONFIG), extra_args=tls_args(ports))
-    return files.ca_file, amqps_url(process, ports["amqps"])
-
-
-# Where a client finds this broker differing from RabbitMQ 3.10 (issue 26). The test asserts
-# RabbitMQ's behaviour: on this project's broker it is marked xfail with the reason below while
-# the difference lasts, and simply passes once it is gone.
-AMQP_0_8_REFUSED = (
-    "RabbitMQ 3.10 speaks AMQP 0-8 to the header AMQP 1 1 8 0, the default of Mono's RabbitMQ.Client; "
-    "this broker answers with its own header and closes, and that client then waits forever")
-
-
-def unless_rabbitmq_agrees(agrees: bool, reason: str) -> None:
-    """Mark the test xfail when this project's broker does not do what RabbitMQ does (`reason`)."""
-    if not agrees and external_broker() is None:
-        pytest.xfail(reason)
+        yield _external_controlled_broker(external)
+        return
+    files = make_tls_files(workdir / "certs")
+    amqps_port, management_port = free_port(), free_port()
+    process = launch(workdir / "broker", tls_config(files, TEST_CONFIG),
+                     ("--ssl-port", str(amqps_port), "--management-port", str(management_port),
+                      "--management-ssl-port", "0", "--metrics-ssl-port", "0"))
+    try:
+        yield ControlledBroker(process, amqps_port, files.ca_file, management_port=management_port)
+    finally:
+        process.stop()

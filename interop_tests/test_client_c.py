@@ -1,10 +1,10 @@
 """rabbitmq-c (Debian's librabbitmq4 0.11) against the broker: a C program on the library
 (interop_tests/clients/c/scenarios.c, compiled once per session), and the amqp-tools commands.
 
-Each scenario of the program prints what it observed as JSON; the assertions live here. The
-restart, memory-alarm and TLS scenarios use `controlled_broker` (client_programs.py), which
-against RabbitMQ needs INTEROP_RABBITMQCTL (and INTEROP_BROKER_AMQPS_URL and
-INTEROP_BROKER_CA_FILE for TLS).
+Each scenario of the program prints what it observed as JSON; the assertions live here and, for
+what every client observes alike, in client_expectations.py. The alarm, restart and TLS tests
+use `controlled_broker`, which against RabbitMQ (INTEROP_BROKER_URL) needs INTEROP_RABBITMQCTL,
+and INTEROP_BROKER_AMQPS_URL and INTEROP_BROKER_CA_FILE for TLS (interop_tests/README.md).
 """
 
 from __future__ import annotations
@@ -15,136 +15,94 @@ from pathlib import Path
 
 import pytest
 
-from interop_tests.client_programs import (CLIENTS_DIR, SERVER_CAPABILITIES,
-                                           SERVER_PROPERTY_KEYS, SHUTDOWN_TEXT, Running, require_program, run)
-from interop_tests.client_programs import controlled_broker  # noqa: F401  (a fixture)
+from interop_tests.client_expectations import (REDELIVERED_AFTER_RESTART, SERVER_PROPERTY_KEYS, SHUTDOWN_TEXT,
+                                               UNKNOWN_DELIVERY_TAG, drive_memory_alarm, drive_restart,
+                                               expect_blocked_then_unblocked, expect_confirms, expect_heartbeats,
+                                               expect_large_message, expect_prefetch, expect_reject_requeue,
+                                               expect_server_capabilities, not_found)
+from interop_tests.scenario_programs import CLIENTS_DIR, ScenarioProgram, build, require_files, require_program
 
 pytestmark = pytest.mark.timeout(60)
 
-SOURCE = CLIENTS_DIR / "c" / "scenarios.c"
-
 
 @pytest.fixture(scope="session")
-def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def c_client(tmp_path_factory: pytest.TempPathFactory) -> ScenarioProgram:
     """scenarios.c compiled against librabbitmq-dev, once per test session."""
-    gcc = require_program("gcc", "gcc")
-    if not Path("/usr/include/amqp.h").exists():
-        pytest.fail("amqp.h not found: the C client tests need Debian's librabbitmq-dev "
-                    "(scripts/install-test-system-packages installs it)", pytrace=False)
+    require_files("the C client's tests (Debian: librabbitmq-dev)", Path("/usr/include/amqp.h"))
     binary = tmp_path_factory.mktemp("c-client") / "scenarios"
-    result = subprocess.run([gcc, "-O1", "-Wall", "-o", str(binary), str(SOURCE), "-lrabbitmq"],
-                            capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        pytest.fail(f"compiling {SOURCE.name} failed:\n{result.stderr}", pytrace=False)
-    return binary
+    build("gcc", [require_program("gcc", "gcc"), "-O1", "-Wall", "-o", str(binary), "scenarios.c", "-lrabbitmq"],
+          cwd=CLIENTS_DIR / "c", timeout=120)
+    return ScenarioProgram("c", (str(binary),))
 
 
-def scenario(program: Path, name: str, url: str, *extra: str) -> dict:
-    return run([str(program), name, url, *extra])
-
-
-def test_connect_reads_the_server_capabilities_and_tuning(broker, program):
-    report = scenario(program, "connect", broker.url())
-    assert report["capabilities"] == SERVER_CAPABILITIES
+def test_connect_reads_the_server_capabilities_and_tuning(broker, c_client):
+    report = c_client.run("connect", broker.url())
+    expect_server_capabilities(report["capabilities"])
     assert SERVER_PROPERTY_KEYS <= set(report["server_properties"])
     # rabbitmq-c asks for channel_max 0 (the server's) and frame_max 131072, no heartbeat.
     assert (report["channel_max"], report["frame_max"], report["heartbeat"]) == (2047, 131072, 0)
 
 
-def test_publisher_confirms_ack_every_publish_and_the_return_comes_before_its_ack(broker, program):
-    report = scenario(program, "confirms", broker.url())
-    assert report["acked"] == list(range(1, 22)) and report["nacked"] == 0
-    assert report["returned"] == {"code": 312, "text": "NO_ROUTE", "body": "unroutable"}
-    assert report["return_before_ack"] is True
-    assert report["message_count"] == 20
+def test_publisher_confirms_ack_every_publish_and_the_return_comes_before_its_ack(broker, c_client):
+    report = c_client.run("confirms", broker.url())
+    returned = report["returned"]
+    expect_confirms(report["acked"], report["nacked"], (returned["code"], returned["text"], returned["body"]),
+                    report["return_before_ack"], report["message_count"])
 
 
-def test_prefetch_holds_the_consumer_at_three_unacked_messages(broker, program):
-    report = scenario(program, "prefetch", broker.url())
-    assert report["held_before_ack"] == 3
-    assert report["bodies"] == [str(i) for i in range(10)]
-    assert report["redelivered"] == 0 and report["message_count"] == 0
+def test_prefetch_holds_the_consumer_at_its_limit(broker, c_client):
+    report = c_client.run("prefetch", broker.url())
+    expect_prefetch(report["held_before_ack"], report["bodies"], report["message_count"])
+    assert report["redelivered"] == 0
 
 
-def test_reject_with_requeue_redelivers_and_without_drops(broker, program):
-    report = scenario(program, "reject", broker.url())
-    assert report["deliveries"] == [
-        {"body": "first", "redelivered": False, "action": "requeued"},
-        {"body": "first", "redelivered": True, "action": "acked"},
-        {"body": "second", "redelivered": False, "action": "dropped"},
-    ]
-    assert report["message_count"] == 0
+def test_reject_with_requeue_redelivers_the_message_first(broker, c_client):
+    report = c_client.run("reject_requeue", broker.url())
+    expect_reject_requeue(report["deliveries"], report["message_count"])
 
 
-def test_channel_errors_close_the_channel_and_the_connection_carries_on(broker, program):
-    report = scenario(program, "channel_error", broker.url())
-    assert report["missing_queue"] == {"code": 404, "text": "NOT_FOUND - no queue 'no-such-queue-c' in vhost '/'",
-                                       "class_id": 50, "method_id": 10}
-    assert report["unknown_tag"] == {"code": 406, "text": "PRECONDITION_FAILED - unknown delivery tag 99",
-                                     "class_id": 60, "method_id": 80}
+def test_channel_errors_close_the_channel_and_the_connection_carries_on(broker, c_client):
+    report = c_client.run("channel_error", broker.url())
+    assert report["missing_queue"] == {"code": 404, "text": not_found("no-such-queue-c"), "class_id": 50,
+                                       "method_id": 10}
+    assert report["unknown_tag"] == {"code": 406, "text": UNKNOWN_DELIVERY_TAG, "class_id": 60, "method_id": 80}
     assert report["after"] == "still here"
 
 
-def test_heartbeats_keep_an_idle_connection_open(broker, program):
-    report = scenario(program, "heartbeat", broker.url())
-    assert report["heartbeat"] == 1
+def test_heartbeats_keep_an_idle_connection_open(broker, c_client):
+    report = c_client.run("heartbeats", broker.url())
     # Three seconds without a message: a plain timeout, not a missed heartbeat, on both sides.
     assert report["idle"] == "timeout"
-    assert report["after"] == "after the idle time"
+    expect_heartbeats(report["heartbeat"], report["after"])
 
 
-def test_bodies_larger_than_a_frame_with_frame_max_4096(broker, program):
-    report = scenario(program, "large", broker.url())
-    assert report["frame_max"] == 4096
-    assert report["bodies"] == [{"size": 4088, "intact": True}, {"size": 4089, "intact": True},
-                                {"size": 1048577, "intact": True}]
+def test_bodies_larger_than_a_frame_with_frame_max_4096(broker, c_client):
+    report = c_client.run("large_message", broker.url())
+    expect_large_message(report["frame_max"], report["bodies"])
 
 
-def test_tls_with_the_peer_and_host_name_verified(controlled_broker, program):
-    report = scenario(program, "tls", controlled_broker.amqps_url(), str(controlled_broker.ca_file))
+def test_tls_with_the_peer_and_host_name_verified(controlled_broker, c_client):
+    report = c_client.run("tls", controlled_broker.amqps_url(), str(controlled_broker.ca_file))
     assert report["body"] == "over tls"
 
 
-def test_connection_blocked_when_announced_holds_the_publish_until_unblocked(controlled_broker, program):
-    controlled_broker.set_memory_alarm()
-    try:
-        with Running([str(program), "blocked", controlled_broker.url()]) as client:
-            client.wait_for("blocked")
-            during_alarm = client.events_for(0.5)
-            controlled_broker.clear_memory_alarm()
-            report = client.result()
-    finally:
-        controlled_broker.clear_memory_alarm()
-    assert report["reason"] == "low on memory"
-    assert during_alarm == []  # the publish that met the alarm waits: no ack while it lasts
-    # connection.unblocked first, then the broker reads the publish it held and acks it.
-    assert report["order"] == "blocked,unblocked,ack"
-    assert report["body"] == "held"
+def test_connection_blocked_when_announced_holds_the_publish_until_unblocked(controlled_broker, c_client):
+    report = drive_memory_alarm(c_client, controlled_broker)
+    expect_blocked_then_unblocked(report["reason"], report["while_blocked"], report["order"], report["body"])
 
 
-def test_publish_is_held_silently_when_the_client_did_not_announce_connection_blocked(controlled_broker, program):
-    controlled_broker.set_memory_alarm()
-    try:
-        with Running([str(program), "blocked_unannounced", controlled_broker.url()]) as client:
-            client.wait_for("published")
-            during_alarm = client.events_for(0.5)
-            controlled_broker.clear_memory_alarm()
-            report = client.result()
-    finally:
-        controlled_broker.clear_memory_alarm()
-    assert during_alarm == []  # rabbitmq-c's default: no connection.blocked, and no ack while the alarm lasts
+def test_publish_is_held_silently_when_the_client_did_not_announce_connection_blocked(controlled_broker, c_client):
+    report = drive_memory_alarm(c_client, controlled_broker, "blocked_unannounced")
+    # rabbitmq-c's default: no connection.blocked, and no ack while the alarm lasts.
+    assert report["while_blocked"] == []
     assert (report["reason"], report["order"], report["body"]) == ("", "ack", "held")
 
 
-def test_after_a_broker_restart_the_application_reconnects_and_gets_its_unacked_message(controlled_broker, program):
-    with Running([str(program), "restart", controlled_broker.url()]) as client:
-        client.wait_for("consuming")
-        controlled_broker.restart()
-        report = client.result()
+def test_after_a_broker_restart_the_application_reconnects_and_gets_its_unacked_message(controlled_broker, c_client):
+    report = drive_restart(c_client, controlled_broker)
     assert report["seen"] == "connection.close"
     assert report["closed"] == {"code": 320, "text": SHUTDOWN_TEXT, "class_id": 0, "method_id": 0}
-    assert report["deliveries"] == [{"body": "in flight", "redelivered": True},
-                                    {"body": "after the restart", "redelivered": False}]
+    assert report["deliveries"] == REDELIVERED_AFTER_RESTART
 
 
 # ---- amqp-tools: rabbitmq-c's command-line tools --------------------------------------------

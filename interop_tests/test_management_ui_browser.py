@@ -345,6 +345,65 @@ def test_export_and_reimport_definitions(ui, ui_broker, http, downloads, unique)
     ui.screenshot("admin-definitions")
 
 
+def test_move_messages_to_another_queue_with_a_shovel(ui, ui_broker, http, unique):
+    """The queue page's "Move messages" makes RabbitMQ's "Move from <queue>" shovel, which
+    moves what the queue holds into the destination and deletes itself."""
+    as_guest(ui)
+    broker, _base = ui_broker
+    queue, destination = unique("move-from"), unique("move-to")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True)
+    channel.confirm_delivery()
+    for i in range(25):
+        channel.basic_publish("", queue, b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    ui.open(f"/queues/%2F/{queue}")
+    ui.wait_for_text(f"Queue {queue}", "h1")
+    move = ui.section("Move messages")
+    ui.fill("destination_queue", destination, move)
+    ui.press("Move messages", move)
+    ui.wait_for_text(f"Moving messages from {queue} to {destination}.", ".notice.ok")
+    ui.wait_for_text("Messages moved.", ".move-status", timeout=30)
+    assert http.get(api_url(ui_broker, f"/api/queues/%2F/{destination}")).json()["messages"] == 25
+    assert http.get(api_url(ui_broker, f"/api/queues/%2F/{queue}")).json()["messages"] == 0
+    assert http.get(api_url(ui_broker, "/api/parameters/shovel")).json() == []
+    assert ui.errors() == []
+
+
+def test_federation_upstreams_and_links_from_admin(ui, ui_broker, http, unique):
+    """Admin > Federation: an upstream set from the form, the link a policy then starts (here
+    from this same broker, over TCP), its Restart, and the upstream deleted."""
+    as_guest(ui)
+    broker, _base = ui_broker
+    upstream, exchange, source = unique("ui-up"), unique("ui-fed"), unique("ui-src")
+    assert http.put(api_url(ui_broker, f"/api/exchanges/%2F/{source}"), json={"type": "fanout"}).status_code == 201
+    ui.open("/admin/federation")
+    form = ui.find("input[name=upstream-name]").find_element(By.XPATH, "ancestor::form")
+    ui.fill("upstream-name", upstream, form)
+    ui.fill("upstream-uri", broker.url(), form)
+    ui.fill("upstream-exchange", source, form)
+    ui.press("Set upstream", form)
+    ui.wait_for_text(f"Upstream {upstream} set in /.", ".notice.ok")
+    ui.wait_for_text(upstream, ".panel table")
+    assert "guest:guest@" not in ui.find("main").text, "the URI is shown without its password"
+    assert http.put(api_url(ui_broker, f"/api/policies/%2F/{upstream}"), json={
+        "pattern": f"^{exchange}$", "definition": {"federation-upstream": upstream}}).status_code == 201
+    assert http.put(api_url(ui_broker, f"/api/exchanges/%2F/{exchange}"), json={"type": "fanout"}).status_code == 201
+    row = ui.wait(lambda d: next((r for r in d.find_elements(By.XPATH, f"//tr[td[2]='exchange {exchange}']")
+                                  if "running" in r.text), None), timeout=20, what="the link running")
+    ui.screenshot("admin-federation")
+    ui.press("Restart", row)
+    ui.wait_for_text("Link restarting.", ".notice.ok")
+    ui.press("Delete", ui.find("main").find_element(By.XPATH, f".//tr[td[2]='{upstream}']"))
+    assert upstream in ui.confirm()
+    ui.wait_for_text(f"Upstream {upstream} deleted.", ".notice.ok")
+    ui.wait(lambda d: not d.find_elements(By.XPATH, f"//tr[td[2]='exchange {exchange}']"), timeout=20,
+            what="the link gone with its upstream")
+    assert http.get(api_url(ui_broker, "/api/federation-links")).json() == []
+    assert ui.errors() == []
+
+
 PUBLISHER_RATE = 100.0  # messages/s: far above what the other tests publish, far below the publisher
 
 

@@ -1,8 +1,9 @@
 """The 8-byte protocol header a client opens with, over a raw socket.
 
 RabbitMQ 3.10 (checked against it with INTEROP_BROKER_URL) speaks 0-9-1 to the AMQP 0-9 header
-`AMQP 1 1 0 9` that older clients such as aioamqp send, and answers any header it does not speak
-with its own, `AMQP 0 0 9 1`, then closes the socket at once. The log test needs this project's
+`AMQP 1 1 0 9` that older clients such as aioamqp send, AMQP 0-8 to `AMQP 1 1 8 0` and
+`AMQP 1 1 9 1` (test_amqp_0_8.py), and answers any other header with its own, `AMQP 0 0 9 1`,
+then closes the socket at once. The log test needs this project's
 broker (it reads the broker's log), so it starts its own.
 """
 
@@ -20,6 +21,8 @@ CLOSE_DEADLINE_S = 2.0  # RabbitMQ closes right after its header; far less than 
 REFUSED = {
     "0-9-2": (b"AMQP\x00\x00\x09\x02", "{bad_version,{0,0,9,2}}"),
     "0-10": (b"AMQP\x01\x01\x00\x0a", "{bad_version,{1,1,0,10}}"),
+    # Next to AMQP 0-8's two headers, which are spoken (test_amqp_0_8.py).
+    "0-8-revision-1": (b"AMQP\x01\x01\x08\x01", "{bad_version,{1,1,8,1}}"),
     "amqp-1.0": (b"AMQP\x00\x01\x00\x00", "amqp1_0_plugin_not_enabled"),
     "amqp-1.0-sasl": (b"AMQP\x03\x01\x00\x00", "amqp1_0_plugin_not_enabled"),
     "http": (b"GET / HTTP/1.1\r\n\r\n", '{bad_header,<<"GET / HT">>}'),

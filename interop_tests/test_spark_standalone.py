@@ -1,7 +1,10 @@
 """The data source on a Spark standalone cluster: a master and a worker started locally with
-scripts/spark-standalone.sh, and a driver in its own process that never calls register()
-(Spark finds ``amqp-queue`` through the top-level module ``pyspark_amqp_queue``). The data
-directory holds live segments and archived ones; executors read both from the shared path."""
+scripts/spark-standalone.sh (once for the module), and drivers in processes of their own that
+never call register() (Spark finds ``amqp-queue`` through the top-level module
+``pyspark_amqp_queue``). A batch read: the data directory holds live segments and archived ones;
+executors read both from the shared path. A streaming read: a query over a running broker's
+stream and queue, its driver SIGKILLed during a batch and started again, writes every message
+once; the worker's executors read the broker's data directory."""
 
 from __future__ import annotations
 
@@ -46,8 +49,9 @@ session.stop()
 """
 
 
-@pytest.fixture
-def cluster(tmp_path):
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("standalone")
     env = {**os.environ, "PYTHON": sys.executable, "SPARK_MASTER_PORT": str(free_port()),
            "SPARK_MASTER_WEBUI_PORT": str(free_port()), "SPARK_WORKER_WEBUI_PORT": str(free_port()),
            "SPARK_WORKER_MEMORY": "1g"}
@@ -93,3 +97,32 @@ def test_standalone_master_and_worker_read_live_and_archived_segments(cluster, t
     assert archived[("history", True)] >= 100 and archived[("history", False)] >= 100
     assert result["window"] == 21 and result["window_partitions"] == 1
     assert result["executors"] >= 2  # the driver and at least one executor on the worker
+
+
+@pytest.mark.timeout(900)
+def test_standalone_streaming_query_killed_and_restarted_reads_the_brokers_files_once(cluster, tmp_path):
+    from interop_tests.broker_process import launch
+    from interop_tests.spark_streaming_checks import (
+        QUEUE, STREAM, Driver, Publisher, assert_exactly_once, batch_log, committed_rows, declare, kill_during_a_batch)
+
+    broker = launch(tmp_path / "broker")
+    try:
+        declare(broker)
+        publisher = Publisher(broker, (STREAM, QUEUE))
+        publisher.publish(2000)
+        publisher.start()
+        checkpoint, output = tmp_path / "checkpoint", tmp_path / "output"
+        settings = {"master": cluster, "conf": {"spark.executor.memory": "1g"}, "data_dir": str(broker.data_dir),
+                    "checkpoint": str(checkpoint), "output": str(output), "max_records": 500,
+                    "trigger": "200 milliseconds"}
+        try:
+            killed = kill_during_a_batch(Driver(tmp_path, dict(settings), "cluster-run"), checkpoint, after_commits=1)
+        finally:
+            published = publisher.finish()
+        last = Driver(tmp_path, {**settings, "trigger": "available-now"}, "cluster-final")
+        assert last.wait(within=400) == 0, last.tail()
+        planned, done = batch_log(checkpoint)
+        assert planned == done, killed
+        assert_exactly_once(committed_rows(output), {STREAM: published, QUEUE: published})
+    finally:
+        broker.stop()

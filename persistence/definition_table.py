@@ -13,7 +13,7 @@ replayed log reaches the same table as the broker that wrote it:
 
     a queue     its bindings (as destination)
     an exchange its bindings (as source or as destination)
-    a vhost     its permissions, queues, exchanges, bindings, policies and limits
+    a vhost     its permissions, queues, exchanges, bindings, policies, limits and runtime parameters
     a user      its limits
 """
 
@@ -45,6 +45,7 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "operator_policies": ("vhost", "name"),
     "vhost_limits": ("vhost",),
     "user_limits": ("user",),
+    "runtime_parameters": ("vhost", "component", "name"),
 }
 LOG_KEY = "amqp_server_log"  # in a snapshot: the first log generation written after it
 PUT = "put"
@@ -216,7 +217,7 @@ class DefinitionTable:
         elif kind == "vhosts":
             vhost = key[0]
             for dependent in ("bindings", "queues", "exchanges", "permissions", "policies", "operator_policies",
-                              "vhost_limits"):
+                              "vhost_limits", "runtime_parameters"):
                 entries = self._entries[dependent]
                 vhost_at = KEY_FIELDS[dependent].index("vhost")
                 for dependent_key in [k for k in entries if k[vhost_at] == vhost]:

@@ -12,7 +12,8 @@ Shape: RabbitMQ's definitions export JSON (``rabbitmqctl export_definitions``)::
      "policies":    [{"vhost", "name", "pattern", "apply-to", "definition", "priority"}],
      "operator_policies": [the same shape],                      (format 3)
      "vhost_limits": [{"vhost", "value": {"max-connections": N, "max-queues": N}}],
-     "user_limits": [{"user", "value": {"max-connections": N, "max-channels": N}}]}
+     "user_limits": [{"user", "value": {"max-connections": N, "max-channels": N}}],
+     "runtime_parameters": [{"vhost", "component", "name", "value": any JSON}]}   (format 4)
 
 Loading fills omitted optional fields with RabbitMQ's defaults, turns a
 comma-separated ``tags`` string (older RabbitMQ exports) into a list, and
@@ -23,7 +24,8 @@ definitions.json rewritten on every change; format 2 is the same document
 as a snapshot followed by change logs (persistence/definitions.py,
 docs/durability.md); format 3 adds policies, operator policies and vhost
 and user limits (an older broker would refuse their records rather than
-drop them). All three are read; format 3 is written.
+drop them); format 4 adds runtime parameters (RabbitMQ's per-vhost (component, name) ->
+value store: shovels, federation upstreams). All four are read; format 4 is written.
 
 AMQP argument values that JSON cannot hold are written in a tagged form,
 an object whose only keys are "$amqp" and "value":
@@ -53,7 +55,8 @@ from typing import Any, Callable
 
 Definitions = dict[str, Any]
 
-FORMAT_VERSION = 3  # written; 1 (a lone definitions.json) and 2 (no policies or limits) are still read
+FORMAT_VERSION = 4  # written; 1 (a lone definitions.json), 2 (no policies or limits) and 3 (no runtime
+# parameters) are still read
 FORMAT_KEY = "amqp_server_format"
 HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 _TAG = "$amqp"
@@ -98,6 +101,7 @@ def decode_definitions(data: bytes, source: str = "definitions") -> Definitions:
 # ---- shape: required fields and RabbitMQ's defaults for optional ones ----
 
 _REQUIRED = object()
+_REQUIRED_ANY_JSON = object()  # required, and any JSON value (a runtime parameter's value)
 
 ENTITIES: dict[str, dict[str, Any]] = {
     "users": {"name": _REQUIRED, "password_hash": "", "hashing_algorithm": HASHING_ALGORITHM, "tags": []},
@@ -115,6 +119,8 @@ ENTITIES: dict[str, dict[str, Any]] = {
                           "definition": _REQUIRED, "priority": 0},
     "vhost_limits": {"vhost": _REQUIRED, "value": _REQUIRED},
     "user_limits": {"user": _REQUIRED, "value": _REQUIRED},
+    "runtime_parameters": {"vhost": _REQUIRED, "component": _REQUIRED, "name": _REQUIRED,
+                           "value": _REQUIRED_ANY_JSON},
 }
 WITH_ARGUMENTS = ("queues", "exchanges", "bindings")
 _TYPES: dict[str, type | tuple[type, ...]] = {
@@ -148,9 +154,11 @@ def normalise_entry(entry: Any, fields: dict[str, Any], where: str) -> None:
         entry["tags"] = [t for t in entry["tags"].split(",") if t]
     for name, default in fields.items():
         if name not in entry:
-            if default is _REQUIRED:
+            if default is _REQUIRED or default is _REQUIRED_ANY_JSON:
                 raise DefinitionsError(f"{where} is missing {name!r}")
             entry[name] = copy.deepcopy(default)
+        if default is _REQUIRED_ANY_JSON:
+            continue
         expected = _TYPES.get(name, str)
         value = entry[name]
         if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):

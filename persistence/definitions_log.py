@@ -1,8 +1,8 @@
-"""The framing of a definitions change log (``definitions-<G>.log``, format 3; 2 is still read).
+"""The framing of a definitions change log (``definitions-<G>.log``, format 4; 2 and 3 are still read).
 
 A log is a header line, then one record a line::
 
-    amqp-server definitions log 3\\n
+    amqp-server definitions log 4\\n
     <crc32 of the JSON, 8 lowercase hex digits> <JSON record, UTF-8>\\n
 
 JSON escapes newlines inside strings, so a record never contains one. Reading
@@ -26,10 +26,11 @@ from persistence.definitions_codec import DefinitionsError
 log = logging.getLogger(__name__)
 
 # Format 3 logs may hold policy and limit records, which a format-2 reader would refuse as
-# unknown kinds: the header tells it so before it reads any record.
-LOG_FORMAT_VERSION = 3
+# unknown kinds, and format 4 logs runtime parameter records, which a format-3 reader would
+# refuse: the header tells it so before it reads any record.
+LOG_FORMAT_VERSION = 4
 LOG_HEADER = f"amqp-server definitions log {LOG_FORMAT_VERSION}\n".encode()
-_READABLE_HEADERS = (LOG_HEADER, b"amqp-server definitions log 2\n")
+_READABLE_HEADERS = (LOG_HEADER, b"amqp-server definitions log 3\n", b"amqp-server definitions log 2\n")
 
 
 def encode_record(text: str) -> bytes:

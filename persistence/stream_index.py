@@ -139,6 +139,24 @@ class SegmentIndex:
     def mark_dropped(self) -> None:
         self.dropped = True
 
+    def cut(self, position: int, next_offset: int, last_timestamp: int, last_chunk: int) -> None:
+        """Forget the records from file position ``position`` on (the stream cut them off): the
+        segment now ends there, one past offset ``next_offset - 1``, whose timestamp and chunk
+        start (NO_CHUNK: none in this segment) the caller knows."""
+        keep = bisect_left(self.positions, position)
+        del self.offsets[keep:], self.timestamps[keep:], self.positions[keep:]
+        self._next_entry_at = (self.positions[-1] + self.interval) if keep else 0
+        self.size = position
+        self.next_offset = next_offset
+        self.record_count = max(0, min(self.record_count, next_offset - self.segment_id))
+        if not self.record_count:
+            self.first_timestamp = self.last_timestamp = 0
+        else:
+            self.last_timestamp = last_timestamp
+        self.last_chunk = last_chunk
+        if self.indexed_size > position:
+            self.indexed_size = 0
+
     def seek(self, offset: int) -> tuple[int, int]:
         """(file position, offset of the record there) from which ``offset`` is at most one
         index interval away, going forward."""

@@ -55,6 +55,7 @@ class StreamOffsets:
         self._requested = False
         self._waiters: list[tuple[int, Callable[[OSError | None], None]]] = []
         self._discarded = False
+        self._on_change: Callable[[], None] | None = None
         self.load_error: str | None = None
         self._load()
 
@@ -86,6 +87,22 @@ class StreamOffsets:
     def items(self) -> dict[str, int]:
         return dict(self._offsets)
 
+    @property
+    def generation(self) -> int:
+        """Bumped by every change (a copy of the stream elsewhere is sent the offsets when it moves)."""
+        return self._generation
+
+    def notify_changes(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback()`` after every change from now on."""
+        self._on_change = callback
+
+    def replace(self, offsets: dict[str, int]) -> None:
+        """Hold exactly ``offsets`` (another copy's, whole)."""
+        for consumer in [name for name in self._offsets if name not in offsets]:
+            self.remove(consumer)
+        for consumer, offset in offsets.items():
+            self.store(consumer, offset)
+
     def store(self, consumer: str, offset: int) -> None:
         """Remember ``offset`` for ``consumer`` (durable after the next two sync rounds)."""
         if offset < 0:
@@ -110,6 +127,8 @@ class StreamOffsets:
     def _changed(self) -> None:
         self._generation += 1
         self._request()
+        if self._on_change is not None:
+            self._on_change()
 
     def _request(self) -> None:
         if self._committer is not None and not self._requested and not self._discarded:

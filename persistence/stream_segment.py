@@ -54,6 +54,7 @@ _U32 = struct.Struct(">I")
 _U8 = struct.Struct(">B")
 # Everything but the five variable fields: the HEAD, head_crc, and four field lengths (1+1+4+4).
 RECORD_OVERHEAD = HEAD.size + 4 + 10
+ENVELOPED_RECORD_OVERHEAD = HEAD.size + 4 + 4  # the same, with the envelope's three lengths in the envelope
 MAX_SHORT = 255
 MAX_RECORD_LENGTH = 0xFFFF_FFFF
 _MAX_U63 = (1 << 63) - 1
@@ -156,28 +157,42 @@ def encode_record(
 
     Returned apart so the caller appends the body to its write buffer without one more copy.
     The short strings must be at most 255 bytes (the caller checks: ``check_short``)."""
-    if not (0 <= offset <= _MAX_U63 and 0 <= timestamp_ms <= _MAX_U63):
-        raise ValueError(f"offset and timestamp must be in 0..2**63-1, got {offset}, {timestamp_ms}")
-    n_filter = len(filter_b)
-    length = RECORD_OVERHEAD - 4 + n_filter + len(exchange_b) + len(routing_key_b) + len(raw_properties) + len(body)
-    if length > MAX_RECORD_LENGTH:
-        raise ValueError(f"stream record of {length + 4} bytes exceeds the 4 GiB record limit")
-    length_b = LENGTH.pack(length)
-    typed = _TYPED_HEAD.pack(STREAM_RECORD, offset, timestamp_ms, flags, n_filter) + filter_b
-    rest = b"".join(
+    return encode_record_with(
+        offset, timestamp_ms, flags, filter_b, encode_envelope(exchange_b, routing_key_b, raw_properties), body
+    )
+
+
+def encode_envelope(exchange_b: bytes, routing_key_b: bytes, raw_properties: bytes) -> bytes:
+    """A record's envelope: its fields from ``exchange_len`` to the end of ``properties`` (the
+    short strings at most 255 bytes: ``check_short``). A writer makes it once for the records of
+    one exchange, routing key and properties."""
+    return b"".join(
         (
-            _U32.pack(zlib.crc32(typed, zlib.crc32(length_b))),
             _U8.pack(len(exchange_b)),
             exchange_b,
             _U8.pack(len(routing_key_b)),
             routing_key_b,
             _U32.pack(len(raw_properties)),
             raw_properties,
-            _U32.pack(len(body)),
         )
     )
-    crc = zlib.crc32(body, zlib.crc32(rest, zlib.crc32(typed)))
-    return b"".join((length_b, _U32.pack(crc), typed, rest))
+
+
+def encode_record_with(offset: int, timestamp_ms: int, flags: int, filter_b: bytes, envelope: bytes, body: bytes) -> bytes:
+    """``encode_record`` with the message fields before the body given as their envelope
+    (``encode_envelope``)."""
+    if not (0 <= offset <= _MAX_U63 and 0 <= timestamp_ms <= _MAX_U63):
+        raise ValueError(f"offset and timestamp must be in 0..2**63-1, got {offset}, {timestamp_ms}")
+    n_filter = len(filter_b)
+    length = ENVELOPED_RECORD_OVERHEAD - 4 + n_filter + len(envelope) + len(body)
+    if length > MAX_RECORD_LENGTH:
+        raise ValueError(f"stream record of {length + 4} bytes exceeds the 4 GiB record limit")
+    length_b = LENGTH.pack(length)
+    typed = _TYPED_HEAD.pack(STREAM_RECORD, offset, timestamp_ms, flags, n_filter)
+    if n_filter:
+        typed += filter_b
+    rest = _U32.pack(zlib.crc32(typed, zlib.crc32(length_b))) + envelope + _U32.pack(len(body))
+    return b"".join((length_b, _U32.pack(zlib.crc32(body, zlib.crc32(rest, zlib.crc32(typed)))), typed, rest))
 
 
 def check_short(name: str, value: bytes) -> None:
@@ -190,6 +205,36 @@ def head_crc_ok(buf: bytes, i: int, n_filter: int) -> bool:
     end = i + FILTER_AT + n_filter
     stored: int = _U32.unpack_from(buf, end)[0]
     return zlib.crc32(buf[i + 8 : end], zlib.crc32(buf[i : i + 4])) == stored
+
+
+def envelope_end(buf: bytes, h: int, end: int) -> int:
+    """Where the *envelope* of the record whose message fields start at ``buf[h]`` ends: the
+    bytes from ``exchange_len`` to the end of ``properties`` (the fields before ``body_len``).
+    Records of one publisher usually share their envelope byte for byte, so a reader compares
+    it with the previous record's instead of parsing it again. ``end`` is the record's end."""
+    try:
+        n = buf[h]
+        h += 1 + n
+        n = buf[h]
+        h += 1 + n
+        (n,) = _U32.unpack_from(buf, h)
+    except (IndexError, struct.error) as err:
+        raise MalformedStreamRecord(f"the message fields run past the record: {err}") from err
+    h += 4 + n
+    if h + 4 > end:
+        raise MalformedStreamRecord("the properties run past the end of the record")
+    return h
+
+
+def split_envelope(envelope: bytes) -> tuple[bytes, bytes, bytes]:
+    """The exchange, routing key and properties of an envelope (``envelope_end``)."""
+    n = envelope[0]
+    exchange = envelope[1 : 1 + n]
+    h = 1 + n
+    n = envelope[h]
+    routing_key = envelope[h + 1 : h + 1 + n]
+    h += 1 + n
+    return exchange, routing_key, envelope[h + 4 :]
 
 
 class MalformedStreamRecord(ValueError):

@@ -23,6 +23,10 @@ class DeliverySink(Protocol):
     def deliver(self, consumer: "Consumer", entry: "QueueEntry") -> None:
         """Send the message to the client and track it as unacked unless no_ack."""
 
+    def deliver_many(self, consumer: "Consumer", entries: "list[QueueEntry]") -> None:
+        """`deliver` each of `entries`, in order, in one call (a stream's batch of records). They are
+        first deliveries: none is redelivered."""
+
     def consumer_cancelled(self, consumer: "Consumer") -> None:
         """The broker cancelled this consumer (its queue was deleted)."""
 
@@ -70,13 +74,26 @@ class Consumer:
         through the queue they came from."""
         self.queue = queue
 
+    def go_on_with(self, arguments: dict[str, Any]) -> None:
+        """Its consume arguments on the queue's next form: where it is now (a stream's offset),
+        so the new form goes on from there (QueueType.continuation)."""
+        self.arguments = arguments
+
     def count_unacked(self) -> None:
         """One more delivery to it waits for its ack."""
         self.unacked += 1
 
+    def count_unacked_batch(self, count: int) -> None:
+        """`count` more deliveries to it wait for their acks."""
+        self.unacked += count
+
     def count_settled(self) -> None:
         """One of its deliveries was settled (acked, rejected or requeued)."""
         self.unacked -= 1
+
+    def count_settled_batch(self, count: int) -> None:
+        """`count` of its deliveries were settled."""
+        self.unacked -= count
 
     def set_prefetch(self, count: int) -> None:
         """A new per-consumer limit (basic.qos global=false on its channel; 0 = none)."""

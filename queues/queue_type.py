@@ -3,8 +3,8 @@
 Modelled on RabbitMQ's `rabbit_queue_type`: the channel (amqp_server/channel/) holds queues
 and calls these methods; it never asks which type it holds. Classic and quorum queues are
 `queues.queue.Queue` (a quorum queue is one whose journal a cluster replicates); the cluster
-plug-in adds the stand-in of a queue another node holds (cluster/links/remote_queue.py); the
-stream type is to come behind the same interface. The declare half of each type, the arguments
+plug-in adds the stand-in of a queue another node holds (cluster/links/remote_queue.py); streams
+are queues/stream_queue.py, behind the same interface. The declare half of each type, the arguments
 and properties it takes, is its `QueueTypeRules` entry (queues/arguments/queue_type_rules.py).
 
 Methods whose answer may come later (the owner of a remote queue answers over a link) take an
@@ -19,7 +19,7 @@ consumers) are plain methods of the queue, called without an answer: they are th
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -145,6 +145,12 @@ class QueueType(abc.ABC):
     def remove_consumer(self, consumer: "Consumer") -> None:
         """basic.cancel, or its channel closed."""
 
+    def continuation(self, consumer: "Consumer") -> dict[str, Any] | None:
+        """The consume arguments under which `consumer` goes on where it is, when the queue takes
+        another form (a replicated queue's leader changed: cluster/definitions/apply.py); None:
+        its own arguments say it (a queue hands out what is ready, wherever it is)."""
+        return None
+
     def prefetch_changed(self, consumer: "Consumer") -> None:
         """A basic.qos changed a running consumer's prefetch (where the queue lives elsewhere,
         that node applies it too)."""
@@ -157,6 +163,12 @@ class QueueType(abc.ABC):
 
     @abc.abstractmethod
     def ack(self, entry: "QueueEntry", consumer: "Consumer | None") -> None: ...
+
+    def ack_many(self, taken: "Sequence[tuple[QueueEntry, Any, Consumer | None]]") -> None:
+        """`ack` each (entry, this queue, consumer) of `taken`, in order: the deliveries of this
+        queue one `multiple` ack settles. A type may settle them together."""
+        for entry, _queue, consumer in taken:
+            self.ack(entry, consumer)
 
     @abc.abstractmethod
     def reject(self, entry: "QueueEntry", consumer: "Consumer | None") -> None: ...

@@ -1,5 +1,8 @@
 """Spark analytics over the broker's queue files: the ``amqp-queue`` PySpark data source.
 
+Batch reads (``spark.read``), streaming reads (``spark.readStream``: ``streaming_source``) and a
+sink that publishes rows back over AMQP (``write`` / ``writeStream``: ``amqp_sink``).
+
 ``spark.register(session)`` registers the data source with a SparkSession (Spark also finds
 it with no call at all, through the top-level module ``pyspark_amqp_queue``). The reader
 itself (``spark.partition_reader``) needs only pyarrow and numpy, not Spark. docs/spark.md.

@@ -20,6 +20,9 @@ segment file (``queue_snapshot``); there is one partition per segment, read by
 a committed snapshot of every stream (``stream_snapshot``), cut into byte
 ranges of its segments, read by ``stream_reader``.
 
+``readStream`` (``streamReader``) is ``spark.streaming_source``; ``write`` and ``writeStream``
+(``writer``, ``streamWriter``) publish rows over AMQP: ``spark.amqp_sink``.
+
 Filter pushdown needs ``spark.sql.python.filterPushdown.enabled=true`` (off by
 default in Spark 4.1-4.3, and a reader that takes filters while it is off
 fails every query). ``reader`` therefore offers ``pushFilters`` only when it
@@ -33,9 +36,17 @@ import sys
 from types import FrameType
 from typing import Any, Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
+from spark.options import parse_boolean, parse_positive
 from spark.partition_reader import ScanRequest, SegmentPart, part_overlaps, read_partition
 from spark.pushdown import Pushed, translate
 from spark.partition_reader import QUEUE_FILES_TYPE
@@ -81,6 +92,26 @@ class AmqpQueueDataSource(DataSource):
             return PushdownQueueReader(options, columns, not_null)
         return QueueReader(options, columns, not_null)
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("amqp-queue")``: publish the rows (spark.amqp_sink)."""
+        from spark.amqp_sink import AmqpBatchWriter, sink_settings
+
+        return AmqpBatchWriter(sink_settings(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("amqp-queue")``: publish each batch's rows (spark.amqp_sink)."""
+        from spark.amqp_sink import AmqpStreamWriter, sink_settings
+
+        return AmqpStreamWriter(sink_settings(self.options, schema))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream.format("amqp-queue")``: spark.streaming_source."""
+        from spark.streaming_source import AmqpQueueStreamReader
+
+        columns = _requested_columns(schema)
+        not_null = frozenset(field.name for field in schema.fields if not field.nullable)
+        return AmqpQueueStreamReader(dict(self.options), columns, not_null)
+
 
 class QueueReader(DataSourceReader):
     """Plans one partition per queue segment and per stream byte range, and reads them; see the
@@ -94,8 +125,8 @@ class QueueReader(DataSourceReader):
         self.vhost = options.get("vhost")
         self.queue = options.get("queue")
         self.side_files = str(options.get("side_files", "true")).lower() != "false"
-        self.include_internal = _boolean_option(options, "include_internal", False)
-        self.partition_bytes = _positive_option(options, "partition_bytes", DEFAULT_PARTITION_BYTES)
+        self.include_internal = parse_boolean(options, "include_internal", False)
+        self.partition_bytes = parse_positive(options, "partition_bytes", DEFAULT_PARTITION_BYTES, "number of bytes")
         self.columns = columns
         self.not_null = not_null
         self.pushed = Pushed()
@@ -153,31 +184,6 @@ def _requested_columns(schema: StructType) -> tuple[str, ...]:
             )
     arrow_schema(names)  # fails early if pyarrow is missing
     return tuple(names)
-
-
-def _boolean_option(options: dict[str, Any], name: str, default: bool) -> bool:
-    """A true/false option (Spark passes options as text); anything else is an error, not a guess."""
-    value = options.get(name)
-    if value is None:
-        return default
-    text = str(value).strip().lower()
-    if text not in ("true", "false"):
-        raise ValueError(f"amqp-queue option {name} must be true or false, not {value!r}")
-    return text == "true"
-
-
-def _positive_option(options: dict[str, Any], name: str, default: int) -> int:
-    """A positive whole number option; anything else is an error that names the option."""
-    value = options.get(name)
-    if value is None:
-        return default
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        number = 0
-    if number <= 0:
-        raise ValueError(f"amqp-queue option {name} must be a positive number of bytes, not {value!r}")
-    return number
 
 
 def _in_pushdown_planner() -> bool:

@@ -48,6 +48,7 @@ from persistence.stream_segment import (
     decode_header,
 )
 from spark.columnar import decode_columns
+from spark.data_loss import LossPolicy
 from spark.message_states import STREAM_STATE
 from spark.partition_reader import ScanRequest
 from spark.schema import arrow_schema
@@ -95,16 +96,36 @@ class ReadStats:
 STATS = ReadStats()
 
 
-def read_stream_partition(part: StreamPart, request: ScanRequest) -> Iterator[pa.RecordBatch]:
+def read_stream_partition(part: StreamPart, request: ScanRequest,
+                          policy: LossPolicy | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of ``part`` that pass the request's offset and time filters, as record batches of
-    at most ``request.batch_rows`` rows."""
+    at most ``request.batch_rows`` rows.
+
+    ``policy`` is the streaming source's ``failOnDataLoss``: without one (a batch query) a segment
+    gone since planning gives no rows and damage raises ``CorruptStreamRecord``; with one, a
+    segment gone is ``policy.lost`` and damage ``policy.damaged`` (skipped and counted when it
+    does not fail)."""
     STATS.partition()
-    loaded = _load(part)
+    try:
+        loaded = _load(part)
+    except CorruptStreamRecord as err:
+        if policy is None or policy.fail:
+            raise
+        policy.damaged(err, None if part.end_offset is None else part.end_offset - part.start_offset)
+        return
     if loaded is None:
+        if policy is not None:
+            known = "" if part.end_offset is None else f"..{part.end_offset - 1}"
+            policy.lost(f"the segment {part.path} of stream {part.stream!r} (vhost {part.vhost!r}) holding offsets "
+                        f"{part.start_offset}{known} is gone", None if part.end_offset is None
+                        else part.end_offset - part.start_offset)
         return
     data, base = loaded
-    positions = _positions(data, base, part)
-    if not len(positions):
+    if policy is None or policy.fail:
+        positions = _positions(data, base, part)
+    else:
+        positions = _positions_skipping_damage(data, base, part, policy)
+    if not len(positions) and (policy is None or policy.fail):
         return
     d = np.frombuffer(data, np.uint8)
     lengths = be_uint(d, positions, 4)
@@ -116,7 +137,11 @@ def read_stream_partition(part: StreamPart, request: ScanRequest) -> Iterator[pa
     offsets = be_uint(d, positions + 9, 8)
     timestamps = be_uint(d, positions + 17, 8)
     n_filter = be_uint(d, positions + 26, 1)
-    _check(part, base, positions, ends, offsets, n_filter)
+    if policy is None or policy.fail:
+        _check(part, base, positions, ends, offsets, n_filter)
+    else:
+        positions, ends, offsets, timestamps, n_filter = _drop_unreadable(part, base, positions, ends, offsets,
+                                                                          timestamps, n_filter, policy)
     keep_rows = _row_filter(offsets, timestamps, request)
     rows = np.flatnonzero(keep_rows) if keep_rows is not None else np.arange(len(offsets))
     starts = positions + _FIELDS_AT + n_filter
@@ -206,6 +231,55 @@ def _walk(data: bytes, base: int, part: StreamPart) -> np.ndarray:
     finally:
         view.release()
     return np.array(positions, np.int64)
+
+
+def _positions_skipping_damage(data: bytes, base: int, part: StreamPart, policy: LossPolicy) -> np.ndarray:
+    """The positions of the records of the range that pass their checks (``failOnDataLoss=false``):
+    a record whose CRC fails, with a good record right after it, is skipped; bytes that are not a
+    record end the range (nothing tells where the next record starts). Each is logged; the offsets
+    they cost are counted by ``_drop_unreadable``."""
+    view = memoryview(data)
+    size = len(data)
+    head, crc32 = LENGTH_AND_CRC.unpack_from, zlib.crc32
+    positions: list[int] = []
+    pos = 0
+    try:
+        while pos < size:
+            length, crc = head(data, pos) if size - pos >= 9 else (0, 0)
+            end = pos + 4 + length
+            if length < MIN_RECORD_LENGTH or end > size:
+                policy.damaged(_damage(part, base, pos, positions, data, "bytes that are not a record, to the end of "
+                                       "the range"))
+                break
+            if crc32(view[pos + 8 : end]) != crc:
+                policy.damaged(_damage(part, base, pos, positions, data, "CRC mismatch"))
+            else:
+                positions.append(pos)
+            pos = end
+    finally:
+        view.release()
+    return np.array(positions, np.int64)
+
+
+def _drop_unreadable(part: StreamPart, base: int, positions: np.ndarray, ends: np.ndarray, offsets: np.ndarray,
+                     timestamps: np.ndarray, n_filter: np.ndarray, policy: LossPolicy) -> tuple[np.ndarray, ...]:
+    """``failOnDataLoss=false``: leave out records too short for their fields and offsets that do
+    not increase (damage), and count the offsets of the range that are missing."""
+    short = ends - positions < RECORD_OVERHEAD + n_filter
+    increasing = offsets > np.maximum.accumulate(np.concatenate(([part.start_offset - 1], offsets[:-1])))
+    keep = ~short & increasing & (offsets >= part.start_offset)
+    if part.end_offset is not None:
+        keep &= offsets < part.end_offset
+    if not keep.all():
+        i = int(np.argmax(~keep))
+        policy.damaged(CorruptStreamRecord(part.path, base + int(positions[i]), int(offsets[i]),
+                                           "a stream record too short for its fields, or out of order"))
+    kept = offsets[keep]
+    if part.end_offset is not None and len(kept) < part.end_offset - part.start_offset:
+        missing = part.end_offset - part.start_offset - len(kept)
+        policy.lost(f"offsets missing from the range {part.start_offset}..{part.end_offset - 1} of {part.path}",
+                    missing)
+    return positions[keep], ends[keep], kept, timestamps[keep], n_filter[keep]
 
 
 def _damage(part: StreamPart, base: int, pos: int, positions: list[int], data: bytes, reason: str) -> CorruptStreamRecord:

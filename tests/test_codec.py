@@ -97,6 +97,28 @@ def test_deliver_frames_are_byte_equal_to_pamqp(body, frame_max, redelivered):
     assert b"".join(ours) == expected
 
 
+def test_a_batch_of_deliveries_is_byte_equal_to_pamqp():
+    from queues.message import Message
+
+    frame_max = 4096
+    bodies = [b"a", b"bb", b"", b"z" * 9000, b"c", b"d"]
+    routings = [("amq.direct", "rk"), ("amq.direct", "rk"), ("", "q"), ("", "q"), ("x", "other"), ("amq.direct", "rk")]
+    messages = []
+    shared = codec.shortstr("amq.direct") + codec.shortstr("rk")
+    for body, (exchange, key) in zip(bodies, routings):
+        raw = shared if (exchange, key) == ("amq.direct", "rk") else codec.shortstr(exchange) + codec.shortstr(key)
+        messages.append(Message(exchange, key, raw_header(body), body, raw))
+    out: list[bytes] = []
+    total = codec.deliveries_frames(out, 5, codec.shortstr("ctag"), 40, messages, frame_max - codec.FRAME_OVERHEAD)
+    expected = b"".join(
+        frame.marshal(commands.Basic.Deliver(consumer_tag="ctag", delivery_tag=40 + n, redelivered=False,
+                                             exchange=exchange, routing_key=key), 5)
+        + pamqp_content(5, body, frame_max)
+        for n, (body, (exchange, key)) in enumerate(zip(bodies, routings)))
+    assert b"".join(out) == expected
+    assert total == sum(map(len, bodies))
+
+
 def test_deliver_frames_unmarshal_with_pamqp():
     body = b"hello"
     wire = b"".join(

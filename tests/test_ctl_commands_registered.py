@@ -15,7 +15,8 @@ ISSUE_COMMANDS = (
     "export_definitions import_definitions status"
 ).split()
 ALSO = ("trace_on", "trace_off", "set_vm_memory_high_watermark", "set_disk_free_limit", "cluster_status",
-        "add_member", "delete_member", "transfer_leadership", "list_stream_consumers")
+        "add_member", "delete_member", "transfer_leadership", "list_stream_consumers", "shovel_status", "delete_shovel",
+        "federation_status", "restart_federation_link")
 
 
 def test_every_command_is_registered_with_help():

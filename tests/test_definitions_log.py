@@ -93,7 +93,7 @@ def test_compaction_folds_the_log_into_the_snapshot_and_removes_old_logs(tmp_pat
     assert store.compactions >= 1
     assert len(logs(tmp_path)) == 1, "logs the snapshot covers are deleted"
     document = json.loads((tmp_path / "definitions.json").read_text())
-    assert document["amqp_server_format"] == 3
+    assert document["amqp_server_format"] == 4
     assert len(document["queues"]) >= 50
     store.close()
     assert len(reopened(tmp_path)["queues"]) == 120
@@ -191,12 +191,12 @@ def test_format_1_definitions_json_is_read_and_upgraded(tmp_path):
     assert [q["name"] for q in store.load()["queues"]] == ["old"]
     store.close()
     # Upgraded at once, so an older broker refuses the directory instead of missing the logs.
-    assert json.loads((tmp_path / "definitions.json").read_text())["amqp_server_format"] == 3
+    assert json.loads((tmp_path / "definitions.json").read_text())["amqp_server_format"] == 4
 
 
 def test_a_log_from_a_newer_format_is_refused(tmp_path):
     FileDefinitionStore(tmp_path).load()
-    logs(tmp_path)[-1].write_bytes(b"amqp-server definitions log 4\n")
+    logs(tmp_path)[-1].write_bytes(b"amqp-server definitions log 5\n")
     with pytest.raises(DefinitionsError, match="newer amqp-server"):
         FileDefinitionStore(tmp_path).load()
 
@@ -222,7 +222,7 @@ def test_with_a_committer_changes_are_written_in_its_rounds_and_compacted_in_a_t
     assert len(reopened(tmp_path)["queues"]) == 1000
 
 
-def test_a_format_2_directory_is_read_and_upgraded_to_format_3(tmp_path):
+def test_a_format_2_directory_is_read_and_upgraded_to_format_4(tmp_path):
     """A broker before policies wrote format 2: its snapshot and log header say 2."""
     (tmp_path / "definitions.json").write_text(json.dumps({"amqp_server_format": 2, "amqp_server_log": 1}))
     (tmp_path / "definitions-00000001.log").write_bytes(
@@ -231,6 +231,20 @@ def test_a_format_2_directory_is_read_and_upgraded_to_format_3(tmp_path):
     assert [q["name"] for q in store.load()["queues"]] == ["from-format-2"]
     store.put("policies", {"vhost": "/", "name": "p", "pattern": ".*", "definition": {"max-length": 1}})
     store.close()
-    assert json.loads((tmp_path / "definitions.json").read_text())["amqp_server_format"] == 3
-    assert logs(tmp_path)[-1].read_bytes().startswith(b"amqp-server definitions log 3\n")
+    assert json.loads((tmp_path / "definitions.json").read_text())["amqp_server_format"] == 4
+    assert logs(tmp_path)[-1].read_bytes().startswith(b"amqp-server definitions log 4\n")
     assert [p["name"] for p in reopened(tmp_path)["policies"]] == ["p"]
+
+
+def test_a_format_3_directory_is_read_and_its_runtime_parameters_kept(tmp_path):
+    """Format 3 had no runtime parameters: its log (header 3) is read, and one set now is kept."""
+    (tmp_path / "definitions.json").write_text(json.dumps({"amqp_server_format": 3, "amqp_server_log": 1}))
+    (tmp_path / "definitions-00000001.log").write_bytes(
+        b"amqp-server definitions log 3\n" + put_record(queue("from-format-3")))
+    store = FileDefinitionStore(tmp_path)
+    assert [q["name"] for q in store.load()["queues"]] == ["from-format-3"]
+    store.put("runtime_parameters", {"vhost": "/", "component": "shovel", "name": "s", "value": {"src-queue": "a"}})
+    store.close()
+    again = reopened(tmp_path)
+    assert again["runtime_parameters"] == [
+        {"vhost": "/", "component": "shovel", "name": "s", "value": {"src-queue": "a"}}]

@@ -55,9 +55,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> DefinitionStore:
 def test_nothing_saved_loads_empty(store: DefinitionStore) -> None:
     definitions = store.load()
     assert definitions == empty_definitions()
-    assert definitions["amqp_server_format"] == 3
+    assert definitions["amqp_server_format"] == 4
     for key in ("users", "vhosts", "permissions", "queues", "exchanges", "bindings", "policies",
-                "operator_policies", "vhost_limits", "user_limits"):
+                "operator_policies", "vhost_limits", "user_limits", "runtime_parameters"):
         assert definitions[key] == []
 
 
@@ -65,8 +65,8 @@ def test_rabbitmq_export_round_trips(store: DefinitionStore) -> None:
     store.save(RABBITMQ_EXPORT)
     loaded = store.load()
     # "policies" is a kind of the store's own; operator policies and limits come back empty.
-    assert loaded == {**RABBITMQ_EXPORT, "amqp_server_format": 3, "operator_policies": [], "vhost_limits": [],
-                      "user_limits": []}
+    assert loaded == {**RABBITMQ_EXPORT, "amqp_server_format": 4, "operator_policies": [], "vhost_limits": [],
+                      "user_limits": [], "runtime_parameters": []}
 
 
 def test_save_does_not_mutate_the_callers_dict(store: DefinitionStore) -> None:
@@ -116,7 +116,7 @@ def test_file_is_plain_rabbitmq_shaped_json(tmp_path: Path) -> None:
     store.close()
     FileDefinitionStore(tmp_path).load()  # opening folds the change log into the snapshot
     document = json.loads((tmp_path / "definitions.json").read_text())
-    assert document["amqp_server_format"] == 3
+    assert document["amqp_server_format"] == 4
     assert document["queues"][0]["arguments"] == {"x-max-length": 5, "k": {"$amqp": "bytes", "value": "aGk="}}
 
 
@@ -160,7 +160,7 @@ def test_export_written_by_rabbitmq_loads(tmp_path: Path) -> None:
          "queues[0] arguments: malformed tagged value"),
         (b'{"queues": [{"name": "q", "vhost": "/", "arguments": {"a": {"$amqp": "nope", "value": ""}}}]}',
          "malformed tagged value"),
-        (b'{"amqp_server_format": 4}', "newer amqp-server"),
+        (b'{"amqp_server_format": 5}', "newer amqp-server"),
     ],
 )
 def test_corrupt_file_raises_error_naming_the_file(tmp_path: Path, content: bytes, message: str) -> None:

@@ -5,12 +5,14 @@ import pytest
 from exchanges import (EXCHANGE_TYPES, DirectExchange, Exchange, FanoutExchange, HeadersExchange,
                        TopicExchange, UnknownExchangeType, create_exchange)
 from exchanges.delayed import DelayedMessageExchange
+from exchanges.federation_upstream import FederationUpstreamExchange
 
 
-def test_registry_has_the_four_standard_types_and_the_delayed_message_type():
+def test_registry_has_the_four_standard_types_the_delayed_message_type_and_federations():
     assert EXCHANGE_TYPES == {"direct": DirectExchange, "fanout": FanoutExchange,
                               "topic": TopicExchange, "headers": HeadersExchange,
-                              "x-delayed-message": DelayedMessageExchange}
+                              "x-delayed-message": DelayedMessageExchange,
+                              "x-federation-upstream": FederationUpstreamExchange}
 
 
 @pytest.mark.parametrize("type_name", ["direct", "fanout", "topic", "headers"])

@@ -13,7 +13,8 @@ from amqp_server.connection.connection import OPEN, Connection
 from amqp_server.runtime.handover import MAX_RECORDED, HandoverRecorder
 from amqp_server.wire.states import HandoverState
 from queues.queue import Queue
-from tests.frame_driver import PROTOCOL_HEADER, FakeClient, marshal, methods, plain_response, publish_frames
+from tests.frame_driver import (PROTOCOL_HEADER, FakeClient, marshal, methods, plain_response, publish_frames,
+                                raw_frame)
 
 SIBLINGS = {"w-2": "\0test-w-2"}
 
@@ -248,3 +249,23 @@ def test_a_moved_connection_counts_once_opened_and_once_closed_across_the_worker
 
     assert asyncio.run(owner_side(take=True)) == (0, 1, 0, 1)
     assert asyncio.run(owner_side(take=False)) == (0, 0, 0, 0)
+
+
+def test_an_amqp_0_8_consume_of_a_siblings_queue_moves_and_replays_in_0_8():
+    # The recorder reads the client's methods in the protocol the connection speaks: a 0-8
+    # basic.consume (no arguments table) names its queue as a 0-9-1 one does.
+    client, moves = _client(_broker_with_sibling_queue())
+    session = (_handshake_bytes().replace(PROTOCOL_HEADER, b"AMQP\x01\x01\x08\x00", 1)
+               + raw_frame(1, 1, b"\x00\x14\x00\x0a\x00")  # channel.open
+               + marshal(1, commands.Basic.Qos(prefetch_count=5)))
+    client.connection.receive_data(session)
+    replies = client.connection.take_output()
+    consume = raw_frame(1, 1, b"\x00\x3c\x00\x14" + b"\x00\x00" + b"\x06theirs" + b"\x02c1" + b"\x00")
+    client.connection.receive_data(consume)
+    recorder = client.connection.handover
+    assert moves == ["moved"] and (recorder.owner, recorder.queue) == ("w-2", "theirs")
+    assert (recorder.replay, recorder.rest) == (session, consume)
+    owner = Connection(_broker_with_sibling_queue(), peer_host="127.0.0.1")
+    owner.receive_data(recorder.replay)
+    assert owner.take_output() == replies
+    assert owner.state is OPEN and owner.protocol.name == "AMQP 0-8" and sorted(owner.channels) == [1]

@@ -11,11 +11,17 @@ The layers, lowest first (issue 22):
  5  amqp_server.broker       vhosts, routing, policies, access, limits, alarms, stats
  6  amqp_server.channel
  7  amqp_server.connection
- 8  cluster, amqp_server.management, amqp_server.metrics, amqp_server.ctl
+ 8  amqp_server.peer_link     a connection to another broker by AMQP URI (a small 0-9-1 client on
+                             the wire's codec), shared by shovels and federation
+ 9  amqp_server.shovel, amqp_server.federation
+                             plug-ins the runtime starts: each acts on
+                             its runtime parameters (broker/runtime_parameters.py) and moves
+                             messages over peer links
+10  cluster, amqp_server.management, amqp_server.metrics, amqp_server.ctl
                              the cluster plug-in imports only the layers below it; management and
                              metrics read the broker and never import the cluster; ctl is an HTTP
                              client and imports nothing of the broker's model
- 9  amqp_server.runtime      the only layer that starts things, and the only one that loads the
+11  amqp_server.runtime      the only layer that starts things, and the only one that loads the
                              cluster plug-in (when --cluster is given)
 
 What a lower layer needs of a higher one comes in as a Protocol it defines (channel/ports.py,
@@ -46,6 +52,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("amqp_server.broker",),
     ("amqp_server.channel",),
     ("amqp_server.connection",),
+    ("amqp_server.peer_link",),
+    ("amqp_server.shovel", "amqp_server.federation"),
     ("cluster", "amqp_server.management", "amqp_server.metrics", "amqp_server.ctl"),
     ("amqp_server.runtime", "amqp_server.__main__"),
 )

@@ -21,6 +21,8 @@ from amqp_server.broker.firehose import is_tracing
 from amqp_server.management.definitions_transfer import export_definitions
 from amqp_server.metrics.core_collector import channel_label
 from amqp_server.metrics.http_endpoint import build_metrics_app
+from amqp_server.federation.federation import Federation
+from amqp_server.shovel.shovels import Shovels
 from tests.frame_driver import opened_client
 from tests.test_management_client import api, broker  # noqa: F401  (fixtures)
 from tests.test_metrics_values import FIXED_PROCESS
@@ -52,6 +54,12 @@ def populated(broker: Broker, api) -> tuple[Any, dict[str, str]]:
         assert api.request("PUT", f"/api/{kind}/%2F/audit-p", policy).status == 201
     assert api.request("PUT", "/api/vhost-limits/%2F/max-queues", {"value": 100}).status == 204
     assert api.request("PUT", "/api/user-limits/guest/max-channels", {"value": 100}).status == 204
+    # A shovel (recorded, not started: no GET may start, stop or change it).
+    broker.parameters.register(Shovels(broker))
+    shovel = {"src-uri": "amqp://", "src-queue": "audit-q", "dest-uri": "amqp://", "dest-queue": "audit-q2"}
+    assert api.request("PUT", "/api/parameters/shovel/%2F/audit-s", {"value": shovel}).status == 201
+    # Federation's components (as the runtime registers them): /api/federation-links answers.
+    Federation(broker, None).register_components()
     for n in range(3):
         published = api.request("POST", "/api/exchanges/%2F/audit-x/publish",
                                 {"routing_key": "k", "payload": f"m{n}", "payload_encoding": "string", "properties": {}})
@@ -63,7 +71,7 @@ def populated(broker: Broker, api) -> tuple[Any, dict[str, str]]:
     [binding] = [b for b in api.get("/api/bindings/%2F") if b["source"] == "audit-x"]
     return client, {
         "node": broker.node_name, "port": "5672", "protocol": "amqp", "within": "1", "unit": "days",
-        "vhost": "%2F", "component": "federation-upstream", "user": "guest",
+        "vhost": "%2F", "component": "shovel", "user": "guest",
         "source": "audit-x", "kind": "q", "destination": "audit-q", "props": binding["properties_key"],
         "connection": urllib.parse.quote(connection.name, safe=""),
         "channel": urllib.parse.quote(channel_label(connection.name, 1), safe=""),
@@ -82,6 +90,8 @@ def concrete(path: str, values: dict[str, str]) -> str:
         path = path.replace("{name}", "audit-q")
     elif path.startswith(("/api/policies/", "/api/operator-policies/")):
         path = path.replace("{name}", "audit-p")
+    elif path.startswith(("/api/parameters/", "/api/shovels/")):
+        path = path.replace("{name}", "audit-s")
     for key, value in values.items():
         path = path.replace("{" + key + "}", value)
     assert "{" not in path, path

@@ -56,3 +56,39 @@ def test_each_replica_is_a_series_per_queue_and_the_aggregated_endpoint_sums_the
         await replicated.close()
 
     asyncio.run(scenario())
+
+
+def test_a_replicated_stream_is_a_series_too_and_describes_itself_as_a_stream(tmp_path):
+    """A stream's replica (one member here) is a series as a queue's is; its last written index
+    counts its no-op and records; /api/queues' fields say `stream`."""
+    from queues.message import Message, content_header
+    from queues.stream_queue import StreamQueue
+    from queues.timers import Timers
+
+    async def scenario() -> None:
+        broker = Broker()
+        committer = GroupCommitter("always")
+        replicated = ReplicatedQueues(node="a", coordinator=MemoryCoordinator(MemoryService()), data_dir=tmp_path,
+                                      committer=committer, live_nodes=lambda: ["a"], secret="s3cret")
+        await replicated.start("127.0.0.1")
+        broker.replicate_queues(replicated)
+        stream = replicated.stream_for(
+            "/", "events", {"x-queue-type": "stream"}, None,
+            lambda log, keeper: StreamQueue("events", "/", log=log, committer=committer, timers=Timers(),
+                                            arguments={"x-queue-type": "stream"}, keeper=keeper))
+        for number in range(3):
+            stream.publish(Message("", "events", content_header(2, b"\x00\x00"), b"e%d" % number))
+        confirmed = asyncio.get_running_loop().create_future()
+        stream.when_stored(lambda error: confirmed.set_result(error))
+        assert await asyncio.wait_for(confirmed, 10) is None
+        assert stream.log.next_offset == 3  # committed: readable
+        per_object = scrape(CoreCollector(broker, PER_OBJECT, lambda: FIXED_PROCESS))
+        assert value(per_object, "rabbitmq_raft_log_last_written_index", vhost="/", queue="events") == 4
+        assert value(per_object, "rabbitmq_raft_log_commit_index", vhost="/", queue="events") == 4
+        described = replicated.describe("/", "events")
+        assert described is not None
+        assert (described["type"], described["leader"], described["members"]) == ("stream", "a", ["a"])
+        stream.close()
+        await replicated.close()
+
+    asyncio.run(scenario())

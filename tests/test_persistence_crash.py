@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from persistence.queue_store import QueueStore
@@ -86,11 +85,23 @@ def test_confirmed_messages_survive_sigkill_at_random_moments(tmp_path):
         child = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(tmp_path), str(ROOT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-        time.sleep(rng.uniform(0.15, 0.5))
+        # The kill lands after a random number of this run's confirms, not after a random time:
+        # on a loaded machine a time would sometimes fall before the writer did anything.
+        kill_after = rng.randrange(60, 400)
+        seen: list[bytes] = []
+        assert child.stdout is not None
+        while sum(line.startswith(b"C") for line in seen) < kill_after:
+            line = child.stdout.readline()
+            assert line, f"kill {kill_point}: the writer ended early"
+            seen.append(line)
         child.send_signal(signal.SIGKILL)
-        out, err = child.communicate()
+        # Read on through the same buffered reader: communicate() reads the raw pipe and would
+        # miss what readline() already took into the buffer.
+        out = child.stdout.read()
+        err = child.stderr.read() if child.stderr else b""
+        child.wait()
         assert child.returncode == -signal.SIGKILL, err.decode()
-        lines = out.decode().splitlines()
+        lines = (b"".join(seen) + out).decode().splitlines()
         if lines and not lines[-1].endswith(tuple("0123456789")):
             lines.pop()  # a line cut by the kill
         for line in lines:

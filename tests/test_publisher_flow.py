@@ -21,6 +21,7 @@ from cluster.links.frames import forward_to_frame
 from amqp_server.config.settings import ServerConfig
 from amqp_server.connection.publisher_flow import PublisherFlow
 from amqp_server.runtime.server import AMQPServer
+from amqp_server.wire.protocols import AMQP_0_9_1
 from amqp_server.wire.states import ConnectionState
 from persistence.definitions import FileDefinitionStore
 from queues.queue import FLOW_HIGH, FLOW_LOW
@@ -32,6 +33,7 @@ class StubConnection:
 
     def __init__(self, capabilities: dict[str, Any] | None = None) -> None:
         self.state = ConnectionState.OPEN
+        self.protocol = AMQP_0_9_1
         self.client_capabilities = {"connection.blocked": True} if capabilities is None else capabilities
         self.content_in_flight = 0
         self.sent: list[Any] = []
@@ -52,7 +54,7 @@ class StubConnection:
         if not self.reading_paused:
             self.paused.append(False)
 
-    def send_method(self, channel_id: int, method: Any) -> None:
+    def send_connection_method(self, method: Any) -> None:
         self.sent.append(method)
 
     def describe(self) -> str:

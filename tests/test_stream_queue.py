@@ -21,7 +21,7 @@ from amqp_server.broker.broker import Broker
 from persistence.definitions import FileDefinitionStore
 from queues.raw_properties import RawProperties, encode_field
 from queues.stream_queue import with_offset_header
-from tests.frame_driver import FakeClient, methods, opened_client, publish_frames
+from tests.frame_driver import FakeClient, methods, opened_client, publish_frames, unmarshal_all
 
 STREAM = {"x-queue-type": "stream"}
 
@@ -267,6 +267,130 @@ def test_many_consumers_read_the_same_records_at_their_own_pace(tmp_path: Path) 
     run(tmp_path, scenario)
 
 
+def _long_history() -> list[tuple[str, dict[str, Any] | None, bytes]]:
+    """(routing key, headers, body) of 3,000 publishes: runs of one envelope and envelopes that
+    alternate, an empty body and bodies larger than a frame (frame_max 131072) among them."""
+    history = []
+    for n in range(3000):
+        key = "s" if n < 1500 or n % 2 else "other"
+        headers = None if n % 3 else {"n": n % 5, "x-stream-offset": 7} if n % 7 == 0 else {"n": n % 5}
+        body = b"" if n == 10 else b"B" * 300_000 if n in (400, 2001) else b"m%d" % n
+        history.append((key, headers, body))
+    return history
+
+
+def test_ten_consumers_reading_a_long_history_each_get_every_record_as_published(tmp_path: Path) -> None:
+    # (History is read by blocks each read once for all readers: persistence/stream_blocks.py.)
+    history = _long_history()
+
+    async def scenario(broker: Broker) -> None:
+        client = opened_client(broker)
+        send(client, 1, commands.Queue.Declare(queue="s", durable=True, arguments=STREAM))
+        send(client, 1, commands.Queue.Bind(queue="s", exchange="amq.direct", routing_key="other"))
+        client.call(1, commands.Confirm.Select())
+        for key, headers, body in history:
+            client.send_bytes(publish_frames(1, body, exchange="" if key == "s" else "amq.direct", routing_key=key,
+                                             properties=commands.Basic.Properties(headers=headers, delivery_mode=2)))
+        await settle(broker, client)
+        channels = range(2, 12)
+        for channel in channels:
+            consume(client, channel, "s", prefetch=300, **{"x-stream-offset": "first"})
+        got: dict[int, list[tuple[int, str, dict[str, Any], bytes]]] = {channel: [] for channel in channels}
+        while any(len(got[channel]) < len(history) for channel in channels):
+            received = await settle(broker, client)
+            by_channel: dict[int, list[Any]] = {}
+            for channel, frame in received:
+                by_channel.setdefault(channel, []).append((channel, frame))
+            assert by_channel, "deliveries stopped"
+            for channel, frames in by_channel.items():
+                found = deliveries(frames)
+                for deliver, header, body in found:
+                    got[channel].append((deliver.redelivered, deliver.exchange, deliver.routing_key,
+                                         dict(header.properties.headers), body))
+                if found:
+                    send(client, channel, commands.Basic.Ack(delivery_tag=found[-1][0].delivery_tag, multiple=True))
+        for channel in channels:
+            for offset, (redelivered, exchange, key, headers, body) in enumerate(got[channel]):
+                published_key, published_headers, published_body = history[offset]
+                assert not redelivered
+                assert (exchange, key) == ("" if published_key == "s" else "amq.direct", published_key)
+                assert headers == {**(published_headers or {}), "x-stream-offset": offset}
+                assert body == published_body
+
+    run(tmp_path, scenario)
+
+
+def test_a_stream_consumers_first_batch_is_offered_for_writing_before_the_turn_ends(tmp_path: Path) -> None:
+    from amqp_server.connection.connection import EARLY_WRITE_DELIVERIES
+
+    async def scenario(broker: Broker) -> None:
+        await published_stream(broker, 3 * EARLY_WRITE_DELIVERIES)
+        early: list[bytes] = []
+        reader = FakeClient(broker, on_early_write=lambda: early.append(reader.connection.take_early_output()))
+        reader.handshake()
+        consume(reader, 2, "s", prefetch=1000, **{"x-stream-offset": "first"})
+        assert len(early) == 1, "offered once, when EARLY_WRITE_DELIVERIES deliveries waited"
+        offered = deliveries(unmarshal_all(early[0]))
+        assert len(offered) >= EARLY_WRITE_DELIVERIES
+        rest = deliveries(await settle(broker, reader))
+        assert [d.delivery_tag for d, _h, _b in offered + rest] == list(range(1, 3 * EARLY_WRITE_DELIVERIES + 1))
+
+    run(tmp_path, scenario)
+
+
+def test_stream_deliveries_are_traced_as_delivered(tmp_path: Path) -> None:
+    from amqp_server.broker.firehose import set_tracing
+    from tests.test_firehose import drain
+
+    async def scenario(broker: Broker) -> None:
+        client = await published_stream(broker, 3)
+        client.call(1, commands.Queue.Declare(queue="trace"))
+        client.call(1, commands.Queue.Bind(queue="trace", exchange="amq.rabbitmq.trace", routing_key="deliver.#"))
+        set_tracing(broker.vhosts["/"], True, broker.node_name)
+        consume(client, 2, "s", **{"x-stream-offset": "first"})
+        assert len(deliveries(await settle(broker, client))) == 3
+        traced = drain(client, "trace")
+        assert [(key, body) for key, _headers, body in traced] == [("deliver.s", b"m%d" % n) for n in range(3)]
+        assert [headers["properties"]["headers"]["x-stream-offset"] for _k, headers, _b in traced] == [0, 1, 2]
+
+    run(tmp_path, scenario)
+
+
+def test_a_damaged_record_is_stepped_over_and_the_consumer_goes_on(tmp_path: Path) -> None:
+    from tests.test_stream_log import flip_byte_in_record
+
+    async def first_run(broker: Broker) -> None:
+        await published_stream(broker, 3000)
+
+    async def second_run(broker: Broker) -> None:
+        client = opened_client(broker)
+        consume(client, 2, "s", prefetch=5000, **{"x-stream-offset": "first"})
+        got = [o for o, _b in offsets_and_bodies(await settle(broker, client))]
+        assert got == [n for n in range(3000) if n != 1234]
+        client.send_bytes(publish_frames(1, b"after", routing_key="s"))
+        assert offsets_and_bodies(await settle(broker, client)) == [(3000, b"after")], "and the stream works on"
+
+    run(tmp_path, first_run, restarts=True)
+    [segment] = sorted(tmp_path.glob("streams/*/*/*.seg"))
+    flip_byte_in_record(segment, 1234, 46)  # in its body (the record is 49 bytes)
+    run(tmp_path, second_run, restarts=True)
+
+
+def test_a_channel_wide_limit_set_after_the_consume_holds_back_deliveries(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        client = await published_stream(broker, 4)
+        consume(client, 2, "s", prefetch=100, **{"x-stream-offset": "first"})
+        assert len(deliveries(await settle(broker, client))) == 4
+        client.call(2, commands.Basic.Qos(prefetch_count=6, global_=True))
+        for n in range(4, 14):
+            client.send_bytes(publish_frames(1, b"m%d" % n, routing_key="s"))
+        assert [o for o, _b in offsets_and_bodies(await settle(broker, client))] == [4, 5], "6 unacked on the channel"
+        send(client, 2, commands.Basic.Ack(delivery_tag=6, multiple=True))
+        assert [o for o, _b in offsets_and_bodies(await settle(broker, client))] == [6, 7, 8, 9, 10, 11]
+
+    run(tmp_path, scenario)
+
+
 def test_acks_only_return_credit_and_nothing_is_requeued(tmp_path: Path) -> None:
     async def scenario(broker: Broker) -> None:
         client = await published_stream(broker, 5)
@@ -375,6 +499,22 @@ def test_a_filter_gets_exactly_the_matching_records(tmp_path: Path) -> None:
         for channel, (deliver, header, body) in [(c, d) for c, d in _by_channel(received)]:
             on[channel].append(header.properties.headers["x-stream-offset"])
         assert on == {2: [0, 3], 3: [1, 2, 4, 5]}
+
+    run(tmp_path, scenario)
+
+
+def test_a_filter_finds_its_records_past_megabytes_of_others(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        client = opened_client(broker)
+        send(client, 1, commands.Queue.Declare(queue="s", durable=True, arguments=STREAM))
+        client.call(1, commands.Confirm.Select())
+        for n in range(3001):  # 3 MB of others, more than a consumer's batch reads, then one of its own
+            value, body = ("mine", b"wanted") if n == 3000 else ("other", b"s" * 1000)
+            client.send_bytes(publish_frames(1, body, routing_key="s", properties=commands.Basic.Properties(
+                headers={"x-stream-filter-value": value})))
+        await settle(broker, client)
+        consume(client, 2, "s", **{"x-stream-offset": "first", "x-stream-filter": "mine"})
+        assert offsets_and_bodies(await settle(broker, client)) == [(3000, b"wanted")]
 
     run(tmp_path, scenario)
 

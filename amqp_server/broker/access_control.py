@@ -35,6 +35,10 @@ PERMISSION_KINDS = ("configure", "write", "read")
 # cluster secret as its password. It may do anything in every vhost; it is never listed,
 # exported or stored, and without a cluster secret nobody can log in as it.
 CLUSTER_LINK_USER = "amqp-server-cluster-link"
+# The user of this broker's own in-process links (a shovel or federation link whose URI has no
+# host, as RabbitMQ's direct connections): full access to every vhost, with a secret made for
+# this process that never leaves it (admit_local_links).
+LOCAL_LINK_USER = "amqp-server-local-link"
 
 
 class AuthenticationFailed(Exception):
@@ -113,6 +117,8 @@ class AccessControl:
         # connection.update-secret checks the new secret is the password (off: RabbitMQ's internal backend).
         self.verify_updated_secret = verify_updated_secret
         self.cluster_link_user: User | None = None  # set by admit_cluster_links
+        self._local_secret: bytes | None = None
+        self.local_link_user: User | None = None  # set by admit_local_links
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> AccessControl:
@@ -197,6 +203,14 @@ class AccessControl:
         self._cluster_secret = secret.encode()
         self.cluster_link_user = User(CLUSTER_LINK_USER, "", [])
 
+    def admit_local_links(self, secret: str) -> None:
+        """Let this process's in-process links log in as LOCAL_LINK_USER with `secret`."""
+        self._local_secret = secret.encode()
+        self.local_link_user = User(LOCAL_LINK_USER, "", [])
+
+    def _is_internal(self, user: User) -> bool:
+        return user is not None and (user is self.cluster_link_user or user is self.local_link_user)
+
     # ---- checks ----
 
     def authenticate(self, mechanism: str, response: bytes | str, peer_is_loopback: bool) -> User:
@@ -210,6 +224,10 @@ class AccessControl:
         if name == CLUSTER_LINK_USER and self.cluster_link_user is not None and self._cluster_secret is not None:
             if hmac.compare_digest(password.encode("utf-8", "surrogateescape"), self._cluster_secret):
                 return self.cluster_link_user
+            raise AuthenticationFailed(f"{mechanism} login refused: user '{name}' - invalid credentials", mechanism)
+        if name == LOCAL_LINK_USER and self.local_link_user is not None and self._local_secret is not None:
+            if hmac.compare_digest(password.encode("utf-8", "surrogateescape"), self._local_secret):
+                return self.local_link_user
             raise AuthenticationFailed(f"{mechanism} login refused: user '{name}' - invalid credentials", mechanism)
         user = self._users.get(name)
         if user is None:
@@ -249,7 +267,7 @@ class AccessControl:
         return user
 
     def can_access_vhost(self, user: User, vhost: str) -> bool:
-        if user is self.cluster_link_user and user is not None:
+        if self._is_internal(user):
             return True
         return (user.name, vhost) in self._permissions and user.name in self._users
 
@@ -258,5 +276,5 @@ class AccessControl:
         exchange or queue named ``resource`` in ``vhost``?"""
         permission = self._permissions.get((user.name, vhost))
         if permission is None:
-            return user is self.cluster_link_user and user is not None
+            return self._is_internal(user)
         return permission.permits(kind, resource or "amq.default")

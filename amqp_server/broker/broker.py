@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.broker.access_control import AccessControl
 from amqp_server.broker.alarms import ResourceAlarms
 from amqp_server.broker.stats import BrokerStats
+from amqp_server.broker.topology_watch import TopologyWatchers
 from amqp_server.config.settings import LimitsConfig, ServerConfig
 from amqp_server.broker.connection_limits import ConnectionLimit
 from amqp_server.wire.errors import AMQPError
 from amqp_server.broker.policies import parse_policy
 from amqp_server.broker.reply_to import ReplyRegistry
 from amqp_server.broker.resource_limits import UserLimits
+from amqp_server.broker.runtime_parameters import KIND as PARAMETERS_KIND, RuntimeParameters
 from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 from amqp_server.broker.vhost import OPERATOR_POLICIES, POLICIES, VHOST_LIMITS as VHOST_LIMITS_KIND, VirtualHost
 from persistence.definitions import HASHING_ALGORITHM, DefinitionStore, MemoryDefinitionStore
@@ -38,7 +40,9 @@ from queues.memory_budget import MemoryBudget
 from queues.timers import Timers
 
 if TYPE_CHECKING:
-    from amqp_server.broker.cluster_interface import Membership, NodeRecord, ReplicatedQueues, SharedDefinitions
+    from amqp_server.broker.cluster_interface import (
+        LinkPlacement, Membership, NodeRecord, ReplicatedQueues, SharedDefinitions,
+    )
     from amqp_server.broker.ports import BrokerConnection
 
 log = logging.getLogger(__name__)
@@ -47,7 +51,7 @@ log = logging.getLogger(__name__)
 # change by change).
 ACCESS_KINDS = ("users", "vhosts", "permissions")
 # Durable settings a cluster shares as they change (the topology is shared by _topology_changed).
-SHARED_SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits")
+SHARED_SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits", PARAMETERS_KIND)
 USER_LIMITS_KIND = "user_limits"
 
 
@@ -82,6 +86,8 @@ class Broker:
         self._shared: "SharedDefinitions | None" = None
         # Durable quorum queues replicated across the cluster (cluster/replication/) once joined.
         self.replicated: "ReplicatedQueues | None" = None
+        # Which node runs each shovel and federation link, once joined (one node, under a lease).
+        self._link_placement: "LinkPlacement | None" = None
         self.access = AccessControl.from_config(config)
         self.vhosts: dict[str, VirtualHost] = {}
         # A vhost's description and tags (RabbitMQ's vhost metadata), only for vhosts that have any;
@@ -96,6 +102,8 @@ class Broker:
         # Memory and disk alarms; ResourceMonitor (alarms.py) measures, connections obey.
         self.alarms = ResourceAlarms(config.limits, lambda: self.connections)
         self.stats = BrokerStats()
+        # Components that act on exchanges, queues, bindings and policies (federation).
+        self.topology_watchers = TopologyWatchers()
         self.reply_registry = ReplyRegistry()
         self.timers = Timers()
         self.memory_budget = MemoryBudget()
@@ -113,6 +121,9 @@ class Broker:
             from spark.side_files import SideFileWriter
 
             self.side_files = SideFileWriter()
+        # Runtime parameters (shovels, federation upstreams): stored and shared like policies;
+        # the components acting on them register when the runtime starts them.
+        self.parameters = RuntimeParameters(on_change=self._definition_changed)
         self._restoring = False
         # Stored durable queues that today's declare rules refuse (made by an older version):
         # kept in the definitions, with their segment files untouched, for an operator to decide.
@@ -141,6 +152,7 @@ class Broker:
                 on_queue_deleted=self._queue_deleted,
                 default_queue_type=self.config.default_queue_type,
                 stream_factory=self._stream_for if self.committer is not None else None,
+                watchers=self.topology_watchers,
             )
             self.save_definitions()
         return vhost
@@ -161,6 +173,7 @@ class Broker:
         for connection in [c for c in self.connections if c.vhost is vhost]:
             connection.close_by_broker(320, f"vhost '{name}' is deleted")
         vhost.delete_everything()
+        self.parameters.forget_vhost(name)
         self.access.forget_vhost(name)
         self.save_definitions()
 
@@ -209,14 +222,24 @@ class Broker:
         return QueueJournal(self._store_for(vhost, queue, archive), self.committer)
 
     def _stream_for(self, vhost: str, name: str, arguments: dict[str, Any], settings: QueueArguments) -> StreamQueue:
-        """A stream of `vhost`, its log opened (and recovered) in the data directory."""
+        """A stream of `vhost`, its log opened (and recovered) in the data directory; on a
+        clustered broker, a replicated stream over its replica's files (cluster_interface.py)."""
         assert self.message_dir is not None and self.committer is not None
-        options: dict[str, Any] = {"committer": self.committer}
+        committer = self.committer
+        max_segment_bytes = None
         if settings.stream_max_segment_size_bytes is not None:
             # (0 is a valid argument: every record starts a segment of its own, as near as can be)
-            options["max_segment_bytes"] = max(settings.stream_max_segment_size_bytes, STREAM_HEADER_SIZE + 1)
+            max_segment_bytes = max(settings.stream_max_segment_size_bytes, STREAM_HEADER_SIZE + 1)
+        if self.replicated is not None:
+            return self.replicated.stream_for(
+                vhost, name, arguments, max_segment_bytes,
+                lambda log, keeper: StreamQueue(name, vhost, log=log, committer=committer, timers=self.timers,
+                                                arguments=arguments, settings=settings, keeper=keeper))
+        options: dict[str, Any] = {"committer": committer}
+        if max_segment_bytes is not None:
+            options["max_segment_bytes"] = max_segment_bytes
         log = StreamLog.open_in(self.message_dir, vhost, name, **options)
-        return StreamQueue(name, vhost, log=log, committer=self.committer, timers=self.timers, arguments=arguments,
+        return StreamQueue(name, vhost, log=log, committer=committer, timers=self.timers, arguments=arguments,
                            settings=settings)
 
     def _store_for(self, vhost: str, queue: str, archive: bool) -> QueueStore:
@@ -263,6 +286,15 @@ class Broker:
     def replicate_queues(self, replicated: "ReplicatedQueues") -> None:
         """From now on durable quorum queues declared here are replicated."""
         self.replicated = replicated
+
+    def place_links(self, placement: "LinkPlacement") -> None:
+        """From now on each shovel and federation link runs on the node `placement` says."""
+        self._link_placement = placement
+
+    @property
+    def link_placement(self) -> "LinkPlacement | None":
+        """Where shovels and federation links run on a cluster (None alone: here)."""
+        return self._link_placement
 
     def share_definitions(self, shared: "SharedDefinitions") -> None:
         """From now on every definition change is shared with the cluster, and a method's reply
@@ -362,6 +394,7 @@ class Broker:
             # After the topology: a queue limit lowered below the queues a vhost has must not
             # keep them from coming back.
             self._restore_limits(stored)
+            self._restore_parameters(stored)
         finally:
             self._restoring = False
         # One full comparison at startup: what could not be restored (a binding with a missing
@@ -397,6 +430,13 @@ class Broker:
                     self.set_user_limits(entry["user"], check_limits(entry["value"], USER_LIMITS, "user limits"))
             except LimitError as error:
                 log.error("stored limits of user '%s' were not restored: %s", entry["user"], error)
+
+    def _restore_parameters(self, stored: dict[str, Any]) -> None:
+        """Kept as stored (they were checked when set); each component takes its own when it
+        registers."""
+        for entry in stored.get(PARAMETERS_KIND, []):
+            if entry["vhost"] in self.vhosts:
+                self.parameters.set(entry["vhost"], entry["component"], entry["name"], entry["value"], validate=False)
 
     def _restore_topology(self, stored: dict[str, Any]) -> None:
         for exchange in stored.get("exchanges", []):
@@ -449,6 +489,7 @@ class Broker:
             if vhost.limits.as_value():
                 exported[VHOST_LIMITS_KIND].append({"vhost": vhost.name, "value": vhost.limits.as_value()})
         exported[USER_LIMITS_KIND] = [{"user": user, "value": value} for user, value in self.user_limits().items()]
+        exported[PARAMETERS_KIND] = self.parameters.definitions()
         exported["queues"].extend(self.unrestored_queues)
         return exported
 

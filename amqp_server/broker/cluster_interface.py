@@ -9,7 +9,10 @@ of `cluster/` is imported). `amqp_server.runtime` loads the plug-in (cluster/nod
 - `Broker.share_definitions(shared)`: where each queue lives (`SharedDefinitions.owner_of`) and
   definition changes committed in the coordination service;
 - `Broker.replicate_queues(replicated)`: the replicated implementation of the quorum queue type
-  (a journal that a majority fsyncs) and its membership operations.
+  (a journal that a majority fsyncs), of streams (a log a majority fsyncs) and their membership
+  operations;
+- `Broker.place_links(placement)`: which node runs each shovel and federation link (exactly one,
+  under a lease in the coordination service).
 
 Queues of other nodes reach the vhost as queue-type implementations of their own
 (queues/queue_type.py; the plug-in's cluster/links/remote_queue.py), so the codec, the
@@ -23,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from persistence.queue_store import QueueStore
+    from persistence.stream_log import StreamLog
     from queues.journal import QueueJournal
+    from queues.stream_queue import StreamKeeper, StreamQueue
 
 
 class ClusterChangeRefused(Exception):
@@ -73,10 +78,15 @@ class SharedDefinitions(Protocol):
 
 
 class ReplicatedQueues(Protocol):
-    """The replicated quorum queue type: journals a majority fsyncs, and their groups."""
+    """The replicated quorum queue type (journals a majority fsyncs), replicated streams (logs a
+    majority fsyncs), and their groups."""
 
     def journal_for(self, vhost: str, name: str, open_store: "Callable[[], QueueStore]",
                     arguments: dict[str, Any]) -> "QueueJournal": ...
+
+    def stream_for(self, vhost: str, name: str, arguments: dict[str, Any], max_segment_bytes: int | None,
+                   build: "Callable[[StreamLog, StreamKeeper], StreamQueue]") -> "StreamQueue":
+        """A stream this node holds: `build(log, keeper)` makes it over its replica's files."""
 
     def describe(self, vhost: str, name: str) -> dict[str, Any] | None: ...
 
@@ -87,3 +97,21 @@ class ReplicatedQueues(Protocol):
     async def delete_member(self, vhost: str, name: str, node: str) -> None: ...
 
     async def transfer_leadership(self, vhost: str, name: str, node: str) -> None: ...
+
+
+class LinkPlacement(Protocol):
+    """Runs each shovel or federation link on exactly one node of the cluster, under a lease.
+
+    `place` asks for the lease of (kind, vhost, name): `on_run()` is called when this node holds
+    it (at once, or later when the node that held it dies and its lease expires), `on_stop()`
+    when this node loses it (its session with the coordination service expired); `release`
+    gives it up (the shovel was deleted here, or the node stops). Both callbacks come on the
+    event loop and must not block."""
+
+    def place(self, kind: str, vhost: str, name: str, on_run: Callable[[], None],
+              on_stop: Callable[[], None]) -> None: ...
+
+    def release(self, kind: str, vhost: str, name: str) -> None: ...
+
+    def holder(self, kind: str, vhost: str, name: str) -> str | None:
+        """The node holding the lease now, as last seen (None: nobody)."""

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from exchanges import InvalidBindingArguments, UnknownExchangeType, create_exchange
 from exchanges.delayed import DelayedMessageExchange, InvalidDelayedType
+from exchanges.federation_upstream import InvalidFederationUpstream
 from exchanges.exchange import Exchange
 from queues import dead_letter
 from queues.arguments import InvalidArgument, QueueArguments, equivalence, queue_type_rules
@@ -43,6 +44,7 @@ from amqp_server.wire.errors import AMQPError
 from amqp_server.broker.policies import Policy, PolicySet
 from amqp_server.broker.resource_limits import VhostLimits
 from amqp_server.broker.routing import route_into
+from amqp_server.broker.topology_watch import TopologyWatchers
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ class VirtualHost:
         on_queue_deleted: Callable[[Queue], None] | None = None,
         default_queue_type: str = "classic",
         stream_factory: Callable[..., Queue] | None = None,
+        watchers: TopologyWatchers | None = None,
     ) -> None:
         """`journal_factory(vhost, queue, archive)` gives durable queues their journal (None: no
         persistence; a quorum queue's call adds its arguments: a clustered broker replicates it); `archive` is the queue's x-archive (its own or a policy's);
@@ -96,7 +99,8 @@ class VirtualHost:
         `default_queue_type` is the configuration's: what a client's durable shared queue declared
         without x-queue-type becomes (queue_type_rules.with_implied_type);
         `stream_factory(vhost, name, arguments, settings)` makes a stream (queues/stream_queue.py) with
-        its log in the data directory (None: no data directory, so no streams)."""
+        its log in the data directory (None: no data directory, so no streams);
+        `watchers` hear every change of exchanges, queues, bindings and policies (topology_watch.py)."""
         self.name = name
         self.archives_everything = archives_everything
         # Policies and operator policies (policies.py); policy_application.py applies them.
@@ -120,6 +124,7 @@ class VirtualHost:
         # Called for every queue removed, whatever removed it (delete, auto-delete, x-expires...).
         self.on_queue_deleted: Callable[[Queue], None] = on_queue_deleted or (lambda queue: None)
         self.default_queue_type = default_queue_type
+        self._watchers = watchers if watchers is not None else TopologyWatchers()
         # destination (queue or exchange) -> {source exchange: number of bindings}, for cleanup on delete.
         self._bound_to: dict[object, dict[Exchange, int]] = {}
         # The callbacks every queue of this vhost gets, made once: a bound method made per queue
@@ -183,13 +188,15 @@ class VirtualHost:
             )
         except UnknownExchangeType as error:
             raise AMQPError(errors.COMMAND_INVALID, f"unknown exchange type '{error.type_name}'") from None
-        except InvalidDelayedType as error:
+        except (InvalidDelayedType, InvalidFederationUpstream) as error:
             raise AMQPError(errors.PRECONDITION_FAILED, str(error)) from None
         if isinstance(exchange, DelayedMessageExchange):
             hold_delayed_messages(self, exchange)
         policy_application.apply_to_exchange(self, exchange)
         self.exchanges[name] = exchange
         self._changed("exchanges", exchange_definition(self.name, exchange), True, is_stored_exchange(exchange))
+        if self._watchers:
+            self._watchers.exchange_added(self, exchange)
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
@@ -214,9 +221,11 @@ class VirtualHost:
             self._bound_to.get(destination, {}).pop(exchange, None)
         # Bindings where this exchange is the destination go too.
         for source in self._bound_to.pop(exchange, {}):
-            source.unbind_destination(exchange)
+            self._unbind_destination(source, exchange)
             self._maybe_auto_delete_exchange(source)
         self._changed("exchanges", exchange_definition(self.name, exchange), False, is_stored_exchange(exchange))
+        if self._watchers:
+            self._watchers.exchange_removed(self, exchange)
 
     def journals(self) -> list[QueueJournal]:
         """Every journal this vhost writes: its durable queues' and its delayed exchanges'."""
@@ -316,6 +325,8 @@ class VirtualHost:
         queue.when_unused(self._delete_queue_callback)
         self.queues[name] = queue
         self._changed("queues", queue_definition(self.name, queue), True, is_stored_queue(queue))
+        if self._watchers:
+            self._watchers.queue_added(self, queue)
         return queue, True
 
     def _new_queue(self, name: str, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict[str, Any],
@@ -362,6 +373,8 @@ class VirtualHost:
                 raise ValueError(f"{queue!r}: this node owns a queue of that name")
             self.delete_queue(existing)
         self.queues[queue.name] = queue
+        if self._watchers:
+            self._watchers.queue_added(self, queue)
 
     def delete_queue(self, queue: Queue) -> None:
         """Remove a queue, its bindings and its consumers (who are told by their channels)."""
@@ -373,10 +386,19 @@ class VirtualHost:
         for consumer in queue.delete():
             consumer.sink.consumer_cancelled(consumer)
         for source in self._bound_to.pop(queue, {}):
-            source.unbind_destination(queue)
+            self._unbind_destination(source, queue)
             self._maybe_auto_delete_exchange(source)
         stored = is_stored_queue(queue) and not queue.home_node
         self._changed("queues", queue_definition(self.name, queue), False, stored)
+        if self._watchers:
+            self._watchers.queue_removed(self, queue)
+
+    def _unbind_destination(self, source: Exchange, destination: Queue | Exchange) -> None:
+        """Remove every binding of `source` to `destination`, which is being deleted."""
+        removed = source.bindings_to(destination) if self._watchers else ()
+        source.unbind_destination(destination)
+        for routing_key, arguments in removed:
+            self._watchers.binding_removed(self, source, destination, routing_key, arguments)
 
     # -- policies and limits -----------------------------------------------------------
 
@@ -387,6 +409,8 @@ class VirtualHost:
         if policies.put(policy):
             self.on_durable_change(OPERATOR_POLICIES if operator else POLICIES, policy.as_json(), True)
             policy_application.reapply(self)
+            if self._watchers:
+                self._watchers.policies_changed(self)
 
     def clear_policy(self, name: str, operator: bool = False) -> bool:
         """Remove a policy (an operator policy); False when there was none of that name."""
@@ -395,6 +419,8 @@ class VirtualHost:
             return False
         self.on_durable_change(OPERATOR_POLICIES if operator else POLICIES, removed.as_json(), False)
         policy_application.reapply(self)
+        if self._watchers:
+            self._watchers.policies_changed(self)
         return True
 
     def set_limits(self, limits: dict[str, int]) -> None:
@@ -418,6 +444,8 @@ class VirtualHost:
             sources[source] = sources.get(source, 0) + 1
             self._changed("bindings", binding_definition(self.name, source, destination, routing_key, arguments),
                           True, is_stored_binding(source, destination))
+            if self._watchers:
+                self._watchers.binding_added(self, source, destination, routing_key, arguments)
 
     def unbind(self, source: Exchange, destination: Queue | Exchange, routing_key: str, arguments: dict[str, Any]) -> None:
         if source is self.default_exchange:
@@ -427,6 +455,8 @@ class VirtualHost:
         self._forget_binding(destination, source)
         self._changed("bindings", binding_definition(self.name, source, destination, routing_key, arguments),
                       False, is_stored_binding(source, destination))
+        if self._watchers:
+            self._watchers.binding_removed(self, source, destination, routing_key, arguments)
         self._maybe_auto_delete_exchange(source)
 
     def _changed(self, kind: str, entry: dict[str, Any], present: bool, stored: bool) -> None:

@@ -25,6 +25,8 @@ import struct
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
     from queues.queue import Queue
 
 _new_tuple = tuple.__new__
+_message_of = attrgetter("message")  # of a QueueEntry
 log = logging.getLogger(__name__)
 
 OPEN = ChannelState.OPEN
@@ -150,7 +153,7 @@ class Channel:
         handler (basic_methods.py, declarations.py). A subclass may take methods of its own
         first (the cluster plug-in's link channel takes its forward-to)."""
         self.connection.spend_method_budget()
-        method = codec.decode_method(payload)
+        method = self.connection.decode_method(payload)  # in the connection's protocol (AMQP 0-8 too)
         handler = METHOD_HANDLERS.get(type(method)) or DECLARATION_HANDLERS.get(type(method))
         if handler is None:
             raise AMQPError(errors.COMMAND_INVALID, "unimplemented method", index >> 16, index & 0xFFFF)
@@ -577,6 +580,30 @@ class Channel:
             ),
             len(message.body),
         )
+
+    def deliver_many(self, consumer: Consumer, entries: list[QueueEntry]) -> None:
+        """`deliver` each of `entries`, first deliveries all, with one batch of frames (a stream's
+        records: queues/stream_queue.py)."""
+        first_tag = self.next_delivery_tag
+        count = len(entries)
+        self.next_delivery_tag = first_tag + count
+        if not consumer.no_ack:
+            # Unacked(entry, queue, consumer) for each, made by C loops (zip, map), not a Python step.
+            made = map(_new_tuple, repeat(Unacked), zip(entries, repeat(consumer.queue), repeat(consumer)))
+            self.unacked.add_run(first_tag, made)
+            if consumer.timeout_ms:
+                for tag in range(first_tag, first_tag + count):
+                    self.track_timeout(tag, consumer.timeout_ms)
+        tag_raw = self._tag_raw.get(consumer.tag)
+        if tag_raw is None:
+            tag_raw = self._tag_raw[consumer.tag] = codec.shortstr(consumer.tag)
+        messages = list(map(_message_of, entries))
+        if self.vhost.firehose is not None:
+            for message in messages:
+                self.vhost.firehose.delivered(consumer.queue.name, message, False, self.connection, self.id)
+        frames: list[bytes] = []
+        body_bytes = codec.deliveries_frames(frames, self.id, tag_raw, first_tag, messages, self.connection.max_body_frame)
+        self.connection.send_deliveries(frames, body_bytes, count)
 
     def deliver_reply(self, message: Message) -> None:
         """Direct reply-to: deliver straight to this channel's reply consumer (no-ack)."""

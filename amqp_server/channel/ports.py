@@ -169,6 +169,12 @@ class ChannelConnection(Protocol):
     def deliveries_paused(self) -> bool:
         """No deliveries now: the client is not reading, or enough wait for the next write."""
 
+    # -- frames in
+
+    def decode_method(self, payload: bytes) -> Any:
+        """A method frame's payload decoded as the 0-9-1 method it is, in the protocol the
+        connection speaks (wire/protocols.py); AMQPError as codec.decode_method raises it."""
+
     # -- frames out
 
     def method_frame(self, channel_id: int, method: Any) -> bytes: ...
@@ -179,6 +185,9 @@ class ChannelConnection(Protocol):
 
     def send_delivery(self, frames: list[bytes], body_size: int) -> None:
         """The frames of one delivery (the connection may pause deliveries after it)."""
+
+    def send_deliveries(self, frames: list[bytes], body_size: int, count: int) -> None:
+        """The frames of `count` deliveries, `body_size` bytes of bodies (as many send_delivery)."""
 
     def confirms_pending(self, channel: Any) -> None:
         """`channel` has publisher confirms to send with the next write."""

@@ -20,6 +20,7 @@ delivery_timeouts.py and transaction.py use, imports neither.
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from amqp_server.wire import errors
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from amqp_server.broker.stats import BrokerStats
     from amqp_server.channel.ports import OpenTransaction, SettlingChannel, SettlingTimeouts
 
+
+_queue_of = itemgetter(1)  # of an Unacked
 
 # The method a settlement came as, for the class and method ids of its 406.
 _METHOD_IDS = {"ack": 80, "reject": 90, "nack": 120}
@@ -106,9 +109,18 @@ def apply_settlement(stats: "BrokerStats", channel: "SettlingChannel", kind: str
         return
     touched: set[Queue] = set()
     if kind == "ack":
-        for entry, queue, consumer in taken:
-            queue.ack(entry, consumer)
-            touched.add(queue)
+        queues = set(map(_queue_of, taken))
+        if len(queues) == 1:
+            # (The usual `multiple` ack, of one queue's deliveries: settled in one call.)
+            if len(taken) == 1:
+                entry, queue, consumer = taken[0]
+                queue.ack(entry, consumer)
+            else:
+                taken[0].queue.ack_many(taken)
+        else:
+            for entry, queue, consumer in taken:
+                queue.ack(entry, consumer)
+        touched = queues
         stats.acked += len(taken)
     elif requeue:
         by_queue: dict[Queue, list[tuple[QueueEntry, Consumer | None]]] = defaultdict(list)

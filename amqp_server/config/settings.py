@@ -218,6 +218,9 @@ class ServerConfig:
     # [[queue_defaults]]: lifecycle x-arguments by vhost and queue-name pattern (docs/lifecycle.md).
     queue_defaults: list[QueueDefault] = field(default_factory=list)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    # [[shovels]]: static shovels, each {"name", "vhost", and a dynamic shovel's keys} (checked by
+    # amqp_server/shovel/ when the broker starts: docs/shovel-federation.md).
+    shovels: list[dict[str, Any]] = field(default_factory=list)
     # [definitions] load_file / --definitions: a RabbitMQ definitions file imported at every start.
     definitions_file: Path | None = None
     # Node processes on this host sharing the AMQP port, as one cluster (amqp_server/runtime/workers.py).
@@ -650,7 +653,7 @@ _CLUSTER_KEYS: dict[str, Callable[[Any, str], Any]] = {
 }
 
 _SECTIONS = ("server", "limits", "storage", "management", "tls", "cluster", "definitions", "users", "vhosts",
-             "permissions", "queue_defaults")
+             "permissions", "queue_defaults", "shovels")
 _DEFINITIONS_KEYS: dict[str, Callable[[Any, str], Any]] = {"load_file": lambda value, where: _path(value, where)}
 
 
@@ -696,6 +699,7 @@ def _parse_document(doc: dict[str, Any]) -> ServerConfig:
     users = _parse_users(_array_of_tables(doc.get("users", []), "users"))
     permissions = _parse_permissions(_array_of_tables(doc.get("permissions", []), "permissions"))
     config.queue_defaults = _parse_queue_defaults(_array_of_tables(doc.get("queue_defaults", []), "queue_defaults"))
+    config.shovels = _parse_shovels(_array_of_tables(doc.get("shovels", []), "shovels"))
 
     config.vhosts = vhosts or [DEFAULT_VHOST]
     if users:
@@ -791,6 +795,22 @@ def _parse_permissions(entries: list[dict[str, Any]]) -> list[PermissionConfig]:
             _fail(where, f"repeats permissions for user {user!r} on vhost {vhost!r}")
         permissions.append(PermissionConfig(user, vhost, *patterns))
     return permissions
+
+
+def _parse_shovels(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each static shovel with its name and vhost ("/" when left out); its other keys are a
+    dynamic shovel's, checked with RabbitMQ's texts when the broker starts (amqp_server/shovel/)."""
+    shovels: list[dict[str, Any]] = []
+    for i, entry in enumerate(entries):
+        where = f"shovels[{i}]"
+        if "name" not in entry:
+            _fail(where, "is missing 'name'")
+        name = _nonempty_string(entry["name"], f"{where} name")
+        vhost = _nonempty_string(entry.get("vhost", DEFAULT_VHOST), f"{where} vhost")
+        if any(other["name"] == name and other["vhost"] == vhost for other in shovels):
+            _fail(where, f"repeats shovel {name!r} in vhost {vhost!r}")
+        shovels.append({**entry, "name": name, "vhost": vhost})
+    return shovels
 
 
 def _parse_queue_defaults(entries: list[dict[str, Any]]) -> list[QueueDefault]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pamqp import commands
 
-from amqp_server.wire import codec, errors
+from amqp_server.wire import codec, errors, protocols
 from amqp_server.connection import handshake, secret_update
 from amqp_server.broker.access_control import AuthenticationFailed, UnsupportedMechanism, User, is_loopback_address
 from amqp_server.wire.codec import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, FRAME_PUBLISH
@@ -79,16 +79,15 @@ METHODS_PER_TURN = 16
 _REFUSED_LOGIN_FRAME_MAX = 512
 _unpack_method_index = struct.Struct(">I").unpack_from
 _CHANNEL_OPEN = 0x0014000A
-_CONNECTION_CLOSE = 0x000A0032
-_CONNECTION_CLOSE_OK = 0x000A0033
 # The client's methods on channel 0 as events of the connection's state table (states.py):
-# each is allowed only in the states whose row names it.
+# each is allowed only in the states whose row names it. By name: a 0-8 connection.close is a
+# Connection.Close of its own id (amqp_0_8.Close).
 _METHOD_EVENTS = {
-    commands.Connection.StartOk: ConnectionEvent.START_OK,
-    commands.Connection.TuneOk: ConnectionEvent.TUNE_OK,
-    commands.Connection.Open: ConnectionEvent.OPEN,
-    commands.Connection.UpdateSecret: ConnectionEvent.UPDATE_SECRET,
-    commands.Connection.Close: ConnectionEvent.CLOSE,
+    commands.Connection.StartOk.name: ConnectionEvent.START_OK,
+    commands.Connection.TuneOk.name: ConnectionEvent.TUNE_OK,
+    commands.Connection.Open.name: ConnectionEvent.OPEN,
+    commands.Connection.UpdateSecret.name: ConnectionEvent.UPDATE_SECRET,
+    commands.Connection.Close.name: ConnectionEvent.CLOSE,
 }
 
 class Connection:
@@ -105,7 +104,7 @@ class Connection:
         "max_content_in_flight", "flow", "on_reading_paused", "close_when_flushed", "close_ok_timeout_s", "_out",
         "_confirm_channels", "_input_broken", "_method_budget", "input_waiting", "input_held", "connected_at_ms",
         "received_bytes", "received_reads", "sent_bytes", "sent_writes", "handover", "on_early_write",
-        "_delivery_count_unwritten",
+        "_delivery_count_unwritten", "protocol", "decode_method",
     )
 
     def __init__(
@@ -137,6 +136,10 @@ class Connection:
         self.peer_is_loopback = is_loopback_address(peer_host)
         self.on_output = on_output or (lambda: None)
         self.state = AWAIT_HEADER  # changed by advance() only
+        # The AMQP version spoken (protocols.py), chosen by the protocol header, and its decoder
+        # of the client's methods (the channels call it: one attribute, as the codec's was).
+        self.protocol = protocols.AMQP_0_9_1
+        self.decode_method: Callable[[bytes], Any] = codec.decode_method
         limits = broker.limits
         # Until tune-ok a client gets frames of FRAME_MIN_SIZE, as in RabbitMQ: an anonymous socket
         # can make the broker hold one small frame, not the broker's frame_max.
@@ -259,12 +262,15 @@ class Connection:
             header = self.reader.take_protocol_header()
             if header is None:
                 return
-            if header not in codec.ACCEPTED_HEADERS:
+            protocol = protocols.negotiate(header)
+            if protocol is None:
                 # Spec 4.2.2 and RabbitMQ: answer with the protocol we speak, then close.
                 log.error("closing AMQP connection %s: %s", self.name, codec.refused_header_reason(header))
                 self._write(codec.PROTOCOL_HEADER)
                 self.finish()
                 return
+            self.protocol = protocol
+            self.decode_method = protocol.decode_method
             self.advance(ConnectionEvent.HEADER_ACCEPTED)
             handshake.send_start(self)
         self._handle_input()
@@ -443,11 +449,11 @@ class Connection:
         if self.state is CLOSING:
             if frame_type == codec.FRAME_METHOD and channel_id == 0:
                 index = codec.method_index(payload)
-                if index == _CONNECTION_CLOSE_OK:
+                if index == self.protocol.close_ok_index:
                     self.finish()
-                elif index == _CONNECTION_CLOSE:
+                elif index == self.protocol.close_index:
                     # Both sides closing: answer, and keep waiting for the close-ok of ours (RabbitMQ).
-                    self.send_method(0, commands.Connection.CloseOk())
+                    self.send_connection_method(commands.Connection.CloseOk())
             return
         if frame_type == codec.FRAME_HEARTBEAT:
             if channel_id != 0:
@@ -479,12 +485,12 @@ class Connection:
     # -- connection class --------------------------------------------------------------
 
     def _handle_connection_method(self, payload: bytes) -> None:
-        method = codec.decode_method(payload)
+        method = self.decode_method(payload)
         try:
             # As RabbitMQ: during the handshake only its next step, once open only close and
             # update-secret (not a second start-ok or open, which would log in or count the
             # connection again, nor a close-ok nobody asked for, nor blocked from a client).
-            self.advance(_METHOD_EVENTS[type(method)])
+            self.advance(_METHOD_EVENTS[method.name])
         except (KeyError, IllegalTransition):
             text = f"unexpected method in connection state {self.state.value}"
             raise self._out_of_turn(errors.CHANNEL_ERROR, text, *_ids(method)) from None
@@ -497,7 +503,7 @@ class Connection:
         elif isinstance(method, commands.Connection.Close):
             log.info("closing AMQP connection %s: client requested close", self.describe())
             self._release()
-            self.send_method(0, commands.Connection.CloseOk())
+            self.send_connection_method(commands.Connection.CloseOk())
             self.finish()
         elif isinstance(method, commands.Connection.UpdateSecret):  # (the last of _METHOD_EVENTS)
             secret_update.update_secret(self, method)
@@ -523,7 +529,7 @@ class Connection:
         channel = (channel_class or Channel)(self, channel_id)
         self.channels[channel_id] = channel
         self.broker.stats.channels_opened += 1
-        self._write(codec.channel_open_ok_frame(channel_id))
+        self._write(self.protocol.channel_open_ok_frame(channel_id))
 
     def close_channel(self, channel: Channel) -> None:
         """The client closed the channel (channel.close): release it at once."""
@@ -573,6 +579,10 @@ class Connection:
     def send_method(self, channel_id: int, method: Any) -> None:
         self._write(codec.method_frame(channel_id, method))
 
+    def send_connection_method(self, method: Any) -> None:
+        """A method of channel 0 (the connection class), in the ids of the protocol spoken."""
+        self._write(self.protocol.connection_frame(method))
+
     def send_frames(self, frames: list[bytes]) -> None:
         if not self._out:
             self.on_output()
@@ -588,6 +598,19 @@ class Connection:
             self.deliveries_paused = True
         self._delivery_count_unwritten += 1
         if self._delivery_count_unwritten == EARLY_WRITE_DELIVERIES and self.on_early_write is not None:
+            self.on_early_write()
+
+    def send_deliveries(self, frames: list[bytes], body_size: int, count: int) -> None:
+        """The frames of `count` deliveries at once, as `count` send_delivery calls would send them."""
+        if not self._out:
+            self.on_output()
+        self._out.extend(frames)
+        self._delivery_bytes_unwritten += body_size
+        if self._delivery_bytes_unwritten > DELIVERY_BYTES_PER_WRITE:
+            self.deliveries_paused = True
+        before = self._delivery_count_unwritten
+        self._delivery_count_unwritten = before + count
+        if before < EARLY_WRITE_DELIVERIES <= before + count and self.on_early_write is not None:
             self.on_early_write()
 
     def _write(self, data: bytes) -> None:
@@ -691,7 +714,8 @@ class Connection:
             return
         log.warning("closing AMQP connection %s: %s", self.describe(), error.reply_text)
         self._release()
-        self.send_method(0, commands.Connection.Close(error.code, error.reply_text, error.class_id, error.method_id))
+        self.send_connection_method(
+            commands.Connection.Close(error.code, error.reply_text, error.class_id, error.method_id))
         self.advance(ConnectionEvent.CLOSE_SENT)
 
     def _out_of_turn(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> AMQPError:
@@ -734,7 +758,7 @@ class Connection:
         if isinstance(failure, UnsupportedMechanism):
             self._stop_input()
         elif self.client_capabilities.get("authentication_failure_close"):
-            self.send_method(0, commands.Connection.Close(errors.ACCESS_REFUSED, failure.reply_text, 0, 0))
+            self.send_connection_method(commands.Connection.Close(errors.ACCESS_REFUSED, failure.reply_text, 0, 0))
         self.client_capabilities = {}
         if not self.close_ok_timeout_s:
             self.finish()

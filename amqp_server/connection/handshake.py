@@ -4,7 +4,9 @@ The connection calls these as the client's methods arrive on channel 0 (connecti
 that each comes in its turn). They negotiate as RabbitMQ does: the client may lower but not
 raise frame_max and channel_max, a refused login is answered with connection.close only for
 clients that announce authentication_failure_close, and connection.open names a vhost the
-user may access.
+user may access. The protocol header chose the protocol (wire/protocols.py): connection.start
+gives its version, and the capabilities only where it has them (not AMQP 0-8); the methods
+here are 0-9-1's whichever is spoken, the connection encodes them in its ids.
 """
 
 from __future__ import annotations
@@ -52,11 +54,11 @@ def offered_mechanisms(connection: "Connection") -> list[str]:
 
 def send_start(connection: "Connection") -> None:
     """The protocol header was right: offer our properties and login mechanisms."""
-    connection.send_method(
-        0,
+    protocol = connection.protocol
+    connection.send_connection_method(
         commands.Connection.Start(
-            version_major=0,
-            version_minor=9,
+            version_major=protocol.start_version[0],
+            version_minor=protocol.start_version[1],
             server_properties={
                 "product": PRODUCT,
                 "version": VERSION,
@@ -64,7 +66,8 @@ def send_start(connection: "Connection") -> None:
                 "copyright": "The amqp-server authors",
                 "information": "Licensed under the Apache License 2.0",
                 "cluster_name": connection.broker.cluster_name,
-                "capabilities": dict(CAPABILITIES),
+                # Empty for AMQP 0-8, as RabbitMQ sends it: 0-8 has none of these extensions.
+                "capabilities": dict(CAPABILITIES) if protocol.capabilities else {},
             },
             mechanisms=" ".join(offered_mechanisms(connection)),
             locales="en_US",
@@ -91,8 +94,7 @@ def start_ok(connection: "Connection", method: commands.Connection.StartOk) -> N
         connection.refuse_login(failure)
         return
     connection.logged_in(user, method.mechanism)
-    connection.send_method(
-        0,
+    connection.send_connection_method(
         commands.Connection.Tune(
             channel_max=connection.channel_max, frame_max=connection.frame_max, heartbeat=connection.heartbeat
         ),
@@ -146,4 +148,4 @@ def open_vhost(connection: "Connection", method: commands.Connection.Open) -> No
         connection.name, user.name, vhost.name, connection.client_properties.get("product", "unknown"),
     )
     connection.alarm_changed(broker.alarms.blocked_reason)
-    connection.send_method(0, commands.Connection.OpenOk())
+    connection.send_connection_method(commands.Connection.OpenOk())

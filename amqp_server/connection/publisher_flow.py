@@ -92,7 +92,7 @@ class PublisherFlow:
             return
         self.blocked_by = None
         if self._blocked_sent and connection.state is ConnectionState.OPEN:
-            connection.send_method(0, commands.Connection.Unblocked())
+            connection.send_connection_method(commands.Connection.Unblocked())
         self._blocked_sent = False
         log.debug("connection %s unblocked: resource alarms cleared", connection.describe())
         if not connection.reading_paused:
@@ -108,8 +108,10 @@ class PublisherFlow:
         if reason is None or connection.state is not ConnectionState.OPEN:
             return
         self.blocked_by = reason
-        if connection.client_capabilities.get("connection.blocked"):
-            connection.send_method(0, commands.Connection.Blocked(reason))
+        # AMQP 0-8 has no connection.blocked: its clients are held without a word, even one that
+        # announced the capability (RabbitMQ 3.10's reader crashes encoding it for them).
+        if connection.client_capabilities.get("connection.blocked") and connection.protocol.connection_blocked:
+            connection.send_connection_method(commands.Connection.Blocked(reason))
             self._blocked_sent = True
         log.debug("connection %s blocked: %s", connection.describe(), reason)
         connection.on_reading_paused(True)

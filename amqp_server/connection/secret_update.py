@@ -41,5 +41,5 @@ def update_secret(connection: "Connection", method: commands.Connection.UpdateSe
         log.error("Secret update was refused for user '%s': %s", name, failure.reason)
         raise AMQPError(errors.NOT_ALLOWED, REFUSED_TEXT, 10, 70) from None
     connection.secret_updated(user)
-    connection.send_method(0, commands.Connection.UpdateSecretOk())
+    connection.send_connection_method(commands.Connection.UpdateSecretOk())
     log.info("connection %s: user '%s' updated secret, reason: %s", connection.name, name, method.reason)

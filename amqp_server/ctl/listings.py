@@ -52,9 +52,14 @@ def _constant(value: Any) -> Extractor:
     return lambda item: value
 
 
+# rabbitmqctl prints the protocol as an Erlang tuple (the version of the framing module spoken:
+# a client that sent AMQP 0-9's header speaks 0-9-1).
+_PROTOCOL_TUPLES = {"AMQP 0-9-1": "{0,9,1}", "AMQP 0-8": "{0,8,0}"}
+
+
 def _protocol(item: dict[str, Any]) -> Any:
-    # rabbitmqctl prints the protocol as an Erlang tuple.
-    return "{0,9,1}" if item.get("protocol") == "AMQP 0-9-1" else item.get("protocol")
+    protocol = item.get("protocol")
+    return _PROTOCOL_TUPLES.get(protocol, protocol) if isinstance(protocol, str) else protocol
 
 
 def _json(key: str) -> Extractor:

@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from amqp_server.ctl import admin_commands as admin
-from amqp_server.ctl import alarm_commands, policy_commands, queue_member_commands, tls_commands
+from amqp_server.ctl import (
+    alarm_commands, federation_commands, policy_commands, queue_member_commands, shovel_commands, tls_commands,
+)
 from amqp_server.ctl.admin_commands import Session
 from amqp_server.ctl.api_client import ApiError, ManagementClient
 from amqp_server.ctl.exit_codes import EX_DATAERR, EX_OK, EX_USAGE, ArgumentError, CtlError
@@ -85,6 +87,9 @@ ADMIN_COMMANDS: dict[str, tuple[Callable[..., int], tuple[str, ...], str]] = {
                       "remove a quorum queue's replica on a node (its leader hands over first)"),
     "transfer_leadership": (queue_member_commands.transfer_leadership, ("queue", "node"),
                             "move a quorum queue's leadership to one of its members once it has every record"),
+    "delete_shovel": (shovel_commands.delete_shovel, ("name",), "delete a dynamic shovel of the vhost given with -p"),
+    "restart_federation_link": (federation_commands.restart_federation_link, ("link_id",),
+                                "restart the federation link with that id (federation_status lists the ids)"),
 }
 # Commands with options of their own besides the connection options.
 _POLICY_SETTERS = ("set_policy", "set_operator_policy")
@@ -150,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_options(sub, suppress=True)
     sub = commands.add_parser("cluster_status", help="the cluster's name and its live nodes")
     _connection_options(sub, suppress=True)
+    sub = commands.add_parser("shovel_status", help="every shovel: its state, source, destination and reconnects")
+    _connection_options(sub, suppress=True)
+    sub = commands.add_parser("federation_status", help="every federation link: its state, error and reconnects")
+    sub.add_argument("--only-down", action="store_true", help="only the links neither starting nor running")
+    _connection_options(sub, suppress=True)
     sub = commands.add_parser("help", help="help on one command")
     sub.add_argument("topic", nargs="?")
     return parser
@@ -198,6 +208,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, out: TextIO) 
         return status(session, args.formatter)
     if args.command == "cluster_status":
         return cluster_status(session, args.formatter)
+    if args.command == "shovel_status":
+        return shovel_commands.shovel_status(session, args.formatter, not (args.silent or args.no_table_headers))
+    if args.command == "federation_status":
+        return federation_commands.federation_status(session, args.only_down, args.formatter,
+                                                     not (args.silent or args.no_table_headers))
     handler, arguments, _help = ADMIN_COMMANDS[args.command]
     values: list[Any] = []
     for argument in arguments:

@@ -28,12 +28,15 @@ from amqp_server.management import (
     definition_routes,
     exchange_routes,
     feature_routes,
+    federation_routes,
     limit_routes,
     overview_routes,
+    parameter_routes,
     policy_routes,
     queue_routes,
     replication_routes,
     session_routes,
+    shovel_routes,
     tls_routes,
     user_routes,
     vhost_routes,
@@ -63,7 +66,7 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 ROUTE_MODULES = (
     overview_routes, vhost_routes, user_routes, connection_routes, exchange_routes, queue_routes, binding_routes,
     definition_routes, alarm_routes, feature_routes, tls_routes, session_routes, policy_routes, limit_routes,
-    replication_routes,
+    replication_routes, parameter_routes, shovel_routes, federation_routes,
 )
 # Answered without credentials, as RabbitMQ does (the web UI asks before it logs in).
 PUBLIC_PATHS = frozenset({feature_routes.AUTH_PATH})

@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from amqp_server.management.rates import RateSampler
     from queues.consumer import Consumer
 
-PROTOCOL = "AMQP 0-9-1"
-
 
 
 def _split_address(address: str) -> tuple[str, int | None]:
@@ -67,7 +65,7 @@ def connection_json(connection: "Connection", node: str, rates: "RateSampler") -
         "peer_host": connection.peer_host,
         "peer_port": connection.peer_port,
         "port": port,
-        "protocol": PROTOCOL,
+        "protocol": connection.protocol.name,  # "AMQP 0-9-1", or "AMQP 0-8"
         "state": connection_state(connection),
         "timeout": connection.heartbeat,
         "type": "network",

@@ -1,16 +1,18 @@
 """Importing a RabbitMQ definitions file: POST /api/definitions[/{vhost}] and `--definitions` at boot.
 
 Like RabbitMQ's load_definitions, an import brings users (with their limits), vhosts (with
-their limits), permissions, policies, operator policies, exchanges, queues and bindings, and
-importing the same file twice changes nothing. It runs in two passes:
+their limits), permissions, policies, operator policies, exchanges, queues, bindings and the
+runtime parameters of the components this broker has (shovels, federation upstreams and
+upstream sets), and importing the same file twice changes nothing. It runs in two passes:
 
 1. check: every entry is read and checked against the broker as it is and the rest of the file,
    changing nothing. A malformed entry, or one RabbitMQ itself would refuse (an invalid queue
    argument, an inequivalent redeclaration), refuses the whole import with 400;
 2. apply, in RabbitMQ's order.
 
-What this broker cannot honour (a stream queue, an exchange type it lacks, a mirroring or
-federation policy, topic permissions, federation or shovel parameters) is not applied, whole,
+What this broker cannot honour (a stream queue, an exchange type it lacks, a mirroring
+policy, topic permissions, parameters of a component it lacks or that its component refuses,
+such as an AMQP 1.0 shovel) is not applied, whole,
 together with the bindings that need it, and named in the answer's "not_applied" list and in
 one log line; nothing is silently dropped and nothing is half-applied.
 """
@@ -28,6 +30,7 @@ from amqp_server.management import api_errors
 from amqp_server.management.definitions_transfer import password_hash_of, set_user, user_tags, vhost_metadata_of
 from amqp_server.management.http_io import as_bool, as_table
 from amqp_server.broker.policies import Policy, parse_policy
+from amqp_server.broker.runtime_parameters import ParameterError
 from amqp_server.config.limit_definitions import USER_LIMITS, VHOST_LIMITS, LimitError, check_limits
 from exchanges.registry import EXCHANGE_TYPES
 from queues.arguments import InvalidArgument, QueueArguments, equivalence
@@ -57,6 +60,7 @@ class _Plan:
     exchanges: list[dict[str, Any]] = field(default_factory=list)
     queues: list[dict[str, Any]] = field(default_factory=list)
     bindings: list[dict[str, Any]] = field(default_factory=list)
+    parameters: list[tuple[str, str, str, Any]] = field(default_factory=list)  # (vhost, component, name, value)
     not_applied: list[str] = field(default_factory=list)
 
 
@@ -190,6 +194,17 @@ def _check_policies(broker: "Broker", document: dict[str, Any], plan: _Plan, onl
         elif component == VHOST_LIMITS_COMPONENT:
             limits = _limits(entry.get("value"), VHOST_LIMITS, f"limits of vhost '{vhost}'")
             plan.vhosts.append((vhost, None, limits))
+        elif isinstance(component, str) and broker.parameters.component(component) is not None:
+            name = _text(entry, "name")
+            try:
+                broker.parameters.validate(vhost, component, name, entry.get("value"))
+            except ParameterError as error:
+                # A RabbitMQ export holds what RabbitMQ took (an AMQP 1.0 shovel, say): what this
+                # broker's component refuses is not applied, with its reasons, and the rest is.
+                plan.not_applied.append(f"parameter '{name}' of component '{component}' in vhost '{vhost}': "
+                                        + "; ".join(error.problems))
+                continue
+            plan.parameters.append((vhost, component, name, entry.get("value")))
         else:
             plan.not_applied.append(
                 f"parameter '{entry.get('name')}' of component '{component}' in vhost '{vhost}': "
@@ -347,3 +362,6 @@ def _apply(broker: "Broker", plan: _Plan) -> None:
         pool = vhost.exchanges if entry["destination_type"] == "exchange" else vhost.queues
         vhost.bind(vhost.exchanges[entry["source"]], pool[entry["destination"]], entry["routing_key"],
                    entry["arguments"])
+    # Last, as RabbitMQ: a shovel or an upstream finds the queues and exchanges it names.
+    for vhost_name, component, name, value in plan.parameters:
+        broker.parameters.set(vhost_name, component, name, value, validate=False)

@@ -3,6 +3,7 @@ readers the import (definitions_import.py) and the user and vhost routes share.
 
 The export has users (with their limits), vhosts and permissions, policies, operator policies
 and vhost limits (as RabbitMQ's "parameters" of components operator_policy and vhost-limits),
+the runtime parameters (shovels, federation upstreams: "parameters" too),
 and every exchange, queue and binding except the predeclared amq.* exchanges and exclusive
 queues, durable or not (definitions_export.topology_definitions), as RabbitMQ 3.10 exports
 them, with the version fields and the empty sections RabbitMQ writes, so a RabbitMQ import
@@ -44,7 +45,7 @@ def export_definitions(broker: "Broker") -> dict[str, Any]:
         "vhosts": [{"name": name} for name in broker.vhosts],
         "permissions": [permission_json(permission) for permission in broker.access.permissions()],
         "topic_permissions": [],
-        "parameters": [entry for vhost in broker.vhosts.values() for entry in _parameters(vhost)],
+        "parameters": [entry for vhost in broker.vhosts.values() for entry in _parameters(broker, vhost)],
         "global_parameters": [],
         "policies": [policy.as_json() for vhost in broker.vhosts.values() for policy in vhost.policies],
         "queues": topology["queues"],
@@ -62,7 +63,7 @@ def export_vhost_definitions(broker: "Broker", vhost: "VirtualHost") -> dict[str
 
     return {
         **_VERSION_FIELDS,
-        "parameters": strip(_parameters(vhost)),
+        "parameters": strip(_parameters(broker, vhost)),
         "policies": strip([policy.as_json() for policy in vhost.policies]),
         "queues": strip(topology["queues"]),
         "exchanges": strip(topology["exchanges"]),
@@ -70,8 +71,8 @@ def export_vhost_definitions(broker: "Broker", vhost: "VirtualHost") -> dict[str
     }
 
 
-def _parameters(vhost: "VirtualHost") -> list[dict[str, Any]]:
-    """A vhost's operator policies and limits as RabbitMQ exports them: runtime parameters."""
+def _parameters(broker: "Broker", vhost: "VirtualHost") -> list[dict[str, Any]]:
+    """A vhost's operator policies, limits and runtime parameters as RabbitMQ exports them."""
     parameters = [
         {"value": {key: value for key, value in policy.as_json().items() if key not in ("vhost", "name")},
          "vhost": vhost.name, "component": "operator_policy", "name": policy.name}
@@ -80,6 +81,7 @@ def _parameters(vhost: "VirtualHost") -> list[dict[str, Any]]:
     if vhost.limits.as_value():
         parameters.append({"value": vhost.limits.as_value(), "vhost": vhost.name, "component": "vhost-limits",
                            "name": "limits"})
+    parameters.extend(parameter.as_json() for parameter in broker.parameters.matching(vhost=vhost.name))
     return parameters
 
 

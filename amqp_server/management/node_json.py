@@ -29,6 +29,9 @@ EXCHANGE_TYPES = [
     {"name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification", "enabled": True},
     {"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification", "enabled": True},
     {"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification", "enabled": True},
+    # Declared here by federation links of downstream brokers (exchanges/federation_upstream.py).
+    {"name": "x-federation-upstream", "description": "Federation upstream helper exchange",
+     "internal_purpose": "federation", "enabled": True},
 ]
 AUTH_MECHANISMS = [
     {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": True},

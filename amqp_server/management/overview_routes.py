@@ -1,6 +1,6 @@
 """/api/overview, /api/nodes, /api/whoami, health checks, and the always-empty lists.
 
-The empty lists (parameters, topic permissions...) exist so that tools which read them as part
+The empty lists (global parameters, topic permissions...) exist so that tools which read them as part
 of a routine (rabbitmqadmin list policies, monitoring agents) get RabbitMQ's answer for a
 broker that has none, instead of a 404.
 """
@@ -19,12 +19,8 @@ from amqp_server.management.http_io import as_int, item_reply, json_reply, list_
 from amqp_server.management.node_json import node_json, overview_json, remote_node_json
 from amqp_server.management.rates import SampleWindow
 
-EMPTY_LISTS = (
-    "/api/parameters", "/api/parameters/{component}", "/api/parameters/{component}/{vhost}",
-    "/api/global-parameters", "/api/topic-permissions", "/api/extensions",
-)
-# Not here: /api/federation-links and /api/shovels answer 404, as RabbitMQ does without those
-# plugins; tools detect the plugins by that 404.
+EMPTY_LISTS = ("/api/global-parameters", "/api/topic-permissions", "/api/extensions")
+# Not here: /api/parameters (parameter_routes.py).
 
 
 async def overview(request: web.Request) -> web.Response:

@@ -33,7 +33,7 @@ from amqp_server.management.queue_browse import browse
 from amqp_server.management.queue_json import queue_detail_json, queue_json
 from amqp_server.management.topology_json import all_bindings, binding_json
 from amqp_server.metrics.queue_sizes import unacked_bytes_by_queue
-from queues.arguments.queue_type_rules import QUORUM
+from queues.arguments.queue_type_rules import QUORUM, STREAM
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
@@ -82,8 +82,9 @@ async def show_queue(request: web.Request) -> web.Response:
 
 
 def _with_replication(broker: "Broker", vhost: "VirtualHost", queue: "Queue", item: dict[str, Any]) -> dict[str, Any]:
-    """A replicated queue's item gets RabbitMQ's quorum queue fields (leader, members, online)."""
-    if broker.replicated is None or not queue.durable or queue.settings.queue_type != QUORUM:
+    """A replicated queue's item gets RabbitMQ's quorum queue fields (leader, members, online),
+    and so does a replicated stream's (as RabbitMQ shows a stream's)."""
+    if broker.replicated is None or not queue.durable or queue.settings.queue_type not in (QUORUM, STREAM):
         return item
     replication = broker.replicated.describe(vhost.name, queue.name)
     if replication is None:

@@ -24,7 +24,7 @@ from amqp_server.management import api_errors
 from amqp_server.management.alarm_routes import PREFIX
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import no_content, read_body, visible_vhost
-from queues.arguments.queue_type_rules import QUORUM
+from queues.arguments.queue_type_rules import QUORUM, STREAM
 
 if TYPE_CHECKING:
     from amqp_server.broker.cluster_interface import ReplicatedQueues
@@ -45,7 +45,7 @@ def _group_of(request: web.Request, action: str) -> tuple["ReplicatedQueues", st
     if queue is None:
         raise api_errors.no_such("queue", name, vhost.name)
     replicated = context(request).broker.replicated
-    if replicated is None or not queue.durable or queue.settings.queue_type != QUORUM:
+    if replicated is None or not queue.durable or queue.settings.queue_type not in (QUORUM, STREAM):
         raise api_errors.bad_request(_CLASSIC_REFUSALS[action])
     return replicated, vhost.name, name
 

@@ -38,6 +38,8 @@ from amqp_server.metrics.legacy_channel_counters import legacy_channel_counter_f
 from amqp_server.metrics.message_sizes import cumulative_buckets
 from amqp_server.metrics.process_stats import ProcessStats, uptime_seconds
 from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_bytes_by_queue
+from amqp_server.metrics.federation_figures import federation_families
+from amqp_server.metrics.shovel_figures import shovel_families
 from amqp_server.metrics.stream_figures import consumer_offsets, stream_figures
 from queues.stream_queue import StreamQueue
 
@@ -116,6 +118,8 @@ class CoreCollector(Collector):
         yield from legacy_channel_counter_families(stats, snapshot)
         yield from global_counter_families(stats, snapshot)
         yield from self._message_sizes()
+        yield from shovel_families(broker, self.endpoint == PER_OBJECT)
+        yield from federation_families(broker, self.endpoint == PER_OBJECT)
 
     def _churn(self, stats: BrokerStats) -> Iterator[Metric]:
         for name, documentation, value in (

@@ -170,7 +170,7 @@ class HandoverRecorder:
         """The sibling owning every queue the frame names or its publish reaches, and one of
         them; None when there is no single such sibling."""
         try:
-            method = codec.decode_method(payload)
+            method = connection.decode_method(payload)  # in its protocol (AMQP 0-8 too)
         except Exception:  # a broken method: handled (and refused) here
             return None
         vhost = connection.vhost

@@ -70,6 +70,9 @@ from amqp_server.runtime.http_services import start_http_services, stop_http_ser
 from amqp_server.config.tls import TlsListenerContext, session_of
 from amqp_server.wire import codec
 from amqp_server.runtime.boot_definitions import DefinitionsFileRefused, load_definitions_file
+from amqp_server.runtime.local_links import LocalLinks
+from amqp_server.federation.federation import Federation
+from amqp_server.shovel.shovels import Shovels, StaticShovelRefused
 from persistence.definitions import FileDefinitionStore
 from queues.timers import Timers
 
@@ -438,6 +441,7 @@ class AMQPServer:
         self._ticker: asyncio.Task[None] | None = None
         self.handover = HandoverService(handover, self._adopt) if handover is not None and shared_ports else None
         self._shared_limit: ConnectionLimit | None = None  # the plain shared port's, for connections handed over
+        self._local_limit: ConnectionLimit | None = None  # in-process links' (local_protocol)
 
     async def bind(self) -> None:
         """Bind the listening sockets (port 0 gets its number here) without accepting yet."""
@@ -501,6 +505,13 @@ class AMQPServer:
             self._shared_limit = limit[0]
         self._servers.append(server)
         return bound
+
+    def local_protocol(self) -> AMQPProtocol:
+        """The broker's side of an in-process connection (local_links.py): one of this server's
+        connections, under no listener's limit."""
+        if self._local_limit is None:
+            self._local_limit = ConnectionLimit("in-process links", 0)
+        return AMQPProtocol(self.broker, self.protocols, self._local_limit)
 
     def _adopt(self, sock: socket.socket, moved: MovedConnection) -> AMQPProtocol | None:
         """A sibling worker offers a client's socket: its connection here once the replay reached
@@ -571,6 +582,22 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     (AMQPServer says what changes)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(config, FileDefinitionStore(config.data_dir), message_dir=config.data_dir)
+    # Registered before any definitions import, which brings shovel parameters; they start
+    # once the AMQP server runs (in-process links need its connection registry).
+    local_links = LocalLinks(broker)
+    shovels = Shovels(broker, local_links.open, local_links.credentials)
+    try:
+        for entry in config.shovels:
+            value = {key: item for key, item in entry.items() if key not in ("name", "vhost")}
+            shovels.add_static(entry["vhost"], entry["name"], value)
+    except StaticShovelRefused as error:
+        log.error("%s", error)
+        await broker.close()
+        return EXIT_DEFINITIONS_REFUSED
+    broker.parameters.register(shovels)
+    # Its parameter components too (upstreams, upstream sets); its links start with the server.
+    federation = Federation(broker, local_links.open, local_links.credentials)
+    federation.register_components()
     # A cluster node imports the file into the cluster's definitions, once it has joined.
     boot_definitions = config.definitions_file if not config.cluster.url else None
     if boot_definitions is not None and not _imported(broker, boot_definitions):
@@ -608,6 +635,9 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
             await broker.close()
             return EXIT_DEFINITIONS_REFUSED
     await server.start()
+    local_links.serve_with(server.local_protocol)
+    shovels.start()
+    federation.start()
     # Memory and disk alarms, checked about once a second.
     monitor = asyncio.create_task(ResourceMonitor(broker).run())
     stop = stop or asyncio.Event()
@@ -627,6 +657,8 @@ async def serve(config: ServerConfig, ready: asyncio.Event | None = None, stop: 
     await stop.wait()
     log.info("stopping: closing %d connections", len(server.protocols))
     monitor.cancel()
+    await shovels.close()
+    await federation.stop()
     await stop_http_services(http_services)
     await server.stop()
     if cluster_node is not None:

@@ -16,8 +16,8 @@ before its body is read.
 from __future__ import annotations
 
 import struct
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands, frame as pamqp_frame
 from pamqp.base import Frame as Method
@@ -36,14 +36,14 @@ from persistence.properties_format import (
     UNKNOWN,
 )
 
+if TYPE_CHECKING:
+    from queues.message import Message
+
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # AMQP 0-9's header (class 1, instance 1, version 0-9). RabbitMQ speaks 0-9-1 to it, and clients
-# of that era still send it (aioamqp 0.15 does).
+# of that era still send it (aioamqp 0.15 does). Which header asks for which protocol, AMQP
+# 0-8's included: protocols.py.
 LEGACY_0_9_HEADER = b"AMQP\x01\x01\x00\x09"
-ACCEPTED_HEADERS = frozenset((PROTOCOL_HEADER, LEGACY_0_9_HEADER))
-# AMQP 0-8's headers (the spec's and the one most 0-8 clients send): RabbitMQ 3.10 still speaks
-# 0-8, whose connection class differs from 0-9-1's; this broker does not.
-AMQP_0_8_HEADERS = frozenset((b"AMQP\x01\x01\x08\x00", b"AMQP\x01\x01\x09\x01"))
 FRAME_METHOD = 1
 FRAME_HEADER = 2
 FRAME_BODY = 3
@@ -240,8 +240,6 @@ def refused_header_reason(header: bytes) -> str:
     bad_header, bad_version, or an AMQP 1.0 header without the 1.0 plugin)."""
     if header[:4] != b"AMQP":
         return f"{{bad_header,{erlang_binary(header)}}}"
-    if header in AMQP_0_8_HEADERS:
-        return "AMQP 0-8 is not supported"
     protocol_id, major, minor, revision = header[4:8]
     if (major, minor, revision) == (1, 0, 0):
         return "amqp1_0_plugin_not_enabled"
@@ -364,6 +362,46 @@ def deliver_frames(
         body,
         FRAME_END_BYTE,
     ]
+
+
+def deliveries_frames(
+    out: list[bytes],
+    channel: int,
+    consumer_tag_raw: bytes,
+    first_tag: int,
+    messages: "list[Message]",
+    max_body_frame: int,
+) -> int:
+    """The frames of first deliveries (not redelivered) of `messages`, with tags from
+    `first_tag` on, appended to `out` as deliver_frames makes each; returns their body bytes.
+    The fixed bytes before and after the delivery tag are packed once for each run of messages
+    with the same `routing_raw` object."""
+    routing: bytes | None = None
+    head = b""
+    after_tag: Callable[..., bytes] = _deliver_tail.pack
+    total = 0
+    tag = first_tag
+    end_and_header = _end_and_header.pack
+    extend = out.extend
+    for message in messages:
+        exchange_and_key_raw = message.routing_raw
+        raw_header = message.raw_header
+        body = message.body
+        size = len(body)
+        total += size
+        if size > max_body_frame or not size:
+            extend(deliver_frames(channel, consumer_tag_raw, tag, False, exchange_and_key_raw, raw_header, body,
+                                  max_body_frame))
+            tag += 1
+            continue
+        if exchange_and_key_raw is not routing:
+            routing = exchange_and_key_raw
+            head = _deliver_head.pack(FRAME_METHOD, channel, 13 + len(consumer_tag_raw) + len(routing), 60, 60) + consumer_tag_raw
+            after_tag = struct.Struct(f">QB{len(routing)}sBBHI").pack
+        extend((head, after_tag(tag, 0, routing, FRAME_END, FRAME_HEADER, channel, len(raw_header)), raw_header,
+                end_and_header(FRAME_END, FRAME_BODY, channel, size), body, FRAME_END_BYTE))
+        tag += 1
+    return total
 
 
 def _method_frame_of(channel: int, payload: bytes) -> bytes:

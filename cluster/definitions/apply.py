@@ -1,6 +1,6 @@
 """Applying the cluster's shared definitions to this node (cluster_definitions.py says when).
 
-`LocalDefinitions.apply(key, value)` makes this node's user, vhost, permission, policy, limit,
+`LocalDefinitions.apply(key, value)` makes this node's user, vhost, permission, policy, limit, runtime parameter,
 exchange, queue or binding at `key` what the coordination service holds there, through the broker's own methods (so
 this node's definitions store records it as any change). A queue whose home is this node is a
 real queue (its messages, if any, recovered from this node's disk) and this node takes its
@@ -25,6 +25,7 @@ from queues.arguments import equivalence
 from queues.arguments.equivalence import Inequivalent
 from queues.consumer import Consumer
 from queues.queue import Queue
+from queues.stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
@@ -237,6 +238,18 @@ class LocalDefinitions:
         if vhost is not None:
             vhost.set_limits({})
 
+    def _apply_parameter(self, key: str, value: SharedValue) -> bool:
+        entry = value.entry
+        if entry["vhost"] not in self._broker.vhosts:
+            return self._park(key, value)
+        # Checked where it was set; set here unchecked, so a node whose component is not
+        # started yet still holds it (runtime_parameters.py).
+        self._broker.parameters.set(entry["vhost"], entry["component"], entry["name"], entry["value"], validate=False)
+        return True
+
+    def _remove_parameter(self, entry: dict[str, Any]) -> None:
+        self._broker.parameters.unset(entry["vhost"], entry["component"], entry["name"])
+
     def _apply_user_limits(self, key: str, value: SharedValue) -> bool:
         user = value.entry["user"]
         if self._broker.access.user(user) is None:
@@ -320,14 +333,20 @@ class LocalDefinitions:
                 return True
             if stand_in:
                 del self._remote_queues[(vhost.name, name)]
+            elif isinstance(existing, StreamQueue):
+                existing.hand_over()  # its files stay with its replica
             elif existing.journal is not None:
                 # Another node leads it now: our copy goes, the replica (and the group) stay.
                 # (A replicated queue's journal: a ReplicatedJournal.)
                 existing.journal.hand_over()  # type: ignore[attr-defined]
             # The leader changed, the queue did not: its consumers here go on with its new form,
-            # as RabbitMQ keeps a quorum queue's consumers across a leader change.
+            # as RabbitMQ keeps a quorum queue's consumers across a leader change (a stream's at
+            # the offset they reached: `continuation`).
             moving = [consumer for consumer in existing.consumers() if _moves_with_the_queue(consumer)]
             for consumer in moving:
+                continuation = existing.continuation(consumer)
+                if continuation is not None:
+                    consumer.go_on_with(continuation)
                 existing.remove_consumer(consumer)
             vhost.delete_queue(existing)
             if not stand_in:
@@ -424,6 +443,7 @@ _APPLIERS: dict[str, Callable[[LocalDefinitions, str, SharedValue], bool]] = {
     "operator_policies": LocalDefinitions._apply_policy,
     "vhost_limits": LocalDefinitions._apply_vhost_limits,
     "user_limits": LocalDefinitions._apply_user_limits,
+    "runtime_parameters": LocalDefinitions._apply_parameter,
     "exchanges": LocalDefinitions._apply_exchange,
     "queues": LocalDefinitions._apply_queue,
     "bindings": LocalDefinitions._apply_binding,
@@ -436,6 +456,7 @@ _REMOVERS: dict[str, Callable[[LocalDefinitions, dict[str, Any]], None]] = {
     "operator_policies": LocalDefinitions._remove_operator_policy,
     "vhost_limits": LocalDefinitions._remove_vhost_limits,
     "user_limits": LocalDefinitions._remove_user_limits,
+    "runtime_parameters": LocalDefinitions._remove_parameter,
     "exchanges": LocalDefinitions._remove_exchange,
     "queues": LocalDefinitions._remove_queue,
     "bindings": LocalDefinitions._remove_binding,

@@ -12,6 +12,7 @@ One key per object, in one directory per kind, under the cluster's prefix:
     definitions/policies/<vhost>,<policy>          (and operator_policies/ the same way)
     definitions/vhost_limits/<vhost>
     definitions/user_limits/<user>
+    definitions/runtime_parameters/<vhost>,<component>,<name>
     queue-owners/<vhost>,<queue>                   {"node": owner}: ephemeral, in the owner's session
 
 Names are made safe key segments by `leaf_name` (percent-encoding, so "," never appears inside
@@ -34,9 +35,10 @@ DEFINITIONS = "definitions"
 OWNERS = "queue-owners"
 # In the order a node applies a listing: what an object needs exists before it.
 KINDS = ("users", "vhosts", "permissions", "policies", "operator_policies", "exchanges", "queues", "bindings",
-         "vhost_limits", "user_limits")
-# Set by the management API and ctl, applied to what exists (policies.py, resource_limits.py).
-SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits")
+         "vhost_limits", "user_limits", "runtime_parameters")
+# Set by the management API and ctl, applied to what exists (policies.py, resource_limits.py,
+# runtime_parameters.py).
+SETTINGS = ("policies", "operator_policies", "vhost_limits", "user_limits", "runtime_parameters")
 DIRECTORIES = {kind: f"{DEFINITIONS}/{kind}" for kind in KINDS}
 KIND_OF_DIRECTORY = {directory: kind for kind, directory in DIRECTORIES.items()}
 WITH_ARGUMENTS = ("exchanges", "queues", "bindings")
@@ -59,6 +61,8 @@ def entry_key(kind: str, entry: dict[str, Any]) -> str:
         return f"{directory}/{leaf_name(entry['vhost'])}"
     if kind == "user_limits":
         return f"{directory}/{leaf_name(entry['user'])}"
+    if kind == "runtime_parameters":
+        return f"{directory}/{leaf_name(entry['vhost'])},{leaf_name(entry['component'])},{leaf_name(entry['name'])}"
     if kind == "bindings":
         identity = _text([entry["vhost"], entry["source"], entry["destination_type"], entry["destination"],
                           entry["routing_key"], encode_value(entry.get("arguments") or {})])

@@ -28,6 +28,7 @@ to the owner has FORWARD_HIGH messages unconfirmed.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 from collections import deque
@@ -38,11 +39,14 @@ from amqp_server.wire import errors
 from cluster.links.link import ForwardStream, LinkState, MirrorChannel, MirrorState, NodeLink, QueueUnavailable
 from amqp_server.wire.errors import AMQPError
 from queues.arguments import QueueArguments
+from queues.arguments.intervals import interval_ms
+from queues.arguments.queue_type_rules import STREAM
 from queues.consumer import Consumer
 from queues.message import Message, QueueEntry
 from queues.publish_outcome import AWAIT_RECEIPT, REJECTED
 from queues.queue import Queue
 from queues.queue_type import ConsumeAnswer, CountsAnswer, GetAnswer
+from queues.stream_queue import OFFSET_HEADER, check_consumer_arguments, consume_refusal
 
 if TYPE_CHECKING:
     from amqp_server.channel.channel import Channel
@@ -93,7 +97,7 @@ class RemoteConsumer:
     """One client consumer of a remote queue: its mirror channel on the owner and the deliveries
     that arrived while the client had no room."""
 
-    __slots__ = ("queue", "consumer", "mirror", "waiting", "active", "parked")
+    __slots__ = ("queue", "consumer", "mirror", "waiting", "active", "parked", "last_message", "started_at")
 
     def __init__(self, queue: "RemoteQueue", consumer: Consumer, mirror: MirrorChannel | None) -> None:
         self.queue = queue
@@ -102,6 +106,8 @@ class RemoteConsumer:
         self.waiting: deque[RemoteDelivery] = deque()
         self.active = False  # the owner answered consume-ok
         self.parked = False  # a replicated queue's consumer waiting for its leader (owner_cancelled)
+        self.last_message: Message | None = None  # the last one handed to the client (a stream's offset)
+        self.started_at = time.time()  # when it consumed with its arguments (a stream's "next")
 
     def delivered(self, mirror: MirrorChannel, consumer_tag: str, link_tag: int, redelivered: bool,
                   message: Message) -> None:
@@ -248,12 +254,52 @@ class RemoteQueue(Queue):
         """This is a replicated queue's stand-in: see the module docstring."""
         self._keeps_consumers = True
 
+    def check_consumer_arguments(self, arguments: dict[str, Any]) -> None:
+        """A stream's stand-in refuses what the stream would, before asking its owner."""
+        if self.settings.queue_type == STREAM:
+            check_consumer_arguments(arguments, errors.resource("queue", self.name, self.vhost),
+                                     int(time.time() * 1000))
+
     def consume(self, consumer: Consumer, answer: ConsumeAnswer) -> None:
         """Consume on the owner for `consumer`; consume-ok (unless nowait) follows the owner's,
         and the owner's refusal closes the client's channel with the owner's code and text."""
+        if self.settings.queue_type == STREAM:
+            # What the owner cannot see of this node's consumer (the owner consumes for it with a
+            # prefetch and manual acks, which a stream requires): refused here as the stream does.
+            refusal = consume_refusal(consumer, answer.global_qos_active,
+                                      errors.resource("queue", self.name, self.vhost))
+            if refusal is not None:
+                answer.refused(refusal)
+                return
         link = self._owner_link()
         answer.later()
         self._consume_on_owner(link, consumer, answer)
+
+    def continuation(self, consumer: Consumer) -> dict[str, Any] | None:
+        """A stream consumer goes on, on the stream's new leader, after the last record its
+        client was handed; one handed nothing yet from where it started (a start relative to
+        the time it consumed, `next` say, becomes that time, less a second for the nodes'
+        clocks: a record may come twice, none is skipped)."""
+        remote = self._remote_consumers.get(consumer)
+        if remote is None or self.settings.queue_type != STREAM:
+            return None
+        arguments = dict(consumer.arguments)
+        if remote.last_message is not None:
+            offset = (remote.last_message.properties.headers or {}).get(OFFSET_HEADER)
+            if isinstance(offset, int):
+                arguments[OFFSET_HEADER] = offset + 1
+                return arguments
+        start = arguments.get(OFFSET_HEADER, "next")
+        if isinstance(start, bytes):
+            start = start.decode("utf-8", "replace")
+        if start in ("next", "last"):
+            since = remote.started_at - 1.0
+        elif isinstance(start, str) and interval_ms(start) is not None:
+            since = remote.started_at - (interval_ms(start) or 0) / 1000 - 1.0
+        else:
+            return arguments  # first, an offset, a timestamp: the same wherever it is asked
+        arguments[OFFSET_HEADER] = datetime.datetime.fromtimestamp(max(since, 0), datetime.timezone.utc)
+        return arguments
 
     def reattach(self, channel: "Channel", consumer: Consumer) -> None:
         """A consumer of the queue's previous form (the old leader's stand-in, or the queue
@@ -405,6 +451,9 @@ class RemoteQueue(Queue):
                             "cancelling the consumer", consumer.tag, self.name, self.owner, now - since)
                 self._cancel(remote)
                 continue
+            continuation = self.continuation(consumer)  # (a stream's: where its client is)
+            if continuation is not None:
+                consumer.go_on_with(continuation)
             self.remove_consumer(consumer)
             self.reattach(consumer.sink, consumer)  # type: ignore[arg-type]
             if consumer in self._remote_consumers:  # still waiting: it keeps counting from then
@@ -418,6 +467,7 @@ class RemoteQueue(Queue):
             consumer = remote.consumer
             while waiting and consumer.has_capacity():
                 entry = waiting.popleft()
+                remote.last_message = entry.message
                 if consumer.no_ack:
                     entry.mark_gone()
                     entry.mirror.ack(entry.link_tag)  # the client settles nothing: settle here

@@ -12,6 +12,9 @@
   the follower truncates its log there (a suffix the new leader does not have) and appends the
   rest verbatim.
 
+A RESET (``on_reset``: the leader no longer stores the entries this log lacks) replaces the
+whole log by an empty one that goes on after the leader's base entry.
+
 The follower acknowledges (``ack()``) the highest index that is both fsynced (the log's
 ``durable_index``, raised by the group committer) and verified against this leader's log, so an
 ACK never vouches for a stale suffix the leader has not checked yet. Every APPEND it applied is
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 from cluster.replication.entries import BadEntry, scan_entries
 from cluster.replication.log import ReplicaLog
-from cluster.replication.wire import Append, ProtocolError, encode_ack, encode_hello, encode_mismatch, encode_refuse
+from cluster.replication.wire import (
+    Append, ProtocolError, Reset, encode_ack, encode_hello, encode_mismatch, encode_refuse,
+)
 
 
 class FollowerReplication:
@@ -76,7 +81,10 @@ class FollowerReplication:
                 log.truncate_after(head.index - 1)
                 new_from = k
                 break
-        log.append_entries(append.entries, heads[new_from:])
+        try:
+            log.append_entries(append.entries, heads[new_from:])
+        except ValueError as error:  # entries this log cannot take as they are (a stream's: not its next records)
+            raise ProtocolError(f"APPEND entries: {error}") from error
         self._verified = max(self._verified, prev + len(heads))
         self.leader_commit_index = max(self.leader_commit_index, append.commit_index)
         self._owed = True
@@ -87,6 +95,32 @@ class FollowerReplication:
         """Everything in the log is fsynced: an APPEND that brought nothing (a heartbeat) can be
         answered at once, without a group-commit round."""
         return self.log.durable_index >= self.log.last_index
+
+    def on_reset(self, reset: Reset) -> bytes | None:
+        """Apply RESET: the leader no longer stores the entries this log lacks, so the log starts
+        over after the leader's entry ``base_index``; answers REFUSE to a stale leader, else None
+        (``ack()`` then acknowledges the base once the log says it is durable)."""
+        log = self.log
+        if reset.term < log.promised_term:
+            return encode_refuse(log.promised_term)
+        if reset.term > log.promised_term:
+            log.promise(reset.term)
+        if reset.term != self.leader_term:
+            self.leader_term = reset.term
+        try:
+            log.reset(reset.base_index, reset.base_term, reset.base_position, reset.document)
+        except (NotImplementedError, ValueError) as error:
+            raise ProtocolError(f"RESET: {error}") from error
+        self._verified = reset.base_index
+        self._acked = 0  # the leader waits for an ACK of the base, whatever was acknowledged before
+        return None
+
+    @property
+    def committed_index(self) -> int:
+        """What this replica knows to be committed and holds as the leader does: the leader's
+        commit index, within what is fsynced here and checked against the leader's log (Raft's
+        min(leaderCommit, last new entry))."""
+        return min(self.leader_commit_index, self.log.durable_index, self._verified)
 
     def ack(self) -> bytes | None:
         """An ACK for what is fsynced and verified, if that is more than was acknowledged."""

@@ -7,6 +7,9 @@
   of what the follower acknowledged;
 * a follower's ACK says up to which index its log is fsynced and matches ours; the local log's
   ``durable_index`` says the same for the leader;
+* a follower that needs entries the log no longer stores (below its ``first_index``: a stream's
+  retention dropped them, all committed) is sent RESET instead: it drops its log, which goes on
+  after the last entry not stored, and ACKs that entry;
 * ``commit_index`` is the highest index that a majority of the group (leader included) has
   fsynced, counted only once an entry of this term reaches it (as in Raft: an older term's entry
   is never committed by counting replicas). A confirm for an entry leaves only when
@@ -32,7 +35,7 @@ import enum
 from collections.abc import Iterable
 
 from cluster.replication.log import ReplicaLog
-from cluster.replication.wire import MAX_APPEND_BYTES, Ack, Hello, Mismatch, Refuse, encode_append
+from cluster.replication.wire import MAX_APPEND_BYTES, Ack, Hello, Mismatch, Refuse, encode_append, encode_reset
 
 WINDOW = 65536  # entries a follower may be sent beyond what it acknowledged
 
@@ -48,7 +51,7 @@ class NotLeader(RuntimeError):
 
 class _Follower:
     __slots__ = ("next_index", "match_index", "window_base", "connected", "probing", "awaiting", "in_sync",
-                 "heard_at")
+                 "heard_at", "told_commit")
 
     def __init__(self, next_index: int, heard_at: float = 0.0) -> None:
         self.next_index = next_index  # the first entry to send next
@@ -59,6 +62,7 @@ class _Follower:
         self.awaiting = False
         self.in_sync = False
         self.heard_at = heard_at  # when a frame from it last arrived (check-quorum; the shell's clock)
+        self.told_commit = 0  # the commit index its last APPEND carried
 
     def heard(self, now: float) -> None:
         """A frame from this follower arrived at ``now``."""
@@ -145,16 +149,27 @@ class LeaderReplication:
         if self.role is not LeaderRole.LEADING or not follower.connected or follower.awaiting:
             return None
         first = follower.next_index
+        if first < self.log.first_index:
+            # The entries it lacks are no longer stored here (a stream's retention dropped them,
+            # every one of them committed): it starts over after the last entry not stored.
+            base = self.log.first_index - 1
+            follower.next_index = base + 1
+            follower.window_base = base
+            follower.awaiting = True  # its ACK of the base comes once its reset is durable
+            return encode_reset(self.term, base, self.log.term_at(base), *self.log.reset_point(base))
         if first - 1 - max(follower.match_index, follower.window_base) >= WINDOW:
             return None
         if first > self.log.last_index and not follower.probing:
-            return None
-        # While probing, an APPEND without entries still checks where the logs match.
+            if not (self.log.follows_commits and self.commit_index > follower.told_commit):
+                return None
+        # While probing, an APPEND without entries still checks where the logs match (and for
+        # a log whose followers act on commits, one tells them the commit index moved).
         entries, last = self.log.read_entries(first, MAX_APPEND_BYTES)
         prev = first - 1
         frame = encode_append(self.term, prev, self.log.term_at(prev), self.commit_index, entries)
         follower.next_index = last + 1
         follower.awaiting = follower.probing
+        follower.told_commit = self.commit_index
         return frame
 
     def heartbeat(self, node: str) -> bytes | None:

@@ -22,7 +22,7 @@ import os
 import struct
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -83,6 +83,73 @@ class ReplicaLog(Protocol):
     def promise(self, term: int) -> None:
         """Never accept a term below ``term`` again (durably)."""
         ...
+
+    @property
+    def follows_commits(self) -> bool:
+        """Followers of this log act on the commit index (a stream makes its records readable
+        and applies retention there): the leader tells them each time it moves, in an empty
+        APPEND if there is nothing to send."""
+        ...
+
+    @property
+    def first_index(self) -> int:
+        """The first entry this log still stores (1 unless the log drops its oldest entries, as a
+        stream's retention does); a follower that needs an earlier one is sent RESET."""
+        ...
+
+    def reset_point(self, index: int) -> tuple[int, bytes]:
+        """For RESET after entry ``index``: where the log's own storage goes on after it (a
+        stream: the next offset) and a document of what else a copy needs to go on from there."""
+        ...
+
+    def reset(self, base_index: int, base_term: int, base_position: int, document: bytes) -> None:
+        """Drop every entry: the log goes on after entry ``base_index`` of ``base_term``, which it
+        does not store, as ``reset_point`` described it (RESET); durable when it returns.
+        NotImplementedError: this log cannot."""
+        ...
+
+
+class ReplicaStore(ReplicaLog, Protocol):
+    """What a replica's shell (`QueueReplica`) needs of its log: the state machines' `ReplicaLog`,
+    the group committer's Syncable, and the hooks a log that is also a state machine (a stream,
+    cluster/replication/stream_replica_log.py) uses to follow the commit index and to carry
+    state beside the log (STATE frames)."""
+
+    @property
+    def created_empty(self) -> bool:
+        """This replica started with no log at all (new, or its disk was wiped)."""
+        ...
+
+    @property
+    def state_generation(self) -> int:
+        """Bumped whenever the state carried beside the log changes (0: it has none)."""
+        ...
+
+    def state_document(self) -> bytes:
+        """That state, whole, for a STATE frame."""
+        ...
+
+    def apply_state(self, document: bytes) -> None:
+        """The leader's state (a STATE frame): take it."""
+        ...
+
+    def on_news(self, callback: "Callable[[], None]") -> None:
+        """Call ``callback()`` whenever there is something new to send that did not come through
+        ``append``: entries its owner added (a stream's publishes), or a new state."""
+        ...
+
+    def committed(self, index: int) -> None:
+        """The commit index known here reached ``index`` (a leader's own, or a follower's: what
+        its leader said, within what it has fsynced)."""
+        ...
+
+    def flush(self) -> None: ...
+
+    def prepare_sync(self) -> SyncJob: ...
+
+    def sync_done(self, job: SyncJob, error: OSError | None) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def _header() -> bytes:
@@ -256,6 +323,34 @@ class FileReplicaLog:
             if written:
                 self._size += written
                 del self._buffer[:written]
+
+    # ---- what a queue's log does not do (ReplicaStore) ---------------------------------------
+
+    follows_commits = False  # a queue's followers only keep the log, which a new leader replays
+
+    @property
+    def first_index(self) -> int:
+        return 1  # a queue's log keeps every entry
+
+    def reset_point(self, index: int) -> tuple[int, bytes]:
+        return index, b""
+
+    def reset(self, base_index: int, base_term: int, base_position: int, document: bytes) -> None:
+        raise NotImplementedError("a queue's replica log keeps every entry: it is never reset")
+
+    state_generation = 0
+
+    def state_document(self) -> bytes:
+        return b""
+
+    def apply_state(self, document: bytes) -> None:
+        pass
+
+    def on_news(self, callback: Callable[[], None]) -> None:
+        pass  # entries come through append() alone, and there is no state
+
+    def committed(self, index: int) -> None:
+        pass
 
     # ---- reading -------------------------------------------------------------------------
 

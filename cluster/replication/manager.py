@@ -32,7 +32,7 @@ from pathlib import Path
 
 from cluster.coordinator import CoordinationUnavailable, Coordinator, EventKind, HistoryLost, leaf_name
 from cluster.replication.election import GROUPS, LEASES, GroupRecord
-from cluster.replication.log import FileReplicaLog
+from cluster.replication.log import FileReplicaLog, ReplicaStore
 from cluster.replication.replica import CHECK_QUORUM_S, QueueReplica, ReplicationListener, Role
 from persistence.group_commit import GroupCommitter
 
@@ -55,6 +55,10 @@ def _ignore_queue_role(queue: str, role: Role) -> None:
     pass
 
 
+def _queue_log(queue: str, directory: Path) -> ReplicaStore:
+    return FileReplicaLog(directory)
+
+
 class ReplicaManager:
     """This node's queue replicas; see the module docstring."""
 
@@ -62,9 +66,12 @@ class ReplicaManager:
                  secret: bytes, poll_interval: float = 1.0, replica_poll_interval: float = 0.1, watch: bool = False,
                  idle_poll_interval: float = 2.0,
                  on_role: Callable[[str, Role], None] = _ignore_queue_role,
+                 open_log: Callable[[str, Path], ReplicaStore] = _queue_log,
                  check_quorum: float = CHECK_QUORUM_S) -> None:
         """``on_role(queue, role)`` hears every role change of every replica here (the broker
         takes a queue over when its replica here becomes leader), after the queue's owner (`host`).
+        ``open_log(queue, directory)``: the log of a replica (a queue's own file by default; a
+        stream's is its segment files, which the broker tells apart by the group's name).
         ``secret``: the cluster secret every replication stream, to or from this node, proves first.
         ``check_quorum``: how long a leader here may go without hearing from a majority of its
         group before it steps down (QueueReplica)."""
@@ -85,6 +92,7 @@ class ReplicaManager:
         # (a follower node's) report to nobody but `on_role`.
         self._owners: dict[str, tuple[Callable[[int], None], Callable[[Role], None]]] = {}
         self._on_role = on_role
+        self._open_log = open_log
         self._check_quorum = check_quorum
         self._task: asyncio.Task[None] | None = None
 
@@ -136,7 +144,7 @@ class ReplicaManager:
 
     def _start(self, queue: str, members: list[str], *, create_group: bool) -> QueueReplica:
         replica = QueueReplica(
-            queue=queue, node=self.node, members=members, log=FileReplicaLog(self._replica_directory(queue)),
+            queue=queue, node=self.node, members=members, log=self._open_log(queue, self._replica_directory(queue)),
             coordinator=self._coordinator, listener=self.listener, committer=self._committer,
             on_commit=functools.partial(self._committed, queue), on_role=functools.partial(self._role_changed, queue),
             poll_interval=self._replica_poll, idle_poll_interval=self._idle_poll, create_group=create_group,

@@ -57,9 +57,10 @@ from cluster.coordinator import CoordinationUnavailable, Coordinator
 from cluster.replication.election import GroupKeys, GroupRecord, Lease, Vote, choose_leader
 from cluster.replication.follower import FollowerReplication
 from cluster.replication.leader import LeaderReplication, LeaderRole, NotLeader
-from cluster.replication.log import FileReplicaLog
+from cluster.replication.log import ReplicaStore
 from cluster.replication.wire import (
-    Ack, Append, AuthenticationFailed, FrameReader, Handshake, Hello, Mismatch, ProtocolError, Refuse,
+    Ack, Append, AuthenticationFailed, FrameReader, Handshake, Hello, Mismatch, ProtocolError, Refuse, Reset, State,
+    encode_state,
 )
 from persistence.group_commit import GroupCommitter
 
@@ -253,7 +254,7 @@ class QueueReplica:
         queue: str,
         node: str,
         members: Sequence[str],
-        log: FileReplicaLog,
+        log: ReplicaStore,
         coordinator: Coordinator,
         listener: ReplicationListener,
         committer: GroupCommitter,
@@ -304,6 +305,10 @@ class QueueReplica:
         self._task: asyncio.Task[None] | None = None
         self.record: GroupRecord | None = None
         self.incarnation: str | None = None  # of the group this replica belongs to, once read
+        # Leader side: the log's state generation each follower was last sent (STATE frames).
+        self._state_sent: dict[str, int] = {}
+        # A stream's broker appends to its log directly: it says so here, as publish() would.
+        log.on_news(self._flush_soon)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -382,12 +387,23 @@ class QueueReplica:
         if self.leader is None:
             return
         if self.leader.local_synced():
-            self._on_commit(self.leader.commit_index)
+            self._commit_moved(self.leader.commit_index)
+
+    def _commit_moved(self, index: int) -> None:
+        """The commit index rose to ``index``: the log (a stream makes its records readable) and
+        then the owner (confirms) hear it."""
+        self.log.committed(index)
+        self._on_commit(index)
 
     def _pump(self, stream: _Stream) -> None:
         leader = self.leader
         if leader is None:
             return
+        generation = self.log.state_generation
+        if generation != self._state_sent.get(stream.peer, 0):
+            # State beside the log (a stream's tracked offsets), whole, before the entries.
+            stream.write(encode_state(leader.term, self.log.state_document()))
+            self._state_sent[stream.peer] = generation
         while not stream.paused:
             try:
                 frame = leader.outgoing(stream.peer)  # (reading the log writes its buffer out first)
@@ -422,6 +438,7 @@ class QueueReplica:
         stream.attach(hello.node, self._leader_frame, self._follower_lost, self._pump)
         self._followers[hello.node] = stream
         leader.heard_from(hello.node, time.monotonic())
+        self._state_sent.pop(hello.node, None)  # a new stream gets the whole state first
         self._pump(stream)
         return True
 
@@ -433,7 +450,7 @@ class QueueReplica:
         leader.heard_from(stream.peer, time.monotonic())
         if isinstance(frame, Ack):
             if leader.on_ack(stream.peer, frame):
-                self._on_commit(leader.commit_index)
+                self._commit_moved(leader.commit_index)
             if self._record_lags(stream.peer):
                 self.wake()
         elif isinstance(frame, Mismatch):
@@ -512,22 +529,35 @@ class QueueReplica:
     # ---- the follower's data path --------------------------------------------------------------
 
     def _upstream_frame(self, stream: _Stream, frame: object) -> None:
-        if stream is not self._upstream or not isinstance(frame, Append):
+        if stream is not self._upstream:
             stream.close()
             return
         self._upstream_heard_at = time.monotonic()
-        reply = self._follower.on_append(frame)
+        if isinstance(frame, State):
+            if frame.term >= self.log.promised_term:
+                self.log.apply_state(frame.document)
+            return
+        if isinstance(frame, Append):
+            reply = self._follower.on_append(frame)
+        elif isinstance(frame, Reset):
+            reply = self._follower.on_reset(frame)
+        else:
+            stream.close()
+            return
         if reply is not None:
-            log.debug("%s: answering %r to an APPEND after %d", self.node, reply, frame.prev_index)
+            log.debug("%s: answering %r to %r", self.node, reply, type(frame).__name__)
             stream.write(reply)
-        elif self._follower.nothing_to_sync and not self._sync_requested:
-            # A heartbeat (or a run this log had already): nothing to fsync, the ACK goes now.
-            ack = self._follower.answer_heartbeat()
+        elif isinstance(frame, Append) and not frame.entries:
+            # Nothing new to make durable (a probe, the leader's heartbeat, or a stream's news of
+            # the commit index): what it checked is acknowledged at once, within what is fsynced
+            # already; a heartbeat is answered even when that repeats the last ACK (check-quorum).
+            ack = self._follower.ack() or self._follower.answer_heartbeat()
             if ack is not None:
                 stream.write(ack)
         elif not self._sync_requested:
             self._sync_requested = True
             self._committer.request_sync(self.log, self._follower_synced)
+        self.log.committed(self._follower.committed_index)
 
     def _follower_synced(self, error: OSError | None) -> None:
         """One group-commit round ended: one ACK for everything it made durable."""
@@ -537,6 +567,7 @@ class QueueReplica:
         frame = self._follower.ack()
         if frame is not None:
             self._upstream.write(frame)
+        self.log.committed(self._follower.committed_index)
         if self.log.durable_index < self.log.last_index:  # arrived while the round ran
             self._sync_requested = True
             self._committer.request_sync(self.log, self._follower_synced)
@@ -771,7 +802,7 @@ class QueueReplica:
             for node in [n for n in self._followers if n not in members]:
                 self._followers.pop(node).close()
             if self.leader.commit_index:
-                self._on_commit(self.leader.commit_index)
+                self._commit_moved(self.leader.commit_index)
             self._flush_soon()
 
     async def _elect(self, record: GroupRecord, version: int) -> None:

@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from cluster.replication.log import FileReplicaLog
 from cluster.replication.queue_log import Held, QueueState, horizon_payload
 from cluster.replication.replica import QueueReplica, Role
 from persistence.group_commit import GroupCommitter
@@ -256,6 +257,7 @@ class ReplicatedJournal(QueueJournal):
         """The queue as the replica log holds it (see the module docstring); the local segment
         files are written anew from it."""
         log_ = self.replica.log
+        assert isinstance(log_, FileReplicaLog)  # (a queue's replica: streams have their own)
         shutil.rmtree(self.store.directory, ignore_errors=True)
         if log_.last_index == 0:
             return super().recover()

@@ -1,5 +1,6 @@
 """Replicated queues on a clustered broker: durable `x-queue-type: quorum` queues whose records
-a group of nodes replicates (cluster/replication/, docs/replication.md).
+a group of nodes replicates (cluster/replication/, docs/replication.md), and durable streams,
+whose own files are the replicated log (replicated_streams.py, stream_replica_log.py).
 
 `ReplicatedQueues` is this node's side: it holds the node's `ReplicaManager` (one replica per
 group naming this node), gives a replicated queue declared here its `ReplicatedJournal`, and
@@ -24,21 +25,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.broker.cluster_interface import ClusterChangeRefused
+from amqp_server.wire import errors
+from amqp_server.wire.errors import AMQPError
 from cluster.replication.replicated_journal import ReplicatedJournal
 from cluster.coordinator import CoordinationUnavailable, Coordinator
 from cluster.replication.election import GroupKeys, GroupRecord
 from cluster.replication.manager import ReplicaManager, group_members
+from cluster.replication.log import FileReplicaLog, ReplicaStore
 from cluster.replication.replica import QueueReplica, Role
+from cluster.replication.replicated_streams import ReplicatedStream, is_stream_id, stream_id
+from cluster.replication.stream_replica_log import StreamReplicaLog
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
-from queues.arguments.queue_type_rules import QUORUM
+from persistence.stream_log import StreamLog
+from queues.arguments.queue_type_rules import QUORUM, STREAM
 
 if TYPE_CHECKING:
     from cluster.definitions.shared import SharedDefinitions
+    from queues.stream_queue import StreamKeeper, StreamQueue
 
 log = logging.getLogger(__name__)
 
 GROUP_SIZE_ARGUMENT = "x-quorum-initial-group-size"
+STREAM_GROUP_SIZE_ARGUMENT = "x-initial-cluster-size"  # a stream's, as RabbitMQ names it
 # How soon a node tries again to list and watch the replica groups and leases when the
 # coordination service did not answer (its replicas then read their own keys that often).
 GROUPS_POLL_S = 0.25
@@ -53,17 +62,24 @@ def queue_id(vhost: str, name: str) -> str:
 
 
 def _vhost_and_name(replica_id: str) -> tuple[str, str] | None:
+    """The (vhost, name) a replica group's name is of: a quorum queue's, or a stream's."""
     try:
-        vhost, name = json.loads(replica_id)
+        parts = json.loads(replica_id)
     except (ValueError, TypeError):
         return None
-    return str(vhost), str(name)
+    if not isinstance(parts, list) or len(parts) not in (2, 3):
+        return None
+    return str(parts[0]), str(parts[1])
 
 
 def is_replicated(entry: dict[str, Any]) -> bool:
-    """Is the queue this definition entry describes a replicated one (durable, quorum)?"""
+    """Is the queue this definition entry describes a replicated one (durable, a quorum queue or
+    a stream)?"""
     arguments = entry.get("arguments") or {}
-    return bool(entry.get("durable")) and arguments.get("x-queue-type") in (QUORUM, QUORUM.encode())
+    kind = arguments.get("x-queue-type")
+    if isinstance(kind, bytes):
+        kind = kind.decode("utf-8", "replace")
+    return bool(entry.get("durable")) and kind in (QUORUM, STREAM)
 
 
 class MembershipRefused(ClusterChangeRefused):
@@ -95,10 +111,11 @@ class ReplicatedQueues:
         self.manager = ReplicaManager(node=node, coordinator=coordinator, data_dir=data_dir, committer=committer,
                                       secret=secret.encode("utf-8"), poll_interval=GROUPS_POLL_S, watch=True,
                                       idle_poll_interval=REPLICA_IDLE_POLL_S, on_role=self._role_changed,
-                                      check_quorum=session_ttl)
+                                      open_log=self._open_log, check_quorum=session_ttl)
         self._definitions: "SharedDefinitions | None" = None
         self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._deleting: set[str] = set()  # streams deleted here whose replica here is being removed
 
     def share(self, definitions: "SharedDefinitions") -> None:
         """Take and hand over queues through these shared definitions."""
@@ -117,15 +134,23 @@ class ReplicatedQueues:
 
     # -- what the rest of the broker asks ------------------------------------------------------------
 
+    def _replica_id(self, vhost: str, name: str) -> str:
+        """The group name of (vhost, name): a stream's if this node knows a stream's group of
+        that name, else a quorum queue's (a vhost has one queue of a name)."""
+        as_stream = stream_id(vhost, name)
+        if as_stream in self.manager.replicas or as_stream in self.manager.groups:
+            return as_stream
+        return queue_id(vhost, name)
+
     def leads(self, vhost: str, name: str) -> bool:
-        """Does this node's replica of the queue lead its group now?"""
-        replica = self.manager.replicas.get(queue_id(vhost, name))
+        """Does this node's replica of the queue (or stream) lead its group now?"""
+        replica = self.manager.replicas.get(self._replica_id(vhost, name))
         return replica is not None and replica.role is Role.LEADER
 
     def group(self, vhost: str, name: str) -> GroupRecord | None:
         """The queue's group as this node last read it: its replica's view, or the last listing of
         every group for a queue this node holds no replica of (None: not seen yet)."""
-        replica_id = queue_id(vhost, name)
+        replica_id = self._replica_id(vhost, name)
         replica = self.manager.replicas.get(replica_id)
         if replica is not None and replica.record is not None:
             return replica.record
@@ -133,19 +158,20 @@ class ReplicatedQueues:
 
     def describe(self, vhost: str, name: str) -> dict[str, Any] | None:
         """/api/queues' fields of a replicated queue, as RabbitMQ shows a quorum queue's:
-        ``type`` "quorum", ``leader``, ``members`` and ``online`` (the members that are live
-        nodes), and amqp-server's ``in_sync`` (the members holding every committed record, which
-        alone may take over with nothing confirmed missing), ``term`` (the group record's) and
-        ``replica`` (this node's replica: its ``role``, ``term`` and ``commit_index``, when it
-        has one). None: no group here knows the queue."""
+        ``type`` ("quorum", or "stream"), ``leader``, ``members`` and ``online`` (the members
+        that are live nodes), and amqp-server's ``in_sync`` (the members holding every committed
+        record, which alone may take over with nothing confirmed missing), ``term`` (the group
+        record's) and ``replica`` (this node's replica: its ``role``, ``term`` and
+        ``commit_index``, when it has one). None: no group here knows the queue."""
         record = self.group(vhost, name)
         if record is None:
             return None
         live = set(self._live_nodes())
-        described: dict[str, Any] = {"type": QUORUM, "leader": record.leader, "members": list(record.members),
+        kind = STREAM if is_stream_id(record.queue) else QUORUM
+        described: dict[str, Any] = {"type": kind, "leader": record.leader, "members": list(record.members),
                                      "online": [member for member in record.members if member in live],
                                      "in_sync": list(record.in_sync), "term": record.term}
-        replica = self.manager.replicas.get(queue_id(vhost, name))
+        replica = self.manager.replicas.get(record.queue)
         if replica is not None:
             # This node's own replica, as it sees itself (the fault tests' leader observations).
             described["replica"] = {"role": replica.role.value, "term": replica.term,
@@ -187,7 +213,7 @@ class ReplicatedQueues:
         await self._change(vhost, name, to)
 
     async def _change(self, vhost: str, name: str, change: Callable[[GroupRecord], GroupRecord]) -> None:
-        keys = GroupKeys(self._coordinator, queue_id(vhost, name))
+        keys = GroupKeys(self._coordinator, self._replica_id(vhost, name))
         for _attempt in range(10):  # the leader rewrites the record's in-sync set now and then
             record, version = await keys.read()
             if record is None or version is None:
@@ -207,6 +233,56 @@ class ReplicatedQueues:
         journal = ReplicatedJournal(open_store(), self._committer, replica, open_store, self._lost, self._deleted)
         self.manager.own(replica_id, journal.on_commit, journal.on_role)
         return journal
+
+    def stream_for(self, vhost: str, name: str, arguments: dict[str, Any], max_segment_bytes: int | None,
+                   build: "Callable[[StreamLog, StreamKeeper], StreamQueue]") -> "StreamQueue":
+        """The replicated stream `name` that this node holds (declared here, or taken over because
+        its replica here leads): `build(log, keeper)` makes its queue object over the replica's
+        stream files. `max_segment_bytes` (None: the default) is the segment size every copy
+        rolls at once this node leads."""
+        replica_id = stream_id(vhost, name)
+        if replica_id in self._deleting:
+            # Deleted a moment ago, and its replica here is still going: a new stream of that name
+            # must not start over the old one's files (its group goes first).
+            raise AMQPError(errors.RESOURCE_LOCKED,
+                            f"cannot declare {errors.resource('queue', name, vhost)}: a stream of that name "
+                            "was deleted a moment ago and its replicas are still being removed; try again")
+        size = arguments.get(STREAM_GROUP_SIZE_ARGUMENT)
+        members = group_members(self.node, self._live_nodes(), int(size) if size is not None else None)
+        new_group = replica_id not in self.manager.replicas
+        replica = self.manager.replica_of(replica_id, members)
+        replica_log = replica.log
+        assert isinstance(replica_log, StreamReplicaLog)
+        owner = ReplicatedStream(replica, replica_log, max_segment_bytes, self._stream_lost, self._stream_deleted,
+                                 new_group=new_group)
+        queue = build(replica_log.stream, owner)
+        self.manager.own(replica_id, owner.on_commit, owner.on_role)
+        return queue
+
+    def _open_log(self, replica_id: str, directory: Path) -> ReplicaStore:
+        """A replica's log: a stream's is its own segment files, a quorum queue's a log file."""
+        if is_stream_id(replica_id):
+            names = _vhost_and_name(replica_id)
+            assert names is not None
+            return StreamReplicaLog.open(directory, *names, committer=self._committer)
+        return FileReplicaLog(directory)
+
+    def _stream_lost(self, owner: ReplicatedStream) -> None:
+        """The replica of a stream held here stopped leading: hand the stream over."""
+        log.warning("%s: no longer leads replicated stream %s; handing it over", self.node, owner.replica_id)
+        self.manager.release(owner.replica_id)
+        asyncio.get_running_loop().call_soon(self._reconcile, owner.replica_id)
+
+    def _stream_deleted(self, owner: ReplicatedStream) -> None:
+        """The stream was deleted here: so is its group (every member then drops its copy)."""
+        self.manager.release(owner.replica_id)
+        if self._closing:
+            return
+        self._deleting.add(owner.replica_id)
+        task = asyncio.get_running_loop().create_task(self._delete_group(owner.replica_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _done: self._deleting.discard(owner.replica_id))
 
     # -- leadership changes ------------------------------------------------------------------------------
 
@@ -233,7 +309,7 @@ class ReplicatedQueues:
     async def drop_group(self, vhost: str, name: str) -> None:
         """The queue is gone from the shared definitions and no node holds it (deleted while no
         replica led): remove its group, and so every member's replica."""
-        await self.manager.delete_group(queue_id(vhost, name))
+        await self.manager.delete_group(self._replica_id(vhost, name))
 
     async def _delete_group(self, replica_id: str) -> None:
         try:
@@ -260,4 +336,4 @@ class ReplicatedQueues:
         return sorted(figures)
 
     def replica(self, vhost: str, name: str) -> QueueReplica | None:
-        return self.manager.replicas.get(queue_id(vhost, name))
+        return self.manager.replicas.get(self._replica_id(vhost, name))

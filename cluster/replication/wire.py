@@ -24,6 +24,15 @@ big-endian u64 unless said otherwise):
     MISMATCH  follower -> leader   term, hint: the entry before APPEND's run is not the leader's;
                                    resend from ``hint + 1``
     REFUSE    follower -> leader   term: the follower has promised a newer term; the leader is stale
+    RESET     leader -> follower   term, base_index, base_term, base_position, then an opaque
+                                   document: the leader no longer stores the entries the follower
+                                   lacks (a stream's retention dropped them): the follower drops
+                                   its log, which goes on after entry ``base_index`` (of
+                                   ``base_term``) at ``base_position`` of its storage, as the
+                                   document says (a stream: its segment size there), and ACKs
+                                   ``base_index``
+    STATE     leader -> follower   term, then an opaque document (a stream's tracked consumer
+                                   offsets): state that is not in the log, replaced whole
 
 Sans-I/O: `FrameReader.feed` turns received bytes into frames, the encoders return bytes.
 """
@@ -55,6 +64,8 @@ class FrameKind(enum.IntEnum):
     ACK = 3
     MISMATCH = 4
     REFUSE = 5
+    RESET = 6
+    STATE = 7
 
 
 class ProtocolError(ValueError):
@@ -91,7 +102,20 @@ class Refuse(NamedTuple):
     term: int
 
 
-Frame = Hello | Append | Ack | Mismatch | Refuse
+class Reset(NamedTuple):
+    term: int
+    base_index: int
+    base_term: int
+    base_position: int  # where the log's own storage goes on after the base (a stream: the next offset)
+    document: bytes  # what else the log needs to go on from there (a stream: its segment size)
+
+
+class State(NamedTuple):
+    term: int
+    document: bytes
+
+
+Frame = Hello | Append | Ack | Mismatch | Refuse | Reset | State
 
 
 def _frame(kind: FrameKind, body: bytes) -> bytes:
@@ -126,8 +150,20 @@ def encode_refuse(term: int) -> bytes:
     return _frame(FrameKind.REFUSE, _U64.pack(term))
 
 
+def encode_reset(term: int, base_index: int, base_term: int, base_position: int, document: bytes) -> bytes:
+    return _frame(FrameKind.RESET, _U64x4.pack(term, base_index, base_term, base_position) + document)
+
+
+def encode_state(term: int, document: bytes) -> bytes:
+    return _frame(FrameKind.STATE, _U64.pack(term) + document)
+
+
 def _decode(kind: int, body: memoryview) -> Frame:
     try:
+        if kind == FrameKind.RESET:
+            return Reset(*_U64x4.unpack_from(body), bytes(body[32:]))  # type: ignore[call-arg]
+        if kind == FrameKind.STATE:
+            return State(_U64.unpack_from(body)[0], bytes(body[8:]))
         if kind == FrameKind.APPEND:
             # (The struct's four fields, then the entries: mypy cannot count a struct's fields.)
             return Append(*_U64x4.unpack_from(body), bytes(body[32:]))  # type: ignore[call-arg]

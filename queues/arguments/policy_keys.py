@@ -12,13 +12,17 @@ settings"), the same keys allowed in operator policies, and the same rules for c
 
 Keys RabbitMQ knows but that change nothing here (queue-mode, queue-version, quorum and stream
 placement) are accepted and have no effect, as RabbitMQ 4 does with queue-mode. Mirroring
-(ha-*) and federation keys are refused as unknown: this broker cannot honour them.
+(ha-*) keys are refused as unknown: this broker cannot honour them. The federation keys
+(federation-upstream, -set, -pattern) set no x-argument: amqp_server/federation/ reads them
+from the policy in force and runs links for what they apply to; at most one of them may be
+given (rabbit_federation_parameters:validate_policy).
 docs/policies.md lists every key.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,10 +33,12 @@ from queues.arguments.queue_type_rules import DEAD_LETTER_STRATEGIES, LEADER_LOC
 
 
 class AppliesTo(enum.Enum):
-    """What a key acts on: queues, exchanges, or nothing here (accepted for compatibility)."""
+    """What a key acts on: queues, exchanges, both through federation links, or nothing here
+    (accepted for compatibility)."""
 
     QUEUES = "queues"
     EXCHANGES = "exchanges"
+    FEDERATION = "exchanges and queues, through federation links"
     NOTHING = "nothing"
 
 
@@ -79,6 +85,21 @@ def _is_text(value: Any) -> bool:
 
 def _is_boolean(value: Any) -> bool:
     return isinstance(value, bool)
+
+
+def _is_compiling_pattern(value: Any) -> bool:
+    """Text; whether it compiles is checked by _pattern_refusal, which has its own words."""
+    return isinstance(value, str)
+
+
+def _pattern_refusal(value: str) -> str | None:
+    try:
+        re.compile(value)
+    except re.error as error:
+        # RabbitMQ quotes PCRE's {"message",position}; Python's message stands in for it.
+        return (f"could not compile pattern {value} to a regular expression. "
+                f'Error: {{"{error.msg}",{error.pos or 0}}}')
+    return None
 
 
 @dataclass(frozen=True)
@@ -146,7 +167,15 @@ KEYS: dict[str, PolicyKey] = {key.name: key for key in (
     PolicyKey("cache-ttl", _integer_at_least(1), "{0} is not a valid deduplication cache TTL", "x-cache-ttl"),
     PolicyKey("deduplication-header", _is_text, "{0} is not a valid deduplication header",
               "x-deduplication-header"),
+    # Federation (amqp_server/federation/), RabbitMQ's rabbit_federation_parameters texts.
+    PolicyKey("federation-upstream", _is_text, "{0} is not a valid federation upstream name", None,
+              AppliesTo.FEDERATION),
+    PolicyKey("federation-upstream-set", _is_text, "{0} is not a valid federation upstream set name", None,
+              AppliesTo.FEDERATION),
+    PolicyKey("federation-upstream-pattern", _is_compiling_pattern, "{0} is not a valid federation upstream pattern name",
+              None, AppliesTo.FEDERATION),
 )}
+FEDERATION_KEYS = tuple(key.name for key in KEYS.values() if key.applies_to is AppliesTo.FEDERATION)
 # A policy holding one of these keys does not apply to queues of that type at all (RabbitMQ's
 # unsupported_policies of the queue type, rabbit_queue_type:is_policy_applicable): the queue
 # takes the next policy that matches, or none. RabbitMQ 3.13's lists, less what this broker
@@ -185,9 +214,17 @@ def check_definition(definition: Any, operator: bool = False) -> dict[str, Any]:
     if not definition:
         raise PolicyError("no policy provided")
     allowed = OPERATOR_KEYS if operator else KEYS
+    federation = [name for name in FEDERATION_KEYS if name in definition and name in allowed]
+    if len(federation) > 1:
+        raise PolicyError("cannot specify federation-upstream, federation-upstream-set or "
+                          "federation-upstream-pattern together")
     for name, value in definition.items():
         if name in allowed:
             KEYS[name].check(value)
+            if name == "federation-upstream-pattern":
+                refusal = _pattern_refusal(value)
+                if refusal is not None:
+                    raise PolicyError(refusal)
     unknown = sorted((name, value) for name, value in definition.items() if name not in allowed)
     if unknown:
         listed = ",".join(f"{{{erlang_term(name)},{erlang_term(value)}}}" for name, value in unknown)

@@ -4,8 +4,9 @@
  *     scenarios <scenario> <amqp-url> [ca-file]
  *
  * Each scenario does what an application on rabbitmq-c does and prints, as its last line, one
- * JSON object: {"ok": true, ...what it observed...}, or {"ok": false, "error": "..."}. While it
- * runs it may print {"event": ...} lines the test waits for (the blocked scenario). The test
+ * JSON object: {"ok": true, ...what it observed...}, or {"ok": false, "error": "..."}. The
+ * interactive ones (blocked, restart) first print {"event": ...} lines and wait for a line on
+ * stdin while the test changes the broker (interop_tests/scenario_programs.py). The test
  * asserts on the JSON; nothing here decides what the broker should have answered.
  */
 
@@ -54,9 +55,12 @@ __attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *for
   exit(1);
 }
 
+/* Tells the test where the scenario is, then waits for its line on stdin. */
 static void event(const char *name) {
   printf("{\"event\": \"%s\"}\n", name);
   fflush(stdout);
+  char line[64];
+  if (fgets(line, sizeof line, stdin) == NULL) fail("the test closed stdin at event %s", name);
 }
 
 /* ---- errors as the library reports them ---------------------------------------------- */
@@ -255,9 +259,9 @@ static void scenario_connect(const char *url) {
   close_connection();
 }
 
-#define CONFIRMED 20
+#define CONFIRMED 100
 
-/* confirm.select, 20 publishes, then a mandatory publish nobody can take: its basic.return must
+/* confirm.select, 100 publishes, then a mandatory publish nobody can take: its basic.return must
  * come before its basic.ack. */
 static void scenario_confirms(const char *url) {
   connect_to(url, AMQP_DEFAULT_FRAME_SIZE, 0, NULL);
@@ -312,29 +316,28 @@ static void scenario_confirms(const char *url) {
         fail("unexpected method 0x%08x while waiting for confirms", frame.payload.method.id);
     }
   }
-  printf("{\"ok\": true, \"acked\": [");
-  int first = 1, nacked = 0;
-  for (int t = 1; t <= CONFIRMED + 1; t++) {
-    if (confirmed[t] == 1) {
+  uint32_t left = message_count(1, queue);
+  for (int outcome = 1; outcome <= 2; outcome++) { /* "acked": [tags], then "nacked": [tags] */
+    printf(outcome == 1 ? "{\"ok\": true, \"acked\": [" : "], \"nacked\": [");
+    for (int t = 1, first = 1; t <= CONFIRMED + 1; t++) {
+      if (confirmed[t] != outcome) continue;
       printf("%s%d", first ? "" : ", ", t);
       first = 0;
     }
-    nacked += confirmed[t] == 2;
   }
-  printf("], \"nacked\": %d, \"returned\": {\"code\": %d, \"text\": ", nacked, returned_code);
+  printf("], \"returned\": {\"code\": %d, \"text\": ", returned_code);
   json_string(returned_text, strlen(returned_text));
   printf(", \"body\": ");
   json_string(returned_body, strlen(returned_body));
-  printf("}, \"return_before_ack\": %s, \"message_count\": %u}\n", return_before_ack ? "true" : "false",
-         message_count(1, queue));
+  printf("}, \"return_before_ack\": %s, \"message_count\": %u}\n", return_before_ack ? "true" : "false", left);
   close_connection();
 }
 
-#define PREFETCHED 10
-#define PREFETCH 3
+#define PREFETCHED 50
+#define PREFETCH 10
 
-/* basic.qos(3) and a manual-ack consumer on 10 messages: it holds three unacked ones and no
- * fourth comes until it acks; then every message arrives once, in order. */
+/* basic.qos(10) and a manual-ack consumer on 50 messages: it holds ten unacked ones and no
+ * eleventh comes until it acks; then every message arrives once, in order. */
 static void scenario_prefetch(const char *url) {
   connect_to(url, AMQP_DEFAULT_FRAME_SIZE, 0, NULL);
   open_channel(1);
@@ -386,43 +389,47 @@ static void scenario_prefetch(const char *url) {
   close_connection();
 }
 
-/* A consumer with prefetch 1 rejects "first" with requeue (it comes back, redelivered, and is
- * acked), then rejects "second" without requeue (it is gone). */
-static void scenario_reject(const char *url) {
+/* "0", "1", "2" and a consumer with prefetch 1: "0" rejected with requeue comes back first,
+ * redelivered, and is acked; "1" is acked; "2" is rejected without requeue (gone). Then 200 ms
+ * for anything more, which would be a fifth delivery. */
+static void scenario_reject_requeue(const char *url) {
   connect_to(url, AMQP_DEFAULT_FRAME_SIZE, 0, NULL);
   open_channel(1);
   amqp_bytes_t queue = declare_private_queue(1);
-  publish_text(1, queue, "first");
-  publish_text(1, queue, "second");
+  publish_text(1, queue, "0");
+  publish_text(1, queue, "1");
+  publish_text(1, queue, "2");
   amqp_basic_qos(conn, 1, 0, 1, 0);
   check(amqp_get_rpc_reply(conn), "basic.qos");
   amqp_basic_consume(conn, 1, queue, amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
   check(amqp_get_rpc_reply(conn), "basic.consume");
-  printf("{\"ok\": true, \"deliveries\": [");
-  int rejected_first = 0;
-  for (int i = 0; i < 3; i++) {
+  char bodies[5][32];
+  int redelivered[5], count = 0;
+  while (count < 5) {
     amqp_envelope_t envelope;
-    check(consume_within(&envelope, 5000), "consuming");
+    amqp_rpc_reply_t reply = consume_within(&envelope, count < 4 ? 5000 : 200);
+    if (count == 4 && timed_out(reply)) break; /* nothing more: as it should be */
+    check(reply, "consuming");
     amqp_bytes_t body = envelope.message.body;
-    int is_first = body.len == 5 && memcmp(body.bytes, "first", 5) == 0;
-    const char *action;
-    if (is_first && !rejected_first) {
+    snprintf(bodies[count], sizeof bodies[count], "%.*s", (int)body.len, (char *)body.bytes);
+    redelivered[count] = envelope.redelivered;
+    if (strcmp(bodies[count], "0") == 0 && !envelope.redelivered)
       check_status(amqp_basic_reject(conn, 1, envelope.delivery_tag, 1), "basic.reject requeue");
-      rejected_first = 1;
-      action = "requeued";
-    } else if (is_first) {
-      check_status(amqp_basic_ack(conn, 1, envelope.delivery_tag, 0), "basic.ack");
-      action = "acked";
-    } else {
+    else if (strcmp(bodies[count], "2") == 0)
       check_status(amqp_basic_reject(conn, 1, envelope.delivery_tag, 0), "basic.reject");
-      action = "dropped";
-    }
-    printf("%s{\"body\": ", i ? ", " : "");
-    json_bytes(body);
-    printf(", \"redelivered\": %s, \"action\": \"%s\"}", envelope.redelivered ? "true" : "false", action);
+    else
+      check_status(amqp_basic_ack(conn, 1, envelope.delivery_tag, 0), "basic.ack");
+    count++;
     amqp_destroy_envelope(&envelope);
   }
-  printf("], \"message_count\": %u}\n", message_count(1, queue));
+  uint32_t left = message_count(1, queue);
+  printf("{\"ok\": true, \"deliveries\": [");
+  for (int i = 0; i < count; i++) {
+    printf("%s{\"body\": ", i ? ", " : "");
+    json_string(bodies[i], strlen(bodies[i]));
+    printf(", \"redelivered\": %s}", redelivered[i] ? "true" : "false");
+  }
+  printf("], \"message_count\": %u}\n", left);
   close_connection();
 }
 
@@ -467,7 +474,7 @@ static void scenario_channel_error(const char *url) {
 
 /* heartbeat 1 s, then 3 s in amqp_consume_message with nothing to deliver: the library sends
  * heartbeats and sees the broker's; the wait ends in a plain timeout, and the connection works. */
-static void scenario_heartbeat(const char *url) {
+static void scenario_heartbeats(const char *url) {
   connect_to(url, AMQP_DEFAULT_FRAME_SIZE, 1, NULL);
   open_channel(1);
   amqp_bytes_t queue = declare_private_queue(1);
@@ -497,13 +504,15 @@ static void scenario_heartbeat(const char *url) {
 
 static unsigned char pattern_byte(size_t i) { return (unsigned char)((i * 31 + 7) % 251); }
 
-/* frame_max 4096: bodies of exactly one frame's payload, one byte more, and 1 MiB + 1, each
- * published and got back intact. */
-static void scenario_large(const char *url) {
+/* frame_max 4096: bodies around one and two frames' payload, and up to 1 MiB + 1, each
+ * published and got back intact (the sizes of client_expectations.large_message_sizes). */
+static void scenario_large_message(const char *url) {
   connect_to(url, 4096, 0, NULL);
   open_channel(1);
   amqp_bytes_t queue = declare_private_queue(1);
-  size_t sizes[] = {4096 - 8, 4096 - 7, (1 << 20) + 1};
+  size_t payload = (size_t)amqp_get_frame_max(conn) - 8;
+  size_t sizes[] = {0, 1, payload - 1, payload, payload + 1, 2 * payload, 2 * payload + 1,
+                    100000, 1 << 20, (1 << 20) + 1};
   int count = sizeof sizes / sizeof sizes[0];
   for (int n = 0; n < count; n++) {
     amqp_bytes_t body = amqp_bytes_malloc(sizes[n]);
@@ -543,11 +552,49 @@ static void scenario_tls(const char *url, const char *ca_file) {
   close_connection();
 }
 
-/* With the broker's memory alarm already set: a confirmed publish. With the connection.blocked
- * capability announced it gets connection.blocked (printed as an event the test waits for),
- * then, once the test clears the alarm, connection.unblocked and the publish's ack. Without it
- * (the library's default) nothing comes but, once the alarm is cleared, the ack. Either way the
- * message is in the queue. */
+static long now_ms(void) {
+  struct timeval now;
+  gettimeofday(&now, NULL);
+  return now.tv_sec * 1000L + now.tv_usec / 1000;
+}
+
+/* The next connection.blocked, connection.unblocked or basic.ack within `milliseconds`, by
+ * name ("blocked", "unblocked", "ack"); NULL when none came. A connection.blocked's reason goes
+ * to `reason`. */
+static const char *next_alarm_method(long milliseconds, char *reason, size_t size) {
+  struct timeval timeout = {milliseconds / 1000, (milliseconds % 1000) * 1000};
+  amqp_frame_t frame;
+  int status = amqp_simple_wait_frame_noblock(conn, &frame, &timeout);
+  if (status == AMQP_STATUS_TIMEOUT) return NULL;
+  check_status(status, "waiting for the alarm's methods");
+  if (frame.frame_type != AMQP_FRAME_METHOD) fail("unexpected frame type %d under the alarm", frame.frame_type);
+  switch (frame.payload.method.id) {
+    case AMQP_CONNECTION_BLOCKED_METHOD: {
+      amqp_bytes_t text = ((amqp_connection_blocked_t *)frame.payload.method.decoded)->reason;
+      snprintf(reason, size, "%.*s", (int)text.len, (char *)text.bytes);
+      return "blocked";
+    }
+    case AMQP_CONNECTION_UNBLOCKED_METHOD:
+      return "unblocked";
+    case AMQP_BASIC_ACK_METHOD:
+      return "ack";
+    default:
+      fail("unexpected method 0x%08x under the alarm", frame.payload.method.id);
+  }
+}
+
+/* `item` added to the comma-separated `list`. */
+static void add_to(char *list, size_t size, const char *item) {
+  size_t used = strlen(list);
+  snprintf(list + used, size - used, "%s%s", used ? "," : "", item);
+}
+
+/* A confirmed publish through a memory alarm. At "ready" the test raises the alarm; the publish
+ * meets it. With the connection.blocked capability announced the broker says connection.blocked;
+ * without it (the library's default) it says nothing. Either way nothing more may come in the
+ * next half second: what does is `while_blocked`. At "blocked" the test clears the alarm:
+ * connection.unblocked (when announced) and the publish's ack follow, and the message is in the
+ * queue. `order` is every method that came, in order. */
 static void scenario_blocked(const char *url, int announce) {
   announce_blocked = announce;
   connect_to(url, AMQP_DEFAULT_FRAME_SIZE, 0, NULL);
@@ -555,41 +602,39 @@ static void scenario_blocked(const char *url, int announce) {
   amqp_confirm_select(conn, 1);
   check(amqp_get_rpc_reply(conn), "confirm.select");
   amqp_bytes_t queue = declare_private_queue(1);
+  event("ready");
   publish_text(1, queue, "held");
-  event("published");
-  char order[256] = "", reason[256] = "";
-  int acked = 0, unblocked = !announce;
+  char order[256] = "", reason[256] = "", while_blocked[256] = "";
+  const char *method = NULL;
+  if (announce) {
+    method = next_alarm_method(20000, reason, sizeof reason);
+    if (method == NULL) fail("no connection.blocked within 20 s");
+    add_to(order, sizeof order, method);
+  }
+  int acked = method != NULL && strcmp(method, "ack") == 0, unblocked = !announce;
+  for (long deadline = now_ms() + 500, left; (left = deadline - now_ms()) > 0;) {
+    if ((method = next_alarm_method(left, reason, sizeof reason)) == NULL) break;
+    add_to(order, sizeof order, method);
+    add_to(while_blocked, sizeof while_blocked, method);
+    acked |= strcmp(method, "ack") == 0;
+    unblocked |= strcmp(method, "unblocked") == 0;
+  }
+  event("blocked");
   while (!(acked && unblocked)) {
-    amqp_frame_t frame;
-    struct timeval timeout = {20, 0};
-    check_status(amqp_simple_wait_frame_noblock(conn, &frame, &timeout), "waiting for connection.blocked");
-    if (frame.frame_type != AMQP_FRAME_METHOD) continue;
-    switch (frame.payload.method.id) {
-      case AMQP_CONNECTION_BLOCKED_METHOD: {
-        amqp_bytes_t text = ((amqp_connection_blocked_t *)frame.payload.method.decoded)->reason;
-        snprintf(reason, sizeof reason, "%.*s", (int)text.len, (char *)text.bytes);
-        strcat(order, order[0] ? ",blocked" : "blocked");
-        event("blocked");
-        break;
-      }
-      case AMQP_CONNECTION_UNBLOCKED_METHOD:
-        unblocked = 1;
-        strcat(order, order[0] ? ",unblocked" : "unblocked");
-        break;
-      case AMQP_BASIC_ACK_METHOD:
-        acked = 1;
-        strcat(order, order[0] ? ",ack" : "ack");
-        event("ack");
-        break;
-      default:
-        fail("unexpected method 0x%08x while blocked", frame.payload.method.id);
-    }
+    if ((method = next_alarm_method(20000, reason, sizeof reason)) == NULL)
+      fail("no ack and connection.unblocked within 20 s of the alarm's end");
+    add_to(order, sizeof order, method);
+    acked |= strcmp(method, "ack") == 0;
+    unblocked |= strcmp(method, "unblocked") == 0;
   }
   char body[64];
   get_one(1, queue, body, sizeof body);
   printf("{\"ok\": true, \"reason\": ");
   json_string(reason, strlen(reason));
-  printf(", \"order\": \"%s\", \"body\": ", order);
+  printf(", \"while_blocked\": [");
+  for (char *item = strtok(while_blocked, ","), *first = item; item != NULL; item = strtok(NULL, ","))
+    printf("%s\"%s\"", item == first ? "" : ", ", item);
+  printf("], \"order\": \"%s\", \"body\": ", order);
   json_string(body, strlen(body));
   printf("}\n");
   close_connection();
@@ -617,8 +662,8 @@ static void print_delivery(amqp_envelope_t *envelope) {
   printf(", \"redelivered\": %s}", envelope->redelivered ? "true" : "false");
 }
 
-/* A consumer on a durable queue holds a persistent message unacked when the broker restarts.
- * rabbitmq-c has no recovery of its own: the application sees the broker's connection.close,
+/* A consumer on a durable queue holds a persistent message unacked when, at "ready", the test
+ * restarts the broker. rabbitmq-c has no recovery of its own: the application sees the broker's connection.close,
  * answers it, connects again (every 0.2 s), consumes again and gets the unacked message back
  * redelivered, then a new one. */
 static void scenario_restart(const char *url) {
@@ -637,7 +682,7 @@ static void scenario_restart(const char *url) {
   amqp_tx_commit(conn, 1);
   check(amqp_get_rpc_reply(conn), "tx.commit");
   amqp_envelope_t first = consume_next(queue, 1);
-  event("consuming");
+  event("ready");
 
   /* The next thing the broker says is its connection.close. */
   amqp_envelope_t envelope;
@@ -698,10 +743,10 @@ int main(int argc, char **argv) {
   if (strcmp(scenario, "connect") == 0) scenario_connect(url);
   else if (strcmp(scenario, "confirms") == 0) scenario_confirms(url);
   else if (strcmp(scenario, "prefetch") == 0) scenario_prefetch(url);
-  else if (strcmp(scenario, "reject") == 0) scenario_reject(url);
+  else if (strcmp(scenario, "reject_requeue") == 0) scenario_reject_requeue(url);
   else if (strcmp(scenario, "channel_error") == 0) scenario_channel_error(url);
-  else if (strcmp(scenario, "heartbeat") == 0) scenario_heartbeat(url);
-  else if (strcmp(scenario, "large") == 0) scenario_large(url);
+  else if (strcmp(scenario, "heartbeats") == 0) scenario_heartbeats(url);
+  else if (strcmp(scenario, "large_message") == 0) scenario_large_message(url);
   else if (strcmp(scenario, "tls") == 0) scenario_tls(url, argc > 3 ? argv[3] : NULL);
   else if (strcmp(scenario, "blocked") == 0) scenario_blocked(url, 1);
   else if (strcmp(scenario, "blocked_unannounced") == 0) scenario_blocked(url, 0);

@@ -4,14 +4,16 @@
 //
 //     php amqplib_scenarios.php <scenario> <amqp-url> [ca-file]
 //
-// Each scenario does what an application on php-amqplib does and prints, as its last line, one
-// JSON object: {"ok": true, ...what it observed...}, or {"ok": false, "error": "..."}. While it
-// runs it may print {"event": ...} lines the test waits for. The test asserts on the JSON.
+// Each scenario does what an application on php-amqplib does; scenario_common.php says how the
+// script is run and what it prints. The test asserts on the JSON.
 
 declare(strict_types=1);
 
+require_once __DIR__ . '/scenario_common.php';
+
 require_once '/usr/share/php/PhpAmqpLib/autoload.php';
 
+use PhpAmqpLib\Channel\AbstractChannel;
 use PhpAmqpLib\Channel\AMQPChannel;
 use PhpAmqpLib\Connection\AbstractConnection;
 use PhpAmqpLib\Connection\AMQPSSLConnection;
@@ -20,17 +22,6 @@ use PhpAmqpLib\Exception\AMQPConnectionClosedException;
 use PhpAmqpLib\Exception\AMQPProtocolChannelException;
 use PhpAmqpLib\Exception\AMQPTimeoutException;
 use PhpAmqpLib\Message\AMQPMessage;
-
-function emit(array $object): void
-{
-    echo json_encode($object, JSON_UNESCAPED_SLASHES), "\n";
-    flush();
-}
-
-function event(string $name): void
-{
-    emit(['event' => $name]);
-}
 
 /** The URL's parts as php-amqplib's constructors take them. */
 function url_parts(string $url): array
@@ -78,16 +69,6 @@ function text(string $body): AMQPMessage
     return new AMQPMessage($body, ['content_type' => 'text/plain']);
 }
 
-function pattern(int $size): string
-{
-    // byte i is (i * 31 + 7) % 251, as in the other languages' scenarios; it repeats every 251 bytes.
-    $cycle = '';
-    for ($i = 0; $i < 251; $i++) {
-        $cycle .= chr(($i * 31 + 7) % 251);
-    }
-    return substr(str_repeat($cycle, intdiv($size, 251) + 1), 0, $size);
-}
-
 function channel_error(AMQPProtocolChannelException $error): array
 {
     return ['code' => $error->amqp_reply_code, 'text' => $error->amqp_reply_text,
@@ -112,7 +93,7 @@ function scenario_connect(string $url): array
     return ['capabilities' => $capabilities, 'server_properties' => array_keys($properties), 'logins' => $logins];
 }
 
-/** confirm_select, 20 publishes and a mandatory one nobody takes: the return comes before its ack. */
+/** confirm_select, 100 publishes and a mandatory one nobody takes: the return comes before its ack. */
 function scenario_confirms(string $url): array
 {
     $connection = connect($url);
@@ -120,26 +101,30 @@ function scenario_confirms(string $url): array
     $channel->confirm_select();
     $queue = private_queue($channel);
     $events = [];
-    $channel->set_ack_handler(function (AMQPMessage $message) use (&$events) {
+    $acked = [];
+    $nacked = [];
+    // The handlers get the published message, its publish sequence number as its delivery tag.
+    $channel->set_ack_handler(function (AMQPMessage $message) use (&$events, &$acked) {
+        $acked[] = $message->getDeliveryTag();
         $events[] = 'ack:' . $message->getBody();
     });
-    $channel->set_nack_handler(function (AMQPMessage $message) use (&$events) {
-        $events[] = 'nack:' . $message->getBody();
+    $channel->set_nack_handler(function (AMQPMessage $message) use (&$nacked) {
+        $nacked[] = $message->getDeliveryTag();
     });
     $returned = null;
     $channel->set_return_listener(function ($code, $text, $exchange, $routing_key, AMQPMessage $message) use (&$events, &$returned) {
         $events[] = 'return:' . $message->getBody();
         $returned = ['code' => $code, 'text' => $text, 'body' => $message->getBody()];
     });
-    for ($i = 0; $i < 20; $i++) {
+    for ($i = 0; $i < 100; $i++) {
         $channel->basic_publish(text("message $i"), '', $queue);
     }
     $channel->basic_publish(text('unroutable'), '', 'no-such-queue-anywhere', true);
     $channel->wait_for_pending_acks_returns(10);
-    $acked = array_values(array_filter($events, fn ($e) => str_starts_with($e, 'ack:')));
+    sort($acked);
+    sort($nacked);
     $result = [
-        'acked' => count($acked), 'nacked' => count(array_filter($events, fn ($e) => str_starts_with($e, 'nack:'))),
-        'returned' => $returned,
+        'acked' => $acked, 'nacked' => $nacked, 'returned' => $returned,
         'return_before_ack' => array_search('return:unroutable', $events, true) < array_search('ack:unroutable', $events, true),
         'message_count' => message_count($channel, $queue),
     ];
@@ -147,17 +132,17 @@ function scenario_confirms(string $url): array
     return $result;
 }
 
-/** basic_qos(3) and a manual-ack consumer on 10 messages: three unacked at most. */
+/** basic_qos(10) and a manual-ack consumer on 50 messages: ten unacked at most. */
 function scenario_prefetch(string $url): array
 {
     $connection = connect($url);
     $channel = $connection->channel();
     $queue = private_queue($channel);
-    for ($i = 0; $i < 10; $i++) {
+    for ($i = 0; $i < 50; $i++) {
         $channel->basic_publish(text((string)$i), '', $queue);
     }
     message_count($channel, $queue);
-    $channel->basic_qos(0, 3, false);
+    $channel->basic_qos(0, 10, false);
     $held = [];
     $bodies = [];
     $redelivered = 0;
@@ -171,11 +156,11 @@ function scenario_prefetch(string $url): array
             $held[] = $message;
         }
     });
-    while (count($bodies) < 3) {
+    while (count($bodies) < 10) {
         $channel->wait(null, false, 5);
     }
     try {
-        $channel->wait(null, false, 0.5);  // a fourth would break the limit
+        $channel->wait(null, false, 0.5);  // an eleventh would break the limit
     } catch (AMQPTimeoutException $e) {
     }
     $held_before_ack = count($bodies);
@@ -183,7 +168,7 @@ function scenario_prefetch(string $url): array
     foreach ($held as $message) {
         $message->ack();
     }
-    while (count($bodies) < 10) {
+    while (count($bodies) < 50) {
         $channel->wait(null, false, 5);
     }
     $result = ['held_before_ack' => $held_before_ack, 'bodies' => $bodies, 'redelivered' => $redelivered,
@@ -192,33 +177,34 @@ function scenario_prefetch(string $url): array
     return $result;
 }
 
-/** Prefetch 1: "first" rejected with requeue comes back redelivered and is acked; "second" is rejected for good. */
-function scenario_reject(string $url): array
+/** "0", "1", "2" and a consumer with prefetch 1: "0" rejected with requeue comes back first and is
+ * acked, "1" is acked, "2" is rejected for good; then 200 ms for anything more (a fifth delivery). */
+function scenario_reject_requeue(string $url): array
 {
     $connection = connect($url);
     $channel = $connection->channel();
     $queue = private_queue($channel);
-    $channel->basic_publish(text('first'), '', $queue);
-    $channel->basic_publish(text('second'), '', $queue);
+    foreach (['0', '1', '2'] as $body) {
+        $channel->basic_publish(text($body), '', $queue);
+    }
     $channel->basic_qos(0, 1, false);
     $deliveries = [];
-    $rejected_first = false;
-    $channel->basic_consume($queue, '', false, false, false, false, function (AMQPMessage $message) use (&$deliveries, &$rejected_first) {
-        if ($message->getBody() === 'first' && !$rejected_first) {
+    $channel->basic_consume($queue, '', false, false, false, false, function (AMQPMessage $message) use (&$deliveries) {
+        $deliveries[] = ['body' => $message->getBody(), 'redelivered' => $message->isRedelivered()];
+        if ($message->getBody() === '0' && !$message->isRedelivered()) {
             $message->reject(true);
-            $rejected_first = true;
-            $action = 'requeued';
-        } elseif ($message->getBody() === 'first') {
-            $message->ack();
-            $action = 'acked';
-        } else {
+        } elseif ($message->getBody() === '2') {
             $message->reject(false);
-            $action = 'dropped';
+        } else {
+            $message->ack();
         }
-        $deliveries[] = ['body' => $message->getBody(), 'redelivered' => $message->isRedelivered(), 'action' => $action];
     });
-    while (count($deliveries) < 3) {
+    while (count($deliveries) < 4) {
         $channel->wait(null, false, 5);
+    }
+    try {
+        $channel->wait(null, false, 0.2);
+    } catch (AMQPTimeoutException $e) {  // nothing more: as it should be
     }
     $result = ['deliveries' => $deliveries, 'message_count' => message_count($channel, $queue)];
     $connection->close();
@@ -255,7 +241,7 @@ function scenario_channel_error(string $url): array
 }
 
 /** heartbeat 1 s, then 3 s waiting on a consumer with nothing to deliver: a plain timeout, and the connection works. */
-function scenario_heartbeat(string $url): array
+function scenario_heartbeats(string $url): array
 {
     $connection = connect($url, 1);
     $channel = $connection->channel();
@@ -281,14 +267,16 @@ function scenario_heartbeat(string $url): array
     return $result;
 }
 
-/** Bodies of exactly one frame's payload (php-amqplib takes the broker's frame_max), one byte more, and 1 MiB + 1. */
-function scenario_large(string $url): array
+/** Bodies around one and two frames' payload, and up to 1 MiB + 1 (client_expectations.large_message_sizes),
+ * each published and got back intact. php-amqplib cannot ask for a frame_max: it takes the broker's. */
+function scenario_large_message(string $url): array
 {
     $connection = connect($url);
     $channel = $connection->channel();
     $queue = private_queue($channel);
-    $frame_max = 131072;
-    $sizes = [$frame_max - 8, $frame_max - 7, (1 << 20) + 1];
+    $frame_max = 131072;  // the broker's, which php-amqplib takes (it does not tell)
+    $payload = $frame_max - 8;
+    $sizes = [0, 1, $payload - 1, $payload, $payload + 1, 2 * $payload, 2 * $payload + 1, 100000, 1 << 20, (1 << 20) + 1];
     foreach ($sizes as $size) {
         $channel->basic_publish(new AMQPMessage(pattern($size)), '', $queue);
     }
@@ -299,7 +287,7 @@ function scenario_large(string $url): array
         $bodies[] = ['size' => strlen($body), 'intact' => $body === pattern($size)];
     }
     $connection->close();
-    return ['bodies' => $bodies];
+    return ['frame_max' => $frame_max, 'bodies' => $bodies];
 }
 
 /** AMQPSSLConnection with the test CA, the peer and its name verified: a message there and back. */
@@ -314,8 +302,10 @@ function scenario_tls(string $url, string $ca_file): array
     return ['body' => $body];
 }
 
-/** The memory alarm is set: a confirmed publish gets connection.blocked (the block handler), then, once
- * the test clears the alarm, connection.unblocked and the ack. */
+/** A confirmed publish through a memory alarm. At "ready" the test raises the alarm: the publish
+ * gets connection.blocked (the block handler), and nothing more may come in the next half second
+ * (what does is while_blocked). At "blocked" the test clears the alarm: connection.unblocked and
+ * the ack follow. `order` is all that came, in order. */
 function scenario_blocked(string $url): array
 {
     $connection = connect($url);
@@ -324,7 +314,6 @@ function scenario_blocked(string $url): array
     $connection->set_connection_block_handler(function ($why) use (&$order, &$reason) {
         $order[] = 'blocked';
         $reason = $why;
-        event('blocked');
     });
     $connection->set_connection_unblock_handler(function () use (&$order) {
         $order[] = 'unblocked';
@@ -334,26 +323,42 @@ function scenario_blocked(string $url): array
     $queue = private_queue($channel);
     $channel->set_ack_handler(function () use (&$order) {
         $order[] = 'ack';
-        event('ack');
     });
-    $channel->basic_publish(text('held'), '', $queue);
-    event('published');
-    $channel->wait_for_pending_acks(20);
-    $deadline = microtime(true) + 5;
-    while (!in_array('unblocked', $order, true) && microtime(true) < $deadline) {
-        try {
-            $channel->wait(null, false, 0.2);  // connection.unblocked, if it comes after the ack
-        } catch (AMQPTimeoutException $e) {
+    // Read frames for $seconds, or until $until() holds, waiting on $on: the connection (channel 0)
+    // returns after each of its own methods, such as connection.blocked, and keeps the others for
+    // later; a channel returns after each of its methods (an ack) and handles the connection's
+    // (connection.unblocked) as they come.
+    $read = function (AbstractChannel $on, float $seconds, callable $until) {
+        $deadline = microtime(true) + $seconds;
+        while (!$until() && ($left = $deadline - microtime(true)) > 0) {
+            try {
+                $on->wait(null, false, $left);
+            } catch (AMQPTimeoutException $e) {
+            }
         }
-    }
+    };
+    event('ready');
+    $channel->basic_publish(text('held'), '', $queue);
+    // (Closures with `use (&$order)`: an arrow function would see $order as it was when made.)
+    $read($connection, 20, function () use (&$order) {
+        return in_array('blocked', $order, true);
+    });
+    $seen = count($order);
+    $read($channel, 0.5, fn () => false);
+    $while_blocked = array_slice($order, $seen);
+    event('blocked');
+    $read($channel, 20, function () use (&$order) {
+        return in_array('ack', $order, true) && in_array('unblocked', $order, true);
+    });
     $body = $channel->basic_get($queue, true)?->getBody();
     $connection->close();
-    return ['reason' => $reason, 'order' => implode(',', $order), 'body' => $body];
+    return ['reason' => $reason, 'while_blocked' => $while_blocked, 'order' => implode(',', $order), 'body' => $body];
 }
 
-/** A consumer on a durable queue holds a persistent message unacked when the broker restarts.
- * php-amqplib has no automatic recovery: the application catches the connection's close and
- * calls reconnect() until it works, then opens its channel and consumes again. */
+/** A consumer on a durable queue holds a persistent message unacked when, at "ready",
+ * the test restarts the broker. php-amqplib has no automatic recovery: the application catches
+ * the connection's close and calls reconnect() until it works, then opens its channel and
+ * consumes again. */
 function scenario_restart(string $url): array
 {
     $queue = 'php-amqplib-restart-' . getmypid();
@@ -376,7 +381,7 @@ function scenario_restart(string $url): array
     while (!$deliveries) {
         $channel->wait(null, false, 10);
     }
-    event('consuming');
+    event('ready');
     try {
         $channel->wait(null, false, 20);
         return ['error' => 'the broker restarted and nothing was noticed'];
@@ -412,21 +417,4 @@ function scenario_restart(string $url): array
     return ['closed' => $closed, 'reconnected' => true, 'deliveries' => $deliveries];
 }
 
-[, $scenario, $url] = $argv + [null, null, null];
-$ca_file = $argv[3] ?? null;
-$scenarios = ['connect', 'confirms', 'prefetch', 'reject', 'channel_error', 'heartbeat', 'large', 'tls', 'blocked', 'restart'];
-if (!in_array($scenario, $scenarios, true) || $url === null) {
-    emit(['ok' => false, 'error' => 'usage: php amqplib_scenarios.php <' . implode('|', $scenarios) . '> <amqp-url> [ca-file]']);
-    exit(1);
-}
-try {
-    $result = $scenario === 'tls' ? scenario_tls($url, $ca_file) : ("scenario_$scenario")($url);
-} catch (\Throwable $e) {
-    emit(['ok' => false, 'error' => get_class($e) . ': ' . $e->getMessage() . ' at ' . $e->getFile() . ':' . $e->getLine()]);
-    exit(1);
-}
-if (isset($result['error'])) {
-    emit(['ok' => false] + $result);
-    exit(1);
-}
-emit(['ok' => true] + $result);
+run_scenario($argv);

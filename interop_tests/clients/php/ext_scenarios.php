@@ -4,22 +4,12 @@
 //
 //     php ext_scenarios.php <scenario> <amqp-url> [ca-file]
 //
-// Each scenario does what an application on the extension does and prints, as its last line,
-// one JSON object: {"ok": true, ...what it observed...}, or {"ok": false, "error": "..."}. While
-// it runs it may print {"event": ...} lines the test waits for. The test asserts on the JSON.
+// Each scenario does what an application on the extension does; scenario_common.php says how the
+// script is run and what it prints. The test asserts on the JSON.
 
 declare(strict_types=1);
 
-function emit(array $object): void
-{
-    echo json_encode($object, JSON_UNESCAPED_SLASHES), "\n";
-    flush();
-}
-
-function event(string $name): void
-{
-    emit(['event' => $name]);
-}
+require_once __DIR__ . '/scenario_common.php';
 
 /** AMQPConnection's credentials from the URL (it takes no URL itself). */
 function credentials(string $url, array $extra = []): array
@@ -64,16 +54,6 @@ function default_exchange(AMQPChannel $channel): AMQPExchange
     return new AMQPExchange($channel);  // no name: the default exchange
 }
 
-function pattern(int $size): string
-{
-    // byte i is (i * 31 + 7) % 251, as in the other languages' scenarios; it repeats every 251 bytes.
-    $cycle = '';
-    for ($i = 0; $i < 251; $i++) {
-        $cycle .= chr(($i * 31 + 7) % 251);
-    }
-    return substr(str_repeat($cycle, intdiv($size, 251) + 1), 0, $size);
-}
-
 /** Consume until $callback returns false, or fail after the connection's read_timeout. */
 function consume(AMQPQueue $queue, callable $callback, int $flags = AMQP_NOPARAM): void
 {
@@ -91,7 +71,7 @@ function scenario_connect(string $url): array
     return $result;
 }
 
-/** confirmSelect, 20 publishes and a mandatory one nobody takes: its return comes before its ack. */
+/** confirmSelect, 100 publishes and a mandatory one nobody takes: its return comes before its ack. */
 function scenario_confirms(string $url): array
 {
     $connection = connect($url);
@@ -100,51 +80,49 @@ function scenario_confirms(string $url): array
     $queue = private_queue($channel);
     $exchange = default_exchange($channel);
     $events = [];
-    $acked = [];
-    $channel->setConfirmCallback(
-        function (int $tag, bool $multiple) use (&$events, &$acked) {
-            for ($t = $multiple ? 1 : $tag; $t <= $tag; $t++) {
-                $acked[$t] = true;
-            }
-            $events[] = "ack:$tag";
-            return count($acked) < 21;  // false: waitForConfirm returns
-        },
-        function (int $tag, bool $multiple, bool $requeue) use (&$events) {
-            $events[] = "nack:$tag";
-            return false;
+    $settled = [];  // tag => 'ack' or 'nack'
+    $settle = function (string $outcome, int $tag, bool $multiple) use (&$events, &$settled) {
+        for ($t = $multiple ? 1 : $tag; $t <= $tag; $t++) {
+            $settled[$t] = $settled[$t] ?? $outcome;
         }
+        $events[] = "$outcome:$tag";
+        return count($settled) < 101;  // false: waitForConfirm returns
+    };
+    $channel->setConfirmCallback(
+        fn (int $tag, bool $multiple) => $settle('ack', $tag, $multiple),
+        fn (int $tag, bool $multiple, bool $requeue) => $settle('nack', $tag, $multiple)
     );
     $returned = null;
     $channel->setReturnCallback(function (int $code, string $text, string $exchange, string $routing_key, AMQPBasicProperties $properties, string $body) use (&$events, &$returned) {
         $events[] = 'return';
         $returned = ['code' => $code, 'text' => $text, 'body' => $body];
     });
-    for ($i = 0; $i < 20; $i++) {
+    for ($i = 0; $i < 100; $i++) {
         $exchange->publish("message $i", $queue->getName(), AMQP_NOPARAM, ['content_type' => 'text/plain']);
     }
     $exchange->publish('unroutable', 'no-such-queue-anywhere', AMQP_MANDATORY);
     $channel->waitForConfirm(10.0);
-    ksort($acked);
-    $result = ['acked' => array_keys($acked), 'nacked' => count(array_filter($events, fn ($e) => str_starts_with($e, 'nack:'))),
+    ksort($settled);
+    $result = ['acked' => array_keys($settled, 'ack', true), 'nacked' => array_keys($settled, 'nack', true),
                'returned' => $returned,
-               'return_before_ack' => array_search('return', $events, true) < array_search('ack:21', $events, true),
+               'return_before_ack' => array_search('return', $events, true) < array_search('ack:101', $events, true),
                'message_count' => message_count($channel, $queue->getName())];
     $connection->disconnect();
     return $result;
 }
 
-/** setPrefetchCount(3) and a manual-ack consumer on 10 messages: three unacked at most. */
+/** setPrefetchCount(10) and a manual-ack consumer on 50 messages: ten unacked at most. */
 function scenario_prefetch(string $url): array
 {
     $connection = connect($url);
     $channel = new AMQPChannel($connection);
     $queue = private_queue($channel);
     $exchange = default_exchange($channel);
-    for ($i = 0; $i < 10; $i++) {
+    for ($i = 0; $i < 50; $i++) {
         $exchange->publish((string)$i, $queue->getName());
     }
     message_count($channel, $queue->getName());
-    $channel->setPrefetchCount(3);
+    $channel->setPrefetchCount(10);
     $bodies = [];
     $held = [];
     $redelivered = 0;
@@ -152,9 +130,9 @@ function scenario_prefetch(string $url): array
         $bodies[] = $envelope->getBody();
         $held[] = $envelope->getDeliveryTag();
         $redelivered += $envelope->isRedelivery() ? 1 : 0;
-        return count($bodies) < 3;
+        return count($bodies) < 10;
     });
-    // A fourth delivery would break the limit: wait half a second for one.
+    // An eleventh delivery would break the limit: wait half a second for one.
     $connection->setReadTimeout(0.5);
     try {
         consume($queue, function (AMQPEnvelope $envelope) use (&$bodies) {
@@ -172,7 +150,7 @@ function scenario_prefetch(string $url): array
         $bodies[] = $envelope->getBody();
         $redelivered += $envelope->isRedelivery() ? 1 : 0;
         $queue->ack($envelope->getDeliveryTag());
-        return count($bodies) < 10;
+        return count($bodies) < 50;
     }, AMQP_JUST_CONSUME);
     $result = ['held_before_ack' => $held_before_ack, 'bodies' => $bodies, 'redelivered' => $redelivered,
                'message_count' => message_count($channel, $queue->getName())];
@@ -180,34 +158,38 @@ function scenario_prefetch(string $url): array
     return $result;
 }
 
-/** Prefetch 1: "first" rejected with requeue comes back redelivered and is acked; "second" is rejected for good. */
-function scenario_reject(string $url): array
+/** "0", "1", "2" and a consumer with prefetch 1: "0" rejected with requeue comes back first and is
+ * acked, "1" is acked, "2" is rejected for good; then 200 ms for anything more (a fifth delivery). */
+function scenario_reject_requeue(string $url): array
 {
     $connection = connect($url);
     $channel = new AMQPChannel($connection);
     $channel->setPrefetchCount(1);
     $queue = private_queue($channel);
     $exchange = default_exchange($channel);
-    $exchange->publish('first', $queue->getName());
-    $exchange->publish('second', $queue->getName());
+    foreach (['0', '1', '2'] as $body) {
+        $exchange->publish($body, $queue->getName());
+    }
     $deliveries = [];
-    $rejected_first = false;
-    consume($queue, function (AMQPEnvelope $envelope, AMQPQueue $queue) use (&$deliveries, &$rejected_first) {
+    $take = function (AMQPEnvelope $envelope, AMQPQueue $queue) use (&$deliveries) {
+        $deliveries[] = ['body' => $envelope->getBody(), 'redelivered' => $envelope->isRedelivery()];
         $tag = $envelope->getDeliveryTag();
-        if ($envelope->getBody() === 'first' && !$rejected_first) {
+        if ($envelope->getBody() === '0' && !$envelope->isRedelivery()) {
             $queue->reject($tag, AMQP_REQUEUE);
-            $rejected_first = true;
-            $action = 'requeued';
-        } elseif ($envelope->getBody() === 'first') {
-            $queue->ack($tag);
-            $action = 'acked';
-        } else {
+        } elseif ($envelope->getBody() === '2') {
             $queue->reject($tag);
-            $action = 'dropped';
+        } else {
+            $queue->ack($tag);
         }
-        $deliveries[] = ['body' => $envelope->getBody(), 'redelivered' => $envelope->isRedelivery(), 'action' => $action];
-        return count($deliveries) < 3;
-    });
+        return count($deliveries) < 4;
+    };
+    consume($queue, $take);
+    $connection->setReadTimeout(0.2);
+    try {
+        consume($queue, $take, AMQP_JUST_CONSUME);
+    } catch (AMQPQueueException $e) {  // "Consumer timeout exceed": nothing more, as it should be
+    }
+    $connection->setReadTimeout(5.0);
     $result = ['deliveries' => $deliveries, 'message_count' => message_count($channel, $queue->getName())];
     $connection->disconnect();
     return $result;
@@ -247,7 +229,7 @@ function scenario_channel_error(string $url): array
 }
 
 /** heartbeat 1 s, then 3 s in consume() with nothing to deliver: "Consumer timeout exceed", and the connection works. */
-function scenario_heartbeat(string $url): array
+function scenario_heartbeats(string $url): array
 {
     $connection = connect($url, ['heartbeat' => 1, 'read_timeout' => 3.0]);
     $channel = new AMQPChannel($connection);
@@ -271,20 +253,27 @@ function scenario_heartbeat(string $url): array
     return $result;
 }
 
-/** frame_max 4096: bodies of exactly one frame's payload, one byte more, and 1 MiB + 1. */
-function scenario_large(string $url): array
+/** frame_max 4096: bodies around one and two frames' payload, and up to 1 MiB + 1
+ * (client_expectations.large_message_sizes), each published and got back intact. */
+function scenario_large_message(string $url): array
 {
     $connection = connect($url, ['frame_max' => 4096]);
     $channel = new AMQPChannel($connection);
     $queue = private_queue($channel);
     $exchange = default_exchange($channel);
-    $sizes = [4096 - 8, 4096 - 7, (1 << 20) + 1];
+    $payload = $connection->getMaxFrameSize() - 8;
+    $sizes = [0, 1, $payload - 1, $payload, $payload + 1, 2 * $payload, 2 * $payload + 1, 100000, 1 << 20, (1 << 20) + 1];
     foreach ($sizes as $size) {
         $exchange->publish(pattern($size), $queue->getName());
     }
     $bodies = [];
     foreach ($sizes as $size) {
-        $body = $queue->get(AMQP_AUTOACK)->getBody();
+        $envelope = $queue->get(AMQP_AUTOACK);
+        if ($envelope === false) {
+            return ['error' => "no message of $size bytes in the queue"];
+        }
+        $body = $envelope->getBody();
+        $body = $body === false ? '' : $body;  // the extension's getBody() is false for an empty body
         $bodies[] = ['size' => strlen($body), 'intact' => $body === pattern($size)];
     }
     $result = ['frame_max' => $connection->getMaxFrameSize(), 'bodies' => $bodies];
@@ -304,8 +293,9 @@ function scenario_tls(string $url, string $ca_file): array
     return ['body' => $envelope ? $envelope->getBody() : null];
 }
 
-/** The memory alarm is set. The extension does not announce connection.blocked, so a confirmed
- * publish is just held: waitForConfirm times out until the test clears the alarm. */
+/** A confirmed publish through a memory alarm, which the test raises at "ready" and clears at
+ * "blocked". The extension does not announce connection.blocked, so the publish is just held:
+ * waitForConfirm times out until the alarm is cleared. */
 function scenario_blocked(string $url): array
 {
     $connection = connect($url);
@@ -317,6 +307,7 @@ function scenario_blocked(string $url): array
         return false;  // waitForConfirm returns
     }, fn () => false);
     $queue = private_queue($channel);
+    event('ready');
     default_exchange($channel)->publish('held', $queue->getName());
     try {
         $channel->waitForConfirm(0.5);
@@ -324,7 +315,7 @@ function scenario_blocked(string $url): array
     } catch (AMQPQueueException $e) {  // "Wait timeout exceed"
         $while_alarmed = $e->getMessage();
     }
-    event('held');
+    event('blocked');
     if (!$acked) {
         $channel->waitForConfirm(20.0);
     }
@@ -333,9 +324,9 @@ function scenario_blocked(string $url): array
     return ['while_alarmed' => $while_alarmed, 'acked' => $acked, 'body' => $envelope ? $envelope->getBody() : null];
 }
 
-/** A consumer on a durable queue holds a persistent message unacked when the broker restarts.
- * The extension has no automatic recovery: consume() throws, the application calls reconnect()
- * until it works, and opens its channel and queue again. */
+/** A consumer on a durable queue holds a persistent message unacked when, at "ready",
+ * the test restarts the broker. The extension has no automatic recovery: consume() throws, the
+ * application calls reconnect() until it works, and opens its channel and queue again. */
 function scenario_restart(string $url): array
 {
     $name = 'php-amqp-restart-' . getmypid();
@@ -353,7 +344,7 @@ function scenario_restart(string $url): array
         $first = $envelope->getBody();
         return false;
     });
-    event('consuming');
+    event('ready');
     try {
         consume($queue, fn () => false, AMQP_JUST_CONSUME);
         return ['error' => 'the broker restarted and nothing was noticed'];
@@ -395,25 +386,8 @@ function scenario_restart(string $url): array
     return ['closed' => $closed, 'reconnected' => true, 'deliveries' => $deliveries];
 }
 
-[, $scenario, $url] = $argv + [null, null, null];
-$ca_file = $argv[3] ?? null;
-$scenarios = ['connect', 'confirms', 'prefetch', 'reject', 'channel_error', 'heartbeat', 'large', 'tls', 'blocked', 'restart'];
-if (!in_array($scenario, $scenarios, true) || $url === null) {
-    emit(['ok' => false, 'error' => 'usage: php ext_scenarios.php <' . implode('|', $scenarios) . '> <amqp-url> [ca-file]']);
-    exit(1);
-}
 if (!extension_loaded('amqp')) {
     emit(['ok' => false, 'error' => 'the amqp extension is not loaded (Debian: php-amqp)']);
     exit(1);
 }
-try {
-    $result = $scenario === 'tls' ? scenario_tls($url, $ca_file) : ("scenario_$scenario")($url);
-} catch (\Throwable $e) {
-    emit(['ok' => false, 'error' => get_class($e) . ': ' . $e->getMessage() . ' at line ' . $e->getLine()]);
-    exit(1);
-}
-if (isset($result['error'])) {
-    emit(['ok' => false] + $result);
-    exit(1);
-}
-emit(['ok' => true] + $result);
+run_scenario($argv);

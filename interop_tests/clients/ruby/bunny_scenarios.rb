@@ -4,8 +4,9 @@
 #     ruby bunny_scenarios.rb <scenario> <amqp-url> [ca-file]
 #
 # Each scenario does what an application on bunny does and prints, as its last line, one JSON
-# object: {"ok": true, ...what it observed...}, or {"ok": false, "error": "..."}. While it runs it
-# may print {"event": ...} lines the test waits for. The test asserts on the JSON.
+# object: {"ok": true, ...what it observed...}, or {"ok": false, "error": "..."}. The interactive
+# ones (blocked, restart) first print {"event": ...} lines and wait for a line on stdin while the
+# test changes the broker. The test asserts on the JSON.
 
 require "bunny"
 require "json"
@@ -18,8 +19,10 @@ def emit(object)
   OUTPUT.synchronize { puts JSON.generate(object) }
 end
 
+# Tells the test where the scenario is, then waits for its line on stdin.
 def event(name)
   emit({ "event" => name })
+  raise "the test closed stdin at event #{name}" if $stdin.gets.nil?
 end
 
 # bunny logs to standard output unless told otherwise: keep it for the JSON.
@@ -29,6 +32,16 @@ def connect(url, **options)
   connection = Bunny.new(url, logger: LOGGER, automatically_recover: false, **options)
   connection.start
   connection
+end
+
+# Connects, opens a channel and declares an exclusive server-named queue; yields the three and
+# closes the connection after the block. The block's value.
+def with_private_queue(url, **options)
+  connection = connect(url, **options)
+  channel = connection.create_channel
+  result = yield connection, channel, private_queue(channel)
+  connection.close
+  result
 end
 
 # Waits until the block returns true, or fails after `seconds`.
@@ -71,103 +84,91 @@ def scenario_connect(url)
   result
 end
 
-# confirm_select, 20 publishes and a mandatory one nobody takes: its return comes before its ack.
+# confirm_select, 100 publishes and a mandatory one nobody takes: its return comes before its ack.
 def scenario_confirms(url)
-  connection = connect(url)
-  channel = connection.create_channel
-  events = Queue.new
-  acked = []
-  nacked = 0
-  channel.confirm_select(proc { |tag, multiple, nack|
-    tags = multiple ? (1..tag).to_a - acked : [tag]
-    nack ? nacked += tags.size : acked.concat(tags)
-    events << "ack:#{tag}"
-  })
-  queue = private_queue(channel)
-  returned = nil
-  # One exchange object: each call of default_exchange makes a new one, and the channel hands a
-  # return to the latest.
-  exchange = channel.default_exchange
-  exchange.on_return do |info, _properties, body|
-    returned = { "code" => info.reply_code, "text" => info.reply_text, "body" => body }
-    events << "return"
+  with_private_queue(url) do |_connection, channel, queue|
+    events = Queue.new
+    acked = []
+    nacked = []
+    channel.confirm_select(proc { |tag, multiple, nack|
+      tags = multiple ? (1..tag).to_a - acked - nacked : [tag]
+      (nack ? nacked : acked).concat(tags)
+      events << "ack:#{tag}"
+    })
+    returned = nil
+    # One exchange object: each call of default_exchange makes a new one, and the channel hands a
+    # return to the latest.
+    exchange = channel.default_exchange
+    exchange.on_return do |info, _properties, body|
+      returned = { "code" => info.reply_code, "text" => info.reply_text, "body" => body }
+      events << "return"
+    end
+    100.times { |i| exchange.publish("message #{i}", routing_key: queue.name, content_type: "text/plain") }
+    exchange.publish("unroutable", routing_key: "no-such-queue-anywhere", mandatory: true)
+    all_confirmed = channel.wait_for_confirms
+    wait_until(5, "the return") { returned } # handed to on_return on the consumer thread
+    order = []
+    order << events.pop until events.empty?
+    { "acked" => acked.sort, "nacked" => nacked.sort, "all_confirmed" => all_confirmed, "returned" => returned,
+      "return_before_ack" => order.index("return") < order.index("ack:101"),
+      "message_count" => message_count(channel, queue.name) }
   end
-  20.times { |i| exchange.publish("message #{i}", routing_key: queue.name, content_type: "text/plain") }
-  exchange.publish("unroutable", routing_key: "no-such-queue-anywhere", mandatory: true)
-  all_confirmed = channel.wait_for_confirms
-  wait_until(5, "the return") { returned } # handed to on_return on the consumer thread
-  order = []
-  order << events.pop until events.empty?
-  result = { "acked" => acked.sort, "nacked" => nacked, "all_confirmed" => all_confirmed, "returned" => returned,
-             "return_before_ack" => order.index("return") < order.index("ack:21"),
-             "message_count" => message_count(channel, queue.name) }
-  connection.close
-  result
 end
 
-# prefetch(3) and a manual-ack consumer on 10 messages: three unacked at most.
+# prefetch(10) and a manual-ack consumer on 50 messages: ten unacked at most.
 def scenario_prefetch(url)
-  connection = connect(url)
-  channel = connection.create_channel
-  queue = private_queue(channel)
-  10.times { |i| channel.default_exchange.publish(i.to_s, routing_key: queue.name) }
-  message_count(channel, queue.name)
-  channel.prefetch(3)
-  bodies = Queue.new
-  received = []
-  held = []
-  redelivered = 0
-  acking = false
-  lock = Mutex.new
-  queue.subscribe(manual_ack: true) do |info, _properties, body|
-    lock.synchronize do
-      received << body
-      redelivered += 1 if info.redelivered?
-      acking ? channel.ack(info.delivery_tag) : held << info.delivery_tag
+  with_private_queue(url) do |_connection, channel, queue|
+    50.times { |i| channel.default_exchange.publish(i.to_s, routing_key: queue.name) }
+    message_count(channel, queue.name)
+    channel.prefetch(10)
+    received = []
+    held = []
+    redelivered = 0
+    acking = false
+    lock = Mutex.new
+    queue.subscribe(manual_ack: true) do |info, _properties, body|
+      lock.synchronize do
+        received << body
+        redelivered += 1 if info.redelivered?
+        acking ? channel.ack(info.delivery_tag) : held << info.delivery_tag
+      end
     end
+    wait_until { lock.synchronize { received.size >= 10 } }
+    sleep 0.5 # an eleventh delivery would break the limit
+    held_before_ack = lock.synchronize do
+      acking = true
+      held.each { |tag| channel.ack(tag) }
+      received.size
+    end
+    wait_until { lock.synchronize { received.size >= 50 } }
+    { "held_before_ack" => held_before_ack, "bodies" => received, "redelivered" => redelivered,
+      "message_count" => message_count(channel, queue.name) }
   end
-  wait_until { lock.synchronize { received.size >= 3 } }
-  sleep 0.5 # a fourth delivery would break the limit
-  held_before_ack = lock.synchronize do
-    acking = true
-    held.each { |tag| channel.ack(tag) }
-    received.size
-  end
-  wait_until { lock.synchronize { received.size >= 10 } }
-  result = { "held_before_ack" => held_before_ack, "bodies" => received, "redelivered" => redelivered,
-             "message_count" => message_count(channel, queue.name) }
-  connection.close
-  result
 end
 
-# Prefetch 1: "first" rejected with requeue comes back redelivered and is acked; "second" is rejected for good.
-def scenario_reject(url)
-  connection = connect(url)
-  channel = connection.create_channel
-  channel.prefetch(1)
-  queue = private_queue(channel)
-  channel.default_exchange.publish("first", routing_key: queue.name)
-  channel.default_exchange.publish("second", routing_key: queue.name)
-  deliveries = []
-  rejected_first = false
-  queue.subscribe(manual_ack: true) do |info, _properties, body|
-    if body == "first" && !rejected_first
-      channel.reject(info.delivery_tag, true)
-      rejected_first = true
-      action = "requeued"
-    elsif body == "first"
-      channel.ack(info.delivery_tag)
-      action = "acked"
-    else
-      channel.reject(info.delivery_tag, false)
-      action = "dropped"
+# "0", "1", "2" and a consumer with prefetch 1: "0" rejected with requeue comes back first and is
+# acked, "1" is acked, "2" is rejected for good; then 200 ms for anything more (a fifth delivery).
+def scenario_reject_requeue(url)
+  with_private_queue(url) do |_connection, channel, queue|
+    channel.prefetch(1)
+    %w[0 1 2].each { |body| channel.default_exchange.publish(body, routing_key: queue.name) }
+    deliveries = Queue.new
+    queue.subscribe(manual_ack: true) do |info, _properties, body|
+      deliveries << { "body" => body, "redelivered" => info.redelivered? }
+      if body == "0" && !info.redelivered?
+        channel.reject(info.delivery_tag, true)
+      elsif body == "2"
+        channel.reject(info.delivery_tag, false)
+      else
+        channel.ack(info.delivery_tag)
+      end
     end
-    deliveries << { "body" => body, "redelivered" => info.redelivered?, "action" => action }
+    wait_until { deliveries.size >= 4 }
+    sleep 0.2 # nothing more may come
+    seen = []
+    seen << deliveries.pop until deliveries.empty?
+    { "deliveries" => seen, "message_count" => message_count(channel, queue.name) }
   end
-  wait_until { deliveries.size >= 3 }
-  result = { "deliveries" => deliveries, "message_count" => message_count(channel, queue.name) }
-  connection.close
-  result
 end
 
 # A passive declare of a missing queue (raised at once), and an ack of an unknown tag (the broker
@@ -203,78 +204,78 @@ end
 
 # heartbeat 1 s, then 3 s with nothing to do: bunny's heartbeat sender and reader keep the
 # connection; a message goes through afterwards.
-def scenario_heartbeat(url)
-  connection = connect(url, heartbeat: 1)
-  channel = connection.create_channel
-  queue = private_queue(channel)
-  bodies = []
-  queue.subscribe { |_info, _properties, body| bodies << body }
-  sleep 3
-  open_after_idle = connection.open?
-  channel.default_exchange.publish("after the idle time", routing_key: queue.name)
-  wait_until { !bodies.empty? }
-  result = { "heartbeat" => connection.heartbeat, "open_after_idle" => open_after_idle, "after" => bodies.first }
-  connection.close
-  result
+def scenario_heartbeats(url)
+  with_private_queue(url, heartbeat: 1) do |connection, channel, queue|
+    bodies = []
+    queue.subscribe { |_info, _properties, body| bodies << body }
+    sleep 3
+    open_after_idle = connection.open?
+    channel.default_exchange.publish("after the idle time", routing_key: queue.name)
+    wait_until { !bodies.empty? }
+    { "heartbeat" => connection.heartbeat, "open_after_idle" => open_after_idle, "after" => bodies.first }
+  end
 end
 
-# frame_max 4096: bodies of exactly one frame's payload, one byte more, and 1 MiB + 1.
-def scenario_large(url)
-  connection = connect(url, frame_max: 4096)
-  channel = connection.create_channel
-  queue = private_queue(channel)
-  sizes = [4096 - 8, 4096 - 7, (1 << 20) + 1]
-  sizes.each { |size| channel.default_exchange.publish(pattern(size), routing_key: queue.name) }
-  bodies = sizes.map do |size|
-    _info, _properties, body = channel.basic_get(queue.name, manual_ack: false)
-    { "size" => body.bytesize, "intact" => body.b == pattern(size) }
+# frame_max 4096: bodies around one and two frames' payload, and up to 1 MiB + 1
+# (client_expectations.large_message_sizes), each published and got back intact.
+def scenario_large_message(url)
+  with_private_queue(url, frame_max: 4096) do |connection, channel, queue|
+    payload = connection.frame_max - 8
+    sizes = [0, 1, payload - 1, payload, payload + 1, 2 * payload, 2 * payload + 1, 100_000, 1 << 20, (1 << 20) + 1]
+    sizes.each { |size| channel.default_exchange.publish(pattern(size), routing_key: queue.name) }
+    bodies = sizes.map do |size|
+      _info, _properties, body = channel.basic_get(queue.name, manual_ack: false)
+      { "size" => body.bytesize, "intact" => body.b == pattern(size) }
+    end
+    { "frame_max" => connection.frame_max, "bodies" => bodies }
   end
-  result = { "frame_max" => connection.frame_max, "bodies" => bodies }
-  connection.close
-  result
 end
 
 # amqps with the test CA, the peer verified (bunny then checks the host name too): a message there and back.
 def scenario_tls(url, ca_file)
-  connection = connect(url, tls_ca_certificates: [ca_file], verify_peer: true)
-  channel = connection.create_channel
-  queue = private_queue(channel)
-  channel.default_exchange.publish("over tls", routing_key: queue.name)
-  _info, _properties, body = channel.basic_get(queue.name, manual_ack: false)
-  connection.close
-  { "body" => body }
+  with_private_queue(url, tls_ca_certificates: [ca_file], verify_peer: true) do |_connection, channel, queue|
+    channel.default_exchange.publish("over tls", routing_key: queue.name)
+    _info, _properties, body = channel.basic_get(queue.name, manual_ack: false)
+    { "body" => body }
+  end
 end
 
-# The memory alarm is set: a confirmed publish gets connection.blocked (on_blocked), then, once the
-# test clears the alarm, connection.unblocked (on_unblocked) and the ack.
+# A confirmed publish through a memory alarm. At "ready" the test raises the alarm: the publish
+# gets connection.blocked (on_blocked), and nothing more may come in the next half second (what
+# does is while_blocked). At "blocked" the test clears the alarm: connection.unblocked
+# (on_unblocked) and the ack follow. `order` is all that came, in order.
 def scenario_blocked(url)
-  connection = connect(url)
   order = Queue.new
-  reason = nil
-  connection.on_blocked do |blocked|
-    reason = blocked.reason
-    order << "blocked"
-    event("blocked")
-  end
-  connection.on_unblocked { order << "unblocked" }
-  channel = connection.create_channel
-  channel.confirm_select(proc { order << "ack"; event("ack") })
-  queue = private_queue(channel)
-  channel.default_exchange.publish("held", routing_key: queue.name)
-  event("published")
-  confirmed = channel.wait_for_confirms
   seen = []
-  wait_until(5, "connection.unblocked") do
+  take = lambda do # what came so far, in order
     seen << order.pop until order.empty?
-    seen.include?("unblocked")
+    seen
   end
-  _info, _properties, body = channel.basic_get(queue.name, manual_ack: false)
-  connection.close
-  { "reason" => reason, "order" => seen.join(","), "confirmed" => confirmed, "body" => body }
+  reason = nil
+  with_private_queue(url) do |connection, channel, queue|
+    connection.on_blocked do |blocked|
+      reason = blocked.reason
+      order << "blocked"
+    end
+    connection.on_unblocked { order << "unblocked" }
+    channel.confirm_select(proc { order << "ack" })
+    event("ready")
+    channel.default_exchange.publish("held", routing_key: queue.name)
+    wait_until(20, "connection.blocked") { take.call.include?("blocked") }
+    before = seen.size
+    sleep 0.5 # the alarm lasts: nothing more may come
+    while_blocked = take.call[before..]
+    event("blocked")
+    confirmed = channel.wait_for_confirms
+    wait_until(5, "connection.unblocked") { take.call.include?("unblocked") }
+    _info, _properties, body = channel.basic_get(queue.name, manual_ack: false)
+    { "reason" => reason, "while_blocked" => while_blocked, "order" => seen.join(","), "confirmed" => confirmed,
+      "body" => body }
+  end
 end
 
-# bunny's automatic recovery: a consumer on a durable queue holds a persistent message unacked when
-# the broker restarts. bunny reconnects, opens the channel again, declares the queue, consumes
+# bunny's automatic recovery: a consumer on a durable queue holds a persistent message unacked when,
+# at "ready", the test restarts the broker. bunny reconnects, opens the channel again, declares the queue, consumes
 # again; the message comes back redelivered, then one published after the recovery.
 def scenario_restart(url)
   name = "bunny-restart-#{Process.pid}"
@@ -307,7 +308,7 @@ def scenario_restart(url)
   first_name = server_named.name
   server_named.subscribe { |_info, _properties, body| fanned_out << body }
   wait_until { lock.synchronize { deliveries.size == 1 } }
-  event("consuming")
+  event("ready")
   wait_until(30, "the recovery") { recovery.include?("completed") }
   wait_until(10, "the unacked message again") { lock.synchronize { deliveries.size >= 2 } }
   channel.default_exchange.publish("after the restart", routing_key: name)
@@ -322,7 +323,8 @@ def scenario_restart(url)
 end
 
 scenario, url, ca_file = ARGV
-SCENARIOS = %w[connect confirms prefetch reject channel_error heartbeat large tls blocked restart].freeze
+SCENARIOS = %w[connect confirms prefetch reject_requeue channel_error heartbeats large_message tls blocked
+               restart].freeze
 unless SCENARIOS.include?(scenario) && url
   emit({ "ok" => false, "error" => "usage: ruby bunny_scenarios.rb <#{SCENARIOS.join('|')}> <amqp-url> [ca-file]" })
   exit 1

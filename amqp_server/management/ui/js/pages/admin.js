@@ -5,9 +5,10 @@
 import { h, replace, num, jsonText } from '../dom.js';
 import { get, put, del, request, api } from '../api.js';
 import { table, form, field, textInput, select, checkbox, parseObject, section, confirmAction, act, showOk, showError } from '../widgets.js';
+import { federation } from './federation.js';
 
 const TABS = [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['policies', 'Policies and limits'],
-  ['features', 'Feature flags'], ['definitions', 'Definitions']];
+  ['federation', 'Federation'], ['features', 'Feature flags'], ['definitions', 'Definitions']];
 const TAGS = ['administrator', 'monitoring', 'policymaker', 'management'];
 
 export function render(app, tab) {
@@ -18,7 +19,7 @@ export function render(app, tab) {
   const tabs = app.isAdmin() ? TABS : TABS.filter(([name]) => name === 'policies');
   const chosen = tabs.some(([name]) => name === tab) ? tab : tabs[0][0];
   const nav = h('div.subnav', {}, tabs.map(([name, label]) => h('a', { href: `#/admin/${name}`, class: name === chosen ? 'active' : null }, label)));
-  const page = { users, vhosts, policies, features, definitions }[chosen];
+  const page = { users, vhosts, policies, federation, features, definitions }[chosen];
   const body = page(app);
   return { el: h('div', {}, h('div.page-head', {}, h('h1', {}, 'Admin')), nav, body.el), refresh: body.refresh };
 }

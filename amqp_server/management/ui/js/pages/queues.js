@@ -1,6 +1,6 @@
 // Queues: the paged list (server-side paging, sorting and name filter, so 10,000 queues cost
 // one page), adding a queue, and a queue's page: figures, rate chart, consumers, bindings,
-// getting and publishing messages, purge and delete.
+// getting and publishing messages, moving them to another queue (a shovel), purge and delete.
 
 import { h, replace, num, rate, rateOf, bytes, jsonText, seg, when } from '../dom.js';
 import { get, put, post, del, api } from '../api.js';
@@ -93,6 +93,7 @@ export function renderDetail(app, vhost, name) {
     // A stream is read by consumers from offsets: get takes nothing from it, and a purge (540
     // over AMQP) removes nothing.
     getSection.hidden = stream;
+    moveSection.hidden = stream;
     purgeButton.hidden = stream;
     replace(bindings, bindingsTable(queueBindings, { vhost, onChange: refresh, showSource: true }));
   }
@@ -141,6 +142,7 @@ export function renderDetail(app, vhost, name) {
   }
 
   const getSection = section('Get messages', getMessagesForm(base, messages), true);
+  const moveSection = section('Move messages', moveMessagesForm(vhost, name, refresh));
   const danger = dangerZone(app, vhost, name, base, refresh);
   const purgeButton = danger.querySelector('button[name=purge]');
 
@@ -154,6 +156,7 @@ export function renderDetail(app, vhost, name) {
     h('div.panel', {}, h('h2', {}, 'Bindings'), bindings,
       h('h3', {}, 'Add a binding to this queue'), bindingForm(app, { vhost, destination: name, destinationType: 'q', onDone: refresh })),
     getSection,
+    moveSection,
     section('Publish a message', publishForm({ vhost, exchange: '', routingKey: name, onDone: refresh })),
     section('Purge and delete', danger));
   return { el, refresh, destroy() { chart.destroy(); depthChart.destroy(); } };
@@ -196,6 +199,53 @@ function getMessagesForm(base, output) {
   }, 'Get messages'), output);
 }
 
+// "Move messages", as RabbitMQ's shovel plugin adds it to the queue page: a dynamic shovel
+// "Move from <queue>" that takes what the queue holds now into the destination queue (on-confirm,
+// src-delete-after queue-length) and deletes itself when done. Its state is shown while it runs.
+export function moveShovelValue(vhost, queue, destination) {
+  const uri = `amqp:///${encodeURIComponent(vhost)}`;
+  return {
+    'src-uri': uri, 'src-queue': queue, 'src-protocol': 'amqp091', 'src-prefetch-count': 1000,
+    'src-delete-after': 'queue-length', 'dest-protocol': 'amqp091', 'dest-uri': uri,
+    'dest-add-forward-headers': false, 'ack-mode': 'on-confirm', 'dest-queue': destination,
+  };
+}
+
+function moveMessagesForm(vhost, queue, refresh) {
+  const destination = textInput('destination_queue', { required: true });
+  const progress = h('div.move-status');
+  const shovel = `Move from ${queue}`;
+  async function watch() {
+    for (;;) {
+      let listed;
+      try {
+        listed = await get(api`/api/shovels/vhost/${vhost}/${shovel}`);
+      } catch (error) {
+        if (error.status === 404) {  // done: the shovel deleted itself
+          replace(progress, h('p.ok', {}, 'Messages moved.'));
+          await refresh().catch(showError);
+          return;
+        }
+        throw error;
+      }
+      const status = listed[0] || {};
+      const detail = status.state === 'terminated' ? `terminated: ${status.reason}`
+        : `${status.state || 'starting'}${status.last_error ? ` (last error: ${status.last_error})` : ''}`;
+      replace(progress, h('p', {}, `Shovel "${shovel}": ${detail}; ${num(status.messages_acked || 0)} moved.`));
+      if (status.state === 'terminated') return;
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  }
+  return h('div', {}, h('p.muted', {},
+    'Moves the messages the queue holds now to another queue of this virtual host (declared if it does not exist), '
+    + 'with a shovel that deletes itself when it is done.'),
+  form('stacked', [field('Destination queue', destination)], async () => {
+    await put(api`/api/parameters/shovel/${vhost}/${shovel}`, { value: moveShovelValue(vhost, queue, destination.value) });
+    showOk(`Moving messages from ${queue} to ${destination.value}.`);
+    watch().catch(showError);
+  }, 'Move messages'), progress);
+}
+
 function messageView(message, position) {
   const properties = { ...(message.properties || {}) };
   const headers = properties.headers || {};
@@ -232,6 +282,5 @@ function dangerZone(app, vhost, name, base, refresh) {
   } }, 'Delete queue');
   return h('div.stack', {},
     h('div.actions', {}, purge),
-    h('div.actions', {}, remove, ifEmpty.el, ifUnused.el),
-    h('p.muted', {}, 'Moving messages to another queue needs the shovel plugin on RabbitMQ; this broker has no shovel, so there is no move here.'));
+    h('div.actions', {}, remove, ifEmpty.el, ifUnused.el));
 }

@@ -1,0 +1,129 @@
+"""/api/federation-links: the federation links and their status, as rabbitmq_federation_management.
+
+    GET    /api/federation-links                                   every link the caller may see
+    GET    /api/federation-links/{vhost}                           ... of one vhost
+    GET    /api/federation-links/state/down                        those neither starting nor running
+    GET    /api/federation-links/{vhost}/state/down
+    DELETE /api/federation-links/vhost/{vhost}/{id}/{node}/restart restart one link (204; 404 if none)
+
+Reading needs the `monitoring` tag (or administrator), as RabbitMQ's is_authorized_monitor;
+restarting needs administrator. A link is listed with RabbitMQ's fields (node, exchange or
+queue, upstream_exchange or upstream_queue, type, vhost, upstream, id, status, error or
+local_connection, uri, timestamp) and this broker's own: reconnects, next_attempt_in and the
+message counters (amqp_server/federation/status.py). Without federation running (a broker
+built without it, as in unit tests) the routes answer 404, as RabbitMQ without the plugin.
+
+On a cluster each link runs on one node (federation.py); any node lists them all, as RabbitMQ
+does: those it runs from itself, the others as the node that runs them answers (its own
+/api/federation-links, asked with the caller's credentials, within PEER_TIMEOUT_S). A link no
+node runs yet, or whose node does not answer, is listed `starting` with `node` its lease's
+holder ("" for none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from amqp_server.federation.federation import Federation, federation_of
+from amqp_server.management import api_errors
+from amqp_server.management.context import caller, context
+from amqp_server.management.http_io import list_reply, no_content, vhost_named
+
+PREFIX = "/api/federation-links"
+_UP = ("starting", "running")
+PEER_TIMEOUT_S = 2.0
+
+
+def _federation(request: web.Request) -> Federation:
+    federation = federation_of(context(request).broker)
+    if federation is None:
+        raise api_errors.not_found()
+    return federation
+
+
+async def _links(request: web.Request, down_only: bool) -> list[dict[str, Any]]:
+    user = caller(request)
+    if not user.is_monitor:
+        raise api_errors.ApiError(401, "not_authorised", "Not monitor user")
+    federation = _federation(request)
+    name = request.match_info.get("vhost")
+    if name is not None:
+        vhost_named(context(request).broker, name)  # 404 if there is no such vhost
+    links = federation.link_list(name)
+    if "X-Amqp-Server-Local-Only" not in request.headers:
+        links += await _elsewhere(request, federation, name)
+    if name is None:
+        links = [link for link in links if user.may_see_vhost(link["vhost"])]
+    if down_only:
+        links = [link for link in links if link["status"] not in _UP]
+    return links
+
+
+def _by_vhost_and_name(item: dict[str, Any]) -> tuple[str, str, str]:
+    return (item["vhost"], item.get("exchange") or item.get("queue") or "", item["upstream"])
+
+
+async def _elsewhere(request: web.Request, federation: Federation, vhost: str | None) -> list[dict[str, Any]]:
+    """The links other nodes of the cluster run, as they list them (see the module docstring)."""
+    elsewhere = federation.elsewhere(vhost)
+    if not elsewhere:
+        return []
+    broker = context(request).broker
+    addresses = {node.name: node.management_address for node in broker.other_live_nodes() if node.management_address}
+    asked = sorted({holder for _key, holder in elsewhere if holder in addresses})
+    answers = await asyncio.gather(*(_ask_node(request, addresses[node], vhost) for node in asked))
+    by_id = {(node, item.get("id")): item for node, items in zip(asked, answers) for item in items}
+    listed = []
+    for key, holder in elsewhere:
+        item = by_id.get((holder or "", key.id))
+        listed.append(item if item is not None else federation.waiting_json(key, holder))
+    return listed
+
+
+async def _ask_node(request: web.Request, address: str, vhost: str | None) -> list[dict[str, Any]]:
+    """That node's own listing, or [] if it does not answer in time."""
+    path = PREFIX + (f"/{vhost.replace('%', '%25').replace('/', '%2F')}" if vhost is not None else "")
+    headers = {"Authorization": request.headers["Authorization"]} if "Authorization" in request.headers else {}
+    headers["X-Amqp-Server-Local-Only"] = "1"  # its own links only: no asking around again
+    try:
+        timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.get(f"http://{address}{path}", headers=headers) as reply:
+                if reply.status != 200:
+                    return []
+                found = await reply.json()
+                return found if isinstance(found, list) else []
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return []
+
+
+async def list_links(request: web.Request) -> web.Response:
+    return list_reply(request, await _links(request, down_only=False), default_order=_by_vhost_and_name)
+
+
+async def list_down_links(request: web.Request) -> web.Response:
+    return list_reply(request, await _links(request, down_only=True), default_order=_by_vhost_and_name)
+
+
+async def restart_link(request: web.Request) -> web.Response:
+    user = caller(request)
+    user.require_admin()
+    federation = _federation(request)
+    broker = context(request).broker
+    vhost = vhost_named(broker, request.match_info["vhost"])
+    if request.match_info["node"] != broker.node_name or not federation.restart(vhost.name, request.match_info["id"]):
+        raise api_errors.not_found()
+    return no_content()
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get(PREFIX, list_links)
+    router.add_get(f"{PREFIX}/state/down", list_down_links)
+    router.add_get(f"{PREFIX}/state/down/", list_down_links)
+    router.add_get(PREFIX + "/{vhost}", list_links)
+    router.add_get(PREFIX + "/{vhost}/state/down", list_down_links)
+    router.add_delete(PREFIX + "/vhost/{vhost}/{id}/{node}/restart", restart_link)

@@ -1,0 +1,179 @@
+"""Read the message records of a byte range of one queue segment: a streaming batch's partition.
+
+The streaming source reads a queue as a log of its publishes: one row per message record, once,
+in ``seq`` order, whatever happens to the message afterwards. So unlike the batch source
+(``partition_reader``, which replays the state records of later segments to say what became of
+each message), a streaming row's state columns describe the message as published: ``state``
+``ready``, ``state_event`` ``published``, ``delivery_count`` 0, ``redelivered`` false,
+``state_at`` its publish time, ``reason`` and ``due_at`` null. A batch read again after a restart
+then gives the same rows, even if consumers took the messages in between.
+
+The range (``QueueRangePart``, planned by ``streaming_plan`` on the driver) starts at a record
+boundary and ends at one (or at the segment's size measured at planning, for a segment the broker
+no longer writes); only message records whose ``seq`` is in the part's range are returned. The
+records are checked as recovery checks them (docs/queue-files.md section 4): a record whose CRC
+fails, or bytes that are not a record, are damage: ``CorruptQueueRecord`` with
+``failOnDataLoss=true``, skipped (one record, or the rest of the range when its length cannot be
+trusted) and logged with ``false``. A segment gone before the task reads it (all its messages
+settled, archiving off) is data loss, handled the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from persistence.record_format import LENGTH_AND_CRC, MIN_RECORD_LENGTH, RECORD_HEAD, RecordType
+from persistence.segment_file import CorruptSegmentHeader, decode_header
+from persistence.segment_reader import file_identity
+from persistence.stream_index import read_exactly
+from spark.columnar import decode_columns
+from spark.data_loss import CorruptQueueRecord, LossPolicy
+from spark.internal_stores import delayed_exchange_of
+from spark.partition_reader import QUEUE_FILES_TYPE
+from spark.queue_snapshot import SegmentRef
+from spark.schema import arrow_schema
+from spark.segment_index import be_uint
+
+_TS = pa.timestamp("us", tz="UTC")
+_MESSAGE = int(RecordType.MESSAGE)
+_PUBLISHED = {"state": "ready", "state_event": "published", "delivery_count": 0, "redelivered": False,
+              "reason": None, "due_at": None, "queue_type": QUEUE_FILES_TYPE}
+
+
+class QueueRangePart(NamedTuple):
+    """What one partition of a streaming batch reads of a queue: records ``seq_min`` .. ``seq_max``
+    (inclusive) between file positions ``start`` (0: the first record) and ``end``."""
+
+    vhost: str
+    queue: str
+    segment: SegmentRef
+    start: int
+    end: int
+    seq_min: int
+    seq_max: int
+
+
+def read_queue_range(part: QueueRangePart, columns: tuple[str, ...], not_null: frozenset[str], policy: LossPolicy,
+                     batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+    """The rows of ``part`` in record batches of at most ``batch_rows`` rows."""
+    loaded = _load(part, policy)
+    if loaded is None:
+        return
+    data, base = loaded
+    starts, ends, seqs, published = _messages(part, data, base, policy)
+    keep = (seqs >= part.seq_min) & (seqs <= part.seq_max)
+    if len(seqs):
+        keep &= seqs > np.maximum.accumulate(np.concatenate(([-1], seqs[:-1])))  # out of order: ignored, as by recovery
+    rows = np.flatnonzero(keep)
+    for first in range(0, len(rows), batch_rows):
+        chosen = rows[first : first + batch_rows]
+        yield _batch(part, columns, not_null, data, starts[chosen], ends[chosen], seqs[chosen], published[chosen])
+
+
+def _load(part: QueueRangePart, policy: LossPolicy) -> tuple[bytes, int] | None:
+    ref = part.segment
+    for path in (ref.path, ref.archive_path):
+        if path is None:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        try:
+            if file_identity(os.fstat(fd)) != ref.identity:
+                continue  # another file by that name: the queue was deleted (and declared again)
+            try:
+                header = decode_header(path, read_exactly(fd, 64, 0))
+            except CorruptSegmentHeader as err:
+                policy.damaged(CorruptQueueRecord(path, 0, f"unreadable segment header: {err}"))
+                return None
+            start = part.start or header.header_length
+            data = read_exactly(fd, max(part.end - start, 0), start)
+        finally:
+            os.close(fd)
+        if start + len(data) < part.end:
+            policy.damaged(CorruptQueueRecord(path, start + len(data), f"the file ends before byte {part.end}, "
+                                              "which the query planned to read"))
+        return data, start
+    policy.lost(f"the segment {Path(ref.path).name} of queue {part.queue!r} (vhost {part.vhost!r}) holding messages "
+                f"{part.seq_min}..{part.seq_max} is gone (its messages were settled and archiving is off)")
+    return None
+
+
+def _messages(part: QueueRangePart, data: bytes, base: int,
+              policy: LossPolicy) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(payload starts, record ends, seqs, publish times) of the range's message records."""
+    view = memoryview(data)
+    size = len(data)
+    head, crc32 = LENGTH_AND_CRC.unpack_from, zlib.crc32
+    spans: list[int] = []
+    keep = spans.append
+    pos = 0
+    try:
+        while pos < size:
+            if size - pos < RECORD_HEAD.size:
+                policy.damaged(CorruptQueueRecord(part.segment.path, base + pos, "torn record (partial header)"))
+                break
+            length, crc = head(data, pos)
+            end = pos + 4 + length
+            if length < MIN_RECORD_LENGTH or end > size:
+                policy.damaged(CorruptQueueRecord(part.segment.path, base + pos,
+                                                  f"invalid record length {length}: the rest of the range is lost"))
+                break
+            if crc32(view[pos + 8 : end]) != crc:
+                policy.damaged(CorruptQueueRecord(part.segment.path, base + pos, "CRC mismatch"), 1)
+            elif data[pos + 8] == _MESSAGE:
+                keep(pos)
+            pos = end
+    finally:
+        view.release()
+    positions = np.array(spans, np.int64)
+    d = np.frombuffer(data, np.uint8)
+    ends = positions + 4 + be_uint(d, positions, 4)
+    short = ends - positions < RECORD_HEAD.size + 16
+    if short.any():  # a message record too short for its seq and time: malformed, as recovery sees it
+        i = int(np.argmax(short))
+        policy.damaged(CorruptQueueRecord(part.segment.path, base + int(positions[i]),
+                                          "message record too short for its fields"), int(short.sum()))
+        positions, ends = positions[~short], ends[~short]
+    payloads = positions + RECORD_HEAD.size
+    return payloads, ends, be_uint(d, payloads, 8), be_uint(d, payloads + 8, 8)
+
+
+def _batch(part: QueueRangePart, columns: tuple[str, ...], not_null: frozenset[str], data: bytes, starts: np.ndarray,
+           ends: np.ndarray, seqs: np.ndarray, published_ms: np.ndarray) -> pa.RecordBatch:
+    n = len(starts)
+    decoded = decode_columns(data, starts, ends, columns)
+    schema = arrow_schema(columns, not_null)
+    arrays = []
+    for field in schema:
+        name = field.name
+        if name in decoded:
+            array = decoded[name]
+        elif name == "seq":
+            array = pa.array(seqs)
+        elif name in ("published_at", "state_at"):
+            array = pa.array(published_ms * 1000, _TS)
+        elif name == "vhost":
+            array = pa.repeat(pa.scalar(part.vhost, pa.string()), n)
+        elif name == "queue":
+            array = pa.repeat(pa.scalar(part.queue, pa.string()), n)
+        elif name == "segment":
+            array = pa.repeat(pa.scalar(part.segment.name, pa.string()), n)
+        elif name == "archived":
+            array = pa.repeat(pa.scalar(part.segment.archived), n)
+        elif name == "delayed_exchange":
+            array = pa.repeat(pa.scalar(delayed_exchange_of(part.queue), pa.string()), n)
+        else:
+            value = _PUBLISHED[name]
+            array = pa.nulls(n, field.type) if value is None else pa.repeat(pa.scalar(value, field.type), n)
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        arrays.append(array if array.type == field.type else array.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -1,0 +1,144 @@
+"""The peer link client against this broker served in the test's event loop: login, a channel's
+setup methods, publishes with confirms, a consumer with a prefetch and acks on it, a refused login
+and an unreachable address reported with their causes, and host lists tried in order."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+from pamqp import commands
+
+from amqp_server.broker.broker import Broker
+from amqp_server.config.auth import hash_password
+from amqp_server.config.settings import ServerConfig, UserConfig
+from amqp_server.peer_link.client import LinkError, PeerConnection
+from amqp_server.peer_link.reconnecting import AddressCycle, connect_first, is_permanent
+from amqp_server.peer_link.uri import parse_uri, parse_uris
+from amqp_server.runtime.server import AMQPServer
+from pamqp.header import ContentHeader
+from pamqp.commands import Basic
+
+
+class Heard:
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[int, int, str, bytes]] = []
+        self.confirms: list[tuple[int, bool, bool]] = []
+        self.failures: list[LinkError] = []
+        self.arrived = asyncio.Event()
+
+    def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
+                  raw_header: bytes, body: bytes) -> None:
+        self.deliveries.append((channel, delivery_tag, routing_key, body))
+        self.arrived.set()
+
+    def confirmed(self, channel: int, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        self.confirms.append((delivery_tag, multiple, ack))
+        self.arrived.set()
+
+    def cancelled(self, channel: int, consumer_tag: str) -> None:
+        pass
+
+    def write_paused(self, paused: bool) -> None:
+        pass
+
+    def link_failed(self, error: LinkError) -> None:
+        self.failures.append(error)
+
+
+def _raw_header(body: bytes) -> bytes:
+    return ContentHeader(0, len(body), Basic.Properties(delivery_mode=2)).marshal()
+
+
+def _broker() -> Broker:
+    config = ServerConfig()
+    config.users = [*config.users, UserConfig("app", hash_password("secret"), ["administrator"])]
+    broker = Broker(config)
+    broker.access.set_permissions("app", "/", ".*", ".*", ".*")
+    return broker
+
+
+async def _serving(broker: Broker) -> AMQPServer:
+    server = AMQPServer(broker, "127.0.0.1", 0)
+    await server.start()
+    return server
+
+
+async def _wait(condition: Any, heard: Heard) -> None:
+    async with asyncio.timeout(5):
+        while not condition():
+            heard.arrived.clear()
+            await heard.arrived.wait()
+
+
+def test_publish_with_confirms_then_consume_and_ack() -> None:
+    async def main() -> None:
+        broker = _broker()
+        server = await _serving(broker)
+        heard = Heard()
+        link = PeerConnection(parse_uri(f"amqp://app:secret@127.0.0.1:{server.port}/%2F"), heard, "test link")
+        await link.open()
+        channel = await link.open_channel()
+        await link.call(channel, commands.Queue.Declare(queue="q", durable=True), commands.Queue.DeclareOk)
+        await link.call(channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
+        for i in range(100):
+            body = b"m%d" % i
+            link.publish(channel, "", "q", _raw_header(body), body)
+        await _wait(lambda: heard.confirms and max(tag for tag, _m, _a in heard.confirms) == 100, heard)
+        assert all(ack for _tag, _multiple, ack in heard.confirms)
+        consumer = await link.open_channel()
+        await link.call(consumer, commands.Basic.Qos(prefetch_count=10), commands.Basic.QosOk)
+        await link.call(consumer, commands.Basic.Consume(queue="q"), commands.Basic.ConsumeOk)
+        await _wait(lambda: len(heard.deliveries) == 10, heard)
+        await asyncio.sleep(0.05)
+        assert len(heard.deliveries) == 10, "the prefetch holds the rest back"
+        link.ack(consumer, 10, multiple=True)
+        await _wait(lambda: len(heard.deliveries) == 20, heard)
+        assert [body for *_rest, body in heard.deliveries[:3]] == [b"m0", b"m1", b"m2"]
+        connection = next(iter(broker.connections))
+        assert connection.client_properties["connection_name"] == "test link"
+        link.close()
+        await server.stop()
+
+    asyncio.run(main())
+
+
+def test_a_refused_login_and_an_unreachable_broker_are_reported_with_their_cause() -> None:
+    async def main() -> None:
+        broker = _broker()
+        server = await _serving(broker)
+        heard = Heard()
+        refused = PeerConnection(parse_uri(f"amqp://app:wrong@127.0.0.1:{server.port}"), heard)
+        try:
+            await refused.open()
+        except LinkError as error:
+            assert error.code == 403 and "ACCESS_REFUSED" in error.text and is_permanent(error)
+        else:
+            raise AssertionError("the login was not refused")
+        no_vhost = PeerConnection(parse_uri(f"amqp://app:secret@127.0.0.1:{server.port}/nowhere"), Heard())
+        try:
+            await no_vhost.open()
+        except LinkError as error:
+            assert error.code == 530 and "nowhere" in error.text
+        else:
+            raise AssertionError("the vhost was not refused")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            dead_port = probe.getsockname()[1]
+        cycle = AddressCycle(parse_uris([f"amqp://app:secret@127.0.0.1:{dead_port}",
+                                         f"amqp://app:secret@127.0.0.1:{server.port}"]))
+        link = await connect_first(cycle, Heard())
+        assert link.address.port == server.port and cycle.current.port == server.port
+        assert [a.port for a in cycle.in_order()] == [server.port, dead_port]
+        link.close()
+        lonely = AddressCycle(parse_uris([f"amqp://app:secret@127.0.0.1:{dead_port}"]))
+        try:
+            await connect_first(lonely, Heard())
+        except LinkError as error:
+            assert f"127.0.0.1:{dead_port}" in error.text and error.code is None and not is_permanent(error)
+        else:
+            raise AssertionError("nothing listens there")
+        await server.stop()
+
+    asyncio.run(main())
