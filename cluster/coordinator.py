@@ -98,6 +98,11 @@ class Coordinator(abc.ABC):
         `after_revision`: a backend without history (ZooKeeper) needs them to report deletions
         made before the watch started, and raises HistoryLost without them when there were some."""
 
+    def hurry(self, within_s: float) -> None:
+        """Every call from now on gives up (CoordinationUnavailable) once ``within_s`` seconds
+        have passed, rather than after the backend's deadline each: a node that leaves does so
+        in bounded time whatever the service does (its ephemeral keys expire on their own)."""
+
     @abc.abstractmethod
     async def close(self) -> None:
         """End the session (its ephemeral keys go at once) and the connection."""

@@ -24,6 +24,10 @@ from cluster.coordinator import (
 log = logging.getLogger(__name__)
 
 REQUEST_DEADLINE_S = 10.0  # how long one call keeps trying members (covers a leader election)
+ATTEMPT_S = 5.0  # how long one member has to answer one request
+# How long a member has to accept a connection: a member on the other side of a partition drops
+# packets silently, and the next member is tried after this rather than after ATTEMPT_S.
+CONNECT_S = 1.0
 RETRY_PAUSE_S = 0.2
 LIST_PAGE = 1000  # keys per range request when listing a directory
 
@@ -48,6 +52,8 @@ class EtcdCoordinator(Coordinator):
         self._ttl = max(2, round(session_ttl))  # etcd grants whole seconds, 2 at least
         self._lease_id = 0
         self._keepalive: asyncio.Task[None] | None = None
+        self._give_up_at: float | None = None  # loop time after which calls fail at once (`hurry`)
+        self._watching: dict[str, set[aiohttp.ClientResponse]] = {}  # member -> its open watch streams
 
     @classmethod
     async def open(cls, address: ClusterAddress, session_ttl: float) -> "EtcdCoordinator":
@@ -62,17 +68,29 @@ class EtcdCoordinator(Coordinator):
 
     # ---- transport ----
 
-    async def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + REQUEST_DEADLINE_S
+    def hurry(self, within_s: float) -> None:
+        self._give_up_at = asyncio.get_running_loop().time() + within_s
+
+    async def _call(self, path: str, body: dict[str, Any], attempt_s: float = ATTEMPT_S) -> dict[str, Any]:
+        """POST to the first member that answers within `attempt_s`, trying them in turn for
+        REQUEST_DEADLINE_S (or until the `hurry` deadline)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REQUEST_DEADLINE_S
+        if self._give_up_at is not None:
+            deadline = min(deadline, self._give_up_at)
         last_error = "no endpoint"
         while True:
             for index, endpoint in enumerate(list(self._endpoints)):
+                left = deadline - loop.time()
+                if left <= 0 and self._give_up_at is not None:
+                    raise CoordinationUnavailable(f"etcd did not answer {path} in time: {last_error}")
                 try:
-                    async with self._http.post(endpoint + path, json=body,
-                                               timeout=aiohttp.ClientTimeout(total=5)) as response:
+                    async with self._http.post(endpoint + path, json=body, timeout=aiohttp.ClientTimeout(
+                            total=min(attempt_s, max(left, 0.1)), sock_connect=CONNECT_S)) as response:
                         reply: dict[str, Any] = await response.json(content_type=None)  # (JSON: Any)
                 except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
                     last_error = f"{endpoint}: {error!r}"
+                    self._member_failed(endpoint)
                     continue
                 if response.status == 200:
                     if index:  # remember the member that answered, try it first next time
@@ -80,9 +98,17 @@ class EtcdCoordinator(Coordinator):
                     return reply
                 # 503 and friends: no leader yet, or this member is cut off; try another.
                 last_error = f"{endpoint}: {response.status} {reply.get('error') or reply.get('message')}"
+                self._member_failed(endpoint)
             if asyncio.get_running_loop().time() > deadline:
                 raise CoordinationUnavailable(f"etcd did not answer {path}: {last_error}")
             await asyncio.sleep(RETRY_PAUSE_S)
+
+    def _member_failed(self, endpoint: str) -> None:
+        """A request to `endpoint` failed: the watches streaming from it may be as stuck (a
+        member cut off by a partition keeps its streams open and silent): end them, so they
+        resume on another member from their last revision."""
+        for response in list(self._watching.get(endpoint, ())):
+            response.close()
 
     def _key(self, key: str) -> bytes:
         return (self._root + key).encode()
@@ -102,7 +128,10 @@ class EtcdCoordinator(Coordinator):
         while True:
             await asyncio.sleep(self._ttl / 3)
             try:
-                reply = await self._call("/v3/lease/keepalive", {"ID": str(self._lease_id)})
+                # Each member has a third of the TTL to answer: one cut off by a partition must
+                # not hold the renewal until the lease expires (the next one is tried instead).
+                reply = await self._call("/v3/lease/keepalive", {"ID": str(self._lease_id)},
+                                         attempt_s=max(0.5, self._ttl / 3))
             except CoordinationUnavailable as error:
                 log.warning("cannot renew the etcd session lease: %s", error)
                 continue
@@ -204,39 +233,62 @@ class EtcdCoordinator(Coordinator):
             except (aiohttp.ClientError, asyncio.TimeoutError, CoordinationUnavailable) as error:
                 # The member we watched died: resume on another from where we were.
                 log.info("etcd watch on %s broke (%s); resuming at revision %d", directory, error, next_revision)
-                self._endpoints.append(self._endpoints.pop(0))
                 await asyncio.sleep(RETRY_PAUSE_S)
 
     async def _watch_stream(self, start: bytes, end: bytes, start_revision: int) -> AsyncIterator[WatchEvent]:
         request = {"create_request": {"key": _b64(start), "range_end": _b64(end),
                                       "start_revision": str(start_revision)}}
-        async with self._http.post(self._endpoints[0] + "/v3/watch", json=request) as response:
-            if response.status != 200:
-                raise CoordinationUnavailable(f"etcd watch answered {response.status}")
-            buffer = b""
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    message = json.loads(line)
-                    if "error" in message:
-                        raise CoordinationUnavailable(f"etcd watch failed: {message['error']}")
-                    result = message.get("result", {})
-                    if int(result.get("compact_revision", 0)):
-                        raise HistoryLost(f"etcd compacted history past revision {start_revision}")
-                    for item in result.get("events") or []:
-                        kv = self._kv(item["kv"])
-                        if item.get("type") == "DELETE":
-                            yield WatchEvent(EventKind.DELETE, kv.key, b"", kv.revision)
-                        else:
-                            yield WatchEvent(EventKind.PUT, kv.key, kv.value, kv.revision)
-            raise CoordinationUnavailable("etcd closed the watch stream")
+        endpoint = self._endpoints[0]
+        try:
+            async for event in self._watch_member(endpoint, request):
+                yield event
+        except (aiohttp.ClientError, asyncio.TimeoutError, CoordinationUnavailable):
+            if self._endpoints[0] == endpoint:  # (a call may have put an answering member first)
+                self._endpoints.append(self._endpoints.pop(0))
+            raise
+
+    async def _watch_member(self, endpoint: str, request: dict[str, Any]) -> AsyncIterator[WatchEvent]:
+        async with self._http.post(endpoint + "/v3/watch", json=request,
+                                   timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_S)) as response:
+            watching = self._watching.setdefault(endpoint, set())
+            watching.add(response)
+            try:
+                async for event in self._events(response, request["create_request"]["start_revision"]):
+                    yield event
+            finally:
+                watching.discard(response)
+
+    async def _events(self, response: aiohttp.ClientResponse, start_revision: str) -> AsyncIterator[WatchEvent]:
+        """The events of one watch stream, until it ends."""
+        if response.status != 200:
+            raise CoordinationUnavailable(f"etcd watch answered {response.status}")
+        buffer = b""
+        async for chunk in response.content.iter_any():
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if not line.strip():
+                    continue
+                message = json.loads(line)
+                if "error" in message:
+                    raise CoordinationUnavailable(f"etcd watch failed: {message['error']}")
+                result = message.get("result", {})
+                if int(result.get("compact_revision", 0)):
+                    raise HistoryLost(f"etcd compacted history past revision {start_revision}")
+                for item in result.get("events") or []:
+                    kv = self._kv(item["kv"])
+                    if item.get("type") == "DELETE":
+                        yield WatchEvent(EventKind.DELETE, kv.key, b"", kv.revision)
+                    else:
+                        yield WatchEvent(EventKind.PUT, kv.key, kv.value, kv.revision)
+        raise CoordinationUnavailable("etcd closed the watch stream")
 
     async def close(self) -> None:
         if self._keepalive is not None:
             self._keepalive.cancel()
+        for responses in self._watching.values():  # (their tasks are cancelled by their owners)
+            for response in list(responses):
+                response.close()
         try:
             await self._call("/v3/lease/revoke", {"ID": str(self._lease_id)})
         except CoordinationUnavailable:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from amqp_server.config.settings import advertised_host
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 # Where the cluster secret is kept when the configuration gives none.
 SECRET_KEY = "link-secret"
+# Leaving writes to the coordination service (leases released, keys removed) for at most this
+# long in all; what it could not remove expires with the session.
+LEAVE_WITHIN_S = 3.0
 
 
 class ClusterJoinFailed(Exception):
@@ -104,6 +108,7 @@ class ClusterNode:
             # Durable quorum queues are replicated (they need this node's disk for their logs).
             replicated = ReplicatedQueues(node=me.name, coordinator=coordinator, data_dir=broker.message_dir,
                                           committer=broker.committer, secret=secret,
+                                          session_ttl=config.cluster.session_ttl,
                                           live_nodes=lambda: [node.name for node in membership.live_nodes()])
             replicated.share(definitions)
             definitions.replicate_with(replicated)
@@ -131,16 +136,30 @@ class ClusterNode:
         return cls(coordinator, membership, links, definitions, replicated, link_leases)
 
     async def leave(self) -> None:
-        await self.link_leases.stop()  # (the links stopped already: the runtime closes them first)
+        """Leave the cluster in bounded time whatever the coordination service does (gone, cut
+        off, slow): its keys are removed while it answers within LEAVE_WITHIN_S in all, and
+        the rest (this node's ephemeral keys) expire with its session. Never raises for an
+        unreachable service: a clean stop stays clean."""
+        self._coordinator.hurry(LEAVE_WITHIN_S)
+        # (the links stopped already: the runtime closes them first)
+        await _best_effort("giving up the shovel and federation link leases", self.link_leases.stop())
         if self.replicated is not None:
             # First: a replica that leads releases its lease, so another member takes over at once.
-            await self.replicated.close()
+            await _best_effort("stopping the replicas", self.replicated.close())
         self.links.close()
-        try:
-            await self.definitions.stop()
-            await self.membership.leave()
-        finally:
-            await self._coordinator.close()
+        await _best_effort("stopping the shared definitions", self.definitions.stop())
+        await _best_effort("removing this node from the membership", self.membership.leave())
+        await _best_effort("closing the session", self._coordinator.close())
+
+
+async def _best_effort(what: str, step: Awaitable[None]) -> None:
+    """Await one step of leaving; a coordination service that does not answer is logged (its
+    keys expire with the session), not raised."""
+    try:
+        await step
+    except CoordinationUnavailable as error:
+        log.warning("leaving the cluster: %s: the coordination service did not answer (%s); this node's "
+                    "keys expire with its session", what, error)
 
 
 def _owner_holds(definitions: SharedDefinitions, vhost: str, queue: str) -> bool | None:

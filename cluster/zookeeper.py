@@ -41,6 +41,7 @@ class ZooKeeperCoordinator(Coordinator):
         self._client = client
         self._loop = asyncio.get_running_loop()
         self._ensured: set[str] = set()  # directories known to exist
+        self._give_up_at: float | None = None  # loop time after which calls fail at once (`hurry`)
 
     @classmethod
     async def open(cls, address: ClusterAddress, session_ttl: float) -> "ZooKeeperCoordinator":
@@ -59,10 +60,20 @@ class ZooKeeperCoordinator(Coordinator):
     async def _await(self, async_result: Any) -> Any:
         """The result of a kazoo IAsyncResult (settled from kazoo's thread). kazoo keeps a request
         queued while it reconnects: after REQUEST_DEADLINE_S it is CoordinationUnavailable."""
+        deadline_s = self._deadline()
         try:
-            return await asyncio.wait_for(self._future(async_result), REQUEST_DEADLINE_S)
+            return await asyncio.wait_for(self._future(async_result), deadline_s)
         except asyncio.TimeoutError:
-            raise CoordinationUnavailable(f"ZooKeeper did not answer within {REQUEST_DEADLINE_S:.0f} s") from None
+            raise CoordinationUnavailable(f"ZooKeeper did not answer within {deadline_s:.1f} s") from None
+
+    def hurry(self, within_s: float) -> None:
+        self._give_up_at = self._loop.time() + within_s
+
+    def _deadline(self) -> float:
+        """How long a call may wait now: REQUEST_DEADLINE_S, or what is left until `hurry`'s."""
+        if self._give_up_at is None:
+            return REQUEST_DEADLINE_S
+        return max(0.0, min(REQUEST_DEADLINE_S, self._give_up_at - self._loop.time()))
 
     def _future(self, async_result: Any) -> asyncio.Future[Any]:  # kazoo is untyped
         future = self._loop.create_future()
@@ -88,7 +99,7 @@ class ZooKeeperCoordinator(Coordinator):
         queued and sends it once it is back, which for a write could be long after the caller
         gave up on it and told its client the change was refused: a refused declaration would
         then appear after all. Waiting here rides out a short reconnection as kazoo would."""
-        deadline = self._loop.time() + REQUEST_DEADLINE_S
+        deadline = self._loop.time() + self._deadline()
         while not self._client.connected:
             if self._loop.time() >= deadline:
                 raise CoordinationUnavailable(f"ZooKeeper out of reach for {REQUEST_DEADLINE_S:.0f} s")

@@ -33,11 +33,11 @@ def test_an_expired_lease_is_replaced_even_when_the_first_grant_fails(tmp_path):
                 real_call = coordinator._call
                 refused: list[str] = []
 
-                async def first_grant_refused(path, body):
+                async def first_grant_refused(path, body, **options):
                     if path == "/v3/lease/grant" and not refused:
                         refused.append(path)
                         raise CoordinationUnavailable("etcd did not answer /v3/lease/grant (injected)")
-                    return await real_call(path, body)
+                    return await real_call(path, body, **options)
 
                 coordinator._call = first_grant_refused
                 old_lease = coordinator._lease_id

@@ -128,6 +128,33 @@ def test_a_publish_forwarded_to_a_queue_the_owner_does_not_hold_is_nacked_not_lo
     run(tmp_path, scenario)
 
 
+def test_publishes_after_an_old_forward_to_go_where_its_names_stand_now_never_nowhere(tmp_path):
+    """The owner's link channel keeps the queues a forward-to named (b sends it again only when
+    they change). When one of them goes (deleted; or a replicated queue handed over to a new
+    leader, replaced here by a stand-in) the names are looked up again: the next publish goes
+    into the queue the name stands for now, or is refused (nack) when there is none here; it is
+    never confirmed into the queue object that went (before the fix: confirmed and lost, as the
+    fault run found after a partition held publishes across a leader change)."""
+    async def scenario(pair: Pair) -> None:
+        on_a = await channel_on(pair.a.url)
+        await on_a.declare_queue("moving", durable=True)
+        pair.stand_in("moving")
+        on_b = await channel_on(pair.b.url)
+        publish = on_b.default_exchange.publish
+        assert isinstance(await publish(aio_pika.Message(b"first", delivery_mode=PERSISTENT), "moving"),
+                          commands.Basic.Ack)
+        await on_a.queue_delete("moving")
+        await on_a.declare_queue("moving", durable=True)  # a new queue object under the old name
+        assert isinstance(await publish(aio_pika.Message(b"second", delivery_mode=PERSISTENT), "moving"),
+                          commands.Basic.Ack)
+        assert pair.a.vhost.queues["moving"].message_count == 1  # it went into the queue there now
+        await on_a.queue_delete("moving")
+        with pytest.raises(aiormq.exceptions.DeliveryError):  # nothing of that name here: refused
+            await publish(aio_pika.Message(b"third", delivery_mode=PERSISTENT), "moving")
+
+    run(tmp_path, scenario)
+
+
 def test_a_publish_to_a_queue_whose_owner_is_down_is_nacked_and_consuming_it_is_refused(tmp_path):
     async def scenario(pair: Pair) -> None:
         on_a = await channel_on(pair.a.url)

@@ -14,7 +14,7 @@ from cluster.replication.leader import LeaderReplication, LeaderRole, NotLeader
 from cluster.replication.log import FileReplicaLog
 from cluster.replication.queue_log import QueueState, message_payload, state_payload
 from cluster.replication.wire import (
-    Ack, Append, FrameReader, Hello, Mismatch, ProtocolError, Refuse, encode_append, encode_hello,
+    Ack, Append, FrameReader, Hello, Mismatch, ProtocolError, Refuse, encode_append, encode_hello, encode_refuse,
 )
 from persistence.record_format import MessageState
 
@@ -298,3 +298,79 @@ def test_a_follower_far_behind_on_a_long_log_still_gets_entries(tmp_path):
     fsync(logs["b"])
     assert leader.on_ack("b", frame(follower.ack()))
     assert leader.commit_index == 70_001
+
+
+def test_check_quorum_a_leader_that_hears_no_majority_has_no_quorum(tmp_path):
+    """Check-quorum, sans-I/O: the heartbeat is an empty APPEND each follower answers at once
+    with an ACK; a leader that heard from fewer than a majority within the interval has no
+    quorum (the shell then steps down and gives up its lease)."""
+    logs = {n: FileReplicaLog(tmp_path / n) for n in "abc"}
+    leader = LeaderReplication("a", 1, logs["a"], "abc", now=100.0)
+    followers = {n: FollowerReplication(n, "q", logs[n]) for n in "bc"}
+    leader.start_term()
+    fsync(logs["a"])
+    assert leader.has_quorum(101.0, 2.0)  # the term's start counts as heard: time to connect
+    assert not leader.has_quorum(102.5, 2.0)  # nobody heard since
+    for name, follower in followers.items():
+        assert leader.follower_connected(frame(follower.hello()))
+        leader.heard_from(name, 102.6)
+        while (data := leader.outgoing(name)) is not None:
+            follower.on_append(frame(data))
+        fsync(logs[name])
+        leader.on_ack(name, frame(follower.ack()))
+    assert leader.has_quorum(103.0, 2.0) and leader.commit_index == 1
+    # A heartbeat brings nothing to fsync: answered at once, repeating the last ACK.
+    beat = leader.heartbeat("b")
+    assert beat is not None and frame(beat).entries == b""
+    assert followers["b"].on_append(frame(beat)) is None
+    assert followers["b"].ack() is None  # nothing new fsynced...
+    answer = followers["b"].answer_heartbeat()
+    assert answer is not None and frame(answer).index == 1  # ...but the heartbeat is owed an answer
+    assert followers["b"].answer_heartbeat() is None  # once
+    leader.heard_from("b", 104.0)
+    assert leader.has_quorum(105.5, 2.0)  # b (with a itself) is a majority
+    assert not leader.has_quorum(106.5, 2.0)  # then b went silent too: no majority heard
+    leader.on_refuse("c", frame(encode_refuse(5)))
+    assert not leader.has_quorum(104.1, 2.0)  # a stepped-down leader has none
+
+
+def test_a_leader_cut_off_loses_only_what_no_majority_had_and_the_new_leader_has_every_commit(tmp_path):
+    """The partition the issue measured, sans-I/O: leader a commits entries 1-3 with b, then is
+    cut off and appends 4-6 that nobody else gets; it steps down (check-quorum) and abstains; b
+    and c vote: the winner has every committed entry; a, healed, follows it and loses only 4-6."""
+    logs = {n: FileReplicaLog(tmp_path / n) for n in "abc"}
+    old = LeaderReplication("a", 1, logs["a"], "abc")
+    old.start_term()
+    old.append(b"one")
+    old.append(b"two")
+    to_b = FollowerReplication("b", "q", logs["b"])
+    assert old.follower_connected(frame(to_b.hello()))
+    while (data := old.outgoing("b")) is not None:
+        to_b.on_append(frame(data))
+    fsync(logs["a"])
+    fsync(logs["b"])
+    old.on_ack("b", frame(to_b.ack()))
+    assert old.commit_index == 3  # confirmed: a and b have it
+    for k in range(3):
+        old.append(b"cut off %d" % k)  # 4-6: never on a majority, never confirmed
+    fsync(logs["a"])
+    assert old.commit_index == 3
+    record = GroupRecord("q", 1, "a", "", ("a", "b", "c"), ("a", "b"))
+    # a abstains (it stepped down for want of a quorum): only b and c vote.
+    votes = [Vote(n, logs[n].last_term, logs[n].last_index) for n in "bc"]
+    winner = choose_leader(votes, record)
+    assert winner == "b" and logs[winner].last_index >= old.commit_index
+    # Had a voted with its longer log it would have won, and still reached nobody.
+    assert choose_leader(votes + [Vote("a", 1, logs["a"].last_index)], record) == "a"
+    new = LeaderReplication("b", 2, logs["b"], "abc")
+    new.start_term()
+    back = FollowerReplication("a", "q", logs["a"])
+    assert new.follower_connected(frame(back.hello()))
+    for _ in range(10):
+        data = new.outgoing("a")
+        if data is None:
+            break
+        reply = back.on_append(frame(data))
+        if reply is not None:
+            new.on_mismatch("a", frame(reply))
+    assert [bytes(p) for _, _, p in logs["a"].entries()] == [b"", b"one", b"two", b""]

@@ -10,7 +10,10 @@ is confirmed as any publish: at once, or once every queue that journaled it fsyn
 Only queues this node owns are taken. A name this node holds no queue of (not yet taken back
 after a restart, deleted a moment ago, or owned by yet another node now) makes the message
 refused (a nack to the publisher, who may publish it again and have it routed afresh): the
-sending node believed the queue is here, and confirming would lose the message. A name may
+sending node believed the queue is here, and confirming would lose the message. The names are
+looked up again whenever a queue they stood for goes (deleted, or a replicated queue handed to
+a new leader elsewhere): publishes that follow a forward-to of long ago, held meanwhile by a
+partitioned TCP stream, are refused rather than confirmed into a queue object nobody holds. A name may
 also be a direct reply-to address of a channel here (a reply published on another node): the
 message is delivered to that channel, as a reply published here would be.
 
@@ -43,12 +46,16 @@ if TYPE_CHECKING:
     from queues.queue import Queue
 
 
-def forwarded_queues(channel: "Channel", payload: bytes) -> tuple["Queue", ...]:
-    """The queues a forward-to names that this node owns; 501 if it cannot be decoded."""
+def forwarded_names(payload: bytes) -> tuple[str, ...]:
+    """The queue names a forward-to carries; 501 if it cannot be decoded."""
     try:
-        names = decode_forward_to(payload)
+        return tuple(decode_forward_to(payload))
     except (IndexError, struct.error, UnicodeDecodeError):
         raise codec.cannot_decode(payload) from None
+
+
+def forwarded_queues(channel: "Channel", names: tuple[str, ...]) -> tuple["Queue", ...]:
+    """The queues of this node that `names` (a forward-to's) stand for now."""
     vhost = channel.vhost
     queues = vhost.queues
     registry = channel.connection.broker.reply_registry
@@ -129,13 +136,16 @@ class ForwardingChannel(Channel):
 
     def __init__(self, connection: Any, channel_id: int) -> None:
         super().__init__(connection, channel_id)
-        # The queues of this node the next publishes go into: None until the first forward-to.
+        # The queues of this node the next publishes go into: None until the first forward-to,
+        # and the names that forward-to gave (looked up again when one of the queues goes).
         self._targets: tuple[Any, ...] | None = None
+        self._names: tuple[str, ...] = ()
         self._flow: ForwardFlow | None = None  # its channel.flow to the sending node, once needed
 
     def handle_other_method(self, payload: bytes, index: int) -> None:
         if index == FORWARD_TO_METHOD:
-            self._targets = forwarded_queues(self, payload)
+            self._names = forwarded_names(payload)
+            self._targets = forwarded_queues(self, self._names)
             if self._flow is None:
                 self._flow = ForwardFlow(self)
             return
@@ -165,7 +175,16 @@ class ForwardingChannel(Channel):
         vhost = self.vhost
         if vhost.firehose is not None:
             vhost.firehose.published(message, self.connection, self.id)
-        return self.enqueue(message, mandatory, [queue for queue in targets if not queue.deleted], False)
+        for queue in targets:
+            if queue.deleted:
+                # A queue the forward-to named went since: deleted, or handed over (a replicated
+                # queue whose replica here stopped leading is replaced by a stand-in). What its
+                # name stands for now decides: another node's queue or none is refused (a nack
+                # the sending node passes on), never confirmed into a queue object nobody holds
+                # (that lost confirmed messages forwarded across a leader change).
+                targets = self._targets = forwarded_queues(self, self._names)
+                break
+        return self.enqueue(message, mandatory, list(targets), False)
 
     def congested(self, queue: "Queue") -> None:
         if self._flow is None:

@@ -14,6 +14,12 @@ reserved user `CLUSTER_LINK_USER`) and then subscribes and publishes on its clie
 The link connects in the background; what is sent before it is open waits in memory (bounded
 by the stream's flow control). When the link fails, every unconfirmed message is nacked and
 every mirror channel hears `link_lost`; the next use makes a new link, at most once a second.
+
+A link never waits on a black hole (a partition drops packets silently, the socket stays open):
+one that is not open within `LINK_CONNECT_TIMEOUT_S` fails, and an open one uses AMQP heartbeats
+(`LINK_HEARTBEAT_S`, negotiated with the owner, which closes its end too): it sends one after
+half that of silence and fails after twice that without a byte from the owner, so what it
+carried is nacked within seconds.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ LINK_FRAME_MAX = 131072
 FORWARD_HIGH = 20000
 FORWARD_LOW = 10000
 RETRY_AFTER_S = 1.0  # a link that failed is not tried again sooner
+# A link not open this long after it started connecting fails (its messages are nacked).
+LINK_CONNECT_TIMEOUT_S = 3.0
+# The heartbeat a link asks for: it fails after twice this without a byte from the owner.
+LINK_HEARTBEAT_S = 2
 
 SyncCallback = Callable[[OSError | None], None]
 
@@ -114,7 +124,11 @@ class NodeLink(asyncio.Protocol):
         self.write_paused = False
         self.stream = ForwardStream(self)
         self.stream.open()  # first of what waits for connection.open-ok
-        self._task = asyncio.get_running_loop().create_task(self._connect())
+        loop = asyncio.get_running_loop()
+        self._started_at = self._last_read = self._last_write = time.monotonic()
+        self._heartbeat = 0  # negotiated with the owner (connection.tune-ok); 0 until then
+        self._ticker: asyncio.TimerHandle | None = loop.call_later(LINK_HEARTBEAT_S / 2, self._tick)
+        self._task = loop.create_task(self._connect())
 
     def __repr__(self) -> str:
         return f"<NodeLink {self.node} vhost={self.vhost!r} {self.state.value}>"
@@ -135,6 +149,7 @@ class NodeLink(asyncio.Protocol):
         stream.write(codec.PROTOCOL_HEADER)
 
     def data_received(self, data: bytes) -> None:
+        self._last_read = time.monotonic()
         self._reader.feed(data)
         try:
             for frame_type, channel_id, payload in self._reader.frames():
@@ -168,8 +183,11 @@ class NodeLink(asyncio.Protocol):
         elif isinstance(method, commands.Connection.Tune):
             frame_max = min(method.frame_max or LINK_FRAME_MAX, LINK_FRAME_MAX)
             self.max_body_frame = frame_max - codec.FRAME_OVERHEAD
+            # The owner proposes its heartbeat; the link asks for its own (the lower wins, as in
+            # RabbitMQ, unless the owner has none): it must notice a silent owner within seconds.
+            self._heartbeat = min(method.heartbeat, LINK_HEARTBEAT_S) if method.heartbeat else LINK_HEARTBEAT_S
             transport.write(codec.method_frame(0, commands.Connection.TuneOk(
-                channel_max=method.channel_max, frame_max=frame_max, heartbeat=0)))
+                channel_max=method.channel_max, frame_max=frame_max, heartbeat=self._heartbeat)))
             transport.write(codec.method_frame(0, commands.Connection.Open(virtual_host=self.vhost)))
         elif isinstance(method, commands.Connection.OpenOk):
             self.state = LinkState.OPEN
@@ -224,6 +242,7 @@ class NodeLink(asyncio.Protocol):
             data = b"".join(self._out)
             self._out.clear()
             transport.write(data)
+            self._last_write = time.monotonic()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -248,6 +267,29 @@ class NodeLink(asyncio.Protocol):
         if self._channels.get(mirror.id) is mirror:
             del self._channels[mirror.id]
 
+    # -- liveness ----------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Every half heartbeat: fail a link that did not open in time or whose owner went
+        silent; send a heartbeat after half a heartbeat without writing."""
+        self._ticker = None
+        if self.state is LinkState.FAILED:
+            return
+        now = time.monotonic()
+        if not self._handshake_done:
+            if now - self._started_at > LINK_CONNECT_TIMEOUT_S:
+                self._fail(f"node {self.node} at {self._host}:{self._port} did not open the link within "
+                           f"{LINK_CONNECT_TIMEOUT_S:.0f} s")
+                return
+        elif self._heartbeat:
+            if now - self._last_read > 2 * self._heartbeat:
+                self._fail(f"no heartbeat from node {self.node} for {now - self._last_read:.1f} s")
+                return
+            if now - self._last_write >= self._heartbeat / 2 and self._transport is not None:
+                self._transport.write(codec.HEARTBEAT_FRAME)
+                self._last_write = now
+        self._ticker = asyncio.get_running_loop().call_later(LINK_HEARTBEAT_S / 2, self._tick)
+
     # -- failing -----------------------------------------------------------------------
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -267,6 +309,10 @@ class NodeLink(asyncio.Protocol):
         self.state = LinkState.FAILED
         self.failed_at = time.monotonic()
         self._out.clear()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        self._task.cancel()  # a connect still under way (a black hole's SYN retries)
         if self._transport is not None:
             self._transport.abort()
         self.stream.link_lost(reason)

@@ -29,6 +29,7 @@ to the owner has FORWARD_HIGH messages unconfirmed.
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -53,12 +54,19 @@ if TYPE_CHECKING:
     from amqp_server.channel.ordered_replies import SyncCallback
     from queues.timers import Timer, Timers
 
+log = logging.getLogger(__name__)
+
 # A consumer without a prefetch limit gets at most this many unsettled deliveries from the owner
 # at a time, so a slow client cannot make this node buffer the whole queue.
 LINK_WINDOW = 2000
 # How often a replicated queue's stand-in whose consumers wait looks whether its owner serves the
 # queue again (the link went without a leader change); a new leader replaces the stand-in instead.
 PARKED_RETRY_S = 1.0
+# A consumer that waited this long for an owner that the shared definitions say serves the queue
+# but that this node cannot reach (a partition: the owner is live for the coordination service,
+# its links from here fail) is cancelled (basic.cancel), so its client can move to a node that
+# reaches the queue. A leader change (session TTL, 5 s by default, and an election) ends sooner.
+PARKED_CANCEL_S = 10.0
 # Stands for "a connection of another node" as the exclusive owner: no connection here may use it.
 OTHER_NODES_CONNECTION = object()
 # The refusals of a re-attach (`reattach`) that may pass, so the consumer waits and tries again:
@@ -167,6 +175,8 @@ class RemoteQueue(Queue):
         self._fetcher: MirrorChannel | None = None  # the mirror channel for basic.get and purge
         self._keeps_consumers = False  # a replicated queue's stand-in: consumers wait for the new leader
         self._parked_retry: "Timer | None" = None  # the timer of `_retry_parked`
+        # consumer -> when it started waiting (monotonic) while its owner counted as serving the queue
+        self._unreachable_since: dict[Consumer, float] = {}
 
     @property
     def home_node(self) -> str:  # type: ignore[override]
@@ -335,6 +345,7 @@ class RemoteQueue(Queue):
             return
         if not isinstance(reply, QueueUnavailable):
             remote.active = True
+            self._unreachable_since.pop(remote.consumer, None)
             if answer is not None:
                 answer.started()
             return
@@ -363,6 +374,7 @@ class RemoteQueue(Queue):
         """The client cancelled (or its channel closed): cancel on the owner; what the client
         still holds unacked stays settleable until it is settled."""
         remote = self._remote_consumers.pop(consumer, None)
+        self._unreachable_since.pop(consumer, None)
         if remote is None or remote.mirror is None:  # (None: it waits for its owner, `reattach`)
             return
         mirror = remote.mirror
@@ -404,6 +416,7 @@ class RemoteQueue(Queue):
         """The consumer ends here: its client gets basic.cancel (if it announced
         consumer_cancel_notify); what it holds unacked stays settleable on its channel."""
         remote.parked = False
+        self._unreachable_since.pop(remote.consumer, None)
         if self._remote_consumers.get(remote.consumer) is remote:
             del self._remote_consumers[remote.consumer]
         if remote.mirror is not None:
@@ -422,15 +435,29 @@ class RemoteQueue(Queue):
         if self.deleted:
             return
         if not self._links.queue_available(self.vhost, self.name, self.owner):
+            self._unreachable_since.clear()  # no owner serves it: a failover is under way
             self._parked_retry = self.timers.call_later(PARKED_RETRY_S, self._retry_parked)
             return
+        now = time.monotonic()
         for remote in [remote for remote in self._remote_consumers.values() if remote.parked]:
             consumer = remote.consumer
+            since = self._unreachable_since.setdefault(consumer, now)
+            if now - since > PARKED_CANCEL_S:
+                # The owner serves the queue, for the coordination service, and this node has
+                # not reached it for that long: cut off from it. Tell the client, which can
+                # consume on a node that reaches the queue (as RabbitMQ's pause_minority
+                # closes a minority node's connections).
+                log.warning("consumer %s of %s: node %s, which serves it, unreachable from here for %.0f s; "
+                            "cancelling the consumer", consumer.tag, self.name, self.owner, now - since)
+                self._cancel(remote)
+                continue
             continuation = self.continuation(consumer)  # (a stream's: where its client is)
             if continuation is not None:
                 consumer.go_on_with(continuation)
             self.remove_consumer(consumer)
             self.reattach(consumer.sink, consumer)  # type: ignore[arg-type]
+            if consumer in self._remote_consumers:  # still waiting: it keeps counting from then
+                self._unreachable_since.setdefault(consumer, since)
 
     def dispatch(self, now: float | None = None, first: QueueEntry | None = None) -> None:
         """Hand waiting deliveries to the consumers that have room (`first` is never given: a
@@ -563,6 +590,7 @@ class RemoteQueue(Queue):
             self._parked_retry.cancel()
             self._parked_retry = None
         consumers = list(self._remote_consumers)
+        self._unreachable_since.clear()
         for remote in self._remote_consumers.values():
             remote.waiting.clear()
             if remote.mirror is not None:

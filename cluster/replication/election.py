@@ -128,11 +128,15 @@ class GroupKeys:
             return None
 
     async def lease(self) -> Lease | None:
+        return (await self.lease_and_version())[0]
+
+    async def lease_and_version(self) -> tuple[Lease | None, int | None]:
+        """The leader's lease and its version (None, None when nobody holds it)."""
         item = await self._coordinator.get(self._lease_key)
         if item is None:
-            return None
+            return None, None
         fields = json.loads(item.value)
-        return Lease(int(fields["term"]), str(fields["leader"]))
+        return Lease(int(fields["term"]), str(fields["leader"])), item.version
 
     async def take_lease(self, lease: Lease) -> bool:
         """Hold the leader's lease (ephemeral), only if nobody holds it."""
@@ -143,8 +147,12 @@ class GroupKeys:
             return False
         return True
 
-    async def release_lease(self) -> None:
-        await self._coordinator.delete(self._lease_key)
+    async def release_lease(self, version: int | None = None) -> None:
+        """Delete the lease (only at ``version`` when given: a lease taken since stays)."""
+        try:
+            await self._coordinator.delete(self._lease_key, version)
+        except VersionConflict:
+            pass
 
     async def delete(self) -> None:
         """Remove the group: its record, lease and votes."""

@@ -17,7 +17,10 @@ whole log by an empty one that goes on after the leader's base entry.
 
 The follower acknowledges (``ack()``) the highest index that is both fsynced (the log's
 ``durable_index``, raised by the group committer) and verified against this leader's log, so an
-ACK never vouches for a stale suffix the leader has not checked yet.
+ACK never vouches for a stale suffix the leader has not checked yet. Every APPEND it applied is
+answered by an ACK: one that brought something when it is fsynced (``ack()``), one that brought
+nothing to fsync (the leader's heartbeat) at once (``answer_heartbeat()``): the ACK proves to the
+leader's check-quorum that this follower hears it and is heard.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class FollowerReplication:
         self.leader_commit_index = 0
         self._verified = 0  # entries up to here match the current leader's log
         self._acked = 0
+        self._owed = False  # an APPEND was applied and not answered yet
 
     def hello(self) -> bytes:
         """The first frame on a new stream to the leader."""
@@ -83,7 +87,14 @@ class FollowerReplication:
             raise ProtocolError(f"APPEND entries: {error}") from error
         self._verified = max(self._verified, prev + len(heads))
         self.leader_commit_index = max(self.leader_commit_index, append.commit_index)
+        self._owed = True
         return None
+
+    @property
+    def nothing_to_sync(self) -> bool:
+        """Everything in the log is fsynced: an APPEND that brought nothing (a heartbeat) can be
+        answered at once, without a group-commit round."""
+        return self.log.durable_index >= self.log.last_index
 
     def on_reset(self, reset: Reset) -> bytes | None:
         """Apply RESET: the leader no longer stores the entries this log lacks, so the log starts
@@ -117,4 +128,15 @@ class FollowerReplication:
         if index <= self._acked or self.leader_term == 0:
             return None
         self._acked = index
+        self._owed = False
+        return encode_ack(self.leader_term, index)
+
+    def answer_heartbeat(self) -> bytes | None:
+        """An ACK for an APPEND that brought nothing to fsync (the leader's heartbeat), even if
+        it repeats the last one; None if no APPEND is owed an answer."""
+        if not self._owed or self.leader_term == 0 or not self.nothing_to_sync:
+            return None
+        self._owed = False
+        index = min(self.log.durable_index, self._verified)
+        self._acked = max(self._acked, index)
         return encode_ack(self.leader_term, index)

@@ -20,6 +20,13 @@
 
 A follower is *in sync* once its acknowledged index reached the commit index, and stops being
 when its stream breaks; the shell publishes the set in the coordination service.
+
+**Check-quorum.** A leader cut off from its followers (a partition, every stream silent) must not
+keep its lease, or nobody serves the queue. The shell sends ``heartbeat(node)`` (an APPEND with no
+entries, which a follower answers with an ACK) to every follower it has not written to lately,
+calls ``heard_from(node, now)`` for every frame a follower sends, and asks ``has_quorum(now,
+within)``: False once fewer than a majority (this node included) were heard within ``within``
+seconds; the shell then steps down and gives up its lease, so the majority elects a new leader.
 """
 
 from __future__ import annotations
@@ -44,9 +51,9 @@ class NotLeader(RuntimeError):
 
 class _Follower:
     __slots__ = ("next_index", "match_index", "window_base", "connected", "probing", "awaiting", "in_sync",
-                 "told_commit")
+                 "heard_at", "told_commit")
 
-    def __init__(self, next_index: int) -> None:
+    def __init__(self, next_index: int, heard_at: float = 0.0) -> None:
         self.next_index = next_index  # the first entry to send next
         self.match_index = 0  # fsynced there and known to match ours
         self.window_base = 0  # the in-flight window counts from here (or from match_index if higher)
@@ -54,13 +61,20 @@ class _Follower:
         self.probing = True  # until an ACK confirms where its log matches, one APPEND at a time
         self.awaiting = False
         self.in_sync = False
+        self.heard_at = heard_at  # when a frame from it last arrived (check-quorum; the shell's clock)
         self.told_commit = 0  # the commit index its last APPEND carried
+
+    def heard(self, now: float) -> None:
+        """A frame from this follower arrived at ``now``."""
+        self.heard_at = max(self.heard_at, now)
 
 
 class LeaderReplication:
     """One term of leadership over ``log``, for the group ``members`` (this node included)."""
 
-    def __init__(self, node: str, term: int, log: ReplicaLog, members: Iterable[str]) -> None:
+    def __init__(self, node: str, term: int, log: ReplicaLog, members: Iterable[str], now: float = 0.0) -> None:
+        """``now``: the shell's clock when the term starts; every follower counts as heard then,
+        so each has the whole check-quorum interval to connect."""
         members = list(dict.fromkeys(members))
         if node not in members:
             raise ValueError(f"{node} is not a member of {members}")
@@ -74,7 +88,8 @@ class LeaderReplication:
         self.newer_term = 0  # the term that made us step down
         self.commit_index = 0
         self.majority = len(members) // 2 + 1
-        self._followers = {m: _Follower(log.last_index + 1) for m in members if m != node}
+        self._started_at = now
+        self._followers = {m: _Follower(log.last_index + 1, now) for m in members if m != node}
 
     # ---- appending -------------------------------------------------------------------------
 
@@ -116,7 +131,8 @@ class LeaderReplication:
             del self._followers[node]
         for node in wanted:
             if node not in self._followers:
-                self._followers[node] = _Follower(self.log.last_index + 1)
+                # A new member has not been heard yet: it counts from the start of the term.
+                self._followers[node] = _Follower(self.log.last_index + 1, self._started_at)
         self.majority = (len(wanted) + 1) // 2 + 1
         self._advance_commit()
 
@@ -155,6 +171,35 @@ class LeaderReplication:
         follower.awaiting = follower.probing
         follower.told_commit = self.commit_index
         return frame
+
+    def heartbeat(self, node: str) -> bytes | None:
+        """An APPEND without entries for ``node`` (the follower answers it with an ACK, which
+        proves the stream works both ways), or None when the follower is not connected or an
+        APPEND it must answer is outstanding anyway (a probe)."""
+        follower = self._followers.get(node)
+        if self.role is not LeaderRole.LEADING or follower is None or not follower.connected or follower.awaiting:
+            return None
+        prev = follower.next_index - 1
+        return encode_append(self.term, prev, self.log.term_at(prev), self.commit_index, b"")
+
+    def heard_from(self, node: str, now: float) -> None:
+        """A frame from follower ``node`` arrived at ``now``."""
+        follower = self._followers.get(node)
+        if follower is not None:
+            follower.heard(now)
+
+    def heard_at(self, node: str) -> float:
+        """When a frame from follower ``node`` last arrived (the term's start if none has)."""
+        follower = self._followers.get(node)
+        return follower.heard_at if follower is not None else self._started_at
+
+    def has_quorum(self, now: float, within: float) -> bool:
+        """Were a majority of the members, this node included, heard within ``within`` seconds
+        of ``now``? (A stepped-down leader has none.)"""
+        if self.role is not LeaderRole.LEADING:
+            return False
+        heard = 1 + sum(1 for f in self._followers.values() if now - f.heard_at <= within)
+        return heard >= self.majority
 
     def on_ack(self, node: str, ack: Ack) -> bool:
         """True if the commit index moved."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from cluster.coordinator import CoordinationUnavailable, Coordinator, EventKind, HistoryLost, leaf_name
 from cluster.replication.election import GROUPS, LEASES, GroupRecord
 from cluster.replication.log import FileReplicaLog, ReplicaStore
-from cluster.replication.replica import QueueReplica, ReplicationListener, Role
+from cluster.replication.replica import CHECK_QUORUM_S, QueueReplica, ReplicationListener, Role
 from persistence.group_commit import GroupCommitter
 
 log = logging.getLogger(__name__)
@@ -66,12 +66,15 @@ class ReplicaManager:
                  secret: bytes, poll_interval: float = 1.0, replica_poll_interval: float = 0.1, watch: bool = False,
                  idle_poll_interval: float = 2.0,
                  on_role: Callable[[str, Role], None] = _ignore_queue_role,
-                 open_log: Callable[[str, Path], ReplicaStore] = _queue_log) -> None:
+                 open_log: Callable[[str, Path], ReplicaStore] = _queue_log,
+                 check_quorum: float = CHECK_QUORUM_S) -> None:
         """``on_role(queue, role)`` hears every role change of every replica here (the broker
         takes a queue over when its replica here becomes leader), after the queue's owner (`host`).
         ``open_log(queue, directory)``: the log of a replica (a queue's own file by default; a
         stream's is its segment files, which the broker tells apart by the group's name).
-        ``secret``: the cluster secret every replication stream, to or from this node, proves first."""
+        ``secret``: the cluster secret every replication stream, to or from this node, proves first.
+        ``check_quorum``: how long a leader here may go without hearing from a majority of its
+        group before it steps down (QueueReplica)."""
         self.node = node
         self._coordinator = coordinator
         self._directory = Path(data_dir) / "replicas"
@@ -90,6 +93,7 @@ class ReplicaManager:
         self._owners: dict[str, tuple[Callable[[int], None], Callable[[Role], None]]] = {}
         self._on_role = on_role
         self._open_log = open_log
+        self._check_quorum = check_quorum
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int = 0) -> str:
@@ -143,7 +147,8 @@ class ReplicaManager:
             queue=queue, node=self.node, members=members, log=self._open_log(queue, self._replica_directory(queue)),
             coordinator=self._coordinator, listener=self.listener, committer=self._committer,
             on_commit=functools.partial(self._committed, queue), on_role=functools.partial(self._role_changed, queue),
-            poll_interval=self._replica_poll, idle_poll_interval=self._idle_poll, create_group=create_group)
+            poll_interval=self._replica_poll, idle_poll_interval=self._idle_poll, create_group=create_group,
+            check_quorum=self._check_quorum)
         self.replicas[queue] = replica
         self._by_leaf[leaf_name(queue)] = queue
         replica.start()

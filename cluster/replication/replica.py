@@ -18,6 +18,25 @@ watch of the records and leases saw this group's change, or this leader's in-syn
 transfer's target moved) or every ``idle_poll_interval`` (by default the same; the broker's
 node watches the keys and lets settled replicas idle, ReplicaManager).
 
+**Check-quorum.** A leader that cannot reach a majority of its group (a network partition that
+leaves it the coordination service, so its lease would live on) steps down within
+``check_quorum`` seconds: it sends every follower a heartbeat (an empty APPEND, answered by an
+ACK) every ``check_quorum / 4`` seconds at most once a second, and when fewer than a majority,
+itself included, were heard within ``check_quorum`` it stops leading (what waits for a confirm is
+failed) and deletes its lease, so the majority side elects at once. It then abstains from
+elections for twice ``check_quorum`` (it would likely win them, having the longest log, and
+still reach nobody). A leader that cannot write its log (ENOSPC, EIO) steps down the same way,
+so a member whose disk works leads: its confirms waiting are failed (nacks), none leaves
+without its record on a majority's disks. A follower stream silent for ``check_quorum`` is closed on both sides, so
+the streams start afresh (HELLO) when the network heals, and the old leader catches up as a
+follower (log matching truncates what it wrote that no majority had). A tick that runs late (the
+event loop was held up: a takeover replaying a long log) judges nothing: the followers' frames
+may be waiting unread, so the next tick decides. Connecting to a peer
+gives up after ``CONNECT_TIMEOUT_S``: a replica's steps never wait on a black hole. A follower
+whose connections to the leader are refused ``REFUSALS_TO_ELECT`` times in a row (nothing
+listens: the leader's process died) deletes the leader's lease, so the group elects at once
+rather than when the dead leader's session expires.
+
 The owner (the broker's queue, or a test harness) passes ``on_commit(index)``, called with the
 new commit index whenever it rises (confirms up to it may leave), and ``on_role(role)``, called
 when this replica becomes leader (after the term's no-op is appended, before any commit) or
@@ -51,6 +70,16 @@ log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 5.0
 # A follower whose stream to the leader closed in the handshake connects again after this long.
 HANDSHAKE_RETRY_S = 1.0
+# A stream to a peer that does not connect within this long is given up (a partition drops
+# packets silently: without it the replica's step would wait for the kernel's SYN retries).
+CONNECT_TIMEOUT_S = 2.0
+# A follower whose connections to its leader's replication port were refused this many times in
+# a row (its steps run every 100 ms while it has no stream) deletes the leader's lease: a killed
+# leader is replaced at once rather than when its session expires.
+REFUSALS_TO_ELECT = 3
+# A leader that heard from fewer than a majority of its group for this long steps down (the
+# broker passes its session TTL: the time the coordination service takes to notice a dead node).
+CHECK_QUORUM_S = 5.0
 
 
 class Role(enum.Enum):
@@ -196,9 +225,10 @@ class ReplicationListener:
                       on_lost: Callable[[_Stream], None], on_open: Callable[[_Stream], None]) -> _Stream:
         """A stream to node ``peer``'s replication port; ``on_open`` hears when both sides proved
         the secret (only then may the stream carry a frame). Raises OSError."""
-        _, stream = await asyncio.get_running_loop().create_connection(
+        # (TimeoutError is an OSError.)
+        _, stream = await asyncio.wait_for(asyncio.get_running_loop().create_connection(
             lambda: _Stream(Handshake.connecting(self._secret), self._handshake_timeout, on_frame, on_lost, peer,
-                            on_open), host, port)
+                            on_open), host, port), CONNECT_TIMEOUT_S)
         return stream
 
     def _first_frame(self, stream: _Stream, frame: object) -> None:
@@ -234,10 +264,12 @@ class QueueReplica:
         idle_poll_interval: float | None = None,
         election_timeout: float = 3.0,
         create_group: bool = True,
+        check_quorum: float = CHECK_QUORUM_S,
     ) -> None:
         """``create_group``: create the group in the coordination service if it is not there
         (the node that declares the queue); a replica started because a group names this node
-        never does, so a deleted group is not brought back."""
+        never does, so a deleted group is not brought back. ``check_quorum``: see the module
+        docstring."""
         self.queue = queue
         self.node = node
         self.members = tuple(members)
@@ -252,6 +284,14 @@ class QueueReplica:
         self._woken = asyncio.Event()
         self._election_timeout = election_timeout
         self._create_group = create_group
+        self._check_quorum = check_quorum
+        self._heartbeat_every = min(1.0, check_quorum / 4)
+        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._heartbeat_due = 0.0  # monotonic: when the scheduled heartbeat tick should run
+        self._abstain_until = 0.0  # monotonic: no vote before (after stepping down for want of a quorum)
+        self._upstream_heard_at = 0.0  # follower: when the leader's stream last brought a frame
+        self._connecting: asyncio.Task[None] | None = None  # follower: a stream to the leader being opened
+        self._refused = (0, "", 0)  # follower: (term, leader, connections it refused in a row)
         self.role = Role.FOLLOWER
         self.leader: LeaderReplication | None = None
         self._follower = FollowerReplication(node, queue, log)
@@ -282,6 +322,8 @@ class QueueReplica:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._connecting is not None:
+            self._connecting.cancel()
         was_leader = self.role is Role.LEADER
         self._become(Role.STOPPED)
         self._listener.unregister(self)
@@ -335,11 +377,14 @@ class QueueReplica:
         if self.role is not Role.LEADER:
             return
         self._committer.request_sync(self.log, self._leader_synced)
-        for stream in self._followers.values():
+        for stream in list(self._followers.values()):  # (a disk failure steps down: the streams go)
             self._pump(stream)
 
     def _leader_synced(self, error: OSError | None) -> None:
-        if error is not None or self.leader is None:
+        if error is not None:
+            self._disk_failed(error)
+            return
+        if self.leader is None:
             return
         if self.leader.local_synced():
             self._commit_moved(self.leader.commit_index)
@@ -360,10 +405,25 @@ class QueueReplica:
             stream.write(encode_state(leader.term, self.log.state_document()))
             self._state_sent[stream.peer] = generation
         while not stream.paused:
-            frame = leader.outgoing(stream.peer)
+            try:
+                frame = leader.outgoing(stream.peer)  # (reading the log writes its buffer out first)
+            except OSError as error:
+                self._disk_failed(error)
+                return
             if frame is None:
                 return
             stream.write(frame)
+
+    def _disk_failed(self, error: OSError) -> None:
+        """The log could not be written or fsynced: a leader steps down (module docstring)."""
+        if self.role is not Role.LEADER or self.leader is None:
+            log.warning("%s: the replica log of %s cannot be written: %s", self.node, self.queue, error)
+            return
+        log.error("%s: leader of %s at term %d cannot write its replica log (%s); stepping down so that a member "
+                  "whose disk works leads", self.node, self.queue, self.leader.term, error)
+        self._abstain_until = time.monotonic() + 2 * self._check_quorum
+        self._become(Role.FOLLOWER)
+        self.wake()  # the lease goes at the next step
 
     def accept_follower(self, stream: _Stream, hello: Hello) -> bool:
         leader = self.leader
@@ -377,6 +437,7 @@ class QueueReplica:
                  hello.last_index, hello.term)
         stream.attach(hello.node, self._leader_frame, self._follower_lost, self._pump)
         self._followers[hello.node] = stream
+        leader.heard_from(hello.node, time.monotonic())
         self._state_sent.pop(hello.node, None)  # a new stream gets the whole state first
         self._pump(stream)
         return True
@@ -386,6 +447,7 @@ class QueueReplica:
         if leader is None or self._followers.get(stream.peer) is not stream:
             stream.close()
             return
+        leader.heard_from(stream.peer, time.monotonic())
         if isinstance(frame, Ack):
             if leader.on_ack(stream.peer, frame):
                 self._commit_moved(leader.commit_index)
@@ -416,6 +478,46 @@ class QueueReplica:
             return False
         return record.transfer_to == peer or (peer in record.in_sync) != (peer in leader.in_sync_members())
 
+    def _heartbeat(self) -> None:
+        """Every `_heartbeat_every` while leading: an empty APPEND to each follower, streams
+        silent for `check_quorum` closed, and the check-quorum (module docstring)."""
+        self._heartbeat_timer = None
+        leader = self.leader
+        if self.role is not Role.LEADER or leader is None:
+            return
+        now = time.monotonic()
+        if now - self._heartbeat_due > self._heartbeat_every:
+            # This tick ran late: the event loop was held up (a long step, such as a takeover
+            # replaying a long log). The followers' frames may wait unread in the sockets, so
+            # silence proves nothing yet: judge at the next tick, once they are read.
+            self._schedule_heartbeat()
+            return
+        for peer, stream in list(self._followers.items()):
+            silent = now - leader.heard_at(peer)
+            if silent > self._check_quorum:
+                # A partition leaves a stream open and silent: closed, the follower's next
+                # stream starts afresh (HELLO) once the network heals.
+                log.warning("%s: follower %s of %s silent for %.1f s; closing its stream", self.node, peer,
+                            self.queue, silent)
+                stream.close()
+            elif not stream.paused:
+                frame = leader.heartbeat(peer)
+                if frame is not None:
+                    stream.write(frame)
+        if not leader.has_quorum(now, self._check_quorum):
+            log.warning("%s: leader of %s at term %d heard from fewer than %d of its %d members within %.1f s; "
+                        "stepping down and giving up its lease", self.node, self.queue, leader.term, leader.majority,
+                        len(self.members), self._check_quorum)
+            self._abstain_until = now + 2 * self._check_quorum
+            self._become(Role.FOLLOWER)  # no confirm leaves from here on; the lease goes at the next step
+            self.wake()
+            return
+        self._schedule_heartbeat()
+
+    def _schedule_heartbeat(self) -> None:
+        self._heartbeat_due = time.monotonic() + self._heartbeat_every
+        self._heartbeat_timer = asyncio.get_running_loop().call_later(self._heartbeat_every, self._heartbeat)
+
     def _check_stepped_down(self) -> bool:
         if self.leader is not None and self.leader.role is LeaderRole.STEPPED_DOWN:
             log.warning("%s: leader of %s at term %d steps down (term %d exists)",
@@ -430,6 +532,7 @@ class QueueReplica:
         if stream is not self._upstream:
             stream.close()
             return
+        self._upstream_heard_at = time.monotonic()
         if isinstance(frame, State):
             if frame.term >= self.log.promised_term:
                 self.log.apply_state(frame.document)
@@ -445,9 +548,10 @@ class QueueReplica:
             log.debug("%s: answering %r to %r", self.node, reply, type(frame).__name__)
             stream.write(reply)
         elif isinstance(frame, Append) and not frame.entries:
-            # Nothing new to make durable (a probe, or a stream's news of the commit index): what
-            # it checked is acknowledged at once, within what is fsynced already.
-            ack = self._follower.ack()
+            # Nothing new to make durable (a probe, the leader's heartbeat, or a stream's news of
+            # the commit index): what it checked is acknowledged at once, within what is fsynced
+            # already; a heartbeat is answered even when that repeats the last ACK (check-quorum).
+            ack = self._follower.ack() or self._follower.answer_heartbeat()
             if ack is not None:
                 stream.write(ack)
         elif not self._sync_requested:
@@ -480,21 +584,55 @@ class QueueReplica:
                 self._follow_after = time.monotonic() + HANDSHAKE_RETRY_S
             self.wake()  # connect again (or, the leader gone, wait for its lease to go)
 
+    def _upstream_silent(self) -> bool:
+        """The stream to the leader brought nothing (not even a heartbeat) for `check_quorum`."""
+        return (self._upstream is not None and self._upstream.is_open
+                and time.monotonic() - self._upstream_heard_at > self._check_quorum)
+
     async def _follow(self, record: GroupRecord) -> None:
-        if self._upstream is not None and self._upstream_term == record.term:
+        if self._upstream is not None and self._upstream_term == record.term and not self._upstream_silent():
             return
+        if self._connecting is not None:
+            return  # under way: the steps go on meanwhile (an election must not wait on a black hole)
         if time.monotonic() < self._follow_after:
             return  # the last stream failed its handshake: the pause is not over
         self._drop_upstream()
-        host, _, port = record.leader_address.rpartition(":")
+        self._connecting = asyncio.get_running_loop().create_task(self._connect_upstream(record))
+
+    async def _connect_upstream(self, record: GroupRecord) -> None:
+        """Open the stream to `record`'s leader (in the background of the replica's steps)."""
         try:
-            stream = await self._listener.connect(host, int(port), record.leader, self._upstream_frame,
-                                                  self._upstream_lost, self._upstream_open)
-        except OSError:
-            return  # the leader is not listening (yet, or any more): the next poll tries again
-        self._upstream, self._upstream_term = stream, record.term
-        if stream.is_open:  # the handshake finished before this task resumed
-            self._upstream_open(stream)
+            host, _, port = record.leader_address.rpartition(":")
+            try:
+                stream = await self._listener.connect(host, int(port), record.leader, self._upstream_frame,
+                                                      self._upstream_lost, self._upstream_open)
+            except ConnectionRefusedError:
+                # Nothing listens at the leader's replication address: its process is gone (or
+                # restarted on another port). Counted: see _leader_gone.
+                term, leader, count = self._refused
+                self._refused = (record.term, record.leader, count + 1 if (term, leader) == (
+                    record.term, record.leader) else 1)
+                return
+            except OSError:
+                return  # cut off, or not answering: the next step tries again
+            self._refused = (0, "", 0)
+            current = self.record
+            if (self.role is not Role.FOLLOWER or current is None or current.term != record.term
+                    or current.leader != record.leader or self._upstream is not None):
+                stream.close()  # things moved on while it connected
+                return
+            self._upstream, self._upstream_term = stream, record.term
+            self._upstream_heard_at = time.monotonic()
+            if stream.is_open:  # the handshake finished before this task resumed
+                self._upstream_open(stream)
+        finally:
+            self._connecting = None
+
+    def _leader_gone(self, record: GroupRecord) -> bool:
+        """The connection to `record`'s leader was refused REFUSALS_TO_ELECT times in a row (a
+        paused or cut-off leader is never refused: its kernel still accepts, or nothing answers)."""
+        term, leader, count = self._refused
+        return (term, leader) == (record.term, record.leader) and count >= REFUSALS_TO_ELECT
 
     def _upstream_open(self, stream: _Stream) -> None:
         """Both sides proved the cluster secret: the stream's first frame is HELLO."""
@@ -513,12 +651,18 @@ class QueueReplica:
             return
         previous, self.role = self.role, role
         if previous is Role.LEADER:
+            if self._heartbeat_timer is not None:
+                self._heartbeat_timer.cancel()
+                self._heartbeat_timer = None
             for stream in list(self._followers.values()):
                 stream.close()
             self._followers.clear()
             self.leader = None
         if role is not Role.FOLLOWER:
             self._drop_upstream()
+            if self._connecting is not None:
+                self._connecting.cancel()
+                self._connecting = None
         self._on_role(role)
 
     async def _run(self) -> None:
@@ -528,6 +672,8 @@ class QueueReplica:
             except CoordinationUnavailable as error:
                 log.warning("%s: replication of %s cannot reach the coordination service: %s",
                             self.node, self.queue, error)
+            except OSError as error:  # its disk (full, failing): the step is tried again, no traceback
+                log.warning("%s: replication of %s cannot write to its disk: %s", self.node, self.queue, error)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -554,7 +700,8 @@ class QueueReplica:
             return True
         record = self.record
         return (self.role is Role.FOLLOWER and record is not None and self._upstream is not None
-                and self._upstream_term == record.term and record.leader != self.node)
+                and self._upstream_term == record.term and record.leader != self.node
+                and not self._upstream_silent())
 
     async def _tick(self) -> None:
         record, version = await self._keys.read()
@@ -575,12 +722,29 @@ class QueueReplica:
         self.record = record
         if self.role is not Role.LEADER and set(record.members) != set(self.members):
             self.members = tuple(record.members)
-        lease = await self._keys.lease()
+        lease, lease_version = await self._keys.lease_and_version()
         if self.role is Role.LEADER:
             await self._lead(record, version, lease)
+        elif lease is not None and lease.leader == self.node:
+            # Our own lease while we do not lead: left by a step-down for want of a quorum, or
+            # by this node's previous process (killed, restarted before its session expired).
+            # Nothing of ours leads on it: delete it (at its version), so the others elect now.
+            log.warning("%s: releases its stale lease of %s (term %d)", self.node, self.queue, lease.term)
+            await self._keys.release_lease(lease_version)
         elif lease is not None and lease.term == record.term and record.leader != self.node:
+            if self._leader_gone(record):
+                # Its lease would live until its session expires (the TTL): deleted now, at its
+                # version, so the group elects at once. Safe even if the leader lived on: an
+                # election needs a majority that promised the new term, and then refuses it.
+                log.warning("%s: nothing listens at %s, the replication address of %s, leader of %s at term %d; "
+                            "deleting its lease", self.node, record.leader_address, record.leader, self.queue,
+                            record.term)
+                self._refused = (0, "", 0)
+                await self._keys.release_lease(lease_version)
+                return
             await self._follow(record)
-        elif lease is None and self.node in record.members and self._may_vote(record):
+        elif (lease is None and self.node in record.members and self._may_vote(record)
+              and time.monotonic() >= self._abstain_until):
             assert version is not None
             await self._elect(record, version)
 
@@ -674,10 +838,14 @@ class QueueReplica:
             return
         self.record = claimed
         self.members = tuple(record.members)
-        self.leader = LeaderReplication(self.node, term, self.log, record.members)
+        # A leader holds every committed entry: once it steps down (check-quorum, its disk) it
+        # may vote again although its log started empty (see _may_vote).
+        self._caught_up = True
+        self.leader = LeaderReplication(self.node, term, self.log, record.members, time.monotonic())
         self.leader.start_term()
         log.info("%s: leader of %s at term %d (log ends at %d)", self.node, self.queue, term, self.log.last_index)
         self._become(Role.LEADER)
+        self._schedule_heartbeat()
         self._flush_soon()
         with contextlib.suppress(CoordinationUnavailable):
             await self._keys.forget_votes_below(term)

@@ -99,9 +99,11 @@ class ReplicatedQueues:
     """See the module docstring."""
 
     def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
-                 live_nodes: Callable[[], list[str]], secret: str) -> None:
+                 live_nodes: Callable[[], list[str]], secret: str, session_ttl: float = 5.0) -> None:
         """``secret``: the cluster secret (the one the links log in with); the replication
-        streams between nodes prove it too."""
+        streams between nodes prove it too. ``session_ttl``: the cluster session's; a leader that
+        hears from no majority of its group for that long steps down (check-quorum), as a dead
+        one's lease would expire."""
         self.node = node
         self._coordinator = coordinator
         self._committer = committer
@@ -109,7 +111,7 @@ class ReplicatedQueues:
         self.manager = ReplicaManager(node=node, coordinator=coordinator, data_dir=data_dir, committer=committer,
                                       secret=secret.encode("utf-8"), poll_interval=GROUPS_POLL_S, watch=True,
                                       idle_poll_interval=REPLICA_IDLE_POLL_S, on_role=self._role_changed,
-                                      open_log=self._open_log)
+                                      open_log=self._open_log, check_quorum=session_ttl)
         self._definitions: "SharedDefinitions | None" = None
         self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -158,16 +160,23 @@ class ReplicatedQueues:
         """/api/queues' fields of a replicated queue, as RabbitMQ shows a quorum queue's:
         ``type`` ("quorum", or "stream"), ``leader``, ``members`` and ``online`` (the members
         that are live nodes), and amqp-server's ``in_sync`` (the members holding every committed
-        record, which alone may take over with nothing confirmed missing). None: no group here
-        knows the queue."""
+        record, which alone may take over with nothing confirmed missing), ``term`` (the group
+        record's) and ``replica`` (this node's replica: its ``role``, ``term`` and
+        ``commit_index``, when it has one). None: no group here knows the queue."""
         record = self.group(vhost, name)
         if record is None:
             return None
         live = set(self._live_nodes())
         kind = STREAM if is_stream_id(record.queue) else QUORUM
-        return {"type": kind, "leader": record.leader, "members": list(record.members),
-                "online": [member for member in record.members if member in live],
-                "in_sync": list(record.in_sync)}
+        described: dict[str, Any] = {"type": kind, "leader": record.leader, "members": list(record.members),
+                                     "online": [member for member in record.members if member in live],
+                                     "in_sync": list(record.in_sync), "term": record.term}
+        replica = self.manager.replicas.get(record.queue)
+        if replica is not None:
+            # This node's own replica, as it sees itself (the fault tests' leader observations).
+            described["replica"] = {"role": replica.role.value, "term": replica.term,
+                                    "commit_index": replica.commit_index}
+        return described
 
     # -- membership changes (ctl add_member, delete_member, transfer_leadership) -----------------------
 
