@@ -38,13 +38,13 @@ def test_no_confirmed_message_is_lost_over_partitions_pauses_kills_and_a_full_di
     with FaultCluster(tmp_path / "cluster", session_ttl=SESSION_TTL) as cluster:
         assert cluster.network is not None
         prefix = cluster.network.prefix
-        run = FaultRun(cluster, seed=27)
-        run.start()
-        for kind in CI_FAULTS:
-            run.inject(kind, HOLD_S)
-            run.settle()
-            time.sleep(2.0)  # confirms flow again before the next fault
-        outcome = run.finish()
+        with FaultRun(cluster, seed=27) as run:
+            run.start()
+            for kind in CI_FAULTS:
+                run.inject(kind, HOLD_S)
+                run.settle()
+                time.sleep(2.0)  # confirms flow again before the next fault
+            outcome = run.finish()
         print(markdown_table(outcome.table))
         verdict = outcome.verdict
         assert verdict.confirmed > 500, verdict.summary()
@@ -61,16 +61,16 @@ def test_the_checker_catches_a_leader_that_confirms_without_a_majority(tmp_path)
     fsync): cut off from its followers it confirms until it steps down, and those are lost."""
     with FaultCluster(tmp_path / "cluster", session_ttl=SESSION_TTL, module="interop_tests.broken_quorum_broker",
                       disk_mb=None) as cluster:
-        run = FaultRun(cluster, seed=27)
-        run.start()
-        leader = cluster.leader(QUEUE)
-        assert leader is not None
-        # A publisher connected to the leader itself: its confirms are the ones the cut-off
-        # leader gives without a majority.
-        wait_until(lambda: run.confirming_on(leader), f"confirms from a publisher on {leader}", 30)
-        run.inject("leader-from-brokers", HOLD_S)
-        run.settle()
-        outcome = run.finish()
+        with FaultRun(cluster, seed=27) as run:
+            run.start()
+            leader = cluster.leader(QUEUE)
+            assert leader is not None
+            # A publisher connected to the leader itself: its confirms are the ones the cut-off
+            # leader gives without a majority.
+            wait_until(lambda: run.confirming_on(leader), f"confirms from a publisher on {leader}", 30)
+            run.inject("leader-from-brokers", HOLD_S)
+            run.settle()
+            outcome = run.finish()
         assert outcome.verdict.lost, outcome.verdict.summary()
         assert fault_table(outcome.events)[0].lost == len(outcome.verdict.lost)
 

@@ -209,14 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     schedule = random.Random(options.seed)
     per_fault = options.minutes * 60 / options.faults
     with RabbitCluster(out / "cluster") as cluster:
-        run = FaultRun(cluster, seed=options.seed)  # type: ignore[arg-type]
-        run.start()
-        began = time.monotonic()
-        for number in range(options.faults):
-            run.inject(schedule.choice(RABBITMQ_FAULTS), schedule.uniform(0.35, 0.65) * per_fault)
-            run.settle(within=180)
-            time.sleep(max(1.0, began + (number + 1) * per_fault - time.monotonic()))
-        outcome = run.finish(drain_within=600)
+        with FaultRun(cluster, seed=options.seed) as run:  # type: ignore[arg-type]
+            run.start()
+            began = time.monotonic()
+            for number in range(options.faults):
+                run.inject(schedule.choice(RABBITMQ_FAULTS), schedule.uniform(0.35, 0.65) * per_fault)
+                run.settle(within=180)
+                time.sleep(max(1.0, began + (number + 1) * per_fault - time.monotonic()))
+            outcome = run.finish(drain_within=600)
     print(f"RabbitMQ 3.10, seed {options.seed}: {outcome.verdict.summary()}")
     print(markdown_table(outcome.table))
     run.history.save(out / "history.jsonl")
