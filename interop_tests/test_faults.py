@@ -13,15 +13,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pika
 import pytest
 
 from interop_tests.broker_process import TEST_CONFIG, free_port
 from interop_tests.coordination_services import start_etcd, start_zookeeper
+from interop_tests.faults import cluster as cluster_module
 from interop_tests.faults.cluster import FaultCluster
 from interop_tests.faults.history import fault_table, markdown_table
-from interop_tests.faults.netns import leftover_namespaces
+from interop_tests.faults.netns import Network, leftover_namespaces
 from interop_tests.faults.run import QUEUE, FaultRun
 from interop_tests.waiting import wait_until
 
@@ -73,6 +75,29 @@ def test_the_checker_catches_a_leader_that_confirms_without_a_majority(tmp_path)
             outcome = run.finish()
         assert outcome.verdict.lost, outcome.verdict.summary()
         assert fault_table(outcome.events)[0].lost == len(outcome.verdict.lost)
+
+
+def test_a_cluster_that_fails_to_start_leaves_no_process_mount_or_namespace_behind(tmp_path, monkeypatch):
+    """Node a exits at once (a module that does not exist) after the etcd members run and every
+    node's tmpfs is mounted: entering the cluster raises, and all of it is undone first."""
+    networks: list[Network] = []
+
+    class RecordedNetwork(Network):
+        def __init__(self) -> None:
+            super().__init__()
+            networks.append(self)
+
+    monkeypatch.setattr(cluster_module, "Network", RecordedNetwork)
+    cluster = FaultCluster(tmp_path / "cluster", session_ttl=SESSION_TTL, module="interop_tests.no_such_module")
+    with pytest.raises(RuntimeError, match="broker exited"):
+        with cluster:
+            pytest.fail("the cluster started")
+    [network] = networks
+    assert network.hosts == {} and leftover_namespaces(network.prefix) == []
+    assert all(member.process is not None and member.process.poll() is not None for member in cluster.etcd.values())
+    assert len(cluster.etcd) == 3
+    mounted = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    assert not [point for point in mounted if point.startswith(str(tmp_path))], mounted
 
 
 def test_a_publish_through_a_node_cut_off_from_the_owner_is_nacked_within_seconds(tmp_path):
