@@ -13,15 +13,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pika
 import pytest
 
 from interop_tests.broker_process import TEST_CONFIG, free_port
 from interop_tests.coordination_services import start_etcd, start_zookeeper
+from interop_tests.faults import cluster as cluster_module
 from interop_tests.faults.cluster import FaultCluster
 from interop_tests.faults.history import fault_table, markdown_table
-from interop_tests.faults.netns import leftover_namespaces
+from interop_tests.faults.netns import Network, leftover_namespaces
 from interop_tests.faults.run import QUEUE, FaultRun
 from interop_tests.waiting import wait_until
 
@@ -38,13 +40,13 @@ def test_no_confirmed_message_is_lost_over_partitions_pauses_kills_and_a_full_di
     with FaultCluster(tmp_path / "cluster", session_ttl=SESSION_TTL) as cluster:
         assert cluster.network is not None
         prefix = cluster.network.prefix
-        run = FaultRun(cluster, seed=27)
-        run.start()
-        for kind in CI_FAULTS:
-            run.inject(kind, HOLD_S)
-            run.settle()
-            time.sleep(2.0)  # confirms flow again before the next fault
-        outcome = run.finish()
+        with FaultRun(cluster, seed=27) as run:
+            run.start()
+            for kind in CI_FAULTS:
+                run.inject(kind, HOLD_S)
+                run.settle()
+                time.sleep(2.0)  # confirms flow again before the next fault
+            outcome = run.finish()
         print(markdown_table(outcome.table))
         verdict = outcome.verdict
         assert verdict.confirmed > 500, verdict.summary()
@@ -61,18 +63,41 @@ def test_the_checker_catches_a_leader_that_confirms_without_a_majority(tmp_path)
     fsync): cut off from its followers it confirms until it steps down, and those are lost."""
     with FaultCluster(tmp_path / "cluster", session_ttl=SESSION_TTL, module="interop_tests.broken_quorum_broker",
                       disk_mb=None) as cluster:
-        run = FaultRun(cluster, seed=27)
-        run.start()
-        leader = cluster.leader(QUEUE)
-        assert leader is not None
-        # A publisher connected to the leader itself: its confirms are the ones the cut-off
-        # leader gives without a majority.
-        wait_until(lambda: run.confirming_on(leader), f"confirms from a publisher on {leader}", 30)
-        run.inject("leader-from-brokers", HOLD_S)
-        run.settle()
-        outcome = run.finish()
+        with FaultRun(cluster, seed=27) as run:
+            run.start()
+            leader = cluster.leader(QUEUE)
+            assert leader is not None
+            # A publisher connected to the leader itself: its confirms are the ones the cut-off
+            # leader gives without a majority.
+            wait_until(lambda: run.confirming_on(leader), f"confirms from a publisher on {leader}", 30)
+            run.inject("leader-from-brokers", HOLD_S)
+            run.settle()
+            outcome = run.finish()
         assert outcome.verdict.lost, outcome.verdict.summary()
         assert fault_table(outcome.events)[0].lost == len(outcome.verdict.lost)
+
+
+def test_a_cluster_that_fails_to_start_leaves_no_process_mount_or_namespace_behind(tmp_path, monkeypatch):
+    """Node a exits at once (a module that does not exist) after the etcd members run and every
+    node's tmpfs is mounted: entering the cluster raises, and all of it is undone first."""
+    networks: list[Network] = []
+
+    class RecordedNetwork(Network):
+        def __init__(self) -> None:
+            super().__init__()
+            networks.append(self)
+
+    monkeypatch.setattr(cluster_module, "Network", RecordedNetwork)
+    cluster = FaultCluster(tmp_path / "cluster", session_ttl=SESSION_TTL, module="interop_tests.no_such_module")
+    with pytest.raises(RuntimeError, match="broker exited"):
+        with cluster:
+            pytest.fail("the cluster started")
+    [network] = networks
+    assert network.hosts == {} and leftover_namespaces(network.prefix) == []
+    assert all(member.process is not None and member.process.poll() is not None for member in cluster.etcd.values())
+    assert len(cluster.etcd) == 3
+    mounted = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    assert not [point for point in mounted if point.startswith(str(tmp_path))], mounted
 
 
 def test_a_publish_through_a_node_cut_off_from_the_owner_is_nacked_within_seconds(tmp_path):

@@ -43,7 +43,7 @@ CHANNEL_OPEN_OK = 0x0014000B  # channel.open-ok (20, 11)
 # What 0-8's consume and open-ok lack: an empty table, an empty long string (both 4 zero bytes).
 _MISSING_LAST_FIELD = b"\x00\x00\x00\x00"
 
-_index = struct.Struct(">I")
+_u32 = struct.Struct(">I")  # the ids of a method, a long string's or a table's size
 _channel_open_ok = struct.Struct(">BHIHHB")
 
 
@@ -120,8 +120,9 @@ def _unimplemented(index: int, name: str) -> UnimplementedMethod:
         method_class = type(name, (UnimplementedMethod,), {"__slots__": [], "name": name, "index": index})
         _unimplemented_classes[index] = method_class
     return method_class()
+
+
 _FIXED_SIZES = {"o": 1, "b": 1, "s": 2, "l": 4, "L": 8}
-_u32 = struct.Struct(">I")
 
 
 def _fields_fit(payload: bytes, fields: str) -> bool:
@@ -211,7 +212,7 @@ def connection_frame(method: Method) -> bytes:
     index = _OUTGOING_IDS.get(method.index)
     if index is None:
         return frame
-    return b"".join((frame[:7], _index.pack(index), frame[11:]))  # header, ids, fields and frame end
+    return b"".join((frame[:7], _u32.pack(index), frame[11:]))  # header, ids, fields and frame end
 
 
 def channel_open_ok_frame(channel: int) -> bytes:

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import requests
 
@@ -82,10 +82,7 @@ class FaultNode:
         return f"amqp://{user}:{password}@{self.address}:{AMQP_PORT}/%2F"
 
     def api_json(self, path: str, timeout: float = 2.0) -> Any:
-        reply = requests.get(f"http://{self.address}:{MANAGEMENT_PORT}/api/{path}", auth=("guest", "guest"),
-                             timeout=timeout)
-        reply.raise_for_status()
-        return reply.json()
+        return management_json(self.address, path, timeout)
 
     @property
     def running(self) -> bool:
@@ -101,7 +98,49 @@ class EtcdProcess:
     process: subprocess.Popen | None = None
 
 
-class FaultCluster:
+def management_json(address: str, path: str, timeout: float = 2.0) -> Any:
+    """GET /api/`path` of the management API on `address` (as guest); its JSON. Raises
+    requests.RequestException when the node does not answer, or answers with an error."""
+    reply = requests.get(f"http://{address}:{MANAGEMENT_PORT}/api/{path}", auth=("guest", "guest"), timeout=timeout)
+    reply.raise_for_status()
+    return reply.json()
+
+
+class NamespacedCluster:
+    """What a cluster of namespaced nodes is to `run.FaultRun`, whoever's brokers it runs (this
+    project's `FaultCluster`, RabbitMQ's `rabbitmq.RabbitCluster`): a context manager that
+    starts it on entering and undoes everything on leaving, also when starting fails half-way;
+    nodes by name, each with `api_json`."""
+
+    nodes: dict[str, Any]
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Undo what `start` did, however far it got (idempotent)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def queue_view(self, name: str, queue: str) -> dict[str, Any] | None:
+        """Node `name`'s /api/queues entry of `queue` (None if it does not answer)."""
+        try:
+            return self.nodes[name].api_json(f"queues/%2F/{queue}", timeout=1.0)
+        except (requests.RequestException, ValueError):
+            return None
+
+
+class FaultCluster(NamespacedCluster):
     """See the module docstring."""
 
     def __init__(self, directory: Path, *, session_ttl: int = 2, module: str = "amqp_server",
@@ -116,17 +155,6 @@ class FaultCluster:
         self.etcd: dict[str, EtcdProcess] = {}
         self.prefix = f"faults-{uuid.uuid4().hex[:6]}"
         self._mounts: list[Path] = []
-
-    def __enter__(self) -> "FaultCluster":
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # -- starting and stopping ---------------------------------------------------------------
 
@@ -219,13 +247,6 @@ class FaultCluster:
             return sorted(node["name"] for node in self.nodes[name].api_json("nodes"))
         except (requests.RequestException, ValueError):
             return []
-
-    def queue_view(self, name: str, queue: str) -> dict[str, Any] | None:
-        """Node `name`'s /api/queues entry of `queue` (None if it does not answer)."""
-        try:
-            return self.nodes[name].api_json(f"queues/%2F/{queue}", timeout=1.0)
-        except (requests.RequestException, ValueError):
-            return None
 
     def leader(self, queue: str) -> str | None:
         """The member that leads `queue` by its own account (None when none says it does)."""

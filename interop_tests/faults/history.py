@@ -127,7 +127,7 @@ def check(events: Iterable[dict[str, Any]]) -> Verdict:
         verdict.leaders_by_term[term] = sorted(by_node)
         # A node confirms in a term when its commit index moved while it said it led that term.
         confirming = sorted(node for node, commits in by_node.items() if len(commits) > 1 and max(commits) > min(commits))
-        if len(by_node) > 1 and len(confirming) > 1:
+        if len(confirming) > 1:
             verdict.terms_with_two_leaders[term] = confirming
     return verdict
 

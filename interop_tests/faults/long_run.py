@@ -46,19 +46,19 @@ def main(argv: list[str] | None = None) -> int:
     # Spread the faults over the time asked for: each fault's hold plus the pause after it.
     per_fault = options.minutes * 60 / options.faults
     with FaultCluster(out / "cluster", session_ttl=options.session_ttl, module=options.module) as cluster:
-        run = FaultRun(cluster, seed=seed)
-        run.start()
-        began = time.monotonic()
-        loads = []
-        for number in range(options.faults):
-            kind = schedule.choice(kinds)
-            hold = schedule.uniform(0.35, 0.65) * per_fault
-            run.inject(kind, hold)
-            run.settle(within=120)
-            left = began + (number + 1) * per_fault - time.monotonic()
-            time.sleep(max(1.0, left))
-            loads.append(os.getloadavg()[0])
-        outcome = run.finish(drain_within=600)
+        with FaultRun(cluster, seed=seed) as run:
+            run.start()
+            began = time.monotonic()
+            loads = []
+            for number in range(options.faults):
+                kind = schedule.choice(kinds)
+                hold = schedule.uniform(0.35, 0.65) * per_fault
+                run.inject(kind, hold)
+                run.settle(within=120)
+                left = began + (number + 1) * per_fault - time.monotonic()
+                time.sleep(max(1.0, left))
+                loads.append(os.getloadavg()[0])
+            outcome = run.finish(drain_within=600)
         minutes = (time.monotonic() - began) / 60
     table = markdown_table(outcome.table)
     summary = (f"seed {seed}, {options.faults} faults in {minutes:.1f} min, load average "

@@ -28,6 +28,7 @@ from typing import Any
 
 import requests
 
+from interop_tests.faults.cluster import NamespacedCluster, management_json
 from interop_tests.faults.history import markdown_table
 from interop_tests.faults.netns import Host, Network
 from interop_tests.faults.run import FaultRun
@@ -64,29 +65,16 @@ class RabbitNode:
         return self.broker.process is not None and self.broker.process.poll() is None
 
     def api_json(self, path: str, timeout: float = 2.0) -> Any:
-        reply = requests.get(f"http://{self.host.address}:15672/api/{path}", auth=("guest", "guest"), timeout=timeout)
-        reply.raise_for_status()
-        return reply.json()
+        return management_json(self.host.address, path, timeout)
 
 
-class RabbitCluster:
+class RabbitCluster(NamespacedCluster):
     """What `FaultRun` asks of a cluster, made of RabbitMQ nodes."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.network: Network | None = None
         self.nodes: dict[str, RabbitNode] = {}
-
-    def __enter__(self) -> "RabbitCluster":
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -152,12 +140,6 @@ class RabbitCluster:
         process.wait()
 
     # -- what FaultRun asks ------------------------------------------------------------------
-
-    def queue_view(self, name: str, queue: str) -> dict[str, Any] | None:
-        try:
-            return self.nodes[name].api_json(f"queues/%2F/{queue}", timeout=1.0)
-        except (requests.RequestException, ValueError):
-            return None
 
     def leader(self, queue: str) -> str | None:
         by_node_name = {node.node_name: name for name, node in self.nodes.items()}
@@ -227,14 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     schedule = random.Random(options.seed)
     per_fault = options.minutes * 60 / options.faults
     with RabbitCluster(out / "cluster") as cluster:
-        run = FaultRun(cluster, seed=options.seed)  # type: ignore[arg-type]
-        run.start()
-        began = time.monotonic()
-        for number in range(options.faults):
-            run.inject(schedule.choice(RABBITMQ_FAULTS), schedule.uniform(0.35, 0.65) * per_fault)
-            run.settle(within=180)
-            time.sleep(max(1.0, began + (number + 1) * per_fault - time.monotonic()))
-        outcome = run.finish(drain_within=600)
+        with FaultRun(cluster, seed=options.seed) as run:  # type: ignore[arg-type]
+            run.start()
+            began = time.monotonic()
+            for number in range(options.faults):
+                run.inject(schedule.choice(RABBITMQ_FAULTS), schedule.uniform(0.35, 0.65) * per_fault)
+                run.settle(within=180)
+                time.sleep(max(1.0, began + (number + 1) * per_fault - time.monotonic()))
+            outcome = run.finish(drain_within=600)
     print(f"RabbitMQ 3.10, seed {options.seed}: {outcome.verdict.summary()}")
     print(markdown_table(outcome.table))
     run.history.save(out / "history.jsonl")

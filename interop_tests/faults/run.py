@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import pika
 
@@ -44,6 +44,9 @@ class Outcome:
 
 
 class FaultRun:
+    """The run's clients and faults on `cluster`. A context manager: leaving it stops the
+    clients' threads, also when the run failed before `finish`."""
+
     def __init__(self, cluster: FaultCluster, *, seed: int, queue: str = QUEUE, **workload: Any) -> None:
         self.cluster = cluster
         self.queue = queue
@@ -52,6 +55,12 @@ class FaultRun:
         urls = {name: node.url() for name, node in cluster.nodes.items()}
         self.workload = Workload(urls, queue, self.history, observe=self._observe, **workload)
         self.log: list[str] = []
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.workload.stop()  # (again, after finish: a no-op)
 
     def say(self, text: str) -> None:
         line = f"[{self.history.now():7.1f} s] {text}"

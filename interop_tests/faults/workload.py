@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-import logging
 
 import aio_pika
 import aio_pika.exceptions
@@ -116,10 +115,14 @@ class Workload:
         return itertools.cycle(names)
 
     async def _connect(self, node: str) -> aio_pika.abc.AbstractConnection | None:
+        """A connection to `node`; None when it does not open one (refused, cut off, paused): the
+        node is then passed over (`_avoid`), after a short pause before the caller tries the next."""
         try:
             return await asyncio.wait_for(aio_pika.connect(self.urls[node], timeout=CONNECT_TIMEOUT_S),
                                           CONNECT_TIMEOUT_S + 1)
-        except Exception:  # refused, cut off, paused: the next node
+        except Exception:
+            self._avoid(node)
+            await asyncio.sleep(0.3)
             return None
 
     async def _close(self, connection: aio_pika.abc.AbstractConnection) -> None:
@@ -148,8 +151,6 @@ class Workload:
                 continue
             connection = await self._connect(node)
             if connection is None:
-                self._avoid(node)
-                await asyncio.sleep(0.3)
                 continue
             try:
                 channel = await asyncio.wait_for(connection.channel(publisher_confirms=True), CONNECT_TIMEOUT_S)
@@ -201,8 +202,6 @@ class Workload:
                 continue
             connection = await self._connect(node)
             if connection is None:
-                self._avoid(node)
-                await asyncio.sleep(0.3)
                 continue
             failed = asyncio.Event()
             try:
