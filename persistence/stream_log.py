@@ -327,10 +327,7 @@ class StreamLog(BufferedTail):
         self._next = offset + 1
         self._last_ts = ts
         if len(buffer) >= self.write_buffer_size:
-            try:
-                self.flush()
-            except OSError as err:
-                log.warning("writing to stream %s failed: %s; will retry", self._directory, err)
+            self._write_full_buffer()
         if self._external:
             self._appended_pending(position + size, ts)
         elif not self._sync_requested and self._committer is not None:
@@ -373,12 +370,18 @@ class StreamLog(BufferedTail):
         self._next = offset + 1
         self._last_ts = ts
         if len(buffer) >= self.write_buffer_size:
-            try:
-                self.flush()
-            except OSError as err:
-                log.warning("writing to stream %s failed: %s; will retry", self._directory, err)
+            self._write_full_buffer()
         self._appended_pending(position + size, ts)
         return offset
+
+    def _write_full_buffer(self) -> None:
+        """The buffer reached ``write_buffer_size`` after an append: write it. A failed write
+        keeps the records buffered, and the next flush retries (``append`` and ``append_record``
+        call this only when the buffer is full: nothing per record)."""
+        try:
+            self.flush()
+        except OSError as err:
+            log.warning("writing to stream %s failed: %s; will retry", self._directory, err)
 
     def _appended_pending(self, end: int, ts: int) -> None:
         """Committed by its owner: note where the record just appended ends, and tell the owner,

@@ -567,7 +567,7 @@ class Channel:
             raw_header = header_with_delivery_count(message, entry.delivery_count)
         if self.vhost.firehose is not None:
             self.vhost.firehose.delivered(consumer.queue.name, message, redelivered, self.connection, self.id)
-        self.connection.send_delivery(
+        self.connection.send_deliveries(
             codec.deliver_frames(
                 self.id,
                 tag_raw,
@@ -579,6 +579,7 @@ class Channel:
                 self.connection.max_body_frame,
             ),
             len(message.body),
+            1,
         )
 
     def deliver_many(self, consumer: Consumer, entries: list[QueueEntry]) -> None:

@@ -183,11 +183,9 @@ class ChannelConnection(Protocol):
 
     def send_frames(self, frames: list[bytes]) -> None: ...
 
-    def send_delivery(self, frames: list[bytes], body_size: int) -> None:
-        """The frames of one delivery (the connection may pause deliveries after it)."""
-
     def send_deliveries(self, frames: list[bytes], body_size: int, count: int) -> None:
-        """The frames of `count` deliveries, `body_size` bytes of bodies (as many send_delivery)."""
+        """The frames of `count` deliveries, `body_size` bytes of bodies (the connection may
+        pause deliveries after them)."""
 
     def confirms_pending(self, channel: Any) -> None:
         """`channel` has publisher confirms to send with the next write."""

@@ -588,20 +588,10 @@ class Connection:
             self.on_output()
         self._out.extend(frames)
 
-    def send_delivery(self, frames: list[bytes], body_size: int) -> None:
-        """The frames of one delivery; consumers pause once DELIVERY_BYTES_PER_WRITE wait."""
-        if not self._out:
-            self.on_output()
-        self._out.extend(frames)
-        self._delivery_bytes_unwritten += body_size
-        if self._delivery_bytes_unwritten > DELIVERY_BYTES_PER_WRITE:
-            self.deliveries_paused = True
-        self._delivery_count_unwritten += 1
-        if self._delivery_count_unwritten == EARLY_WRITE_DELIVERIES and self.on_early_write is not None:
-            self.on_early_write()
-
     def send_deliveries(self, frames: list[bytes], body_size: int, count: int) -> None:
-        """The frames of `count` deliveries at once, as `count` send_delivery calls would send them."""
+        """The frames of `count` deliveries (one basic.deliver, or a stream's batch), `body_size`
+        bytes of bodies; consumers pause once DELIVERY_BYTES_PER_WRITE wait, and the output is
+        written early once EARLY_WRITE_DELIVERIES deliveries wait."""
         if not self._out:
             self.on_output()
         self._out.extend(frames)
@@ -609,8 +599,8 @@ class Connection:
         if self._delivery_bytes_unwritten > DELIVERY_BYTES_PER_WRITE:
             self.deliveries_paused = True
         before = self._delivery_count_unwritten
-        self._delivery_count_unwritten = before + count
-        if before < EARLY_WRITE_DELIVERIES <= before + count and self.on_early_write is not None:
+        self._delivery_count_unwritten = after = before + count
+        if before < EARLY_WRITE_DELIVERIES <= after and self.on_early_write is not None:
             self.on_early_write()
 
     def _write(self, data: bytes) -> None:
