@@ -32,7 +32,7 @@ from persistence.record_format import LENGTH_AND_CRC, MIN_RECORD_LENGTH, RECORD_
 from persistence.segment_file import CorruptSegmentHeader, decode_header
 from persistence.segment_reader import file_identity
 from persistence.stream_index import read_exactly
-from spark.columnar import decode_columns
+from spark.columnar import decode_columns, record_batch
 from spark.data_loss import CorruptQueueRecord, LossPolicy
 from spark.internal_stores import delayed_exchange_of
 from spark.partition_reader import QUEUE_FILES_TYPE
@@ -148,32 +148,8 @@ def _messages(part: QueueRangePart, data: bytes, base: int,
 
 def _batch(part: QueueRangePart, columns: tuple[str, ...], not_null: frozenset[str], data: bytes, starts: np.ndarray,
            ends: np.ndarray, seqs: np.ndarray, published_ms: np.ndarray) -> pa.RecordBatch:
-    n = len(starts)
-    decoded = decode_columns(data, starts, ends, columns)
-    schema = arrow_schema(columns, not_null)
-    arrays = []
-    for field in schema:
-        name = field.name
-        if name in decoded:
-            array = decoded[name]
-        elif name == "seq":
-            array = pa.array(seqs)
-        elif name in ("published_at", "state_at"):
-            array = pa.array(published_ms * 1000, _TS)
-        elif name == "vhost":
-            array = pa.repeat(pa.scalar(part.vhost, pa.string()), n)
-        elif name == "queue":
-            array = pa.repeat(pa.scalar(part.queue, pa.string()), n)
-        elif name == "segment":
-            array = pa.repeat(pa.scalar(part.segment.name, pa.string()), n)
-        elif name == "archived":
-            array = pa.repeat(pa.scalar(part.segment.archived), n)
-        elif name == "delayed_exchange":
-            array = pa.repeat(pa.scalar(delayed_exchange_of(part.queue), pa.string()), n)
-        else:
-            value = _PUBLISHED[name]
-            array = pa.nulls(n, field.type) if value is None else pa.repeat(pa.scalar(value, field.type), n)
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        arrays.append(array if array.type == field.type else array.cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    at = pa.array(published_ms * 1000, _TS)
+    values = {**_PUBLISHED, "seq": pa.array(seqs), "published_at": at, "state_at": at, "vhost": part.vhost,
+              "queue": part.queue, "segment": part.segment.name, "archived": part.segment.archived,
+              "delayed_exchange": delayed_exchange_of(part.queue), **decode_columns(data, starts, ends, columns)}
+    return record_batch(arrow_schema(columns, not_null), len(starts), values)

@@ -47,7 +47,7 @@ from persistence.stream_segment import (
     CorruptStreamHeader,
     decode_header,
 )
-from spark.columnar import decode_columns
+from spark.columnar import decode_columns, record_batch
 from spark.data_loss import LossPolicy
 from spark.message_states import STREAM_STATE
 from spark.partition_reader import ScanRequest
@@ -334,29 +334,8 @@ def _row_filter(offsets: np.ndarray, timestamps: np.ndarray, request: ScanReques
 
 def _batch(part: StreamPart, request: ScanRequest, data: bytes, starts: np.ndarray, ends: np.ndarray,
            offsets: np.ndarray, timestamps: np.ndarray) -> pa.RecordBatch:
-    columns = request.columns
-    n = len(starts)
-    decoded = decode_columns(data, starts, ends, columns)
-    schema = arrow_schema(columns, request.not_null)
-    arrays = []
-    for field in schema:
-        name = field.name
-        if name in decoded:
-            array = decoded[name]
-        elif name == "seq":
-            array = pa.array(offsets)
-        elif name in ("published_at", "state_at"):
-            array = pa.array(timestamps * 1000, _TS)
-        elif name == "vhost":
-            array = pa.repeat(pa.scalar(part.vhost, pa.string()), n)
-        elif name == "queue":
-            array = pa.repeat(pa.scalar(part.stream, pa.string()), n)
-        elif name == "segment":
-            array = pa.repeat(pa.scalar(part.segment_name, pa.string()), n)
-        else:
-            value = _CONSTANT[name]
-            array = pa.nulls(n, field.type) if value is None else pa.repeat(pa.scalar(value, field.type), n)
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        arrays.append(array if array.type == field.type else array.cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    at = pa.array(timestamps * 1000, _TS)
+    values = {**_CONSTANT, "seq": pa.array(offsets), "published_at": at, "state_at": at, "vhost": part.vhost,
+              "queue": part.stream, "segment": part.segment_name,
+              **decode_columns(data, starts, ends, request.columns)}
+    return record_batch(arrow_schema(request.columns, request.not_null), len(starts), values)
