@@ -195,10 +195,14 @@ class SegmentScan:
         self.view.release()
 
 
-def trusted_record_offsets(data: bytes, header_length: int) -> list[int]:
+def trusted_record_offsets(data: bytes, header_length: int, damage: list[Damage] | None = None) -> list[int]:
     """The offsets of the records ``SegmentScan.records()`` yields for a segment's bytes, by the same
     rules, without a generator step and a RawRecord per record (the Spark reader's record index,
-    spark.segment_index, reads the rest of each record for all records at once)."""
+    spark.segment_index, reads the rest of each record for all records at once).
+
+    With ``damage``, what the walk did not trust is appended to it, as ``SegmentScan`` reports it:
+    each damaged record stepped over (it ends before the bytes do), then where the walk stopped,
+    when that is before the end (to the end of the bytes)."""
     view = memoryview(data)
     size = len(data)
     limit = size - RECORD_HEAD.size  # fewer bytes left: no record can start there (_frame_problem)
@@ -206,6 +210,7 @@ def trusted_record_offsets(data: bytes, header_length: int) -> list[int]:
     offsets: list[int] = []
     keep = offsets.append
     pos = header_length
+    crc_failed = False
     while pos <= limit:
         length, crc = head(data, pos)
         end = pos + 4 + length
@@ -213,12 +218,17 @@ def trusted_record_offsets(data: bytes, header_length: int) -> list[int]:
             break  # _frame_problem: zero-filled tail, invalid length or torn record
         if crc32(view[pos + 8 : end]) != crc:
             if end < size and _is_valid_record(data, view, end):
+                if damage is not None:
+                    damage.append(Damage(pos, end - pos, "CRC mismatch (record skipped)"))
                 pos = end  # one damaged record with an intact length: skipped
                 continue
+            crc_failed = True
             break
         keep(pos)
         pos = end
     view.release()
+    if damage is not None and pos < size:
+        damage.append(Damage(pos, size - pos, "CRC mismatch" if crc_failed else _frame_problem(data, pos) or ""))
     return offsets
 
 

@@ -65,6 +65,28 @@ def decode_columns(data: bytes, starts: np.ndarray, ends: np.ndarray, columns: t
     return _Batch(data, starts, ends).decode(wanted)
 
 
+def record_batch(schema: pa.Schema, n: int, values: dict[str, Any]) -> pa.RecordBatch:
+    """The batch of ``n`` rows of ``schema`` whose column ``name`` is ``values[name]``: an Arrow
+    array (cast to the schema's type when it differs), or one value every row has (None: null)."""
+    arrays = []
+    for field in schema:
+        value = values[field.name]
+        if isinstance(value, (pa.Array, pa.ChunkedArray)):
+            arrays.append(conform(value, field.type))
+        elif value is None:
+            arrays.append(pa.nulls(n, field.type))
+        else:
+            arrays.append(pa.repeat(pa.scalar(value, field.type), n))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def conform(array: pa.Array | pa.ChunkedArray, arrow_type: pa.DataType) -> pa.Array:
+    """``array`` as one chunk of ``arrow_type``."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    return array if array.type == arrow_type else array.cast(arrow_type)
+
+
 class _Batch:
     """The fields of one batch of message records, located for all records at once."""
 

@@ -27,6 +27,8 @@ from typing import Any, Iterator
 from pamqp import commands, frame as pamqp_frame
 from pamqp.exceptions import UnmarshalingException
 
+from persistence.properties_format import HEADERS_TABLE, PROPERTY_KINDS, PROPERTY_NAMES
+
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 CHANNEL = 1
 _FRAME_HEAD = struct.Struct(">BHI")
@@ -88,7 +90,7 @@ class ConfirmedPublisher:
                     chunk += self._publish_frames(exchange, routing_key, properties, body)
                     self._sent += 1
                 if chunk:
-                    self._send(bytes(chunk))
+                    self._send(chunk)
                 self._read(wait=False)
                 continue
             if exhausted and self._confirmed >= self._sent:
@@ -98,6 +100,8 @@ class ConfirmedPublisher:
     def _publish_frames(self, exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
         method = self._methods.get((exchange, routing_key))
         if method is None:
+            # Built here, not by pamqp's Basic.Publish: pamqp refuses exchange names RabbitMQ (and
+            # this broker) accept, non-ASCII ones and those over 127 characters.
             payload = _METHOD_IDS.pack(_BASIC, 40) + b"\x00\x00" + _shortstr(exchange, "exchange") + \
                 _shortstr(routing_key, "routing_key") + (b"\x01" if self.mandatory else b"\x00")
             method = _frame(1, payload)
@@ -109,7 +113,7 @@ class ConfirmedPublisher:
             return method + header + (_frame(3, body) if body else b"")
         return method + header + b"".join(_frame(3, body[i : i + room]) for i in range(0, len(body), room))
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: bytes | bytearray) -> None:
         assert self._sock is not None
         try:
             self._sock.sendall(data)
@@ -254,14 +258,10 @@ def _shortstr(value: str, what: str) -> bytes:
 
 # ---- the basic properties ----------------------------------------------------------------------------
 
-# The basic properties in the order of their flag bits (AMQP 0-9-1 section 4.2.6.1, docs/queue-files.md 3.4).
-PROPERTY_FLAGS = (
-    ("content_type", 0x8000), ("content_encoding", 0x4000), ("headers", 0x2000), ("delivery_mode", 0x1000),
-    ("priority", 0x0800), ("correlation_id", 0x0400), ("reply_to", 0x0200), ("expiration", 0x0100),
-    ("message_id", 0x0080), ("timestamp", 0x0040), ("type", 0x0020), ("user_id", 0x0010), ("app_id", 0x0008),
-    ("cluster_id", 0x0004),
-)
-_OCTETS = ("delivery_mode", "priority")
+# The basic properties in wire order, each with its flag bit (AMQP 0-9-1 section 4.2.6.1) and kind
+# (a short string, the headers table, or a fixed width: persistence.properties_format, the source's
+# decoder, reads them by the same table).
+PROPERTY_FLAGS = tuple((name, 0x8000 >> i, kind) for i, (name, kind) in enumerate(zip(PROPERTY_NAMES, PROPERTY_KINDS)))
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
@@ -271,21 +271,21 @@ _F64 = struct.Struct(">d")
 
 def encode_properties(values: dict[str, Any]) -> bytes:
     """The property flags and list of a content header for the properties in ``values`` (names
-    as in ``PROPERTY_FLAGS``; a None value is absent); ``timestamp`` in seconds."""
+    as in ``PROPERTY_NAMES``; a None value is absent); ``timestamp`` in seconds."""
     flags = 0
     parts = []
-    for name, flag in PROPERTY_FLAGS:
+    for name, flag, kind in PROPERTY_FLAGS:
         value = values.get(name)
         if value is None:
             continue
         flags |= flag
-        if name in _OCTETS:
+        if kind == 1:  # delivery_mode, priority: an octet
             if not 0 <= value <= 255:
                 raise ValueError(f"amqp-queue sink: {name} must be 0..255, not {value}")
             parts.append(bytes((value,)))
-        elif name == "headers":
+        elif kind == HEADERS_TABLE:
             parts.append(encode_table(value))
-        elif name == "timestamp":
+        elif kind == 8:  # timestamp
             parts.append(_U64.pack(value))
         else:
             parts.append(_shortstr(value, name))
@@ -293,7 +293,10 @@ def encode_properties(values: dict[str, Any]) -> bytes:
 
 
 def encode_table(table: dict[str, Any]) -> bytes:
-    """An AMQP field table (strings as long strings, integers as 64-bit, floats as doubles)."""
+    """An AMQP field table (strings as long strings, integers as 64-bit, floats as doubles).
+
+    Not pamqp's ``encode.field_table``: it writes a float as a 32-bit ``f`` (1.1 reads back as
+    1.100000023841858) and refuses ``bytes`` (Spark's binary map values)."""
     out = bytearray()
     for key, value in table.items():
         out += _shortstr(str(key), "a header name")

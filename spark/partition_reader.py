@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from persistence.segment_file import CorruptSegmentHeader
 from persistence.segment_reader import SnapshotScan, snapshot_scan
-from spark.columnar import decode_columns
+from spark.columnar import decode_columns, record_batch
 from spark.message_states import EVENT_NAMES, REASON_NAMES, STATE_NAMES, EventCollector, StateEvents, concat, replay
 from spark.internal_stores import delayed_exchange_of
 from spark.queue_snapshot import SegmentRef
@@ -233,32 +233,13 @@ def _batch(part: SegmentPart, request: ScanRequest, messages: SegmentMessages, o
         contiguous = n and rows[-1] - rows[0] + 1 == n
         taken = side_table.slice(int(rows[0]), n) if contiguous else side_table.take(pa.array(rows))
         decoded = {name: taken.column(name) for name in _message_columns(columns)}
-    arrays = []
+    values = {"vhost": part.vhost, "queue": part.queue, "queue_type": QUEUE_FILES_TYPE,
+              "delayed_exchange": delayed_exchange_of(part.queue), "segment": part.segment.name,
+              "archived": part.segment.archived, **decoded}
     for name in columns:
-        if name in decoded:
-            arrays.append(decoded[name])
-        elif name == "vhost":
-            arrays.append(pa.repeat(pa.scalar(part.vhost, pa.string()), n))
-        elif name == "queue":
-            arrays.append(pa.repeat(pa.scalar(part.queue, pa.string()), n))
-        elif name == "queue_type":
-            arrays.append(pa.repeat(pa.scalar(QUEUE_FILES_TYPE, pa.string()), n))
-        elif name == "delayed_exchange":
-            arrays.append(pa.repeat(pa.scalar(delayed_exchange_of(part.queue), pa.string()), n))
-        elif name == "segment":
-            arrays.append(pa.repeat(pa.scalar(part.segment.name, pa.string()), n))
-        elif name == "archived":
-            arrays.append(pa.repeat(pa.scalar(part.segment.archived), n))
-        else:
-            arrays.append(_state_column(name, messages, outcome, rows))
-    schema = arrow_schema(columns, request.not_null)
-    return pa.RecordBatch.from_arrays([_conform(a, f.type) for a, f in zip(arrays, schema)], schema=schema)
-
-
-def _conform(array, arrow_type: pa.DataType):
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    return array if array.type == arrow_type else array.cast(arrow_type)
+        if name not in values:
+            values[name] = _state_column(name, messages, outcome, rows)
+    return record_batch(arrow_schema(columns, request.not_null), n, values)
 
 
 def _state_column(name: str, messages: SegmentMessages, outcome, rows: np.ndarray) -> pa.Array:

@@ -11,28 +11,27 @@ then gives the same rows, even if consumers took the messages in between.
 The range (``QueueRangePart``, planned by ``streaming_plan`` on the driver) starts at a record
 boundary and ends at one (or at the segment's size measured at planning, for a segment the broker
 no longer writes); only message records whose ``seq`` is in the part's range are returned. The
-records are checked as recovery checks them (docs/queue-files.md section 4): a record whose CRC
-fails, or bytes that are not a record, are damage: ``CorruptQueueRecord`` with
-``failOnDataLoss=true``, skipped (one record, or the rest of the range when its length cannot be
-trusted) and logged with ``false``. A segment gone before the task reads it (all its messages
+records are walked as recovery walks them (``segment_file.trusted_record_offsets``,
+docs/queue-files.md section 4): a record whose CRC fails, or bytes that are not a record, are
+damage: ``CorruptQueueRecord`` with ``failOnDataLoss=true``, skipped (one record when a trusted
+record follows it, else the rest of the range) and logged with ``false``. A segment gone before the task reads it (all its messages
 settled, archiving off) is data loss, handled the same way.
 """
 
 from __future__ import annotations
 
 import os
-import zlib
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from persistence.record_format import LENGTH_AND_CRC, MIN_RECORD_LENGTH, RECORD_HEAD, RecordType
-from persistence.segment_file import CorruptSegmentHeader, decode_header
+from persistence.record_format import RECORD_HEAD, RecordType
+from persistence.segment_file import CorruptSegmentHeader, Damage, decode_header, trusted_record_offsets
 from persistence.segment_reader import file_identity
 from persistence.stream_index import read_exactly
-from spark.columnar import decode_columns
+from spark.columnar import decode_columns, record_batch
 from spark.data_loss import CorruptQueueRecord, LossPolicy
 from spark.internal_stores import delayed_exchange_of
 from spark.partition_reader import QUEUE_FILES_TYPE
@@ -109,32 +108,16 @@ def _load(part: QueueRangePart, policy: LossPolicy) -> tuple[bytes, int] | None:
 def _messages(part: QueueRangePart, data: bytes, base: int,
               policy: LossPolicy) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(payload starts, record ends, seqs, publish times) of the range's message records."""
-    view = memoryview(data)
-    size = len(data)
-    head, crc32 = LENGTH_AND_CRC.unpack_from, zlib.crc32
-    spans: list[int] = []
-    keep = spans.append
-    pos = 0
-    try:
-        while pos < size:
-            if size - pos < RECORD_HEAD.size:
-                policy.damaged(CorruptQueueRecord(part.segment.path, base + pos, "torn record (partial header)"))
-                break
-            length, crc = head(data, pos)
-            end = pos + 4 + length
-            if length < MIN_RECORD_LENGTH or end > size:
-                policy.damaged(CorruptQueueRecord(part.segment.path, base + pos,
-                                                  f"invalid record length {length}: the rest of the range is lost"))
-                break
-            if crc32(view[pos + 8 : end]) != crc:
-                policy.damaged(CorruptQueueRecord(part.segment.path, base + pos, "CRC mismatch"), 1)
-            elif data[pos + 8] == _MESSAGE:
-                keep(pos)
-            pos = end
-    finally:
-        view.release()
-    positions = np.array(spans, np.int64)
+    damage: list[Damage] = []
+    positions = np.array(trusted_record_offsets(data, 0, damage), np.int64)  # recovery's walk
+    for bad in damage:
+        if bad.offset + bad.length < len(data):  # one record, a good one after it
+            policy.damaged(CorruptQueueRecord(part.segment.path, base + bad.offset, "CRC mismatch"), 1)
+        else:
+            policy.damaged(CorruptQueueRecord(part.segment.path, base + bad.offset,
+                                              f"{bad.reason}: the rest of the range is lost"))
     d = np.frombuffer(data, np.uint8)
+    positions = positions[d[positions + RECORD_HEAD.size - 1] == _MESSAGE]
     ends = positions + 4 + be_uint(d, positions, 4)
     short = ends - positions < RECORD_HEAD.size + 16
     if short.any():  # a message record too short for its seq and time: malformed, as recovery sees it
@@ -148,32 +131,8 @@ def _messages(part: QueueRangePart, data: bytes, base: int,
 
 def _batch(part: QueueRangePart, columns: tuple[str, ...], not_null: frozenset[str], data: bytes, starts: np.ndarray,
            ends: np.ndarray, seqs: np.ndarray, published_ms: np.ndarray) -> pa.RecordBatch:
-    n = len(starts)
-    decoded = decode_columns(data, starts, ends, columns)
-    schema = arrow_schema(columns, not_null)
-    arrays = []
-    for field in schema:
-        name = field.name
-        if name in decoded:
-            array = decoded[name]
-        elif name == "seq":
-            array = pa.array(seqs)
-        elif name in ("published_at", "state_at"):
-            array = pa.array(published_ms * 1000, _TS)
-        elif name == "vhost":
-            array = pa.repeat(pa.scalar(part.vhost, pa.string()), n)
-        elif name == "queue":
-            array = pa.repeat(pa.scalar(part.queue, pa.string()), n)
-        elif name == "segment":
-            array = pa.repeat(pa.scalar(part.segment.name, pa.string()), n)
-        elif name == "archived":
-            array = pa.repeat(pa.scalar(part.segment.archived), n)
-        elif name == "delayed_exchange":
-            array = pa.repeat(pa.scalar(delayed_exchange_of(part.queue), pa.string()), n)
-        else:
-            value = _PUBLISHED[name]
-            array = pa.nulls(n, field.type) if value is None else pa.repeat(pa.scalar(value, field.type), n)
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        arrays.append(array if array.type == field.type else array.cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    at = pa.array(published_ms * 1000, _TS)
+    values = {**_PUBLISHED, "seq": pa.array(seqs), "published_at": at, "state_at": at, "vhost": part.vhost,
+              "queue": part.queue, "segment": part.segment.name, "archived": part.segment.archived,
+              "delayed_exchange": delayed_exchange_of(part.queue), **decode_columns(data, starts, ends, columns)}
+    return record_batch(arrow_schema(columns, not_null), len(starts), values)

@@ -4,13 +4,13 @@ Plain Python, pyarrow and numpy, like ``partition_reader`` for queue segments.
 The range was planned by ``stream_snapshot``: it starts and ends at record
 boundaries of the committed part of the segment, so every byte in it belongs to
 a whole, committed record. The range is read with one ``pread``; the records
-are walked in a tight loop that checks each length and CRC (once per Python
-worker: the positions found are kept, up to 64 MiB of them, since committed
-bytes never change); offsets, timestamps
-and filter value lengths are then read for all records at once with numpy, and
-the message columns are decoded by ``columnar.decode_columns``, the decoder of
-queue records (a stream record's message fields are a queue message record's,
-after its offset, timestamp and filter value: docs/stream-files.md section 3.2).
+are walked by recovery's rules (``segment_file.trusted_record_offsets``, a tight loop that checks
+each length and CRC), once per Python worker (the positions found are kept, up to 64 MiB of
+them, since committed bytes never change); offsets, timestamps and filter value lengths are
+then read for all records at once with numpy, and the message columns are decoded by
+``columnar.decode_columns``, the decoder of queue records (a stream record's message fields are
+a queue message record's, after its offset, timestamp and filter value: docs/stream-files.md
+section 3.2).
 
 Damage fails the read with ``CorruptStreamRecord`` naming the file, the byte
 position and the offset expected there: a record that does not fit the range,
@@ -26,8 +26,8 @@ nothing happened to yet. ``queue_type`` is ``stream``.
 
 from __future__ import annotations
 
+import bisect
 import os
-import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator
@@ -35,7 +35,8 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from persistence.record_format import LENGTH_AND_CRC, MESSAGE_FIELDS_AT, MIN_RECORD_LENGTH
+from persistence.record_format import MESSAGE_FIELDS_AT
+from persistence.segment_file import Damage, trusted_record_offsets
 from persistence.segment_reader import file_identity
 from persistence.stream_cursor import CorruptStreamRecord
 from persistence.stream_index import read_exactly
@@ -47,7 +48,7 @@ from persistence.stream_segment import (
     CorruptStreamHeader,
     decode_header,
 )
-from spark.columnar import decode_columns
+from spark.columnar import decode_columns, record_batch
 from spark.data_loss import LossPolicy
 from spark.message_states import STREAM_STATE
 from spark.partition_reader import ScanRequest
@@ -207,57 +208,22 @@ def clear_cache() -> None:
 
 def _walk(data: bytes, base: int, part: StreamPart) -> np.ndarray:
     """The position in ``data`` of every record, each checked whole and by its CRC."""
-    view = memoryview(data)
-    size = len(data)
-    head, crc32 = LENGTH_AND_CRC.unpack_from, zlib.crc32
-    positions: list[int] = []
-    keep = positions.append
-    pos = 0
-    try:
-        while pos < size:
-            if size - pos < 9:
-                raise _damage(part, base, pos, positions, data, "torn record (partial header)")
-            length, crc = head(data, pos)
-            end = pos + 4 + length
-            if length < MIN_RECORD_LENGTH:
-                raise _damage(part, base, pos, positions, data, f"invalid record length {length}")
-            if end > size:
-                raise _damage(part, base, pos, positions, data,
-                              f"torn record (length {length} runs {end - size} bytes past the committed end)")
-            if crc32(view[pos + 8 : end]) != crc:
-                raise _damage(part, base, pos, positions, data, "CRC mismatch")
-            keep(pos)
-            pos = end
-    finally:
-        view.release()
+    damage: list[Damage] = []
+    positions = trusted_record_offsets(data, 0, damage)
+    if damage:
+        raise _damage(part, base, damage[0], positions, data)
     return np.array(positions, np.int64)
 
 
 def _positions_skipping_damage(data: bytes, base: int, part: StreamPart, policy: LossPolicy) -> np.ndarray:
-    """The positions of the records of the range that pass their checks (``failOnDataLoss=false``):
-    a record whose CRC fails, with a good record right after it, is skipped; bytes that are not a
-    record end the range (nothing tells where the next record starts). Each is logged; the offsets
-    they cost are counted by ``_drop_unreadable``."""
-    view = memoryview(data)
-    size = len(data)
-    head, crc32 = LENGTH_AND_CRC.unpack_from, zlib.crc32
-    positions: list[int] = []
-    pos = 0
-    try:
-        while pos < size:
-            length, crc = head(data, pos) if size - pos >= 9 else (0, 0)
-            end = pos + 4 + length
-            if length < MIN_RECORD_LENGTH or end > size:
-                policy.damaged(_damage(part, base, pos, positions, data, "bytes that are not a record, to the end of "
-                                       "the range"))
-                break
-            if crc32(view[pos + 8 : end]) != crc:
-                policy.damaged(_damage(part, base, pos, positions, data, "CRC mismatch"))
-            else:
-                positions.append(pos)
-            pos = end
-    finally:
-        view.release()
+    """The positions of the records of the range that pass their checks (``failOnDataLoss=false``),
+    by recovery's rules: a record whose CRC fails, with a good record right after it, is skipped;
+    bytes that are not a record end the range (nothing tells where the next record starts). Each
+    is logged; the offsets they cost are counted by ``_drop_unreadable``."""
+    damage: list[Damage] = []
+    positions = trusted_record_offsets(data, 0, damage)
+    for bad in damage:
+        policy.damaged(_damage(part, base, bad, positions, data))
     return np.array(positions, np.int64)
 
 
@@ -282,11 +248,17 @@ def _drop_unreadable(part: StreamPart, base: int, positions: np.ndarray, ends: n
     return positions[keep], ends[keep], kept, timestamps[keep], n_filter[keep]
 
 
-def _damage(part: StreamPart, base: int, pos: int, positions: list[int], data: bytes, reason: str) -> CorruptStreamRecord:
+def _damage(part: StreamPart, base: int, bad: Damage, positions: list[int], data: bytes) -> CorruptStreamRecord:
+    """``bad`` as the error that names the file, the byte and the offset expected there."""
+    before = bisect.bisect_left(positions, bad.offset)
     expected = part.start_offset
-    if positions:
-        expected = int.from_bytes(data[positions[-1] + 9 : positions[-1] + 17], "big") + 1
-    return CorruptStreamRecord(part.path, base + pos, expected, reason)
+    if before:
+        expected = int.from_bytes(data[positions[before - 1] + 9 : positions[before - 1] + 17], "big") + 1
+    if bad.offset + bad.length < len(data):
+        reason = "CRC mismatch"  # one record, a good one after it (skipped with failOnDataLoss=false)
+    else:
+        reason = f"{bad.reason} (no record can be found after it: the rest of the range is unread)"
+    return CorruptStreamRecord(part.path, base + bad.offset, expected, reason)
 
 
 def _check(part: StreamPart, base: int, positions: np.ndarray, ends: np.ndarray, offsets: np.ndarray,
@@ -334,29 +306,8 @@ def _row_filter(offsets: np.ndarray, timestamps: np.ndarray, request: ScanReques
 
 def _batch(part: StreamPart, request: ScanRequest, data: bytes, starts: np.ndarray, ends: np.ndarray,
            offsets: np.ndarray, timestamps: np.ndarray) -> pa.RecordBatch:
-    columns = request.columns
-    n = len(starts)
-    decoded = decode_columns(data, starts, ends, columns)
-    schema = arrow_schema(columns, request.not_null)
-    arrays = []
-    for field in schema:
-        name = field.name
-        if name in decoded:
-            array = decoded[name]
-        elif name == "seq":
-            array = pa.array(offsets)
-        elif name in ("published_at", "state_at"):
-            array = pa.array(timestamps * 1000, _TS)
-        elif name == "vhost":
-            array = pa.repeat(pa.scalar(part.vhost, pa.string()), n)
-        elif name == "queue":
-            array = pa.repeat(pa.scalar(part.stream, pa.string()), n)
-        elif name == "segment":
-            array = pa.repeat(pa.scalar(part.segment_name, pa.string()), n)
-        else:
-            value = _CONSTANT[name]
-            array = pa.nulls(n, field.type) if value is None else pa.repeat(pa.scalar(value, field.type), n)
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        arrays.append(array if array.type == field.type else array.cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    at = pa.array(timestamps * 1000, _TS)
+    values = {**_CONSTANT, "seq": pa.array(offsets), "published_at": at, "state_at": at, "vhost": part.vhost,
+              "queue": part.stream, "segment": part.segment_name,
+              **decode_columns(data, starts, ends, request.columns)}
+    return record_batch(arrow_schema(request.columns, request.not_null), len(starts), values)

@@ -26,7 +26,7 @@ from persistence.record_format import (  # noqa: E402
     min_state_payload,
     state_fields,
 )
-from persistence.segment_file import HEADER_SIZE, encode_header  # noqa: E402
+from persistence.segment_file import HEADER_SIZE, encode_header, trusted_record_offsets  # noqa: E402
 from persistence.segment_reader import SnapshotScan  # noqa: E402
 from spark import columnar  # noqa: E402
 from spark.message_states import EventCollector  # noqa: E402
@@ -197,7 +197,10 @@ def test_the_fast_decoder_of_one_column_does_not_depend_on_the_others():
 
 
 def _reference_walk(data: bytes):
-    return list(SnapshotScan(Path("/nonexistent"), data).records())  # recovery's walk, over these bytes
+    """(records, damage met) by recovery's walk over these bytes."""
+    scan = SnapshotScan(Path("/nonexistent"), data)
+    records = list(scan.records())
+    return records, [*scan.skipped, *([scan.damage] if scan.damage else [])]
 
 
 def _states():
@@ -229,9 +232,13 @@ def test_the_record_walk_finds_the_records_recovery_finds(damage):
     elif damage == "last crc":
         data[-1] ^= 0xFF
     data = bytes(data)
-    reference = _reference_walk(data)
+    reference, reference_damage = _reference_walk(data)
     starts, ends = record_spans(data, HEADER_SIZE)
     assert list(zip(starts.tolist(), ends.tolist())) == [(r.offset, r.end) for r in reference]
+    found: list = []
+    assert trusted_record_offsets(data, HEADER_SIZE, found) == starts.tolist()
+    assert found == reference_damage  # what the streaming source reports (spark.segment_index.walk_range)
+    assert bool(found) == (damage not in ("none", "out of order"))
 
     collector = EventCollector()
     message_starts, seen = [], 0

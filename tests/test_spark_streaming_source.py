@@ -418,6 +418,27 @@ def test_a_torn_or_corrupt_queue_record_fails_the_query_or_is_skipped(tmp_path, 
     assert "CRC mismatch" in caplog.text
 
 
+def test_a_queue_record_damaged_after_the_batch_was_planned_fails_the_task_or_is_skipped(tmp_path, caplog):
+    store = open_queue(tmp_path, segment_size=1 << 20)
+    publish(store, 50)
+    store.close()
+    r, lenient = reader(tmp_path), reader(tmp_path, failOnDataLoss="false")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())  # planned over sound records: the tasks check again
+    segment = next(tmp_path.rglob("*.seg"))
+    data = segment.read_bytes()
+    at = 40
+    for _ in range(20):  # to record 20 (seq 21)
+        at += 4 + int.from_bytes(data[at : at + 4], "big")
+    corrupt(segment, at + 4 + int.from_bytes(data[at : at + 4], "big") - 1)  # its body's last byte
+    with pytest.raises(CorruptQueueRecord, match=f"byte {at}: CRC mismatch"):
+        read_all(r, start, end)
+    with caplog.at_level(logging.WARNING, "spark.amqp_queue"):
+        rows = read_all(lenient, start, end)
+    assert sorted(s for _, s in rows) == [s for s in range(1, 51) if s != 21]
+    assert "CRC mismatch" in caplog.text
+
+
 # ---- the sink's pieces -----------------------------------------------------------------------
 
 
