@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
-from amqp_server.federation import bindings as names, methods
+from amqp_server.federation import bindings as names
 from amqp_server.federation.bindings import BIND, BindingMirror, UpstreamBinding
 from amqp_server.federation.demand import DemandWatch
 from amqp_server.federation.loops import FEDERATION_PURPOSE, INTERNAL_PURPOSE_ARGUMENT
 from amqp_server.federation.message_headers import UnreadableHeader, exchange_forward, queue_forward
 from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey, LinkStatus
 from amqp_server.federation.upstreams import NO_ACK, ON_CONFIRM, ON_PUBLISH, Upstream, safe_uri
+from amqp_server.peer_link import methods
 from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection
 from amqp_server.peer_link.reconnecting import AddressCycle, connect_first
 from amqp_server.peer_link.uri import PeerAddress, parse_uri

@@ -43,6 +43,7 @@ from pamqp import commands
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
+from amqp_server.peer_link import methods
 from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection
 from amqp_server.peer_link.reconnecting import AddressCycle, Reconnects, connect_first, is_permanent
 from amqp_server.shovel.definition import (
@@ -276,9 +277,9 @@ class Shovel:
             count = await self._ensure_queue(link, queue, definition.src_queue_args)
             channel = self._src_channel  # (a new one if the passive declare's 404 closed the first)
         else:
-            declared = await link.call(channel, commands.Queue.Declare(exclusive=True), commands.Queue.DeclareOk)
+            declared = await link.call(channel, methods.queue_declare(exclusive=True), commands.Queue.DeclareOk)
             queue, count = declared.queue, 0
-            await link.call(channel, commands.Queue.Bind(queue=queue, exchange=definition.src_exchange or "",
+            await link.call(channel, methods.queue_bind(queue=queue, exchange=definition.src_exchange or "",
                                                          routing_key=definition.src_exchange_key),
                             commands.Queue.BindOk)
         if definition.delete_after is DeleteAfter.QUEUE_LENGTH:
@@ -296,7 +297,7 @@ class Shovel:
         # shovel consumes (and may cancel, src-delete-after) from the moment it asks.
         self._consuming = True
         self._consumer_tag = f"amq.ctag-shovel-{os.urandom(8).hex()}"
-        await link.call(channel, commands.Basic.Consume(
+        await link.call(channel, methods.basic_consume(
             queue=queue, consumer_tag=self._consumer_tag, no_ack=no_ack,
             arguments=definition.src_consumer_args or None), commands.Basic.ConsumeOk)
 
@@ -304,15 +305,15 @@ class Shovel:
         """The queue's message count: declared passively, or declared durable with `arguments`
         when it does not exist (as RabbitMQ's shovel). The channel a 404 closes is reopened."""
         try:
-            reply = await link.call(self._channel_of(link), commands.Queue.Declare(queue=queue, passive=True),
+            reply = await link.call(self._channel_of(link), methods.queue_declare(queue=queue, passive=True),
                                     commands.Queue.DeclareOk)
         except ChannelClosed as closed:
             if closed.code != errors.NOT_FOUND:
                 raise
             channel = await link.open_channel()
             self._set_channel_of(link, channel)
-            reply = await link.call(channel, commands.Queue.Declare(queue=queue, durable=True,
-                                                                    arguments=arguments or None),
+            reply = await link.call(channel, methods.queue_declare(queue=queue, durable=True,
+                                                                   arguments=arguments or None),
                                     commands.Queue.DeclareOk)
         return int(reply.message_count)
 
@@ -447,7 +448,7 @@ class Shovel:
         self._consuming = False
         source = self._source
         if source is not None and self._consumer_tag:
-            source.send(self._src_channel, commands.Basic.Cancel(consumer_tag=self._consumer_tag, nowait=True))
+            source.send(self._src_channel, methods.basic_cancel(consumer_tag=self._consumer_tag, nowait=True))
         if self.definition.ack_mode is AckMode.NO_ACK:
             self._complete()
         elif self.definition.ack_mode is AckMode.ON_CONFIRM and not self._unconfirmed:
