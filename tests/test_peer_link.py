@@ -1,6 +1,7 @@
 """The peer link client against this broker served in the test's event loop: login, a channel's
 setup methods, publishes with confirms, a consumer with a prefetch and acks on it, a refused login
-and an unreachable address reported with their causes, and host lists tried in order."""
+and an unreachable address reported with their causes, and host lists tried in order; and the
+confirm window that turns a destination's confirms into acks on the source."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from amqp_server.broker.broker import Broker
 from amqp_server.config.auth import hash_password
 from amqp_server.config.settings import ServerConfig, UserConfig
 from amqp_server.peer_link.client import LinkError, PeerConnection
+from amqp_server.peer_link.confirms import ConfirmWindow
 from amqp_server.peer_link.reconnecting import AddressCycle, connect_first, is_permanent
 from amqp_server.peer_link.uri import parse_uri, parse_uris
 from amqp_server.runtime.server import AMQPServer
@@ -142,3 +144,42 @@ def test_a_refused_login_and_an_unreachable_broker_are_reported_with_their_cause
         await server.stop()
 
     asyncio.run(main())
+
+
+class Refused:
+    def __init__(self) -> None:
+        self.tags: list[int] = []
+
+    def refused(self, tag: int) -> None:
+        self.tags.append(tag)
+
+
+def test_a_confirm_window_acks_the_source_only_up_to_what_is_confirmed_in_order() -> None:
+    window, refused = ConfirmWindow(), Refused()
+    for tag in (11, 12, 13, 14, 15):
+        window.published(tag)
+    # 2 and 3 confirmed before 1 (1 waits for its fsync): nothing may be acked yet
+    assert window.settle(2, False, True, refused) == (0, 0)
+    assert window.settle(3, False, True, refused) == (0, 0)
+    assert len(window) == 5
+    # 1 comes: 1, 2 and 3 together, as one multiple ack up to 13
+    assert window.settle(1, False, True, refused) == (13, 3)
+    # 5 refused ahead of 4: nacked at once; 4's ack then settles both, acking 14 only
+    assert window.settle(5, False, False, refused) == (0, 0)
+    assert refused.tags == [15]
+    assert window.settle(4, False, True, refused) == (14, 1)
+    assert len(window) == 0 and refused.tags == [15]
+
+
+def test_a_multiple_confirm_settles_the_prefix_and_a_multiple_nack_refuses_each() -> None:
+    window, refused = ConfirmWindow(), Refused()
+    for tag in range(1, 7):
+        window.published(tag)
+    assert window.settle(4, False, True, refused) == (0, 0)  # ahead
+    assert window.settle(3, True, True, refused) == (4, 4)  # 1-3, and 4 that came ahead
+    assert window.settle(4, False, True, refused) == (0, 0)  # (settled: a repeat changes nothing)
+    assert window.settle(6, True, False, refused) == (0, 0)
+    assert refused.tags == [5, 6] and len(window) == 0
+    window.clear()
+    window.published(9)
+    assert window.settle(1, False, True, refused) == (9, 1)  # sequence numbers start again

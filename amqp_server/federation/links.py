@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,6 +41,7 @@ from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey, LinkStatus
 from amqp_server.federation.upstreams import NO_ACK, ON_CONFIRM, ON_PUBLISH, Upstream, safe_uri
 from amqp_server.peer_link import methods
 from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection
+from amqp_server.peer_link.confirms import ConfirmWindow
 from amqp_server.peer_link.reconnecting import AddressCycle, connect_first
 from amqp_server.peer_link.uri import PeerAddress, parse_uri
 from exchanges.federation_upstream import DOWNSTREAM_NAME_ARGUMENT, DOWNSTREAM_VHOST_ARGUMENT, MAX_HOPS_ARGUMENT
@@ -176,9 +176,8 @@ class _Link:
         self._up_channel = 0
         self._down_channel = 0
         self._ended: asyncio.Future[LinkError] | None = None
-        # on-confirm: (publish sequence number here, delivery tag upstream), oldest first
-        self._unconfirmed: deque[tuple[int, int]] = deque()
-        self._next_seq = 1
+        # on-confirm: the upstream delivery tags of what is published here and not confirmed
+        self._unconfirmed = ConfirmWindow()
         self.upstream_cluster: str | None = None
         self.upstream_vhost = ""
 
@@ -273,7 +272,6 @@ class _Link:
         await self._down.open()
         self._down_channel = await self._down.open_channel()
         self._unconfirmed.clear()
-        self._next_seq = 1
         if self.upstream.ack_mode == ON_CONFIRM:
             await _ask(self._down, self._down_channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
         self._up = await connect_first(self.addresses, _End(self, upstream=True), name, self.host.local_opener,
@@ -354,8 +352,7 @@ class _Link:
         down.publish(self._down_channel, exchange_here, key_here, header, body)
         mode = self.upstream.ack_mode
         if mode == ON_CONFIRM:
-            self._unconfirmed.append((self._next_seq, tag))
-            self._next_seq += 1
+            self._unconfirmed.published(tag)
         elif mode == ON_PUBLISH:
             up.ack(self._up_channel, tag)
             self.status.count_confirmed()
@@ -365,27 +362,20 @@ class _Link:
         self.after_delivery()
 
     def confirmed(self, seq: int, multiple: bool, ack: bool) -> None:
-        """A confirm here: acknowledge (or, for a nack, requeue) what it covers upstream."""
+        """A confirm here: acknowledge what it covers upstream (a nack requeues there: refused)."""
         up = self._up
-        unconfirmed = self._unconfirmed
-        last_tag = None
-        count = 0
-        while unconfirmed and unconfirmed[0][0] <= seq:
-            done_seq, tag = unconfirmed.popleft()
-            if done_seq == seq or multiple:
-                last_tag = tag
-                count += 1
-            else:  # (a single confirm never skips: the oldest is always confirmed first)
-                unconfirmed.appendleft((done_seq, tag))
-                break
-        if last_tag is None or up is None:
+        if up is None:
             return
-        if ack:
+        last_tag, count = self._unconfirmed.settle(seq, multiple, ack, self)
+        if last_tag:
             up.ack(self._up_channel, last_tag, multiple=count > 1)
             self.status.count_confirmed(count)
             self.status.count_acked_upstream(count)
-        else:
-            up.nack(self._up_channel, last_tag, multiple=count > 1, requeue=True)
+
+    def refused(self, tag: int) -> None:
+        """This broker nacked the message with upstream tag `tag`: requeued upstream."""
+        if self._up is not None:
+            self._up.nack(self._up_channel, tag, requeue=True)
 
     def downstream_paused(self, paused: bool) -> None:
         if self._up is not None:

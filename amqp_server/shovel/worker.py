@@ -8,11 +8,11 @@ exchange; basic.qos with the prefetch; basic.consume), and pumps:
 - each delivery from the source is published to the destination at once, its content header
   passed on as it came (re-encoded only to add forward or timestamp headers or set
   dest-publish-properties);
-- on-confirm: the source tag waits in a deque indexed by the destination's publish sequence
-  number; a confirm (single or multiple) settles the tags it covers, and the source gets one
-  `multiple` ack up to the last tag of the settled prefix, so an ack never covers a message
-  the destination has not confirmed. A nack from the destination nacks (requeues) that message
-  on the source. on-publish: the source is acked once per event-loop turn up to the last tag
+- on-confirm: the source tag waits in the link's `ConfirmWindow` (peer_link/confirms.py); a
+  confirm (single or multiple) settles the tags it covers, and the source gets one `multiple`
+  ack up to the last tag of the settled prefix, so an ack never covers a message the
+  destination has not confirmed. A nack from the destination nacks (requeues) that message on
+  the source. on-publish: the source is acked once per event-loop turn up to the last tag
   published. no-ack: the consumer acks nothing;
 - the destination's buffer passing its high-water mark stops reading from the source until it
   drains (with the prefetch, this bounds what the shovel holds).
@@ -34,7 +34,6 @@ import enum
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -45,6 +44,7 @@ from pamqp.header import ContentHeader
 
 from amqp_server.peer_link import methods
 from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection
+from amqp_server.peer_link.confirms import ConfirmWindow
 from amqp_server.peer_link.reconnecting import AddressCycle, Reconnects, connect_first, is_permanent
 from amqp_server.shovel.definition import (
     FORWARD_HEADER, PROTOCOL, TIMESTAMP_HEADER, AckMode, DeleteAfter, ShovelDefinition,
@@ -155,11 +155,7 @@ class Shovel:
         self._dest_channel = 0
         self._consumer_tag = ""
         self._ended: asyncio.Future[None] | None = None
-        self._unconfirmed: deque[int] = deque()  # source tags by destination sequence number
-        self._first_seq = 1  # the sequence number of _unconfirmed[0]
-        self._next_seq = 1
-        # Sequence numbers settled (True: acked, False: nacked) before those ahead of them.
-        self._settled_ahead: dict[int, bool] = {}
+        self._unconfirmed = ConfirmWindow()
         self._ack_upto = 0  # on-publish: the source tag acked at the end of this turn
         self._acked_tag = 0  # on-publish: the last source tag acked
         self._ack_scheduled = False
@@ -328,8 +324,6 @@ class Shovel:
 
     def _reset_flow(self) -> None:
         self._unconfirmed.clear()
-        self._settled_ahead.clear()
-        self._first_seq = self._next_seq = 1
         self._ack_upto = 0
         self._acked_tag = 0
         self._left = -1
@@ -360,8 +354,7 @@ class Shovel:
         self.counters.count_forwarded(len(body))
         mode = definition.ack_mode
         if mode is AckMode.ON_CONFIRM:
-            self._unconfirmed.append(tag)
-            self._next_seq += 1
+            self._unconfirmed.published(tag)
         elif mode is AckMode.ON_PUBLISH:
             self._ack_upto = tag
             if not self._ack_scheduled:
@@ -389,55 +382,22 @@ class Shovel:
 
     def confirmed(self, seq: int, multiple: bool, ack: bool) -> None:
         """A confirm from the destination (see the module docstring for what it settles)."""
-        unconfirmed = self._unconfirmed
         source = self._source
-        if source is None or not unconfirmed:
+        if source is None or not self._unconfirmed:
             return
-        first = self._first_seq
-        last_tag = 0
-        settled = 0
-        if multiple:
-            while unconfirmed and self._first_seq <= seq:
-                tag = unconfirmed.popleft()
-                earlier = self._settled_ahead.pop(self._first_seq, None) if self._settled_ahead else None
-                self._first_seq += 1
-                if earlier is False:
-                    continue  # nacked already
-                if ack or earlier:
-                    last_tag = tag
-                    settled += 1
-                else:
-                    self._refused(source, tag)
-        elif seq == first:
-            tag = unconfirmed.popleft()
-            self._first_seq += 1
-            if ack:
-                last_tag = tag
-                settled += 1
-            else:
-                self._refused(source, tag)
-        elif seq > first:
-            if seq - first < len(unconfirmed) and seq not in self._settled_ahead:
-                if not ack:
-                    self._refused(source, unconfirmed[seq - first])
-                self._settled_ahead[seq] = ack
-            return
-        ahead = self._settled_ahead
-        while ahead and unconfirmed and self._first_seq in ahead:
-            acked = ahead.pop(self._first_seq)
-            tag = unconfirmed.popleft()
-            self._first_seq += 1
-            if acked:
-                last_tag = tag
-                settled += 1
+        last_tag, settled = self._unconfirmed.settle(seq, multiple, ack, self)
         if last_tag:
             # Every source tag up to last_tag was confirmed (or refused and nacked already).
             source.ack(self._src_channel, last_tag, multiple=True)
             self.counters.count_acked(settled)
-        if not self._consuming and not unconfirmed and self._left == 0:
+        if not self._consuming and not self._unconfirmed and self._left == 0:
             self._complete()
 
-    def _refused(self, source: PeerConnection, tag: int) -> None:
+    def refused(self, tag: int) -> None:
+        """The destination nacked the message with source tag `tag`: back to the source queue."""
+        source = self._source
+        if source is None:
+            return
         source.nack(self._src_channel, tag, multiple=False, requeue=True)
         self.counters.count_nacked()
         if self._left >= 0:
