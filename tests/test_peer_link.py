@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
+from typing import Any, cast
 
 from pamqp import commands
 
 from amqp_server.broker.broker import Broker
 from amqp_server.config.auth import hash_password
 from amqp_server.config.settings import ServerConfig, UserConfig
+from amqp_server.peer_link import client
 from amqp_server.peer_link.client import LinkError, PeerConnection
 from amqp_server.peer_link.confirms import ConfirmWindow
 from amqp_server.peer_link.reconnecting import AddressCycle, connect_first, is_permanent
 from amqp_server.peer_link.uri import parse_uri, parse_uris
 from amqp_server.runtime.server import AMQPServer
+from amqp_server.wire import codec
 from pamqp.header import ContentHeader
 from pamqp.commands import Basic
 
@@ -142,6 +144,53 @@ def test_a_refused_login_and_an_unreachable_broker_are_reported_with_their_cause
         else:
             raise AssertionError("nothing listens there")
         await server.stop()
+
+    asyncio.run(main())
+
+
+class _Mute(asyncio.Protocol):
+    """A peer that opens the connection and channels, then answers nothing more."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.reader = codec.FrameReader(131072)
+        self.greeted = False
+
+    def data_received(self, data: bytes) -> None:
+        if not self.greeted:
+            self.greeted, data = True, data[8:]  # the protocol header
+            self.transport.write(codec.method_frame(0, commands.Connection.Start(mechanisms="PLAIN")))
+        self.reader.feed(data)
+        for frame_type, channel, payload in self.reader.frames():
+            method = codec.decode_method(payload) if frame_type == codec.FRAME_METHOD else None
+            if isinstance(method, commands.Connection.StartOk):
+                answer: Any = commands.Connection.Tune(channel_max=0, frame_max=131072, heartbeat=0)
+            elif isinstance(method, commands.Connection.Open):
+                answer = commands.Connection.OpenOk()
+            elif isinstance(method, commands.Channel.Open):
+                answer = commands.Channel.OpenOk()
+            else:
+                continue
+            self.transport.write(codec.method_frame(channel, answer))
+
+
+def test_a_setup_method_the_peer_never_answers_fails_the_link_naming_it(monkeypatch) -> None:
+    monkeypatch.setattr(client, "CALL_TIMEOUT_S", 0.2)
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_Mute, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        link = PeerConnection(parse_uri(f"amqp://app:secret@127.0.0.1:{port}"), Heard())
+        await link.open()
+        channel = await link.open_channel()
+        try:
+            await link.call(channel, commands.Queue.Declare(queue="q"), commands.Queue.DeclareOk)
+        except LinkError as error:
+            assert f"127.0.0.1:{port}: no answer to Queue.Declare within 0.2 s" in error.text
+        else:
+            raise AssertionError("the call returned without an answer")
+        link.close()
+        server.close()
 
     asyncio.run(main())
 

@@ -58,19 +58,6 @@ CONNECTION_NOT_FOUND = 404
 COMMAND_INVALID = 503
 
 
-# A method a link sends while it sets up, answered by neither a reply nor a close this long
-# after: the session fails with that (a peer that hangs must not keep a link "starting").
-CALL_TIMEOUT_S = 30.0
-
-
-async def _ask(connection: PeerConnection, channel: int, method: Any, *replies: type) -> Any:
-    """`connection.call` within CALL_TIMEOUT_S (LinkError naming the method otherwise)."""
-    try:
-        return await asyncio.wait_for(connection.call(channel, method, *replies), CALL_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        raise LinkError(f"{connection.address.where}: no answer to {method.name} within {CALL_TIMEOUT_S:g} s") from None
-
-
 def upstream_address(uri: str, local_vhost: str) -> PeerAddress:
     """The address of one of an upstream's URIs; a URI that names no vhost means the federated
     exchange's or queue's own vhost (amqp_uri:parse(URI, vhost(XorQ)))."""
@@ -273,7 +260,7 @@ class _Link:
         self._down_channel = await self._down.open_channel()
         self._unconfirmed.clear()
         if self.upstream.ack_mode == ON_CONFIRM:
-            await _ask(self._down, self._down_channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
+            await self._down.call(self._down_channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
         self._up = await connect_first(self.addresses, _End(self, upstream=True), name, self.host.local_opener,
                                        self.host.local_credentials)
         self.status.use_uri(safe_uri(self.addresses.current.uri))
@@ -305,7 +292,7 @@ class _Link:
         try:
             await connection.open()
             channel = await connection.open_channel()
-            return await _ask(connection, channel, method, *replies)
+            return await connection.call(channel, method, *replies)
         finally:
             connection.close()
 
@@ -316,12 +303,12 @@ class _Link:
         assert up is not None
         channel = await up.open_channel()
         try:
-            await _ask(up, channel, method, reply)
+            await up.call(channel, method, reply)
         except ChannelClosed as error:
             if error.code == CONNECTION_NOT_FOUND:
                 return False
             raise
-        await _ask(up, channel, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0),
+        await up.call(channel, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0),
                       commands.Channel.CloseOk)
         return True
 
@@ -425,12 +412,12 @@ class ExchangeLink(_Link):
         if upstream.message_ttl_ms is not None:
             arguments["x-message-ttl"] = upstream.message_ttl_ms
         arguments[INTERNAL_PURPOSE_ARGUMENT] = FEDERATION_PURPOSE
-        await _ask(up, channel, methods.queue_declare(queue=queue, durable=True, arguments=arguments),
+        await up.call(channel, methods.queue_declare(queue=queue, durable=True, arguments=arguments),
                       commands.Queue.DeclareOk)
         no_ack = upstream.ack_mode == NO_ACK
         if not no_ack:
-            await _ask(up, channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
-        await _ask(up, channel, methods.basic_consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
+            await up.call(channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
+        await up.call(channel, methods.basic_consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
         # The internal exchange: the one of the two names that is not there now, so that the
         # old bindings keep routing into the queue until the new ones are all in place.
         old_suffix = await self._active_suffix(queue)
@@ -438,7 +425,7 @@ class ExchangeLink(_Link):
         internal = names.internal_exchange_name(queue, suffix)
         self._internal_exchange = internal
         await self._declare_internal_exchange(internal)
-        await _ask(up, channel, methods.queue_bind(queue=queue, exchange=internal), commands.Queue.BindOk)
+        await up.call(channel, methods.queue_bind(queue=queue, exchange=internal), commands.Queue.BindOk)
         # The bindings as they are now, taken in the same event-loop turn as the mirror is made:
         # every later change is a binding_added / binding_removed on it, in order.
         mirror = BindingMirror(max_hops=upstream.max_hops, cluster_name=self.host.cluster_name,
@@ -452,7 +439,7 @@ class ExchangeLink(_Link):
         self.mirror = mirror
         await self._send_commands_until_empty()
         if old_suffix is not None:
-            await _ask(up, channel, methods.exchange_delete(exchange=names.internal_exchange_name(queue, old_suffix)),
+            await up.call(channel, methods.exchange_delete(exchange=names.internal_exchange_name(queue, old_suffix)),
                           commands.Exchange.DeleteOk)
         self._command_task = asyncio.get_running_loop().create_task(self._send_commands())
 
@@ -463,7 +450,7 @@ class ExchangeLink(_Link):
         if await self._exists(methods.exchange_declare(exchange=self.upstream.exchange, passive=True),
                               commands.Exchange.DeclareOk):
             return
-        await _ask(up, channel, methods.exchange_declare(
+        await up.call(channel, methods.exchange_declare(
             exchange=self.upstream.exchange, exchange_type=exchange.type_name, durable=exchange.durable,
             auto_delete=exchange.auto_delete, internal=exchange.internal, arguments=dict(exchange.arguments)),
             commands.Exchange.DeclareOk)
@@ -491,7 +478,7 @@ class ExchangeLink(_Link):
         except LinkError as error:
             if error.code != COMMAND_INVALID:
                 raise
-            await _ask(up, channel, methods.exchange_declare(
+            await up.call(channel, methods.exchange_declare(
                 exchange=internal, exchange_type="fanout", durable=True, internal=True, auto_delete=True,
                 arguments=purpose), commands.Exchange.DeclareOk)
 
@@ -528,11 +515,11 @@ class ExchangeLink(_Link):
         if command.action == BIND:
             method: Any = methods.exchange_bind(destination=self._internal_exchange, source=self.upstream.exchange,
                                                  routing_key=command.routing_key, arguments=command.arguments)
-            await _ask(up, self._up_channel, method, commands.Exchange.BindOk)
+            await up.call(self._up_channel, method, commands.Exchange.BindOk)
         else:
             method = methods.exchange_unbind(destination=self._internal_exchange, source=self.upstream.exchange,
                                               routing_key=command.routing_key, arguments=command.arguments)
-            await _ask(up, self._up_channel, method, commands.Exchange.UnbindOk)
+            await up.call(self._up_channel, method, commands.Exchange.UnbindOk)
 
     async def _end_session(self) -> None:
         self.mirror = None
@@ -591,11 +578,11 @@ class QueueLink(_Link):
             raise LinkError(f"queue '{self.name}' in vhost '{self.vhost_name}' is gone")
         if not await self._exists(methods.queue_declare(queue=upstream.queue, passive=True),
                                   commands.Queue.DeclareOk):
-            await _ask(up, channel, methods.queue_declare(queue=upstream.queue, durable=queue.durable,
-                                                          auto_delete=queue.auto_delete,
-                                                          arguments=dict(queue.arguments)), commands.Queue.DeclareOk)
+            await up.call(channel, methods.queue_declare(queue=upstream.queue, durable=queue.durable,
+                                                         auto_delete=queue.auto_delete,
+                                                         arguments=dict(queue.arguments)), commands.Queue.DeclareOk)
         if upstream.ack_mode != NO_ACK:
-            await _ask(up, channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
+            await up.call(channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
         self.demand.reset()
         self._consuming = False
         self._demand_changed = asyncio.Event()
@@ -636,11 +623,11 @@ class QueueLink(_Link):
         if up is None or wanted == self._consuming:
             return
         if wanted:
-            await _ask(up, self._up_channel, methods.basic_consume(
+            await up.call(self._up_channel, methods.basic_consume(
                 queue=self.upstream.queue, consumer_tag=self.upstream.consumer_tag,
                 no_ack=self.upstream.ack_mode == NO_ACK, arguments={"x-priority": -1}), commands.Basic.ConsumeOk)
         else:
-            await _ask(up, self._up_channel, methods.basic_cancel(consumer_tag=self.upstream.consumer_tag),
+            await up.call(self._up_channel, methods.basic_cancel(consumer_tag=self.upstream.consumer_tag),
                           commands.Basic.CancelOk)
         self._consuming = wanted
 

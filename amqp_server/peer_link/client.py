@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # The transport's buffer above which the handler is told to pause its output.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 PRODUCT = "amqp-server link"
+# A setup method answered by neither its reply nor a close this long after fails the link.
+CALL_TIMEOUT_S = 30.0
 
 _DELIVER_METHOD = 0x003C003C
 _ACK_METHOD = 0x003C0050
@@ -257,13 +259,18 @@ class PeerConnection(asyncio.Protocol):
 
     async def call(self, channel: int, method: PamqpMethod, *replies: type) -> Any:
         """Send a synchronous method and return the server's reply (one of `replies`);
-        LinkError if the server closes the channel or the connection instead."""
+        LinkError if the server closes the channel or the connection instead, or answers
+        neither within CALL_TIMEOUT_S (a peer that hangs must not keep a link starting)."""
         if self._failed is not None:
             raise self._failed
         future: asyncio.Future[Any] = self._loop.create_future()
         self._calls[channel] = (replies, future)
         self._send_now(channel, method)
-        return await future
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                return await future
+        except TimeoutError:
+            raise LinkError(f"{self.address.where}: no answer to {method.name} within {CALL_TIMEOUT_S:g} s") from None
 
     def send(self, channel: int, method: PamqpMethod) -> None:
         """A method sent without waiting for its reply (a nowait one, basic.cancel)."""
