@@ -40,7 +40,7 @@ from amqp_server.federation.message_headers import UnreadableHeader, exchange_fo
 from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey, LinkStatus
 from amqp_server.federation.upstreams import NO_ACK, ON_CONFIRM, ON_PUBLISH, Upstream, safe_uri
 from amqp_server.peer_link import methods
-from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection
+from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection, SilentHandler
 from amqp_server.peer_link.confirms import ConfirmWindow
 from amqp_server.peer_link.reconnecting import AddressCycle, connect_first
 from amqp_server.peer_link.uri import PeerAddress, parse_uri
@@ -117,26 +117,6 @@ class _End:
 
     def link_failed(self, error: LinkError) -> None:
         self._link.end_failed(error)
-
-
-class _Quiet:
-    """The handler of a one-off connection (a probe): hears nothing it needs."""
-
-    def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
-                  raw_header: bytes, body: bytes) -> None:
-        pass
-
-    def confirmed(self, channel: int, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        pass
-
-    def cancelled(self, channel: int, consumer_tag: str) -> None:
-        pass
-
-    def write_paused(self, paused: bool) -> None:
-        pass
-
-    def link_failed(self, error: LinkError) -> None:
-        pass
 
 
 class _Link:
@@ -287,7 +267,7 @@ class _Link:
         """`method` on a connection of its own to the current upstream address: a refusal that
         closes the connection (503 for an exchange type the upstream lacks) is the answer, not
         a failure of the link. The LinkError when refused."""
-        connection = PeerConnection(self.addresses.current, _Quiet(), "Disposable federation link connection",
+        connection = PeerConnection(self.addresses.current, SilentHandler(), "Disposable federation link connection",
                                     self.host.local_opener, self.host.local_credentials)
         try:
             await connection.open()

@@ -448,7 +448,7 @@ class PeerConnection(asyncio.Protocol):
         if self._failed is not None or self._closing:
             return
         self._closing = True
-        self._handler = _Silent()
+        self._handler = SilentHandler()
         if self._transport is not None and self._opened.done():
             self._out.append(codec.method_frame(0, commands.Connection.Close(
                 reply_code=200, reply_text=reason[:255], class_id=0, method_id=0)))
@@ -491,12 +491,13 @@ class PeerConnection(asyncio.Protocol):
                 future.set_exception(error)
         self._calls.clear()
         self._contents.clear()
-        handler, self._handler = self._handler, _Silent()
+        handler, self._handler = self._handler, SilentHandler()
         handler.link_failed(error)
 
 
-class _Silent:
-    """The handler after the link failed or was closed: hears nothing."""
+class SilentHandler:
+    """A handler that hears nothing: the connection's after it failed or was closed, and that of
+    a one-off connection (a probe) whose owner only awaits its calls."""
 
     def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
                   raw_header: bytes, body: bytes) -> None:
