@@ -40,7 +40,9 @@ from amqp_server.federation.message_headers import UnreadableHeader, exchange_fo
 from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey, LinkStatus
 from amqp_server.federation.upstreams import NO_ACK, ON_CONFIRM, ON_PUBLISH, Upstream, safe_uri
 from amqp_server.peer_link import methods
-from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection, SilentHandler
+from amqp_server.peer_link.client import (
+    ChannelClosed, EndHandler, LinkError, LocalOpener, PeerConnection, SilentHandler,
+)
 from amqp_server.peer_link.confirms import ConfirmWindow
 from amqp_server.peer_link.reconnecting import AddressCycle, connect_first
 from amqp_server.peer_link.uri import PeerAddress, parse_uri
@@ -89,34 +91,6 @@ class LinkHost(Protocol):
     def local_credentials(self) -> tuple[str, str] | None: ...
 
     def vhost(self, name: str) -> "VirtualHost | None": ...
-
-
-class _End:
-    """The handler of one of a link's connections: tells the link which end spoke."""
-
-    def __init__(self, link: "_Link", upstream: bool) -> None:
-        self._link = link
-        self._upstream = upstream
-
-    def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
-                  raw_header: bytes, body: bytes) -> None:
-        if self._upstream:
-            self._link.delivered(delivery_tag, redelivered, exchange, routing_key, raw_header, body)
-
-    def confirmed(self, channel: int, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        if not self._upstream:
-            self._link.confirmed(delivery_tag, multiple, ack)
-
-    def cancelled(self, channel: int, consumer_tag: str) -> None:
-        self._link.end_failed(LinkError(f"the {'upstream' if self._upstream else 'local'} broker cancelled "
-                                        f"consumer {consumer_tag} (basic.cancel)"))
-
-    def write_paused(self, paused: bool) -> None:
-        if not self._upstream:
-            self._link.downstream_paused(paused)
-
-    def link_failed(self, error: LinkError) -> None:
-        self._link.end_failed(error)
 
 
 class _Link:
@@ -227,21 +201,25 @@ class _Link:
     def local_connection_name(self) -> str:
         return connection_name(self.upstream.name, self.policy)
 
-    def end_failed(self, error: LinkError) -> None:
+    def cancelled(self, source: bool, consumer_tag: str) -> None:
+        self.link_failed(LinkError(f"the {'upstream' if source else 'local'} broker cancelled "
+                                   f"consumer {consumer_tag} (basic.cancel)"))
+
+    def link_failed(self, error: LinkError) -> None:
         """A connection failed, or a consumer was cancelled: the session ends."""
         if self._ended is not None and not self._ended.done():
             self._ended.set_result(error)
 
     async def _start_session(self) -> None:
         name = self.local_connection_name
-        self._down = PeerConnection(local_address(self.vhost_name), _End(self, upstream=False), name,
+        self._down = PeerConnection(local_address(self.vhost_name), EndHandler(self, source=False), name,
                                     self.host.local_opener, self.host.local_credentials)
         await self._down.open()
         self._down_channel = await self._down.open_channel()
         self._unconfirmed.clear()
         if self.upstream.ack_mode == ON_CONFIRM:
             await self._down.call(self._down_channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
-        self._up = await connect_first(self.addresses, _End(self, upstream=True), name, self.host.local_opener,
+        self._up = await connect_first(self.addresses, EndHandler(self, source=True), name, self.host.local_opener,
                                        self.host.local_credentials)
         self.status.use_uri(safe_uri(self.addresses.current.uri))
         self._up_channel = await self._up.open_channel()
@@ -344,7 +322,7 @@ class _Link:
         if self._up is not None:
             self._up.nack(self._up_channel, tag, requeue=True)
 
-    def downstream_paused(self, paused: bool) -> None:
+    def destination_paused(self, paused: bool) -> None:
         if self._up is not None:
             if paused:
                 self._up.pause_reading()
@@ -484,7 +462,7 @@ class ExchangeLink(_Link):
             while True:
                 await self._send(await queue.get())
         except LinkError as error:
-            self.end_failed(error)
+            self.link_failed(error)
         except asyncio.CancelledError:
             pass
 
@@ -594,7 +572,7 @@ class QueueLink(_Link):
                 changed.clear()
                 await self._consume(self.demand.wanted)
         except LinkError as error:
-            self.end_failed(error)
+            self.link_failed(error)
         except asyncio.CancelledError:
             pass
 

@@ -91,6 +91,52 @@ class LinkHandler(Protocol):
     def link_failed(self, error: LinkError) -> None: ...
 
 
+class LinkOwner(Protocol):
+    """What owns a source connection and a destination connection (a shovel, a federation
+    link), as `EndHandler` tells it what each end heard."""
+
+    def delivered(self, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str, raw_header: bytes,
+                  body: bytes) -> None: ...
+
+    def confirmed(self, delivery_tag: int, multiple: bool, ack: bool) -> None: ...
+
+    def cancelled(self, source: bool, consumer_tag: str) -> None: ...
+
+    def destination_paused(self, paused: bool) -> None: ...
+
+    def link_failed(self, error: LinkError) -> None: ...
+
+
+class EndHandler:
+    """The handler of one of a `LinkOwner`'s two connections: deliveries come from the source,
+    confirms and write pauses from the destination, and either end can fail or cancel."""
+
+    __slots__ = ("_owner", "_source")
+
+    def __init__(self, owner: LinkOwner, source: bool) -> None:
+        self._owner = owner
+        self._source = source
+
+    def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
+                  raw_header: bytes, body: bytes) -> None:
+        if self._source:
+            self._owner.delivered(delivery_tag, redelivered, exchange, routing_key, raw_header, body)
+
+    def confirmed(self, channel: int, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        if not self._source:
+            self._owner.confirmed(delivery_tag, multiple, ack)
+
+    def cancelled(self, channel: int, consumer_tag: str) -> None:
+        self._owner.cancelled(self._source, consumer_tag)
+
+    def write_paused(self, paused: bool) -> None:
+        if not self._source:
+            self._owner.destination_paused(paused)
+
+    def link_failed(self, error: LinkError) -> None:
+        self._owner.link_failed(error)
+
+
 class _Content:
     """A delivery whose content is arriving on one channel."""
 

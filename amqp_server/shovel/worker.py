@@ -43,7 +43,7 @@ from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
 from amqp_server.peer_link import methods
-from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection
+from amqp_server.peer_link.client import ChannelClosed, EndHandler, LinkError, LocalOpener, PeerConnection
 from amqp_server.peer_link.confirms import ConfirmWindow
 from amqp_server.peer_link.reconnecting import AddressCycle, Reconnects, connect_first, is_permanent
 from amqp_server.shovel.definition import (
@@ -73,36 +73,6 @@ TRANSITIONS: dict[ShovelState, frozenset[ShovelState]] = {
 
 class _Completed(Exception):
     """The shovel moved what src-delete-after asked for."""
-
-
-class _End:
-    """One end's handler of its PeerConnection: hands what it hears to the shovel, saying which end."""
-
-    __slots__ = ("_shovel", "_source")
-
-    def __init__(self, shovel: "Shovel", source: bool) -> None:
-        self._shovel = shovel
-        self._source = source
-
-    def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
-                  raw_header: bytes, body: bytes) -> None:
-        if self._source:
-            self._shovel.forward(delivery_tag, exchange, routing_key, raw_header, body)
-
-    def confirmed(self, channel: int, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        if not self._source:
-            self._shovel.confirmed(delivery_tag, multiple, ack)
-
-    def cancelled(self, channel: int, consumer_tag: str) -> None:
-        if self._source:
-            self._shovel.link_failed(LinkError("the source cancelled the shovel's consumer (its queue was deleted)"))
-
-    def write_paused(self, paused: bool) -> None:
-        if not self._source:
-            self._shovel.destination_paused(paused)
-
-    def link_failed(self, error: LinkError) -> None:
-        self._shovel.link_failed(error)
 
 
 class ShovelCounters:
@@ -246,9 +216,9 @@ class Shovel:
         self._ended = loop.create_future()
         self._reset_flow()
         name = f"Shovel {definition.name}"
-        self._destination = await connect_first(self._destinations, _End(self, source=False), name,
+        self._destination = await connect_first(self._destinations, EndHandler(self, source=False), name,
                                                 self._local_opener, self._local_credentials)
-        self._source = await connect_first(self._sources, _End(self, source=True), name,
+        self._source = await connect_first(self._sources, EndHandler(self, source=True), name,
                                            self._local_opener, self._local_credentials)
         await self._set_up_destination(self._destination)
         await self._set_up_source(self._source)
@@ -337,7 +307,8 @@ class Shovel:
 
     # -- pumping (the per-message path) ----------------------------------------------------------
 
-    def forward(self, tag: int, exchange: str, routing_key: str, raw_header: bytes, body: bytes) -> None:
+    def delivered(self, tag: int, redelivered: bool, exchange: str, routing_key: str, raw_header: bytes,
+                  body: bytes) -> None:
         """A delivery from the source: published to the destination at once."""
         source, destination = self._source, self._destination
         if source is None or destination is None:
@@ -426,6 +397,10 @@ class Shovel:
                 source.pause_reading()
             else:
                 source.resume_reading()
+
+    def cancelled(self, source: bool, consumer_tag: str) -> None:
+        if source:
+            self.link_failed(LinkError("the source cancelled the shovel's consumer (its queue was deleted)"))
 
     def link_failed(self, error: LinkError) -> None:
         ended = self._ended
