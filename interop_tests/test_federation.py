@@ -147,6 +147,24 @@ def test_confirms_coming_out_of_order_downstream_still_ack_everything_upstream(p
     assert link is not None and link["messages_confirmed"] == link["messages_acked_upstream"] == count
 
 
+def test_on_publish_acknowledges_everything_upstream_once_published_here(pair, unique):
+    up, down = pair
+    exchange, queue = unique("fed.x"), unique("fed-q")
+    down.set_upstream(unique("u"), {"uri": up.amqp_url, "ack-mode": "on-publish", "prefetch-count": 10})
+    down.set_policy(unique("p"), f"^{exchange}$", {"federation-upstream": unique("u")})
+    declare(up, exchange=exchange)
+    declare(down, exchange=exchange, queue=queue, binding="#")
+    down.wait_running("exchange", exchange)
+    wait_until(lambda: up.get(f"/api/exchanges/%2F/{quote(exchange)}/bindings/source"), "the binding upstream")
+    publish_confirmed(up, exchange, "k", [b"m%d" % i for i in range(60)])
+    assert [body for body, _headers in get_all(down, queue, 60)] == [b"m%d" % i for i in range(60)]
+    upstream_queue = f"federation: {exchange} -> {cluster_name(down)}"
+    wait_until(lambda: up.get(f"/api/queues/%2F/{quote(upstream_queue)}")["messages"] == 0,
+               "every message acknowledged upstream (the prefetch of 10 would hold the rest otherwise)")
+    link = down.link("exchange", exchange)
+    assert link is not None and link["messages_acked_upstream"] == 60
+
+
 def test_two_brokers_federating_each_other_do_not_loop(pair, unique):
     up, down = pair
     exchange, queue_up, queue_down = unique("fed.x"), unique("qu"), unique("qd")

@@ -119,6 +119,9 @@ class _Link:
         self._ended: asyncio.Future[LinkError] | None = None
         # on-confirm: the upstream delivery tags of what is published here and not confirmed
         self._unconfirmed = ConfirmWindow()
+        # on-publish: the upstream tag one multiple ack covers at the end of this turn (0: none)
+        self._ack_upto = 0
+        self._ack_scheduled = False
         self.upstream_cluster: str | None = None
         self.upstream_vhost = ""
 
@@ -217,6 +220,7 @@ class _Link:
         await self._down.open()
         self._down_channel = await self._down.open_channel()
         self._unconfirmed.clear()
+        self._ack_upto = 0
         if self.upstream.ack_mode == ON_CONFIRM:
             await self._down.call(self._down_channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
         self._up = await connect_first(self.addresses, EndHandler(self, source=True), name, self.host.local_opener,
@@ -234,6 +238,7 @@ class _Link:
                 connection.close("federation link stopped" if self._stopping else "federation link restarting")
         self._up = self._down = None
         self._unconfirmed.clear()
+        self._ack_upto = 0
 
     async def _set_up_upstream(self) -> None:
         raise NotImplementedError
@@ -299,9 +304,12 @@ class _Link:
         if mode == ON_CONFIRM:
             self._unconfirmed.published(tag)
         elif mode == ON_PUBLISH:
-            up.ack(self._up_channel, tag)
             self.status.count_confirmed()
             self.status.count_acked_upstream()
+            self._ack_upto = tag
+            if not self._ack_scheduled:
+                self._ack_scheduled = True
+                asyncio.get_running_loop().call_soon(self._ack_published)
         else:
             self.status.count_confirmed()
         self.after_delivery()
@@ -316,6 +324,15 @@ class _Link:
             up.ack(self._up_channel, last_tag, multiple=count > 1)
             self.status.count_confirmed(count)
             self.status.count_acked_upstream(count)
+
+    def _ack_published(self) -> None:
+        """on-publish: one multiple ack per event-loop turn for what was published in it (as
+        the shovel's); what was dropped or rejected before it is settled already."""
+        self._ack_scheduled = False
+        up, tag = self._up, self._ack_upto
+        self._ack_upto = 0
+        if up is not None and tag:
+            up.ack(self._up_channel, tag, multiple=True)
 
     def refused(self, tag: int) -> None:
         """This broker nacked the message with upstream tag `tag`: requeued upstream."""
