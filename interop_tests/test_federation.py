@@ -103,6 +103,68 @@ def test_an_unbound_key_stops_crossing_and_the_upstream_binding_goes_with_the_la
     connection.close()
 
 
+def test_confirms_coming_out_of_order_downstream_still_ack_everything_upstream(pair, unique):
+    # Downstream, a persistent message for a durable queue is confirmed after its fsync, one
+    # for a transient queue at once: single confirms pass each other, and the link must
+    # settle each (and ack upstream only what is confirmed) however they come.
+    up, down = pair
+    exchange, on_disk, in_memory = unique("fed.x"), unique("disk-q"), unique("memory-q")
+    down.set_upstream(unique("u"), {"uri": up.amqp_url, "prefetch-count": 20})
+    down.set_policy(unique("p"), f"^{exchange}$", {"federation-upstream": unique("u")})
+    declare(up, exchange=exchange)
+    declare(down, exchange=exchange, queue=on_disk, binding="disk")
+    connection = down.connection()
+    channel = connection.channel()
+    channel.queue_declare(in_memory, durable=False)
+    channel.queue_bind(in_memory, exchange, "memory")
+    connection.close()
+    down.wait_running("exchange", exchange)
+    upstream_queue = f"federation: {exchange} -> {cluster_name(down)}"
+    wait_until(lambda: len(up.get(f"/api/exchanges/%2F/{quote(exchange)}/bindings/source")) == 2,
+               "both bindings upstream")
+
+    def settled() -> bool:
+        queue = up.get(f"/api/queues/%2F/{quote(upstream_queue)}")
+        return queue["messages"] == 0 and queue.get("messages_unacknowledged", 0) == 0
+
+    connection = up.connection()
+    channel = connection.channel()
+    rounds, fast = 5, 3
+    for round_ in range(rounds):
+        # Back to back: the transient queue's confirms come before the durable one's, and the
+        # round ends with nothing after them that a multiple confirm could cover them with.
+        channel.basic_publish(exchange, "disk", b"disk %d" % round_, pika.BasicProperties(delivery_mode=2))
+        for i in range(fast):
+            channel.basic_publish(exchange, "memory", b"memory %d.%d" % (round_, i),
+                                  pika.BasicProperties(delivery_mode=2))
+        wait_until(settled, f"round {round_}: every message acknowledged upstream", within=10,
+                   pump=connection.process_data_events)
+    connection.close()
+    assert len(get_all(down, on_disk, rounds)) == rounds
+    assert len(get_all(down, in_memory, rounds * fast)) == rounds * fast
+    count = rounds * (1 + fast)
+    link = down.link("exchange", exchange)
+    assert link is not None and link["messages_confirmed"] == link["messages_acked_upstream"] == count
+
+
+def test_on_publish_acknowledges_everything_upstream_once_published_here(pair, unique):
+    up, down = pair
+    exchange, queue = unique("fed.x"), unique("fed-q")
+    down.set_upstream(unique("u"), {"uri": up.amqp_url, "ack-mode": "on-publish", "prefetch-count": 10})
+    down.set_policy(unique("p"), f"^{exchange}$", {"federation-upstream": unique("u")})
+    declare(up, exchange=exchange)
+    declare(down, exchange=exchange, queue=queue, binding="#")
+    down.wait_running("exchange", exchange)
+    wait_until(lambda: up.get(f"/api/exchanges/%2F/{quote(exchange)}/bindings/source"), "the binding upstream")
+    publish_confirmed(up, exchange, "k", [b"m%d" % i for i in range(60)])
+    assert [body for body, _headers in get_all(down, queue, 60)] == [b"m%d" % i for i in range(60)]
+    upstream_queue = f"federation: {exchange} -> {cluster_name(down)}"
+    wait_until(lambda: up.get(f"/api/queues/%2F/{quote(upstream_queue)}")["messages"] == 0,
+               "every message acknowledged upstream (the prefetch of 10 would hold the rest otherwise)")
+    link = down.link("exchange", exchange)
+    assert link is not None and link["messages_acked_upstream"] == 60
+
+
 def test_two_brokers_federating_each_other_do_not_loop(pair, unique):
     up, down = pair
     exchange, queue_up, queue_down = unique("fed.x"), unique("qu"), unique("qd")

@@ -141,10 +141,9 @@ def test_a_rabbitmq_without_the_plugin_is_federated_through_a_fanout_exchange(tm
             {"uri": "amqp://elsewhere", "exchange": exchange, "redelivered": False, "cluster-name": "x", "vhost": "/"}]})
         [(body, _headers)] = get_all(ours, queue, 1)
         assert body == b"fresh"
-        time.sleep(0.5)
+        wait_until(lambda: (ours.link("exchange", exchange) or {}).get("messages_dropped") == 1,
+                   "the message past max-hops dropped by the link")
         assert get_all(ours, queue, 0) == [], "the message past max-hops was dropped, not delivered"
-        link = ours.link("exchange", exchange)
-        assert link is not None and link["messages_dropped"] == 1
     finally:
         node.stop()
 

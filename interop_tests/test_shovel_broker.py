@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
-import pika
 import pytest
 import requests
 
 from interop_tests.broker_process import TEST_CONFIG, free_port, launch
+from interop_tests.shovel_helpers import depth, publish_numbered
 from interop_tests.test_ctl_commands import Ctl
 from interop_tests.waiting import poll
 
@@ -27,24 +27,6 @@ ack-mode = "on-confirm"
 '''
 
 
-def publish(url: str, queue: str, count: int) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.queue_declare(queue, durable=True)
-    channel.confirm_delivery()
-    for i in range(count):
-        channel.basic_publish("", queue, b"%d" % i, pika.BasicProperties(delivery_mode=2))
-    connection.close()
-
-
-def depth(url: str, queue: str) -> int:
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        return connection.channel().queue_declare(queue, durable=True).method.message_count
-    finally:
-        connection.close()
-
-
 def test_static_and_dynamic_shovels_ctl_and_a_restart(tmp_path):
     port = free_port()
     broker = launch(tmp_path / "broker", config_text=STATIC, extra_args=("--management-port", str(port)))
@@ -52,8 +34,8 @@ def test_static_and_dynamic_shovels_ctl_and_a_restart(tmp_path):
     auth = ("guest", "guest")
     ctl = Ctl(broker, port)
     try:
-        publish(broker.url(), "static-in", 100)
-        assert poll(lambda: depth(broker.url(), "static-out") == 100, 20, every=0.1)
+        publish_numbered(broker.url(), "static-in", 100)
+        assert poll(lambda: depth(broker, "static-out") == 100, 20, every=0.1)
         value = {"src-uri": "amqp://", "src-queue": "dyn-in", "dest-uri": "amqp://", "dest-queue": "dyn-out"}
         assert requests.put(f"{api}/api/parameters/shovel/%2F/dyn", json={"value": value}, auth=auth,
                             timeout=10).status_code == 201
@@ -76,8 +58,8 @@ def test_static_and_dynamic_shovels_ctl_and_a_restart(tmp_path):
             {"value": value, "vhost": "/", "component": "shovel", "name": "dyn"}]
         # The dynamic shovel is durable: after a restart it runs again.
         broker.restart()
-        publish(broker.url(), "dyn-in", 50)
-        assert poll(lambda: depth(broker.url(), "dyn-out") == 50, 20, every=0.1)
+        publish_numbered(broker.url(), "dyn-in", 50)
+        assert poll(lambda: depth(broker, "dyn-out") == 50, 20, every=0.1)
         code, out, err = ctl("delete_shovel", "dyn")
         assert (code, out) == (0, "Deleting shovel dyn in vhost /\n"), err
         code, out, err = ctl("delete_shovel", "dyn")

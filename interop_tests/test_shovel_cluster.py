@@ -12,7 +12,7 @@ import pytest
 
 from interop_tests.broker_process import launch
 from interop_tests.cluster_nodes import three_nodes
-from interop_tests.test_shovel_faults import _depth, _drain, _publish
+from interop_tests.shovel_helpers import depth, drain_numbered, publish_numbered
 from interop_tests.waiting import poll, wait_until
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("INTEROP_BROKER_URL")), reason="starts its own brokers")
@@ -37,7 +37,7 @@ def test_a_shovel_runs_on_one_node_and_moves_when_it_dies(tmp_path):
     source = launch(tmp_path / "source")
     destination = launch(tmp_path / "destination")
     try:
-        _publish(source.url(), "work", MESSAGES)
+        publish_numbered(source.url(), "work", MESSAGES)
         with three_nodes(tmp_path / "cluster") as nodes:
             value = {"src-uri": source.url(), "src-queue": "work", "dest-uri": destination.url(),
                      "dest-queue": "work", "reconnect-delay": 0.2, "src-prefetch-count": 200}
@@ -49,13 +49,13 @@ def test_a_shovel_runs_on_one_node_and_moves_when_it_dies(tmp_path):
             # Every other node lists it, at the node that runs it.
             for name in others:
                 assert [(s["name"], s["node"]) for s in nodes[name].api_json("shovels")] == [("moved", holder)]
-            assert poll(lambda: _depth(destination, "work") >= MESSAGES // 5, 60, every=0.05)
+            assert poll(lambda: depth(destination, "work") >= MESSAGES // 5, 60, every=0.05)
             nodes[holder].broker.kill()
             wait_until(lambda: _running_on(nodes) in ([others[0]], [others[1]]), "another node runs the shovel", 60)
-            assert poll(lambda: _depth(source, "work") == 0 and _depth(destination, "work") >= MESSAGES, 120,
+            assert poll(lambda: depth(source, "work") == 0 and depth(destination, "work") >= MESSAGES, 120,
                         every=0.2)
             assert len(_running_on(nodes)) == 1
-        got = Counter(_drain(destination, "work"))
+        got = Counter(drain_numbered(destination, "work"))
         lost = sum(1 for n in range(MESSAGES) if n not in got)
         duplicates = sum(count - 1 for count in got.values())
         print(f"moved from {holder}: lost {lost}, duplicates {duplicates}")

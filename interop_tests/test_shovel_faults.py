@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 import requests
 
 from interop_tests.broker_process import BrokerProcess, free_port, launch
+from interop_tests.shovel_helpers import depth, drain_numbered, publish_numbered
 from interop_tests.tcp_cut import TcpCut
 from interop_tests.waiting import poll
 
@@ -51,27 +51,6 @@ class Run:
             broker.stop()
 
 
-def _publish(url: str, queue: str, count: int) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.queue_declare(queue, durable=True)
-    channel.confirm_delivery()
-    for i in range(count):
-        channel.basic_publish("", queue, b"%d" % i, pika.BasicProperties(delivery_mode=2))
-    connection.close()
-
-
-def _depth(broker: BrokerProcess, queue: str) -> int:
-    try:
-        connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    except pika.exceptions.AMQPConnectionError:
-        return -1
-    try:
-        return connection.channel().queue_declare(queue, durable=True).method.message_count
-    finally:
-        connection.close()
-
-
 class _DepthProbe:
     """A queue's depth read again and again on one connection (a connection per reading takes
     longer than a fast shovel needs to move thousands of messages)."""
@@ -89,21 +68,6 @@ class _DepthProbe:
 
     def __exit__(self, *exc: object) -> None:
         self._connection.close()
-
-
-def _drain(broker: BrokerProcess, queue: str) -> list[int]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url()))
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=1000)
-    got: list[int] = []
-    for method, _properties, body in channel.consume(queue, inactivity_timeout=2):
-        if method is None:
-            break
-        got.append(int(body))
-        channel.basic_ack(method.delivery_tag)
-    channel.cancel()
-    connection.close()
-    return got
 
 
 def _until_steady(read, within: float) -> bool:
@@ -137,7 +101,7 @@ def _fault_run(tmp_path: Path, fault: str, shovel_module: str = "amqp_server") -
     """(lost, duplicates, reconnects) of one run with `fault`."""
     run = _start(tmp_path, shovel_module)
     try:
-        _publish(run.source.url(), "work", MESSAGES)
+        publish_numbered(run.source.url(), "work", MESSAGES)
         reply = requests.put(f"{run.api}/api/parameters/shovel/%2F/faults", json={"value": _shovel_value(run)},
                              auth=AUTH, timeout=10)
         assert reply.status_code == 201, reply.text
@@ -165,17 +129,17 @@ def _fault_run(tmp_path: Path, fault: str, shovel_module: str = "amqp_server") -
         # Done once the source is empty and the destination holds everything (a build that
         # loses messages never gets there: then until the source is empty and the destination
         # stops growing).
-        finished = poll(lambda: _depth(run.source, "work") == 0 and _depth(run.destination, "work") >= MESSAGES,
+        finished = poll(lambda: depth(run.source, "work") == 0 and depth(run.destination, "work") >= MESSAGES,
                         90 if shovel_module == "amqp_server" else 20, every=0.2)
         shovels = requests.get(f"{run.api}/api/shovels", auth=AUTH, timeout=10).json()
         reconnects = shovels[0]["reconnects"] if shovels else -1
         if not finished and shovel_module == "amqp_server":
-            raise AssertionError(f"not finished after the fault: source {_depth(run.source, 'work')}, "
-                                 f"destination {_depth(run.destination, 'work')}, shovel {shovels}")
+            raise AssertionError(f"not finished after the fault: source {depth(run.source, 'work')}, "
+                                 f"destination {depth(run.destination, 'work')}, shovel {shovels}")
         if not finished:
-            poll(lambda: _depth(run.source, "work") == 0, 30, every=0.2)
-            _until_steady(lambda: _depth(run.destination, "work"), 30)
-        got = Counter(_drain(run.destination, "work"))
+            poll(lambda: depth(run.source, "work") == 0, 30, every=0.2)
+            _until_steady(lambda: depth(run.destination, "work"), 30)
+        got = Counter(drain_numbered(run.destination, "work"))
         lost = sum(1 for n in range(MESSAGES) if n not in got)
         duplicates = sum(count - 1 for count in got.values())
         print(f"{fault} ({shovel_module}): {at_fault} left in the source at the fault; lost {lost}, "

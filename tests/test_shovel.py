@@ -19,6 +19,7 @@ from pamqp.header import ContentHeader
 from amqp_server.broker.broker import Broker
 from amqp_server.config.auth import hash_password
 from amqp_server.config.settings import ServerConfig, UserConfig
+from amqp_server.peer_link import methods
 from amqp_server.peer_link.client import LinkError, PeerConnection
 from amqp_server.peer_link.uri import parse_uri
 from amqp_server.runtime.local_links import LocalLinks
@@ -101,8 +102,8 @@ async def client(node: Node) -> tuple[PeerConnection, int, Collector]:
 async def publish(node: Node, queue: str, count: int, headers: dict[str, Any] | None = None, exchange: str = "",
                   declare: bool = True) -> None:
     link, channel, collector = await client(node)
-    if declare:
-        await link.call(channel, commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk)
+    if declare:  # (a name pamqp's grammar check refuses too: RabbitMQ takes any)
+        await link.call(channel, methods.queue_declare(queue=queue, durable=True), commands.Queue.DeclareOk)
     for i in range(count):
         body = b"message %d" % i
         raw = ContentHeader(0, len(body), Basic.Properties(delivery_mode=2, headers=headers)).marshal()
@@ -378,5 +379,20 @@ def test_prometheus_shows_each_shovels_figures_on_the_per_object_endpoint() -> N
         assert f"amqp_server_shovel_messages_unconfirmed{{{key}}} 0.0" in per_object
         assert 'amqp_server_shovels{state="running"} 1.0' in per_object
         assert "amqp_server_shovel" not in scrape(AGGREGATED)  # RabbitMQ's names alone there
+
+    run(scenario)
+
+
+def test_queue_names_outside_the_0_9_1_grammar_are_shovelled_as_rabbitmq_takes_them() -> None:
+    # RabbitMQ takes any UTF-8 queue name; pamqp's own name check refuses a space or ">".
+    async def scenario(node: Node) -> None:
+        await publish(node, "orders in", 20)
+        set_shovel(node, "spaced", {"src-uri": "amqp://", "src-queue": "orders in", "dest-uri": "amqp://",
+                                    "dest-queue": "orders -> out", "dest-queue-args": {"x-max-length": 1000}})
+        await wait_until_async(lambda: node.depth("orders -> out") == 20 and node.depth("orders in") == 0,
+                               "the queue moved")
+        worker = node.shovels.worker("/", "spaced")
+        assert worker is not None and worker.state is ShovelState.RUNNING
+        assert node.broker.vhosts["/"].queues["orders -> out"].arguments == {"x-max-length": 1000}
 
     run(scenario)

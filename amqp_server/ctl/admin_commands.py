@@ -32,6 +32,15 @@ class Session:
             self.out.write(text + "\n")
 
 
+def node_name(session: Session) -> str:
+    """The node's name (/api/overview), "?" when the API does not say: for progress lines."""
+    try:
+        overview = session.client.get("/api/overview")
+    except ApiError:
+        return "?"
+    return str(overview.get("node", "?"))
+
+
 def _missing(error: ApiError) -> bool:
     return error.status == 404
 

@@ -12,21 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from amqp_server.ctl.admin_commands import Session, refused
+from amqp_server.ctl.admin_commands import Session, node_name, refused
 from amqp_server.ctl.api_client import ApiError, quote
 from amqp_server.ctl.exit_codes import EX_OK, EX_UNAVAILABLE, CtlError
-from amqp_server.ctl.formatting import write_json, write_table
+from amqp_server.ctl.formatting import write_rows
 
 COLUMNS = ("exchange", "queue", "upstream_exchange", "upstream_queue", "type", "vhost", "upstream", "id", "status",
            "local_connection", "uri", "timestamp", "error", "reconnects")
-
-
-def _node_name(session: Session) -> str:
-    try:
-        overview = session.client.get("/api/overview")
-    except ApiError:
-        return "?"
-    return str(overview.get("node", "?"))
 
 
 def _links(session: Session, only_down: bool = False) -> list[dict[str, Any]]:
@@ -41,18 +33,15 @@ def _links(session: Session, only_down: bool = False) -> list[dict[str, Any]]:
 def federation_status(session: Session, only_down: bool = False, formatter: str = "table",
                       headers: bool = True) -> int:
     which = "which are down " if only_down else ""
-    session.info(f"Listing federation links {which}on node {_node_name(session)}...")
+    session.info(f"Listing federation links {which}on node {node_name(session)}...")
     links = _links(session, only_down)
     rows = [["" if link.get(column) is None else link.get(column) for column in COLUMNS] for link in links]
-    if formatter == "json":
-        write_json(session.out, list(COLUMNS), rows)
-    else:
-        write_table(session.out, list(COLUMNS), rows, headers)
+    write_rows(session.out, formatter, COLUMNS, rows, headers)
     return EX_OK
 
 
 def restart_federation_link(session: Session, link_id: str) -> int:
-    session.info(f"Restarting federation link {link_id} on node {_node_name(session)}")
+    session.info(f"Restarting federation link {link_id} on node {node_name(session)}")
     for link in _links(session):
         if link.get("id") == link_id:
             try:

@@ -56,3 +56,12 @@ def write_json(out: TextIO, columns: Sequence[str], rows: list[list[Any]]) -> No
         out.write("[]\n")
         return
     out.write("[\n" + objects[0] + "\n" + "".join("," + item + "\n" for item in objects[1:]) + "]\n")
+
+
+def write_rows(out: TextIO, formatter: str, columns: Sequence[str], rows: list[list[Any]], headers: bool = True
+               ) -> None:
+    """The rows as `--formatter` asks: "json" (write_json), else the table (write_table)."""
+    if formatter == "json":
+        write_json(out, columns, rows)
+    else:
+        write_table(out, columns, rows, headers)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from amqp_server.ctl.admin_commands import Session, refused
+from amqp_server.ctl.admin_commands import Session, node_name, refused
 from amqp_server.ctl.api_client import ApiError, quote
 from amqp_server.ctl.exit_codes import EX_OK, EX_UNAVAILABLE, CtlError
-from amqp_server.ctl.formatting import write_json, write_table
+from amqp_server.ctl.formatting import write_rows
 
 # rabbitmqctl's columns (they depend on whether shovels read queues or exchanges).
 _FIXED = ("destination", "destination_protocol", "last_changed", "name", "source", "source_protocol", "state",
@@ -30,16 +30,8 @@ _FROM_API = {"destination": "dest_uri", "destination_protocol": "dest_protocol",
              "source_exchange_key": "src_exchange_key", "source_queue": "src_queue"}
 
 
-def _node_name(session: Session) -> str:
-    try:
-        overview = session.client.get("/api/overview")
-    except ApiError:
-        return "?"
-    return str(overview.get("node", "?"))
-
-
 def shovel_status(session: Session, formatter: str = "table", headers: bool = True) -> int:
-    session.info(f"Shovel status on node {_node_name(session)}")
+    session.info(f"Shovel status on node {node_name(session)}")
     try:
         items: list[dict[str, Any]] = session.client.get("/api/shovels")
     except ApiError as error:
@@ -47,10 +39,7 @@ def shovel_status(session: Session, formatter: str = "table", headers: bool = Tr
     used = {column for item in items for column in _OPTIONAL if item.get(_FROM_API[column]) is not None}
     columns = sorted((*_FIXED, *used)) + list(_OURS)
     rows = [[_cell(item, column) for column in columns] for item in items]
-    if formatter == "json":
-        write_json(session.out, columns, rows)
-    else:
-        write_table(session.out, columns, rows, headers)
+    write_rows(session.out, formatter, columns, rows, headers)
     return EX_OK
 
 
@@ -72,6 +61,6 @@ def delete_shovel(session: Session, name: str) -> int:
     except ApiError as error:
         if error.status == 404:
             raise CtlError(EX_UNAVAILABLE, "Shovel with the given name was not found on the target node "
-                           f"'{_node_name(session)}' and / or virtual host '{vhost}'") from None
+                           f"'{node_name(session)}' and / or virtual host '{vhost}'") from None
         raise refused(error) from None
     return EX_OK

@@ -39,7 +39,7 @@ from amqp_server.federation.upstreams import (
     upstreams_for,
 )
 from amqp_server.peer_link.client import LocalOpener
-from amqp_server.peer_link.uri import parse_uri
+from amqp_server.peer_link.uri import local_vhost_refused
 from queues.queue import Queue
 
 if TYPE_CHECKING:
@@ -83,18 +83,8 @@ class FederationComponent:
         problems = upstream_problems(name, value)
         if problems or user is None:
             return problems
-        # A URI without a host is this broker, reached as its in-process user, who may enter
-        # every vhost: whoever sets it must be allowed into that vhost (as for a shovel).
-        for uri in [value["uri"]] if isinstance(value["uri"], str) else value["uri"]:
-            address = parse_uri(uri, vhost)
-            if address.local and not self._may_enter(user, address.vhost):
-                return [f'user "{user}" may not connect to vhost "{address.vhost}"']
-        return []
-
-    def _may_enter(self, user_name: str, vhost: str) -> bool:
-        broker = self._federation.broker
-        user = broker.access.user(user_name)
-        return user is not None and vhost in broker.vhosts and broker.access.can_access_vhost(user, vhost)
+        uris = [value["uri"]] if isinstance(value["uri"], str) else value["uri"]
+        return local_vhost_refused(self._federation.broker, user, uris, vhost)
 
     def parameter_set(self, parameter: "RuntimeParameter") -> None:
         self._federation.reconcile(parameter.vhost)

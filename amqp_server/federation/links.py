@@ -27,20 +27,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
-from amqp_server.federation import bindings as names, methods
+from amqp_server.federation import bindings as names
 from amqp_server.federation.bindings import BIND, BindingMirror, UpstreamBinding
 from amqp_server.federation.demand import DemandWatch
 from amqp_server.federation.loops import FEDERATION_PURPOSE, INTERNAL_PURPOSE_ARGUMENT
 from amqp_server.federation.message_headers import UnreadableHeader, exchange_forward, queue_forward
 from amqp_server.federation.status import EXCHANGE, QUEUE, LinkKey, LinkStatus
 from amqp_server.federation.upstreams import NO_ACK, ON_CONFIRM, ON_PUBLISH, Upstream, safe_uri
-from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection
+from amqp_server.peer_link import methods
+from amqp_server.peer_link.client import (
+    ChannelClosed, EndHandler, LinkError, LocalOpener, PeerConnection, SilentHandler,
+)
+from amqp_server.peer_link.confirms import ConfirmWindow
 from amqp_server.peer_link.reconnecting import AddressCycle, connect_first
 from amqp_server.peer_link.uri import PeerAddress, parse_uri
 from exchanges.federation_upstream import DOWNSTREAM_NAME_ARGUMENT, DOWNSTREAM_VHOST_ARGUMENT, MAX_HOPS_ARGUMENT
@@ -55,19 +58,6 @@ log = logging.getLogger(__name__)
 MIN_RECONNECT_DELAY_S = 0.2
 CONNECTION_NOT_FOUND = 404
 COMMAND_INVALID = 503
-
-
-# A method a link sends while it sets up, answered by neither a reply nor a close this long
-# after: the session fails with that (a peer that hangs must not keep a link "starting").
-CALL_TIMEOUT_S = 30.0
-
-
-async def _ask(connection: PeerConnection, channel: int, method: Any, *replies: type) -> Any:
-    """`connection.call` within CALL_TIMEOUT_S (LinkError naming the method otherwise)."""
-    try:
-        return await asyncio.wait_for(connection.call(channel, method, *replies), CALL_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        raise LinkError(f"{connection.address.where}: no answer to {method.name} within {CALL_TIMEOUT_S:g} s") from None
 
 
 def upstream_address(uri: str, local_vhost: str) -> PeerAddress:
@@ -103,54 +93,6 @@ class LinkHost(Protocol):
     def vhost(self, name: str) -> "VirtualHost | None": ...
 
 
-class _End:
-    """The handler of one of a link's connections: tells the link which end spoke."""
-
-    def __init__(self, link: "_Link", upstream: bool) -> None:
-        self._link = link
-        self._upstream = upstream
-
-    def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
-                  raw_header: bytes, body: bytes) -> None:
-        if self._upstream:
-            self._link.delivered(delivery_tag, redelivered, exchange, routing_key, raw_header, body)
-
-    def confirmed(self, channel: int, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        if not self._upstream:
-            self._link.confirmed(delivery_tag, multiple, ack)
-
-    def cancelled(self, channel: int, consumer_tag: str) -> None:
-        self._link.end_failed(LinkError(f"the {'upstream' if self._upstream else 'local'} broker cancelled "
-                                        f"consumer {consumer_tag} (basic.cancel)"))
-
-    def write_paused(self, paused: bool) -> None:
-        if not self._upstream:
-            self._link.downstream_paused(paused)
-
-    def link_failed(self, error: LinkError) -> None:
-        self._link.end_failed(error)
-
-
-class _Quiet:
-    """The handler of a one-off connection (a probe): hears nothing it needs."""
-
-    def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
-                  raw_header: bytes, body: bytes) -> None:
-        pass
-
-    def confirmed(self, channel: int, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        pass
-
-    def cancelled(self, channel: int, consumer_tag: str) -> None:
-        pass
-
-    def write_paused(self, paused: bool) -> None:
-        pass
-
-    def link_failed(self, error: LinkError) -> None:
-        pass
-
-
 class _Link:
     """What both kinds of link share: the connections, the run loop, the confirms."""
 
@@ -175,9 +117,11 @@ class _Link:
         self._up_channel = 0
         self._down_channel = 0
         self._ended: asyncio.Future[LinkError] | None = None
-        # on-confirm: (publish sequence number here, delivery tag upstream), oldest first
-        self._unconfirmed: deque[tuple[int, int]] = deque()
-        self._next_seq = 1
+        # on-confirm: the upstream delivery tags of what is published here and not confirmed
+        self._unconfirmed = ConfirmWindow()
+        # on-publish: the upstream tag one multiple ack covers at the end of this turn (0: none)
+        self._ack_upto = 0
+        self._ack_scheduled = False
         self.upstream_cluster: str | None = None
         self.upstream_vhost = ""
 
@@ -260,22 +204,26 @@ class _Link:
     def local_connection_name(self) -> str:
         return connection_name(self.upstream.name, self.policy)
 
-    def end_failed(self, error: LinkError) -> None:
+    def cancelled(self, source: bool, consumer_tag: str) -> None:
+        self.link_failed(LinkError(f"the {'upstream' if source else 'local'} broker cancelled "
+                                   f"consumer {consumer_tag} (basic.cancel)"))
+
+    def link_failed(self, error: LinkError) -> None:
         """A connection failed, or a consumer was cancelled: the session ends."""
         if self._ended is not None and not self._ended.done():
             self._ended.set_result(error)
 
     async def _start_session(self) -> None:
         name = self.local_connection_name
-        self._down = PeerConnection(local_address(self.vhost_name), _End(self, upstream=False), name,
+        self._down = PeerConnection(local_address(self.vhost_name), EndHandler(self, source=False), name,
                                     self.host.local_opener, self.host.local_credentials)
         await self._down.open()
         self._down_channel = await self._down.open_channel()
         self._unconfirmed.clear()
-        self._next_seq = 1
+        self._ack_upto = 0
         if self.upstream.ack_mode == ON_CONFIRM:
-            await _ask(self._down, self._down_channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
-        self._up = await connect_first(self.addresses, _End(self, upstream=True), name, self.host.local_opener,
+            await self._down.call(self._down_channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
+        self._up = await connect_first(self.addresses, EndHandler(self, source=True), name, self.host.local_opener,
                                        self.host.local_credentials)
         self.status.use_uri(safe_uri(self.addresses.current.uri))
         self._up_channel = await self._up.open_channel()
@@ -290,6 +238,7 @@ class _Link:
                 connection.close("federation link stopped" if self._stopping else "federation link restarting")
         self._up = self._down = None
         self._unconfirmed.clear()
+        self._ack_upto = 0
 
     async def _set_up_upstream(self) -> None:
         raise NotImplementedError
@@ -301,12 +250,12 @@ class _Link:
         """`method` on a connection of its own to the current upstream address: a refusal that
         closes the connection (503 for an exchange type the upstream lacks) is the answer, not
         a failure of the link. The LinkError when refused."""
-        connection = PeerConnection(self.addresses.current, _Quiet(), "Disposable federation link connection",
+        connection = PeerConnection(self.addresses.current, SilentHandler(), "Disposable federation link connection",
                                     self.host.local_opener, self.host.local_credentials)
         try:
             await connection.open()
             channel = await connection.open_channel()
-            return await _ask(connection, channel, method, *replies)
+            return await connection.call(channel, method, *replies)
         finally:
             connection.close()
 
@@ -317,12 +266,12 @@ class _Link:
         assert up is not None
         channel = await up.open_channel()
         try:
-            await _ask(up, channel, method, reply)
+            await up.call(channel, method, reply)
         except ChannelClosed as error:
             if error.code == CONNECTION_NOT_FOUND:
                 return False
             raise
-        await _ask(up, channel, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0),
+        await up.call(channel, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0),
                       commands.Channel.CloseOk)
         return True
 
@@ -353,40 +302,44 @@ class _Link:
         down.publish(self._down_channel, exchange_here, key_here, header, body)
         mode = self.upstream.ack_mode
         if mode == ON_CONFIRM:
-            self._unconfirmed.append((self._next_seq, tag))
-            self._next_seq += 1
+            self._unconfirmed.published(tag)
         elif mode == ON_PUBLISH:
-            up.ack(self._up_channel, tag)
             self.status.count_confirmed()
             self.status.count_acked_upstream()
+            self._ack_upto = tag
+            if not self._ack_scheduled:
+                self._ack_scheduled = True
+                asyncio.get_running_loop().call_soon(self._ack_published)
         else:
             self.status.count_confirmed()
         self.after_delivery()
 
     def confirmed(self, seq: int, multiple: bool, ack: bool) -> None:
-        """A confirm here: acknowledge (or, for a nack, requeue) what it covers upstream."""
+        """A confirm here: acknowledge what it covers upstream (a nack requeues there: refused)."""
         up = self._up
-        unconfirmed = self._unconfirmed
-        last_tag = None
-        count = 0
-        while unconfirmed and unconfirmed[0][0] <= seq:
-            done_seq, tag = unconfirmed.popleft()
-            if done_seq == seq or multiple:
-                last_tag = tag
-                count += 1
-            else:  # (a single confirm never skips: the oldest is always confirmed first)
-                unconfirmed.appendleft((done_seq, tag))
-                break
-        if last_tag is None or up is None:
+        if up is None:
             return
-        if ack:
+        last_tag, count = self._unconfirmed.settle(seq, multiple, ack, self)
+        if last_tag:
             up.ack(self._up_channel, last_tag, multiple=count > 1)
             self.status.count_confirmed(count)
             self.status.count_acked_upstream(count)
-        else:
-            up.nack(self._up_channel, last_tag, multiple=count > 1, requeue=True)
 
-    def downstream_paused(self, paused: bool) -> None:
+    def _ack_published(self) -> None:
+        """on-publish: one multiple ack per event-loop turn for what was published in it (as
+        the shovel's); what was dropped or rejected before it is settled already."""
+        self._ack_scheduled = False
+        up, tag = self._up, self._ack_upto
+        self._ack_upto = 0
+        if up is not None and tag:
+            up.ack(self._up_channel, tag, multiple=True)
+
+    def refused(self, tag: int) -> None:
+        """This broker nacked the message with upstream tag `tag`: requeued upstream."""
+        if self._up is not None:
+            self._up.nack(self._up_channel, tag, requeue=True)
+
+    def destination_paused(self, paused: bool) -> None:
         if self._up is not None:
             if paused:
                 self._up.pause_reading()
@@ -434,12 +387,12 @@ class ExchangeLink(_Link):
         if upstream.message_ttl_ms is not None:
             arguments["x-message-ttl"] = upstream.message_ttl_ms
         arguments[INTERNAL_PURPOSE_ARGUMENT] = FEDERATION_PURPOSE
-        await _ask(up, channel, methods.queue_declare(queue=queue, durable=True, arguments=arguments),
+        await up.call(channel, methods.queue_declare(queue=queue, durable=True, arguments=arguments),
                       commands.Queue.DeclareOk)
         no_ack = upstream.ack_mode == NO_ACK
         if not no_ack:
-            await _ask(up, channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
-        await _ask(up, channel, methods.basic_consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
+            await up.call(channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
+        await up.call(channel, methods.basic_consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
         # The internal exchange: the one of the two names that is not there now, so that the
         # old bindings keep routing into the queue until the new ones are all in place.
         old_suffix = await self._active_suffix(queue)
@@ -447,7 +400,7 @@ class ExchangeLink(_Link):
         internal = names.internal_exchange_name(queue, suffix)
         self._internal_exchange = internal
         await self._declare_internal_exchange(internal)
-        await _ask(up, channel, methods.queue_bind(queue=queue, exchange=internal), commands.Queue.BindOk)
+        await up.call(channel, methods.queue_bind(queue=queue, exchange=internal), commands.Queue.BindOk)
         # The bindings as they are now, taken in the same event-loop turn as the mirror is made:
         # every later change is a binding_added / binding_removed on it, in order.
         mirror = BindingMirror(max_hops=upstream.max_hops, cluster_name=self.host.cluster_name,
@@ -461,7 +414,7 @@ class ExchangeLink(_Link):
         self.mirror = mirror
         await self._send_commands_until_empty()
         if old_suffix is not None:
-            await _ask(up, channel, methods.exchange_delete(exchange=names.internal_exchange_name(queue, old_suffix)),
+            await up.call(channel, methods.exchange_delete(exchange=names.internal_exchange_name(queue, old_suffix)),
                           commands.Exchange.DeleteOk)
         self._command_task = asyncio.get_running_loop().create_task(self._send_commands())
 
@@ -472,7 +425,7 @@ class ExchangeLink(_Link):
         if await self._exists(methods.exchange_declare(exchange=self.upstream.exchange, passive=True),
                               commands.Exchange.DeclareOk):
             return
-        await _ask(up, channel, methods.exchange_declare(
+        await up.call(channel, methods.exchange_declare(
             exchange=self.upstream.exchange, exchange_type=exchange.type_name, durable=exchange.durable,
             auto_delete=exchange.auto_delete, internal=exchange.internal, arguments=dict(exchange.arguments)),
             commands.Exchange.DeclareOk)
@@ -500,7 +453,7 @@ class ExchangeLink(_Link):
         except LinkError as error:
             if error.code != COMMAND_INVALID:
                 raise
-            await _ask(up, channel, methods.exchange_declare(
+            await up.call(channel, methods.exchange_declare(
                 exchange=internal, exchange_type="fanout", durable=True, internal=True, auto_delete=True,
                 arguments=purpose), commands.Exchange.DeclareOk)
 
@@ -526,7 +479,7 @@ class ExchangeLink(_Link):
             while True:
                 await self._send(await queue.get())
         except LinkError as error:
-            self.end_failed(error)
+            self.link_failed(error)
         except asyncio.CancelledError:
             pass
 
@@ -537,11 +490,11 @@ class ExchangeLink(_Link):
         if command.action == BIND:
             method: Any = methods.exchange_bind(destination=self._internal_exchange, source=self.upstream.exchange,
                                                  routing_key=command.routing_key, arguments=command.arguments)
-            await _ask(up, self._up_channel, method, commands.Exchange.BindOk)
+            await up.call(self._up_channel, method, commands.Exchange.BindOk)
         else:
             method = methods.exchange_unbind(destination=self._internal_exchange, source=self.upstream.exchange,
                                               routing_key=command.routing_key, arguments=command.arguments)
-            await _ask(up, self._up_channel, method, commands.Exchange.UnbindOk)
+            await up.call(self._up_channel, method, commands.Exchange.UnbindOk)
 
     async def _end_session(self) -> None:
         self.mirror = None
@@ -600,11 +553,11 @@ class QueueLink(_Link):
             raise LinkError(f"queue '{self.name}' in vhost '{self.vhost_name}' is gone")
         if not await self._exists(methods.queue_declare(queue=upstream.queue, passive=True),
                                   commands.Queue.DeclareOk):
-            await _ask(up, channel, methods.queue_declare(queue=upstream.queue, durable=queue.durable,
-                                                          auto_delete=queue.auto_delete,
-                                                          arguments=dict(queue.arguments)), commands.Queue.DeclareOk)
+            await up.call(channel, methods.queue_declare(queue=upstream.queue, durable=queue.durable,
+                                                         auto_delete=queue.auto_delete,
+                                                         arguments=dict(queue.arguments)), commands.Queue.DeclareOk)
         if upstream.ack_mode != NO_ACK:
-            await _ask(up, channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
+            await up.call(channel, commands.Basic.Qos(prefetch_count=upstream.prefetch_count), commands.Basic.QosOk)
         self.demand.reset()
         self._consuming = False
         self._demand_changed = asyncio.Event()
@@ -636,7 +589,7 @@ class QueueLink(_Link):
                 changed.clear()
                 await self._consume(self.demand.wanted)
         except LinkError as error:
-            self.end_failed(error)
+            self.link_failed(error)
         except asyncio.CancelledError:
             pass
 
@@ -645,11 +598,11 @@ class QueueLink(_Link):
         if up is None or wanted == self._consuming:
             return
         if wanted:
-            await _ask(up, self._up_channel, methods.basic_consume(
+            await up.call(self._up_channel, methods.basic_consume(
                 queue=self.upstream.queue, consumer_tag=self.upstream.consumer_tag,
                 no_ack=self.upstream.ack_mode == NO_ACK, arguments={"x-priority": -1}), commands.Basic.ConsumeOk)
         else:
-            await _ask(up, self._up_channel, methods.basic_cancel(consumer_tag=self.upstream.consumer_tag),
+            await up.call(self._up_channel, methods.basic_cancel(consumer_tag=self.upstream.consumer_tag),
                           commands.Basic.CancelOk)
         self._consuming = wanted
 

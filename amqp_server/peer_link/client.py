@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # The transport's buffer above which the handler is told to pause its output.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 PRODUCT = "amqp-server link"
+# A setup method answered by neither its reply nor a close this long after fails the link.
+CALL_TIMEOUT_S = 30.0
 
 _DELIVER_METHOD = 0x003C003C
 _ACK_METHOD = 0x003C0050
@@ -87,6 +89,52 @@ class LinkHandler(Protocol):
     def write_paused(self, paused: bool) -> None: ...
 
     def link_failed(self, error: LinkError) -> None: ...
+
+
+class LinkOwner(Protocol):
+    """What owns a source connection and a destination connection (a shovel, a federation
+    link), as `EndHandler` tells it what each end heard."""
+
+    def delivered(self, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str, raw_header: bytes,
+                  body: bytes) -> None: ...
+
+    def confirmed(self, delivery_tag: int, multiple: bool, ack: bool) -> None: ...
+
+    def cancelled(self, source: bool, consumer_tag: str) -> None: ...
+
+    def destination_paused(self, paused: bool) -> None: ...
+
+    def link_failed(self, error: LinkError) -> None: ...
+
+
+class EndHandler:
+    """The handler of one of a `LinkOwner`'s two connections: deliveries come from the source,
+    confirms and write pauses from the destination, and either end can fail or cancel."""
+
+    __slots__ = ("_owner", "_source")
+
+    def __init__(self, owner: LinkOwner, source: bool) -> None:
+        self._owner = owner
+        self._source = source
+
+    def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
+                  raw_header: bytes, body: bytes) -> None:
+        if self._source:
+            self._owner.delivered(delivery_tag, redelivered, exchange, routing_key, raw_header, body)
+
+    def confirmed(self, channel: int, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        if not self._source:
+            self._owner.confirmed(delivery_tag, multiple, ack)
+
+    def cancelled(self, channel: int, consumer_tag: str) -> None:
+        self._owner.cancelled(self._source, consumer_tag)
+
+    def write_paused(self, paused: bool) -> None:
+        if not self._source:
+            self._owner.destination_paused(paused)
+
+    def link_failed(self, error: LinkError) -> None:
+        self._owner.link_failed(error)
 
 
 class _Content:
@@ -257,13 +305,18 @@ class PeerConnection(asyncio.Protocol):
 
     async def call(self, channel: int, method: PamqpMethod, *replies: type) -> Any:
         """Send a synchronous method and return the server's reply (one of `replies`);
-        LinkError if the server closes the channel or the connection instead."""
+        LinkError if the server closes the channel or the connection instead, or answers
+        neither within CALL_TIMEOUT_S (a peer that hangs must not keep a link starting)."""
         if self._failed is not None:
             raise self._failed
         future: asyncio.Future[Any] = self._loop.create_future()
         self._calls[channel] = (replies, future)
         self._send_now(channel, method)
-        return await future
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                return await future
+        except TimeoutError:
+            raise LinkError(f"{self.address.where}: no answer to {method.name} within {CALL_TIMEOUT_S:g} s") from None
 
     def send(self, channel: int, method: PamqpMethod) -> None:
         """A method sent without waiting for its reply (a nowait one, basic.cancel)."""
@@ -441,7 +494,7 @@ class PeerConnection(asyncio.Protocol):
         if self._failed is not None or self._closing:
             return
         self._closing = True
-        self._handler = _Silent()
+        self._handler = SilentHandler()
         if self._transport is not None and self._opened.done():
             self._out.append(codec.method_frame(0, commands.Connection.Close(
                 reply_code=200, reply_text=reason[:255], class_id=0, method_id=0)))
@@ -484,12 +537,13 @@ class PeerConnection(asyncio.Protocol):
                 future.set_exception(error)
         self._calls.clear()
         self._contents.clear()
-        handler, self._handler = self._handler, _Silent()
+        handler, self._handler = self._handler, SilentHandler()
         handler.link_failed(error)
 
 
-class _Silent:
-    """The handler after the link failed or was closed: hears nothing."""
+class SilentHandler:
+    """A handler that hears nothing: the connection's after it failed or was closed, and that of
+    a one-off connection (a probe) whose owner only awaits its calls."""
 
     def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
                   raw_header: bytes, body: bytes) -> None:

@@ -21,9 +21,13 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote
+
+if TYPE_CHECKING:
+    from amqp_server.broker.broker import Broker
 
 AMQP_PORT = 5672
 AMQPS_PORT = 5671
@@ -181,6 +185,21 @@ def parse_uris(value: Any, default_vhost: str = "/") -> list[PeerAddress]:
     if isinstance(value, list) and value:
         return [parse_uri(item, default_vhost) for item in value]
     raise TypeError("expected a URI or a list of URIs")
+
+
+def local_vhost_refused(broker: "Broker", user_name: str, uris: Iterable[str], default_vhost: str) -> list[str]:
+    """RabbitMQ's check on a shovel or an upstream that `user_name` sets: a URI without a host
+    reaches this broker as its in-process user, who may enter every vhost, so the user must be
+    allowed into the vhost such a URI names. Its validation line, or [] (the URIs are valid)."""
+    access = broker.access
+    for uri in uris:
+        address = parse_uri(uri, default_vhost)
+        if not address.local:
+            continue
+        user = access.user(user_name)
+        if user is None or address.vhost not in broker.vhosts or not access.can_access_vhost(user, address.vhost):
+            return [f'user "{user_name}" may not connect to vhost "{address.vhost}"']
+    return []
 
 
 def _host_and_port(uri: str, hostport: str) -> tuple[str, int | None]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.broker.runtime_parameters import RuntimeParameter
 from amqp_server.peer_link.client import LocalOpener
-from amqp_server.peer_link.uri import parse_uri
+from amqp_server.peer_link.uri import local_vhost_refused
 from amqp_server.shovel.definition import COMPONENT, ShovelDefinition, parse_shovel, validate_shovel
 from amqp_server.shovel.worker import Shovel, ShovelState
 
@@ -64,19 +64,9 @@ class Shovels:
         problems = validate_shovel(vhost, name, value)
         if problems or user is None:
             return problems
-        for key in ("src-uri", "dest-uri"):
-            uris = value[key] if isinstance(value[key], list) else [value[key]]
-            for uri in uris:
-                address = parse_uri(uri, default_vhost=vhost)
-                if address.local and not self._may_enter(user, address.vhost):
-                    return [f'user "{user}" may not connect to vhost "{address.vhost}"']
-        return []
-
-    def _may_enter(self, user_name: str, vhost: str) -> bool:
-        """RabbitMQ checks that whoever sets a shovel may enter the vhost its host-less URIs name."""
-        access = self._broker.access
-        user = access.user(user_name)
-        return user is not None and vhost in self._broker.vhosts and access.can_access_vhost(user, vhost)
+        uris = [uri for key in ("src-uri", "dest-uri")
+                for uri in (value[key] if isinstance(value[key], list) else [value[key]])]
+        return local_vhost_refused(self._broker, user, uris, vhost)
 
     def parameter_set(self, parameter: RuntimeParameter) -> None:
         problems = validate_shovel(parameter.vhost, parameter.name, parameter.value)

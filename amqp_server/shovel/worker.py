@@ -8,11 +8,11 @@ exchange; basic.qos with the prefetch; basic.consume), and pumps:
 - each delivery from the source is published to the destination at once, its content header
   passed on as it came (re-encoded only to add forward or timestamp headers or set
   dest-publish-properties);
-- on-confirm: the source tag waits in a deque indexed by the destination's publish sequence
-  number; a confirm (single or multiple) settles the tags it covers, and the source gets one
-  `multiple` ack up to the last tag of the settled prefix, so an ack never covers a message
-  the destination has not confirmed. A nack from the destination nacks (requeues) that message
-  on the source. on-publish: the source is acked once per event-loop turn up to the last tag
+- on-confirm: the source tag waits in the link's `ConfirmWindow` (peer_link/confirms.py); a
+  confirm (single or multiple) settles the tags it covers, and the source gets one `multiple`
+  ack up to the last tag of the settled prefix, so an ack never covers a message the
+  destination has not confirmed. A nack from the destination nacks (requeues) that message on
+  the source. on-publish: the source is acked once per event-loop turn up to the last tag
   published. no-ack: the consumer acks nothing;
 - the destination's buffer passing its high-water mark stops reading from the source until it
   drains (with the prefetch, this bounds what the shovel holds).
@@ -34,7 +34,6 @@ import enum
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -43,7 +42,9 @@ from pamqp import commands
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
-from amqp_server.peer_link.client import ChannelClosed, LinkError, LocalOpener, PeerConnection
+from amqp_server.peer_link import methods
+from amqp_server.peer_link.client import ChannelClosed, EndHandler, LinkError, LocalOpener, PeerConnection
+from amqp_server.peer_link.confirms import ConfirmWindow
 from amqp_server.peer_link.reconnecting import AddressCycle, Reconnects, connect_first, is_permanent
 from amqp_server.shovel.definition import (
     FORWARD_HEADER, PROTOCOL, TIMESTAMP_HEADER, AckMode, DeleteAfter, ShovelDefinition,
@@ -72,36 +73,6 @@ TRANSITIONS: dict[ShovelState, frozenset[ShovelState]] = {
 
 class _Completed(Exception):
     """The shovel moved what src-delete-after asked for."""
-
-
-class _End:
-    """One end's handler of its PeerConnection: hands what it hears to the shovel, saying which end."""
-
-    __slots__ = ("_shovel", "_source")
-
-    def __init__(self, shovel: "Shovel", source: bool) -> None:
-        self._shovel = shovel
-        self._source = source
-
-    def delivered(self, channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str,
-                  raw_header: bytes, body: bytes) -> None:
-        if self._source:
-            self._shovel.forward(delivery_tag, exchange, routing_key, raw_header, body)
-
-    def confirmed(self, channel: int, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        if not self._source:
-            self._shovel.confirmed(delivery_tag, multiple, ack)
-
-    def cancelled(self, channel: int, consumer_tag: str) -> None:
-        if self._source:
-            self._shovel.link_failed(LinkError("the source cancelled the shovel's consumer (its queue was deleted)"))
-
-    def write_paused(self, paused: bool) -> None:
-        if not self._source:
-            self._shovel.destination_paused(paused)
-
-    def link_failed(self, error: LinkError) -> None:
-        self._shovel.link_failed(error)
 
 
 class ShovelCounters:
@@ -154,11 +125,7 @@ class Shovel:
         self._dest_channel = 0
         self._consumer_tag = ""
         self._ended: asyncio.Future[None] | None = None
-        self._unconfirmed: deque[int] = deque()  # source tags by destination sequence number
-        self._first_seq = 1  # the sequence number of _unconfirmed[0]
-        self._next_seq = 1
-        # Sequence numbers settled (True: acked, False: nacked) before those ahead of them.
-        self._settled_ahead: dict[int, bool] = {}
+        self._unconfirmed = ConfirmWindow()
         self._ack_upto = 0  # on-publish: the source tag acked at the end of this turn
         self._acked_tag = 0  # on-publish: the last source tag acked
         self._ack_scheduled = False
@@ -249,9 +216,9 @@ class Shovel:
         self._ended = loop.create_future()
         self._reset_flow()
         name = f"Shovel {definition.name}"
-        self._destination = await connect_first(self._destinations, _End(self, source=False), name,
+        self._destination = await connect_first(self._destinations, EndHandler(self, source=False), name,
                                                 self._local_opener, self._local_credentials)
-        self._source = await connect_first(self._sources, _End(self, source=True), name,
+        self._source = await connect_first(self._sources, EndHandler(self, source=True), name,
                                            self._local_opener, self._local_credentials)
         await self._set_up_destination(self._destination)
         await self._set_up_source(self._source)
@@ -276,9 +243,9 @@ class Shovel:
             count = await self._ensure_queue(link, queue, definition.src_queue_args)
             channel = self._src_channel  # (a new one if the passive declare's 404 closed the first)
         else:
-            declared = await link.call(channel, commands.Queue.Declare(exclusive=True), commands.Queue.DeclareOk)
+            declared = await link.call(channel, methods.queue_declare(exclusive=True), commands.Queue.DeclareOk)
             queue, count = declared.queue, 0
-            await link.call(channel, commands.Queue.Bind(queue=queue, exchange=definition.src_exchange or "",
+            await link.call(channel, methods.queue_bind(queue=queue, exchange=definition.src_exchange or "",
                                                          routing_key=definition.src_exchange_key),
                             commands.Queue.BindOk)
         if definition.delete_after is DeleteAfter.QUEUE_LENGTH:
@@ -296,7 +263,7 @@ class Shovel:
         # shovel consumes (and may cancel, src-delete-after) from the moment it asks.
         self._consuming = True
         self._consumer_tag = f"amq.ctag-shovel-{os.urandom(8).hex()}"
-        await link.call(channel, commands.Basic.Consume(
+        await link.call(channel, methods.basic_consume(
             queue=queue, consumer_tag=self._consumer_tag, no_ack=no_ack,
             arguments=definition.src_consumer_args or None), commands.Basic.ConsumeOk)
 
@@ -304,15 +271,15 @@ class Shovel:
         """The queue's message count: declared passively, or declared durable with `arguments`
         when it does not exist (as RabbitMQ's shovel). The channel a 404 closes is reopened."""
         try:
-            reply = await link.call(self._channel_of(link), commands.Queue.Declare(queue=queue, passive=True),
+            reply = await link.call(self._channel_of(link), methods.queue_declare(queue=queue, passive=True),
                                     commands.Queue.DeclareOk)
         except ChannelClosed as closed:
             if closed.code != errors.NOT_FOUND:
                 raise
             channel = await link.open_channel()
             self._set_channel_of(link, channel)
-            reply = await link.call(channel, commands.Queue.Declare(queue=queue, durable=True,
-                                                                    arguments=arguments or None),
+            reply = await link.call(channel, methods.queue_declare(queue=queue, durable=True,
+                                                                   arguments=arguments or None),
                                     commands.Queue.DeclareOk)
         return int(reply.message_count)
 
@@ -327,8 +294,6 @@ class Shovel:
 
     def _reset_flow(self) -> None:
         self._unconfirmed.clear()
-        self._settled_ahead.clear()
-        self._first_seq = self._next_seq = 1
         self._ack_upto = 0
         self._acked_tag = 0
         self._left = -1
@@ -342,7 +307,8 @@ class Shovel:
 
     # -- pumping (the per-message path) ----------------------------------------------------------
 
-    def forward(self, tag: int, exchange: str, routing_key: str, raw_header: bytes, body: bytes) -> None:
+    def delivered(self, tag: int, redelivered: bool, exchange: str, routing_key: str, raw_header: bytes,
+                  body: bytes) -> None:
         """A delivery from the source: published to the destination at once."""
         source, destination = self._source, self._destination
         if source is None or destination is None:
@@ -359,8 +325,7 @@ class Shovel:
         self.counters.count_forwarded(len(body))
         mode = definition.ack_mode
         if mode is AckMode.ON_CONFIRM:
-            self._unconfirmed.append(tag)
-            self._next_seq += 1
+            self._unconfirmed.published(tag)
         elif mode is AckMode.ON_PUBLISH:
             self._ack_upto = tag
             if not self._ack_scheduled:
@@ -388,55 +353,22 @@ class Shovel:
 
     def confirmed(self, seq: int, multiple: bool, ack: bool) -> None:
         """A confirm from the destination (see the module docstring for what it settles)."""
-        unconfirmed = self._unconfirmed
         source = self._source
-        if source is None or not unconfirmed:
+        if source is None or not self._unconfirmed:
             return
-        first = self._first_seq
-        last_tag = 0
-        settled = 0
-        if multiple:
-            while unconfirmed and self._first_seq <= seq:
-                tag = unconfirmed.popleft()
-                earlier = self._settled_ahead.pop(self._first_seq, None) if self._settled_ahead else None
-                self._first_seq += 1
-                if earlier is False:
-                    continue  # nacked already
-                if ack or earlier:
-                    last_tag = tag
-                    settled += 1
-                else:
-                    self._refused(source, tag)
-        elif seq == first:
-            tag = unconfirmed.popleft()
-            self._first_seq += 1
-            if ack:
-                last_tag = tag
-                settled += 1
-            else:
-                self._refused(source, tag)
-        elif seq > first:
-            if seq - first < len(unconfirmed) and seq not in self._settled_ahead:
-                if not ack:
-                    self._refused(source, unconfirmed[seq - first])
-                self._settled_ahead[seq] = ack
-            return
-        ahead = self._settled_ahead
-        while ahead and unconfirmed and self._first_seq in ahead:
-            acked = ahead.pop(self._first_seq)
-            tag = unconfirmed.popleft()
-            self._first_seq += 1
-            if acked:
-                last_tag = tag
-                settled += 1
+        last_tag, settled = self._unconfirmed.settle(seq, multiple, ack, self)
         if last_tag:
             # Every source tag up to last_tag was confirmed (or refused and nacked already).
             source.ack(self._src_channel, last_tag, multiple=True)
             self.counters.count_acked(settled)
-        if not self._consuming and not unconfirmed and self._left == 0:
+        if not self._consuming and not self._unconfirmed and self._left == 0:
             self._complete()
 
-    def _refused(self, source: PeerConnection, tag: int) -> None:
+    def refused(self, tag: int) -> None:
+        """The destination nacked the message with source tag `tag`: back to the source queue."""
+        source = self._source
+        if source is None:
+            return
         source.nack(self._src_channel, tag, multiple=False, requeue=True)
         self.counters.count_nacked()
         if self._left >= 0:
@@ -447,7 +379,7 @@ class Shovel:
         self._consuming = False
         source = self._source
         if source is not None and self._consumer_tag:
-            source.send(self._src_channel, commands.Basic.Cancel(consumer_tag=self._consumer_tag, nowait=True))
+            source.send(self._src_channel, methods.basic_cancel(consumer_tag=self._consumer_tag, nowait=True))
         if self.definition.ack_mode is AckMode.NO_ACK:
             self._complete()
         elif self.definition.ack_mode is AckMode.ON_CONFIRM and not self._unconfirmed:
@@ -465,6 +397,10 @@ class Shovel:
                 source.pause_reading()
             else:
                 source.resume_reading()
+
+    def cancelled(self, source: bool, consumer_tag: str) -> None:
+        if source:
+            self.link_failed(LinkError("the source cancelled the shovel's consumer (its queue was deleted)"))
 
     def link_failed(self, error: LinkError) -> None:
         ended = self._ended

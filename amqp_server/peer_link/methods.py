@@ -1,9 +1,11 @@
-"""AMQP methods as a link sends them: RabbitMQ's names, and RabbitMQ's integer types in tables.
+"""AMQP methods as a link (a shovel's, a federation link's) sends them: RabbitMQ's names, and
+RabbitMQ's integer types in tables.
 
 - pamqp checks exchange and queue names against the 0-9-1 grammar (letters, digits, "-_.:")
-  when it encodes a method; RabbitMQ takes any UTF-8 name, and federation's own names on an
-  upstream have spaces, ">" and "@" ("federation: orders -> rabbit@host A"). The methods here
-  are encoded without that check.
+  when it makes a method; RabbitMQ takes any UTF-8 name: a shovel's queue may be called
+  "orders in", and federation's own names on an upstream have spaces, ">" and "@"
+  ("federation: orders -> rabbit@host A"). The methods here are made and encoded without
+  that check; a link sends every method that carries a name through them.
 - pamqp encodes an integer in a table with the smallest type that fits (1 is a signed byte);
   RabbitMQ's federation plugin sends its integers as `long` (64-bit, "l") and refuses an
   x-federation-upstream exchange whose x-max-hops is anything else ("Argument x-max-hops must
