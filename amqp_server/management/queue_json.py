@@ -132,14 +132,15 @@ def queue_state(queue: "Queue", running: bool = True) -> str:
 
 def queue_detail_json(
     vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0, running: bool = True,
-    replica: StreamFigures | None = None,
+    replica: StreamFigures | None = None, *, here: str | None = None,
 ) -> dict[str, Any]:
     """One queue (GET /api/queues/{vhost}/{name}): the list shape plus its consumers (on a
-    cluster, those attached on this node: a stand-in's are served through the queue's holder)."""
+    cluster, those attached on this node, `here`: a stand-in's are served through the queue's
+    holder, `node`, and their channels are this node's)."""
     item = queue_json(vhost, queue, rates, node, unacked_bytes, running, replica)
     offsets = consumer_offsets(queue)
     item["consumer_details"] = [
-        consumer_json(connection_of(consumer.sink), consumer.sink, consumer, node, offsets.get(consumer))
+        consumer_json(connection_of(consumer.sink), consumer.sink, consumer, here or node, offsets.get(consumer))
         for consumer in queue.consumers()
         if isinstance(consumer.sink, Channel)  # a client's channel (every sink the broker makes)
     ]

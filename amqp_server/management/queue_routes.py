@@ -85,7 +85,7 @@ async def show_queue(request: web.Request) -> web.Response:
         raise api_errors.not_found()
     unacked_bytes = unacked_bytes_by_queue(ctx.broker).get(queue, 0)
     location = _location(ctx.broker, vhost, queue, unacked_bytes)
-    item = queue_detail_json(vhost, queue, ctx.rates, *location)
+    item = queue_detail_json(vhost, queue, ctx.rates, *location, here=ctx.broker.node_name)
     return item_reply(request, _with_replication(ctx.broker, vhost, queue, item, elsewhere))
 
 
