@@ -62,6 +62,11 @@ def test_every_node_shows_the_leaders_figures_and_its_own_consumers_offsets(tmp_
                        f"{node.name}'s replica has every record")
             replica = node.api_json("queues/%2F/ledger")["replica"]
             assert (replica["role"], replica["messages"], replica["stream_first_offset"]) == ("follower", 25, 0)
+            # Where the leader is not asked (a peer's request; a UI session, which the leader does
+            # not know), the node shows its replica's figures and says they are its own.
+            own = requests.get(f"http://127.0.0.1:{node.management_port}/api/queues/%2F/ledger",
+                               auth=("guest", "guest"), headers={"X-Amqp-Server-Local-Only": "1"}, timeout=5).json()
+            assert (own["stream_figures_node"], _figures(own)) == (node.name, expected)
 
         # A consumer on b, served through a's stream.
         reader = _Reader(b, "ledger", offset="first", prefetch=10)
