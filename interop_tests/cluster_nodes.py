@@ -90,12 +90,14 @@ def restart_node(node: ClusterNode) -> None:
 @contextlib.contextmanager
 def three_nodes(tmp_path: Path, backend: str = "etcd", service: CoordinationService | None = None,
                 module: str = "amqp_server", via: dict[str, str] | None = None,
-                extra_args: tuple[str, ...] = ()) -> Iterator[dict[str, ClusterNode]]:
+                extra_args: tuple[str, ...] = (),
+                node_args: dict[str, tuple[str, ...]] | None = None) -> Iterator[dict[str, ClusterNode]]:
     """The three nodes on a new one-member etcd or ZooKeeper (`backend`), or on `service` when
     given (then left running: its starter stops it). `module`: what each node runs with
     `python -m` (a test harness's variant of the broker). `via`: the host:port a node reaches the
     service at instead of the service's own (an interop_tests/tcp_cut.py forwarder, to partition it).
-    `extra_args`: more command-line flags for every node (`--default-queue-type quorum`, say)."""
+    `extra_args`: more command-line flags for every node (`--default-queue-type quorum`, say);
+    `node_args`: more for one node, by name (its own `--metrics-port`, say)."""
     own_service = service is None
     if service is None:
         service = start_etcd(tmp_path / "etcd") if backend == "etcd" else start_zookeeper(tmp_path / "zk")
@@ -104,7 +106,8 @@ def three_nodes(tmp_path: Path, backend: str = "etcd", service: CoordinationServ
     try:
         for name in NAMES:
             node_url = url if name not in (via or {}) else f"{service.scheme}://{via[name]}/{url.rsplit('/', 1)[1]}"
-            nodes[name] = start_node(tmp_path, node_url, name, extra_args=extra_args, module=module)
+            nodes[name] = start_node(tmp_path, node_url, name, extra_args=(*extra_args, *(node_args or {}).get(name, ())),
+                                     module=module)
         for node in nodes.values():
             wait_until(lambda node=node: node.live_nodes() == list(NAMES), f"{node.name} lists every node")
         yield nodes

@@ -184,10 +184,11 @@ def test_a_streams_page_shows_its_offsets_and_its_consumers_offsets(ui, ui_broke
         ui.click(By.LINK_TEXT, stream)
         ui.wait_for_text("Last offset", ".panel.stream")
         figures = ui.script(STREAM_FIGURES)
-        disk_bytes = http.get(api_url(ui_broker, f"/api/queues/%2F/{stream}")).json()["stream_disk_bytes"]
+        shown = http.get(api_url(ui_broker, f"/api/queues/%2F/{stream}")).json()
+        disk_bytes = shown["stream_disk_bytes"]
         assert 0 < disk_bytes < 1024  # shown in bytes
         assert figures == {"first-offset": "0", "last-offset": "9", "segments": "1", "disk-bytes": f"{disk_bytes} B",
-                           "records": "10"}
+                           "records": "10", "figures-node": shown["node"]}  # the node holding it: its own figures
         consumer = ui.wait(lambda d: ui.script(ROW_CELLS, "table", "ui-stream-reader", True), what="the consumer")
         assert consumer["Offset"] == "7"
         danger = ui.section("Purge and delete")

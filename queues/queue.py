@@ -163,6 +163,11 @@ class Queue(QueueType):
     def consumers(self) -> list[Consumer]:
         return list(self._rotation)
 
+    def consumer_offsets(self) -> list[tuple[Consumer, int]]:
+        """A stream's consumers and the offset each reads next, as the management API and the
+        metrics show them (a stream and a stream's stand-in on another node); none here."""
+        return []
+
     def delivery_room(self) -> int | None:
         """How many more messages the consumers could take now, at most (None: no limit); a
         replicated queue's journal sizes what it lets through with it."""

@@ -90,6 +90,10 @@ class ReplicatedQueues(Protocol):
 
     def describe(self, vhost: str, name: str) -> dict[str, Any] | None: ...
 
+    def replica_stream(self, vhost: str, name: str) -> "StreamLog | None":
+        """The files of this node's replica of the replicated stream (None: it holds none), for
+        the figures of a stream another node leads (metrics/stream_figures.py)."""
+
     def raft_figures(self) -> list[tuple[str, str, int, int, int]]: ...
 
     async def add_member(self, vhost: str, name: str, node: str) -> None: ...

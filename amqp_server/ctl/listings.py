@@ -94,6 +94,8 @@ LISTINGS: dict[str, Listing] = {
             "message_bytes_persistent", "head_message_timestamp", "disk_reads", "disk_writes", "consumers",
             "consumer_utilisation", "consumer_capacity", "memory", "slave_pids", "synchronised_slave_pids", "state",
             "type", "leader", "members", "online",
+            # amqp-server's, of a stream (the management API's items; docs/streams.md "Operations")
+            "stream_first_offset", "stream_last_offset", "stream_segments", "stream_disk_bytes",
         ),
         extractors={
             "pid": _constant(None),

@@ -15,7 +15,7 @@ built without it, as in unit tests) the routes answer 404, as RabbitMQ without t
 
 On a cluster each link runs on one node (federation.py); any node lists them all, as RabbitMQ
 does: those it runs from itself, the others as the node that runs them answers (its own
-/api/federation-links, asked with the caller's credentials, within PEER_TIMEOUT_S). A link no
+/api/federation-links, asked as peer_api.py asks). A link no
 node runs yet, or whose node does not answer, is listed `starting` with `node` its lease's
 holder ("" for none).
 """
@@ -25,17 +25,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from amqp_server.federation.federation import Federation, federation_of
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import list_reply, no_content, vhost_named
+from amqp_server.management.peer_api import ask_peer, asked_by_peer, path_segment
 
 PREFIX = "/api/federation-links"
 _UP = ("starting", "running")
-PEER_TIMEOUT_S = 2.0
 
 
 def _federation(request: web.Request) -> Federation:
@@ -54,7 +53,7 @@ async def _links(request: web.Request, down_only: bool) -> list[dict[str, Any]]:
     if name is not None:
         vhost_named(context(request).broker, name)  # 404 if there is no such vhost
     links = federation.link_list(name)
-    if "X-Amqp-Server-Local-Only" not in request.headers:
+    if not asked_by_peer(request):
         links += await _elsewhere(request, federation, name)
     if name is None:
         links = [link for link in links if user.may_see_vhost(link["vhost"])]
@@ -86,19 +85,9 @@ async def _elsewhere(request: web.Request, federation: Federation, vhost: str | 
 
 async def _ask_node(request: web.Request, address: str, vhost: str | None) -> list[dict[str, Any]]:
     """That node's own listing, or [] if it does not answer in time."""
-    path = PREFIX + (f"/{vhost.replace('%', '%25').replace('/', '%2F')}" if vhost is not None else "")
-    headers = {"Authorization": request.headers["Authorization"]} if "Authorization" in request.headers else {}
-    headers["X-Amqp-Server-Local-Only"] = "1"  # its own links only: no asking around again
-    try:
-        timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_S)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.get(f"http://{address}{path}", headers=headers) as reply:
-                if reply.status != 200:
-                    return []
-                found = await reply.json()
-                return found if isinstance(found, list) else []
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-        return []
+    path = PREFIX + (f"/{path_segment(vhost)}" if vhost is not None else "")
+    found = await ask_peer(request, address, path)  # its own links only: no asking around again
+    return found if isinstance(found, list) else []
 
 
 async def list_links(request: web.Request) -> web.Response:

@@ -14,7 +14,9 @@ neither ready nor unacked, so not in `messages` either (docs/management-api.md).
 A stream has RabbitMQ's stream shape: `messages` = `messages_ready` = its records,
 `messages_unacknowledged` 0, `members`/`online`/`readers`, no byte or paging items; and this
 broker's `stream_first_offset`, `stream_last_offset`, `stream_segments`, `stream_disk_bytes`
-(and, for one stream, `stream_segment_details` and each consumer's `stream_offset`).
+(and, for one stream, `stream_segment_details` and each consumer's `stream_offset`). On a
+cluster, a node that does not lead a replicated stream starts from its own replica's figures;
+queue_routes.py then takes the leader's (stream_leaders.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from amqp_server.management.rates import RateSampler
 from amqp_server.metrics.broker_view import queue_depth
 from amqp_server.metrics.queue_sizes import QueueSizes, queue_sizes
 from amqp_server.metrics.stream_figures import StreamFigures, consumer_offsets, segment_details, stream_figures
+from queues.arguments.queue_type_rules import STREAM
 
 if TYPE_CHECKING:
     from amqp_server.broker.vhost import VirtualHost
@@ -38,10 +41,14 @@ if TYPE_CHECKING:
 
 
 def queue_json(
-    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0, running: bool = True
+    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0, running: bool = True,
+    replica: StreamFigures | None = None,
 ) -> dict[str, Any]:
     """`unacked_bytes`: from metrics.queue_sizes.unacked_bytes_by_queue, computed once per request.
-    `node` holds the queue's messages; `running` False says that node is down (in a cluster)."""
+    `node` holds the queue's messages; `running` False says that node is down (in a cluster).
+    `replica`: for the stand-in of a replicated stream another node leads, the figures of this
+    node's replica (metrics/stream_figures.replica_figures), shown until the leader's replace
+    them (stream_leaders.py)."""
     key = ("queue", vhost.name, queue.name)
     sizes = queue_sizes(queue, unacked_bytes)
     item: dict[str, Any] = {
@@ -59,9 +66,10 @@ def queue_json(
         "vhost": vhost.name,
     }
     item.update(policy_application.for_queue(vhost, queue.name, queue.settings.queue_type).as_json())
-    item.update(rates.details(key, queue_depth_counts(*queue_depth(queue))))
-    figures = stream_figures(queue)
-    if figures is None:
+    figures = stream_figures(queue) or replica
+    depth = queue_depth(queue) if replica is None else (replica.messages, 0)
+    item.update(rates.details(key, queue_depth_counts(*depth)))
+    if queue.settings.queue_type != STREAM:
         item.update(_message_queue_items(queue, sizes))
     else:
         item.update(_stream_items(queue, figures, node, running))
@@ -92,17 +100,25 @@ def _message_queue_items(queue: "Queue", sizes: QueueSizes) -> dict[str, Any]:
     }
 
 
-def _stream_items(queue: "Queue", figures: StreamFigures, node: str, running: bool) -> dict[str, Any]:
+def _stream_items(queue: "Queue", figures: StreamFigures | None, node: str, running: bool) -> dict[str, Any]:
     """A stream's items: RabbitMQ's (`members`, `online`, `readers`: consumers per node) and
-    this broker's `stream_*` figures (metrics/stream_figures.py)."""
+    this broker's `stream_*` figures (metrics/stream_figures.py), null for the stand-in of a
+    stream held elsewhere while neither its holder's nor a replica's figures are known here."""
     return {
         "members": [node],
         "online": [node] if running else [],
         "readers": {node: queue.consumer_count},
-        "stream_first_offset": figures.first_offset,
-        "stream_last_offset": figures.last_offset,
-        "stream_segments": figures.segments,
-        "stream_disk_bytes": figures.disk_bytes,
+        **stream_figure_items(figures),
+    }
+
+
+def stream_figure_items(figures: StreamFigures | None) -> dict[str, Any]:
+    """The `stream_*` items of a stream's (or a replica's) figures."""
+    return {
+        "stream_first_offset": figures.first_offset if figures is not None else None,
+        "stream_last_offset": figures.last_offset if figures is not None else None,
+        "stream_segments": figures.segments if figures is not None else None,
+        "stream_disk_bytes": figures.disk_bytes if figures is not None else None,
     }
 
 
@@ -115,13 +131,16 @@ def queue_state(queue: "Queue", running: bool = True) -> str:
 
 
 def queue_detail_json(
-    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0, running: bool = True
+    vhost: "VirtualHost", queue: "Queue", rates: RateSampler, node: str, unacked_bytes: int = 0, running: bool = True,
+    replica: StreamFigures | None = None, *, here: str | None = None,
 ) -> dict[str, Any]:
-    """One queue (GET /api/queues/{vhost}/{name}): the list shape plus its consumers."""
-    item = queue_json(vhost, queue, rates, node, unacked_bytes, running)
+    """One queue (GET /api/queues/{vhost}/{name}): the list shape plus its consumers (on a
+    cluster, those attached on this node, `here`: a stand-in's are served through the queue's
+    holder, `node`, and their channels are this node's)."""
+    item = queue_json(vhost, queue, rates, node, unacked_bytes, running, replica)
     offsets = consumer_offsets(queue)
     item["consumer_details"] = [
-        consumer_json(connection_of(consumer.sink), consumer.sink, consumer, node, offsets.get(consumer))
+        consumer_json(connection_of(consumer.sink), consumer.sink, consumer, here or node, offsets.get(consumer))
         for consumer in queue.consumers()
         if isinstance(consumer.sink, Channel)  # a client's channel (every sink the broker makes)
     ]

@@ -30,10 +30,13 @@ from amqp_server.management.http_io import (
     visible_vhost,
 )
 from amqp_server.management.queue_browse import browse
-from amqp_server.management.queue_json import queue_detail_json, queue_json
+from amqp_server.management.queue_json import queue_detail_json, queue_json, stream_figure_items
+from amqp_server.management.stream_leaders import listed_elsewhere, shown_elsewhere
 from amqp_server.management.topology_json import all_bindings, binding_json
 from amqp_server.metrics.queue_sizes import unacked_bytes_by_queue
+from amqp_server.metrics.stream_figures import StreamFigures, log_figures, replica_figures
 from queues.arguments.queue_type_rules import QUORUM, STREAM
+from queues.stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from amqp_server.broker.broker import Broker
@@ -51,10 +54,11 @@ def _queue_of(request: web.Request) -> tuple["VirtualHost", "Queue"]:
     return vhost, queue
 
 
-def _location(broker: "Broker", vhost: "VirtualHost", queue: "Queue", unacked_bytes: int) -> tuple[str, int, bool]:
-    """queue_json's node, unacked_bytes and running arguments for `queue`."""
+def _location(broker: "Broker", vhost: "VirtualHost", queue: "Queue",
+              unacked_bytes: int) -> tuple[str, int, bool, StreamFigures | None]:
+    """queue_json's node, unacked_bytes, running and replica arguments for `queue`."""
     node, live = broker.queue_location(vhost.name, queue.name)
-    return node, unacked_bytes, live
+    return node, unacked_bytes, live, replica_figures(broker, vhost.name, queue)
 
 
 async def list_queues(request: web.Request) -> web.Response:
@@ -63,11 +67,12 @@ async def list_queues(request: web.Request) -> web.Response:
     broker = ctx.broker
     unacked_bytes = unacked_bytes_by_queue(broker)
     queues = [(v, q) for v in vhosts for q in list(v.queues.values())]
+    elsewhere = await listed_elsewhere(request, broker, queues, request.match_info.get("vhost"))
 
     def as_json(pair: tuple["VirtualHost", "Queue"]) -> dict[str, Any]:
         vhost, queue = pair
         item = queue_json(vhost, queue, ctx.rates, *_location(broker, vhost, queue, unacked_bytes.get(queue, 0)))
-        return _with_replication(broker, vhost, queue, item)
+        return _with_replication(broker, vhost, queue, item, elsewhere.get((vhost.name, queue.name)))
 
     return lazy_page_reply(request, queues, lambda pair: pair[1].name, lambda pair: pair[0].name, as_json)
 
@@ -75,21 +80,39 @@ async def list_queues(request: web.Request) -> web.Response:
 async def show_queue(request: web.Request) -> web.Response:
     ctx = context(request)
     vhost, queue = _queue_of(request)
+    elsewhere = await shown_elsewhere(request, ctx.broker, vhost, queue)
+    if vhost.queues.get(queue.name) is not queue:  # deleted or replaced while the holder was asked
+        raise api_errors.not_found()
     unacked_bytes = unacked_bytes_by_queue(ctx.broker).get(queue, 0)
     location = _location(ctx.broker, vhost, queue, unacked_bytes)
-    item = queue_detail_json(vhost, queue, ctx.rates, *location)
-    return item_reply(request, _with_replication(ctx.broker, vhost, queue, item))
+    item = queue_detail_json(vhost, queue, ctx.rates, *location, here=ctx.broker.node_name)
+    return item_reply(request, _with_replication(ctx.broker, vhost, queue, item, elsewhere))
 
 
-def _with_replication(broker: "Broker", vhost: "VirtualHost", queue: "Queue", item: dict[str, Any]) -> dict[str, Any]:
+def _with_replication(broker: "Broker", vhost: "VirtualHost", queue: "Queue", item: dict[str, Any],
+                      elsewhere: dict[str, Any] | None = None) -> dict[str, Any]:
     """A replicated queue's item gets RabbitMQ's quorum queue fields (leader, members, online),
-    and so does a replicated stream's (as RabbitMQ shows a stream's)."""
+    and so does a replicated stream's (as RabbitMQ shows a stream's), with the figures of this
+    node's replica in its `replica`. A stream's item says whose figures it shows
+    (`stream_figures_node`): a stream held elsewhere gets its holder's (`elsewhere`,
+    stream_leaders.py) where that node answered, else this node's replica's."""
+    if queue.settings.queue_type == STREAM:
+        held_here = isinstance(queue, StreamQueue)
+        has_figures = held_here or item.get("stream_first_offset") is not None
+        if has_figures:
+            item["stream_figures_node"] = broker.node_name
+        if elsewhere is not None:
+            item.update(elsewhere)
     if broker.replicated is None or not queue.durable or queue.settings.queue_type not in (QUORUM, STREAM):
-        return item
+        return dict(sorted(item.items()))
     replication = broker.replicated.describe(vhost.name, queue.name)
     if replication is None:
-        return item
+        return dict(sorted(item.items()))
     item.update(replication)
+    replica_log = broker.replicated.replica_stream(vhost.name, queue.name)
+    if replica_log is not None and isinstance(item.get("replica"), dict):
+        figures = log_figures(replica_log)
+        item["replica"] = {**item["replica"], "messages": figures.messages, **stream_figure_items(figures)}
     return dict(sorted(item.items()))
 
 

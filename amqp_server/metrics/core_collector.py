@@ -40,7 +40,8 @@ from amqp_server.metrics.process_stats import ProcessStats, uptime_seconds
 from amqp_server.metrics.queue_sizes import SIZE_GAUGES, queue_sizes, unacked_bytes_by_queue
 from amqp_server.metrics.federation_figures import federation_families
 from amqp_server.metrics.shovel_figures import shovel_families
-from amqp_server.metrics.stream_figures import consumer_offsets, stream_figures
+from amqp_server.metrics.stream_figures import consumer_offsets, replica_figures, stream_figures
+from queues.arguments.queue_type_rules import STREAM
 from queues.stream_queue import StreamQueue
 
 if TYPE_CHECKING:
@@ -214,7 +215,10 @@ class CoreCollector(Collector):
     def _streams(self) -> Iterator[Metric]:
         """This broker's stream families (metrics/stream_figures.py), per-object only: per stream
         {vhost, queue}, and per consumer of a stream {vhost, queue, channel, consumer_tag} (a tag
-        is unique only within its channel). A stream holding no record has no last offset."""
+        is unique only within its channel). A stream holding no record has no last offset. On a
+        cluster every member node of a replicated stream reports its own copy's figures (as each
+        reports its replica's rabbitmq_raft_*), `amqp_server_stream_leader` telling the leader's
+        from a follower's; the consumers of each node are reported by that node."""
         labels = ["vhost", "queue"]
         first = GaugeMetricFamily(STREAM_PREFIX + "first_offset", "First offset still stored in a stream (amqp-server)",
                                   labels=labels)
@@ -226,22 +230,30 @@ class CoreCollector(Collector):
                                        "(amqp-server)", labels=labels)
         offsets = GaugeMetricFamily(STREAM_PREFIX + "consumer_offset", "Offset a stream consumer reads next "
                                     "(amqp-server)", labels=[*labels, "channel", "consumer_tag"])
+        leader = GaugeMetricFamily(STREAM_PREFIX + "leader", "1 where this node holds the stream, 0 where the "
+                                   "figures are this node's replica's of a stream another node leads (amqp-server)",
+                                   labels=labels)
         for vhost, queue in queues_of(self.broker):
-            figures = stream_figures(queue)
-            if figures is None:
+            if queue.settings.queue_type != STREAM:
                 continue
             key = [vhost.name, queue.name]
-            first.add_metric(key, figures.first_offset)
-            if figures.last_offset is not None:
-                last.add_metric(key, figures.last_offset)
-            segments.add_metric(key, figures.segments)
-            disk_bytes.add_metric(key, figures.disk_bytes)
+            held_here = stream_figures(queue)
+            # A stream another node leads: its figures as this node's replica holds it (none
+            # on a node outside its group); its consumers attached here, each with its offset.
+            figures = held_here or replica_figures(self.broker, vhost.name, queue)
+            if figures is not None:
+                leader.add_metric(key, int(held_here is not None))
+                first.add_metric(key, figures.first_offset)
+                if figures.last_offset is not None:
+                    last.add_metric(key, figures.last_offset)
+                segments.add_metric(key, figures.segments)
+                disk_bytes.add_metric(key, figures.disk_bytes)
             for consumer, offset in consumer_offsets(queue).items():
                 sink = consumer.sink
                 if isinstance(sink, Channel):  # a client's channel (every sink the broker makes)
                     channel = channel_label(connection_of(sink).name, sink.id)
                     offsets.add_metric([*key, channel, consumer.tag], offset)
-        yield from (first, last, segments, disk_bytes, offsets)
+        yield from (first, last, segments, disk_bytes, offsets, leader)
 
     def _raft(self) -> Iterator[Metric]:
         """RabbitMQ's quorum queue (Raft) families, for this node's replicas of replicated queues

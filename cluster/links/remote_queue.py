@@ -81,6 +81,14 @@ OTHER_NODES_CONNECTION = object()
 TRANSIENT_REFUSALS = frozenset({errors.NOT_FOUND})
 
 
+def _offset_of(message: Message | None) -> int | None:
+    """The stream offset a delivery of a stream carries (its `x-stream-offset` header)."""
+    if message is None:
+        return None
+    offset = (message.properties.headers or {}).get(OFFSET_HEADER)
+    return offset if isinstance(offset, int) and not isinstance(offset, bool) else None
+
+
 class RemoteDelivery(QueueEntry):
     """A message the owner delivered to this node, with the owner's delivery tag."""
 
@@ -247,6 +255,24 @@ class RemoteQueue(Queue):
     def consumers(self) -> list[Consumer]:
         return list(self._remote_consumers)
 
+    def consumer_offsets(self) -> list[tuple[Consumer, int]]:
+        """A stream's consumers here and the offset each reads next, as its client sees it: after
+        the last record it was handed, or the first one the leader sent that it was not handed
+        yet. A consumer handed nothing and sent nothing yet is left out (where it starts is the
+        leader's to resolve: `next`, a timestamp...), unless it asked for an integer offset."""
+        if self.settings.queue_type != STREAM:
+            return []
+        offsets = []
+        for consumer, remote in list(self._remote_consumers.items()):
+            offset = _offset_of(remote.last_message)
+            if offset is not None:
+                offsets.append((consumer, offset + 1))
+            elif remote.waiting and (first := _offset_of(remote.waiting[0].message)) is not None:
+                offsets.append((consumer, first))
+            elif isinstance(start := consumer.arguments.get(OFFSET_HEADER), int) and not isinstance(start, bool):
+                offsets.append((consumer, start))
+        return offsets
+
     def has_exclusive_consumer(self) -> bool:
         return False  # the owner knows every node's consumers and refuses what it must
 
@@ -284,11 +310,10 @@ class RemoteQueue(Queue):
         if remote is None or self.settings.queue_type != STREAM:
             return None
         arguments = dict(consumer.arguments)
-        if remote.last_message is not None:
-            offset = (remote.last_message.properties.headers or {}).get(OFFSET_HEADER)
-            if isinstance(offset, int):
-                arguments[OFFSET_HEADER] = offset + 1
-                return arguments
+        offset = _offset_of(remote.last_message)
+        if offset is not None:
+            arguments[OFFSET_HEADER] = offset + 1
+            return arguments
         start = arguments.get(OFFSET_HEADER, "next")
         if isinstance(start, bytes):
             start = start.decode("utf-8", "replace")

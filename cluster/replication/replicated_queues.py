@@ -178,6 +178,15 @@ class ReplicatedQueues:
                                     "commit_index": replica.commit_index}
         return described
 
+    def replica_stream(self, vhost: str, name: str) -> StreamLog | None:
+        """The stream files of this node's replica of stream `name` (None: no replica of it
+        here). A follower's hold the records its leader sent, readable up to the commit index
+        the leader told it, so its figures are the leader's as of the last replication round."""
+        replica = self.manager.replicas.get(stream_id(vhost, name))
+        if replica is None or not isinstance(replica.log, StreamReplicaLog):
+            return None
+        return replica.log.stream
+
     # -- membership changes (ctl add_member, delete_member, transfer_leadership) -----------------------
 
     async def add_member(self, vhost: str, name: str, node: str) -> None:

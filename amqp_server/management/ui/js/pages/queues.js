@@ -163,11 +163,16 @@ export function renderDetail(app, vhost, name) {
 }
 
 // A stream's log: its records (RabbitMQ counts them all ready), the offsets a consumer can
-// start from, its segment files and the bytes they take on disk.
+// start from, its segment files and the bytes they take on disk. On a cluster they are the
+// leader's; where the leader did not answer this node (a UI session is this node's only), they
+// are this node's replica's, and the panel says so.
 function streamPanel(queue) {
   const offset = (value) => (value === null || value === undefined ? '–' : num(value));
   const segments = queue.stream_segment_details || [];
+  const from = queue.stream_figures_node;
+  const whose = from === undefined ? '–' : from === queue.node ? from : `${from} (its replica, as last replicated)`;
   return h('div.panel.stream', {}, h('h2', {}, 'Stream'), kvTable([
+    ['Figures of', h('span', { dataset: { field: 'figures-node' } }, whose)],
     ['Records', num(queue.messages)],
     ['First offset', h('span', { dataset: { field: 'first-offset' } }, offset(queue.stream_first_offset))],
     ['Last offset', h('span', { dataset: { field: 'last-offset' } }, offset(queue.stream_last_offset))],
