@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from persistence.replica_files import incarnation_number, stream_copies
 from persistence.segment_reader import FileIdentity
+from persistence.stream_commit_mark import mark_unwritten
 from persistence.stream_segment import segment_file_name
 from spark.queue_snapshot import matches
 from spark.stream_snapshot import (
@@ -66,6 +67,8 @@ def plan_replicated_streams(nodes: tuple[tuple[str, str], ...], vhost: str | Non
             meta = read_stream_meta(copy.directory)
             if meta is None or (vhost is not None and meta.vhost != vhost):
                 continue
+            if mark_unwritten(copy.directory):
+                continue  # no commit yet: not a copy to read (the stream appears with its first commit)
             if queue is not None and not matches(meta.stream, queue):
                 continue
             number = incarnation_number(copy.incarnation)

@@ -213,3 +213,64 @@ def test_a_streaming_query_refuses_a_replicated_queue_or_leaves_it_out(tmp_path)
         stream_reader(nodes, replicatedQueues="maybe")
     with pytest.raises(ValueError, match="not a directory or label=directory"):
         stream_reader({"": nodes["n1"]})
+
+
+def test_what_each_copy_marks_committed_is_what_a_majority_holds_across_a_failover(tmp_path):
+    """The broker's own replication (sans-I/O, fsync by hand: tests/test_stream_replication.py):
+    each copy's commit mark never names a record a majority has not fsynced, and the source over
+    the three directories reads the records a majority holds, once, never a leader's tail that the
+    next leader cut, across a change of leader."""
+    from cluster.replication.stream_replica_log import StreamReplicaLog
+    from persistence.stream_commit_mark import mark_unwritten, read_commit_mark
+    from tests.test_stream_replication import Group
+
+    nodes = {name: tmp_path / name for name in ("a", "b", "c")}
+    logs = {}
+    for name, node in nodes.items():
+        group_dir = group_directory(node, "/", "orders", stream=True)
+        group_dir.mkdir(parents=True)
+        (group_dir / "incarnation").write_text(INCARNATION)
+        logs[name] = StreamReplicaLog.open(group_dir, "/", "orders", committer=None)
+    group = Group(tmp_path, logs=logs)
+
+    def marks() -> dict[str, int | None]:
+        """Each copy's commit mark's next offset; None where none is written yet."""
+        return {name: None if mark_unwritten(log.stream.directory) else read_commit_mark(log.stream.directory).next_offset
+                for name, log in logs.items()}
+
+    def bodies_read(r: AmqpQueueStreamReader, start: dict) -> tuple[dict, list[tuple[int, bytes]]]:
+        end = r.latestOffset(start, ReadAllAvailable())
+        rows = []
+        for partition in r.partitions(start, end):
+            for b in r.read(partition):
+                rows.extend(zip(b.column("seq").to_pylist(), b.column("body").to_pylist()))
+        return end, sorted(rows)
+
+    r = AmqpQueueStreamReader({"path": paths(nodes), "startingOffsets": "earliest", "queue": "orders"},
+                              ("seq", "body"), frozenset())
+    start = r.initialOffset()
+    group.connect("b")
+    group.connect("c")
+    group.publish(*[f"m{n}" for n in range(10)])
+    group.leader_fsync()
+    group.replicate("b")  # a and b: a majority; c has nothing yet
+    group.publish(*[f"x{n}" for n in range(5)])  # a alone: written and fsynced, never sent
+    group.leader_fsync()
+    assert marks() == {"a": 10, "b": 10, "c": None}  # (c holds nothing: a new copy writes no mark before its first commit)
+    start, rows = bodies_read(r, start)
+    assert rows == [(n, f"m{n}".encode()) for n in range(10)]
+
+    group.start("b", term=2)  # a is cut off; b leads, c follows
+    group.connect("c")
+    group.publish("n0", "n1")
+    group.leader_fsync()
+    group.replicate("c")
+    assert marks() == {"a": 10, "b": 12, "c": 12}  # a's files hold x0..x4 at offsets 10..14, unmarked
+    start, rows = bodies_read(r, start)
+    assert rows == [(10, b"n0"), (11, b"n1")]
+    group.connect("a")  # a back as a follower: its tail is cut, b's records appended
+    group.replicate("a")
+    assert marks() == {"a": 12, "b": 12, "c": 12}
+    assert bodies_read(r, start) == (start, [])
+    for log in logs.values():
+        log.close()
