@@ -5,6 +5,10 @@ their own; Spark's workers import this module by name (the project root is on th
 * ``amqp-queue-reread``: a source whose batches start reading at the start of the segment their
   first record is in, so they read again records an earlier batch already read (and the sink
   already committed). The exactly-once test run with it (``AMQP_QUEUE_BROKEN=reread``) must fail.
+* ``amqp-queue-every-copy``: a source that reads a replicated stream's range from every copy that
+  holds it, not from one: the test of replicated streams run with it
+  (``AMQP_QUEUE_BROKEN=every-copy``, interop_tests/test_spark_replicas.py) must fail with records
+  read twice.
 * ``amqp-queue-dies``: the sink, but its driver-side commit of batch ``AMQP_QUEUE_DIE_AT_BATCH``
   kills the driver's whole process group (its JVM too) the first time: after every message of the
   batch was published and confirmed, before Spark recorded the batch as done. The restarted query
@@ -55,6 +59,31 @@ class RereadingSource(AmqpQueueDataSource):
         return RereadingReader(dict(self.options), columns, not_null)
 
 
+class EveryCopyReader(AmqpQueueStreamReader):
+    def partitions(self, start: dict, end: dict) -> list:
+        broken = []
+        for partition in super().partitions(start, end):
+            part, low, high = partition.value
+            broken.append(partition)
+            if isinstance(part, StreamPart):
+                for copy in part.alternatives:  # each copy read as if it were the only one
+                    broken.append(StreamingPartition(part._replace(path=copy.path, identity=copy.identity,
+                                                                   stream_created_at_ms=copy.stream_created_at_ms,
+                                                                   alternatives=()), low, high))
+        return broken
+
+
+class EveryCopySource(AmqpQueueDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "amqp-queue-every-copy"
+
+    def streamReader(self, schema: Any) -> Any:
+        columns = _requested_columns(schema)
+        not_null = frozenset(field.name for field in schema.fields if not field.nullable)
+        return EveryCopyReader(dict(self.options), columns, not_null)
+
+
 class DyingWriter(AmqpStreamWriter):
     def commit(self, messages: list, batchId: int) -> None:
         log = Path(os.environ["AMQP_QUEUE_COMMIT_LOG"])
@@ -85,5 +114,5 @@ class FreshIdsSink(DyingSink):
         return DyingWriter(settings._replace(id_prefix=uuid.uuid4().hex))
 
 
-SOURCES = {"reread": RereadingSource}
+SOURCES = {"reread": RereadingSource, "every-copy": EveryCopySource}
 SINKS = {"fresh-ids": FreshIdsSink}

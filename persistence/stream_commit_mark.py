@@ -91,6 +91,16 @@ def read_commit_mark(directory: Path) -> CommitMark | None:
                             f"its next commit round or when it opens the stream")
 
 
+def mark_unwritten(directory: Path) -> bool:
+    """The stream directory's ``committed`` file exists and is empty: the broker opened it and has
+    not written a mark yet (a replicated stream with no segment writes its first at its first
+    commit). Nothing is known committed there; ``read_commit_mark`` would call it damaged."""
+    try:
+        return os.stat(Path(directory) / MARK_FILE).st_size == 0
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 class CommitMarkWriter:
     """The writer's half: keeps ``committed`` open and rewrites it in place."""
 
@@ -112,4 +122,4 @@ class CommitMarkWriter:
 
 
 __all__ = ["MARK_FILE", "CommitMark", "CommitMarkWriter", "DamagedCommitMark", "decode_commit_mark",
-           "encode_commit_mark", "read_commit_mark"]
+           "encode_commit_mark", "mark_unwritten", "read_commit_mark"]

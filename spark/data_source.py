@@ -46,14 +46,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark.options import parse_boolean, parse_positive
+from spark.options import parse_boolean, parse_nodes, parse_positive
 from spark.partition_reader import ScanRequest, SegmentPart, part_overlaps, read_partition
 from spark.pushdown import Pushed, translate
 from spark.partition_reader import QUEUE_FILES_TYPE
-from spark.queue_snapshot import plan
+from spark.replicated_queues import node_queues
+from spark.replicated_streams import plan_replicated_streams, with_alternatives
 from spark.schema import KIND, arrow_schema, check_columns, spark_schema
 from spark.stream_reader import STREAM_QUEUE_TYPE, read_stream_partition
-from spark.stream_snapshot import DEFAULT_PARTITION_BYTES, StreamPart, plan_stream_parts
+from spark.stream_snapshot import DEFAULT_PARTITION_BYTES, StreamPart, plan_stream_parts, stream_parts_of
 
 NAME = "amqp-queue"
 _PUSHDOWN_PLANNER = "data_source_pushdown_filters.py"
@@ -122,6 +123,7 @@ class QueueReader(DataSourceReader):
         if not path:
             raise ValueError('amqp-queue needs a data directory: .load("/path/to/data_dir") or .option("path", ...)')
         self.path = str(path)
+        self.nodes = parse_nodes(self.path)
         self.vhost = options.get("vhost")
         self.queue = options.get("queue")
         self.side_files = str(options.get("side_files", "true")).lower() != "false"
@@ -135,7 +137,8 @@ class QueueReader(DataSourceReader):
         request = self.request()
         parts: list[InputPartition] = []
         if self.pushed.accepts_type(QUEUE_FILES_TYPE):
-            for snapshot in plan(self.path, self.vhost, self.queue, self.include_internal):
+            for found in node_queues(self.nodes, self.vhost, self.queue, self.include_internal):
+                snapshot = found.snapshot
                 if not self.pushed.accepts_queue(snapshot.vhost, snapshot.queue):
                     continue
                 segments = snapshot.segments
@@ -144,9 +147,17 @@ class QueueReader(DataSourceReader):
                     if part_overlaps(part, request):
                         parts.append(SegmentPartition(part))
         if self.pushed.accepts_type(STREAM_QUEUE_TYPE):
-            for stream_part in plan_stream_parts(self.path, request, self.vhost, self.queue, self.partition_bytes,
-                                                 self.pushed.accepts_queue):
-                parts.append(StreamPartition(stream_part))
+            for _, directory in self.nodes:
+                for stream_part in plan_stream_parts(directory, request, self.vhost, self.queue, self.partition_bytes,
+                                                     self.pushed.accepts_queue):
+                    parts.append(StreamPartition(stream_part))
+            for replicated in plan_replicated_streams(self.nodes, self.vhost, self.queue):
+                if not self.pushed.accepts_queue(replicated.vhost, replicated.stream):
+                    continue
+                # Each copy's committed records are a prefix of the same records: the furthest
+                # reaching copy's are all of them, each read once (spark.replicated_streams).
+                for stream_part in stream_parts_of(replicated.primary, request, self.partition_bytes):
+                    parts.append(StreamPartition(with_alternatives(stream_part, replicated.copies)))
         return parts or [SegmentPartition(None)]  # Spark needs at least one partition
 
     def request(self) -> ScanRequest:

@@ -50,3 +50,23 @@ def parse_optional_positive(options: Mapping[str, Any] | Options, name: str, wha
     if number <= 0:
         raise ValueError(f"amqp-queue option {name} must be a positive {what}, not {value!r}")
     return number
+
+
+def parse_nodes(path: str) -> tuple[tuple[str, str], ...]:
+    """The ``path`` option: a data directory, or several separated by commas (``label=dir`` names
+    a node; a bare directory is its own label), as (label, directory) pairs."""
+    nodes = []
+    for entry in str(path).split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        label, _, directory = entry.partition("=") if "=" in entry else (entry, "", entry)
+        if not label.strip() or not directory.strip():
+            raise ValueError(f"amqp-queue option path: {entry!r} is not a directory or label=directory")
+        nodes.append((label.strip(), directory.strip()))
+    if not nodes:
+        raise ValueError('amqp-queue needs a data directory: .load("/path/to/data_dir") or .option("path", ...)')
+    labels = [label for label, _ in nodes]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"amqp-queue option path names a node twice: {path!r}")
+    return tuple(nodes)

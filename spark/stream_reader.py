@@ -54,7 +54,7 @@ from spark.message_states import STREAM_STATE
 from spark.partition_reader import ScanRequest
 from spark.schema import arrow_schema
 from spark.segment_index import be_uint
-from spark.stream_snapshot import StreamPart, read_stream_meta
+from spark.stream_snapshot import SegmentCopy, StreamPart, read_stream_meta
 
 STREAM_QUEUE_TYPE = "stream"
 _CACHE_BYTES = 64 * 1024 * 1024  # record positions, 8 bytes a record
@@ -121,7 +121,7 @@ def read_stream_partition(part: StreamPart, request: ScanRequest,
                         f"{part.start_offset}{known} is gone", None if part.end_offset is None
                         else part.end_offset - part.start_offset)
         return
-    data, base = loaded
+    part, data, base = loaded
     if policy is None or policy.fail:
         positions = _positions(data, base, part)
     else:
@@ -151,37 +151,55 @@ def read_stream_partition(part: StreamPart, request: ScanRequest,
         yield _batch(part, request, data, starts[chosen], ends[chosen], offsets[chosen], timestamps[chosen])
 
 
-def _load(part: StreamPart) -> tuple[bytes, int] | None:
-    """(the bytes of the range, the file position of its first byte); None if the file is gone."""
+def _load(part: StreamPart) -> tuple[StreamPart, bytes, int] | None:
+    """(the part as read: the copy it was read from, the bytes of the range, the file position of
+    its first byte); None if the file is gone, from every copy of a replicated stream's."""
+    damage: CorruptStreamRecord | None = None
+    for copy in part.copies():
+        try:
+            loaded = _load_copy(part, copy)
+        except CorruptStreamRecord as err:  # (a copy cut short, say by a power cut): another may be whole
+            damage = damage or err
+            continue
+        if loaded is not None:
+            chosen = part._replace(path=copy.path, identity=copy.identity,
+                                   stream_created_at_ms=copy.stream_created_at_ms, alternatives=())
+            return (chosen, *loaded)
+    if damage is not None:
+        raise damage
+    return None
+
+
+def _load_copy(part: StreamPart, copy: SegmentCopy) -> tuple[bytes, int] | None:
     try:
-        fd = os.open(part.path, os.O_RDONLY)
+        fd = os.open(copy.path, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
-        if file_identity(os.fstat(fd)) != part.identity or not _same_stream(part):
+        if file_identity(os.fstat(fd)) != copy.identity or not _same_stream(copy):
             return None  # not the file planned: the stream was deleted (and maybe declared again)
         # The header first, for every range: a version this code does not read is refused before
         # anything else in the file is interpreted (UnsupportedStreamFormatVersion).
         head = read_exactly(fd, HEADER_SIZE, 0)
         STATS.opened(len(head))
         try:
-            header = decode_header(part.path, head)
+            header = decode_header(copy.path, head)
         except CorruptStreamHeader as err:
-            raise CorruptStreamRecord(part.path, 0, part.start_offset, f"unreadable segment header: {err}") from None
+            raise CorruptStreamRecord(copy.path, 0, part.start_offset, f"unreadable segment header: {err}") from None
         start = part.start or header.header_length
         data = read_exactly(fd, max(part.end - start, 0), start)
         STATS.read(len(data))
     finally:
         os.close(fd)
     if start + len(data) < part.end:
-        raise CorruptStreamRecord(part.path, start + len(data), None,
+        raise CorruptStreamRecord(copy.path, start + len(data), None,
                                   f"the file ends before the committed end at byte {part.end}")
     return data, start
 
 
-def _same_stream(part: StreamPart) -> bool:
-    meta = read_stream_meta(Path(part.path).parent)
-    return meta is not None and meta.created_at_ms == part.stream_created_at_ms
+def _same_stream(copy: SegmentCopy) -> bool:
+    meta = read_stream_meta(Path(copy.path).parent)
+    return meta is not None and meta.created_at_ms == copy.stream_created_at_ms
 
 
 def _positions(data: bytes, base: int, part: StreamPart) -> np.ndarray:

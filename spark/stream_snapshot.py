@@ -90,10 +90,25 @@ class StreamPart(NamedTuple):
     start_offset: int  # the offset of the record at ``start``
     end: int  # file position just past its last record
     end_offset: int | None  # the offset of the record at ``end`` (one past its last), when known
+    # A replicated stream's other copies that held the range committed at planning, each the same
+    # bytes at the same positions (spark.replicated_streams): read when ``path`` is not the file planned.
+    alternatives: tuple["SegmentCopy", ...] = ()
 
     @property
     def segment_name(self) -> str:
         return os.path.basename(self.path)
+
+    def copies(self) -> tuple["SegmentCopy", ...]:
+        """Where the range can be read, the planned file first."""
+        return (SegmentCopy(self.path, self.identity, self.stream_created_at_ms), *self.alternatives)
+
+
+class SegmentCopy(NamedTuple):
+    """One copy of a segment file: its path, its identity and its stream.json's ``created_at_ms``."""
+
+    path: str
+    identity: FileIdentity
+    stream_created_at_ms: int
 
 
 def plan_streams(data_dir: str | Path, vhost: str | None = None, queue: str | None = None) -> list[StreamSnapshot]:
@@ -166,6 +181,30 @@ def snapshot_stream(directory: Path, meta: StreamMeta) -> StreamSnapshot | None:
     return StreamSnapshot(meta.vhost, meta.stream, str(directory), meta.created_at_ms, mark, tuple(refs))
 
 
+class CommittedEnd(NamedTuple):
+    """Where a snapshot's committed records end: ``next`` is one past the last one, at byte
+    ``position`` of segment ``segment`` (0: the segment's first record)."""
+
+    next: int
+    segment: int
+    position: int
+
+
+def committed_end(snapshot: StreamSnapshot) -> CommittedEnd:
+    mark, segments = snapshot.mark, snapshot.segments
+    if mark is not None:
+        next_offset = mark.next_offset
+        end_segment = mark.segment_id if mark.segment_id is not None else mark.next_offset
+        end_position = mark.position if mark.segment_id is not None else 0
+    elif segments:
+        last = segments[-1]
+        next_offset = last.end_offset if last.end_offset is not None else last.segment_id
+        end_segment, end_position = last.segment_id, last.limit
+    else:
+        next_offset, end_segment, end_position = 0, 0, 0
+    return CommittedEnd(next_offset, end_segment, 0 if end_position <= HEADER_SIZE else end_position)
+
+
 def _stream_directories(root: Path) -> dict[Path, StreamMeta]:
     found: dict[Path, StreamMeta] = {}
     try:
@@ -197,6 +236,16 @@ def plan_stream_parts(
 ) -> list[StreamPart]:
     """The partitions of every matching stream (``accepts(vhost, stream)`` narrows further) that
     hold rows ``request`` asks for; none when its states leave out streams' ``in_stream``."""
+    parts = []
+    for snapshot in plan_streams(data_dir, vhost, queue):
+        if accepts is None or accepts(snapshot.vhost, snapshot.stream):
+            parts.extend(stream_parts_of(snapshot, request, partition_bytes))
+    return parts
+
+
+def stream_parts_of(snapshot: StreamSnapshot, request: ScanRequest,
+                    partition_bytes: int = DEFAULT_PARTITION_BYTES) -> list[StreamPart]:
+    """The partitions of one stream's snapshot that hold rows ``request`` asks for."""
     if request.states is not None and STREAM_STATE not in request.states:
         return []
     intervals = offset_intervals(request.seq_min, request.seq_max, request.seq_values)
@@ -204,11 +253,7 @@ def plan_stream_parts(
         return []
     time_min = -_INF if request.published_min_us is None else -(-request.published_min_us // 1000)
     time_max = _INF if request.published_max_us is None else request.published_max_us // 1000
-    parts = []
-    for snapshot in plan_streams(data_dir, vhost, queue):
-        if accepts is None or accepts(snapshot.vhost, snapshot.stream):
-            parts.extend(stream_parts(snapshot, intervals, time_min, time_max, partition_bytes))
-    return parts
+    return stream_parts(snapshot, intervals, time_min, time_max, partition_bytes)
 
 
 class _Boundary(NamedTuple):

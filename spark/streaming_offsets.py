@@ -13,7 +13,11 @@ with its keys in sorted order (``json.dumps`` keeps insertion order), at every l
                                      "next": 90210, "position": 524328, "segment": 88000}}}}}}
 
 A *node* is one broker data directory (the ``path`` of ``load``; several, comma-separated, for a
-cluster whose nodes each hold their own queues: docs/spark.md). Per queue or stream:
+cluster whose nodes each hold their own queues: docs/spark.md). A replicated stream (a stream of a
+cluster, with a copy on several nodes: ``spark.replicated_streams``) is not a node's: its offsets
+are the same on every copy, so it has one entry, under ``"replicated"``
+(``{"format": 1, "nodes": {...}, "replicated": {"streams": {"/": {"orders": {...}}}}}``), whose
+``created`` is its group's incarnation (the same on every copy). Per queue or stream:
 
 * ``next``: every record with a ``seq`` (a stream's offset) below it has been read, or counted
   as lost; the next batch reads records from ``next`` on;
@@ -48,8 +52,12 @@ _KIND = {group: kind for kind, group in _GROUP.items()}
 EARLIEST, LATEST = -2, -1  # in startingOffsets JSON, as in Spark's Kafka source
 
 
+REPLICATED = ""  # the node of a replicated stream's key: all of them (no label is empty: spark.options.parse_nodes)
+
+
 class SourceKey(NamedTuple):
-    """One queue or stream of one node (data directory)."""
+    """One queue or stream of one node (data directory), or a replicated stream (``node`` is
+    ``REPLICATED``: one key for all its copies, whose offsets are the same)."""
 
     node: str
     kind: str  # QUEUE or STREAM
@@ -57,6 +65,8 @@ class SourceKey(NamedTuple):
     name: str
 
     def describe(self) -> str:
+        if self.node == REPLICATED:
+            return f"replicated {self.kind} {self.name!r} in vhost {self.vhost!r}"
         return f"{self.kind} {self.name!r} in vhost {self.vhost!r} of {self.node}"
 
 
@@ -79,14 +89,18 @@ _FIELDS = sorted(Position._fields)
 def encode(offsets: Offsets) -> dict[str, Any]:
     """The JSON document (as dicts with sorted keys) of ``offsets``."""
     nodes: dict[str, Any] = {}
+    replicated: dict[str, Any] = {}
     for key in sorted(offsets):
-        groups = nodes.setdefault(key.node, {})
+        groups = replicated if key.node == REPLICATED else nodes.setdefault(key.node, {})
         vhosts = groups.setdefault(_GROUP[key.kind], {})
         position = offsets[key]
         entry: dict[str, Any] = {field: getattr(position, field) for field in _FIELDS}
         entry["cuts"] = [list(cut) for cut in position.cuts]
         vhosts.setdefault(key.vhost, {})[key.name] = entry
-    return {"format": FORMAT, "nodes": _sorted(nodes)}
+    document = {"format": FORMAT, "nodes": _sorted(nodes)}
+    if replicated:
+        document["replicated"] = _sorted(replicated)
+    return document
 
 
 def _sorted(value: Any) -> Any:
@@ -100,7 +114,8 @@ def decode(document: Any) -> Offsets:
     if not isinstance(document, dict) or document.get("format") != FORMAT or not isinstance(document.get("nodes"), dict):
         raise ValueError(f"amqp-queue: not offsets of this source (format {FORMAT}): {json.dumps(document)[:200]}")
     offsets: Offsets = {}
-    for node, groups in document["nodes"].items():
+    places = [*document["nodes"].items(), *([(REPLICATED, document["replicated"])] if "replicated" in document else [])]
+    for node, groups in places:
         for group, vhosts in groups.items():
             for vhost, names in vhosts.items():
                 for name, fields in names.items():

@@ -34,11 +34,14 @@ from persistence.segment_layout import QUEUE_META, queue_path
 from persistence.segment_reader import FileIdentity
 from persistence.stream_segment import HEADER_SIZE, stream_path
 from spark.data_loss import CorruptQueueRecord, DataLoss, LossPolicy
+from spark.options import parse_nodes
 from spark.queue_range_reader import QueueRangePart
 from spark.queue_snapshot import SegmentRef, plan
-from spark.stream_snapshot import StreamPart, StreamSegmentRef, StreamSnapshot, plan_streams, read_stream_meta, \
-    snapshot_stream
-from spark.streaming_offsets import QUEUE, STREAM, Offsets, Position, SourceKey, Starting
+from spark.stream_snapshot import StreamPart, StreamSegmentRef, StreamSnapshot, committed_end, plan_streams, \
+    read_stream_meta, snapshot_stream
+from spark.replicated_queues import is_replicated, streaming_refusal
+from spark.replicated_streams import covering, gone_part, plan_replicated_streams, sealed_size
+from spark.streaming_offsets import QUEUE, REPLICATED, STREAM, Offsets, Position, SourceKey, Starting
 from spark.streaming_walk import stream_boundaries, walk_queue, walk_stream
 
 
@@ -51,6 +54,7 @@ class Scope(NamedTuple):
     include_internal: bool
     partition_bytes: int
     min_partitions: int = 2
+    skip_replicated_queues: bool = False  # the replicatedQueues option: skip, or (False) fail
 
     @property
     def split(self) -> "Split":
@@ -110,6 +114,7 @@ class StreamSource(NamedTuple):
     next: int  # one past the last committed record
     end_segment: int  # where the committed records end
     end_position: int
+    copies: tuple[tuple[str, StreamSnapshot], ...] = ()  # a replicated stream's: ``snapshot``'s first
 
 
 class QueueSource(NamedTuple):
@@ -124,26 +129,10 @@ class QueueSource(NamedTuple):
 Source = Union[StreamSource, QueueSource]
 
 
-def parse_nodes(path: str) -> tuple[tuple[str, str], ...]:
-    """The ``path`` option: a data directory, or several separated by commas (``label=dir`` names
-    a node; a bare directory is its own label)."""
-    nodes = []
-    for entry in str(path).split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        label, _, directory = entry.partition("=") if "=" in entry else (entry, "", entry)
-        nodes.append((label.strip(), directory.strip()))
-    if not nodes:
-        raise ValueError('amqp-queue needs a data directory: .load("/path/to/data_dir") or .option("path", ...)')
-    labels = [label for label, _ in nodes]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"amqp-queue option path names a node twice: {path!r}")
-    return tuple(nodes)
-
-
 def list_sources(scope: Scope) -> dict[SourceKey, Source]:
-    """Every matching queue and stream of every node, as its files are now."""
+    """Every matching queue and stream of every node, as its files are now; a replicated stream
+    once, for all its copies (``spark.replicated_streams``). A replicated queue fails the query
+    (``spark.replicated_queues``), or, with ``replicatedQueues=skip``, is left out."""
     found: dict[SourceKey, Source] = {}
     for label, directory in scope.nodes:
         if not Path(directory).is_dir():
@@ -152,30 +141,25 @@ def list_sources(scope: Scope) -> dict[SourceKey, Source]:
             key = SourceKey(label, STREAM, snapshot.vhost, snapshot.stream)
             found[key] = _stream_source(key, snapshot)
         for queue in plan(directory, scope.vhost, scope.queue, scope.include_internal):
+            if is_replicated(directory, queue.vhost, queue.queue):
+                if not scope.skip_replicated_queues:
+                    raise ValueError(streaming_refusal(queue.vhost, queue.queue))
+                continue
             key = SourceKey(label, QUEUE, queue.vhost, queue.queue)
             live = queue_path(Path(directory), queue.vhost, queue.queue)
             archive = queue_path(Path(directory), queue.vhost, queue.queue, archive=True)
             found[key] = QueueSource(key, _created(live), archive.is_dir(), queue.segments)
+    for replicated in plan_replicated_streams(scope.nodes, scope.vhost, scope.queue):
+        key = SourceKey(REPLICATED, STREAM, replicated.vhost, replicated.stream)
+        found[key] = _stream_source(key, replicated.primary, replicated.identity)._replace(copies=replicated.copies)
     return found
 
 
-def _stream_source(key: SourceKey, snapshot: StreamSnapshot) -> StreamSource:
-    mark, segments = snapshot.mark, snapshot.segments
-    if mark is not None:
-        next_offset = mark.next_offset
-        end_segment = mark.segment_id if mark.segment_id is not None else mark.next_offset
-        end_position = mark.position if mark.segment_id is not None else 0
-    elif segments:
-        last = segments[-1]
-        next_offset = last.end_offset if last.end_offset is not None else last.segment_id
-        end_segment, end_position = last.segment_id, last.limit
-    else:
-        next_offset, end_segment, end_position = 0, 0, 0
-    first = segments[0].segment_id if segments else next_offset
-    if end_position <= HEADER_SIZE:
-        end_position = 0
-    return StreamSource(key, snapshot.directory, snapshot.created_at_ms, snapshot, first, next_offset, end_segment,
-                        end_position)
+def _stream_source(key: SourceKey, snapshot: StreamSnapshot, created: int | None = None) -> StreamSource:
+    end = committed_end(snapshot)
+    first = snapshot.segments[0].segment_id if snapshot.segments else end.next
+    return StreamSource(key, snapshot.directory, snapshot.created_at_ms if created is None else created, snapshot,
+                        first, end.next, end.segment, end.position)
 
 
 def _created(directory: Path) -> int:
@@ -597,13 +581,17 @@ def plan_partitions(scope: Scope, start: Offsets, end: Offsets, policy: LossPoli
         begin = start.get(key)
         if not stop.cuts or (begin is not None and _same_place(begin, stop)):
             continue  # nothing read of it in this batch (its cuts, if any, are an earlier batch's)
+        points = [*stop.cuts, (stop.segment, stop.position, stop.next)]
+        ranges = [(a, b) for a, b in zip(points, points[1:]) if (a[0], a[1]) != (b[0], b[1])]
+        if key.node == REPLICATED:
+            found: list = _replicated_stream_parts(key, scope, ranges, stop)
+            parts.extend(Planned(part, stop.cuts[0][2], stop.next - 1) for part in found)
+            continue
         directory = directories.get(key.node)
         if directory is None:
             continue
-        points = [*stop.cuts, (stop.segment, stop.position, stop.next)]
-        ranges = [(a, b) for a, b in zip(points, points[1:]) if (a[0], a[1]) != (b[0], b[1])]
         if key.kind == STREAM:
-            found: list = _stream_parts(key, directory, ranges, stop)
+            found = _stream_parts(key, directory, ranges, stop)
         else:
             found = _queue_parts(key, directory, ranges)
         parts.extend(Planned(part, stop.cuts[0][2], stop.next - 1) for part in found)
@@ -628,6 +616,28 @@ def _stream_parts(key: SourceKey, directory: str, ranges: list[tuple[Point, Poin
         end = b if b_seg == seg_id else seg.limit
         parts.append(StreamPart(key.vhost, key.name, seg_id, seg.path, seg.identity, stop.created, a, a_offset, end,
                                 b_offset))
+    return parts
+
+
+def _replicated_stream_parts(key: SourceKey, scope: Scope, ranges: list[tuple[Point, Point]],
+                             stop: Position) -> list[StreamPart]:
+    """A replicated stream's ranges, each read from a copy (of the incarnation the batch was planned
+    on) that holds it committed now, with the others that do as alternatives; a range no copy holds
+    committed any more (retention dropped it) gives a partition that reports it gone."""
+    streams = plan_replicated_streams(scope.nodes, key.vhost, _exact(key.name), identity=stop.created)
+    copies = next((r.copies for r in streams if r.vhost == key.vhost and r.stream == key.name), ())
+    parts = []
+    for (seg_id, a, a_offset), (b_seg, b, b_offset) in ranges:
+        end = b if b_seg == seg_id else sealed_size(copies, seg_id)
+        holders = [] if end is None else covering(copies, seg_id, end)
+        if not holders:
+            directory = copies[0][1].directory if copies else scope.nodes[0][1]
+            parts.append(gone_part(key.vhost, key.name, directory, seg_id, stop.created, a, a_offset, b_offset))
+            continue
+        first, *others = holders
+        assert end is not None
+        parts.append(StreamPart(key.vhost, key.name, seg_id, first.path, first.identity, first.stream_created_at_ms,
+                                a, a_offset, end, b_offset, tuple(others)))
     return parts
 
 

@@ -16,7 +16,9 @@ the planning is ``streaming_plan``; the reading ``stream_reader`` (streams) and
 Options: the batch source's ``path``, ``vhost``, ``queue``, ``include_internal`` and
 ``partition_bytes``, and ``minPartitions`` (default 2: a batch of more than 2 MiB is cut into at
 least that many partitions), ``startingOffsets`` (default ``latest``), ``maxRecordsPerTrigger``
-(default: no limit) and ``failOnDataLoss`` (default ``true``). An option this source does not
+(default: no limit), ``failOnDataLoss`` (default ``true``) and ``replicatedQueues`` (``fail``, the
+default, or ``skip``: what a replicated quorum queue of a cluster does to the query; replicated
+streams are read, once for all their copies: spark.replicated_streams). An option this source does not
 know is an error that names it (a misspelt option would otherwise be silently ignored).
 """
 
@@ -46,7 +48,8 @@ from spark.streaming_plan import (
 )
 
 OPTIONS = frozenset({"path", "vhost", "queue", "include_internal", "partition_bytes", "minpartitions",
-                     "startingoffsets", "maxrecordspertrigger", "failondataloss", "pushdown", "side_files"})
+                     "startingoffsets", "maxrecordspertrigger", "failondataloss", "pushdown", "side_files",
+                     "replicatedqueues"})
 
 
 class StreamingPartition(InputPartition):
@@ -66,14 +69,15 @@ class AmqpQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if unknown:
             raise ValueError(f"amqp-queue has no streaming option {', '.join(unknown)}; its options are path, vhost, "
                              "queue, include_internal, partition_bytes, minPartitions, startingOffsets, "
-                             "maxRecordsPerTrigger, failOnDataLoss")
+                             "maxRecordsPerTrigger, failOnDataLoss, replicatedQueues")
         path = options.get("path")
         if not path:
             raise ValueError('amqp-queue needs a data directory: .load("/path/to/data_dir") or .option("path", ...)')
         self.scope = Scope(parse_nodes(str(path)), options.get("vhost"), options.get("queue"),
                            parse_boolean(options, "include_internal", False),
                            parse_positive(options, "partition_bytes", DEFAULT_PARTITION_BYTES, "number of bytes"),
-                           parse_positive(options, "minPartitions", 2, "number of partitions"))
+                           parse_positive(options, "minPartitions", 2, "number of partitions"),
+                           _parse_replicated_queues(options.get("replicatedQueues", "fail")))
         self.starting: Starting = parse_starting(options.get("startingOffsets", "latest"))
         self.max_rows = parse_optional_positive(options, "maxRecordsPerTrigger", "number of records")
         self.policy = LossPolicy(parse_boolean(options, "failOnDataLoss", True))
@@ -131,3 +135,12 @@ class AmqpQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return read_stream_partition(part, request, self.policy)
         return read_queue_range(part, self.columns, self.not_null, self.policy)
 
+
+
+def _parse_replicated_queues(value: object) -> bool:
+    """The ``replicatedQueues`` option: ``fail`` (a replicated queue fails the query) or ``skip``
+    (left out); whether to skip (spark.replicated_queues says why they are not read)."""
+    text = str(value).strip().lower()
+    if text not in ("fail", "skip"):
+        raise ValueError(f"amqp-queue option replicatedQueues must be fail or skip, not {value!r}")
+    return text == "skip"
