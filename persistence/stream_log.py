@@ -759,6 +759,7 @@ class StreamLog(BufferedTail):
             self._last_chunk = NO_CHUNK  # (unknown: `last` then falls back to the last record)
         self._visible_last_ts = self._last_ts
         if not segments:
+            self._write_mark()  # (docs/stream-files.md 8.1: a reader finds a mark from the open on)
             return
         k = max(bisect_right(self._segment_ids, self._visible_next) - 1, 0)
         self._pend_seg_offsets, self._pend_seg_ids = [self._visible_next], [segments[k].segment_id]

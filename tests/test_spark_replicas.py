@@ -256,7 +256,7 @@ def test_what_each_copy_marks_committed_is_what_a_majority_holds_across_a_failov
     group.replicate("b")  # a and b: a majority; c has nothing yet
     group.publish(*[f"x{n}" for n in range(5)])  # a alone: written and fsynced, never sent
     group.leader_fsync()
-    assert marks() == {"a": 10, "b": 10, "c": None}  # (c holds nothing: a new copy writes no mark before its first commit)
+    assert marks() == {"a": 10, "b": 10, "c": 0}  # (c holds nothing yet: its mark, written at the open, says so)
     start, rows = bodies_read(r, start)
     assert rows == [(n, f"m{n}".encode()) for n in range(10)]
 
