@@ -32,7 +32,8 @@ from pathlib import Path
 
 from cluster.coordinator import CoordinationUnavailable, Coordinator, EventKind, HistoryLost, leaf_name
 from cluster.replication.election import GROUPS, LEASES, GroupRecord
-from cluster.replication.log import FileReplicaLog, ReplicaStore
+from cluster.replication.log import ReplicaStore
+from cluster.replication.queue_log import QueueReplicaLog
 from cluster.replication.replica import CHECK_QUORUM_S, QueueReplica, ReplicationListener, Role
 from persistence.group_commit import GroupCommitter
 
@@ -56,7 +57,7 @@ def _ignore_queue_role(queue: str, role: Role) -> None:
 
 
 def _queue_log(queue: str, directory: Path) -> ReplicaStore:
-    return FileReplicaLog(directory)
+    return QueueReplicaLog(directory)
 
 
 class ReplicaManager:

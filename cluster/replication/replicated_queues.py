@@ -31,7 +31,8 @@ from cluster.replication.replicated_journal import ReplicatedJournal
 from cluster.coordinator import CoordinationUnavailable, Coordinator
 from cluster.replication.election import GroupKeys, GroupRecord
 from cluster.replication.manager import ReplicaManager, group_members
-from cluster.replication.log import FileReplicaLog, ReplicaStore
+from cluster.replication.log import ReplicaStore
+from cluster.replication.queue_log import QueueReplicaLog
 from cluster.replication.replica import QueueReplica, Role
 from cluster.replication.replicated_streams import ReplicatedStream, is_stream_id, stream_id
 from cluster.replication.stream_replica_log import StreamReplicaLog
@@ -265,7 +266,7 @@ class ReplicatedQueues:
             names = _vhost_and_name(replica_id)
             assert names is not None
             return StreamReplicaLog.open(directory, *names, committer=self._committer)
-        return FileReplicaLog(directory)
+        return QueueReplicaLog(directory)
 
     def _stream_lost(self, owner: ReplicatedStream) -> None:
         """The replica of a stream held here stopped leading: hand the stream over."""
