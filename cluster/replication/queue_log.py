@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from cluster.replication.entries import HEAD as ENTRY_HEAD
 from cluster.replication.entries import HEAD_SIZE as ENTRY_HEAD_SIZE
-from cluster.replication.entries import scan_entries
 from cluster.replication.log import SEGMENT_BYTES, FileReplicaLog
 from persistence.group_commit import SyncJob
 
@@ -36,6 +36,7 @@ from persistence.record_format import (
     RECORD_HEAD,
     MessageRecord,
     MessageState,
+    STATE_OF_TYPE,
     RecordType,
     StateRecord,
     decode_payload,
@@ -49,8 +50,10 @@ log = logging.getLogger(__name__)
 # A horizon payload: a zero length (a segment record's length is at least 5: it cannot be one),
 # then the horizon's seq.
 _HORIZON = struct.Struct(">IQ")
-_HORIZON_MARK = b"\0\0\0\0"
-_SEQ = struct.Struct(">Q")  # a message record's seq, right after its head
+_SEQ = struct.Struct(">Q")  # a record's seq, right after its head
+_U32 = struct.Struct(">I")
+_COUNT_AT = RECORD_HEAD.size + 16  # a state record's delivery count, after seq and at_ms
+_COUNTED = frozenset({RecordType.DELIVERED, RecordType.REQUEUED, RecordType.WAITING_RETRY})
 
 
 def horizon_payload(seq: int) -> bytes:
@@ -90,15 +93,23 @@ class QueueState:
         """Fold one log payload (a segment record; empty is a no-op), entry ``index`` of the log."""
         if not payload:
             return
-        if len(payload) == _HORIZON.size and payload[:4] == _HORIZON_MARK:
+        length, crc, rtype = RECORD_HEAD.unpack_from(payload)
+        if length == 0:  # (a segment record's length is at least 5: this is a horizon)
             self.delivery_horizon = _HORIZON.unpack_from(payload)[1]
             return
-        length, crc, rtype = RECORD_HEAD.unpack_from(payload)
-        if not self._keep_records and rtype == RecordType.MESSAGE:
-            # Only where it is (the entry's own CRC passed): its body stays in the log.
+        if not self._keep_records:
+            # Only where a message's record is, and the few fields of a state record: the entry's
+            # own CRC passed when it came, and the body stays in the log. (Every committed entry
+            # of every replica comes through here.)
             (seq,) = _SEQ.unpack_from(payload, RECORD_HEAD.size)
-            self.where[seq] = (index, len(payload))
-            self._add(seq)
+            if rtype == RecordType.MESSAGE:
+                self.where[seq] = (index, len(payload))
+                self._add(seq)
+                return
+            state = STATE_OF_TYPE.get(rtype)
+            if state is not None:
+                counted = rtype in _COUNTED
+                self._apply_state(seq, state, _U32.unpack_from(payload, _COUNT_AT)[0] if counted else 0)
             return
         if zlib.crc32(payload[8:4 + length]) != crc:
             raise ValueError("a replicated record failed its CRC")
@@ -107,7 +118,7 @@ class QueueState:
             self.messages[record.seq] = record
             self._add(record.seq)
         elif isinstance(record, StateRecord):
-            self._apply_state(record)
+            self._apply_state(record.seq, record.state, record.delivery_count)
 
     def _add(self, seq: int) -> None:
         self.held[seq] = Held.READY
@@ -115,22 +126,21 @@ class QueueState:
             heapq.heappush(self._ready, seq)
         self.next_seq = max(self.next_seq, seq + 1)
 
-    def _apply_state(self, record: StateRecord) -> None:
-        seq = record.seq
-        if record.state is MessageState.PURGED:
+    def _apply_state(self, seq: int, state: MessageState, delivery_count: int) -> None:
+        if state is MessageState.PURGED:
             for s in [s for s, h in self.held.items() if s <= seq and h is Held.READY]:
                 self._settle(s)
             return
         if seq not in self.held:
             return  # settled already
-        if record.state.settles:
+        if state.settles:
             self._settle(seq)
-        elif record.state is MessageState.DELIVERED:
+        elif state is MessageState.DELIVERED:
             self.held[seq] = Held.DELIVERED
-            self.delivery_count[seq] = record.delivery_count
+            self.delivery_count[seq] = delivery_count
         else:  # requeued, waiting_retry: back to the queue at its original position
             self.held[seq] = Held.READY
-            self.delivery_count[seq] = record.delivery_count
+            self.delivery_count[seq] = delivery_count
             if self._ready is not None:
                 heapq.heappush(self._ready, seq)
 
@@ -336,21 +346,25 @@ class QueueReplicaLog(FileReplicaLog):
             self._apply_some()
 
     def _fold(self, state: QueueState, after: int, last: int) -> int:
-        """Fold entries after ``after`` up to ``last`` into ``state``; returns how many."""
+        """Fold entries after ``after`` up to ``last`` into ``state``; returns how many. (Entries
+        this log holds were checked when they came: only their heads are read here.)"""
         index = after + 1
         folded = 0
         while index <= last:
             chunk, _ = self.read_entries(index, 1024 * 1024)
             if not chunk:
                 break
-            heads, _ = scan_entries(chunk, index)
             view = memoryview(chunk)
-            for head in heads:
-                if head.index > last:
+            pos, size = 0, len(chunk)
+            while pos < size:
+                length, _, index, _ = ENTRY_HEAD.unpack_from(chunk, pos)
+                if index > last:
                     break
-                state.apply(view[head.start + ENTRY_HEAD_SIZE:head.end], head.index)
+                end = pos + 4 + length
+                state.apply(view[pos + ENTRY_HEAD_SIZE:end], index)
                 folded += 1
-            index = heads[-1].index + 1
+                pos = end
+            index += 1
         return folded
 
     # ---- compaction -----------------------------------------------------------------------------
