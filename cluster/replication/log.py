@@ -489,11 +489,6 @@ class FileReplicaLog:
     def segment_count(self) -> int:
         return len(self._segments)
 
-    def disk_bytes(self) -> int:
-        """What the log's segments and snapshot take on disk (appended bytes included)."""
-        return sum(s.size for s in self._segments) + len(self._buffer) + (
-            len(self._base.document) + _SNAPSHOT_HEAD.size + 4 if self._base.index else 0)
-
     def term_at(self, index: int) -> int:
         if index == self._base.index:
             return self._base.term
