@@ -12,7 +12,6 @@ controls at the end.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 from pathlib import Path
 
@@ -30,17 +29,9 @@ from cluster.replication.wire import Ack, Append, FrameReader, Mismatch, Reset
 from persistence import atomic_file
 from persistence.queue_store import QueueStore
 from persistence.record_format import MessageState
+from tests.test_replication_protocol import fsync
 
 SMALL = 64 * 1024  # segment size: a compaction every few hundred messages
-
-
-def fsync(log: FileReplicaLog) -> None:
-    """One group-commit round of ``log``, done by hand."""
-    job = log.prepare_sync()
-    for fd in job.fds:
-        os.fsync(fd)
-    job.discard()
-    log.sync_done(job, None)
 
 
 def commit(log: QueueReplicaLog, index: int | None = None) -> None:

@@ -195,6 +195,15 @@ class _Segment:
         self.fd = fd
         self.size = size  # bytes in the file
 
+    def wrote(self, count: int) -> None:
+        """``count`` more bytes reached the file."""
+        self.size += count
+
+    def cut(self, size: int) -> None:
+        """Truncate the file to ``size`` bytes."""
+        os.ftruncate(self.fd, size)
+        self.size = size
+
 
 class Snapshot(NamedTuple):
     """The log's base: entries up to ``index`` (of ``term``) are no longer stored; ``document``
@@ -562,8 +571,7 @@ class FileReplicaLog:
             del self._buffer[cut - active.size:]
         else:
             self._buffer.clear()
-            os.ftruncate(active.fd, cut)
-            active.size = cut
+            active.cut(cut)
         del self._starts[index - self._offset:]
         del self._terms[index - self._offset:]
         self._durable_index = min(self._durable_index, index)
@@ -588,7 +596,7 @@ class FileReplicaLog:
         finally:
             view.release()
             if written:
-                active.size += written
+                active.wrote(written)
                 del self._buffer[:written]
 
     # ---- compaction -------------------------------------------------------------------------

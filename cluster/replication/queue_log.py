@@ -71,16 +71,16 @@ class QueueState:
     takeover's rebuild) it holds each message's record; without (a replica's applied state,
     `QueueReplicaLog`) only where its record is: the log index and length (``where``)."""
 
-    def __init__(self, *, keep_records: bool = True) -> None:
+    def __init__(self, *, keep_records: bool = True, next_seq: int = 1, delivery_horizon: int = 0) -> None:
         self.messages: dict[int, MessageRecord] = {}
         self.where: dict[int, tuple[int, int]] = {}  # seq -> (log index of its record, record length)
         self.held: dict[int, Held] = {}  # in publish order (seq order)
         self.delivery_count: dict[int, int] = {}
         self._keep_records = keep_records
         self._ready: list[int] | None = [] if keep_records else None  # heap of seqs, lazily cleaned
-        self.next_seq = 1
+        self.next_seq = next_seq
         # The last delivery horizon: messages up to it may have been delivered (0: none yet).
-        self.delivery_horizon = 0
+        self.delivery_horizon = delivery_horizon
 
     @classmethod
     def rebuild(cls, payloads: Iterable[bytes | memoryview]) -> "QueueState":
@@ -119,6 +119,19 @@ class QueueState:
             self._add(record.seq)
         elif isinstance(record, StateRecord):
             self._apply_state(record.seq, record.state, record.delivery_count)
+
+    def restore(self, seq: int, held: Held, delivery_count: int, *, where: tuple[int, int] = (0, 0),
+                record: bytes | None = None) -> None:
+        """Take message ``seq`` as a snapshot or an applied state holds it: ``record`` (its
+        message record) with records kept, else ``where`` (its record's index and length)."""
+        if record is not None:
+            self.apply(record)
+        else:
+            self.where[seq] = where
+            self._add(seq)
+        self.held[seq] = held
+        if delivery_count:
+            self.delivery_count[seq] = delivery_count
 
     def _add(self, seq: int) -> None:
         self.held[seq] = Held.READY
@@ -238,8 +251,7 @@ def decode_snapshot_document(document: bytes) -> tuple[QueueState, int, dict[int
     magic, version, _, state_index, next_seq, horizon, count = _DOC_HEAD.unpack_from(document)
     if magic != DOC_MAGIC or version != DOC_VERSION:
         raise ValueError(f"not a queue snapshot of format {DOC_VERSION}")
-    state = QueueState(keep_records=False)
-    state.next_seq, state.delivery_horizon = next_seq, horizon
+    state = QueueState(keep_records=False, next_seq=next_seq, delivery_horizon=horizon)
     carried: dict[int, tuple[int, int]] = {}
     pos = _DOC_HEAD.size
     for _ in range(count):
@@ -248,10 +260,7 @@ def decode_snapshot_document(document: bytes) -> tuple[QueueState, int, dict[int
         if is_carried:
             carried[seq] = (pos, length)
             pos += length
-        state.where[seq] = (index, length)
-        state.held[seq] = _HELD_OF[held]
-        if delivery_count:
-            state.delivery_count[seq] = delivery_count
+        state.restore(seq, _HELD_OF[held], delivery_count, where=(index, length))
     if pos != len(document):
         raise ValueError("a queue snapshot with bytes after its last message")
     return state, state_index, carried
@@ -383,8 +392,11 @@ class QueueReplicaLog(FileReplicaLog):
         return self.applied_index
 
     def _maybe_compact(self) -> None:
+        since = self.applied_index - self._snapshot_state_index
+        if since < len(self.applied.held):
+            return  # a snapshot walks every unsettled message: at most once per as many entries
         frees = self.segment_count > 1 and self._firsts[1] - 1 <= self.applied_index
-        due = self.applied_index - self._snapshot_state_index >= self._snapshot_every
+        due = since >= self._snapshot_every
         if not (frees or due):
             return
         # Finding the cut walks the unsettled messages: not again before as many entries came.
@@ -431,20 +443,13 @@ class QueueReplicaLog(FileReplicaLog):
         if self.applied_index > self.last_index:
             raise RuntimeError(f"{self.directory}: the applied state ({self.applied_index}) is past the log's "
                                f"end ({self.last_index}): this replica cannot lead")
-        state = QueueState()
         applied = self.applied
+        state = QueueState(next_seq=applied.next_seq, delivery_horizon=applied.delivery_horizon)
         read = 0
         for seq, (index, length) in applied.where.items():
             record = self._record(seq, index, length)
             read += len(record)
-            state.apply(record)
-            held = applied.held[seq]
-            count = applied.delivery_count.get(seq, 0)
-            if count:
-                state.delivery_count[seq] = count
-            state.held[seq] = held
-        state.next_seq = max(state.next_seq, applied.next_seq)
-        state.delivery_horizon = applied.delivery_horizon
+            state.restore(seq, applied.held[seq], applied.delivery_count.get(seq, 0), record=record)
         folded = 0
         for index, _, payload in self.entries(self.applied_index + 1):
             state.apply(payload, index)
