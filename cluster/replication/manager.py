@@ -16,10 +16,10 @@ records every ``poll_interval`` (``sync_groups``) and each replica reads its key
 
 **Disk alarm.** While this node's disk alarm is on (``disk_alarm()``, the broker's free-disk
 check) the node says so in the coordination service: ``replica-low-disk/<node>``, ephemeral, so
-it goes with the node's session. Its leaders then hand their leadership to an in-sync member
-whose node has no such key (`QueueReplica.avoid_low_disk`): a leader whose disk is full blocks
-the queue's publishers (the alarm) and fails its writes, one with room keeps the queue writable.
-Checked every ``DISK_CHECK_S``.
+it goes with the node's session. Its leaders (of queues and streams) then hand their leadership
+to an in-sync member whose node has no such key (`QueueReplica.avoid_low_disk`): a leader whose
+disk is full blocks the queue's publishers (the alarm) and fails its writes, one with room keeps
+the queue writable. Checked every ``DISK_CHECK_S``.
 
 `group_members` picks a new group: this node first, then other live nodes, ``size`` in all
 (default 3, or every live node when the cluster is smaller), as RabbitMQ places a quorum queue's
@@ -85,8 +85,8 @@ class ReplicaManager:
                  disk_check_interval: float = DISK_CHECK_S) -> None:
         """``on_role(queue, role)`` hears every role change of every replica here (the broker
         takes a queue over when its replica here becomes leader), after the queue's owner (`host`).
-        ``open_log(queue, directory)``: the log of a replica (a queue's own file by default; a
-        stream's is its segment files, which the broker tells apart by the group's name).
+        ``open_log(queue, directory)``: the log of a replica (a queue's `QueueReplicaLog` by
+        default; a stream's is its segment files, which the broker tells apart by the group's name).
         ``secret``: the cluster secret every replication stream, to or from this node, proves first.
         ``check_quorum``: how long a leader here may go without hearing from a majority of its
         group before it steps down (QueueReplica). ``disk_alarm()``: whether this node's disk
