@@ -109,7 +109,8 @@ class ClusterNode:
             replicated = ReplicatedQueues(node=me.name, coordinator=coordinator, data_dir=broker.message_dir,
                                           committer=broker.committer, secret=secret,
                                           session_ttl=config.cluster.session_ttl,
-                                          live_nodes=lambda: [node.name for node in membership.live_nodes()])
+                                          live_nodes=lambda: [node.name for node in membership.live_nodes()],
+                                          disk_alarm=lambda: broker.alarms.disk_alarm)
             replicated.share(definitions)
             definitions.replicate_with(replicated)
             broker.replicate_queues(replicated)

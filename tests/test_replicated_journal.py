@@ -28,6 +28,7 @@ import pytest
 
 from cluster.replication.replicated_journal import NotReplicated, ReplicatedJournal
 from cluster.replication.log import FileReplicaLog
+from cluster.replication.queue_log import QueueReplicaLog
 from cluster.replication.queue_log import Held, QueueState
 from cluster.replication.replica import Role
 from persistence.queue_store import QueueStore
@@ -46,7 +47,7 @@ class _Replica:
     def __init__(self, directory: Path, role: Role = Role.LEADER) -> None:
         self.queue = '["/","q"]'
         self.role = role
-        self.log = FileReplicaLog(directory)
+        self.log = QueueReplicaLog(directory)
 
     def publish(self, payload: bytes) -> int:
         assert self.role is Role.LEADER

@@ -31,6 +31,7 @@ from cluster.replication.replicated_journal import ReplicatedJournal
 from cluster import connect, parse_cluster_address
 from cluster.coordinator import Coordinator, KeyValue, WatchEvent
 from cluster.replication.log import FileReplicaLog
+from cluster.replication.queue_log import QueueReplicaLog
 from cluster.replication.replica import Role
 from persistence.queue_store import QueueStore
 from interop_tests.coordination_services import start_etcd, start_zookeeper
@@ -123,7 +124,7 @@ class _Replica:
     def __init__(self, directory: Path) -> None:
         self.queue = '["/","q"]'
         self.role = Role.LEADER
-        self.log = FileReplicaLog(directory)
+        self.log = QueueReplicaLog(directory)
 
     def publish(self, payload: bytes) -> int:
         return self.log.append(1, payload)

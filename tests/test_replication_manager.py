@@ -108,3 +108,73 @@ def test_a_group_deleted_and_made_again_under_the_same_name_is_not_mixed_with_th
         for one in managers.values():
             await one.close()
     asyncio.run(scenario())
+
+
+def test_a_leader_whose_disk_alarm_goes_on_hands_its_queue_to_a_member_with_room(tmp_path):
+    """a leads; its disk alarm goes on (c's too): a hands the leadership to b, the only member
+    whose node has room, and the queue stays writable there. a's alarm off again, nothing moves
+    back by itself."""
+    async def scenario():
+        service = MemoryService()
+        alarms = {"a": False, "b": False, "c": False}
+        managers = {n: ReplicaManager(node=n, coordinator=MemoryCoordinator(service), data_dir=tmp_path / n,
+                                      committer=GroupCommitter("always"), secret=b"s3cret", poll_interval=0.05,
+                                      replica_poll_interval=0.02, disk_alarm=lambda n=n: alarms[n],
+                                      disk_check_interval=0.05)
+                    for n in alarms}
+        for manager in managers.values():
+            await manager.start("127.0.0.1")
+        roles: list[Role] = []
+        replica = managers["a"].host("/:q", ["a", "b", "c"], lambda index: None, roles.append)
+        await wait_until_async(lambda: roles and roles[-1] is Role.LEADER, "a leads")
+        index = replica.publish(b"before the alarm")
+        await wait_until_async(lambda: replica.commit_index >= index, "committed")
+        await wait_until_async(lambda: set(replica.record.in_sync) == {"a", "b", "c"} if replica.record else False,
+                               "b and c in sync")
+        alarms["c"] = True
+        alarms["a"] = True
+
+        def leader() -> str | None:
+            leading = [n for n, m in managers.items() if m.replicas["/:q"].role is Role.LEADER]
+            return leading[0] if len(leading) == 1 else None
+
+        await wait_until_async(lambda: leader() == "b", "b (the member with room) leads")
+        assert roles[-1] is Role.FOLLOWER  # a stepped down
+        new = managers["b"].replicas["/:q"]
+        index = new.publish(b"after the alarm")
+        await wait_until_async(lambda: new.commit_index >= index, "the queue is writable on b")
+        alarms["a"] = alarms["c"] = False
+        await wait_until_async(lambda: "replica-low-disk/a" not in service.keys
+                               and "replica-low-disk/c" not in service.keys, "the alarms cleared in the service")
+        assert leader() == "b"
+        for manager in managers.values():
+            await manager.close()
+    asyncio.run(scenario())
+
+
+def test_a_leader_with_the_disk_alarm_stays_when_no_member_has_room(tmp_path):
+    async def scenario():
+        service = MemoryService()
+        managers = {n: ReplicaManager(node=n, coordinator=MemoryCoordinator(service), data_dir=tmp_path / n,
+                                      committer=GroupCommitter("always"), secret=b"s3cret", poll_interval=0.05,
+                                      replica_poll_interval=0.02, disk_alarm=lambda: True,
+                                      disk_check_interval=0.05)
+                    for n in ("a", "b")}
+        for manager in managers.values():
+            await manager.start("127.0.0.1")
+        roles: list[Role] = []
+        replica = managers["a"].host("/:q", ["a", "b"], lambda index: None, roles.append)
+        await wait_until_async(lambda: roles and roles[-1] is Role.LEADER, "a leads")
+        await wait_until_async(lambda: "replica-low-disk/b" in service.keys and "replica-low-disk/a" in service.keys,
+                               "both alarms recorded")
+        index = replica.publish(b"x")
+        await wait_until_async(lambda: replica.commit_index >= index, "committed")
+        await wait_until_async(lambda: replica._low_disk == {"a", "b"}, "a's leader knows both alarms")
+        # Nothing to wait for when nothing should happen: a few of its steps (every 20 ms) pass.
+        for _ in range(5):
+            replica.wake()
+            await asyncio.sleep(0.05)
+        assert replica.role is Role.LEADER and replica.record is not None and not replica.record.transfer_to
+        for manager in managers.values():
+            await manager.close()
+    asyncio.run(scenario())

@@ -104,7 +104,7 @@ def test_log_keeps_entries_across_reopen_and_drops_a_torn_tail(tmp_path):
     fsync(log)
     assert log.durable_index == 6
     log.close()
-    with open(tmp_path / "replica.log", "ab") as f:
+    with open(sorted(tmp_path.glob("segment-*.log"))[-1], "ab") as f:
         f.write(encode_entry(7, 2, b"seven")[:-3])  # a write torn by a crash
     reopened = FileReplicaLog(tmp_path)
     assert (reopened.last_index, reopened.last_term, reopened.durable_index) == (6, 2, 6)

@@ -10,10 +10,13 @@
   follower skips back over that whole term at once;
 * entries it already has with the same term are kept; at the first entry whose term differs
   the follower truncates its log there (a suffix the new leader does not have) and appends the
-  rest verbatim.
+  rest verbatim;
+* entries at or below its snapshot (compacted away: committed, so the same in every leader's
+  log) are taken as matching and skipped.
 
-A RESET (``on_reset``: the leader no longer stores the entries this log lacks) replaces the
-whole log by an empty one that goes on after the leader's base entry.
+A RESET (``on_reset``: the leader no longer stores the entries this log lacks: a stream's
+retention or a queue's compaction dropped them) replaces the whole log by the leader's
+snapshot, an empty log that goes on after the leader's base entry.
 
 The follower acknowledges (``ack()``) the highest index that is both fsynced (the log's
 ``durable_index``, raised by the group committer) and verified against this leader's log, so an
@@ -65,13 +68,19 @@ class FollowerReplication:
         prev = append.prev_index
         if prev > log.last_index:
             return encode_mismatch(append.term, log.last_index)
-        if log.term_at(prev) != append.prev_term:
+        base = log.first_index - 1
+        if prev >= base and log.term_at(prev) != append.prev_term:
             # Everything of our entry's term from its first index on is suspect: skip it whole.
-            return encode_mismatch(append.term, min(prev, log.first_index_of_term(log.term_at(prev))) - 1)
+            return encode_mismatch(append.term, max(base, min(prev, log.first_index_of_term(log.term_at(prev))) - 1))
         try:
             heads, _ = scan_entries(append.entries, prev + 1)
         except BadEntry as error:
             raise ProtocolError(f"APPEND entries: {error}") from error
+        if prev < base:
+            # The run starts in what this log compacted away: committed entries, which every
+            # leader's log holds as they are here (Raft's leader completeness). The rest goes on.
+            heads = [head for head in heads if head.index > base]
+            prev = base
         new_from = len(heads)
         for k, head in enumerate(heads):
             if head.index > log.last_index:

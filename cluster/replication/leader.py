@@ -8,8 +8,8 @@
 * a follower's ACK says up to which index its log is fsynced and matches ours; the local log's
   ``durable_index`` says the same for the leader;
 * a follower that needs entries the log no longer stores (below its ``first_index``: a stream's
-  retention dropped them, all committed) is sent RESET instead: it drops its log, which goes on
-  after the last entry not stored, and ACKs that entry;
+  retention or a queue's compaction dropped them, all committed) is sent RESET instead: it drops
+  its log, which goes on after the last entry not stored, and ACKs that entry;
 * ``commit_index`` is the highest index that a majority of the group (leader included) has
   fsynced, counted only once an entry of this term reaches it (as in Raft: an older term's entry
   is never committed by counting replicas). A confirm for an entry leaves only when
@@ -150,8 +150,9 @@ class LeaderReplication:
             return None
         first = follower.next_index
         if first < self.log.first_index:
-            # The entries it lacks are no longer stored here (a stream's retention dropped them,
-            # every one of them committed): it starts over after the last entry not stored.
+            # The entries it lacks are no longer stored here (a stream's retention or a queue's
+            # compaction dropped them, every one of them committed): it starts over after the
+            # last entry not stored.
             base = self.log.first_index - 1
             follower.next_index = base + 1
             follower.window_base = base

@@ -14,6 +14,13 @@ reads then idle at ``idle_poll_interval`` while it is settled. Without ``watch``
 records every ``poll_interval`` (``sync_groups``) and each replica reads its keys every
 ``replica_poll_interval``.
 
+**Disk alarm.** While this node's disk alarm is on (``disk_alarm()``, the broker's free-disk
+check) the node says so in the coordination service: ``replica-low-disk/<node>``, ephemeral, so
+it goes with the node's session. Its leaders (of queues and streams) then hand their leadership
+to an in-sync member whose node has no such key (`QueueReplica.avoid_low_disk`): a leader whose
+disk is full blocks the queue's publishers (the alarm) and fails its writes, one with room keeps
+the queue writable. Checked every ``DISK_CHECK_S``.
+
 `group_members` picks a new group: this node first, then other live nodes, ``size`` in all
 (default 3, or every live node when the cluster is smaller), as RabbitMQ places a quorum queue's
 members for ``x-quorum-initial-group-size``.
@@ -32,13 +39,16 @@ from pathlib import Path
 
 from cluster.coordinator import CoordinationUnavailable, Coordinator, EventKind, HistoryLost, leaf_name
 from cluster.replication.election import GROUPS, LEASES, GroupRecord
-from cluster.replication.log import FileReplicaLog, ReplicaStore
+from cluster.replication.log import ReplicaStore
+from cluster.replication.queue_log import QueueReplicaLog
 from cluster.replication.replica import CHECK_QUORUM_S, QueueReplica, ReplicationListener, Role
 from persistence.group_commit import GroupCommitter
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUP_SIZE = 3
+LOW_DISK = "replica-low-disk"  # replica-low-disk/<node>: present while that node's disk alarm is on
+DISK_CHECK_S = 1.0
 
 
 def group_members(this_node: str, live_nodes: Iterable[str], size: int | None = None) -> list[str]:
@@ -55,8 +65,12 @@ def _ignore_queue_role(queue: str, role: Role) -> None:
     pass
 
 
+def _no_alarm() -> bool:
+    return False
+
+
 def _queue_log(queue: str, directory: Path) -> ReplicaStore:
-    return FileReplicaLog(directory)
+    return QueueReplicaLog(directory)
 
 
 class ReplicaManager:
@@ -67,14 +81,16 @@ class ReplicaManager:
                  idle_poll_interval: float = 2.0,
                  on_role: Callable[[str, Role], None] = _ignore_queue_role,
                  open_log: Callable[[str, Path], ReplicaStore] = _queue_log,
-                 check_quorum: float = CHECK_QUORUM_S) -> None:
+                 check_quorum: float = CHECK_QUORUM_S, disk_alarm: Callable[[], bool] = _no_alarm,
+                 disk_check_interval: float = DISK_CHECK_S) -> None:
         """``on_role(queue, role)`` hears every role change of every replica here (the broker
         takes a queue over when its replica here becomes leader), after the queue's owner (`host`).
-        ``open_log(queue, directory)``: the log of a replica (a queue's own file by default; a
-        stream's is its segment files, which the broker tells apart by the group's name).
+        ``open_log(queue, directory)``: the log of a replica (a queue's `QueueReplicaLog` by
+        default; a stream's is its segment files, which the broker tells apart by the group's name).
         ``secret``: the cluster secret every replication stream, to or from this node, proves first.
         ``check_quorum``: how long a leader here may go without hearing from a majority of its
-        group before it steps down (QueueReplica)."""
+        group before it steps down (QueueReplica). ``disk_alarm()``: whether this node's disk
+        alarm is on (module docstring), read every ``disk_check_interval`` seconds."""
         self.node = node
         self._coordinator = coordinator
         self._directory = Path(data_dir) / "replicas"
@@ -94,20 +110,25 @@ class ReplicaManager:
         self._on_role = on_role
         self._open_log = open_log
         self._check_quorum = check_quorum
+        self._disk_alarm = disk_alarm
+        self._disk_check = disk_check_interval
         self._task: asyncio.Task[None] | None = None
+        self._disk_task: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int = 0) -> str:
         """Listen for followers and start following the groups that name this node; returns the
         replication address."""
         address = await self.listener.start(host, port)
         self._task = asyncio.get_running_loop().create_task(self._follow_groups())
+        self._disk_task = asyncio.get_running_loop().create_task(self._watch_disk())
         return address
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._disk_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for replica in list(self.replicas.values()):
             await replica.stop()
             replica.log.close()
@@ -307,6 +328,38 @@ class ReplicaManager:
                 log.exception("%s: watching replica leases failed; listing them again", self.node)
             self._wake_all()
             await asyncio.sleep(self._poll)
+
+    async def _watch_disk(self) -> None:
+        """Keep ``replica-low-disk/<node>`` in step with the disk alarm; while it is on, tell the
+        replicas leading here which members' nodes have room (module docstring)."""
+        key = f"{LOW_DISK}/{leaf_name(self.node)}"
+        marked = False
+        while True:
+            try:
+                alarm = self._disk_alarm()
+                if alarm != marked:
+                    if alarm:
+                        log.warning("%s: disk alarm: the queues led here hand their leadership to members with room",
+                                    self.node)
+                        await self._coordinator.put(key, b"{}", ephemeral=True)
+                    else:
+                        await self._coordinator.delete(key)
+                    marked = alarm
+                low: frozenset[str] = frozenset()
+                if alarm:
+                    items, _ = await self._coordinator.list(LOW_DISK)
+                    leaves = {item.key.rsplit("/", 1)[-1] for item in items}
+                    low = frozenset(n for n in self._all_members() if leaf_name(n) in leaves) | {self.node}
+                for replica in list(self.replicas.values()):
+                    replica.avoid_low_disk(low)
+            except CoordinationUnavailable as error:
+                log.warning("%s: cannot record its disk alarm: %s", self.node, error)
+            except Exception:
+                log.exception("%s: following the disk alarm failed a step; retrying", self.node)
+            await asyncio.sleep(self._disk_check)
+
+    def _all_members(self) -> set[str]:
+        return {member for replica in self.replicas.values() for member in replica.members}
 
     def _wake(self, queue: str) -> None:
         replica = self.replicas.get(queue)

@@ -307,6 +307,9 @@ class QueueReplica:
         self.incarnation: str | None = None  # of the group this replica belongs to, once read
         # Leader side: the log's state generation each follower was last sent (STATE frames).
         self._state_sent: dict[str, int] = {}
+        # Members whose node's disk alarm is on, this one included, while this node's is on
+        # (`avoid_low_disk`); empty otherwise.
+        self._low_disk: frozenset[str] = frozenset()
         # A stream's broker appends to its log directly: it says so here, as publish() would.
         log.on_news(self._flush_soon)
 
@@ -340,6 +343,15 @@ class QueueReplica:
         """Read the group record and the lease again now (they, or what this replica compares
         with them, changed)."""
         self._woken.set()
+
+    def avoid_low_disk(self, low_disk: frozenset[str]) -> None:
+        """``low_disk``: the members whose node's disk alarm is on, this one's included (empty:
+        it is off here). A leader among them hands its leadership to an in-sync member with room,
+        at its next step (`_lead`), so the queue stays writable."""
+        changed = low_disk != self._low_disk
+        self._low_disk = low_disk
+        if changed and self.role is Role.LEADER:
+            self.wake()
 
     # ---- facts (metrics) --------------------------------------------------------------------------
 
@@ -778,6 +790,16 @@ class QueueReplica:
             return
         if set(record.members) != set(self.members):
             self._change_members(record.members)
+        if self.node in self._low_disk and not record.transfer_to:
+            target = self._member_with_room(record)
+            if target is not None:
+                log.warning("%s: its disk alarm is on; hands the leadership of %s to %s, whose disk has room",
+                            self.node, self.queue, target)
+                assert version is not None
+                await self._keys.replace(GroupRecord(record.queue, record.term, record.leader, record.leader_address,
+                                                     record.members, record.in_sync, target, record.incarnation),
+                                         version)
+                return  # the transfer goes on as an operator's would (_transfer_ready)
         # Compared with the record at every poll, so a lost compare-and-set is retried by the next.
         if set(record.in_sync) != {m for m in leader.in_sync_members() if m in record.members}:
             updated = GroupRecord(record.queue, record.term, record.leader, record.leader_address, record.members,
@@ -793,6 +815,17 @@ class QueueReplica:
             return False
         connected, acknowledged, _ = self.leader.progress().get(target, (False, 0, 0))
         return connected and acknowledged >= self.log.last_index
+
+    def _member_with_room(self, record: GroupRecord) -> str | None:
+        """The in-sync, connected member whose node has no disk alarm and which acknowledged the
+        most of our log (None: there is none; the leader stays)."""
+        leader = self.leader
+        if leader is None:
+            return None
+        in_sync = set(leader.in_sync_members())
+        candidates = [(acknowledged, node) for node, (connected, acknowledged, _) in leader.progress().items()
+                      if connected and node in in_sync and node in record.members and node not in self._low_disk]
+        return max(candidates)[1] if candidates else None
 
     def _change_members(self, members: Sequence[str]) -> None:
         log.info("%s: members of %s are now %s", self.node, self.queue, ",".join(members))

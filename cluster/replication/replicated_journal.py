@@ -44,8 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cluster.replication.log import FileReplicaLog
-from cluster.replication.queue_log import Held, QueueState, horizon_payload
+from cluster.replication.queue_log import Held, QueueReplicaLog, horizon_payload
 from cluster.replication.replica import QueueReplica, Role
 from persistence.group_commit import GroupCommitter
 from persistence.queue_store import QueueStore
@@ -257,11 +256,12 @@ class ReplicatedJournal(QueueJournal):
         """The queue as the replica log holds it (see the module docstring); the local segment
         files are written anew from it."""
         log_ = self.replica.log
-        assert isinstance(log_, FileReplicaLog)  # (a queue's replica: streams have their own)
+        assert isinstance(log_, QueueReplicaLog)  # (a queue's replica: streams have their own)
         shutil.rmtree(self.store.directory, ignore_errors=True)
         if log_.last_index == 0:
             return super().recover()
-        state = QueueState.rebuild(payload for _, _, payload in log_.entries())
+        # The replica's applied state and the few entries after it: O(unsettled messages).
+        state = log_.takeover_state()
         self.store.recover()
         now = _now_ms()
         held_back: list[bytes] = []
@@ -290,7 +290,7 @@ class ReplicatedJournal(QueueJournal):
         self.store = self._reopen()
         recovery = super().recover()
         log.info("%r taken over from its replica log: %d messages (%d held by consumers at the failover, "
-                 "%d more within its delivery horizon)", self.store.queue, recovery.count,
-                 len(held_back) - len(maybe_delivered), len(maybe_delivered))
+                 "%d more within its delivery horizon); %s", self.store.queue, recovery.count,
+                 len(held_back) - len(maybe_delivered), len(maybe_delivered), log_.last_takeover)
         self._last_published = max(recovery.next_seq, state.next_seq) - 1
         return recovery._replace(next_seq=max(recovery.next_seq, state.next_seq))

@@ -31,7 +31,8 @@ from cluster.replication.replicated_journal import ReplicatedJournal
 from cluster.coordinator import CoordinationUnavailable, Coordinator
 from cluster.replication.election import GroupKeys, GroupRecord
 from cluster.replication.manager import ReplicaManager, group_members
-from cluster.replication.log import FileReplicaLog, ReplicaStore
+from cluster.replication.log import ReplicaStore
+from cluster.replication.queue_log import QueueReplicaLog
 from cluster.replication.replica import QueueReplica, Role
 from cluster.replication.replicated_streams import ReplicatedStream, is_stream_id, stream_id
 from cluster.replication.stream_replica_log import StreamReplicaLog
@@ -99,11 +100,13 @@ class ReplicatedQueues:
     """See the module docstring."""
 
     def __init__(self, *, node: str, coordinator: Coordinator, data_dir: Path, committer: GroupCommitter,
-                 live_nodes: Callable[[], list[str]], secret: str, session_ttl: float = 5.0) -> None:
+                 live_nodes: Callable[[], list[str]], secret: str, session_ttl: float = 5.0,
+                 disk_alarm: Callable[[], bool] = lambda: False) -> None:
         """``secret``: the cluster secret (the one the links log in with); the replication
         streams between nodes prove it too. ``session_ttl``: the cluster session's; a leader that
         hears from no majority of its group for that long steps down (check-quorum), as a dead
-        one's lease would expire."""
+        one's lease would expire. ``disk_alarm()``: this node's disk alarm (a leader here whose
+        alarm is on hands its queues to members with room: ReplicaManager)."""
         self.node = node
         self._coordinator = coordinator
         self._committer = committer
@@ -111,7 +114,7 @@ class ReplicatedQueues:
         self.manager = ReplicaManager(node=node, coordinator=coordinator, data_dir=data_dir, committer=committer,
                                       secret=secret.encode("utf-8"), poll_interval=GROUPS_POLL_S, watch=True,
                                       idle_poll_interval=REPLICA_IDLE_POLL_S, on_role=self._role_changed,
-                                      open_log=self._open_log, check_quorum=session_ttl)
+                                      open_log=self._open_log, check_quorum=session_ttl, disk_alarm=disk_alarm)
         self._definitions: "SharedDefinitions | None" = None
         self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -274,7 +277,7 @@ class ReplicatedQueues:
             names = _vhost_and_name(replica_id)
             assert names is not None
             return StreamReplicaLog.open(directory, *names, committer=self._committer)
-        return FileReplicaLog(directory)
+        return QueueReplicaLog(directory)
 
     def _stream_lost(self, owner: ReplicatedStream) -> None:
         """The replica of a stream held here stopped leading: hand the stream over."""

@@ -26,7 +26,8 @@ big-endian u64 unless said otherwise):
     REFUSE    follower -> leader   term: the follower has promised a newer term; the leader is stale
     RESET     leader -> follower   term, base_index, base_term, base_position, then an opaque
                                    document: the leader no longer stores the entries the follower
-                                   lacks (a stream's retention dropped them): the follower drops
+                                   lacks (a stream's retention, or a queue's compaction, dropped
+                                   them: a queue's document is its snapshot): the follower drops
                                    its log, which goes on after entry ``base_index`` (of
                                    ``base_term``) at ``base_position`` of its storage, as the
                                    document says (a stream: its segment size there), and ACKs
