@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 
 import pika
 import pytest
-import requests
-from prometheus_client.parser import text_string_to_metric_families
 from pika.exceptions import AMQPError as PikaError
 
 from cluster.replication.replicated_queues import queue_id
@@ -40,7 +38,7 @@ from cluster.replication.election import GroupKeys, GroupRecord
 from cluster.replication.wire import encode_hello
 from interop_tests.broker_process import free_port
 from interop_tests.cluster_nodes import (
-    SESSION_TTL, ClusterNode, pika_parameters, queue_known_everywhere, three_nodes,
+    SESSION_TTL, ClusterNode, metric_samples, pika_parameters, queue_known_everywhere, three_nodes,
 )
 from interop_tests.waiting import wait_until
 
@@ -386,10 +384,10 @@ def _role(node: ClusterNode, queue: str) -> str:
 def _raft_log(metrics_port: int, queue: str) -> tuple[int, int]:
     """(commit index, last written index) of the node's replica of `queue`, from its Prometheus
     per-object endpoint."""
-    text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics/per-object", timeout=5).text
-    found = {sample.name: int(sample.value) for family in text_string_to_metric_families(text)
-             for sample in family.samples if sample.labels.get("queue") == queue}
-    return found["rabbitmq_raft_log_commit_index"], found["rabbitmq_raft_log_last_written_index"]
+    samples = metric_samples(metrics_port)
+    labels = frozenset({("vhost", "/"), ("queue", queue)})
+    return (int(samples["rabbitmq_raft_log_commit_index", labels]),
+            int(samples["rabbitmq_raft_log_last_written_index", labels]))
 
 
 def test_a_confirm_and_a_tx_commit_ok_wait_for_a_majority_of_the_group(tmp_path):
