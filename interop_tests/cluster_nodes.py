@@ -18,6 +18,7 @@ from typing import Any
 
 import pika
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from interop_tests.broker_process import TEST_CONFIG, BrokerProcess, free_port, launch
 from interop_tests.coordination_services import CoordinationService, start_etcd, start_zookeeper
@@ -144,6 +145,14 @@ def binding_known_everywhere(nodes: dict[str, ClusterNode], exchange: str, queue
 def exchange_known_everywhere(nodes: dict[str, ClusterNode], name: str) -> None:
     """Wait until every node lists exchange `name`."""
     _known_everywhere(nodes, f"exchanges/%2F/{name}", f"exchange {name}")
+
+
+def metric_samples(metrics_port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample a node's /metrics/per-object serves (the node started with its own
+    `--metrics-port`), by name and labels."""
+    text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics/per-object", timeout=5).text
+    return {(sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 def pika_parameters(node: ClusterNode) -> pika.URLParameters:

@@ -36,8 +36,9 @@ from amqp_server.ctl.main import main as ctl_main
 from cluster import connect, parse_cluster_address
 from cluster.replication.election import GroupKeys, GroupRecord
 from cluster.replication.wire import encode_hello
+from interop_tests.broker_process import free_port
 from interop_tests.cluster_nodes import (
-    SESSION_TTL, ClusterNode, pika_parameters, queue_known_everywhere, three_nodes,
+    SESSION_TTL, ClusterNode, metric_samples, pika_parameters, queue_known_everywhere, three_nodes,
 )
 from interop_tests.waiting import wait_until
 
@@ -375,27 +376,57 @@ def test_consumers_on_every_node_follow_a_leadership_transfer(tmp_path):
         assert _drain(c, "moving") == []
 
 
+def _role(node: ClusterNode, queue: str) -> str:
+    """The role `node`'s own replica of `queue` has, as it reports it."""
+    return node.api_json(f"queues/%2F/{queue}")["replica"]["role"]
+
+
+def _raft_log(metrics_port: int, queue: str) -> tuple[int, int]:
+    """(commit index, last written index) of the node's replica of `queue`, from its Prometheus
+    per-object endpoint."""
+    samples = metric_samples(metrics_port)
+    labels = frozenset({("vhost", "/"), ("queue", queue)})
+    return (int(samples["rabbitmq_raft_log_commit_index", labels]),
+            int(samples["rabbitmq_raft_log_last_written_index", labels]))
+
+
 def test_a_confirm_and_a_tx_commit_ok_wait_for_a_majority_of_the_group(tmp_path):
     """With both followers killed the leader holds the message but a majority does not: neither
     the confirm nor the commit-ok comes; once the leader has heard from no majority for the
     session TTL it steps down (check-quorum) and its clients are told: the confirm is a nack and
-    the commit fails. One follower back, the group elects again and confirms come."""
-    with three_nodes(tmp_path) as nodes:
+    the commit fails. One follower back, the group elects again and confirms come.
+
+    Asserted as an order of events, not against a clock (the leader's check-quorum counts from
+    the last ACK it heard, up to a heartbeat before the kill, so no fixed wait after the kill
+    tells "still waiting" from "already stepped down"): the clients are connected before the
+    kill and publish right after it; each outcome must find the leader already stepped down
+    when it arrives, and the leader's log must hold both records, which only a leader appends."""
+    metrics_port = free_port()
+    with three_nodes(tmp_path, node_args={"a": ("--metrics-port", str(metrics_port))}) as nodes:
         a, b, c = nodes["a"], nodes["b"], nodes["c"]
         _declare(nodes, a, "majority")
-        b.broker.kill()
-        c.broker.kill()
-        outcomes: dict[str, str] = {}
+        assert _role(a, "majority") == "leader"
+        committed_before, written_before = wait_until(
+            lambda: (figures := _raft_log(metrics_port, "majority"))[0] == figures[1] and figures,
+            "a's log is committed to its end")
+        outcomes: dict[str, tuple[str, str]] = {}  # client -> (what it was told, a's role just after)
+        ready = threading.Barrier(3, timeout=30)  # both clients set up, and the test
+        go = threading.Event()
+
+        def told(client: str, outcome: str) -> None:
+            outcomes[client] = (outcome, _role(a, "majority"))
 
         def confirmed() -> None:
             connection = pika.BlockingConnection(_parameters(a))
             channel = connection.channel()
             channel.confirm_delivery()
+            ready.wait()
+            go.wait()
             try:
                 channel.basic_publish("", "majority", b"confirm me", PERSISTENT)  # returns on basic.ack
-                outcomes["confirm"] = "acked"
+                told("confirm", "acked")
             except pika.exceptions.NackError:
-                outcomes["confirm"] = "nacked"
+                told("confirm", "nacked")
             with contextlib.suppress(pika.exceptions.AMQPError):
                 connection.close()
 
@@ -403,26 +434,38 @@ def test_a_confirm_and_a_tx_commit_ok_wait_for_a_majority_of_the_group(tmp_path)
             connection = pika.BlockingConnection(_parameters(a))
             channel = connection.channel()
             channel.tx_select()
+            ready.wait()
+            go.wait()
             channel.basic_publish("", "majority", b"commit me", PERSISTENT)
             try:
                 channel.tx_commit()  # returns on tx.commit-ok
-                outcomes["commit"] = "ok"
+                told("commit", "ok")
             except pika.exceptions.AMQPError as error:
-                outcomes["commit"] = f"failed: {error!r}"
+                told("commit", f"failed: {error!r}")
             with contextlib.suppress(pika.exceptions.AMQPError):
                 connection.close()
 
         workers = [threading.Thread(target=confirmed), threading.Thread(target=committed)]
-        started = time.monotonic()
         for worker in workers:
             worker.start()
-        for worker in workers:
-            worker.join(SESSION_TTL * 0.6)
-        assert outcomes == {}, "a confirm or commit-ok left before a majority had the message"
+        ready.wait()
+        b.broker.kill()
+        c.broker.kill()
+        go.set()
+        started = time.monotonic()
         for worker in workers:
             worker.join(SESSION_TTL + 10)
         told_after = time.monotonic() - started
-        assert outcomes["confirm"] == "nacked" and outcomes["commit"].startswith("failed"), outcomes
+        assert set(outcomes) == {"confirm", "commit"}, f"after {told_after:.1f} s the clients were told {outcomes}"
+        (confirm, role_at_confirm), (commit, role_at_commit) = outcomes["confirm"], outcomes["commit"]
+        assert confirm == "nacked" and commit.startswith("failed"), outcomes
+        # Neither left while a still led: a nack or a failed commit is what its step-down sends.
+        assert role_at_confirm != "leader" and role_at_commit != "leader", outcomes
+        # Both records reached a's log while it led (a follower appends nothing of its own), and
+        # were never committed there.
+        committed_now, written_now = _raft_log(metrics_port, "majority")
+        assert written_now >= written_before + 2 and committed_now <= committed_before, \
+            (committed_before, written_before, committed_now, written_now)
         assert told_after < SESSION_TTL + 5, f"the clients were told after {told_after:.1f} s"
         b.broker.restart()
 

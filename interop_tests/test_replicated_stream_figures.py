@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import io
 
-from prometheus_client.parser import text_string_to_metric_families
 import requests
 
 from amqp_server.ctl.main import main as ctl_main
 from interop_tests.broker_process import free_port
-from interop_tests.cluster_nodes import ClusterNode, three_nodes
+from interop_tests.cluster_nodes import ClusterNode, metric_samples, three_nodes
 from interop_tests.test_replicated_streams import _declare, _publish, _Reader
 from interop_tests.waiting import wait_until
 
@@ -30,12 +29,6 @@ def _figures(item: dict) -> dict:
 
 def _listed(node: ClusterNode, name: str) -> dict:
     return next(item for item in node.api_json("queues") if item["name"] == name)
-
-
-def _samples(port: int) -> dict[tuple[str, frozenset], float]:
-    text = requests.get(f"http://127.0.0.1:{port}/metrics/per-object", timeout=5).text
-    return {(sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 def test_every_node_shows_the_leaders_figures_and_its_own_consumers_offsets(tmp_path):
@@ -90,12 +83,12 @@ def test_every_node_shows_the_leaders_figures_and_its_own_consumers_offsets(tmp_
             # Prometheus: each member node reports its own copy, the leader's marked as such,
             # and the consumers attached to it.
             for name, port in metrics.items():
-                samples = _samples(port)
+                samples = metric_samples(port)
                 stream = frozenset({("vhost", "/"), ("queue", "ledger")})
                 assert samples[("amqp_server_stream_last_offset", stream)] == 24, name
                 assert samples[("amqp_server_stream_first_offset", stream)] == 0, name
                 assert samples[("amqp_server_stream_leader", stream)] == (1 if name == "a" else 0), name
-            offsets = [value for (family, labels), value in _samples(metrics["b"]).items()
+            offsets = [value for (family, labels), value in metric_samples(metrics["b"]).items()
                        if family == "amqp_server_stream_consumer_offset" and ("queue", "ledger") in labels]
             assert offsets == [25]
         finally:

@@ -22,7 +22,7 @@ connection and the channel never ask where a queue lives.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from persistence.queue_store import QueueStore
@@ -38,6 +38,23 @@ class ClusterChangeRefused(Exception):
 
 class CoordinationOutOfReach(ConnectionError):
     """The coordination service did not answer in time (HTTP 503)."""
+
+
+class RaftFigures(NamedTuple):
+    """One replica's Raft figures, as RabbitMQ's ra_metrics row (the rabbitmq_raft_* families):
+    ``snapshot_index`` is the last entry its snapshot stands for (the log stores none at or
+    below it; 0: no snapshot), ``applied_index`` the last entry its state machine has applied,
+    ``commit_index`` what a majority has fsynced as this replica knows it, ``last_written_index``
+    its log's last entry. snapshot_index <= applied_index <= commit_index <= last_written_index
+    holds for a queue's replica whose log is durable."""
+
+    vhost: str
+    queue: str
+    term: int
+    snapshot_index: int
+    applied_index: int
+    commit_index: int
+    last_written_index: int
 
 
 class NodeRecord(Protocol):
@@ -94,7 +111,7 @@ class ReplicatedQueues(Protocol):
         """The files of this node's replica of the replicated stream (None: it holds none), for
         the figures of a stream another node leads (metrics/stream_figures.py)."""
 
-    def raft_figures(self) -> list[tuple[str, str, int, int, int]]: ...
+    def raft_figures(self) -> list[RaftFigures]: ...
 
     async def add_member(self, vhost: str, name: str, node: str) -> None: ...
 

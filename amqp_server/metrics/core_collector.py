@@ -11,7 +11,8 @@ RabbitMQ's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Literal
+from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,6 +23,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from amqp_server.broker.cluster_interface import RaftFigures
 from amqp_server.channel.channel import Channel
 from amqp_server.connection.views import connection_of, connections_of
 from amqp_server.metrics import identity
@@ -258,30 +260,31 @@ class CoreCollector(Collector):
     def _raft(self) -> Iterator[Metric]:
         """RabbitMQ's quorum queue (Raft) families, for this node's replicas of replicated queues
         (a clustered broker only): per queue on the per-object endpoint, summed on the aggregated
-        one, as RabbitMQ's plugin serves them. The last applied index is the commit index (a
-        leader applies at once); there are no snapshots (index 0)."""
+        one, as RabbitMQ's plugin serves them (`RaftFigures` says what each index is)."""
         replicated = self.broker.replicated
         if replicated is None:
             return
         per_object = self.endpoint == PER_OBJECT
         labels = ["vhost", "queue"] if per_object else None
-        # Each family's column of raft_figures() (a number: term, commit or last written index).
-        families: tuple[tuple[_Family, Literal[2, 3, 4] | None], ...] = (
-            (CounterMetricFamily("rabbitmq_raft_term", "Current Raft term number", labels=labels), 2),
-            (GaugeMetricFamily("rabbitmq_raft_log_snapshot_index", "Raft log snapshot index", labels=labels), None),
+        families: tuple[tuple[_Family, Callable[[RaftFigures], int]], ...] = (
+            (CounterMetricFamily("rabbitmq_raft_term", "Current Raft term number", labels=labels),
+             attrgetter("term")),
+            (GaugeMetricFamily("rabbitmq_raft_log_snapshot_index", "Raft log snapshot index", labels=labels),
+             attrgetter("snapshot_index")),
             (GaugeMetricFamily("rabbitmq_raft_log_last_applied_index", "Raft log last applied index",
-                               labels=labels), 3),
-            (GaugeMetricFamily("rabbitmq_raft_log_commit_index", "Raft log commit index", labels=labels), 3),
+                               labels=labels), attrgetter("applied_index")),
+            (GaugeMetricFamily("rabbitmq_raft_log_commit_index", "Raft log commit index", labels=labels),
+             attrgetter("commit_index")),
             (GaugeMetricFamily("rabbitmq_raft_log_last_written_index", "Raft log last written index",
-                               labels=labels), 4),
+                               labels=labels), attrgetter("last_written_index")),
         )
         figures = replicated.raft_figures()
-        for family, column in families:
+        for family, figure in families:
             if per_object:
                 for row in figures:
-                    family.add_metric(list(row[:2]), row[column] if column is not None else 0)
+                    family.add_metric([row.vhost, row.queue], figure(row))
             else:
-                family.add_metric([], sum(row[column] for row in figures) if column is not None else 0)
+                family.add_metric([], sum(figure(row) for row in figures))
             yield family
 
     def _channels(self, snapshot: BrokerSnapshot) -> Iterator[Metric]:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.broker.cluster_interface import ClusterChangeRefused
+from amqp_server.broker.cluster_interface import ClusterChangeRefused, RaftFigures
 from amqp_server.wire import errors
 from amqp_server.wire.errors import AMQPError
 from cluster.replication.replicated_journal import ReplicatedJournal
@@ -337,14 +337,24 @@ class ReplicatedQueues:
         if names is not None:
             self._definitions.reconcile_replicated(*names)
 
-    def raft_figures(self) -> list[tuple[str, str, int, int, int]]:
-        """(vhost, queue, term, commit index, last written index) of every replica on this node,
-        for the metrics' rabbitmq_raft_* families."""
+    def raft_figures(self) -> list[RaftFigures]:
+        """The figures of every replica on this node, for the metrics' rabbitmq_raft_* families.
+        A queue's log folds its committed entries into its state a batch per event-loop turn and
+        compacts behind them: its applied index trails the commit index by what is not folded
+        yet, its snapshot index is its snapshot's base. A stream's log applies the commit index
+        as it is told it (its records become readable) and has no snapshot (retention drops
+        segments that nothing stands for)."""
         figures = []
         for replica_id, replica in list(self.manager.replicas.items()):
             names = _vhost_and_name(replica_id)
-            if names is not None:
-                figures.append((*names, replica.term, replica.commit_index, replica.log.last_index))
+            if names is None:
+                continue
+            replica_log, commit = replica.log, replica.commit_index
+            if isinstance(replica_log, QueueReplicaLog):
+                snapshot, applied = replica_log.snapshot_index, replica_log.applied_index
+            else:
+                snapshot, applied = 0, commit
+            figures.append(RaftFigures(*names, replica.term, snapshot, applied, commit, replica_log.last_index))
         return sorted(figures)
 
     def replica(self, vhost: str, name: str) -> QueueReplica | None:
