@@ -149,9 +149,10 @@ def decode_queue_commit_mark(path: str, data: bytes) -> QueueCommitMark | None:
 
 
 def read_queue_commit_mark(group_dir: Path) -> QueueCommitMark | None:
-    """The commit mark of a queue replica; None when there is none, or it is empty (a broker that
-    writes no marks, or a replica that has not seen a commit since it was made or emptied).
-    ``DamagedQueueCommitMark`` when it stays unreadable over a few attempts."""
+    """The commit mark of a queue replica; None when there is no such file (a broker that writes
+    no marks); index 0 when it is empty (nothing known committed here yet: a replica that has
+    seen no commit since it was made or emptied). ``DamagedQueueCommitMark`` when it stays
+    unreadable over a few attempts."""
     path = Path(group_dir) / QUEUE_MARK_FILE
     data = b""
     for attempt in range(_READ_ATTEMPTS):
@@ -160,7 +161,7 @@ def read_queue_commit_mark(group_dir: Path) -> QueueCommitMark | None:
         except (FileNotFoundError, NotADirectoryError):
             return None
         if not data:
-            return None
+            return QueueCommitMark(0, 0)
         mark = decode_queue_commit_mark(str(path), data)
         if mark is not None:
             return mark
@@ -223,6 +224,19 @@ def read_queue_snapshot(group_dir: Path) -> QueueSnapshot:
                 carried[entry_index] = document[pos:pos + record_length]
                 pos += record_length
     return QueueSnapshot(index, carried)
+
+
+def queue_snapshot_index(group_dir: Path) -> int:
+    """The index of the replica's snapshot (0: none), from its header alone."""
+    path = Path(group_dir) / QUEUE_SNAPSHOT_FILE
+    try:
+        with open(path, "rb") as file:
+            head = file.read(_SNAPSHOT_HEAD.size)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    if len(head) < _SNAPSHOT_HEAD.size or head[:8] != b"AMQPSNAP":
+        raise ValueError(f"{path}: not a replica snapshot")
+    return int(_SNAPSHOT_HEAD.unpack_from(head)[3])
 
 
 def queue_log_segments(group_dir: Path) -> list[tuple[int, Path]]:
@@ -312,5 +326,5 @@ __all__ = ["REPLICAS_DIR", "STREAM_DIR", "INCARNATION_FILE", "TERM_FILE", "QUEUE
            "group_name", "group_directory", "stream_copies", "read_incarnation", "promised_term",
            "incarnation_number", "QUEUE_MARK_FILE", "QUEUE_SNAPSHOT_FILE", "QueueCommitMark",
            "DamagedQueueCommitMark", "UnsupportedReplicaFormat", "encode_queue_commit_mark",
-           "decode_queue_commit_mark", "read_queue_commit_mark", "QueueSnapshot", "read_queue_snapshot",
+           "decode_queue_commit_mark", "read_queue_commit_mark", "QueueSnapshot", "read_queue_snapshot", "queue_snapshot_index",
            "queue_log_segments", "queue_log_entries", "LogGap", "ENTRY_HEAD_SIZE"]

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from spark.data_loss import LossPolicy, log
 from spark.options import Options, parse_boolean, parse_optional_positive, parse_positive
 from spark.partition_reader import ScanRequest
-from spark.queue_range_reader import QueueRangePart, read_queue_range
+from spark.queue_range_reader import QueueRangePart, ReplicaQueuePart, read_queue_range, read_replica_queue_range
 from spark.stream_reader import read_stream_partition
 from spark.stream_snapshot import DEFAULT_PARTITION_BYTES, StreamPart
 from spark.streaming_offsets import Offsets, Starting, decode, encode, parse_starting
@@ -56,7 +56,7 @@ class StreamingPartition(InputPartition):
     """One partition of a streaming batch: a byte range of a stream segment (offsets ``low`` ..
     ``high`` of it) or of a queue segment."""
 
-    def __init__(self, part: StreamPart | QueueRangePart, low: int, high: int) -> None:
+    def __init__(self, part: StreamPart | QueueRangePart | ReplicaQueuePart, low: int, high: int) -> None:
         super().__init__((part, low, high))
 
 
@@ -133,6 +133,8 @@ class AmqpQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if isinstance(part, StreamPart):
             request = ScanRequest(self.columns, seq_min=low, seq_max=high, not_null=self.not_null)
             return read_stream_partition(part, request, self.policy)
+        if isinstance(part, ReplicaQueuePart):
+            return read_replica_queue_range(part, self.columns, self.not_null, self.policy)
         return read_queue_range(part, self.columns, self.not_null, self.policy)
 
 
