@@ -17,8 +17,9 @@ Options: the batch source's ``path``, ``vhost``, ``queue``, ``include_internal``
 ``partition_bytes``, and ``minPartitions`` (default 2: a batch of more than 2 MiB is cut into at
 least that many partitions), ``startingOffsets`` (default ``latest``), ``maxRecordsPerTrigger``
 (default: no limit), ``failOnDataLoss`` (default ``true``) and ``replicatedQueues`` (``fail``, the
-default, or ``skip``: what a replicated quorum queue of a cluster does to the query; replicated
-streams are read, once for all their copies: spark.replicated_streams). An option this source does not
+default, or ``skip``: what a replicated quorum queue none of whose copies has a commit mark does
+to the query; replicated streams and marked quorum queues are read, once for all their copies:
+spark.replicated_streams, spark.replicated_queue_log). An option this source does not
 know is an error that names it (a misspelt option would otherwise be silently ignored).
 """
 

@@ -199,7 +199,8 @@ def test_a_replicated_queue_is_read_by_a_batch_from_its_newest_owner_only(tmp_pa
     assert sorted(seqs) == list(range(1, 21)), "n2's files, not n1's as well"
 
 
-def test_a_streaming_query_refuses_a_replicated_queue_or_leaves_it_out(tmp_path):
+def test_a_streaming_query_refuses_a_replicated_queue_without_commit_marks_or_leaves_it_out(tmp_path):
+    """(Files of a broker from before commit marks: the group directory has no ``committed``.)"""
     nodes = {"n1": tmp_path / "n1"}
     _replicated_queue(nodes["n1"], 10, term=1)
     publish(open_queue(nodes["n1"], "classic"), 5)
@@ -568,3 +569,26 @@ def test_the_quorum_queue_readers_read_what_the_replica_log_writes(tmp_path):
     assert [(i, t, p) for i, t, p in got] == [(i, 3, payloads[i - 1]) for i in range(5, 151)]
     assert log.segment_count > 3
     log.close()
+
+
+def test_a_replicas_mark_survives_a_reopen_and_is_emptied_when_its_log_is_discarded(tmp_path):
+    from cluster.replication.log import SNAPSHOT_FILE
+    from cluster.replication.queue_log import QueueReplicaLog
+    from persistence.replica_files import read_queue_commit_mark
+
+    group = QueueGroup(tmp_path, segment_bytes=16 * 1024)
+    group.connect("b")
+    for _ in range(4):
+        group.settle(*group.publish(*[b"settled" * 20] * 40))
+        group.leader_fsync()
+        group.replicate("b")
+    b = group.logs["b"]
+    marked = read_queue_commit_mark(b.directory)
+    assert marked is not None and marked.index == b.last_index and b.snapshot_index > 0
+    group.close()
+    assert read_queue_commit_mark(QueueReplicaLog(b.directory).directory) == marked  # reopened: kept
+    snapshot = b.directory / SNAPSHOT_FILE
+    snapshot.write_bytes(snapshot.read_bytes()[:-1] + b"!")  # damaged: the replica starts empty
+    emptied = QueueReplicaLog(b.directory)
+    assert emptied.created_empty and read_queue_commit_mark(emptied.directory).index == 0
+    emptied.close()
