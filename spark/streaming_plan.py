@@ -343,15 +343,12 @@ def _reconcile_replicated_queue(key: SourceKey, start: Position, source: Replica
 # ---- where a batch ends ----------------------------------------------------------------------
 
 
-class StreamEnd:
-    """A stream's batch end, moved forward by ``advance``; ``position`` names it exactly, with the
-    batch's cuts."""
+class _NumberedEnd:
+    """A batch end over records numbered with no gaps (a stream's offsets, a replicated queue's log
+    indices): it moves by counting, up to ``cap``."""
 
-    def __init__(self, source: StreamSource, start: Position, target: Position | None, split: Split,
-                 policy: LossPolicy) -> None:
-        self.source, self.start, self.target, self.split, self.policy = source, start, target, split, policy
-        self.cap = source.next if target is None else min(source.next, target.next)
-        self.next = start.next
+    def __init__(self, start: Position, cap: int) -> None:
+        self.start, self.cap, self.next = start, cap, start.next
 
     def advance(self, records: int | None) -> int:
         """Move the end forward by up to ``records`` records (None: all there are); how many it moved."""
@@ -359,6 +356,16 @@ class StreamEnd:
         moved = max(new - self.next, 0)
         self.next += moved
         return moved
+
+
+class StreamEnd(_NumberedEnd):
+    """A stream's batch end, moved forward by ``advance``; ``position`` names it exactly, with the
+    batch's cuts."""
+
+    def __init__(self, source: StreamSource, start: Position, target: Position | None, split: Split,
+                 policy: LossPolicy) -> None:
+        super().__init__(start, source.next if target is None else min(source.next, target.next))
+        self.source, self.target, self.split, self.policy = source, target, split, policy
 
     def position(self) -> Position:
         start, source = self.start, self.source
@@ -548,20 +555,13 @@ class QueueEnd:
         return end._replace(cuts=cuts)
 
 
-class ReplicatedQueueEnd:
+class ReplicatedQueueEnd(_NumberedEnd):
     """A replicated queue's batch end, by log index: every entry up to the furthest commit mark
     (or ``records`` more entries: a limit counts entries, so a batch has at most that many rows)."""
 
     def __init__(self, source: ReplicatedQueueSource, start: Position, target: Position | None, split: Split) -> None:
-        self.start, self.split = start, split
-        self.cap = source.next if target is None else min(source.next, target.next)
-        self.next = start.next
-
-    def advance(self, records: int | None) -> int:
-        new = self.cap if records is None else min(self.cap, self.next + records)
-        moved = max(new - self.next, 0)
-        self.next += moved
-        return moved
+        super().__init__(start, source.next if target is None else min(source.next, target.next))
+        self.split = split
 
     def position(self) -> Position:
         start = self.start

@@ -592,3 +592,27 @@ def test_a_replicas_mark_survives_a_reopen_and_is_emptied_when_its_log_is_discar
     emptied = QueueReplicaLog(b.directory)
     assert emptied.created_empty and read_queue_commit_mark(emptied.directory).index == 0
     emptied.close()
+
+
+def test_a_quorum_queue_read_under_a_row_limit_in_several_partitions_gives_each_message_once(tmp_path):
+    group = QueueGroup(tmp_path)
+    group.connect("b")
+    group.publish(*[b"%d" % n for n in range(1, 12001)])
+    group.leader_fsync()
+    group.replicate("b")
+    r = queue_reader(group.nodes)
+    start = r.initialOffset()
+    seen: list[int] = []
+    partitions = 0
+    for _ in range(20):
+        end = r.latestOffset(start, ReadMaxRows(9000))
+        if end == start:
+            break
+        planned = r.partitions(start, end)
+        partitions = max(partitions, len(planned))
+        rows = [row for p in planned for b in r.read(p) for row in b.column("seq").to_pylist()]
+        assert len(rows) <= 9000
+        seen.extend(rows)
+        start = end
+    assert seen == list(range(1, 12001)) and partitions >= 2
+    group.close()
