@@ -5,8 +5,8 @@ their own; Spark's workers import this module by name (the project root is on th
 * ``amqp-queue-reread``: a source whose batches start reading at the start of the segment their
   first record is in, so they read again records an earlier batch already read (and the sink
   already committed). The exactly-once test run with it (``AMQP_QUEUE_BROKEN=reread``) must fail.
-* ``amqp-queue-every-copy``: a source that reads a replicated stream's range from every copy that
-  holds it, not from one: the test of replicated streams run with it
+* ``amqp-queue-every-copy``: a source that reads a replicated stream's or quorum queue's range from
+  every copy that holds it, not from one: the test of replicated streams and queues run with it
   (``AMQP_QUEUE_BROKEN=every-copy``, interop_tests/test_spark_replicas.py) must fail with records
   read twice.
 * ``amqp-queue-dies``: the sink, but its driver-side commit of batch ``AMQP_QUEUE_DIE_AT_BATCH``
@@ -29,7 +29,7 @@ from typing import Any
 
 from spark.amqp_sink import AmqpStreamWriter, sink_settings
 from spark.data_source import AmqpQueueDataSource, _requested_columns
-from spark.queue_range_reader import QueueRangePart
+from spark.queue_range_reader import QueueRangePart, ReplicaQueuePart
 from spark.stream_snapshot import StreamPart
 from spark.streaming_source import AmqpQueueStreamReader, StreamingPartition
 
@@ -70,6 +70,9 @@ class EveryCopyReader(AmqpQueueStreamReader):
                     broken.append(StreamingPartition(part._replace(path=copy.path, identity=copy.identity,
                                                                    stream_created_at_ms=copy.stream_created_at_ms,
                                                                    alternatives=()), low, high))
+            if isinstance(part, ReplicaQueuePart):
+                broken.pop()  # each copy read as if it were the only one
+                broken.extend(StreamingPartition(part._replace(copies=(copy,)), low, high) for copy in part.copies)
         return broken
 
 

@@ -1,5 +1,6 @@
-"""Spark over a cluster's node directories: a replicated stream is read once, whatever copies hold
-it, across a kill -9 of its leader in the middle of a streaming query; a replicated (quorum) queue
+"""Spark over a cluster's node directories: a replicated stream and a replicated (quorum) queue are
+each read once, whatever copies hold them, across a kill -9 of their leader in the middle of a
+streaming query (the queue from its replica logs, up to each copy's commit mark); the quorum queue
 is read once by a batch query, from the files of the node that leads it, not from the copy its
 killed leader left behind (docs/spark.md, "On a cluster").
 
@@ -7,9 +8,11 @@ Three broker nodes and etcd (interop_tests/cluster_nodes.py), real Spark (local[
 query runs in a driver process of its own (interop_tests/spark_streaming_driver.py) over
 ``a=<dir>,b=<dir>,c=<dir>``; batch queries in this process's session.
 
-Control: ``AMQP_QUEUE_BROKEN=every-copy`` (interop_tests/spark_faults.py) is a source that reads a
-range from every copy holding it; ``test_the_check_catches_a_source_that_reads_every_copy`` runs
-it and requires the exactly-once check to fail.
+Controls: ``AMQP_QUEUE_BROKEN=every-copy`` (interop_tests/spark_faults.py) is a source that reads a
+range of a replicated stream or queue from every copy holding it;
+``test_the_check_catches_a_source_that_reads_every_copy`` runs it and requires the exactly-once
+check to fail for both. (A source that ignores the queue's commit mark is the control of
+tests/test_spark_replicas.py, where the uncommitted tail can be made by hand.)
 """
 
 from __future__ import annotations
@@ -123,6 +126,14 @@ def assert_once(rows: list[dict], queue: str, confirmed: set[str], stream: bool)
         assert sorted(r["seq"] for r in mine) == list(range(len(mine))), "offsets from 0, none skipped"
 
 
+def queue_mark(node: ClusterNode) -> int | None:
+    """The commit mark of the node's copy of the quorum queue."""
+    from persistence.replica_files import group_directory, read_queue_commit_mark
+
+    mark = read_queue_commit_mark(group_directory(node.broker.data_dir, "/", QUEUE, stream=False))
+    return None if mark is None else mark.index
+
+
 def batch_rows(session, nodes: dict[str, ClusterNode]) -> list[dict]:
     df = session.read.format("amqp-queue").load(node_paths(nodes)).select("queue", "seq", "message_id", "body")
     return [row.asDict() for row in df.collect()]
@@ -145,8 +156,9 @@ def test_a_replicated_stream_is_read_once_across_a_leader_kill_and_a_quorum_queu
         publisher = ClusterPublisher(nodes, (STREAM, QUEUE))
         publisher.publish(800)
         checkpoint, output = tmp_path / "checkpoint", tmp_path / "output"
+        # No queue option: the query reads both, the stream and the quorum queue.
         settings = {"data_dir": node_paths(nodes), "checkpoint": str(checkpoint), "output": str(output),
-                    "queue": STREAM, "max_records": 300, "trigger": "200 milliseconds"}
+                    "max_records": 300, "trigger": "200 milliseconds"}
         driver = Driver(tmp_path, dict(settings), "live")
         publisher.start()
         try:
@@ -166,7 +178,9 @@ def test_a_replicated_stream_is_read_once_across_a_leader_kill_and_a_quorum_queu
         driver.kill()
         final = Driver(tmp_path, {**settings, "trigger": "available-now"}, "final")
         assert final.wait(within=400) == 0, final.tail()
-        assert_once(committed_rows(output), STREAM, publisher.confirmed[STREAM], stream=True)
+        streamed = committed_rows(output)
+        assert_once(streamed, STREAM, publisher.confirmed[STREAM], stream=True)
+        assert_once(streamed, QUEUE, publisher.confirmed[QUEUE], stream=False)
 
         # Batch, a still down: its copy of the stream is one of three, its files of the queue are
         # what it held when killed, left behind (the queue's leader is b or c now).
@@ -184,26 +198,24 @@ def test_a_replicated_stream_is_read_once_across_a_leader_kill_and_a_quorum_queu
         assert_once(rows, STREAM, publisher.confirmed[STREAM], stream=True)
         assert_once(rows, QUEUE, publisher.confirmed[QUEUE], stream=False)
 
-        # A streaming query does not read a replicated queue: the files cannot say what is committed.
-        refused = (spark_session.readStream.format("amqp-queue").option("queue", QUEUE)
-                   .option("startingOffsets", "earliest").load(node_paths(nodes))
-                   .writeStream.format("noop").trigger(availableNow=True).start())
-        with pytest.raises(Exception, match="replicated \\(quorum\\) queue"):
-            refused.awaitTermination(120)
-
 
 @pytest.mark.timeout(600)
 def test_the_check_catches_a_source_that_reads_every_copy(tmp_path):
     with three_nodes(tmp_path) as nodes:
-        _declare(nodes, nodes["a"], STREAM, **{"x-queue-type": "stream", **STREAM_ARGUMENTS})
-        publisher = ClusterPublisher(nodes, (STREAM,))
+        _declare_both(nodes)
+        publisher = ClusterPublisher(nodes, (STREAM, QUEUE))
         publisher.publish(500)
-        wait_until(lambda: sorted(nodes["a"].api(f"queues/%2F/{STREAM}").json().get("in_sync", []))
-                   == ["a", "b", "c"], "every copy in sync")
+        wait_until(lambda: all(sorted(nodes["a"].api(f"queues/%2F/{name}").json().get("in_sync", []))
+                               == ["a", "b", "c"] for name in (STREAM, QUEUE)), "every copy in sync")
+        # (a follower's queue mark moves with the leader's next APPEND or heartbeat: the same on all soon)
+        wait_until(lambda: len({queue_mark(node) for node in nodes.values()}) == 1, "the queue's copies marked alike")
         checkpoint, output = tmp_path / "checkpoint", tmp_path / "output"
         broken = Driver(tmp_path, {"data_dir": node_paths(nodes), "checkpoint": str(checkpoint),
-                                   "output": str(output), "queue": STREAM, "trigger": "available-now",
+                                   "output": str(output), "trigger": "available-now",
                                    "env": {"AMQP_QUEUE_BROKEN": "every-copy"}}, "broken")
         assert broken.wait(within=400) == 0, broken.tail()
+        rows = committed_rows(output)
         with pytest.raises(AssertionError, match="read twice"):
-            assert_once(committed_rows(output), STREAM, publisher.confirmed[STREAM], stream=True)
+            assert_once(rows, STREAM, publisher.confirmed[STREAM], stream=True)
+        with pytest.raises(AssertionError, match="read twice"):
+            assert_once(rows, QUEUE, publisher.confirmed[QUEUE], stream=False)

@@ -16,6 +16,10 @@ docs/queue-files.md section 4): a record whose CRC fails, or bytes that are not 
 damage: ``CorruptQueueRecord`` with ``failOnDataLoss=true``, skipped (one record when a trusted
 record follows it, else the rest of the range) and logged with ``false``. A segment gone before the task reads it (all its messages
 settled, archiving off) is data loss, handled the same way.
+
+A replicated queue's partition (``ReplicaQueuePart``) names a range of log indices instead, read
+from a copy that holds it committed (``spark.replicated_queue_log``); its rows are the same columns,
+``segment`` being ``replica.log`` (the rows of a range come from whichever copy has it).
 """
 
 from __future__ import annotations
@@ -34,8 +38,10 @@ from persistence.stream_index import read_exactly
 from spark.columnar import decode_columns, record_batch
 from spark.data_loss import CorruptQueueRecord, LossPolicy
 from spark.internal_stores import delayed_exchange_of
+from persistence.replica_files import QUEUE_LOG_FILE
 from spark.partition_reader import QUEUE_FILES_TYPE
 from spark.queue_snapshot import SegmentRef
+from spark.replicated_queue_log import NotCommitted, message_records
 from spark.schema import arrow_schema
 from spark.segment_index import be_uint
 
@@ -58,6 +64,51 @@ class QueueRangePart(NamedTuple):
     seq_max: int
 
 
+class ReplicaQueuePart(NamedTuple):
+    """What one partition of a streaming batch reads of a replicated queue: the message records of
+    log entries ``low`` .. ``high`` (inclusive), from one of the group directories ``copies``.
+    Entries below ``stored_from`` were compacted away on every copy when the batch was planned
+    (what the driver reported, or what a query from ``earliest`` starts after): not lost again."""
+
+    vhost: str
+    queue: str
+    copies: tuple[str, ...]
+    low: int
+    high: int
+    stored_from: int
+
+
+def read_replica_queue_range(part: ReplicaQueuePart, columns: tuple[str, ...], not_null: frozenset[str],
+                             policy: LossPolicy, batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+    """The rows of ``part``: one per message record, in log order."""
+    what = f"entries {part.low}..{part.high} of replicated queue {part.queue!r} (vhost {part.vhost!r})"
+    try:
+        found = message_records(part.copies, part.low, part.high)
+    except NotCommitted as error:
+        policy.lost(f"{what} are gone: {error} (every copy that had them was removed or compacted)")
+        return
+    except ValueError as error:
+        policy.damaged(CorruptQueueRecord(part.copies[0], 0, f"{what}: {error}"))
+        return
+    if found.gone is not None:
+        first, last = max(found.gone[0], part.stored_from), found.gone[1]
+        if first <= last:
+            policy.lost(f"{what}: entries {first}..{last} were compacted away in {found.copy} before the query "
+                        f"read them; the messages among them not settled then were read from its snapshot, "
+                        f"the settled ones are gone")
+    records = found.records
+    for first_row in range(0, len(records), batch_rows):
+        chosen = records[first_row:first_row + batch_rows]
+        data = b"".join(record for _, record in chosen)
+        lengths = np.fromiter((len(r) for _, r in chosen), np.int64, len(chosen))
+        positions = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        d = np.frombuffer(data, np.uint8)
+        ends = positions + 4 + be_uint(d, positions, 4)
+        payloads = positions + RECORD_HEAD.size
+        yield _batch(part.vhost, part.queue, QUEUE_LOG_FILE, False, columns, not_null, data, payloads, ends,
+                     be_uint(d, payloads, 8), be_uint(d, payloads + 8, 8))
+
+
 def read_queue_range(part: QueueRangePart, columns: tuple[str, ...], not_null: frozenset[str], policy: LossPolicy,
                      batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
     """The rows of ``part`` in record batches of at most ``batch_rows`` rows."""
@@ -72,7 +123,8 @@ def read_queue_range(part: QueueRangePart, columns: tuple[str, ...], not_null: f
     rows = np.flatnonzero(keep)
     for first in range(0, len(rows), batch_rows):
         chosen = rows[first : first + batch_rows]
-        yield _batch(part, columns, not_null, data, starts[chosen], ends[chosen], seqs[chosen], published[chosen])
+        yield _batch(part.vhost, part.queue, part.segment.name, part.segment.archived, columns, not_null, data,
+                     starts[chosen], ends[chosen], seqs[chosen], published[chosen])
 
 
 def _load(part: QueueRangePart, policy: LossPolicy) -> tuple[bytes, int] | None:
@@ -129,10 +181,11 @@ def _messages(part: QueueRangePart, data: bytes, base: int,
     return payloads, ends, be_uint(d, payloads, 8), be_uint(d, payloads + 8, 8)
 
 
-def _batch(part: QueueRangePart, columns: tuple[str, ...], not_null: frozenset[str], data: bytes, starts: np.ndarray,
-           ends: np.ndarray, seqs: np.ndarray, published_ms: np.ndarray) -> pa.RecordBatch:
+def _batch(vhost: str, queue: str, segment: str, archived: bool, columns: tuple[str, ...], not_null: frozenset[str],
+           data: bytes, starts: np.ndarray, ends: np.ndarray, seqs: np.ndarray,
+           published_ms: np.ndarray) -> pa.RecordBatch:
     at = pa.array(published_ms * 1000, _TS)
-    values = {**_PUBLISHED, "seq": pa.array(seqs), "published_at": at, "state_at": at, "vhost": part.vhost,
-              "queue": part.queue, "segment": part.segment.name, "archived": part.segment.archived,
-              "delayed_exchange": delayed_exchange_of(part.queue), **decode_columns(data, starts, ends, columns)}
+    values = {**_PUBLISHED, "seq": pa.array(seqs), "published_at": at, "state_at": at, "vhost": vhost,
+              "queue": queue, "segment": segment, "archived": archived,
+              "delayed_exchange": delayed_exchange_of(queue), **decode_columns(data, starts, ends, columns)}
     return record_batch(arrow_schema(columns, not_null), len(starts), values)

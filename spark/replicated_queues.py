@@ -4,10 +4,9 @@ On a cluster a durable quorum queue's records are in two places (docs/replicatio
 
 * on its **leader**, in the queue's own segment files (``<data_dir>/queues/...``, as a classic
   durable queue's), written when journaled, before a majority of the group holds them;
-* on **every member**, leader included, in ``<data_dir>/replicas/<group>/replica.log``: every
-  record of the queue's history (messages and state records) as log entries. Nothing on disk says
-  how far that log is committed (the commit index lives in the leader's memory and in its
-  APPEND frames), and its tail may hold records the next leader does not have.
+* on **every member**, leader included, in ``<data_dir>/replicas/<group>/``: every record of the
+  queue's history (messages and state records) as log entries, in segments, with a snapshot for
+  the entries compacted away, and ``committed``, the copy's commit mark (docs/replication.md).
 
 At a failover the new leader deletes its own queue files and writes them anew from its log: the
 messages not settled, under their old seqs, and from then on new messages with the seqs after the
@@ -17,10 +16,9 @@ its node drops them (a killed node's, until it comes back and hands the queue ov
 
 So the batch source reads, of each replicated queue found in several node directories, the files
 of the node that took it over last (``owner``: the highest term its replica promised, then the
-newest ``queue.json``), never a copy left behind; and the streaming source does not read them
-(``StreamingRefusal``): a query that had read the old leader's record under a seq would skip the
-confirmed message that the new leader gives that seq, and nothing in the files tells the two
-apart or says which records are committed.
+newest ``queue.json``), never a copy left behind. The streaming source reads the replica logs
+instead, up to each copy's commit mark (``spark.replicated_queue_log``); it refuses
+(``streaming_refusal``) only a queue none of whose copies has a mark (a broker from before marks).
 """
 
 from __future__ import annotations
@@ -81,11 +79,11 @@ def owner_rank(data_dir: str | Path, vhost: str, queue: str) -> tuple[int, int]:
 
 
 def streaming_refusal(vhost: str, queue: str) -> str:
-    """Why a streaming query does not read a replicated queue, and what to do instead."""
-    return (f"amqp-queue: queue {queue!r} in vhost {vhost!r} is a replicated (quorum) queue of a cluster. Its "
-            f"files do not say which of its records a majority of its replicas holds, and at a failover its new "
-            f"leader rewrites its files and gives the seq of a record the old leader wrote but never replicated to "
-            f"another message, so a query reading it could skip a confirmed message or read one twice. Read it "
-            f"with a batch query, or publish its messages to a stream as well (bind a stream to the same "
-            f"exchange) and read the stream; option replicatedQueues=skip leaves replicated queues out of this "
-            f"query (docs/spark.md, \"On a cluster\")")
+    """Why a streaming query does not read a replicated queue without commit marks, and what to do."""
+    return (f"amqp-queue: queue {queue!r} in vhost {vhost!r} is a replicated (quorum) queue of a cluster and none "
+            f"of its copies in the listed directories has a commit mark (replicas/<group>/committed, written by "
+            f"brokers since commit marks), so nothing says which of its records a majority of its replicas "
+            f"holds, and a query reading it could skip a confirmed message or read one twice. Let its broker "
+            f"commit once (publish or settle a message), list the directories of its members, or read it with a "
+            f"batch query; option replicatedQueues=skip leaves such queues out of this query (docs/spark.md, "
+            f"\"Replicated streams and queues\")")

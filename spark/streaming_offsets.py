@@ -17,7 +17,10 @@ cluster whose nodes each hold their own queues: docs/spark.md). A replicated str
 cluster, with a copy on several nodes: ``spark.replicated_streams``) is not a node's: its offsets
 are the same on every copy, so it has one entry, under ``"replicated"``
 (``{"format": 1, "nodes": {...}, "replicated": {"streams": {"/": {"orders": {...}}}}}``), whose
-``created`` is its group's incarnation (the same on every copy). Per queue or stream:
+``created`` is its group's incarnation (the same on every copy). A replicated (quorum) queue
+likewise (``"replicated": {"queues": ...}``), its positions being log indices: ``next`` the next
+entry to read, ``segment`` the same index, ``position`` 0, ``cuts`` ``[index, 0, index]``
+(``spark.replicated_queue_log``). Per queue or stream:
 
 * ``next``: every record with a ``seq`` (a stream's offset) below it has been read, or counted
   as lost; the next batch reads records from ``next`` on;

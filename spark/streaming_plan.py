@@ -35,10 +35,11 @@ from persistence.segment_reader import FileIdentity
 from persistence.stream_segment import HEADER_SIZE, stream_path
 from spark.data_loss import CorruptQueueRecord, DataLoss, LossPolicy
 from spark.options import parse_nodes
-from spark.queue_range_reader import QueueRangePart
+from spark.queue_range_reader import QueueRangePart, ReplicaQueuePart
 from spark.queue_snapshot import SegmentRef, plan
 from spark.stream_snapshot import StreamPart, StreamSegmentRef, StreamSnapshot, committed_end, plan_streams, \
     read_stream_meta, snapshot_stream
+from spark.replicated_queue_log import ReplicatedQueue, first_published_at, plan_replicated_queues
 from spark.replicated_queues import is_replicated, streaming_refusal
 from spark.replicated_streams import covering, gone_part, plan_replicated_streams, sealed_size
 from spark.streaming_offsets import QUEUE, REPLICATED, STREAM, Offsets, Position, SourceKey, Starting
@@ -126,12 +127,26 @@ class QueueSource(NamedTuple):
     segments: tuple[SegmentRef, ...]
 
 
-Source = Union[StreamSource, QueueSource]
+class ReplicatedQueueSource(NamedTuple):
+    """A replicated queue as its copies are now (``spark.replicated_queue_log``); its positions are
+    log indices (``segment`` is the index too, ``position`` 0)."""
+
+    key: SourceKey
+    created: int  # its group's incarnation, as a number
+    queue: ReplicatedQueue
+
+    @property
+    def next(self) -> int:
+        return self.queue.next
+
+
+Source = Union[StreamSource, QueueSource, ReplicatedQueueSource]
 
 
 def list_sources(scope: Scope) -> dict[SourceKey, Source]:
-    """Every matching queue and stream of every node, as its files are now; a replicated stream
-    once, for all its copies (``spark.replicated_streams``). A replicated queue fails the query
+    """Every matching queue and stream of every node, as its files are now; a replicated stream or
+    queue once, for all its copies (``spark.replicated_streams``, ``spark.replicated_queue_log``).
+    A replicated queue no copy of which has a commit mark (a broker before marks) fails the query
     (``spark.replicated_queues``), or, with ``replicatedQueues=skip``, is left out."""
     found: dict[SourceKey, Source] = {}
     for label, directory in scope.nodes:
@@ -142,9 +157,7 @@ def list_sources(scope: Scope) -> dict[SourceKey, Source]:
             found[key] = _stream_source(key, snapshot)
         for queue in plan(directory, scope.vhost, scope.queue, scope.include_internal):
             if is_replicated(directory, queue.vhost, queue.queue):
-                if not scope.skip_replicated_queues:
-                    raise ValueError(streaming_refusal(queue.vhost, queue.queue))
-                continue
+                continue  # read from its replica logs, below
             key = SourceKey(label, QUEUE, queue.vhost, queue.queue)
             live = queue_path(Path(directory), queue.vhost, queue.queue)
             archive = queue_path(Path(directory), queue.vhost, queue.queue, archive=True)
@@ -152,6 +165,12 @@ def list_sources(scope: Scope) -> dict[SourceKey, Source]:
     for replicated in plan_replicated_streams(scope.nodes, scope.vhost, scope.queue):
         key = SourceKey(REPLICATED, STREAM, replicated.vhost, replicated.stream)
         found[key] = _stream_source(key, replicated.primary, replicated.identity)._replace(copies=replicated.copies)
+    queues, unmarked = plan_replicated_queues(scope.nodes, scope.vhost, scope.queue, scope.include_internal)
+    if unmarked and not scope.skip_replicated_queues:
+        raise ValueError(streaming_refusal(*unmarked[0]))
+    for queue_log in queues:
+        key = SourceKey(REPLICATED, QUEUE, queue_log.vhost, queue_log.queue)
+        found[key] = ReplicatedQueueSource(key, queue_log.identity, queue_log)
     return found
 
 
@@ -173,7 +192,10 @@ def _created(directory: Path) -> int:
 
 
 def earliest(source: Source) -> Position:
-    """Every record still stored."""
+    """Every record still stored (a replicated queue: from index 1, its snapshot's live messages
+    standing for the entries compacted away)."""
+    if isinstance(source, ReplicatedQueueSource):
+        return Position(source.created, 1, 1, 1, 0)
     if isinstance(source, StreamSource):
         return Position(source.created, source.first, source.first, source.first, 0)
     first = source.segments[0].segment_id if source.segments else 0
@@ -188,6 +210,11 @@ def starting_position(source: Source, starting: Starting, policy: LossPolicy, sp
     if mode == "latest":
         position = end_now(source, policy, split)
         return position._replace(first=position.next)
+    if isinstance(source, ReplicatedQueueSource):
+        # A log index ("seq" in startingOffsets JSON), or the first message published at or after it.
+        index = value if mode == "seq" else first_published_at(source.queue, value)
+        index = max(1, min(index, source.next))
+        return Position(source.created, index, index, index, 0)
     if isinstance(source, StreamSource):
         return _stream_start_at(source, mode, value)
     return _queue_start_at(source, mode, value, policy, split)
@@ -265,6 +292,8 @@ def reconcile(key: SourceKey, start: Position | None, source: Source | None, pol
         policy.lost(f"{key.describe()} was deleted; records published to it after the query's last look "
                     f"({what} {start.next}) may not have been read")
         return None
+    if isinstance(source, ReplicatedQueueSource):
+        return _reconcile_replicated_queue(key, start, source, policy)
     if isinstance(source, StreamSource):
         if source.created != start.created:
             policy.lost(f"{key.describe()} was deleted and declared again; records of the old one after offset "
@@ -297,18 +326,29 @@ def reconcile(key: SourceKey, start: Position | None, source: Source | None, pol
     return Position(start.created, start.first, max(start.next, resume), resume, 0, start.lost + gone)
 
 
+def _reconcile_replicated_queue(key: SourceKey, start: Position, source: ReplicatedQueueSource,
+                                policy: LossPolicy) -> Position:
+    if source.created != start.created:
+        policy.lost(f"{key.describe()} was deleted and declared again; entries of the old one after index "
+                    f"{start.next} may not have been read")
+        return earliest(source)._replace(lost=start.lost)
+    stored_from = source.queue.stored_from
+    if start.next < stored_from and not start.next == start.first == 1:  # (earliest starts with what is stored)
+        policy.lost(f"{key.describe()}: compaction removed entries {start.next}..{stored_from - 1} from every copy "
+                    f"before the query read them; the messages among them not settled then are read from the "
+                    f"snapshot, the settled ones are gone")
+    return start
+
+
 # ---- where a batch ends ----------------------------------------------------------------------
 
 
-class StreamEnd:
-    """A stream's batch end, moved forward by ``advance``; ``position`` names it exactly, with the
-    batch's cuts."""
+class _NumberedEnd:
+    """A batch end over records numbered with no gaps (a stream's offsets, a replicated queue's log
+    indices): it moves by counting, up to ``cap``."""
 
-    def __init__(self, source: StreamSource, start: Position, target: Position | None, split: Split,
-                 policy: LossPolicy) -> None:
-        self.source, self.start, self.target, self.split, self.policy = source, start, target, split, policy
-        self.cap = source.next if target is None else min(source.next, target.next)
-        self.next = start.next
+    def __init__(self, start: Position, cap: int) -> None:
+        self.start, self.cap, self.next = start, cap, start.next
 
     def advance(self, records: int | None) -> int:
         """Move the end forward by up to ``records`` records (None: all there are); how many it moved."""
@@ -316,6 +356,16 @@ class StreamEnd:
         moved = max(new - self.next, 0)
         self.next += moved
         return moved
+
+
+class StreamEnd(_NumberedEnd):
+    """A stream's batch end, moved forward by ``advance``; ``position`` names it exactly, with the
+    batch's cuts."""
+
+    def __init__(self, source: StreamSource, start: Position, target: Position | None, split: Split,
+                 policy: LossPolicy) -> None:
+        super().__init__(start, source.next if target is None else min(source.next, target.next))
+        self.source, self.target, self.split, self.policy = source, target, split, policy
 
     def position(self) -> Position:
         start, source = self.start, self.source
@@ -505,19 +555,46 @@ class QueueEnd:
         return end._replace(cuts=cuts)
 
 
+class ReplicatedQueueEnd(_NumberedEnd):
+    """A replicated queue's batch end, by log index: every entry up to the furthest commit mark
+    (or ``records`` more entries: a limit counts entries, so a batch has at most that many rows)."""
+
+    def __init__(self, source: ReplicatedQueueSource, start: Position, target: Position | None, split: Split) -> None:
+        super().__init__(start, source.next if target is None else min(source.next, target.next))
+        self.split = split
+
+    def position(self) -> Position:
+        start = self.start
+        if self.next <= start.next:
+            return start
+        count = self.next - start.next
+        piece = max(MIN_ENTRIES, min(ENTRIES_PER_PARTITION, -(-count // max(self.split.min_partitions, 1))))
+        cuts = tuple((i, 0, i) for i in range(start.next, self.next, piece))
+        return Position(start.created, start.first, self.next, self.next, 0, start.lost, cuts)
+
+
+# A replicated queue's batch is cut by entries (their sizes are not known without reading them):
+# pieces of at most ENTRIES_PER_PARTITION, and min_partitions of them once a batch has more than
+# min_partitions * MIN_ENTRIES.
+ENTRIES_PER_PARTITION = 65536
+MIN_ENTRIES = 4096
+
+
 def plan_ends(sources: dict[SourceKey, Source], starts: Offsets, max_rows: int | None,
               targets: Offsets | None, policy: LossPolicy, split: Split, previous: Offsets | None = None) -> Offsets:
     """The end of the next batch for every key of ``starts`` (already reconciled), at most
     ``max_rows`` records in all (None: everything), none past ``targets`` (availableNow). Where
     nothing changed since ``previous`` (the batch's start as Spark has it), its position is kept
     as it was, so that Spark sees the same offsets and runs no batch."""
-    ends: dict[SourceKey, StreamEnd | QueueEnd] = {}
+    ends: dict[SourceKey, StreamEnd | QueueEnd | ReplicatedQueueEnd] = {}
     for key in sorted(starts):
         source = sources.get(key)
         target = None if targets is None else targets.get(key)
         if source is None or (targets is not None and target is None):
             continue
-        if isinstance(source, StreamSource):
+        if isinstance(source, ReplicatedQueueSource):
+            ends[key] = ReplicatedQueueEnd(source, starts[key], target, split)
+        elif isinstance(source, StreamSource):
             ends[key] = StreamEnd(source, starts[key], target, split, policy)
         else:
             ends[key] = QueueEnd(source, starts[key], target, policy, split)
@@ -563,7 +640,7 @@ def _share(ends: list, budget: int) -> None:
 class Planned(NamedTuple):
     """One partition of a batch: what it reads, and the seqs (offsets) of the batch it keeps."""
 
-    part: StreamPart | QueueRangePart
+    part: StreamPart | QueueRangePart | ReplicaQueuePart
     low: int
     high: int  # inclusive
 
@@ -583,8 +660,12 @@ def plan_partitions(scope: Scope, start: Offsets, end: Offsets, policy: LossPoli
             continue  # nothing read of it in this batch (its cuts, if any, are an earlier batch's)
         points = [*stop.cuts, (stop.segment, stop.position, stop.next)]
         ranges = [(a, b) for a, b in zip(points, points[1:]) if (a[0], a[1]) != (b[0], b[1])]
+        if key.node == REPLICATED and key.kind == QUEUE:
+            found: list = _replicated_queue_parts(key, scope, ranges, stop)
+            parts.extend(Planned(part, part.low, part.high) for part in found)
+            continue
         if key.node == REPLICATED:
-            found: list = _replicated_stream_parts(key, scope, ranges, stop)
+            found = _replicated_stream_parts(key, scope, ranges, stop)
             parts.extend(Planned(part, stop.cuts[0][2], stop.next - 1) for part in found)
             continue
         directory = directories.get(key.node)
@@ -641,6 +722,17 @@ def _replicated_stream_parts(key: SourceKey, scope: Scope, ranges: list[tuple[Po
     return parts
 
 
+def _replicated_queue_parts(key: SourceKey, scope: Scope, ranges: list[tuple[Point, Point]],
+                            stop: Position) -> list[ReplicaQueuePart]:
+    """A replicated queue's ranges of log indices, each read from whichever copy (of the
+    incarnation the batch was planned on) holds it committed when the task runs."""
+    queues, _ = plan_replicated_queues(scope.nodes, key.vhost, _exact(key.name), True, identity=stop.created)
+    queue = next((q for q in queues if q.vhost == key.vhost and q.queue == key.name), None)
+    copies = tuple(c.directory for c in queue.copies) if queue is not None else ()
+    stored_from = queue.stored_from if queue is not None else 1
+    return [ReplicaQueuePart(key.vhost, key.name, copies, a[0], b[0] - 1, stored_from) for a, b in ranges]
+
+
 def _queue_parts(key: SourceKey, directory: str, ranges: list[tuple[Point, Point]]) -> list[QueueRangePart]:
     segments: dict[int, SegmentRef] = {}
     for snapshot in plan(directory, key.vhost, _exact(key.name), include_internal=True):
@@ -667,6 +759,8 @@ def _exact(name: str) -> str:
 def end_now(source: Source, policy: LossPolicy, split: Split) -> Position:
     """Where the records of ``source`` stored now end (for a queue, only its newest segment is
     walked: every message before it has a lower seq than its id)."""
+    if isinstance(source, ReplicatedQueueSource):
+        return Position(source.created, source.next, source.next, source.next, 0)
     if isinstance(source, StreamSource):
         return Position(source.created, source.first, source.next, source.end_segment, source.end_position)
     if not source.segments:

@@ -17,8 +17,9 @@ Options: the batch source's ``path``, ``vhost``, ``queue``, ``include_internal``
 ``partition_bytes``, and ``minPartitions`` (default 2: a batch of more than 2 MiB is cut into at
 least that many partitions), ``startingOffsets`` (default ``latest``), ``maxRecordsPerTrigger``
 (default: no limit), ``failOnDataLoss`` (default ``true``) and ``replicatedQueues`` (``fail``, the
-default, or ``skip``: what a replicated quorum queue of a cluster does to the query; replicated
-streams are read, once for all their copies: spark.replicated_streams). An option this source does not
+default, or ``skip``: what a replicated quorum queue none of whose copies has a commit mark does
+to the query; replicated streams and marked quorum queues are read, once for all their copies:
+spark.replicated_streams, spark.replicated_queue_log). An option this source does not
 know is an error that names it (a misspelt option would otherwise be silently ignored).
 """
 
@@ -32,7 +33,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from spark.data_loss import LossPolicy, log
 from spark.options import Options, parse_boolean, parse_optional_positive, parse_positive
 from spark.partition_reader import ScanRequest
-from spark.queue_range_reader import QueueRangePart, read_queue_range
+from spark.queue_range_reader import QueueRangePart, ReplicaQueuePart, read_queue_range, read_replica_queue_range
 from spark.stream_reader import read_stream_partition
 from spark.stream_snapshot import DEFAULT_PARTITION_BYTES, StreamPart
 from spark.streaming_offsets import Offsets, Starting, decode, encode, parse_starting
@@ -56,7 +57,7 @@ class StreamingPartition(InputPartition):
     """One partition of a streaming batch: a byte range of a stream segment (offsets ``low`` ..
     ``high`` of it) or of a queue segment."""
 
-    def __init__(self, part: StreamPart | QueueRangePart, low: int, high: int) -> None:
+    def __init__(self, part: StreamPart | QueueRangePart | ReplicaQueuePart, low: int, high: int) -> None:
         super().__init__((part, low, high))
 
 
@@ -133,6 +134,8 @@ class AmqpQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if isinstance(part, StreamPart):
             request = ScanRequest(self.columns, seq_min=low, seq_max=high, not_null=self.not_null)
             return read_stream_partition(part, request, self.policy)
+        if isinstance(part, ReplicaQueuePart):
+            return read_replica_queue_range(part, self.columns, self.not_null, self.policy)
         return read_queue_range(part, self.columns, self.not_null, self.policy)
 
 

@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
-from persistence.replica_files import group_directory, incarnation_number  # noqa: E402
+from persistence.replica_files import group_directory, incarnation_number, read_queue_snapshot  # noqa: E402
 from persistence.stream_log import StreamLog  # noqa: E402
 from spark.data_loss import DataLoss  # noqa: E402
 from spark.data_source import QueueReader  # noqa: E402
@@ -199,7 +199,8 @@ def test_a_replicated_queue_is_read_by_a_batch_from_its_newest_owner_only(tmp_pa
     assert sorted(seqs) == list(range(1, 21)), "n2's files, not n1's as well"
 
 
-def test_a_streaming_query_refuses_a_replicated_queue_or_leaves_it_out(tmp_path):
+def test_a_streaming_query_refuses_a_replicated_queue_without_commit_marks_or_leaves_it_out(tmp_path):
+    """(Files of a broker from before commit marks: the group directory has no ``committed``.)"""
     nodes = {"n1": tmp_path / "n1"}
     _replicated_queue(nodes["n1"], 10, term=1)
     publish(open_queue(nodes["n1"], "classic"), 5)
@@ -274,3 +275,344 @@ def test_what_each_copy_marks_committed_is_what_a_majority_holds_across_a_failov
     assert bodies_read(r, start) == (start, [])
     for log in logs.values():
         log.close()
+
+
+# ---- replicated (quorum) queues, read from their replica logs ---------------------------------------
+
+
+class QueueGroup:
+    """A quorum queue's replicas (`QueueReplicaLog`) in each node's group directory, driven by
+    hand: frames move and fsyncs happen when the test says; each log hears the commit index as
+    the broker's shell tells it (the leader's own, a follower's ``committed_index``)."""
+
+    def __init__(self, tmp_path: Path, *, segment_bytes: int = 1 << 24, names=("a", "b", "c")) -> None:
+        from cluster.replication.queue_log import QueueReplicaLog
+
+        self.nodes = {name: tmp_path / name for name in names}
+        self.names = names
+        self.logs = {}
+        for name, node in self.nodes.items():
+            group = group_directory(node, "/", "audit", stream=False)
+            group.mkdir(parents=True)
+            (group / "incarnation").write_text(INCARNATION)
+            self.logs[name] = QueueReplicaLog(group, segment_bytes=segment_bytes)
+        # The leader's queue files (where a query finds the queue's name), with a record the
+        # streaming query must never read: it reads the replica logs.
+        store = open_queue(self.nodes["a"], "audit")
+        store.append_message(1, T0, "", "audit", PROPS, b"from the queue files")
+        store.close()
+        self.seq = 0
+        self.start("a", 1)
+
+    def start(self, leader: str, term: int) -> None:
+        from cluster.replication.follower import FollowerReplication
+        from cluster.replication.leader import LeaderReplication
+
+        self.leader_name, self.term = leader, term
+        self.leader = LeaderReplication(leader, term, self.logs[leader], self.names)
+        self.leader.start_term()
+        self.followers = {n: FollowerReplication(n, "q", self.logs[n]) for n in self.names if n != leader}
+
+    def publish(self, *bodies: bytes, seq: int | None = None) -> list[int]:
+        """Message records appended by the leader (seqs from ``seq``, else after the last); their seqs."""
+        from cluster.replication.queue_log import message_payload
+
+        if seq is not None:
+            self.seq = seq - 1
+        seqs = []
+        for body in bodies:
+            self.seq += 1
+            self.leader.append(message_payload(self.seq, T0 + self.seq, "", "audit", PROPS, body))
+            seqs.append(self.seq)
+        return seqs
+
+    def settle(self, *seqs: int) -> None:
+        from cluster.replication.queue_log import state_payload
+        from persistence.record_format import MessageState
+
+        for seq in seqs:
+            self.leader.append(state_payload(seq, MessageState.ACKED, T0))
+
+    def connect(self, name: str) -> None:
+        from tests.test_stream_replication import frame
+
+        assert self.leader.follower_connected(frame(self.followers[name].hello()))
+
+    def leader_fsync(self) -> None:
+        from tests.test_replication_protocol import fsync
+
+        log = self.logs[self.leader_name]
+        fsync(log)
+        if self.leader.local_synced():
+            log.committed(self.leader.commit_index)
+        log.apply_committed()
+
+    def replicate(self, name: str) -> None:
+        """Send, fsync and acknowledge until the leader has nothing more for ``name``; then a
+        heartbeat (an APPEND without entries), which tells it the commit index."""
+        from cluster.replication.wire import Mismatch, Reset
+        from tests.test_replication_protocol import fsync
+        from tests.test_stream_replication import frame
+
+        follower, log = self.followers[name], self.logs[name]
+        while (data := self.leader.outgoing(name)) is not None:
+            sent = frame(data)
+            reply = follower.on_reset(sent) if isinstance(sent, Reset) else follower.on_append(sent)
+            if reply is not None:
+                answer = frame(reply)
+                assert isinstance(answer, Mismatch)
+                self.leader.on_mismatch(name, answer)
+                continue
+            fsync(log)
+            ack = follower.ack()
+            if ack is not None and self.leader.on_ack(name, frame(ack)):
+                self.logs[self.leader_name].committed(self.leader.commit_index)
+                self.logs[self.leader_name].apply_committed()
+            log.committed(follower.committed_index)
+            log.apply_committed()
+        beat = self.leader.heartbeat(name)
+        if beat is not None:
+            follower.on_append(frame(beat))
+            log.committed(follower.committed_index)
+            log.apply_committed()
+
+    def marks(self) -> dict[str, int | None]:
+        from persistence.replica_files import read_queue_commit_mark
+
+        found = {}
+        for name, log in self.logs.items():
+            mark = read_queue_commit_mark(log.directory)
+            found[name] = None if mark is None else mark.index
+        return found
+
+    def close(self) -> None:
+        for log in self.logs.values():
+            log.close()
+
+
+def queue_rows(r: AmqpQueueStreamReader, start: dict, max_rows: int | None = None) -> tuple[dict, list[tuple[int, bytes]]]:
+    """One batch: its end and its rows' (seq, body), in the order read."""
+    end = r.latestOffset(start, ReadAllAvailable() if max_rows is None else ReadMaxRows(max_rows))
+    rows = []
+    for partition in r.partitions(start, end):
+        for b in r.read(partition):
+            rows.extend(zip(b.column("seq").to_pylist(), b.column("body").to_pylist()))
+    return end, rows
+
+
+def queue_reader(nodes: dict[str, Path], **options) -> AmqpQueueStreamReader:
+    given = {"path": paths(nodes), "startingOffsets": "earliest", "queue": "audit"}
+    given.update({k: str(v) for k, v in options.items()})
+    return AmqpQueueStreamReader(given, ("queue", "seq", "body", "segment", "state_event"), frozenset())
+
+
+def failover_reads(tmp_path: Path) -> list[list[tuple[int, bytes]]]:
+    """A quorum queue across a change of leader, read batch by batch over the three directories:
+    a (leader, term 1) replicates m1..m10 to b; x11..x15 it writes and fsyncs but never sends;
+    b leads term 2 with c and gives seqs 11, 12 to n11, n12; a comes back as a follower (its tail
+    cut). Each batch's rows, and the marks checked on the way."""
+    group = QueueGroup(tmp_path)
+    r = queue_reader(group.nodes)
+    start = r.initialOffset()
+    batches = []
+    group.connect("b")
+    group.connect("c")
+    group.publish(*[b"m%d" % n for n in range(1, 11)])
+    group.leader_fsync()
+    group.replicate("b")  # a and b: a majority; c has nothing yet
+    group.publish(*[b"x%d" % n for n in range(11, 16)])  # a alone: fsynced, never sent
+    group.leader_fsync()
+    assert group.marks() == {"a": 11, "b": 11, "c": 0}  # (entry 1 is the leader's no-op; c: nothing yet)
+    start, rows = queue_rows(r, start)
+    batches.append(rows)
+    group.start("b", 2)  # a is cut off; b leads, c follows
+    group.connect("c")
+    group.publish(b"n11", b"n12", seq=11)
+    group.leader_fsync()
+    group.replicate("c")
+    assert group.marks() == {"a": 11, "b": 14, "c": 14}  # a's log holds x11..x15 at 12..16, unmarked
+    start, rows = queue_rows(r, start)
+    batches.append(rows)
+    group.connect("a")
+    group.replicate("a")  # a's tail cut, b's entries appended
+    assert group.marks() == {"a": 14, "b": 14, "c": 14}
+    end, rows = queue_rows(r, start)
+    assert end == start
+    batches.append(rows)
+    group.close()
+    return batches
+
+
+def test_each_committed_message_of_a_quorum_queue_is_read_once_across_a_failover(tmp_path):
+    batches = failover_reads(tmp_path)
+    assert batches == [[(n, b"m%d" % n) for n in range(1, 11)], [(11, b"n11"), (12, b"n12")], []]
+
+
+def test_control_a_reader_that_ignores_the_commit_mark_reads_what_the_next_leader_cut(tmp_path, monkeypatch):
+    """A broken build: each copy's 'mark' is its last entry, committed or not. The same scenario
+    then gives the old leader's x11.. under seqs that confirmed messages get later."""
+    from persistence import replica_files
+    from spark import replicated_queue_log
+
+    def last_entry(group_dir):
+        return replica_files.QueueCommitMark(_last_index(group_dir), 0)
+
+    monkeypatch.setattr(replicated_queue_log, "read_queue_commit_mark", last_entry)
+    batches = failover_reads(tmp_path)
+    assert batches[0] != [(n, b"m%d" % n) for n in range(1, 11)]
+    assert (11, b"x11") in batches[0]
+
+
+def _last_index(group_dir: Path) -> int:
+    """The index of the last whole entry in a replica's segments (committed or not)."""
+    from cluster.replication.entries import scan_entries
+    from cluster.replication.log import SEGMENT_HEADER_SIZE
+    from persistence import replica_files
+
+    last = 0
+    for first, path in replica_files.queue_log_segments(group_dir):
+        heads, _ = scan_entries(path.read_bytes()[SEGMENT_HEADER_SIZE:], first, stop_at_damage=True)
+        if heads:
+            last = heads[-1].index
+    return last
+
+
+def test_a_quorum_queue_query_from_earliest_gets_the_live_messages_of_the_snapshot_and_loss_is_reported(tmp_path):
+    """Compaction drops a copy's oldest segments once their messages are settled, carrying the
+    live ones in its snapshot. A query from earliest reads those and every message still in a
+    segment, once; a query that had not read entries compacted since fails (failOnDataLoss), or
+    with false still reads the live ones."""
+    group = QueueGroup(tmp_path, segment_bytes=16 * 1024)
+    group.connect("b")
+    group.connect("c")
+    (live,) = group.publish(b"live " * 20)
+    lagging = queue_reader(group.nodes)
+    lagging_start = lagging.initialOffset()
+    lagging_start, rows = queue_rows(lagging, lagging_start)  # it reads the first message, then falls behind
+    assert rows == []  # (nothing committed yet)
+    for _ in range(6):
+        seqs = group.publish(*[b"settled" * 20] * 40)
+        group.settle(*seqs)
+        group.leader_fsync()
+        group.replicate("b")
+        group.replicate("c")
+    (later,) = group.publish(b"later")
+    group.leader_fsync()
+    group.replicate("b")
+    group.replicate("c")
+    for log in group.logs.values():
+        assert log.snapshot_index > 10, "every copy compacted"
+    fresh = queue_reader(group.nodes)
+    start = fresh.initialOffset()
+    end, rows = queue_rows(fresh, start)
+    seqs = [seq for seq, _ in rows]
+    assert seqs[0] == live and seqs[-1] == later and len(seqs) == len(set(seqs))
+    assert set(seqs) < set(range(1, later + 1)), "settled messages of compacted segments are gone"
+    compacted_from = min(log.snapshot_index for log in group.logs.values())
+    kept = [log for log in group.logs.values() if log.snapshot_index == compacted_from][0]
+    in_segments = [i for i, _, p in kept.entries() if len(p) > 9 and p[8] == 1]
+    carried = read_queue_snapshot(kept.directory).carried  # unsettled when the snapshot was taken: live among them
+    assert len(seqs) == len(carried) + len(in_segments), "the snapshot's live messages, then every one in a segment"
+    assert queue_rows(fresh, end) == (end, [])
+
+    # A checkpoint from before the compaction: a query going on from it is told what is gone.
+    stale = {**lagging_start}
+    stale["replicated"]["queues"]["/"]["audit"] = {**lagging_start["replicated"]["queues"]["/"]["audit"],
+                                                   "first": 0, "next": 2, "segment": 2}
+    with pytest.raises(DataLoss, match="compaction removed entries 2"):
+        queue_reader(group.nodes).latestOffset(stale, ReadAllAvailable())
+    tolerant = queue_reader(group.nodes, failOnDataLoss="false")
+    _, rows = queue_rows(tolerant, stale)
+    assert [seq for seq, _ in rows] == seqs[1:] or [seq for seq, _ in rows] == seqs
+    group.close()
+
+
+def test_quorum_queue_rows_are_one_per_message_record_with_the_classic_columns(tmp_path):
+    group = QueueGroup(tmp_path)
+    group.connect("b")
+    group.publish(b"one", b"two")
+    group.settle(1)
+    group.publish(b"three")
+    group.leader_fsync()
+    group.replicate("b")
+    r = queue_reader(group.nodes, startingOffsets="latest")
+    start = r.initialOffset()
+    assert start["replicated"]["queues"]["/"]["audit"]["next"] == 6  # no-op, two, ack, one
+    group.publish(b"four")
+    group.leader_fsync()
+    assert queue_rows(r, start)[1] == [], "not committed: only the leader holds it"
+    group.replicate("b")
+    end = r.latestOffset(start, ReadAllAvailable())
+    batch = [b for p in r.partitions(start, end) for b in r.read(p)]
+    assert [row for b in batch for row in b.to_pylist()] == [
+        {"queue": "audit", "seq": 4, "body": b"four", "segment": "replica.log", "state_event": "published"}]
+    earliest = queue_reader(group.nodes)
+    assert [s for s, _ in queue_rows(earliest, earliest.initialOffset())[1]] == [1, 2, 3, 4]
+    at = queue_reader(group.nodes, startingOffsets=str(T0 + 3))
+    assert [s for s, _ in queue_rows(at, at.initialOffset())[1]] == [3, 4]
+    group.close()
+
+
+def test_the_quorum_queue_readers_read_what_the_replica_log_writes(tmp_path):
+    from cluster.replication import log as replica_log
+    from persistence import replica_files
+
+    assert replica_files.QUEUE_SNAPSHOT_FILE == replica_log.SNAPSHOT_FILE
+    assert (replica_files.SEGMENT_PREFIX, replica_files.SEGMENT_SUFFIX) == (replica_log.SEGMENT_PREFIX,
+                                                                            replica_log.SEGMENT_SUFFIX)
+    log = replica_log.FileReplicaLog(tmp_path / "r", segment_bytes=4096)
+    payloads = [bytes([k % 251]) * (k * 7 % 300) for k in range(1, 200)]
+    for p in payloads:
+        log.append(3, p)
+    log.flush()
+    got = list(replica_files.queue_log_entries(tmp_path / "r", 5, 150))
+    assert [(i, t, p) for i, t, p in got] == [(i, 3, payloads[i - 1]) for i in range(5, 151)]
+    assert log.segment_count > 3
+    log.close()
+
+
+def test_a_replicas_mark_survives_a_reopen_and_is_emptied_when_its_log_is_discarded(tmp_path):
+    from cluster.replication.log import SNAPSHOT_FILE
+    from cluster.replication.queue_log import QueueReplicaLog
+    from persistence.replica_files import read_queue_commit_mark
+
+    group = QueueGroup(tmp_path, segment_bytes=16 * 1024)
+    group.connect("b")
+    for _ in range(4):
+        group.settle(*group.publish(*[b"settled" * 20] * 40))
+        group.leader_fsync()
+        group.replicate("b")
+    b = group.logs["b"]
+    marked = read_queue_commit_mark(b.directory)
+    assert marked is not None and marked.index == b.last_index and b.snapshot_index > 0
+    group.close()
+    assert read_queue_commit_mark(QueueReplicaLog(b.directory).directory) == marked  # reopened: kept
+    snapshot = b.directory / SNAPSHOT_FILE
+    snapshot.write_bytes(snapshot.read_bytes()[:-1] + b"!")  # damaged: the replica starts empty
+    emptied = QueueReplicaLog(b.directory)
+    assert emptied.created_empty and read_queue_commit_mark(emptied.directory).index == 0
+    emptied.close()
+
+
+def test_a_quorum_queue_read_under_a_row_limit_in_several_partitions_gives_each_message_once(tmp_path):
+    group = QueueGroup(tmp_path)
+    group.connect("b")
+    group.publish(*[b"%d" % n for n in range(1, 12001)])
+    group.leader_fsync()
+    group.replicate("b")
+    r = queue_reader(group.nodes)
+    start = r.initialOffset()
+    seen: list[int] = []
+    partitions = 0
+    for _ in range(20):
+        end = r.latestOffset(start, ReadMaxRows(9000))
+        if end == start:
+            break
+        planned = r.partitions(start, end)
+        partitions = max(partitions, len(planned))
+        rows = [row for p in planned for b in r.read(p) for row in b.column("seq").to_pylist()]
+        assert len(rows) <= 9000
+        seen.extend(rows)
+        start = end
+    assert seen == list(range(1, 12001)) and partitions >= 2
+    group.close()

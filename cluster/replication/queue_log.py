@@ -21,6 +21,7 @@ import asyncio
 import enum
 import heapq
 import logging
+import os
 import struct
 import zlib
 from collections.abc import Iterable
@@ -31,6 +32,13 @@ from cluster.replication.entries import HEAD as ENTRY_HEAD
 from cluster.replication.entries import HEAD_SIZE as ENTRY_HEAD_SIZE
 from cluster.replication.log import SEGMENT_BYTES, FileReplicaLog
 from persistence.group_commit import SyncJob
+from persistence.replica_files import (
+    QUEUE_MARK_FILE,
+    QueueCommitMark,
+    UnsupportedReplicaFormat,
+    decode_queue_commit_mark,
+    encode_queue_commit_mark,
+)
 
 from persistence.record_format import (
     RECORD_HEAD,
@@ -282,6 +290,12 @@ class QueueReplicaLog(FileReplicaLog):
     * A new leader's queue (``takeover_state``) is the applied state, its messages' records read
       back, and the few entries after it folded: O(unsettled messages), not O(history).
     * A follower too far behind gets the leader's snapshot (RESET) and takes its state.
+    * It keeps ``committed``, the commit mark (docs/replication.md, "The commit mark"): the
+      highest index known committed *and* fsynced here (the leader's commit index, or a
+      follower's ``committed_index``: min(leader's commit, durable here, matched with the
+      leader)), rewritten with one pwrite whenever that rises, after the fsync of what it names,
+      so it never leads what a majority holds; readers of the files (the Spark source) read a
+      copy's entries up to its mark and no further.
     """
 
     def __init__(self, directory: Path, *, segment_bytes: int = SEGMENT_BYTES,
@@ -302,6 +316,35 @@ class QueueReplicaLog(FileReplicaLog):
         self._unfoldable = False  # a committed entry was not a queue record: see _apply_some
         if self.snapshot_index:
             self._take_document(self.snapshot().document)
+        self._mark_fd: int | None = os.open(self.directory / QUEUE_MARK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        self.marked_index = self._open_mark()
+
+    def _open_mark(self) -> int:
+        """The mark left by the last run, if this log still holds what it names; else the file is
+        emptied (nothing known committed here until the next commit): a replica that started
+        empty (its log discarded) or lost a tail of fsynced entries (a damaged disk)."""
+        assert self._mark_fd is not None
+        data = os.pread(self._mark_fd, 64, 0)
+        try:
+            mark = decode_queue_commit_mark(str(self.directory / QUEUE_MARK_FILE), data)
+        except UnsupportedReplicaFormat:
+            mark = None  # (an older or newer build's: rewritten at the next commit)
+        if mark is not None and not self.created_empty and mark.index <= self.last_index \
+                and (mark.index <= self.snapshot_index or self.term_at(mark.index) == mark.term):
+            return mark.index
+        if data:
+            os.ftruncate(self._mark_fd, 0)
+        return 0
+
+    def _write_mark(self) -> None:
+        """Rewrite the mark if what is committed and durable here rose: one pwrite, never fsynced
+        (whatever version a reader finds, even after a crash, names entries that were durable
+        and committed when it was written)."""
+        target = self._apply_target()
+        if target <= self.marked_index or self._mark_fd is None:
+            return
+        os.pwrite(self._mark_fd, encode_queue_commit_mark(QueueCommitMark(target, self.term_at(target))), 0)
+        self.marked_index = target
 
     def _take_document(self, document: bytes) -> None:
         self.applied, self.applied_index, self._carried = decode_snapshot_document(document)
@@ -325,6 +368,7 @@ class QueueReplicaLog(FileReplicaLog):
 
     def _apply_some(self) -> None:
         self._apply_scheduled = False
+        self._write_mark()
         if self._unfoldable:
             return
         target = self._apply_target()
@@ -434,6 +478,13 @@ class QueueReplicaLog(FileReplicaLog):
         self._take_document(document)
         self._commit = max(self._commit, self.applied_index)
         self._next_attempt = 0
+        self._write_mark()  # the base is committed, and durable now
+
+    def close(self) -> None:
+        super().close()
+        if self._mark_fd is not None:
+            os.close(self._mark_fd)
+            self._mark_fd = None
 
     # ---- a new leader's queue -------------------------------------------------------------------
 
