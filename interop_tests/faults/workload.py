@@ -13,6 +13,11 @@ In a thread of its own (an asyncio loop with aio-pika clients):
   channel fails, so deliveries held at a failover are redelivered;
 - an observer (another thread) asks every node about its replica of the queue twice a second.
 
+On a stream (``stream=True``) the publishers are the same; each consumer reads the whole stream
+from its first record (``x-stream-offset: first``, prefetch 50, acks returning credit), records
+each delivery with its offset, and after any reconnection (a failure, a basic.cancel, or
+``stay``) goes on at the next offset it has not seen, on the next node.
+
 `drain` keeps the consumers going after the faults until the queue is empty and nothing has
 arrived for a while; then the history is complete for the checker.
 """
@@ -48,7 +53,7 @@ for _noisy in ("aiormq", "aio_pika"):
 class Workload:
     def __init__(self, urls: dict[str, str], queue: str, history: History, *, publishers: int = 3, consumers: int = 2,
                  window: int = 4, rate: float = 40.0, confirm_timeout: float = 5.0, stay: float = 8.0,
-                 observe: Callable[[], None] | None = None) -> None:
+                 observe: Callable[[], None] | None = None, stream: bool = False) -> None:
         self.urls = urls
         self.queue = queue
         self.history = history
@@ -69,6 +74,8 @@ class Workload:
         self.last_delivery = 0.0
         self.errors: list[str] = []
         self._avoid_until: dict[str, float] = {}  # node -> passed over until (monotonic)
+        self.stream = stream
+        self.next_offsets: dict[int, int] = {}  # a stream's consumer -> the offset it reads next
 
     # -- control, from the test's thread -----------------------------------------------------
 
@@ -103,7 +110,8 @@ class Workload:
 
     async def _main(self) -> None:
         tasks = [asyncio.create_task(self._publisher(i)) for i in range(self.publishers)]
-        tasks += [asyncio.create_task(self._consumer(i)) for i in range(self.consumers)]
+        consumer = self._stream_consumer if self.stream else self._consumer
+        tasks += [asyncio.create_task(consumer(i)) for i in range(self.consumers)]
         while not self._stopped.is_set():
             await asyncio.sleep(0.1)
         for task in tasks:
@@ -222,6 +230,54 @@ class Workload:
                 await asyncio.wait_for(queue.consume(on_message), CONNECT_TIMEOUT_S)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(failed.wait(), self.stay)
+            except Exception:
+                pass
+            finally:
+                await self._close(connection)
+            await asyncio.sleep(0.2)
+
+    async def _stream_consumer(self, number: int) -> None:
+        """A reader of the whole stream: see the module docstring."""
+        self.next_offsets[number] = 0
+        for node in self._order(number + 1):
+            if not self._consuming.is_set():
+                return
+            if self._avoided(node):
+                await asyncio.sleep(0.05)
+                continue
+            connection = await self._connect(node)
+            if connection is None:
+                continue
+            failed = asyncio.Event()
+            try:
+                connection.close_callbacks.add(lambda *_: failed.set())
+                channel = await asyncio.wait_for(connection.channel(), CONNECT_TIMEOUT_S)
+                channel.close_callbacks.add(lambda *_: failed.set())
+                await channel.set_qos(prefetch_count=50)
+                queue = await asyncio.wait_for(channel.declare_queue(self.queue, passive=True), CONNECT_TIMEOUT_S)
+                # (The integer offset: resuming; the first session may as well say `first`.)
+                start: int | str = self.next_offsets[number] or "first"
+
+                async def on_message(message: aio_pika.abc.AbstractIncomingMessage, node: str = node) -> None:
+                    message_id = message.message_id or message.body.decode()
+                    offset = int((message.headers or {})["x-stream-offset"])  # type: ignore[call-overload]
+                    self.history.add("deliver", id=message_id, node=node, offset=offset, consumer=number)
+                    self.next_offsets[number] = max(self.next_offsets[number], offset + 1)
+                    self.last_delivery = time.monotonic()
+                    with contextlib.suppress(Exception):
+                        await message.ack()
+
+                tag = await asyncio.wait_for(queue.consume(on_message, arguments={"x-stream-offset": start}),
+                                             CONNECT_TIMEOUT_S)
+                underlay = await channel.get_underlay_channel()
+                until = time.monotonic() + self.stay
+                # Until the connection or channel fails, the broker cancels the consumer (a node
+                # that cannot reach the stream's leader), or it is time to move.
+                while tag in underlay.consumers and time.monotonic() < until:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(failed.wait(), 0.5)
+                    if failed.is_set():
+                        break
             except Exception:
                 pass
             finally:
