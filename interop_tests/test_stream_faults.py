@@ -55,14 +55,16 @@ def test_no_confirmed_record_is_lost_moved_or_skipped_over_partitions_pauses_kil
 def test_the_stream_checker_catches_a_leader_that_confirms_without_a_majority(tmp_path):
     """The same run against interop_tests/broken_quorum_broker.py (a replica group's leader
     commits on its own fsync, which a stream's leader shares): cut off from its followers it
-    confirms, and makes readable, records the majority's new leader never had, whose offsets it
-    gives to other records."""
+    confirms, and makes readable, records the majority's new leader never had, whose offsets the
+    new leader gives to other records; the old leader's copy never agrees again."""
     with FaultCluster(tmp_path / "cluster", session_ttl=SESSION_TTL, module="interop_tests.broken_quorum_broker",
                       disk_mb=None) as cluster:
-        with FaultRun(cluster, seed=27, queue_type="stream") as run:
+        # A third consumer starts on a, the leader, and stays there: it reads what the cut-off
+        # leader makes readable, at offsets the new leader gives to other records.
+        with FaultRun(cluster, seed=27, queue_type="stream", consumers=3, stay=60.0) as run:
             run.start()
             leader = cluster.leader(STREAM)
-            assert leader is not None
+            assert leader == "a"  # (the declaring node leads the first term)
             # A publisher connected to the leader itself: its confirms are the ones the cut-off
             # leader gives without a majority.
             wait_until(lambda: run.confirming_on(leader), f"confirms from a publisher on {leader}", 30)
@@ -73,3 +75,5 @@ def test_the_stream_checker_catches_a_leader_that_confirms_without_a_majority(tm
         assert isinstance(verdict, StreamVerdict)
         assert verdict.lost, verdict.summary()
         assert outcome.table[0].lost == len(verdict.lost)
+        assert verdict.conflicts, verdict.summary()
+        assert verdict.replicas_differ, verdict.summary()
