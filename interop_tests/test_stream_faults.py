@@ -10,8 +10,6 @@ it fails. The long run is `python -m interop_tests.faults.long_run --queue-type 
 
 from __future__ import annotations
 
-import time
-
 from interop_tests.faults.cluster import FaultCluster
 from interop_tests.faults.history import StreamVerdict, markdown_table
 from interop_tests.faults.netns import leftover_namespaces
@@ -32,10 +30,7 @@ def test_no_confirmed_record_is_lost_moved_or_skipped_over_partitions_pauses_kil
         prefix = cluster.network.prefix
         with FaultRun(cluster, seed=27, queue_type="stream", served_within=SERVED_AGAIN_WITHIN_S) as run:
             run.start()
-            for kind in CI_FAULTS:
-                run.inject(kind, HOLD_S)
-                run.settle()
-                time.sleep(2.0)  # confirms flow again before the next fault
+            run.inject_each(CI_FAULTS, HOLD_S)
             outcome = run.finish()
         print(markdown_table(outcome.table))
         verdict = outcome.verdict

@@ -121,48 +121,62 @@ class Verdict:
 def check(events: Iterable[dict[str, Any]]) -> Verdict:
     """Judge a history (see the module docstring)."""
     verdict = Verdict()
-    published: set[str] = set()
-    confirmed: set[str] = set()
+    tally = _Tally()
     seen: dict[str, int] = defaultdict(int)
-    claims: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))  # term -> node -> commits
     for event in events:
-        kind = event["type"]
-        if kind == "publish":
-            published.add(event["id"])
-        elif kind == "ack":
-            confirmed.add(event["id"])
-        elif kind == "deliver":
+        if tally.take(event):
+            continue
+        if event["type"] == "deliver":
             message = event["id"]
             if seen[message] and not event.get("redelivered"):
                 verdict.duplicates_unflagged.append(message)
             elif seen[message]:
                 verdict.duplicates += 1
             seen[message] += 1
-        elif kind == "observe" and event.get("role") == "leader":
-            claims[int(event["term"])][event["observer"]].append(int(event.get("commit_index", 0)))
-    verdict.published = len(published)
-    verdict.confirmed = len(confirmed)
+    verdict.published = len(tally.published)
+    verdict.confirmed = len(tally.confirmed)
     verdict.consumed = len(seen)
-    verdict.lost = sorted(confirmed - set(seen))
-    verdict.unexpected = sorted(set(seen) - published)
-    verdict.leaders_by_term, verdict.terms_with_two_leaders = _leaders(claims)
+    verdict.lost = sorted(tally.confirmed - set(seen))
+    verdict.unexpected = sorted(set(seen) - tally.published)
+    verdict.leaders_by_term, verdict.terms_with_two_leaders = tally.leaders()
     return verdict
 
 
-Claims = dict[int, dict[str, list[int]]]  # term -> node -> the commit indexes it showed leading that term
+class _Tally:
+    """What both checkers take from a history alike: the messages published and confirmed, and
+    the commit indexes each node showed while it said it led a term."""
 
+    def __init__(self) -> None:
+        self.published: set[str] = set()
+        self.confirmed: set[str] = set()
+        self.claims: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))  # term -> node -> commits
 
-def _leaders(claims: Claims) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
-    """Who said it led each term, and the terms two nodes led while confirming."""
-    leaders: dict[int, list[str]] = {}
-    two: dict[int, list[str]] = {}
-    for term, by_node in sorted(claims.items()):
-        leaders[term] = sorted(by_node)
-        # A node confirms in a term when its commit index moved while it said it led that term.
-        confirming = sorted(node for node, commits in by_node.items() if len(commits) > 1 and max(commits) > min(commits))
-        if len(confirming) > 1:
-            two[term] = confirming
-    return leaders, two
+    def take(self, event: dict[str, Any]) -> bool:
+        """Count `event` if it is one of those; False when it is not."""
+        kind = event["type"]
+        if kind == "publish":
+            self.published.add(event["id"])
+        elif kind == "ack":
+            self.confirmed.add(event["id"])
+        elif kind == "observe":
+            if event.get("role") == "leader":
+                self.claims[int(event["term"])][event["observer"]].append(int(event.get("commit_index", 0)))
+        else:
+            return False
+        return True
+
+    def leaders(self) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+        """Who said it led each term, and the terms two nodes led while confirming."""
+        leaders: dict[int, list[str]] = {}
+        two: dict[int, list[str]] = {}
+        for term, by_node in sorted(self.claims.items()):
+            leaders[term] = sorted(by_node)
+            # A node confirms in a term when its commit index moved while it said it led that term.
+            confirming = sorted(node for node, commits in by_node.items()
+                                if len(commits) > 1 and max(commits) > min(commits))
+            if len(confirming) > 1:
+                two[term] = confirming
+        return leaders, two
 
 
 @dataclass
@@ -212,21 +226,17 @@ def check_stream(events: Iterable[dict[str, Any]], *, served_within: float | Non
     """Judge a stream's history (see the module docstring)."""
     events = list(events)
     verdict = StreamVerdict()
-    published: set[str] = set()
-    confirmed: set[str] = set()
+    tally = _Tally()
     offsets_of: dict[str, set[int]] = defaultdict(set)
     at_offset: dict[int, set[str]] = defaultdict(set)
     finals: dict[str, set[str]] = defaultdict(set)
     next_offset: dict[str, int] = {}  # reader -> the offset it should see next
     digests: dict[str, str] = {}
-    claims: Claims = defaultdict(lambda: defaultdict(list))
     for event in events:
+        if tally.take(event):
+            continue
         kind = event["type"]
-        if kind == "publish":
-            published.add(event["id"])
-        elif kind == "ack":
-            confirmed.add(event["id"])
-        elif kind in ("deliver", "final"):
+        if kind in ("deliver", "final"):
             message, offset = event["id"], int(event["offset"])
             offsets_of[message].add(offset)
             at_offset[offset].add(message)
@@ -240,8 +250,7 @@ def check_stream(events: Iterable[dict[str, Any]], *, served_within: float | Non
             next_offset[reader] = max(expected, offset + 1)
         elif kind == "replica-files":
             digests[event["node"]] = event["digest"]
-        elif kind == "observe" and event.get("role") == "leader":
-            claims[int(event["term"])][event["observer"]].append(int(event.get("commit_index", 0)))
+    published, confirmed = tally.published, tally.confirmed
     verdict.published = len(published)
     verdict.confirmed = len(confirmed)
     verdict.read = len(offsets_of)
@@ -256,7 +265,7 @@ def check_stream(events: Iterable[dict[str, Any]], *, served_within: float | Non
     verdict.conflicts = {o: sorted(m) for o, m in sorted(at_offset.items()) if len(m) > 1}
     if len(set(digests.values())) > 1:
         verdict.replicas_differ = dict(sorted(digests.items()))
-    verdict.leaders_by_term, verdict.terms_with_two_leaders = _leaders(claims)
+    verdict.leaders_by_term, verdict.terms_with_two_leaders = tally.leaders()
     if served_within is not None:
         for fault, seconds in fault_unavailability(events, recovery_s):
             if fault["kind"] not in not_single_node and seconds > served_within:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -178,6 +179,14 @@ class FaultRun:
                                  end=round(self.history.now(), 4))
         self.say(f"{kind} on {target} for {hold_s:.1f} s ({self.workload.confirms()} confirmed so far)")
         return event
+
+    def inject_each(self, kinds: Iterable[str], hold_s: float, pause_s: float = 2.0) -> None:
+        """Each fault of `kinds` in turn, for `hold_s`; after each, until confirms flow again
+        (`settle`), then `pause_s` of them before the next fault."""
+        for kind in kinds:
+            self.inject(kind, hold_s)
+            self.settle()
+            time.sleep(pause_s)
 
     def confirming_on(self, node: str, within: float = 1.0) -> bool:
         """Did a publisher connected to `node` get a confirm in the last `within` seconds?"""
