@@ -5,6 +5,7 @@ tests compare the copies' files byte for byte."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -357,3 +358,41 @@ def test_retention_by_age_is_the_leaders_decision_and_every_copy_drops_the_same_
     group.replicate("c")
     names = {name: sorted(segment_files(group.logs[name])) for name in group.names}
     assert names["a"] == names["b"] == names["c"] == before[-1:]
+
+
+@pytest.mark.parametrize("truncate_fails", [False, True])
+def test_a_control_entry_a_full_disk_cut_short_leaves_no_torn_record_before_the_next(tmp_path, monkeypatch,
+                                                                                      truncate_fails):
+    """The disk fills half-way through a control record (a new term's no-op): the append fails,
+    and the next control entry, once there is room, is found when the copy opens again (a torn
+    record left in the file hid every entry after it, shifting the index of the messages after).
+    When even cutting the torn bytes off fails, the next append rewrites the file first."""
+    log = open_log(tmp_path / "a")
+    log.append(1, b"")  # term 1's no-op
+    real_write = os.write
+    calls = []
+
+    def filling_up(fd, data):
+        calls.append(fd)
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def refused(fd, length):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "write", filling_up)
+    if truncate_fails:
+        monkeypatch.setattr(os, "ftruncate", refused)
+    with pytest.raises(OSError):
+        log.append(2, b"")
+    monkeypatch.undo()
+    assert (log.last_index, log.last_term) == (1, 1)
+    log.append(3, b"")  # room again: term 3's no-op
+    log.stream.set_writable(True)
+    log.stream.append("", "orders", PROPS, b"after")
+    fsync(log)
+    assert (log.last_index, log.last_term) == (3, 3)
+    log.close()
+    reopened = open_log(tmp_path / "a")
+    assert (reopened.last_index, reopened.last_term, reopened.term_at(2)) == (3, 3, 3)
