@@ -32,7 +32,7 @@ def test_no_confirmed_record_is_lost_moved_or_skipped_over_partitions_pauses_kil
             run.start()
             run.inject_each(CI_FAULTS, HOLD_S)
             outcome = run.finish()
-        print(markdown_table(outcome.table))
+        print(markdown_table(outcome.table, stream=True))
         verdict = outcome.verdict
         assert isinstance(verdict, StreamVerdict)
         assert verdict.confirmed > 500, verdict.summary()

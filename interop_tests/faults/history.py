@@ -351,8 +351,11 @@ def fault_table(events: list[dict[str, Any]], recovery_s: float = 10.0, *,
     return list(rows.values())
 
 
-def markdown_table(rows: list[FaultRow]) -> str:
-    header = ["fault", "injected", "confirms", "confirmed lost", "duplicates (redelivered)",
+def markdown_table(rows: list[FaultRow], *, stream: bool = False) -> str:
+    """The rows as docs/reliability.md shows them (`stream`: a stream's, whose duplicates are
+    messages at two offsets)."""
+    duplicates = "duplicates (at two offsets)" if stream else "duplicates (redelivered)"
+    header = ["fault", "injected", "confirms", "confirmed lost", duplicates,
               "unavailable median (s)", "unavailable max (s)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row.cells()) + " |" for row in rows]

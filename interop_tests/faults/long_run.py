@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 loads.append(os.getloadavg()[0])
             outcome = run.finish(drain_within=600)
         minutes = (time.monotonic() - began) / 60
-    table = markdown_table(outcome.table)
+    table = markdown_table(outcome.table, stream=options.queue_type == "stream")
     summary = (f"seed {seed}, {options.queue_type}, {options.faults} faults in {minutes:.1f} min, load average "
                f"{min(loads):.1f}-{max(loads):.1f}: {outcome.verdict.summary()}")
     print(summary)
