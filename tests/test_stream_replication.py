@@ -396,3 +396,34 @@ def test_a_control_entry_a_full_disk_cut_short_leaves_no_torn_record_before_the_
     log.close()
     reopened = open_log(tmp_path / "a")
     assert (reopened.last_index, reopened.last_term, reopened.term_at(2)) == (3, 3, 3)
+
+
+def test_retention_a_full_disk_keeps_from_being_logged_waits_and_fails_no_commit(tmp_path, monkeypatch):
+    """The leader's stream wants segments dropped while its control file cannot be written (a
+    full disk): its records still commit and are readable, and retention goes in the log
+    at a later step once there is room (not an OSError out of the commit or the append)."""
+    group = Group(tmp_path, names=("a", "b"))
+    group.connect("b")
+    leader_log = group.logs["a"]
+    leader_log.set_segment_size(400)
+    group.stream.set_retention(1200, None)
+    real_write = os.write
+
+    def full_for_the_control_file(fd, data):
+        if fd == leader_log._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_the_control_file)
+    for n in range(40):
+        group.publish(f"message {n:03d} " + "x" * 40)
+        group.leader_fsync()
+        group.replicate("b")
+    assert len(bodies(leader_log)) == 40 and group.stream.first_offset == 0  # nothing dropped: not logged
+    monkeypatch.undo()
+    for n in range(40, 45):
+        group.publish(f"message {n:03d} " + "x" * 40)
+        group.leader_fsync()
+        group.replicate("b")
+    assert group.stream.first_offset > 0  # logged and applied once the disk had room
+    assert segment_files(group.logs["a"]) == segment_files(group.logs["b"])

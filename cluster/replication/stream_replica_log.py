@@ -479,7 +479,13 @@ class StreamReplicaLog:
         """The leader's stream would drop the segments before ``first_kept``: it goes in the log,
         and every copy drops them once committed."""
         if first_kept > self._retain_asked and self.stream.writable:
-            self._add_controls([(self._c_term[-1], retain_payload(first_kept))])
+            try:
+                self._add_controls([(self._c_term[-1], retain_payload(first_kept))])
+            except OSError as error:
+                # (Called from the stream's append and commit: a full disk must fail neither.
+                # The segments stay until a later step, the next roll-over, logs it.)
+                log.warning("%s: retention to offset %d waits: %s", self.directory, first_kept, error)
+                return
             self._tell()
 
     def set_segment_size(self, max_segment_bytes: int) -> bool:
