@@ -8,11 +8,14 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from cluster.replication.follower import FollowerReplication
 from cluster.replication.leader import LeaderReplication
+from cluster.replication.replica import Role
+from cluster.replication.replicated_streams import ReplicatedStream
 from cluster.replication.stream_replica_log import StreamReplicaLog
 from cluster.replication.wire import Ack, FrameReader, Mismatch, Refuse, Reset, State
 from persistence.group_commit import sync_job
@@ -427,3 +430,28 @@ def test_retention_a_full_disk_keeps_from_being_logged_waits_and_fails_no_commit
         group.replicate("b")
     assert group.stream.first_offset > 0  # logged and applied once the disk had room
     assert segment_files(group.logs["a"]) == segment_files(group.logs["b"])
+
+
+def test_a_segment_size_a_full_disk_cannot_log_fails_no_role_change(tmp_path, monkeypatch):
+    """A replica that starts leading logs the stream's segment size (a CONFIG entry); with its
+    control file unwritable (a full disk) the role change still goes through: the stream takes
+    publishes and rolls at the size in force, as every copy does, until a later term logs it."""
+    log = open_log(tmp_path / "a")
+    log.append(1, b"")
+    lost: list[ReplicatedStream] = []
+    owner = ReplicatedStream(SimpleNamespace(role=Role.FOLLOWER, queue="q"), log, 4096, lost.append,
+                             lambda _owner: None, new_group=False)
+    real_write = os.write
+
+    def full_for_the_control_file(fd, data):
+        if fd == log._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_the_control_file)
+    size = log.stream.max_segment_bytes
+    owner.on_role(Role.LEADER)
+    assert log.stream.writable and log.stream.max_segment_bytes == size != 4096 and log.last_index == 1
+    monkeypatch.undo()
+    owner.on_role(Role.FOLLOWER)
+    assert lost == [owner] and not log.stream.writable
