@@ -42,10 +42,7 @@ def test_no_confirmed_message_is_lost_over_partitions_pauses_kills_and_a_full_di
         prefix = cluster.network.prefix
         with FaultRun(cluster, seed=27) as run:
             run.start()
-            for kind in CI_FAULTS:
-                run.inject(kind, HOLD_S)
-                run.settle()
-                time.sleep(2.0)  # confirms flow again before the next fault
+            run.inject_each(CI_FAULTS, HOLD_S)
             outcome = run.finish()
         print(markdown_table(outcome.table))
         verdict = outcome.verdict

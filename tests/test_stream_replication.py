@@ -5,13 +5,17 @@ tests compare the copies' files byte for byte."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from cluster.replication.follower import FollowerReplication
 from cluster.replication.leader import LeaderReplication
+from cluster.replication.replica import Role
+from cluster.replication.replicated_streams import ReplicatedStream
 from cluster.replication.stream_replica_log import StreamReplicaLog
 from cluster.replication.wire import Ack, FrameReader, Mismatch, Refuse, Reset, State
 from persistence.group_commit import sync_job
@@ -357,3 +361,97 @@ def test_retention_by_age_is_the_leaders_decision_and_every_copy_drops_the_same_
     group.replicate("c")
     names = {name: sorted(segment_files(group.logs[name])) for name in group.names}
     assert names["a"] == names["b"] == names["c"] == before[-1:]
+
+
+@pytest.mark.parametrize("truncate_fails", [False, True])
+def test_a_control_entry_a_full_disk_cut_short_leaves_no_torn_record_before_the_next(tmp_path, monkeypatch,
+                                                                                      truncate_fails):
+    """The disk fills half-way through a control record (a new term's no-op): the append fails,
+    and the next control entry, once there is room, is found when the copy opens again (a torn
+    record left in the file hid every entry after it, shifting the index of the messages after).
+    When even cutting the torn bytes off fails, the next append rewrites the file first."""
+    log = open_log(tmp_path / "a")
+    log.append(1, b"")  # term 1's no-op
+    real_write = os.write
+    calls = []
+
+    def filling_up(fd, data):
+        calls.append(fd)
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def refused(fd, length):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "write", filling_up)
+    if truncate_fails:
+        monkeypatch.setattr(os, "ftruncate", refused)
+    with pytest.raises(OSError):
+        log.append(2, b"")
+    monkeypatch.undo()
+    assert (log.last_index, log.last_term) == (1, 1)
+    log.append(3, b"")  # room again: term 3's no-op
+    log.stream.set_writable(True)
+    log.stream.append("", "orders", PROPS, b"after")
+    fsync(log)
+    assert (log.last_index, log.last_term) == (3, 3)
+    log.close()
+    reopened = open_log(tmp_path / "a")
+    assert (reopened.last_index, reopened.last_term, reopened.term_at(2)) == (3, 3, 3)
+
+
+def test_retention_a_full_disk_keeps_from_being_logged_waits_and_fails_no_commit(tmp_path, monkeypatch):
+    """The leader's stream wants segments dropped while its control file cannot be written (a
+    full disk): its records still commit and are readable, and retention goes in the log
+    at a later step once there is room (not an OSError out of the commit or the append)."""
+    group = Group(tmp_path, names=("a", "b"))
+    group.connect("b")
+    leader_log = group.logs["a"]
+    leader_log.set_segment_size(400)
+    group.stream.set_retention(1200, None)
+    real_write = os.write
+
+    def full_for_the_control_file(fd, data):
+        if fd == leader_log._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_the_control_file)
+    for n in range(40):
+        group.publish(f"message {n:03d} " + "x" * 40)
+        group.leader_fsync()
+        group.replicate("b")
+    assert len(bodies(leader_log)) == 40 and group.stream.first_offset == 0  # nothing dropped: not logged
+    monkeypatch.undo()
+    for n in range(40, 45):
+        group.publish(f"message {n:03d} " + "x" * 40)
+        group.leader_fsync()
+        group.replicate("b")
+    assert group.stream.first_offset > 0  # logged and applied once the disk had room
+    assert segment_files(group.logs["a"]) == segment_files(group.logs["b"])
+
+
+def test_a_segment_size_a_full_disk_cannot_log_fails_no_role_change(tmp_path, monkeypatch):
+    """A replica that starts leading logs the stream's segment size (a CONFIG entry); with its
+    control file unwritable (a full disk) the role change still goes through: the stream takes
+    publishes and rolls at the size in force, as every copy does, until a later term logs it."""
+    log = open_log(tmp_path / "a")
+    log.append(1, b"")
+    lost: list[ReplicatedStream] = []
+    owner = ReplicatedStream(SimpleNamespace(role=Role.FOLLOWER, queue="q"), log, 4096, lost.append,
+                             lambda _owner: None, new_group=False)
+    real_write = os.write
+
+    def full_for_the_control_file(fd, data):
+        if fd == log._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_the_control_file)
+    size = log.stream.max_segment_bytes
+    owner.on_role(Role.LEADER)
+    assert log.stream.writable and log.stream.max_segment_bytes == size != 4096 and log.last_index == 1
+    monkeypatch.undo()
+    owner.on_role(Role.FOLLOWER)
+    assert lost == [owner] and not log.stream.writable

@@ -69,8 +69,7 @@ class ReplicatedStream:
             # coordination service. Publishes meanwhile are kept, and confirmed once committed
             # (entries of no term, before the first leader's no-op), and so is its segment size.
             log.stream.set_writable(True)
-            if max_segment_bytes is not None:
-                log.set_segment_size(max_segment_bytes)
+            self._log_segment_size()
 
     @property
     def replica_id(self) -> str:
@@ -88,8 +87,7 @@ class ReplicatedStream:
                 return
             self._leading = True
             stream.set_writable(True)
-            if self._max_segment_bytes is not None:
-                self.log.set_segment_size(self._max_segment_bytes)
+            self._log_segment_size()
             return
         was_leading, self._leading = self._leading, False
         stream.set_writable(False)
@@ -97,6 +95,18 @@ class ReplicatedStream:
                                           "stored it"))
         if was_leading and not self._released:
             self._on_lost(self)
+
+    def _log_segment_size(self) -> None:
+        """Append the stream's segment size (a CONFIG entry) if it is not the one in force. A
+        full disk must not fail the role change that asks for it (the replica's own report): the
+        stream rolls at the size in force, the same on every copy, until a later term logs it."""
+        if self._max_segment_bytes is None:
+            return
+        try:
+            self.log.set_segment_size(self._max_segment_bytes)
+        except OSError as error:
+            log.warning("%s: its segment size stays %d for now: %s", self.replica_id,
+                        self.log.stream.max_segment_bytes, error)
 
     # -- the queue's end (StreamKeeper) -----------------------------------------------------------
 

@@ -23,8 +23,10 @@ no storage per message. The index of message *o*, and the offset of entry *i*, c
 bisection over the control entries.
 
 Durability: control entries are written and fsynced when appended (they are few: one per
-election, per segment-size change, per retention step); messages are fsynced by the group
-committer's rounds (`prepare_sync` is the stream's). `durable_index` covers a control entry
+election, per segment-size change, per retention step), and one whose write fails (a full
+disk) is cut off the file again, so no torn record hides the entries written after it;
+messages are fsynced by the group committer's rounds (`prepare_sync` is the stream's).
+`durable_index` covers a control entry
 only once every message before it is durable. A crash leaves a prefix of the log: at opening,
 control entries placed after messages that did not survive are dropped, and a reset that was
 cut short is done again. A truncation (`truncate_after`: a suffix the leader does not have)
@@ -161,6 +163,7 @@ class StreamReplicaLog:
         self._retain_asked = 0  # the highest RETAIN appended here
         self._retain_applied = 0  # controls before this position were looked at for RETAINs committed
         self._retain_to = 0  # the highest RETAIN committed: segments before it go
+        self._torn = False  # a failed write may have left bytes after the last control record
 
     @classmethod
     def open(cls, directory: Path, vhost: str, name: str, committer: GroupCommitter | None) -> "StreamReplicaLog":
@@ -311,10 +314,24 @@ class StreamReplicaLog:
             index += 1
             added.append(Control(index, term, offset, payload))
         data = b"".join(_encode_control(c) for c in added)
-        written = 0
-        while written < len(data):
-            written += os.write(self._fd, data[written:])
-        os.fsync(self._fd)  # rare (elections, segment-size changes, retention steps), and needed before anything after it
+        if self._torn:
+            self._rewrite(self._controls)  # (the torn bytes of a failed write go first)
+            self._torn = False
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+            os.fsync(self._fd)  # rare (elections, segment-size changes, retention steps), and needed before anything after it
+        except OSError:
+            # A write a full disk cut short must leave no torn record behind: the next control
+            # entry would follow it, and opening the file drops everything after a torn record
+            # (the index space of every message after it would shift).
+            try:
+                os.ftruncate(self._fd, end)
+            except OSError:
+                self._torn = True
+            raise
         for control in added:
             self._controls.append(control)
             self._c_index.append(control.index)
@@ -462,7 +479,13 @@ class StreamReplicaLog:
         """The leader's stream would drop the segments before ``first_kept``: it goes in the log,
         and every copy drops them once committed."""
         if first_kept > self._retain_asked and self.stream.writable:
-            self._add_controls([(self._c_term[-1], retain_payload(first_kept))])
+            try:
+                self._add_controls([(self._c_term[-1], retain_payload(first_kept))])
+            except OSError as error:
+                # (Called from the stream's append and commit: a full disk must fail neither.
+                # The segments stay until a later step, the next roll-over, logs it.)
+                log.warning("%s: retention to offset %d waits: %s", self.directory, first_kept, error)
+                return
             self._tell()
 
     def set_segment_size(self, max_segment_bytes: int) -> bool:

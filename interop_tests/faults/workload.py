@@ -10,8 +10,14 @@ In a thread of its own (an asyncio loop with aio-pika clients):
   published again under its id (its fate is unknown: the checker allows it to be consumed or not);
 - consumers (prefetch 20, manual acks) record each delivery with its redelivered flag before
   acking it, and move to another node now and then (``stay``) and whenever their connection or
-  channel fails, so deliveries held at a failover are redelivered;
+  channel fails or the broker cancels them (basic.cancel), so deliveries held at a failover are
+  redelivered;
 - an observer (another thread) asks every node about its replica of the queue twice a second.
+
+On a stream (``stream=True``) the publishers are the same; each consumer reads the whole stream
+from its first record (``x-stream-offset: first``, prefetch 50, acks returning credit), records
+each delivery with its offset, and after any reconnection (a failure, a basic.cancel, or
+``stay``) goes on at the next offset it has not seen, on the next node.
 
 `drain` keeps the consumers going after the faults until the queue is empty and nothing has
 arrived for a while; then the history is complete for the checker.
@@ -48,7 +54,7 @@ for _noisy in ("aiormq", "aio_pika"):
 class Workload:
     def __init__(self, urls: dict[str, str], queue: str, history: History, *, publishers: int = 3, consumers: int = 2,
                  window: int = 4, rate: float = 40.0, confirm_timeout: float = 5.0, stay: float = 8.0,
-                 observe: Callable[[], None] | None = None) -> None:
+                 observe: Callable[[], None] | None = None, stream: bool = False) -> None:
         self.urls = urls
         self.queue = queue
         self.history = history
@@ -69,6 +75,8 @@ class Workload:
         self.last_delivery = 0.0
         self.errors: list[str] = []
         self._avoid_until: dict[str, float] = {}  # node -> passed over until (monotonic)
+        self.stream = stream
+        self.next_offsets: dict[int, int] = {}  # a stream's consumer -> the offset it reads next
 
     # -- control, from the test's thread -----------------------------------------------------
 
@@ -194,6 +202,7 @@ class Workload:
         return True
 
     async def _consumer(self, number: int) -> None:
+        self.next_offsets[number] = 0
         for node in self._order(number + 1):
             if not self._consuming.is_set():
                 return
@@ -203,30 +212,45 @@ class Workload:
             connection = await self._connect(node)
             if connection is None:
                 continue
-            failed = asyncio.Event()
             try:
-                connection.close_callbacks.add(lambda *_: failed.set())
-                channel = await asyncio.wait_for(connection.channel(), CONNECT_TIMEOUT_S)
-                channel.close_callbacks.add(lambda *_: failed.set())
-                await channel.set_qos(prefetch_count=20)
-                queue = await asyncio.wait_for(channel.declare_queue(self.queue, passive=True), CONNECT_TIMEOUT_S)
-
-                async def on_message(message: aio_pika.abc.AbstractIncomingMessage, node: str = node) -> None:
-                    message_id = message.message_id or message.body.decode()
-                    self.history.add("deliver", id=message_id, node=node, redelivered=bool(message.redelivered),
-                                     consumer=number)
-                    self.last_delivery = time.monotonic()
-                    with contextlib.suppress(Exception):
-                        await message.ack()
-
-                await asyncio.wait_for(queue.consume(on_message), CONNECT_TIMEOUT_S)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(failed.wait(), self.stay)
+                await self._consume_on(connection, node, number)
             except Exception:
                 pass
             finally:
                 await self._close(connection)
             await asyncio.sleep(0.2)
+
+    async def _consume_on(self, connection: aio_pika.abc.AbstractConnection, node: str, number: int) -> None:
+        """Consume on `connection` until it or its channel fails, the broker cancels the consumer
+        (a node that cannot reach the queue's leader), or it is time to move (`stay`)."""
+        failed = asyncio.Event()
+        connection.close_callbacks.add(lambda *_: failed.set())
+        channel = await asyncio.wait_for(connection.channel(), CONNECT_TIMEOUT_S)
+        channel.close_callbacks.add(lambda *_: failed.set())
+        await channel.set_qos(prefetch_count=50 if self.stream else 20)
+        queue = await asyncio.wait_for(channel.declare_queue(self.queue, passive=True), CONNECT_TIMEOUT_S)
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            message_id = message.message_id or message.body.decode()
+            if self.stream:
+                offset = int((message.headers or {})["x-stream-offset"])  # type: ignore[call-overload]
+                self.history.add("deliver", id=message_id, node=node, offset=offset, consumer=number)
+                self.next_offsets[number] = max(self.next_offsets[number], offset + 1)
+            else:
+                self.history.add("deliver", id=message_id, node=node, redelivered=bool(message.redelivered),
+                                 consumer=number)
+            self.last_delivery = time.monotonic()
+            with contextlib.suppress(Exception):
+                await message.ack()
+
+        # A stream's reader goes on at the next offset it has not seen (`first` to begin with).
+        arguments = {"x-stream-offset": self.next_offsets[number] or "first"} if self.stream else None
+        tag = await asyncio.wait_for(queue.consume(on_message, arguments=arguments), CONNECT_TIMEOUT_S)
+        underlay = await channel.get_underlay_channel()
+        until = time.monotonic() + self.stay
+        while tag in underlay.consumers and not failed.is_set() and time.monotonic() < until:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(failed.wait(), 0.5)
 
     def _observing(self) -> None:
         while not self._stopped.is_set():
