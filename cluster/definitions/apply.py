@@ -153,6 +153,11 @@ class LocalDefinitions:
                 applied = False
             else:
                 applied = _APPLIERS[value.kind](self, key, value)
+        except OSError as err:
+            # A full or failing disk (the definitions store, a queue's files): one line per
+            # definition, not a traceback each, as a node restarted on a full disk replays them all.
+            log.error("applying the shared definition %s failed: %s", key, err)
+            applied = False
         except Exception:
             log.exception("applying the shared definition %s failed", key)
             applied = False
