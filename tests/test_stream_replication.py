@@ -363,6 +363,19 @@ def test_retention_by_age_is_the_leaders_decision_and_every_copy_drops_the_same_
     assert names["a"] == names["b"] == names["c"] == before[-1:]
 
 
+def fill_the_disk_of_the_control_file(monkeypatch, log) -> None:
+    """Every write to `log`'s control file fails with ENOSPC (its segment files still take
+    theirs), until `monkeypatch.undo()`."""
+    real_write = os.write
+
+    def full_for_the_control_file(fd, data):
+        if fd == log._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_the_control_file)
+
+
 @pytest.mark.parametrize("truncate_fails", [False, True])
 def test_a_control_entry_a_full_disk_cut_short_leaves_no_torn_record_before_the_next(tmp_path, monkeypatch,
                                                                                       truncate_fails):
@@ -410,14 +423,7 @@ def test_retention_a_full_disk_keeps_from_being_logged_waits_and_fails_no_commit
     leader_log = group.logs["a"]
     leader_log.set_segment_size(400)
     group.stream.set_retention(1200, None)
-    real_write = os.write
-
-    def full_for_the_control_file(fd, data):
-        if fd == leader_log._fd:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", full_for_the_control_file)
+    fill_the_disk_of_the_control_file(monkeypatch, leader_log)
     for n in range(40):
         group.publish(f"message {n:03d} " + "x" * 40)
         group.leader_fsync()
@@ -441,14 +447,7 @@ def test_a_segment_size_a_full_disk_cannot_log_fails_no_role_change(tmp_path, mo
     lost: list[ReplicatedStream] = []
     owner = ReplicatedStream(SimpleNamespace(role=Role.FOLLOWER, queue="q"), log, 4096, lost.append,
                              lambda _owner: None, new_group=False)
-    real_write = os.write
-
-    def full_for_the_control_file(fd, data):
-        if fd == log._fd:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", full_for_the_control_file)
+    fill_the_disk_of_the_control_file(monkeypatch, log)
     size = log.stream.max_segment_bytes
     owner.on_role(Role.LEADER)
     assert log.stream.writable and log.stream.max_segment_bytes == size != 4096 and log.last_index == 1
