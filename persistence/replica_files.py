@@ -24,11 +24,12 @@ import hashlib
 import json
 import os
 import struct
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
+
+from persistence.stream_commit_mark import read_rewritten_in_place
 
 REPLICAS_DIR = "replicas"
 STREAM_DIR = "stream"
@@ -111,7 +112,6 @@ QUEUE_MARK_VERSION = 1
 _QUEUE_MARK = struct.Struct(">8sHHIQQ")
 _U32 = struct.Struct(">I")
 QUEUE_MARK_SIZE = _QUEUE_MARK.size + _U32.size
-_READ_ATTEMPTS = 5  # a read racing the broker's pwrite may see a mix of two marks: read again
 
 
 class QueueCommitMark(NamedTuple):
@@ -154,20 +154,15 @@ def read_queue_commit_mark(group_dir: Path) -> QueueCommitMark | None:
     seen no commit since it was made or emptied). ``DamagedQueueCommitMark`` when it stays
     unreadable over a few attempts."""
     path = Path(group_dir) / QUEUE_MARK_FILE
-    data = b""
-    for attempt in range(_READ_ATTEMPTS):
-        try:
-            data = path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        if not data:
-            return QueueCommitMark(0, 0)
-        mark = decode_queue_commit_mark(str(path), data)
-        if mark is not None:
-            return mark
-        time.sleep(0.002 * (attempt + 1))
-    raise DamagedQueueCommitMark(f"{path}: damaged commit mark ({len(data)} bytes); the broker rewrites it at "
-                                 f"the queue's next commit")
+    empty = QueueCommitMark(0, 0)
+    read = read_rewritten_in_place(path, lambda data: decode_queue_commit_mark(str(path), data) if data else empty)
+    if read is None:
+        return None
+    mark, data = read
+    if mark is None:
+        raise DamagedQueueCommitMark(f"{path}: damaged commit mark ({len(data)} bytes); the broker rewrites it at "
+                                     f"the queue's next commit")
+    return mark
 
 
 # ---- a quorum queue replica's log, for readers (docs/replication.md, "On disk") --------------------

@@ -28,7 +28,7 @@ import struct
 import time
 import zlib
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple, TypeVar
 
 from persistence.stream_segment import check_stream_format_version
 
@@ -39,6 +39,7 @@ _MARK = struct.Struct(">8sHHIQQQ")
 _CRC = struct.Struct(">I")
 MARK_SIZE = _MARK.size + _CRC.size
 _NO_SEGMENT = (1 << 64) - 1
+T = TypeVar("T")
 _READ_ATTEMPTS = 5  # a read racing the broker's pwrite may see a mix of two marks: read again
 
 
@@ -73,22 +74,37 @@ def decode_commit_mark(path: str, data: bytes) -> CommitMark | None:
     return CommitMark(None if segment == _NO_SEGMENT else segment, position, next_offset)
 
 
+def read_rewritten_in_place(path: Path, decode: Callable[[bytes], T | None]) -> tuple[T | None, bytes] | None:
+    """Read a small file its writer rewrites in place with one pwrite and never fsyncs (a commit
+    mark): a read racing the write may see a mix of two versions, which ``decode`` refuses (None),
+    so read again a few times. None when there is no such file; else (what ``decode`` made of the
+    last read, None if every read was refused, and that read's bytes)."""
+    data = b""
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        value = decode(data)
+        if value is not None:
+            return value, data
+        time.sleep(0.002 * (attempt + 1))
+    return None, data
+
+
 def read_commit_mark(directory: Path) -> CommitMark | None:
     """The commit mark of the stream directory ``directory``; None when there is no such file
     (a directory no broker with commit marks has opened). Raises ``DamagedCommitMark`` when it
     stays unreadable over a few attempts."""
     path = Path(directory) / MARK_FILE
-    for attempt in range(_READ_ATTEMPTS):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        mark = decode_commit_mark(str(path), data)
-        if mark is not None:
-            return mark
-        time.sleep(0.002 * (attempt + 1))
-    raise DamagedCommitMark(f"{path}: damaged commit mark ({len(data)} bytes); the broker rewrites it after "
-                            f"its next commit round or when it opens the stream")
+    read = read_rewritten_in_place(path, lambda data: decode_commit_mark(str(path), data))
+    if read is None:
+        return None
+    mark, data = read
+    if mark is None:
+        raise DamagedCommitMark(f"{path}: damaged commit mark ({len(data)} bytes); the broker rewrites it after "
+                                f"its next commit round or when it opens the stream")
+    return mark
 
 
 def mark_unwritten(directory: Path) -> bool:
@@ -122,4 +138,4 @@ class CommitMarkWriter:
 
 
 __all__ = ["MARK_FILE", "CommitMark", "CommitMarkWriter", "DamagedCommitMark", "decode_commit_mark",
-           "encode_commit_mark", "mark_unwritten", "read_commit_mark"]
+           "encode_commit_mark", "mark_unwritten", "read_commit_mark", "read_rewritten_in_place"]
