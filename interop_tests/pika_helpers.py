@@ -8,13 +8,15 @@ into the (reply_code, reply_text) a test compares. Test modules import the
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
-from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
+from pika.exceptions import AMQPError, ChannelClosedByBroker, ConnectionClosedByBroker
 
 from interop_tests.broker_process import BrokerProcess, Reachable
 from interop_tests.waiting import poll
@@ -151,3 +153,32 @@ def connection_error(operation: Callable[[], object]) -> tuple[int, str]:
     with pytest.raises(ConnectionClosedByBroker) as error:
         operation()
     return error.value.reply_code, error.value.reply_text
+
+
+def publish_across_failovers(hosts: list[pika.ConnectionParameters], stop: threading.Event,
+                             publish_one: Callable[[BlockingChannel], None], pause_s: float = 0.0) -> None:
+    """Until `stop` (a threading.Event) is set: connect to the first of `hosts` that answers, put
+    a channel in confirm mode and call `publish_one(channel)` over and over (it publishes one
+    message, and records it as confirmed after basic_publish returned: pika raises for a nack).
+    A lost connection or channel connects again: what was in flight is neither confirmed nor
+    published again by this loop."""
+    while not stop.is_set():
+        try:
+            connection = pika.BlockingConnection(hosts)
+        except (AMQPError, OSError):
+            time.sleep(0.2)
+            continue
+        try:
+            channel = connection.channel()
+            channel.confirm_delivery()
+            while not stop.is_set():
+                publish_one(channel)
+                if pause_s:
+                    time.sleep(pause_s)
+        except (AMQPError, OSError):
+            pass  # not confirmed: it may or may not be in the queue
+        finally:
+            try:
+                connection.close()
+            except (AMQPError, OSError):
+                pass

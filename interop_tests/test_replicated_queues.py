@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
 import os
 import random
 import socket
@@ -40,6 +41,7 @@ from interop_tests.broker_process import free_port
 from interop_tests.cluster_nodes import (
     SESSION_TTL, ClusterNode, metric_samples, pika_parameters, queue_known_everywhere, three_nodes,
 )
+from interop_tests.pika_helpers import publish_across_failovers
 from interop_tests.waiting import wait_until
 
 QUORUM = {"x-queue-type": "quorum"}
@@ -555,27 +557,14 @@ PUBLISHER_SPAN = 10**9  # publisher p numbers its messages p * PUBLISHER_SPAN + 
 
 
 def _publish(hosts: list[pika.ConnectionParameters], record: _Record, stop: threading.Event, who: int) -> None:
-    number = who * PUBLISHER_SPAN
-    while not stop.is_set():
-        try:
-            connection = pika.BlockingConnection(hosts)
-        except (PikaError, OSError):
-            time.sleep(0.2)
-            continue
-        try:
-            channel = connection.channel()
-            channel.confirm_delivery()
-            while not stop.is_set():
-                number += 1
-                channel.basic_publish("", "faults", str(number).encode(), PERSISTENT)  # raises if nacked
-                record.confirmed.append(number)
-        except (PikaError, OSError):
-            pass  # not confirmed: it may or may not be in the queue
-        finally:
-            try:
-                connection.close()
-            except (PikaError, OSError):
-                pass
+    numbers = itertools.count(who * PUBLISHER_SPAN + 1)
+
+    def one(channel) -> None:
+        number = next(numbers)
+        channel.basic_publish("", "faults", str(number).encode(), PERSISTENT)  # raises if nacked
+        record.confirmed.append(number)
+
+    publish_across_failovers(hosts, stop, one)
 
 
 def _consume(hosts: list[pika.ConnectionParameters], record: _Record, stop: threading.Event, seed: int,

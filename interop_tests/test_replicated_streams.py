@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import os
 import random
 import threading
@@ -41,6 +42,7 @@ from pika.exceptions import AMQPError as PikaError
 from amqp_server.ctl.main import main as ctl_main
 from cluster.replication.replicated_streams import stream_id
 from interop_tests.cluster_nodes import SESSION_TTL, ClusterNode, pika_parameters, queue_known_everywhere, three_nodes
+from interop_tests.pika_helpers import publish_across_failovers
 from interop_tests.waiting import poll, wait_until
 
 STREAM = {"x-queue-type": "stream"}
@@ -380,28 +382,14 @@ class _Record:
 def _keep_publishing(hosts: list[pika.ConnectionParameters], record: _Record, stop: threading.Event,
                      who: int) -> None:
     """Publish with confirms, never the same body twice (one not confirmed is never sent again)."""
-    number = 0
-    while not stop.is_set():
-        try:
-            connection = pika.BlockingConnection(hosts)
-        except (PikaError, OSError):
-            time.sleep(0.2)
-            continue
-        try:
-            channel = connection.channel()
-            channel.confirm_delivery()
-            while not stop.is_set():
-                number += 1
-                body = f"p{who}-{number}".encode()
-                channel.basic_publish("", "faults", body)  # raises if nacked
-                record.confirmed.append(body)
-        except (PikaError, OSError):
-            pass
-        finally:
-            try:
-                connection.close()
-            except (PikaError, OSError):
-                pass
+    numbers = itertools.count(1)
+
+    def one(channel) -> None:
+        body = f"p{who}-{next(numbers)}".encode()
+        channel.basic_publish("", "faults", body)  # raises if nacked
+        record.confirmed.append(body)
+
+    publish_across_failovers(hosts, stop, one)
 
 
 def _keep_reading(hosts: list[pika.ConnectionParameters], record: _Record, stop: threading.Event) -> None:

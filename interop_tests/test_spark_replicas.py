@@ -18,7 +18,6 @@ tests/test_spark_replicas.py, where the uncommitted tail can be made by hand.)
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,9 +28,9 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 pika = pytest.importorskip("pika")
 
-from pika.exceptions import AMQPError as PikaError  # noqa: E402
 
 from interop_tests.cluster_nodes import ClusterNode, pika_parameters, restart_node, three_nodes  # noqa: E402
+from interop_tests.pika_helpers import publish_across_failovers  # noqa: E402
 from interop_tests.spark_streaming_checks import Driver, batch_log, body, committed_rows  # noqa: E402
 from interop_tests.test_replicated_streams import _declare, _leader  # noqa: E402
 from interop_tests.waiting import wait_until  # noqa: E402
@@ -80,25 +79,7 @@ class ClusterPublisher(threading.Thread):
             self.confirmed[target].add(f"m-{i}")  # (basic_publish raised if it was nacked)
 
     def run(self) -> None:
-        while not self.halt.is_set():
-            try:
-                connection = pika.BlockingConnection(self.hosts)
-            except (PikaError, OSError):
-                time.sleep(0.2)
-                continue
-            try:
-                channel = connection.channel()
-                channel.confirm_delivery()
-                while not self.halt.is_set():
-                    self._one(channel)
-                    time.sleep(0.003)
-            except (PikaError, OSError):
-                pass
-            finally:
-                try:
-                    connection.close()
-                except (PikaError, OSError):
-                    pass
+        publish_across_failovers(self.hosts, self.halt, self._one, pause_s=0.003)
 
     def finish(self) -> None:
         self.halt.set()
