@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from spark.amqp_sink import AmqpStreamWriter, sink_settings
-from spark.data_source import AmqpQueueDataSource, _requested_columns
+from spark.data_source import AmqpQueueDataSource
 from spark.queue_range_reader import QueueRangePart, ReplicaQueuePart
 from spark.stream_snapshot import StreamPart
 from spark.streaming_source import AmqpQueueStreamReader, StreamingPartition
@@ -53,10 +53,9 @@ class RereadingSource(AmqpQueueDataSource):
     def name(cls) -> str:
         return "amqp-queue-reread"
 
-    def streamReader(self, schema: Any) -> Any:
-        columns = _requested_columns(schema)
-        not_null = frozenset(field.name for field in schema.fields if not field.nullable)
-        return RereadingReader(dict(self.options), columns, not_null)
+    @classmethod
+    def stream_reader_class(cls) -> type[AmqpQueueStreamReader]:
+        return RereadingReader
 
 
 class EveryCopyReader(AmqpQueueStreamReader):
@@ -81,10 +80,9 @@ class EveryCopySource(AmqpQueueDataSource):
     def name(cls) -> str:
         return "amqp-queue-every-copy"
 
-    def streamReader(self, schema: Any) -> Any:
-        columns = _requested_columns(schema)
-        not_null = frozenset(field.name for field in schema.fields if not field.nullable)
-        return EveryCopyReader(dict(self.options), columns, not_null)
+    @classmethod
+    def stream_reader_class(cls) -> type[AmqpQueueStreamReader]:
+        return EveryCopyReader
 
 
 class DyingWriter(AmqpStreamWriter):
