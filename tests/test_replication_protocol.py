@@ -3,7 +3,6 @@ hand, fsync is a call the test makes, so every step of the protocol is observabl
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -16,15 +15,14 @@ from cluster.replication.queue_log import QueueState, message_payload, state_pay
 from cluster.replication.wire import (
     Ack, Append, FrameReader, Hello, Mismatch, ProtocolError, Refuse, encode_append, encode_hello, encode_refuse,
 )
+from persistence.group_commit import sync_job
 from persistence.record_format import MessageState
 
 
 def fsync(log: FileReplicaLog) -> None:
     """One group-commit round of ``log``, done by hand."""
     job = log.prepare_sync()
-    for fd in job.fds:
-        os.fsync(fd)
-    job.discard()
+    sync_job(job)
     log.sync_done(job, None)
 
 
