@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import io
 
-import pika
 import requests
 
 from amqp_server.ctl.main import main as ctl_main
 from interop_tests.broker_process import free_port
-from interop_tests.cluster_nodes import ClusterNode, metric_samples, queue_known_everywhere, three_nodes
-from interop_tests.test_replicated_streams import STREAM, _declare, _parameters, _publish, _Reader
+from interop_tests.cluster_nodes import ClusterNode, metric_samples, three_nodes
+from interop_tests.test_replicated_streams import _declare, _publish, _Reader
 from interop_tests.waiting import wait_until
 
 FIGURES = ("messages", "messages_ready", "stream_first_offset", "stream_last_offset", "stream_segments",
@@ -30,18 +29,6 @@ def _figures(item: dict) -> dict:
 
 def _listed(node: ClusterNode, name: str) -> dict:
     return next(item for item in node.api_json("queues") if item["name"] == name)
-
-
-def _declare_on(nodes: dict[str, ClusterNode], node: ClusterNode, name: str, members: list[str]) -> None:
-    """Declare a stream on `node` with a group of `members` (`node` first); return once every
-    node knows it and every member's replica is in sync."""
-    connection = pika.BlockingConnection(_parameters(node))
-    connection.channel().queue_declare(name, durable=True,
-                                       arguments={**STREAM, "x-initial-cluster-size": len(members)})
-    connection.close()
-    queue_known_everywhere(nodes, name)
-    wait_until(lambda: sorted(node.api_json(f"queues/%2F/{name}").get("in_sync", [])) == members,
-               f"{name}'s replicas are in sync")
 
 
 def test_every_node_shows_the_leaders_figures_and_its_own_consumers_offsets(tmp_path):
@@ -77,7 +64,7 @@ def test_every_node_shows_the_leaders_figures_and_its_own_consumers_offsets(tmp_
         # A follower's replica holds the leader's records, so its figures match the leader's and
         # could not tell a node that asks the leader from one that shows its replica's under the
         # leader's name. c holds no replica of a two-member stream: what it shows came from a.
-        _declare_on(nodes, a, "pair", ["a", "b"])
+        _declare(nodes, a, "pair", members=["a", "b"], **{"x-initial-cluster-size": 2})
         _publish(c, "pair", [f"p{n}" for n in range(7)])
         pairs = a.api_json("queues/%2F/pair")
         assert (pairs["stream_figures_node"], pairs["stream_last_offset"]) == ("a", 6)
