@@ -61,6 +61,21 @@ def test_every_node_shows_the_leaders_figures_and_its_own_consumers_offsets(tmp_
                                auth=("guest", "guest"), headers={"X-Amqp-Server-Local-Only": "1"}, timeout=5).json()
             assert (own["stream_figures_node"], _figures(own)) == (node.name, expected)
 
+        # A follower's replica holds the leader's records, so its figures match the leader's and
+        # could not tell a node that asks the leader from one that shows its replica's under the
+        # leader's name. c holds no replica of a two-member stream: what it shows came from a.
+        _declare(nodes, a, "pair", members=["a", "b"], **{"x-initial-cluster-size": 2})
+        _publish(c, "pair", [f"p{n}" for n in range(7)])
+        pairs = a.api_json("queues/%2F/pair")
+        assert (pairs["stream_figures_node"], pairs["stream_last_offset"]) == ("a", 6)
+        shown = c.api_json("queues/%2F/pair")
+        assert "replica" not in shown, shown
+        assert (shown["stream_figures_node"], _figures(shown)) == ("a", _figures(pairs))
+        assert _figures(_listed(c, "pair")) == _figures(pairs), "c's /api/queues"
+        own = requests.get(f"http://127.0.0.1:{c.management_port}/api/queues/%2F/pair",
+                           auth=("guest", "guest"), headers={"X-Amqp-Server-Local-Only": "1"}, timeout=5).json()
+        assert "stream_figures_node" not in own and own["stream_last_offset"] is None, own
+
         # A consumer on b, served through a's stream.
         reader = _Reader(b, "ledger", offset="first", prefetch=10)
         try:

@@ -55,13 +55,16 @@ def _parameters(node: ClusterNode) -> pika.ConnectionParameters:
     return parameters
 
 
-def _declare(nodes: dict[str, ClusterNode], node: ClusterNode, name: str, **arguments) -> None:
-    """Declare a stream on `node`; return once every node knows it and its group is in sync."""
+def _declare(nodes: dict[str, ClusterNode], node: ClusterNode, name: str, members: list[str] | None = None,
+             **arguments) -> None:
+    """Declare a stream on `node`; return once every node knows it and its group (`members`,
+    default every node) is in sync."""
     connection = pika.BlockingConnection(_parameters(node))
     connection.channel().queue_declare(name, durable=True, arguments={**STREAM, **arguments})
     connection.close()
     queue_known_everywhere(nodes, name)
-    wait_until(lambda: sorted(node.api(f"queues/%2F/{name}").json().get("in_sync", [])) == sorted(nodes),
+    group = sorted(members if members is not None else nodes)
+    wait_until(lambda: sorted(node.api(f"queues/%2F/{name}").json().get("in_sync", [])) == group,
                "every replica of the stream is in sync")
 
 

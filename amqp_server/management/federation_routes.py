@@ -22,7 +22,6 @@ holder ("" for none).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -31,7 +30,7 @@ from amqp_server.federation.federation import Federation, federation_of
 from amqp_server.management import api_errors
 from amqp_server.management.context import caller, context
 from amqp_server.management.http_io import list_reply, no_content, vhost_named
-from amqp_server.management.peer_api import ask_peer, asked_by_peer, path_segment
+from amqp_server.management.peer_api import ask_peers, asked_by_peer, path_segment
 
 PREFIX = "/api/federation-links"
 _UP = ("starting", "running")
@@ -71,23 +70,17 @@ async def _elsewhere(request: web.Request, federation: Federation, vhost: str | 
     elsewhere = federation.elsewhere(vhost)
     if not elsewhere:
         return []
-    broker = context(request).broker
-    addresses = {node.name: node.management_address for node in broker.other_live_nodes() if node.management_address}
-    asked = sorted({holder for _key, holder in elsewhere if holder in addresses})
-    answers = await asyncio.gather(*(_ask_node(request, addresses[node], vhost) for node in asked))
-    by_id = {(node, item.get("id")): item for node, items in zip(asked, answers) for item in items}
+    path = PREFIX + (f"/{path_segment(vhost)}" if vhost is not None else "")
+    # Their own links only: a node asked lists no other node's in turn.
+    answers = await ask_peers(request, context(request).broker, {holder for _key, holder in elsewhere if holder},
+                              path)
+    by_id = {(node, item.get("id")): item for node, items in answers.items() if isinstance(items, list)
+             for item in items if isinstance(item, dict)}
     listed = []
     for key, holder in elsewhere:
         item = by_id.get((holder or "", key.id))
         listed.append(item if item is not None else federation.waiting_json(key, holder))
     return listed
-
-
-async def _ask_node(request: web.Request, address: str, vhost: str | None) -> list[dict[str, Any]]:
-    """That node's own listing, or [] if it does not answer in time."""
-    path = PREFIX + (f"/{path_segment(vhost)}" if vhost is not None else "")
-    found = await ask_peer(request, address, path)  # its own links only: no asking around again
-    return found if isinstance(found, list) else []
 
 
 async def list_links(request: web.Request) -> web.Response:

@@ -16,12 +16,11 @@ with a UI session cookie that only this node knows) leaves the figures this node
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from amqp_server.management.peer_api import ask_peer, asked_by_peer, path_segment
+from amqp_server.management.peer_api import ask_peers, path_segment
 from queues.arguments.queue_type_rules import STREAM
 from queues.stream_queue import StreamQueue
 
@@ -51,10 +50,6 @@ def holder_elsewhere(broker: "Broker", vhost: "VirtualHost", queue: "Queue") -> 
     return node if live and node != broker.node_name else None
 
 
-def _addresses(broker: "Broker") -> dict[str, str]:
-    return {node.name: node.management_address for node in broker.other_live_nodes() if node.management_address}
-
-
 def _taken(item: Any, node: str, names: tuple[str, ...]) -> dict[str, Any] | None:
     """The holder's items of its own stream (an item the node answered for a stand-in of its
     own, or from a replica, is not its own)."""
@@ -67,22 +62,17 @@ async def listed_elsewhere(request: web.Request, broker: "Broker", pairs: list[t
                            vhost: str | None) -> dict[Key, dict[str, Any]]:
     """The holders' items of the streams among `pairs` that other nodes hold, by (vhost, name):
     each holder asked once, for its listing of `vhost` (None: every vhost)."""
-    if asked_by_peer(request):
-        return {}
     wanted: dict[str, set[Key]] = {}
     for pair_vhost, queue in pairs:
         node = holder_elsewhere(broker, pair_vhost, queue)
         if node is not None:
             wanted.setdefault(node, set()).add((pair_vhost.name, queue.name))
-    addresses = _addresses(broker)
-    asked = sorted(node for node in wanted if node in addresses)
-    if not asked:
+    if not wanted:
         return {}
     path = "/api/queues" + (f"/{path_segment(vhost)}" if vhost is not None else "")
     params = {"columns": ",".join(("vhost", "name", FIGURES_NODE, *LEADER_ITEMS))}
-    answers = await asyncio.gather(*(ask_peer(request, addresses[node], path, params) for node in asked))
     found: dict[Key, dict[str, Any]] = {}
-    for node, answer in zip(asked, answers):
+    for node, answer in (await ask_peers(request, broker, wanted, path, params)).items():
         for item in answer if isinstance(answer, list) else []:
             key = (str(item.get("vhost")), str(item.get("name"))) if isinstance(item, dict) else ("", "")
             taken = _taken(item, node, LEADER_ITEMS)
@@ -95,9 +85,8 @@ async def shown_elsewhere(request: web.Request, broker: "Broker", vhost: "Virtua
                           queue: "Queue") -> dict[str, Any] | None:
     """The holder's items of the one stream `queue` (this node's stand-in of it), or None."""
     node = holder_elsewhere(broker, vhost, queue)
-    address = _addresses(broker).get(node or "")
-    if node is None or not address or asked_by_peer(request):
+    if node is None:
         return None
     path = f"/api/queues/{path_segment(vhost.name)}/{path_segment(queue.name)}"
-    answer = await ask_peer(request, address, path, {"columns": ",".join((FIGURES_NODE, *DETAIL_ITEMS))})
-    return _taken(answer, node, DETAIL_ITEMS)
+    answers = await ask_peers(request, broker, [node], path, {"columns": ",".join((FIGURES_NODE, *DETAIL_ITEMS))})
+    return _taken(answers.get(node), node, DETAIL_ITEMS)

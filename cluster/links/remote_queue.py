@@ -83,10 +83,12 @@ TRANSIENT_REFUSALS = frozenset({errors.NOT_FOUND})
 
 def _offset_of(message: Message | None) -> int | None:
     """The stream offset a delivery of a stream carries (its `x-stream-offset` header)."""
-    if message is None:
-        return None
-    offset = (message.properties.headers or {}).get(OFFSET_HEADER)
-    return offset if isinstance(offset, int) and not isinstance(offset, bool) else None
+    return _integer((message.properties.headers or {}).get(OFFSET_HEADER)) if message is not None else None
+
+
+def _integer(value: object) -> int | None:
+    """`value` if it is an integer offset (a header or argument table's bool is not one)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class RemoteDelivery(QueueEntry):
@@ -269,7 +271,7 @@ class RemoteQueue(Queue):
                 offsets.append((consumer, offset + 1))
             elif remote.waiting and (first := _offset_of(remote.waiting[0].message)) is not None:
                 offsets.append((consumer, first))
-            elif isinstance(start := consumer.arguments.get(OFFSET_HEADER), int) and not isinstance(start, bool):
+            elif (start := _integer(consumer.arguments.get(OFFSET_HEADER))) is not None:
                 offsets.append((consumer, start))
         return offsets
 
