@@ -12,11 +12,13 @@ controls at the end.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from cluster.replication.entries import HEAD_SIZE as ENTRY_HEAD_SIZE
 from cluster.replication.follower import FollowerReplication
 from cluster.replication.leader import LeaderReplication
 from cluster.replication.log import SNAPSHOT_FILE, FileReplicaLog
@@ -284,6 +286,31 @@ def test_a_format_1_log_is_read_as_the_first_segment_and_then_compacted(tmp_path
     work.churn(3000)
     commit(log)
     assert log.snapshot_index > 1500 and not (old / "segment-00000000000000000001.log").exists()
+
+
+def test_folding_the_committed_entries_reads_none_after_them(tmp_path, monkeypatch):
+    """A leader's log at a commit: the entries after the commit index are still in the group
+    commit's buffer. Folding reads the committed ones only: it neither writes the buffer out
+    ahead of the next round nor reads back what it cannot fold yet."""
+    log = QueueReplicaLog(tmp_path, segment_bytes=SMALL)
+    work = Workload(log)
+    for _ in range(10):
+        work.publish(b"x" * 100)
+    fsync(log)
+    committed = log.last_index
+    for _ in range(5):
+        work.publish(b"y" * 100)  # appended after the round: buffered
+    written, read = [], []
+    real_write, real_pread = os.write, os.pread
+    monkeypatch.setattr(os, "write", lambda fd, data: written.append(len(data)) or real_write(fd, data))
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or real_pread(fd, n, at))
+    log.committed(committed)
+    log.apply_committed()
+    monkeypatch.undo()
+    assert log.applied_index == committed and len(log.applied.held) == 10
+    assert written == []  # the five buffered entries wait for the next round
+    first_ten = sum(len(payload) + ENTRY_HEAD_SIZE for payload in work.payloads[:10])
+    assert sum(read) == first_ten
 
 
 # ---- followers ------------------------------------------------------------------------------------

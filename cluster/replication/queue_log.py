@@ -400,24 +400,25 @@ class QueueReplicaLog(FileReplicaLog):
 
     def _fold(self, state: QueueState, after: int, last: int) -> int:
         """Fold entries after ``after`` up to ``last`` into ``state``; returns how many. (Entries
-        this log holds were checked when they came: only their heads are read here.)"""
+        this log holds were checked when they came: only their heads are read here.) The reads
+        stop at ``last``: on a leader the entries after the commit index are still coming (the
+        group commit's buffer), and reading them would flush that buffer early and read bytes
+        that are folded only at a later commit."""
         index = after + 1
         folded = 0
         while index <= last:
-            chunk, _ = self.read_entries(index, 1024 * 1024)
+            chunk, read_last = self.read_entries(index, 1024 * 1024, through=last)
             if not chunk:
                 break
             view = memoryview(chunk)
             pos, size = 0, len(chunk)
             while pos < size:
-                length, _, index, _ = ENTRY_HEAD.unpack_from(chunk, pos)
-                if index > last:
-                    break
+                length, _, entry_index, _ = ENTRY_HEAD.unpack_from(chunk, pos)
                 end = pos + 4 + length
-                state.apply(view[pos + ENTRY_HEAD_SIZE:end], index)
-                folded += 1
+                state.apply(view[pos + ENTRY_HEAD_SIZE:end], entry_index)
                 pos = end
-            index += 1
+            folded += read_last - index + 1
+            index = read_last + 1
         return folded
 
     # ---- compaction -----------------------------------------------------------------------------
