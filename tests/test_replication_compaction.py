@@ -519,7 +519,7 @@ class LosesALiveMessage(QueueReplicaLog):
     """Broken: its first compaction forgets the oldest unsettled message (its record is dropped
     with the segment that held it)."""
 
-    def _snapshot_document(self, cut: int) -> bytes:
+    def _snapshot_document(self, cut: int) -> tuple[bytes, dict[int, tuple[int, int]]]:
         applied = self.applied
         if applied.held and not self.snapshot_index:
             seq = next(iter(applied.held))
