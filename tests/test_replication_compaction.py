@@ -27,11 +27,11 @@ from cluster.replication.queue_log import (
 )
 from cluster.replication.replica import Role
 from cluster.replication.replicated_journal import ReplicatedJournal
-from cluster.replication.wire import Ack, Append, FrameReader, Mismatch, Reset
+from cluster.replication.wire import Append, Reset
 from persistence import atomic_file
 from persistence.queue_store import QueueStore
 from persistence.record_format import MessageState
-from tests.test_replication_protocol import fsync
+from tests.replication_by_hand import frame, fsync, replicate_queue
 
 SMALL = 64 * 1024  # segment size: a compaction every few hundred messages
 
@@ -41,11 +41,6 @@ def commit(log: QueueReplicaLog, index: int | None = None) -> None:
     fsync(log)
     log.committed(log.last_index if index is None else index)
     log.apply_committed()
-
-
-def frame(data: bytes):
-    (decoded,) = FrameReader().feed(data)
-    return decoded
 
 
 def view(state: QueueState) -> tuple[dict[int, tuple[bytes, Held, int]], int, int]:
@@ -332,25 +327,7 @@ class Group:
 
     def replicate(self, name: str) -> None:
         """Send, fsync and acknowledge until the leader has nothing more for ``name``."""
-        follower, log = self.followers[name], self.logs[name]
-        while (data := self.leader.outgoing(name)) is not None:
-            sent = frame(data)
-            self.sent[name].append(type(sent))
-            reply = follower.on_reset(sent) if isinstance(sent, Reset) else follower.on_append(sent)
-            if reply is not None:
-                answer = frame(reply)
-                assert isinstance(answer, Mismatch)
-                self.leader.on_mismatch(name, answer)
-                continue
-            fsync(log)
-            ack = follower.ack()
-            if ack is not None:
-                assert isinstance(frame(ack), Ack)
-                if self.leader.on_ack(name, frame(ack)):
-                    self.logs["a"].committed(self.leader.commit_index)
-            log.committed(follower.committed_index)
-        self.logs["a"].apply_committed()
-        log.apply_committed()
+        replicate_queue(self.leader, self.logs["a"], name, self.followers[name], self.logs[name], self.sent[name])
 
     def round(self, *names: str) -> None:
         fsync(self.logs["a"])
@@ -420,17 +397,7 @@ def _a_new_leader_replaces_an_uncommitted_suffix(tmp_path: Path, log_class: type
     for _ in range(2):
         theirs.publish(b"the new leader's")
     assert new_leader.follower_connected(frame(follower_b.hello()))
-    while (data := new_leader.outgoing("b")) is not None:
-        reply = follower_b.on_append(frame(data))
-        if reply is not None:
-            new_leader.on_mismatch("b", frame(reply))
-            continue
-        fsync(b)
-        ack = follower_b.ack()
-        if ack is not None and new_leader.on_ack("b", frame(ack)):
-            c.committed(new_leader.commit_index)
-        b.committed(follower_b.committed_index)
-    b.apply_committed()
+    replicate_queue(new_leader, c, "b", follower_b, b)
     assert b.last_index == c.last_index
     assert view(b.takeover_state()) == theirs.reference()
 
