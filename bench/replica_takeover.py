@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from cluster.replication.queue_log import QueueReplicaLog, QueueState, message_payload, state_payload
+from persistence.group_commit import sync_job
 from persistence.record_format import MessageState
 
 
@@ -46,10 +47,9 @@ def _build(directory: Path, settled: int) -> QueueReplicaLog:
 
 
 def _commit(log: QueueReplicaLog) -> None:
+    """One group-commit round, then every entry committed and folded (as a follower does)."""
     job = log.prepare_sync()
-    for fd in job.fds:
-        os.fsync(fd)
-    job.discard()
+    sync_job(job)
     log.sync_done(job, None)
     log.committed(log.last_index)
     log.apply_committed()
