@@ -47,8 +47,9 @@ def _build(directory: Path, settled: int) -> QueueReplicaLog:
 
 
 def _commit(log: QueueReplicaLog) -> None:
+    """One group-commit round, then every entry committed and folded (as a follower does)."""
     job = log.prepare_sync()
-    sync_job(job)  # what a group-commit round does
+    sync_job(job)
     log.sync_done(job, None)
     log.committed(log.last_index)
     log.apply_committed()

@@ -12,11 +12,13 @@ controls at the end.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from cluster.replication.entries import HEAD_SIZE as ENTRY_HEAD_SIZE
 from cluster.replication.follower import FollowerReplication
 from cluster.replication.leader import LeaderReplication
 from cluster.replication.log import SNAPSHOT_FILE, FileReplicaLog
@@ -25,11 +27,11 @@ from cluster.replication.queue_log import (
 )
 from cluster.replication.replica import Role
 from cluster.replication.replicated_journal import ReplicatedJournal
-from cluster.replication.wire import Ack, Append, FrameReader, Mismatch, Reset
+from cluster.replication.wire import Append, Reset
 from persistence import atomic_file
 from persistence.queue_store import QueueStore
 from persistence.record_format import MessageState
-from tests.test_replication_protocol import fsync
+from tests.replication_by_hand import frame, fsync, replicate_queue
 
 SMALL = 64 * 1024  # segment size: a compaction every few hundred messages
 
@@ -39,11 +41,6 @@ def commit(log: QueueReplicaLog, index: int | None = None) -> None:
     fsync(log)
     log.committed(log.last_index if index is None else index)
     log.apply_committed()
-
-
-def frame(data: bytes):
-    (decoded,) = FrameReader().feed(data)
-    return decoded
 
 
 def view(state: QueueState) -> tuple[dict[int, tuple[bytes, Held, int]], int, int]:
@@ -286,6 +283,31 @@ def test_a_format_1_log_is_read_as_the_first_segment_and_then_compacted(tmp_path
     assert log.snapshot_index > 1500 and not (old / "segment-00000000000000000001.log").exists()
 
 
+def test_folding_the_committed_entries_reads_none_after_them(tmp_path, monkeypatch):
+    """A leader's log at a commit: the entries after the commit index are still in the group
+    commit's buffer. Folding reads the committed ones only: it neither writes the buffer out
+    ahead of the next round nor reads back what it cannot fold yet."""
+    log = QueueReplicaLog(tmp_path, segment_bytes=SMALL)
+    work = Workload(log)
+    for _ in range(10):
+        work.publish(b"x" * 100)
+    fsync(log)
+    committed = log.last_index
+    for _ in range(5):
+        work.publish(b"y" * 100)  # appended after the round: buffered
+    written, read = [], []
+    real_write, real_pread = os.write, os.pread
+    monkeypatch.setattr(os, "write", lambda fd, data: written.append(len(data)) or real_write(fd, data))
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or real_pread(fd, n, at))
+    log.committed(committed)
+    log.apply_committed()
+    monkeypatch.undo()
+    assert log.applied_index == committed and len(log.applied.held) == 10
+    assert written == []  # the five buffered entries wait for the next round
+    first_ten = sum(len(payload) + ENTRY_HEAD_SIZE for payload in work.payloads[:10])
+    assert sum(read) == first_ten
+
+
 # ---- followers ------------------------------------------------------------------------------------
 
 
@@ -305,25 +327,7 @@ class Group:
 
     def replicate(self, name: str) -> None:
         """Send, fsync and acknowledge until the leader has nothing more for ``name``."""
-        follower, log = self.followers[name], self.logs[name]
-        while (data := self.leader.outgoing(name)) is not None:
-            sent = frame(data)
-            self.sent[name].append(type(sent))
-            reply = follower.on_reset(sent) if isinstance(sent, Reset) else follower.on_append(sent)
-            if reply is not None:
-                answer = frame(reply)
-                assert isinstance(answer, Mismatch)
-                self.leader.on_mismatch(name, answer)
-                continue
-            fsync(log)
-            ack = follower.ack()
-            if ack is not None:
-                assert isinstance(frame(ack), Ack)
-                if self.leader.on_ack(name, frame(ack)):
-                    self.logs["a"].committed(self.leader.commit_index)
-            log.committed(follower.committed_index)
-        self.logs["a"].apply_committed()
-        log.apply_committed()
+        replicate_queue(self.leader, self.logs["a"], name, self.followers[name], self.logs[name], self.sent[name])
 
     def round(self, *names: str) -> None:
         fsync(self.logs["a"])
@@ -393,17 +397,7 @@ def _a_new_leader_replaces_an_uncommitted_suffix(tmp_path: Path, log_class: type
     for _ in range(2):
         theirs.publish(b"the new leader's")
     assert new_leader.follower_connected(frame(follower_b.hello()))
-    while (data := new_leader.outgoing("b")) is not None:
-        reply = follower_b.on_append(frame(data))
-        if reply is not None:
-            new_leader.on_mismatch("b", frame(reply))
-            continue
-        fsync(b)
-        ack = follower_b.ack()
-        if ack is not None and new_leader.on_ack("b", frame(ack)):
-            c.committed(new_leader.commit_index)
-        b.committed(follower_b.committed_index)
-    b.apply_committed()
+    replicate_queue(new_leader, c, "b", follower_b, b)
     assert b.last_index == c.last_index
     assert view(b.takeover_state()) == theirs.reference()
 
@@ -492,7 +486,7 @@ class LosesALiveMessage(QueueReplicaLog):
     """Broken: its first compaction forgets the oldest unsettled message (its record is dropped
     with the segment that held it)."""
 
-    def _snapshot_document(self, cut: int) -> bytes:
+    def _snapshot_document(self, cut: int) -> tuple[bytes, dict[int, tuple[int, int]]]:
         applied = self.applied
         if applied.held and not self.snapshot_index:
             seq = next(iter(applied.held))

@@ -17,23 +17,11 @@ from cluster.replication.leader import LeaderReplication
 from cluster.replication.replica import Role
 from cluster.replication.replicated_streams import ReplicatedStream
 from cluster.replication.stream_replica_log import StreamReplicaLog
-from cluster.replication.wire import Ack, FrameReader, Mismatch, Refuse, Reset, State
-from persistence.group_commit import sync_job
+from cluster.replication.wire import Ack, Mismatch, Refuse, Reset, State
 from persistence.stream_segment import HEADER_SIZE
+from tests.replication_by_hand import frame, fsync
 
 PROPS = b"\x00\x00"  # no properties
-
-
-def fsync(log: StreamReplicaLog) -> None:
-    """One group-commit round of ``log``, done by hand."""
-    job = log.prepare_sync()
-    sync_job(job)
-    log.sync_done(job, None)
-
-
-def frame(data: bytes):
-    (decoded,) = FrameReader().feed(data)
-    return decoded
 
 
 def open_log(path: Path) -> StreamReplicaLog:
@@ -363,19 +351,6 @@ def test_retention_by_age_is_the_leaders_decision_and_every_copy_drops_the_same_
     assert names["a"] == names["b"] == names["c"] == before[-1:]
 
 
-def fill_the_disk_of_the_control_file(monkeypatch, log) -> None:
-    """Every write to `log`'s control file fails with ENOSPC (its segment files still take
-    theirs), until `monkeypatch.undo()`."""
-    real_write = os.write
-
-    def full_for_the_control_file(fd, data):
-        if fd == log._fd:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", full_for_the_control_file)
-
-
 @pytest.mark.parametrize("truncate_fails", [False, True])
 def test_a_control_entry_a_full_disk_cut_short_leaves_no_torn_record_before_the_next(tmp_path, monkeypatch,
                                                                                       truncate_fails):
@@ -414,6 +389,19 @@ def test_a_control_entry_a_full_disk_cut_short_leaves_no_torn_record_before_the_
     assert (reopened.last_index, reopened.last_term, reopened.term_at(2)) == (3, 3, 3)
 
 
+def control_file_full(monkeypatch, log: StreamReplicaLog) -> None:
+    """Writes to ``log``'s control file fail as on a full disk (ENOSPC) until
+    ``monkeypatch.undo()``; the stream's segments are written as before."""
+    real_write = os.write
+
+    def full_for_the_control_file(fd, data):
+        if fd == log._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_the_control_file)
+
+
 def test_retention_a_full_disk_keeps_from_being_logged_waits_and_fails_no_commit(tmp_path, monkeypatch):
     """The leader's stream wants segments dropped while its control file cannot be written (a
     full disk): its records still commit and are readable, and retention goes in the log
@@ -423,7 +411,7 @@ def test_retention_a_full_disk_keeps_from_being_logged_waits_and_fails_no_commit
     leader_log = group.logs["a"]
     leader_log.set_segment_size(400)
     group.stream.set_retention(1200, None)
-    fill_the_disk_of_the_control_file(monkeypatch, leader_log)
+    control_file_full(monkeypatch, leader_log)
     for n in range(40):
         group.publish(f"message {n:03d} " + "x" * 40)
         group.leader_fsync()
@@ -447,7 +435,7 @@ def test_a_segment_size_a_full_disk_cannot_log_fails_no_role_change(tmp_path, mo
     lost: list[ReplicatedStream] = []
     owner = ReplicatedStream(SimpleNamespace(role=Role.FOLLOWER, queue="q"), log, 4096, lost.append,
                              lambda _owner: None, new_group=False)
-    fill_the_disk_of_the_control_file(monkeypatch, log)
+    control_file_full(monkeypatch, log)
     size = log.stream.max_segment_bytes
     owner.on_role(Role.LEADER)
     assert log.stream.writable and log.stream.max_segment_bytes == size != 4096 and log.last_index == 1

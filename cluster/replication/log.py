@@ -662,14 +662,18 @@ class FileReplicaLog:
     def first_index_of_term(self, term: int) -> int:
         return bisect.bisect_left(self._terms, term) + 1 + self._offset
 
-    def read_entries(self, first_index: int, max_bytes: int) -> tuple[bytes, int]:
-        if not self.first_index <= first_index <= self.last_index:
+    def read_entries(self, first_index: int, max_bytes: int, *, through: int | None = None) -> tuple[bytes, int]:
+        """`ReplicaLog.read_entries`; ``through``: none after this index either (a reader that
+        wants only the committed ones reads no further, and does not flush the buffered tail)."""
+        last_wanted = self.last_index if through is None else min(through, self.last_index)
+        if not self.first_index <= first_index <= last_wanted:
             return b"", first_index - 1
         k = self._segment_of(first_index)
         segment = self._segments[k]
         # Within the segment of first_index: the last entry that ends within max_bytes of start;
         # at least first_index, so a larger entry travels alone.
         seg_last = self._firsts[k + 1] - 1 if k + 1 < len(self._segments) else self.last_index
+        seg_last = min(seg_last, last_wanted)
         start = self._starts[first_index - 1 - self._offset]
         limit = start + max_bytes
         lo, hi = first_index - self._offset, seg_last - self._offset  # positions in _starts of the next ones

@@ -236,19 +236,26 @@ class TakeoverWork(NamedTuple):
     bytes_read: int  # bytes of those records and entries
 
 
-def encode_snapshot_document(state: QueueState, state_index: int, records: dict[int, bytes]) -> bytes:
+def encode_snapshot_document(state: QueueState, state_index: int,
+                             records: dict[int, bytes]) -> tuple[bytes, dict[int, tuple[int, int]]]:
     """``state`` (without records) at ``state_index``; ``records``: seq -> message record of the
-    messages whose record goes in the document."""
+    messages whose record goes in the document. Returns the document and, as
+    `decode_snapshot_document` finds them, seq -> (offset, length) of the records it carries."""
     parts = [_DOC_HEAD.pack(DOC_MAGIC, DOC_VERSION, 0, state_index, state.next_seq, state.delivery_horizon,
                             len(state.held))]
+    carried: dict[int, tuple[int, int]] = {}
+    pos = _DOC_HEAD.size
     for seq, held in state.held.items():
         index, length = state.where[seq]
         record = records.get(seq)
         parts.append(_DOC_MESSAGE.pack(seq, index, _HELD_CODE[held], record is not None,
                                        state.delivery_count.get(seq, 0), length))
+        pos += _DOC_MESSAGE.size
         if record is not None:
             parts.append(record)
-    return b"".join(parts)
+            carried[seq] = (pos, len(record))
+            pos += len(record)
+    return b"".join(parts), carried
 
 
 def decode_snapshot_document(document: bytes) -> tuple[QueueState, int, dict[int, tuple[int, int]]]:
@@ -400,24 +407,25 @@ class QueueReplicaLog(FileReplicaLog):
 
     def _fold(self, state: QueueState, after: int, last: int) -> int:
         """Fold entries after ``after`` up to ``last`` into ``state``; returns how many. (Entries
-        this log holds were checked when they came: only their heads are read here.)"""
+        this log holds were checked when they came: only their heads are read here.) The reads
+        stop at ``last``: on a leader the entries after the commit index are still coming (the
+        group commit's buffer), and reading them would flush that buffer early and read bytes
+        that are folded only at a later commit."""
         index = after + 1
         folded = 0
         while index <= last:
-            chunk, _ = self.read_entries(index, 1024 * 1024)
+            chunk, read_last = self.read_entries(index, 1024 * 1024, through=last)
             if not chunk:
                 break
             view = memoryview(chunk)
             pos, size = 0, len(chunk)
             while pos < size:
-                length, _, index, _ = ENTRY_HEAD.unpack_from(chunk, pos)
-                if index > last:
-                    break
+                length, _, entry_index, _ = ENTRY_HEAD.unpack_from(chunk, pos)
                 end = pos + 4 + length
-                state.apply(view[pos + ENTRY_HEAD_SIZE:end], index)
-                folded += 1
+                state.apply(view[pos + ENTRY_HEAD_SIZE:end], entry_index)
                 pos = end
-            index += 1
+            folded += read_last - index + 1
+            index = read_last + 1
         return folded
 
     # ---- compaction -----------------------------------------------------------------------------
@@ -448,17 +456,18 @@ class QueueReplicaLog(FileReplicaLog):
         cut = max(self._cut(), self.snapshot_index)
         if not (self.segment_count > 1 and self._firsts[1] - 1 <= cut) and not due:
             return
-        document = self._snapshot_document(cut)
+        document, carried = self._snapshot_document(cut)
         if len(document) > MAX_SNAPSHOT_DOCUMENT:
             log.warning("%s: a snapshot of %d unsettled messages would take %d bytes, over %d: not taken",
                         self.directory, len(self.applied.held), len(document), MAX_SNAPSHOT_DOCUMENT)
             return
         self.compact(cut, document)
-        self._carried = decode_snapshot_document(document)[2]
+        self._carried = carried
         self._snapshot_state_index = self.applied_index
 
-    def _snapshot_document(self, cut: int) -> bytes:
-        """The applied state, with the records of its messages at or below ``cut``."""
+    def _snapshot_document(self, cut: int) -> tuple[bytes, dict[int, tuple[int, int]]]:
+        """The applied state, with the records of its messages at or below ``cut`` (and where
+        in the document they are: `encode_snapshot_document`)."""
         records = {seq: self._record(seq, index, length)
                    for seq, (index, length) in self.applied.where.items() if index <= cut}
         return encode_snapshot_document(self.applied, self.applied_index, records)
