@@ -26,11 +26,12 @@ import hashlib
 import json
 import os
 import struct
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
+
+from persistence.stream_commit_mark import StaysUnreadable, read_rewritten
 
 REPLICAS_DIR = "replicas"
 STREAM_DIR = "stream"
@@ -113,7 +114,6 @@ QUEUE_MARK_VERSION = 1
 _QUEUE_MARK = struct.Struct(">8sHHIQQ")
 _U32 = struct.Struct(">I")
 QUEUE_MARK_SIZE = _QUEUE_MARK.size + _U32.size
-_READ_ATTEMPTS = 5  # a read racing the broker's pwrite may see a mix of two marks: read again
 
 
 class QueueCommitMark(NamedTuple):
@@ -156,20 +156,12 @@ def read_queue_commit_mark(group_dir: Path) -> QueueCommitMark | None:
     seen no commit since it was made or emptied). ``DamagedQueueCommitMark`` when it stays
     unreadable over a few attempts."""
     path = Path(group_dir) / QUEUE_MARK_FILE
-    data = b""
-    for attempt in range(_READ_ATTEMPTS):
-        try:
-            data = path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        if not data:
-            return QueueCommitMark(0, 0)
-        mark = decode_queue_commit_mark(str(path), data)
-        if mark is not None:
-            return mark
-        time.sleep(0.002 * (attempt + 1))
-    raise DamagedQueueCommitMark(f"{path}: damaged commit mark ({len(data)} bytes); the broker rewrites it at "
-                                 f"the queue's next commit")
+    try:
+        return read_rewritten(path, lambda data: decode_queue_commit_mark(str(path), data) if data
+                              else QueueCommitMark(0, 0))
+    except StaysUnreadable as error:
+        raise DamagedQueueCommitMark(f"{path}: damaged commit mark ({error.size} bytes); the broker rewrites it "
+                                     f"at the queue's next commit") from None
 
 
 # ---- a quorum queue replica's log (docs/replication.md, "On disk") ----------------------------------

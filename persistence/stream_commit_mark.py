@@ -27,8 +27,9 @@ import os
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from persistence.stream_segment import check_stream_format_version
 
@@ -40,6 +41,7 @@ _CRC = struct.Struct(">I")
 MARK_SIZE = _MARK.size + _CRC.size
 _NO_SEGMENT = (1 << 64) - 1
 _READ_ATTEMPTS = 5  # a read racing the broker's pwrite may see a mix of two marks: read again
+T = TypeVar("T")
 
 
 class CommitMark(NamedTuple):
@@ -73,22 +75,42 @@ def decode_commit_mark(path: str, data: bytes) -> CommitMark | None:
     return CommitMark(None if segment == _NO_SEGMENT else segment, position, next_offset)
 
 
+class StaysUnreadable(Exception):
+    """A file rewritten in place that no read of a few decoded: ``size`` bytes, the last read."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def read_rewritten(path: Path, decode: Callable[[bytes], T | None]) -> T | None:
+    """What ``decode`` makes of the file at ``path``, which its writer rewrites in place with one
+    pwrite (a commit mark); None when there is no such file. A read racing the pwrite may see a mix
+    of two versions, which ``decode`` rejects (None): read again, a few times, then
+    ``StaysUnreadable``."""
+    data = b""
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        decoded = decode(data)
+        if decoded is not None:
+            return decoded
+        time.sleep(0.002 * (attempt + 1))
+    raise StaysUnreadable(len(data))
+
+
 def read_commit_mark(directory: Path) -> CommitMark | None:
     """The commit mark of the stream directory ``directory``; None when there is no such file
     (a directory no broker with commit marks has opened). Raises ``DamagedCommitMark`` when it
     stays unreadable over a few attempts."""
     path = Path(directory) / MARK_FILE
-    for attempt in range(_READ_ATTEMPTS):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        mark = decode_commit_mark(str(path), data)
-        if mark is not None:
-            return mark
-        time.sleep(0.002 * (attempt + 1))
-    raise DamagedCommitMark(f"{path}: damaged commit mark ({len(data)} bytes); the broker rewrites it after "
-                            f"its next commit round or when it opens the stream")
+    try:
+        return read_rewritten(path, lambda data: decode_commit_mark(str(path), data))
+    except StaysUnreadable as error:
+        raise DamagedCommitMark(f"{path}: damaged commit mark ({error.size} bytes); the broker rewrites it after "
+                                f"its next commit round or when it opens the stream") from None
 
 
 def mark_unwritten(directory: Path) -> bool:
@@ -121,5 +143,5 @@ class CommitMarkWriter:
             self._fd = None
 
 
-__all__ = ["MARK_FILE", "CommitMark", "CommitMarkWriter", "DamagedCommitMark", "decode_commit_mark",
-           "encode_commit_mark", "mark_unwritten", "read_commit_mark"]
+__all__ = ["MARK_FILE", "CommitMark", "CommitMarkWriter", "DamagedCommitMark", "StaysUnreadable",
+           "decode_commit_mark", "encode_commit_mark", "mark_unwritten", "read_commit_mark", "read_rewritten"]
