@@ -114,9 +114,10 @@ def read_commit_mark(directory: Path) -> CommitMark | None:
 
 
 def mark_unwritten(directory: Path) -> bool:
-    """The stream directory's ``committed`` file exists and is empty: the broker opened it and has
-    not written a mark yet (a replicated stream with no segment writes its first at its first
-    commit). Nothing is known committed there; ``read_commit_mark`` would call it damaged."""
+    """The stream directory's ``committed`` file exists and is empty: the broker created it at the
+    stream's open and has not written the mark yet (the open writes it after scanning the tail), or
+    a power cut lost that first, never fsynced write. Nothing is known committed there;
+    ``read_commit_mark`` would call it damaged."""
     try:
         return os.stat(Path(directory) / MARK_FILE).st_size == 0
     except (FileNotFoundError, NotADirectoryError):
