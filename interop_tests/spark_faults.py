@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from spark.amqp_sink import AmqpStreamWriter, sink_settings
-from spark.data_source import AmqpQueueDataSource, _requested_columns
+from spark.data_source import AmqpQueueDataSource
 from spark.queue_range_reader import QueueRangePart, ReplicaQueuePart
 from spark.stream_snapshot import StreamPart
 from spark.streaming_source import AmqpQueueStreamReader, StreamingPartition
@@ -53,26 +53,25 @@ class RereadingSource(AmqpQueueDataSource):
     def name(cls) -> str:
         return "amqp-queue-reread"
 
-    def streamReader(self, schema: Any) -> Any:
-        columns = _requested_columns(schema)
-        not_null = frozenset(field.name for field in schema.fields if not field.nullable)
-        return RereadingReader(dict(self.options), columns, not_null)
+    def _stream_reader_class(self) -> type[AmqpQueueStreamReader]:
+        return RereadingReader
 
 
 class EveryCopyReader(AmqpQueueStreamReader):
     def partitions(self, start: dict, end: dict) -> list:
         broken = []
-        for partition in super().partitions(start, end):
+        for partition in super().partitions(start, end):  # each copy read as if it were the only one
             part, low, high = partition.value
-            broken.append(partition)
             if isinstance(part, StreamPart):
-                for copy in part.alternatives:  # each copy read as if it were the only one
-                    broken.append(StreamingPartition(part._replace(path=copy.path, identity=copy.identity,
-                                                                   stream_created_at_ms=copy.stream_created_at_ms,
-                                                                   alternatives=()), low, high))
-            if isinstance(part, ReplicaQueuePart):
-                broken.pop()  # each copy read as if it were the only one
+                broken.append(partition)
+                broken.extend(StreamingPartition(part._replace(path=copy.path, identity=copy.identity,
+                                                               stream_created_at_ms=copy.stream_created_at_ms,
+                                                               alternatives=()), low, high)
+                              for copy in part.alternatives)
+            elif isinstance(part, ReplicaQueuePart):
                 broken.extend(StreamingPartition(part._replace(copies=(copy,)), low, high) for copy in part.copies)
+            else:
+                broken.append(partition)
         return broken
 
 
@@ -81,10 +80,8 @@ class EveryCopySource(AmqpQueueDataSource):
     def name(cls) -> str:
         return "amqp-queue-every-copy"
 
-    def streamReader(self, schema: Any) -> Any:
-        columns = _requested_columns(schema)
-        not_null = frozenset(field.name for field in schema.fields if not field.nullable)
-        return EveryCopyReader(dict(self.options), columns, not_null)
+    def _stream_reader_class(self) -> type[AmqpQueueStreamReader]:
+        return EveryCopyReader
 
 
 class DyingWriter(AmqpStreamWriter):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import sys
 from types import FrameType
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -55,6 +55,9 @@ from spark.replicated_streams import plan_replicated_streams, with_alternatives
 from spark.schema import KIND, arrow_schema, check_columns, spark_schema
 from spark.stream_reader import STREAM_QUEUE_TYPE, read_stream_partition
 from spark.stream_snapshot import DEFAULT_PARTITION_BYTES, StreamPart, plan_stream_parts, stream_parts_of
+
+if TYPE_CHECKING:
+    from spark.streaming_source import AmqpQueueStreamReader
 
 NAME = "amqp-queue"
 _PUSHDOWN_PLANNER = "data_source_pushdown_filters.py"
@@ -107,11 +110,15 @@ class AmqpQueueDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("amqp-queue")``: spark.streaming_source."""
-        from spark.streaming_source import AmqpQueueStreamReader
-
         columns = _requested_columns(schema)
         not_null = frozenset(field.name for field in schema.fields if not field.nullable)
-        return AmqpQueueStreamReader(dict(self.options), columns, not_null)
+        return self._stream_reader_class()(dict(self.options), columns, not_null)
+
+    def _stream_reader_class(self) -> type[AmqpQueueStreamReader]:
+        """The streaming reader (interop_tests/spark_faults.py's broken sources give their own)."""
+        from spark.streaming_source import AmqpQueueStreamReader
+
+        return AmqpQueueStreamReader
 
 
 class QueueReader(DataSourceReader):
