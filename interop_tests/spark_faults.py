@@ -53,25 +53,25 @@ class RereadingSource(AmqpQueueDataSource):
     def name(cls) -> str:
         return "amqp-queue-reread"
 
-    @classmethod
-    def stream_reader_class(cls) -> type[AmqpQueueStreamReader]:
+    def _stream_reader_class(self) -> type[AmqpQueueStreamReader]:
         return RereadingReader
 
 
 class EveryCopyReader(AmqpQueueStreamReader):
     def partitions(self, start: dict, end: dict) -> list:
         broken = []
-        for partition in super().partitions(start, end):
+        for partition in super().partitions(start, end):  # each copy read as if it were the only one
             part, low, high = partition.value
-            broken.append(partition)
             if isinstance(part, StreamPart):
-                for copy in part.alternatives:  # each copy read as if it were the only one
-                    broken.append(StreamingPartition(part._replace(path=copy.path, identity=copy.identity,
-                                                                   stream_created_at_ms=copy.stream_created_at_ms,
-                                                                   alternatives=()), low, high))
-            if isinstance(part, ReplicaQueuePart):
-                broken.pop()  # each copy read as if it were the only one
+                broken.append(partition)
+                broken.extend(StreamingPartition(part._replace(path=copy.path, identity=copy.identity,
+                                                               stream_created_at_ms=copy.stream_created_at_ms,
+                                                               alternatives=()), low, high)
+                              for copy in part.alternatives)
+            elif isinstance(part, ReplicaQueuePart):
                 broken.extend(StreamingPartition(part._replace(copies=(copy,)), low, high) for copy in part.copies)
+            else:
+                broken.append(partition)
         return broken
 
 
@@ -80,8 +80,7 @@ class EveryCopySource(AmqpQueueDataSource):
     def name(cls) -> str:
         return "amqp-queue-every-copy"
 
-    @classmethod
-    def stream_reader_class(cls) -> type[AmqpQueueStreamReader]:
+    def _stream_reader_class(self) -> type[AmqpQueueStreamReader]:
         return EveryCopyReader
 
 

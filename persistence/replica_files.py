@@ -10,11 +10,13 @@ declared again under its name is a new group with another one). A stream's group
 ``stream/``, the stream's own directory (docs/stream-files.md), whose records, offsets and
 segment names are those of every other copy; a queue's holds ``replica.log``.
 
-The writers are cluster/replication (``ReplicaManager``, ``StreamReplicaLog``, ``FileReplicaLog``);
-this module only reads (and encodes a queue replica's commit mark, which ``QueueReplicaLog``
-writes: docs/replication.md "The commit mark"), and names the same files (tests/test_spark_replicas.py checks that it
-names what the writers write). It imports nothing of the cluster, so the Spark data source,
-which may import only ``persistence``, can find the replicas.
+The writers are cluster/replication (``ReplicaManager``, ``StreamReplicaLog``, ``FileReplicaLog``).
+This module is where a queue replica's files are defined: their names, the log's segment and
+snapshot formats and the commit mark (docs/replication.md "On disk", "The commit mark"), which
+``FileReplicaLog`` and ``QueueReplicaLog`` import to write them, and the readers of all of them.
+It imports nothing of the cluster, so the Spark data source, which may import only
+``persistence``, can find and read the replicas (tests/test_spark_replicas.py checks that it
+names and reads what the writers write).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from persistence.stream_commit_mark import read_rewritten_in_place
+from persistence.stream_commit_mark import StaysUnreadable, read_rewritten
 
 REPLICAS_DIR = "replicas"
 STREAM_DIR = "stream"
@@ -154,30 +156,75 @@ def read_queue_commit_mark(group_dir: Path) -> QueueCommitMark | None:
     seen no commit since it was made or emptied). ``DamagedQueueCommitMark`` when it stays
     unreadable over a few attempts."""
     path = Path(group_dir) / QUEUE_MARK_FILE
-    empty = QueueCommitMark(0, 0)
-    read = read_rewritten_in_place(path, lambda data: decode_queue_commit_mark(str(path), data) if data else empty)
-    if read is None:
-        return None
-    mark, data = read
-    if mark is None:
-        raise DamagedQueueCommitMark(f"{path}: damaged commit mark ({len(data)} bytes); the broker rewrites it at "
-                                     f"the queue's next commit")
-    return mark
+    try:
+        return read_rewritten(path, lambda data: decode_queue_commit_mark(str(path), data) if data
+                              else QueueCommitMark(0, 0))
+    except StaysUnreadable as error:
+        raise DamagedQueueCommitMark(f"{path}: damaged commit mark ({error.size} bytes); the broker rewrites it "
+                                     f"at the queue's next commit") from None
 
 
-# ---- a quorum queue replica's log, for readers (docs/replication.md, "On disk") --------------------
-# The writer is cluster/replication/log.py (FileReplicaLog) and queue_log.py (the snapshot's
-# document); tests/test_spark_replicas.py checks that these readers read what they write.
+# ---- a quorum queue replica's log (docs/replication.md, "On disk") ----------------------------------
+# The one definition of the log's files: the writer, cluster/replication/log.py (FileReplicaLog),
+# imports these; queue_log.py writes the snapshot's document. tests/test_spark_replicas.py checks
+# that the readers below read what they write.
 
 _ENTRY_HEAD = struct.Struct(">IIQQ")  # length (after this field), crc (of index, term, payload), index, term
 ENTRY_HEAD_SIZE = _ENTRY_HEAD.size
-_SEGMENT_HEAD = struct.Struct(">8sHHQ")  # magic "AMQPRSEG", version, reserved, first index; then a crc u32
-_SEGMENT_HEADER_SIZE = _SEGMENT_HEAD.size + 4
-_SNAPSHOT_HEAD = struct.Struct(">8sHHQQQ")  # magic "AMQPSNAP", version, reserved, index, term, length; crc
+SEGMENT_PREFIX, SEGMENT_SUFFIX = "segment-", ".log"
+SEGMENT_MAGIC = b"AMQPRSEG"
+SEGMENT_VERSION = 1
+SEGMENT_HEAD = struct.Struct(">8sHHQ")  # magic, version, reserved, first index; then a crc u32 of them
+SEGMENT_HEADER_SIZE = SEGMENT_HEAD.size + 4
+SNAPSHOT_MAGIC = b"AMQPSNAP"
+SNAPSHOT_VERSION = 1
+# magic, version, reserved, index, term, document length; then a crc u32 of them and the document
+SNAPSHOT_HEAD = struct.Struct(">8sHHQQQ")
 _DOC_HEAD = struct.Struct(">8sHHQQQI")  # magic "AMQPQSNP", version, reserved, state index, next seq, horizon, count
 _DOC_MESSAGE = struct.Struct(">QQBBII")  # seq, index, held, carried, delivery count, length
-SEGMENT_PREFIX, SEGMENT_SUFFIX = "segment-", ".log"
 _READ_BLOCK = 4 * 1024 * 1024
+
+
+def segment_name(first: int) -> str:
+    """The name of the segment whose first entry is ``first``."""
+    return f"{SEGMENT_PREFIX}{first:020d}{SEGMENT_SUFFIX}"
+
+
+def encode_segment_header(first: int) -> bytes:
+    head = SEGMENT_HEAD.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, first)
+    return head + _U32.pack(zlib.crc32(head))
+
+
+class Snapshot(NamedTuple):
+    """The log's base: entries up to ``index`` (of ``term``) are no longer stored; ``document``
+    (the owner's, opaque here) holds what a copy needs instead of them."""
+
+    index: int  # type: ignore[assignment]  # a field, hiding tuple.index (never called on it)
+    term: int
+    document: bytes
+
+
+def encode_snapshot(snapshot: Snapshot) -> bytes:
+    head = SNAPSHOT_HEAD.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, 0, snapshot.index, snapshot.term,
+                              len(snapshot.document))
+    return head + _U32.pack(zlib.crc32(snapshot.document, zlib.crc32(head))) + snapshot.document
+
+
+def decode_snapshot(data: bytes) -> Snapshot:
+    """ValueError: not a whole, undamaged snapshot file (``UnsupportedReplicaFormat``: of a
+    version this build does not read)."""
+    size = SNAPSHOT_HEAD.size
+    if len(data) < size + 4:
+        raise ValueError("a snapshot file shorter than its header")
+    magic, version, _, index, term, length = SNAPSHOT_HEAD.unpack_from(data)
+    if magic != SNAPSHOT_MAGIC:
+        raise ValueError("not a replica log snapshot")
+    if version != SNAPSHOT_VERSION:
+        raise UnsupportedReplicaFormat(f"a snapshot in format {version}; this build reads {SNAPSHOT_VERSION}")
+    document = data[size + 4:]
+    if len(document) != length or zlib.crc32(document, zlib.crc32(data[:size])) != _U32.unpack_from(data, size)[0]:
+        raise ValueError("a snapshot file that is torn or damaged")
+    return Snapshot(index, term, document)
 
 
 class QueueSnapshot(NamedTuple):
@@ -197,15 +244,11 @@ def read_queue_snapshot(group_dir: Path) -> QueueSnapshot:
         data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
         return QueueSnapshot(0, {})
-    size = _SNAPSHOT_HEAD.size
-    if len(data) < size + 4:
-        raise ValueError(f"{path}: shorter than a snapshot's header")
-    magic, version, _, index, _, length = _SNAPSHOT_HEAD.unpack_from(data)
-    if magic != b"AMQPSNAP" or version != 1:
-        raise UnsupportedReplicaFormat(f"{path}: not a replica snapshot of format 1")
-    document = data[size + 4:]
-    if len(document) != length or zlib.crc32(document, zlib.crc32(data[:size])) != _U32.unpack_from(data, size)[0]:
-        raise ValueError(f"{path}: a torn or damaged snapshot")
+    try:
+        snapshot = decode_snapshot(data)
+    except ValueError as error:  # (UnsupportedReplicaFormat stays one)
+        raise type(error)(f"{path}: {error}") from None
+    index, document = snapshot.index, snapshot.document
     carried: dict[int, bytes] = {}
     if document:
         magic, version, _, _, _, _, count = _DOC_HEAD.unpack_from(document)
@@ -226,12 +269,12 @@ def queue_snapshot_index(group_dir: Path) -> int:
     path = Path(group_dir) / QUEUE_SNAPSHOT_FILE
     try:
         with open(path, "rb") as file:
-            head = file.read(_SNAPSHOT_HEAD.size)
+            head = file.read(SNAPSHOT_HEAD.size)
     except (FileNotFoundError, NotADirectoryError):
         return 0
-    if len(head) < _SNAPSHOT_HEAD.size or head[:8] != b"AMQPSNAP":
+    if len(head) < SNAPSHOT_HEAD.size or head[:8] != SNAPSHOT_MAGIC:
         raise ValueError(f"{path}: not a replica snapshot")
-    return int(_SNAPSHOT_HEAD.unpack_from(head)[3])
+    return int(SNAPSHOT_HEAD.unpack_from(head)[3])
 
 
 def queue_log_segments(group_dir: Path) -> list[tuple[int, Path]]:
@@ -287,13 +330,13 @@ def queue_log_entries(group_dir: Path, low: int, high: int) -> Iterator[tuple[in
 
 
 def _segment_entries(fd: int, path: Path, first: int, low: int, high: int) -> Iterator[tuple[int, int, bytes]]:
-    header = os.pread(fd, _SEGMENT_HEADER_SIZE, 0)
-    if len(header) < _SEGMENT_HEADER_SIZE or header[:8] != b"AMQPRSEG" \
-            or zlib.crc32(header[:_SEGMENT_HEAD.size]) != _U32.unpack_from(header, _SEGMENT_HEAD.size)[0]:
+    header = os.pread(fd, SEGMENT_HEADER_SIZE, 0)
+    if len(header) < SEGMENT_HEADER_SIZE or header[:8] != SEGMENT_MAGIC \
+            or zlib.crc32(header[:SEGMENT_HEAD.size]) != _U32.unpack_from(header, SEGMENT_HEAD.size)[0]:
         raise ValueError(f"{path}: not a replica log segment")
-    if _SEGMENT_HEAD.unpack_from(header)[3] != first:
+    if SEGMENT_HEAD.unpack_from(header)[3] != first:
         raise ValueError(f"{path}: its header names another first entry")
-    offset, pending, expected = _SEGMENT_HEADER_SIZE, b"", first
+    offset, pending, expected = SEGMENT_HEADER_SIZE, b"", first
     while expected <= high:
         block = os.pread(fd, _READ_BLOCK, offset)
         offset += len(block)
@@ -322,4 +365,7 @@ __all__ = ["REPLICAS_DIR", "STREAM_DIR", "INCARNATION_FILE", "TERM_FILE", "QUEUE
            "incarnation_number", "QUEUE_MARK_FILE", "QUEUE_SNAPSHOT_FILE", "QueueCommitMark",
            "DamagedQueueCommitMark", "UnsupportedReplicaFormat", "encode_queue_commit_mark",
            "decode_queue_commit_mark", "read_queue_commit_mark", "QueueSnapshot", "read_queue_snapshot", "queue_snapshot_index",
-           "queue_log_segments", "queue_log_entries", "LogGap", "ENTRY_HEAD_SIZE"]
+           "queue_log_segments", "queue_log_entries", "LogGap", "ENTRY_HEAD_SIZE", "SEGMENT_PREFIX",
+           "SEGMENT_SUFFIX", "SEGMENT_MAGIC", "SEGMENT_VERSION", "SEGMENT_HEAD", "SEGMENT_HEADER_SIZE",
+           "SNAPSHOT_MAGIC", "SNAPSHOT_VERSION", "SNAPSHOT_HEAD", "segment_name", "encode_segment_header",
+           "Snapshot", "encode_snapshot", "decode_snapshot"]

@@ -27,8 +27,9 @@ import os
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 from persistence.stream_segment import check_stream_format_version
 
@@ -39,8 +40,8 @@ _MARK = struct.Struct(">8sHHIQQQ")
 _CRC = struct.Struct(">I")
 MARK_SIZE = _MARK.size + _CRC.size
 _NO_SEGMENT = (1 << 64) - 1
-T = TypeVar("T")
 _READ_ATTEMPTS = 5  # a read racing the broker's pwrite may see a mix of two marks: read again
+T = TypeVar("T")
 
 
 class CommitMark(NamedTuple):
@@ -74,22 +75,30 @@ def decode_commit_mark(path: str, data: bytes) -> CommitMark | None:
     return CommitMark(None if segment == _NO_SEGMENT else segment, position, next_offset)
 
 
-def read_rewritten_in_place(path: Path, decode: Callable[[bytes], T | None]) -> tuple[T | None, bytes] | None:
-    """Read a small file its writer rewrites in place with one pwrite and never fsyncs (a commit
-    mark): a read racing the write may see a mix of two versions, which ``decode`` refuses (None),
-    so read again a few times. None when there is no such file; else (what ``decode`` made of the
-    last read, None if every read was refused, and that read's bytes)."""
+class StaysUnreadable(Exception):
+    """A file rewritten in place that no read of a few decoded: ``size`` bytes, the last read."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def read_rewritten(path: Path, decode: Callable[[bytes], T | None]) -> T | None:
+    """What ``decode`` makes of the file at ``path``, which its writer rewrites in place with one
+    pwrite (a commit mark); None when there is no such file. A read racing the pwrite may see a mix
+    of two versions, which ``decode`` rejects (None): read again, a few times, then
+    ``StaysUnreadable``."""
     data = b""
     for attempt in range(_READ_ATTEMPTS):
         try:
             data = path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             return None
-        value = decode(data)
-        if value is not None:
-            return value, data
+        decoded = decode(data)
+        if decoded is not None:
+            return decoded
         time.sleep(0.002 * (attempt + 1))
-    return None, data
+    raise StaysUnreadable(len(data))
 
 
 def read_commit_mark(directory: Path) -> CommitMark | None:
@@ -97,20 +106,18 @@ def read_commit_mark(directory: Path) -> CommitMark | None:
     (a directory no broker with commit marks has opened). Raises ``DamagedCommitMark`` when it
     stays unreadable over a few attempts."""
     path = Path(directory) / MARK_FILE
-    read = read_rewritten_in_place(path, lambda data: decode_commit_mark(str(path), data))
-    if read is None:
-        return None
-    mark, data = read
-    if mark is None:
-        raise DamagedCommitMark(f"{path}: damaged commit mark ({len(data)} bytes); the broker rewrites it after "
-                                f"its next commit round or when it opens the stream")
-    return mark
+    try:
+        return read_rewritten(path, lambda data: decode_commit_mark(str(path), data))
+    except StaysUnreadable as error:
+        raise DamagedCommitMark(f"{path}: damaged commit mark ({error.size} bytes); the broker rewrites it after "
+                                f"its next commit round or when it opens the stream") from None
 
 
 def mark_unwritten(directory: Path) -> bool:
-    """The stream directory's ``committed`` file exists and is empty: the broker opened it and has
-    not written a mark yet (a replicated stream with no segment writes its first at its first
-    commit). Nothing is known committed there; ``read_commit_mark`` would call it damaged."""
+    """The stream directory's ``committed`` file exists and is empty: the broker created it at the
+    stream's open and has not written the mark yet (the open writes it after scanning the tail), or
+    a power cut lost that first, never fsynced write. Nothing is known committed there;
+    ``read_commit_mark`` would call it damaged."""
     try:
         return os.stat(Path(directory) / MARK_FILE).st_size == 0
     except (FileNotFoundError, NotADirectoryError):
@@ -137,5 +144,5 @@ class CommitMarkWriter:
             self._fd = None
 
 
-__all__ = ["MARK_FILE", "CommitMark", "CommitMarkWriter", "DamagedCommitMark", "decode_commit_mark",
-           "encode_commit_mark", "mark_unwritten", "read_commit_mark", "read_rewritten_in_place"]
+__all__ = ["MARK_FILE", "CommitMark", "CommitMarkWriter", "DamagedCommitMark", "StaysUnreadable",
+           "decode_commit_mark", "encode_commit_mark", "mark_unwritten", "read_commit_mark", "read_rewritten"]

@@ -112,11 +112,10 @@ class AmqpQueueDataSource(DataSource):
         """``spark.readStream.format("amqp-queue")``: spark.streaming_source."""
         columns = _requested_columns(schema)
         not_null = frozenset(field.name for field in schema.fields if not field.nullable)
-        return self.stream_reader_class()(dict(self.options), columns, not_null)
+        return self._stream_reader_class()(dict(self.options), columns, not_null)
 
-    @classmethod
-    def stream_reader_class(cls) -> "type[AmqpQueueStreamReader]":
-        """The streaming reader this source makes (the tests' broken builds name their own)."""
+    def _stream_reader_class(self) -> type[AmqpQueueStreamReader]:
+        """The streaming reader (interop_tests/spark_faults.py's broken sources give their own)."""
         from spark.streaming_source import AmqpQueueStreamReader
 
         return AmqpQueueStreamReader

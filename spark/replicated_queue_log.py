@@ -54,6 +54,7 @@ log = logging.getLogger("spark.amqp_queue")
 
 _MESSAGE = int(RecordType.MESSAGE)
 _ATTEMPTS = 3  # a copy compacting (or reset) while a task reads it: the task looks again
+_SCAN_ENTRIES = 65536  # entries read at a time when looking for a timestamp
 
 
 class QueueCopy(NamedTuple):
@@ -208,14 +209,18 @@ def _is_message(payload: bytes) -> bool:
 def first_published_at(queue: ReplicatedQueue, timestamp_ms: int) -> int:
     """The index of the first message record (in log order) published at or after
     ``timestamp_ms``, among what the copy with the furthest mark holds (its snapshot's live
-    messages, then its segments); ``queue.next`` when there is none."""
+    messages, then its segments); ``queue.next`` when there is none. Read a window of entries at a
+    time, not the whole log at once: the first window ends ``_SCAN_ENTRIES`` past the snapshot."""
     copy = queue.copies[0]
-    try:
-        found = message_records((copy.directory,), 1, copy.marked)
-    except NotCommitted:
-        return queue.next
-    for index, record in found.records:
-        if int.from_bytes(record[RECORD_HEAD.size + 8:RECORD_HEAD.size + 16], "big") >= timestamp_ms:
-            return index
+    low = 1
+    while low <= copy.marked:
+        high = min(copy.marked, max(low, copy.base) + _SCAN_ENTRIES)
+        try:
+            found = message_records((copy.directory,), low, high)
+        except NotCommitted:
+            return queue.next
+        for index, record in found.records:
+            if int.from_bytes(record[RECORD_HEAD.size + 8:RECORD_HEAD.size + 16], "big") >= timestamp_ms:
+                return index
+        low = high + 1
     return queue.next
-

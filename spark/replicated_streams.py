@@ -68,7 +68,7 @@ def plan_replicated_streams(nodes: tuple[tuple[str, str], ...], vhost: str | Non
             if meta is None or (vhost is not None and meta.vhost != vhost):
                 continue
             if mark_unwritten(copy.directory):
-                continue  # no commit yet: not a copy to read (the stream appears with its first commit)
+                continue  # no mark yet (a copy being opened): nothing known committed in it
             if queue is not None and not matches(meta.stream, queue):
                 continue
             number = incarnation_number(copy.incarnation)

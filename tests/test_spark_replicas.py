@@ -616,3 +616,26 @@ def test_a_quorum_queue_read_under_a_row_limit_in_several_partitions_gives_each_
         start = end
     assert seen == list(range(1, 12001)) and partitions >= 2
     group.close()
+
+
+def test_a_quorum_queue_query_from_a_timestamp_finds_it_window_by_window_past_a_snapshot(tmp_path, monkeypatch):
+    """The first message at a timestamp is looked for a few entries at a time (not the whole log
+    in memory at once): with tiny windows, and a copy compacted, the query starts at that message."""
+    from spark import replicated_queue_log
+
+    monkeypatch.setattr(replicated_queue_log, "_SCAN_ENTRIES", 3)
+    group = QueueGroup(tmp_path, segment_bytes=16 * 1024)
+    group.connect("b")
+    for _ in range(4):
+        group.settle(*group.publish(*[b"settled" * 20] * 40))
+        group.leader_fsync()
+        group.replicate("b")
+    later = group.publish(*[b"later %d" % n for n in range(30)])
+    group.leader_fsync()
+    group.replicate("b")
+    assert group.logs["a"].snapshot_index > 10, "compacted: the search starts past a snapshot"
+    at = queue_reader(group.nodes, startingOffsets=str(T0 + later[10]))
+    assert [seq for seq, _ in queue_rows(at, at.initialOffset())[1]] == later[10:]
+    beyond = queue_reader(group.nodes, startingOffsets=str(T0 + later[-1] + 1))
+    assert queue_rows(beyond, beyond.initialOffset())[1] == []
+    group.close()

@@ -44,32 +44,39 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from cluster.replication.entries import HEAD_SIZE as ENTRY_HEAD_SIZE
 from cluster.replication.entries import MAX_PAYLOAD, EntryHead, encode_entry, scan_entries
 from persistence.atomic_file import fsync_directory, write_all, write_atomically
 from persistence.group_commit import SyncJob
+from persistence.replica_files import QUEUE_LOG_FILE as LOG_FILE
+from persistence.replica_files import QUEUE_SNAPSHOT_FILE as SNAPSHOT_FILE
+from persistence.replica_files import SEGMENT_HEAD as _SEGMENT_HEAD
+from persistence.replica_files import (
+    SEGMENT_HEADER_SIZE,
+    SEGMENT_MAGIC,
+    SEGMENT_PREFIX,
+    SEGMENT_SUFFIX,
+    SEGMENT_VERSION,
+    TERM_FILE,
+    Snapshot,
+    decode_snapshot,
+    encode_snapshot,
+    queue_log_segments,
+)
+from persistence.replica_files import encode_segment_header as _segment_header
+from persistence.replica_files import segment_name as _segment_name
 
 log = logging.getLogger(__name__)
 
-LOG_FILE = "replica.log"
-TERM_FILE = "term.json"
-SNAPSHOT_FILE = "snapshot"
+# The files' names and the segments' and snapshot's formats are persistence.replica_files's
+# (their one definition: the Spark data source reads them there); replica.log's marker is this writer's.
 MAGIC = b"AMQPRLOG"
 _HEADER = struct.Struct(">8sHHI")  # magic, version, reserved, crc of the 12 bytes before it
 HEADER_SIZE = _HEADER.size
 FORMAT_VERSION = 2  # 1: the entries in replica.log itself; 2: in segments, with a snapshot
-SEGMENT_PREFIX, SEGMENT_SUFFIX = "segment-", ".log"
-SEGMENT_MAGIC = b"AMQPRSEG"
-SEGMENT_VERSION = 1
-_SEGMENT_HEAD = struct.Struct(">8sHHQ")  # magic, version, reserved, first index; then a crc u32 of them
-SEGMENT_HEADER_SIZE = _SEGMENT_HEAD.size + 4
 SEGMENT_BYTES = 16 * 1024 * 1024
-SNAPSHOT_MAGIC = b"AMQPSNAP"
-SNAPSHOT_VERSION = 1
-# magic, version, reserved, index, term, document length; then a crc u32 of them and the document
-_SNAPSHOT_HEAD = struct.Struct(">8sHHQQQ")
 _READ_BLOCK = 8 * 1024 * 1024
 
 
@@ -205,50 +212,9 @@ class _Segment:
         self.size = size
 
 
-class Snapshot(NamedTuple):
-    """The log's base: entries up to ``index`` (of ``term``) are no longer stored; ``document``
-    (the owner's, opaque here) holds what a copy needs instead of them."""
-
-    index: int  # type: ignore[assignment]  # a field, hiding tuple.index (never called on it)
-    term: int
-    document: bytes
-
-
 def _marker(version: int = FORMAT_VERSION) -> bytes:
     head = struct.pack(">8sHH", MAGIC, version, 0)
     return head + struct.pack(">I", zlib.crc32(head))
-
-
-def _segment_header(first: int) -> bytes:
-    head = _SEGMENT_HEAD.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, first)
-    return head + struct.pack(">I", zlib.crc32(head))
-
-
-def _segment_name(first: int) -> str:
-    return f"{SEGMENT_PREFIX}{first:020d}{SEGMENT_SUFFIX}"
-
-
-def encode_snapshot(snapshot: Snapshot) -> bytes:
-    head = _SNAPSHOT_HEAD.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, 0, snapshot.index, snapshot.term,
-                               len(snapshot.document))
-    return head + struct.pack(">I", zlib.crc32(snapshot.document, zlib.crc32(head))) + snapshot.document
-
-
-def decode_snapshot(data: bytes) -> Snapshot:
-    """ValueError: not a whole, undamaged snapshot file of this format."""
-    size = _SNAPSHOT_HEAD.size
-    if len(data) < size + 4:
-        raise ValueError("a snapshot file shorter than its header")
-    magic, version, _, index, term, length = _SNAPSHOT_HEAD.unpack_from(data)
-    if magic != SNAPSHOT_MAGIC:
-        raise ValueError("not a replica log snapshot")
-    if version != SNAPSHOT_VERSION:
-        raise ValueError(f"a snapshot in format {version}; this build reads {SNAPSHOT_VERSION}")
-    (crc,) = struct.unpack_from(">I", data, size)
-    document = data[size + 4:]
-    if len(document) != length or zlib.crc32(document, zlib.crc32(data[:size])) != crc:
-        raise ValueError("a snapshot file that is torn or damaged")
-    return Snapshot(index, term, document)
 
 
 def _damaged_at_start(data: bytes) -> bool:
@@ -323,12 +289,7 @@ class FileReplicaLog:
             write_atomically(marker, _marker())
 
     def _segment_files(self) -> list[tuple[int, Path]]:
-        found = []
-        for path in self.directory.glob(f"{SEGMENT_PREFIX}*{SEGMENT_SUFFIX}"):
-            digits = path.name[len(SEGMENT_PREFIX):-len(SEGMENT_SUFFIX)]
-            if digits.isdigit():
-                found.append((int(digits), path))
-        return sorted(found)
+        return queue_log_segments(self.directory)
 
     def _read_snapshot(self) -> None:
         path = self.directory / SNAPSHOT_FILE
