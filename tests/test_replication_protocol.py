@@ -15,20 +15,8 @@ from cluster.replication.queue_log import QueueState, message_payload, state_pay
 from cluster.replication.wire import (
     Ack, Append, FrameReader, Hello, Mismatch, ProtocolError, Refuse, encode_append, encode_hello, encode_refuse,
 )
-from persistence.group_commit import sync_job
 from persistence.record_format import MessageState
-
-
-def fsync(log: FileReplicaLog) -> None:
-    """One group-commit round of ``log``, done by hand."""
-    job = log.prepare_sync()
-    sync_job(job)
-    log.sync_done(job, None)
-
-
-def frame(data: bytes):
-    (decoded,) = FrameReader().feed(data)
-    return decoded
+from tests.replication_by_hand import frame, fsync
 
 
 class Group:

@@ -339,7 +339,7 @@ class QueueGroup:
         assert self.leader.follower_connected(frame(self.followers[name].hello()))
 
     def leader_fsync(self) -> None:
-        from tests.test_replication_protocol import fsync
+        from tests.replication_by_hand import fsync
 
         log = self.logs[self.leader_name]
         fsync(log)
@@ -351,7 +351,7 @@ class QueueGroup:
         """Send, fsync and acknowledge until the leader has nothing more for ``name``; then a
         heartbeat (an APPEND without entries), which tells it the commit index."""
         from cluster.replication.wire import Mismatch, Reset
-        from tests.test_replication_protocol import fsync
+        from tests.replication_by_hand import fsync
         from tests.test_stream_replication import frame
 
         follower, log = self.followers[name], self.logs[name]
@@ -375,6 +375,14 @@ class QueueGroup:
             follower.on_append(frame(beat))
             log.committed(follower.committed_index)
             log.apply_committed()
+
+    def churn_until_compacted(self, follower: str) -> None:
+        """Four rounds of 40 published and settled messages, replicated to `follower`: with
+        segments of 16 KiB, enough for every copy to compact (a snapshot, segments gone)."""
+        for _ in range(4):
+            self.settle(*self.publish(*[b"settled" * 20] * 40))
+            self.leader_fsync()
+            self.replicate(follower)
 
     def marks(self) -> dict[str, int | None]:
         from persistence.replica_files import read_queue_commit_mark
@@ -578,10 +586,7 @@ def test_a_replicas_mark_survives_a_reopen_and_is_emptied_when_its_log_is_discar
 
     group = QueueGroup(tmp_path, segment_bytes=16 * 1024)
     group.connect("b")
-    for _ in range(4):
-        group.settle(*group.publish(*[b"settled" * 20] * 40))
-        group.leader_fsync()
-        group.replicate("b")
+    group.churn_until_compacted("b")
     b = group.logs["b"]
     marked = read_queue_commit_mark(b.directory)
     assert marked is not None and marked.index == b.last_index and b.snapshot_index > 0
@@ -626,10 +631,7 @@ def test_a_quorum_queue_query_from_a_timestamp_finds_it_window_by_window_past_a_
     monkeypatch.setattr(replicated_queue_log, "_SCAN_ENTRIES", 3)
     group = QueueGroup(tmp_path, segment_bytes=16 * 1024)
     group.connect("b")
-    for _ in range(4):
-        group.settle(*group.publish(*[b"settled" * 20] * 40))
-        group.leader_fsync()
-        group.replicate("b")
+    group.churn_until_compacted("b")
     later = group.publish(*[b"later %d" % n for n in range(30)])
     group.leader_fsync()
     group.replicate("b")
